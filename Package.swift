@@ -1,0 +1,41 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+// Dependency arrows point one way:
+//   CLMDB, CSodium (system libraries)
+//     -> ChorusCBOR, ChorusCrypto, ChorusStorage
+//     -> ChorusEvents (format, kinds, schemas, clock)
+//     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log)
+//     -> ChorusNode (the embeddable node: identity, single writer, ingest)
+//     -> ChorusCLI (`chorus`), Tools
+let package = Package(
+    name: "Chorus",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "ChorusNode", targets: ["ChorusNode"]),
+        .executable(name: "chorus", targets: ["ChorusCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb",
+            providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]),
+        .systemLibrary(
+            name: "CSodium", path: "Sources/CSodium", pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]),
+
+        .target(name: "ChorusCBOR"),
+        .target(name: "ChorusCrypto", dependencies: ["CSodium"]),
+        .target(name: "ChorusStorage", dependencies: ["CLMDB"]),
+        .target(name: "ChorusEvents", dependencies: ["ChorusCBOR", "ChorusCrypto"]),
+        .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage"]),
+        .target(name: "ChorusNode", dependencies: ["ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage", "ChorusCBOR"]),
+        .executableTarget(
+            name: "ChorusCLI",
+            dependencies: ["ChorusNode", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,62 @@
+/// Deterministic CBOR encoding (RFC 8949 §4.2.1, "core deterministic"):
+/// definite lengths, shortest argument forms, map keys sorted by the
+/// bytewise order of their own encodings.
+public enum CBOREncoder {
+    public static func encode(_ value: CBORValue) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        append(value, to: &out)
+        return out
+    }
+
+    public static func append(_ value: CBORValue, to out: inout [UInt8]) {
+        switch value {
+        case .unsigned(let n): appendHead(major: 0, argument: n, to: &out)
+        case .negative(let n): appendHead(major: 1, argument: n, to: &out)
+        case .bytes(let b):
+            appendHead(major: 2, argument: UInt64(b.count), to: &out)
+            out.append(contentsOf: b)
+        case .text(let s):
+            let utf8 = Array(s.utf8)
+            appendHead(major: 3, argument: UInt64(utf8.count), to: &out)
+            out.append(contentsOf: utf8)
+        case .array(let items):
+            appendHead(major: 4, argument: UInt64(items.count), to: &out)
+            for item in items { append(item, to: &out) }
+        case .map(let entries):
+            appendHead(major: 5, argument: UInt64(entries.count), to: &out)
+            let encoded = entries.map { (key: encode($0.key), value: $0.value) }
+                .sorted { lexicographicallyPrecedes($0.key, $1.key) }
+            for entry in encoded {
+                out.append(contentsOf: entry.key)
+                append(entry.value, to: &out)
+            }
+        case .bool(let b): out.append(b ? 0xf5 : 0xf4)
+        case .null: out.append(0xf6)
+        }
+    }
+
+    /// Writes a major type and its argument in the shortest form.
+    public static func appendHead(major: UInt8, argument n: UInt64, to out: inout [UInt8]) {
+        let m = major << 5
+        switch n {
+        case 0..<24:
+            out.append(m | UInt8(n))
+        case 24...0xff:
+            out.append(m | 24); out.append(UInt8(n))
+        case 0x100...0xffff:
+            out.append(m | 25)
+            out.append(UInt8(n >> 8)); out.append(UInt8(truncatingIfNeeded: n))
+        case 0x1_0000...0xffff_ffff:
+            out.append(m | 26)
+            for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift))) }
+        default:
+            out.append(m | 27)
+            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift))) }
+        }
+    }
+
+    static func lexicographicallyPrecedes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a.lexicographicallyPrecedes(b)
+    }
+}

@@ -1,0 +1,72 @@
+/// Exactly 32 bytes: a public key, an event id, a payload hash or an object id.
+public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init?(_ bytes: [UInt8]) {
+        guard bytes.count == 32 else { return nil }
+        self.bytes = bytes
+    }
+
+    public init?<S: Sequence>(_ bytes: S) where S.Element == UInt8 {
+        self.init(Array(bytes))
+    }
+
+    /// Parses lowercase or uppercase hex of exactly 64 digits.
+    public init?(hex: String) {
+        guard let raw = Hex.decode(hex), raw.count == 32 else { return nil }
+        self.bytes = raw
+    }
+
+    public static let zero = Bytes32(unchecked: [UInt8](repeating: 0, count: 32))
+
+    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
+
+    public var hex: String { Hex.encode(bytes) }
+    public var description: String { hex }
+    /// The first 8 bytes as hex, for human-readable tables.
+    public var short: String { Hex.encode(bytes.prefix(8)) }
+
+    public static func < (a: Bytes32, b: Bytes32) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+}
+
+public typealias PublicKey = Bytes32
+public typealias EventID = Bytes32
+public typealias ObjectID = Bytes32
+public typealias Hash32 = Bytes32
+
+public enum Hex {
+    private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    public static func encode<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.underestimatedCount * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func decode(_ text: String) -> [UInt8]? {
+        let chars = Array(text.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(chars.count / 2)
+        var i = 0
+        while i < chars.count {
+            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import CSodium
+
+/// libsodium must be initialised once before use; `sodium_init` is
+/// thread-safe and idempotent, and a global `let` runs it exactly once.
+private let sodiumReady: Bool = sodium_init() >= 0
+
+@inline(__always) func requireSodium() {
+    precondition(sodiumReady, "libsodium failed to initialise")
+}
+
+public enum Random {
+    public static func bytes(_ count: Int) -> [UInt8] {
+        requireSodium()
+        var out = [UInt8](repeating: 0, count: count)
+        out.withUnsafeMutableBytes { buf in
+            if let base = buf.baseAddress { randombytes_buf(base, count) }
+        }
+        return out
+    }
+
+    public static func bytes32() -> Bytes32 { Bytes32(unchecked: bytes(32)) }
+}
+
+public enum Blake2b {
+    /// BLAKE2b with a 32-byte output and no key (`crypto_generichash`).
+    public static func hash256(_ data: [UInt8]) -> Hash32 {
+        requireSodium()
+        var out = [UInt8](repeating: 0, count: 32)
+        data.withUnsafeBufferPointer { input in
+            _ = crypto_generichash(&out, 32, input.baseAddress, UInt64(input.count), nil, 0)
+        }
+        return Bytes32(unchecked: out)
+    }
+
+    /// Hashes the concatenation of several parts without copying them together.
+    public static func hash256(parts: [[UInt8]]) -> Hash32 {
+        requireSodium()
+        // The state struct is 64-byte aligned, which Swift imports as opaque.
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: crypto_generichash_statebytes(), alignment: 64)
+        defer { raw.deallocate() }
+        let state = OpaquePointer(raw)
+        crypto_generichash_init(state, nil, 0, 32)
+        for part in parts {
+            part.withUnsafeBufferPointer { p in
+                _ = crypto_generichash_update(state, p.baseAddress, UInt64(p.count))
+            }
+        }
+        var out = [UInt8](repeating: 0, count: 32)
+        crypto_generichash_final(state, &out, 32)
+        return Bytes32(unchecked: out)
+    }
+}
+
+/// An Ed25519 key pair. The secret never leaves this value except through
+/// `seed`, which is what key files store.
+public struct SigningKey: Sendable {
+    public let publicKey: PublicKey
+    private let secretKey: [UInt8]  // libsodium's 64-byte form: seed || public key
+    public let seed: [UInt8]
+
+    public init?(seed: [UInt8]) {
+        guard seed.count == 32 else { return nil }
+        requireSodium()
+        var pk = [UInt8](repeating: 0, count: 32)
+        var sk = [UInt8](repeating: 0, count: 64)
+        guard crypto_sign_seed_keypair(&pk, &sk, seed) == 0 else { return nil }
+        self.publicKey = Bytes32(unchecked: pk)
+        self.secretKey = sk
+        self.seed = seed
+    }
+
+    public static func generate() -> SigningKey {
+        // A fresh 32-byte seed always yields a key pair.
+        SigningKey(seed: Random.bytes(32))!
+    }
+
+    public func sign(_ message: [UInt8]) -> [UInt8] {
+        var sig = [UInt8](repeating: 0, count: 64)
+        message.withUnsafeBufferPointer { m in
+            _ = crypto_sign_detached(&sig, nil, m.baseAddress, UInt64(m.count), secretKey)
+        }
+        return sig
+    }
+}
+
+public enum Ed25519 {
+    public static let signatureLength = 64
+
+    /// libsodium's `crypto_sign_verify_detached`, the rule that defines
+    /// validity (Specs/events.md §5): it rejects non-canonical S, small-order
+    /// or non-canonical public keys and small-order R.
+    public static func verify(signature: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
+        guard signature.count == 64 else { return false }
+        requireSodium()
+        return message.withUnsafeBufferPointer { m in
+            crypto_sign_verify_detached(signature, m.baseAddress, UInt64(m.count), publicKey.bytes) == 0
+        }
+    }
+}

@@ -1,0 +1,207 @@
+import ChorusCBOR
+import ChorusCrypto
+
+/// The signed header of an event (Specs/events.md §3.2).
+public struct EventHeader: Hashable, Sendable {
+    public static let formatVersion: UInt64 = 1
+
+    public var version: UInt64
+    public var author: PublicKey
+    public var seq: UInt64
+    /// The id of the author's event `seq - 1`; nil exactly when `seq == 1`.
+    public var prev: EventID?
+    public var hlc: HLC
+    public var kind: EventKind
+    public var object: ObjectID
+    public var payloadHash: Hash32
+    public var payloadLength: UInt64
+
+    enum Key: UInt64 {
+        case version = 0, author, seq, prev, hlc, kind, object, payloadHash, payloadLength
+    }
+
+    public func encoded() -> [UInt8] {
+        CBOREncoder.encode(
+            .map([
+                CBORMapEntry(.unsigned(Key.version.rawValue), .unsigned(version)),
+                CBORMapEntry(.unsigned(Key.author.rawValue), .bytes(author.bytes)),
+                CBORMapEntry(.unsigned(Key.seq.rawValue), .unsigned(seq)),
+                CBORMapEntry(.unsigned(Key.prev.rawValue), prev.map { .bytes($0.bytes) } ?? .null),
+                CBORMapEntry(.unsigned(Key.hlc.rawValue), .unsigned(hlc.rawValue)),
+                CBORMapEntry(.unsigned(Key.kind.rawValue), .unsigned(kind.rawValue)),
+                CBORMapEntry(.unsigned(Key.object.rawValue), .bytes(object.bytes)),
+                CBORMapEntry(.unsigned(Key.payloadHash.rawValue), .bytes(payloadHash.bytes)),
+                CBORMapEntry(.unsigned(Key.payloadLength.rawValue), .unsigned(payloadLength)),
+            ]))
+    }
+
+    public static func decode(_ bytes: [UInt8]) throws(EventError) -> EventHeader {
+        if bytes.count > EventLimits.maxHeaderBytes { throw .headerTooLarge(size: bytes.count) }
+        let value: CBORValue
+        do { value = try CBORDecoder.decode(bytes) } catch { throw .cbor(error, part: "header") }
+        guard let entries = value.mapEntries else { throw .malformedHeader("header must be a map") }
+        guard entries.count == 9 else { throw .malformedHeader("header must have exactly 9 fields, has \(entries.count)") }
+        for (index, entry) in entries.enumerated() where entry.key != .unsigned(UInt64(index)) {
+            throw .malformedHeader("header keys must be the integers 0...8")
+        }
+        let f = entries.map(\.value)
+
+        guard let version = f[0].unsignedValue else { throw .malformedHeader("version must be an unsigned integer") }
+        guard version == formatVersion else { throw .unsupportedVersion(version) }
+        guard let authorBytes = f[1].bytesValue, let author = Bytes32(authorBytes) else {
+            throw .malformedHeader("author must be a 32-byte public key")
+        }
+        guard let seq = f[2].unsignedValue, seq >= 1 else { throw .malformedHeader("seq must be an integer >= 1") }
+        let prev: EventID?
+        if f[3].isNull {
+            guard seq == 1 else { throw .malformedHeader("prev is null but seq is \(seq)") }
+            prev = nil
+        } else {
+            guard let p = f[3].bytesValue, let id = Bytes32(p) else { throw .malformedHeader("prev must be a 32-byte id or null") }
+            guard seq > 1 else { throw .malformedHeader("the first event of a feed must have prev null") }
+            prev = id
+        }
+        guard let hlcRaw = f[4].unsignedValue, hlcRaw > 0 else { throw .malformedHeader("hlc must be a positive integer") }
+        guard let kindCode = f[5].unsignedValue else { throw .malformedHeader("kind must be an unsigned integer") }
+        guard let kind = EventKind(rawValue: kindCode) else { throw .unknownKind(kindCode) }
+        guard let objectBytes = f[6].bytesValue, let object = Bytes32(objectBytes) else {
+            throw .malformedHeader("object must be a 32-byte id")
+        }
+        guard let hashBytes = f[7].bytesValue, let hash = Bytes32(hashBytes) else {
+            throw .malformedHeader("payload hash must be 32 bytes")
+        }
+        guard let length = f[8].unsignedValue else { throw .malformedHeader("payload length must be an unsigned integer") }
+        if length > UInt64(EventLimits.maxPayloadBytes) { throw .payloadTooLarge(size: length) }
+
+        return EventHeader(
+            version: version, author: author, seq: seq, prev: prev, hlc: HLC(rawValue: hlcRaw), kind: kind,
+            object: object, payloadHash: hash, payloadLength: length)
+    }
+}
+
+/// A whole signed event: header bytes, signature and (unless purged) payload
+/// bytes, exactly as they travel and are stored (Specs/events.md §3).
+public struct Event: Hashable, Sendable {
+    public let header: EventHeader
+    public let headerBytes: [UInt8]
+    public let signature: [UInt8]
+    /// nil when the payload was purged (only for purgeable kinds).
+    public let payloadBytes: [UInt8]?
+    public let id: EventID
+
+    /// Domain separation: a Chorus event signature can never be mistaken for
+    /// a signature made for another purpose with the same key.
+    public static let signingContext: [UInt8] = Array("chorus/event/v1".utf8) + [0]
+
+    public var author: PublicKey { header.author }
+    public var seq: UInt64 { header.seq }
+    public var kind: EventKind { header.kind }
+    public var hlc: HLC { header.hlc }
+    public var object: ObjectID { header.object }
+
+    /// The decoded payload; nil when purged. Decoding cannot fail: the bytes
+    /// were checked when the event was built or decoded.
+    public var payload: CBORValue? {
+        payloadBytes.flatMap { try? CBORDecoder.decode($0) }
+    }
+
+    public static func signedMessage(headerBytes: [UInt8]) -> [UInt8] { signingContext + headerBytes }
+
+    public static func computeID(headerBytes: [UInt8], signature: [UInt8]) -> EventID {
+        Blake2b.hash256(parts: [headerBytes, signature])
+    }
+
+    init(header: EventHeader, headerBytes: [UInt8], signature: [UInt8], payloadBytes: [UInt8]?) {
+        self.header = header
+        self.headerBytes = headerBytes
+        self.signature = signature
+        self.payloadBytes = payloadBytes
+        self.id = Event.computeID(headerBytes: headerBytes, signature: signature)
+    }
+
+    /// Builds and signs a new event, checking the payload against its schema first.
+    public static func sign(
+        with key: SigningKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID,
+        payload: CBORValue
+    ) throws(EventError) -> Event {
+        if let problem = kind.schema.violation(in: payload) { throw .schemaViolation(kind: kind.name, detail: problem) }
+        let payloadBytes = CBOREncoder.encode(payload)
+        if payloadBytes.count > EventLimits.maxPayloadBytes { throw .payloadTooLarge(size: UInt64(payloadBytes.count)) }
+        guard (seq == 1) == (prev == nil) else { throw .malformedHeader("prev must be nil exactly for seq 1") }
+        let header = EventHeader(
+            version: EventHeader.formatVersion, author: key.publicKey, seq: seq, prev: prev, hlc: hlc, kind: kind,
+            object: object, payloadHash: Blake2b.hash256(payloadBytes), payloadLength: UInt64(payloadBytes.count))
+        let headerBytes = header.encoded()
+        let signature = key.sign(signedMessage(headerBytes: headerBytes))
+        return Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes)
+    }
+
+    /// The envelope: a CBOR array `[header bytes, signature, payload bytes or null]`.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(headerBytes.count + 72 + (payloadBytes?.count ?? 0))
+        CBOREncoder.appendHead(major: 4, argument: 3, to: &out)
+        CBOREncoder.appendHead(major: 2, argument: UInt64(headerBytes.count), to: &out)
+        out.append(contentsOf: headerBytes)
+        CBOREncoder.appendHead(major: 2, argument: 64, to: &out)
+        out.append(contentsOf: signature)
+        if let payloadBytes {
+            CBOREncoder.appendHead(major: 2, argument: UInt64(payloadBytes.count), to: &out)
+            out.append(contentsOf: payloadBytes)
+        } else {
+            out.append(0xf6)
+        }
+        return out
+    }
+
+    /// The same event without its payload, as kept after a purge.
+    public func purged() -> Event {
+        Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: nil)
+    }
+
+    /// Decodes an envelope and checks everything that does not need the
+    /// author's key or the store: canonical encoding, header fields, sizes,
+    /// payload length, hash and schema. Call `verifySignature()` next.
+    public static func decode(_ bytes: [UInt8]) throws(EventError) -> Event {
+        if bytes.count > EventLimits.maxEnvelopeBytes { throw .envelopeTooLarge(size: bytes.count) }
+        let value: CBORValue
+        do { value = try CBORDecoder.decode(bytes) } catch { throw .cbor(error, part: "envelope") }
+        return try decode(envelope: value)
+    }
+
+    /// Decodes an envelope already parsed from a CBOR sequence.
+    public static func decode(envelope value: CBORValue) throws(EventError) -> Event {
+        guard let items = value.arrayValue, items.count == 3 else {
+            throw .malformedEnvelope("an event must be an array of [header, signature, payload]")
+        }
+        guard let headerBytes = items[0].bytesValue else { throw .malformedEnvelope("header must be a byte string") }
+        guard let signature = items[1].bytesValue, signature.count == 64 else {
+            throw .malformedEnvelope("signature must be a 64-byte byte string")
+        }
+        let header = try EventHeader.decode(headerBytes)
+        let payloadBytes: [UInt8]?
+        if items[2].isNull {
+            guard header.kind.payloadIsPurgeable else { throw .payloadMissing(kind: header.kind.name) }
+            payloadBytes = nil
+        } else {
+            guard let p = items[2].bytesValue else { throw .malformedEnvelope("payload must be a byte string or null") }
+            guard UInt64(p.count) == header.payloadLength else {
+                throw .payloadLengthMismatch(declared: header.payloadLength, actual: p.count)
+            }
+            guard Blake2b.hash256(p) == header.payloadHash else { throw .payloadHashMismatch }
+            let payload: CBORValue
+            do { payload = try CBORDecoder.decode(p) } catch { throw .cbor(error, part: "payload") }
+            if let problem = header.kind.schema.violation(in: payload) {
+                throw .schemaViolation(kind: header.kind.name, detail: problem)
+            }
+            payloadBytes = p
+        }
+        return Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes)
+    }
+
+    /// Strict Ed25519 verification of the header signature (Specs/events.md §5).
+    public func verifySignature() -> Bool {
+        Ed25519.verify(
+            signature: signature, message: Event.signedMessage(headerBytes: headerBytes), publicKey: header.author)
+    }
+}

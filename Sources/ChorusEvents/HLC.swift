@@ -1,0 +1,83 @@
+/// A hybrid logical clock timestamp: milliseconds since the Unix epoch in the
+/// high 48 bits and a logical counter in the low 16 (Specs/events.md §4).
+/// Comparing the raw values compares (physical, logical) lexicographically.
+public struct HLC: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    public init(physicalMillis: UInt64, logical: UInt16) {
+        self.rawValue = (physicalMillis << 16) | UInt64(logical)
+    }
+
+    public static let zero = HLC(rawValue: 0)
+    public static let maxPhysicalMillis: UInt64 = (1 << 48) - 1
+
+    public var physicalMillis: UInt64 { rawValue >> 16 }
+    public var logical: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
+
+    public static func < (a: HLC, b: HLC) -> Bool { a.rawValue < b.rawValue }
+
+    /// `2026-11-22T10:15:30.123Z+4` (the logical counter after the plus sign).
+    public var description: String {
+        "\(ISO8601Millis.format(physicalMillis))+\(logical)"
+    }
+}
+
+/// The clock a node stamps its own events with. It never runs backwards:
+/// it stays ahead of every timestamp the node has produced or accepted, so a
+/// feed's timestamps strictly increase even if the wall clock steps back.
+public struct HybridClock: Sendable {
+    public private(set) var last: HLC
+
+    public init(last: HLC = .zero) { self.last = last }
+
+    /// The timestamp for a new local event.
+    public mutating func tick(nowMillis: UInt64) -> HLC {
+        let physical = min(nowMillis, HLC.maxPhysicalMillis)
+        if physical > last.physicalMillis {
+            last = HLC(physicalMillis: physical, logical: 0)
+        } else if last.logical < UInt16.max {
+            last = HLC(physicalMillis: last.physicalMillis, logical: last.logical + 1)
+        } else {
+            last = HLC(physicalMillis: last.physicalMillis + 1, logical: 0)
+        }
+        return last
+    }
+
+    /// Takes note of a timestamp from an accepted remote event.
+    public mutating func observe(_ remote: HLC) {
+        if remote > last { last = remote }
+    }
+}
+
+enum ISO8601Millis {
+    /// Formats Unix milliseconds as UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` without Foundation.
+    static func format(_ millis: UInt64) -> String {
+        let ms = Int(millis % 1000)
+        var secs = Int(millis / 1000)
+        let sec = secs % 60; secs /= 60
+        let min = secs % 60; secs /= 60
+        let hour = secs % 24
+        let (y, m, d) = civilFromDays(secs / 24)
+        func pad(_ v: Int, _ width: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(hour, 2)):\(pad(min, 2)):\(pad(sec, 2)).\(pad(ms, 3))Z"
+    }
+
+    /// Howard Hinnant's days-to-civil algorithm.
+    static func civilFromDays(_ days: Int) -> (Int, Int, Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let y = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? y + 1 : y, m, d)
+    }
+}

@@ -1,0 +1,227 @@
+import ChorusCBOR
+
+/// The type of one payload field (Specs/events.md §6.1).
+public indirect enum FieldType: Sendable {
+    /// UTF-8 text of `minBytes...maxBytes` bytes (byte length of the encoding).
+    case text(minBytes: Int, maxBytes: Int)
+    /// A 32-byte byte string: a key, an event id, an object id or a hash.
+    case id32
+    case bytes(minCount: Int, maxCount: Int)
+    case uint(min: UInt64, max: UInt64)
+    case bool
+    /// One of a fixed set of text values.
+    case oneOf([String])
+    /// A calendar date `YYYY-MM-DD` (proleptic Gregorian, year 1900...2999).
+    case date
+    case list(of: FieldType, minCount: Int, maxCount: Int)
+    /// The inner type or `null`.
+    case nullable(FieldType)
+    /// Any value; a schema's cross-field rule gives its real type.
+    case dependent
+
+    func check(_ value: CBORValue, path: String) -> String? {
+        switch self {
+        case .text(let minBytes, let maxBytes):
+            guard let s = value.textValue else { return "\(path) must be a text string" }
+            let n = s.utf8.count
+            if n < minBytes || n > maxBytes { return "\(path) must be \(minBytes)...\(maxBytes) bytes of UTF-8, got \(n)" }
+            return nil
+        case .id32:
+            guard let b = value.bytesValue, b.count == 32 else { return "\(path) must be a 32-byte byte string" }
+            return nil
+        case .bytes(let minCount, let maxCount):
+            guard let b = value.bytesValue else { return "\(path) must be a byte string" }
+            if b.count < minCount || b.count > maxCount { return "\(path) must be \(minCount)...\(maxCount) bytes, got \(b.count)" }
+            return nil
+        case .uint(let lo, let hi):
+            guard let n = value.unsignedValue else { return "\(path) must be an unsigned integer" }
+            if n < lo || n > hi { return "\(path) must be in \(lo)...\(hi), got \(n)" }
+            return nil
+        case .bool:
+            return value.boolValue == nil ? "\(path) must be true or false" : nil
+        case .oneOf(let options):
+            guard let s = value.textValue, options.contains(s) else {
+                return "\(path) must be one of \(options.joined(separator: ", "))"
+            }
+            return nil
+        case .date:
+            guard let s = value.textValue, DateText.isValid(s) else { return "\(path) must be a date YYYY-MM-DD" }
+            return nil
+        case .list(let element, let minCount, let maxCount):
+            guard let items = value.arrayValue else { return "\(path) must be an array" }
+            if items.count < minCount || items.count > maxCount {
+                return "\(path) must hold \(minCount)...\(maxCount) items, got \(items.count)"
+            }
+            for (i, item) in items.enumerated() {
+                if let problem = element.check(item, path: "\(path)[\(i)]") { return problem }
+            }
+            if Set(items).count != items.count { return "\(path) must not repeat an item" }
+            return nil
+        case .nullable(let inner):
+            return value.isNull ? nil : inner.check(value, path: path)
+        case .dependent:
+            return nil
+        }
+    }
+}
+
+public struct FieldSpec: Sendable {
+    public let name: String
+    public let type: FieldType
+    public let required: Bool
+}
+
+/// The schema of one kind's payload: a CBOR map with text keys. Keys not
+/// listed are refused, so every accepted payload has one meaning.
+public struct PayloadSchema: Sendable {
+    public let fields: [FieldSpec]
+    /// A rule spanning several fields, checked after the per-field rules.
+    let crossCheck: (@Sendable (CBORValue) -> String?)?
+
+    init(_ fields: [FieldSpec], crossCheck: (@Sendable (CBORValue) -> String?)? = nil) {
+        self.fields = fields
+        self.crossCheck = crossCheck
+    }
+
+    /// Returns a description of the first violation, or nil.
+    public func violation(in payload: CBORValue) -> String? {
+        guard let entries = payload.mapEntries else { return "payload must be a map" }
+        for entry in entries {
+            guard let key = entry.key.textValue else { return "payload keys must be text strings" }
+            guard let spec = fields.first(where: { $0.name == key }) else { return "unknown field \"\(key)\"" }
+            if let problem = spec.type.check(entry.value, path: key) { return problem }
+        }
+        for spec in fields where spec.required {
+            if payload[text: spec.name] == nil { return "missing required field \"\(spec.name)\"" }
+        }
+        return crossCheck?(payload)
+    }
+}
+
+func required(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: true) }
+func optional(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: false) }
+
+/// Bounds shared by the schemas; Specs/events.md §6 lists the same numbers.
+public enum PayloadLimits {
+    public static let maxCoinAmount: UInt64 = 1_000_000_000_000
+    public static let maxSeenTags = 1024
+    public static let maxChatMembers = 1024
+    public static let maxSlots: UInt64 = 64
+    public static let maxBlobSize: UInt64 = 1 << 40
+    public static let messageTextBytes = 4000
+    public static let captionBytes = 2000
+}
+
+/// Profile fields and the type of each one's value (`profile.set`).
+public enum ProfileField: String, CaseIterable, Sendable {
+    case name, bio, city, birthday, avatar, visibility, gender, website
+
+    public var valueType: FieldType {
+        switch self {
+        case .name: .text(minBytes: 1, maxBytes: 100)
+        case .bio: .text(minBytes: 0, maxBytes: 1000)
+        case .city: .text(minBytes: 0, maxBytes: 100)
+        case .birthday: .date
+        case .avatar: .id32
+        case .visibility: .oneOf(["public", "followers", "private"])
+        case .gender: .text(minBytes: 0, maxBytes: 32)
+        case .website: .text(minBytes: 0, maxBytes: 200)
+        }
+    }
+}
+
+extension EventKind {
+    public var schema: PayloadSchema { Schemas.byKind[self]! }
+}
+
+enum Schemas {
+    static let seen = required("seen", .list(of: .id32, minCount: 1, maxCount: PayloadLimits.maxSeenTags))
+    static let amount = required("amount", .uint(min: 1, max: PayloadLimits.maxCoinAmount))
+    static let slot = required("slot", .uint(min: 0, max: PayloadLimits.maxSlots - 1))
+    static let empty = PayloadSchema([])
+
+    static let byKind: [EventKind: PayloadSchema] = [
+        .deviceAdded: PayloadSchema([optional("name", .text(minBytes: 1, maxBytes: 64))]),
+        .deviceRemoved: PayloadSchema([optional("reason", .text(minBytes: 0, maxBytes: 200))]),
+        .profileSet: PayloadSchema(
+            [
+                required("field", .oneOf(ProfileField.allCases.map(\.rawValue))),
+                required("value", .dependent),
+            ],
+            crossCheck: { payload in
+                // `field` is known valid here; the value's type depends on it.
+                guard let name = payload[text: "field"]?.textValue, let field = ProfileField(rawValue: name),
+                    let value = payload[text: "value"]
+                else { return "profile.set needs field and value" }
+                return FieldType.nullable(field.valueType).check(value, path: "value")
+            }),
+        .pictureCreated: PayloadSchema([
+            required("blob", .id32),
+            required("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
+            required("mime", .oneOf(["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/avif"])),
+            optional("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes)),
+            optional("width", .uint(min: 1, max: 65535)),
+            optional("height", .uint(min: 1, max: 65535)),
+        ]),
+        .pictureCaptioned: PayloadSchema([required("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes))]),
+        .pictureMoved: PayloadSchema([required("position", .bytes(minCount: 1, maxCount: 64))]),
+        .pictureDeleted: empty,
+        .followAdded: empty,
+        .followRemoved: PayloadSchema([seen]),
+        .likeAdded: empty,
+        .likeRemoved: PayloadSchema([seen]),
+        .blockAdded: empty,
+        .blockRemoved: PayloadSchema([seen]),
+        .chatCreated: PayloadSchema([
+            optional("title", .text(minBytes: 0, maxBytes: 200)),
+            optional("members", .list(of: .id32, minCount: 0, maxCount: PayloadLimits.maxChatMembers)),
+        ]),
+        .chatMemberAdded: PayloadSchema([required("user", .id32), optional("admin", .bool)]),
+        .chatMemberRemoved: PayloadSchema([required("user", .id32)]),
+        .messageSent: PayloadSchema(
+            [
+                optional("text", .text(minBytes: 1, maxBytes: PayloadLimits.messageTextBytes)),
+                optional("picture", .id32),
+            ],
+            crossCheck: { payload in
+                payload[text: "text"] == nil && payload[text: "picture"] == nil
+                    ? "message.sent needs text, picture or both" : nil
+            }),
+        .messageEdited: PayloadSchema([
+            required("chat", .id32),
+            required("text", .text(minBytes: 1, maxBytes: PayloadLimits.messageTextBytes)),
+        ]),
+        .messageDeleted: PayloadSchema([required("chat", .id32)]),
+        .chatRead: PayloadSchema([required("message", .id32), required("hlc", .uint(min: 1, max: UInt64.max))]),
+        .coinCredited: PayloadSchema([
+            required("user", .id32), amount,
+            required("receipt", .text(minBytes: 1, maxBytes: 256)),
+            optional("product", .text(minBytes: 1, maxBytes: 128)),
+        ]),
+        .coinSpent: PayloadSchema([amount, required("for", .text(minBytes: 1, maxBytes: 200))]),
+        .coinGiven: PayloadSchema([amount, optional("device", .id32), optional("note", .text(minBytes: 0, maxBytes: 200))]),
+        .coinRightsMoved: PayloadSchema([amount]),
+        .slotUnlocked: PayloadSchema([slot, required("price", .uint(min: 0, max: PayloadLimits.maxCoinAmount))]),
+        .slotSet: PayloadSchema([slot, required("picture", .nullable(.id32))]),
+    ]
+}
+
+enum DateText {
+    static func isValid(_ s: String) -> Bool {
+        let c = Array(s.utf8)
+        guard c.count == 10, c[4] == UInt8(ascii: "-"), c[7] == UInt8(ascii: "-") else { return false }
+        func num(_ r: Range<Int>) -> Int? {
+            var v = 0
+            for i in r {
+                guard c[i] >= UInt8(ascii: "0"), c[i] <= UInt8(ascii: "9") else { return nil }
+                v = v * 10 + Int(c[i] - UInt8(ascii: "0"))
+            }
+            return v
+        }
+        guard let y = num(0..<4), let m = num(5..<7), let d = num(8..<10) else { return false }
+        guard (1900...2999).contains(y), (1...12).contains(m), d >= 1 else { return false }
+        let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+        let days = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m - 1]
+        return d <= days
+    }
+}

@@ -1,0 +1,116 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+
+/// A JSON value with deterministic rendering (object keys keep their given
+/// order), used for `--json` output and JSON-lines export.
+public indirect enum JSONValue: Sendable, Equatable {
+    case string(String)
+    case int(Int64)
+    case uint(UInt64)
+    case bool(Bool)
+    case null
+    case array([JSONValue])
+    case object([(String, JSONValue)])
+
+    public static func == (a: JSONValue, b: JSONValue) -> Bool { a.rendered() == b.rendered() }
+
+    public func rendered() -> String {
+        var out = ""
+        render(into: &out)
+        return out
+    }
+
+    private func render(into out: inout String) {
+        switch self {
+        case .string(let s): JSONValue.quote(s, into: &out)
+        case .int(let n): out += String(n)
+        case .uint(let n): out += String(n)
+        case .bool(let b): out += b ? "true" : "false"
+        case .null: out += "null"
+        case .array(let items):
+            out += "["
+            for (i, item) in items.enumerated() {
+                if i > 0 { out += "," }
+                item.render(into: &out)
+            }
+            out += "]"
+        case .object(let fields):
+            out += "{"
+            for (i, (key, value)) in fields.enumerated() {
+                if i > 0 { out += "," }
+                JSONValue.quote(key, into: &out)
+                out += ":"
+                value.render(into: &out)
+            }
+            out += "}"
+        }
+    }
+
+    static func quote(_ s: String, into out: inout String) {
+        out += "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+
+    /// CBOR to JSON: byte strings become lowercase hex, map keys text.
+    public init(cbor: CBORValue) {
+        switch cbor {
+        case .unsigned(let n): self = .uint(n)
+        case .negative(let n): self = n < UInt64(Int64.max) ? .int(-1 - Int64(n)) : .string("-1-\(n)")
+        case .bytes(let b): self = .string(Hex.encode(b))
+        case .text(let t): self = .string(t)
+        case .array(let items): self = .array(items.map(JSONValue.init(cbor:)))
+        case .map(let entries):
+            self = .object(entries.map { e in
+                let key: String =
+                    switch e.key {
+                    case .text(let t): t
+                    case .unsigned(let n): String(n)
+                    default: JSONValue(cbor: e.key).rendered()
+                    }
+                return (key, JSONValue(cbor: e.value))
+            })
+        case .bool(let b): self = .bool(b)
+        case .null: self = .null
+        }
+    }
+}
+
+extension StoredEvent {
+    /// The JSON form used by `chorus log --json` and JSON-lines export.
+    /// `raw` adds the envelope as hex, which makes the line importable.
+    public func json(includeRaw: Bool = false) -> JSONValue {
+        let h = event.header
+        var fields: [(String, JSONValue)] = [
+            ("id", .string(event.id.hex)),
+            ("author", .string(h.author.hex)),
+            ("seq", .uint(h.seq)),
+            ("prev", h.prev.map { .string($0.hex) } ?? .null),
+            ("hlc", .uint(h.hlc.rawValue)),
+            ("time", .string(h.hlc.description)),
+            ("kind", .string(h.kind.name)),
+            ("object", .string(h.object.hex)),
+            ("payload", event.payload.map(JSONValue.init(cbor:)) ?? .null),
+            ("payload_hash", .string(h.payloadHash.hex)),
+            ("payload_length", .uint(h.payloadLength)),
+            ("purged", .bool(event.payloadBytes == nil)),
+            ("arrival", .uint(arrival)),
+        ]
+        if includeRaw { fields.append(("raw", .string(Hex.encode(event.encoded())))) }
+        return .object(fields)
+    }
+}

@@ -1,0 +1,44 @@
+import ChorusCrypto
+import Foundation
+
+/// The public identity of a node: the user it acts for and its own device key.
+public struct Identity: Hashable, Sendable {
+    public let user: PublicKey
+    public let device: PublicKey
+}
+
+/// Secret key files inside a store directory (`keys/user.secret`,
+/// `keys/device.secret`): 64 lowercase hex digits of the Ed25519 seed,
+/// readable by the owner only.
+enum KeyStore {
+    static func keysDirectory(_ store: String) -> String { store + "/keys" }
+    static func userKeyPath(_ store: String) -> String { keysDirectory(store) + "/user.secret" }
+    static func deviceKeyPath(_ store: String) -> String { keysDirectory(store) + "/device.secret" }
+
+    static func write(_ key: SigningKey, to path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else { throw NodeError.keyFile(path: path, problem: String(cString: strerror(errno))) }
+        defer { close(fd) }
+        let text = Array((Hex.encode(key.seed) + "\n").utf8)
+        let written = text.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        guard written == text.count, fsync(fd) == 0 else {
+            throw NodeError.keyFile(path: path, problem: "could not write the key: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    static func read(_ path: String) throws -> SigningKey {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw NodeError.keyFile(path: path, problem: "missing or unreadable")
+        }
+        var st = stat()
+        if stat(path, &st) == 0, st.st_mode & 0o077 != 0 {
+            throw NodeError.keyFile(
+                path: path, problem: "readable by others (mode \(String(st.st_mode & 0o777, radix: 8))); run chmod 600 on it")
+        }
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let seed = Hex.decode(text), let key = SigningKey(seed: seed) else {
+            throw NodeError.keyFile(path: path, problem: "not 64 hex digits of an Ed25519 seed")
+        }
+        return key
+    }
+}

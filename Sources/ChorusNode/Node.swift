@@ -1,0 +1,390 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusStorage
+import Foundation
+
+public struct NodeOptions: Sendable {
+    /// How far ahead of this node's clock an event's timestamp may be (brief decision 3).
+    public var driftMillis: UInt64 = 60_000
+    /// The LMDB map size to start from; it doubles whenever it fills.
+    public var initialMapSize: Int = 256 << 20
+    /// The wall clock in Unix milliseconds (replaceable in tests).
+    public var clock: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
+
+    public init() {}
+}
+
+/// What became of one event given to `Node.ingest`.
+public enum IngestResult: Hashable, Sendable {
+    case accepted(EventID)
+    case duplicate(EventID)
+    case refused(EventError)
+    /// Not stored because another event of an all-or-nothing batch is damaged.
+    case withheld
+    /// Valid, but the write failed (for example a full disk); nothing was acknowledged.
+    case notStored(String)
+}
+
+public struct IngestReport: Sendable {
+    /// One result per input, in input order.
+    public var results: [IngestResult]
+
+    public init(results: [IngestResult]) { self.results = results }
+
+    public var accepted: Int { results.count { if case .accepted = $0 { true } else { false } } }
+    public var duplicates: Int { results.count { if case .duplicate = $0 { true } else { false } } }
+    /// Everything not stored: refused, withheld or failed to write.
+    public var refused: Int { results.count - accepted - duplicates }
+    public var withheld: Int { results.count { $0 == .withheld } }
+    /// Every event that was refused or failed to write, with the reason.
+    public var errors: [(index: Int, code: String, reason: String)] {
+        results.enumerated().compactMap { i, r in
+            switch r {
+            case .refused(let e): (i, e.code, e.description)
+            case .notStored(let why): (i, "not_stored", why)
+            default: nil
+            }
+        }
+    }
+}
+
+/// A Chorus node on one store: the embeddable library API (brief, "App
+/// developers"). It signs this device's events, ingests remote ones and reads
+/// the log. Writes go through one group-commit writer; reads are
+/// `nonisolated` and run concurrently in LMDB read transactions.
+public actor Node {
+    public nonisolated let storePath: String
+    public nonisolated let identity: Identity
+    public nonisolated let log: LogStore
+    public nonisolated let options: NodeOptions
+    public nonisolated let isReadOnly: Bool
+
+    private let deviceKey: SigningKey?
+    private let userKey: SigningKey?
+    private let writer: GroupCommitWriter?
+    private let lockFD: Int32
+    private var clock: HybridClock
+    /// Heads of the feeds this node signs, ahead of the store while appends
+    /// are in flight (a key present with a nil value: the feed is empty).
+    private var signingHeads: [PublicKey: FeedHead?] = [:]
+    /// Bumped when a failed write forces a reload from the store, so the
+    /// failures of events signed before it do not reload a second time.
+    private var signingGeneration: [PublicKey: Int] = [:]
+
+    // MARK: Opening
+
+    /// Creates a new store with a fresh user key and device key, and appends
+    /// the first event: the user key binding the device (`device.added`).
+    public static func create(at path: String, deviceName: String? = nil, options: NodeOptions = NodeOptions())
+        async throws -> Node
+    {
+        let fm = FileManager.default
+        if fm.fileExists(atPath: KeyStore.deviceKeyPath(path)) { throw NodeError.alreadyInitialized(path: path) }
+        do {
+            try fm.createDirectory(atPath: KeyStore.keysDirectory(path), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+            chmod(path, 0o700)
+        } catch {
+            throw StorageError.cannotCreateDirectory(path: path, reason: error.localizedDescription)
+        }
+        let user = SigningKey.generate()
+        let device = SigningKey.generate()
+        try KeyStore.write(user, to: KeyStore.userKeyPath(path))
+        try KeyStore.write(device, to: KeyStore.deviceKeyPath(path))
+        let node = try await open(at: path, options: options)
+        var payload: [(String, CBORValue)] = []
+        if let deviceName, !deviceName.isEmpty { payload.append(("name", .text(String(deviceName.utf8.prefix(64))!))) }
+        _ = try await node.appendAsUser(.deviceAdded, object: device.publicKey, payload: .textMap(payload))
+        return node
+    }
+
+    /// Opens an existing store. Read-write opening takes the store's writer
+    /// lock, so two processes never write the same feeds at once.
+    public static func open(at path: String, readOnly: Bool = false, options: NodeOptions = NodeOptions()) async throws
+        -> Node
+    {
+        guard FileManager.default.fileExists(atPath: KeyStore.deviceKeyPath(path)) else {
+            throw NodeError.notInitialized(path: path)
+        }
+        var fd: Int32 = -1
+        if !readOnly {
+            fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
+            if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+                Foundation.close(fd)
+                throw NodeError.storeInUse(path: path)
+            }
+        }
+        do {
+            let env = try Environment(path: path, initialMapSize: options.initialMapSize, readOnly: readOnly)
+            let log = try LogStore(env: env)
+            let device = try KeyStore.read(KeyStore.deviceKeyPath(path))
+            let userPath = KeyStore.userKeyPath(path)
+            let user = FileManager.default.fileExists(atPath: userPath) ? try KeyStore.read(userPath) : nil
+            guard let user else { throw NodeError.noUserKey }
+            return Node(path: path, log: log, user: user, device: device, lockFD: fd, readOnly: readOnly, options: options)
+        } catch {
+            if fd >= 0 { Foundation.close(fd) }
+            throw error
+        }
+    }
+
+    private init(
+        path: String, log: LogStore, user: SigningKey, device: SigningKey, lockFD: Int32, readOnly: Bool,
+        options: NodeOptions
+    ) {
+        self.storePath = path
+        self.log = log
+        self.options = options
+        self.isReadOnly = readOnly
+        self.identity = Identity(user: user.publicKey, device: device.publicKey)
+        self.userKey = readOnly ? nil : user
+        self.deviceKey = readOnly ? nil : device
+        self.lockFD = lockFD
+        self.clock = HybridClock(last: (try? log.maxHLC()) ?? .zero)
+        self.writer =
+            readOnly ? nil : GroupCommitWriter(log: log, driftMillis: options.driftMillis, nowMillis: options.clock)
+    }
+
+    /// Finishes queued writes and releases the store. Idempotent.
+    public func close() {
+        writer?.close()
+        if lockFD >= 0 { Foundation.close(lockFD) }
+    }
+
+    deinit {
+        writer?.close()
+    }
+
+    // MARK: Writing this node's own events
+
+    /// Signs an event with this device's key, appends it to the device's
+    /// feed and returns it once it is durable.
+    @discardableResult
+    public func append(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
+        guard let deviceKey else { throw NodeError.readOnly }
+        return try await appendSigned(by: deviceKey, kind, object: object, payload: payload)
+    }
+
+    /// Signs an event with the user key (device added or removed).
+    @discardableResult
+    public func appendAsUser(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
+        guard !isReadOnly else { throw NodeError.readOnly }
+        guard let userKey else { throw NodeError.noUserKey }
+        return try await appendSigned(by: userKey, kind, object: object, payload: payload)
+    }
+
+    private func appendSigned(by key: SigningKey, _ kind: EventKind, object: ObjectID, payload: CBORValue)
+        async throws -> Event
+    {
+        guard let writer else { throw NodeError.readOnly }
+        let author = key.publicKey
+        let head: FeedHead?
+        if let cached = signingHeads[author] {
+            head = cached
+        } else {
+            head = try log.head(of: author)
+        }
+        let generation = signingGeneration[author, default: 0]
+        let hlc = clock.tick(nowMillis: options.clock())
+        let event = try Event.sign(
+            with: key, seq: (head?.seq ?? 0) + 1, prev: head?.id, hlc: hlc, kind: kind, object: object, payload: payload)
+        // The next append chains to this one even before it is durable (pipelining).
+        signingHeads[author] = .some(FeedHead(seq: event.seq, id: event.id, hlc: hlc))
+        let outcome: AppendOutcome
+        do {
+            outcome = try await writer.submit([event]).first ?? .refused(.malformedEnvelope("no outcome"))
+        } catch {
+            forgetSigningHead(author, ifGeneration: generation)
+            throw error
+        }
+        switch outcome {
+        case .accepted, .duplicate:
+            return event
+        case .refused(let reason):
+            forgetSigningHead(author, ifGeneration: generation)
+            throw NodeError.ownEventRefused(reason)
+        }
+    }
+
+    /// Drops the cached head so the next append reloads it from the store.
+    private func forgetSigningHead(_ author: PublicKey, ifGeneration generation: Int? = nil) {
+        let current = signingGeneration[author, default: 0]
+        if let generation, generation != current { return }
+        signingGeneration[author] = current + 1
+        signingHeads.removeValue(forKey: author)
+    }
+
+    // MARK: Ingesting remote events
+
+    /// The one path by which events from elsewhere enter the store.
+    /// Envelopes are decoded, put in feed order (so a batch behaves as a set),
+    /// and verified on all cores in slices; each verified slice goes to the
+    /// group-commit writer while the next one is being verified. Returns one
+    /// result per input, in input order.
+    public func ingest(_ envelopes: [[UInt8]]) async -> IngestReport {
+        await ingest(decoded: await Self.parallel(envelopes, Self.decodeOnly))
+    }
+
+    /// Like `ingest(_:)`, but refuses the whole batch, storing nothing, if any
+    /// event in it is damaged in itself (encoding, hash, schema, signature).
+    /// Import of a file uses this: a damaged file is not half-imported.
+    public func ingestAllOrNothing(_ envelopes: [[UInt8]]) async -> IngestReport {
+        let decoded = await Self.parallel(envelopes, ParallelVerifier.check)
+        if decoded.contains(where: { if case .failure = $0 { true } else { false } }) {
+            return IngestReport(results: decoded.map { r in
+                switch r {
+                case .failure(let e): .refused(e)
+                case .success: .withheld
+                }
+            })
+        }
+        return await ingest(decoded: decoded, verified: true)
+    }
+
+    /// Ingests events already decoded (their signatures are still verified).
+    public func ingest(events: [Event]) async -> IngestReport {
+        await ingest(decoded: events.map { .success($0) })
+    }
+
+    static let verifySlice = 2048
+
+    private func ingest(decoded: [Result<Event, EventError>], verified: Bool = false) async -> IngestReport {
+        var results = [IngestResult](repeating: .withheld, count: decoded.count)
+        var valid: [(index: Int, event: Event)] = []
+        valid.reserveCapacity(decoded.count)
+        for (i, r) in decoded.enumerated() {
+            switch r {
+            case .success(let e): valid.append((i, e))
+            case .failure(let e): results[i] = .refused(e)
+            }
+        }
+        valid.sort { a, b in
+            a.event.author != b.event.author ? a.event.author < b.event.author
+                : a.event.seq != b.event.seq ? a.event.seq < b.event.seq : a.index < b.index
+        }
+        guard let writer else {
+            for v in valid { results[v.index] = .refused(.malformedEnvelope("store is read-only")) }
+            return IngestReport(results: results)
+        }
+        let (written, sink) = AsyncStream.makeStream(of: (slice: Int, result: Result<[AppendOutcome], any Error>).self)
+        var slices: [[(index: Int, event: Event)]] = []
+        var start = 0
+        while start < valid.count {
+            let slice = Array(valid[start..<min(valid.count, start + Self.verifySlice)])
+            start += slice.count
+            let checks: [Bool] =
+                verified ? Array(repeating: true, count: slice.count)
+                : await Self.parallel(slice.map(\.event)) { $0.verifySignature() }
+            var good: [(index: Int, event: Event)] = []
+            for (item, ok) in zip(slice, checks) {
+                if ok { good.append(item) } else { results[item.index] = .refused(.badSignature) }
+            }
+            let number = slices.count
+            slices.append(good)
+            writer.enqueue(good.map(\.event)) { sink.yield((number, $0)) }
+        }
+        // Not finished here: yields after `finish()` would be dropped. The
+        // loop ends when every slice has reported.
+        var remaining = slices.count
+        if remaining > 0 {
+        for await (number, outcome) in written {
+            remaining -= 1
+            let slice = slices[number]
+            switch outcome {
+            case .success(let outcomes):
+                for (item, o) in zip(slice, outcomes) {
+                    switch o {
+                    case .accepted:
+                        results[item.index] = .accepted(item.event.id)
+                        clock.observe(item.event.hlc)
+                        if signingHeads[item.event.author] != nil { forgetSigningHead(item.event.author) }
+                    case .duplicate: results[item.index] = .duplicate(item.event.id)
+                    case .refused(let e): results[item.index] = .refused(e)
+                    }
+                }
+            case .failure(let error):
+                for item in slice { results[item.index] = .notStored("\(error)") }
+            }
+            if remaining == 0 { break }
+        }
+        }
+        sink.finish()
+        return IngestReport(results: results)
+    }
+
+    /// Maps `items` on all cores, off the Swift concurrency pool (the work
+    /// is CPU-bound and synchronous).
+    static func parallel<In: Sendable, Out: Sendable>(_ items: [In], _ transform: @escaping @Sendable (In) -> Out) async
+        -> [Out]
+    {
+        guard !items.isEmpty else { return [] }
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global(qos: .userInitiated).async {
+                continuation.resume(returning: ParallelMap.run(items, transform))
+            }
+        }
+    }
+
+    @Sendable static func decodeOnly(_ envelope: [UInt8]) -> Result<Event, EventError> {
+        do { return .success(try Event.decode(envelope)) } catch { return .failure(error) }
+    }
+
+    // MARK: Reading
+
+    public nonisolated func head(of author: PublicKey) throws -> FeedHead? { try log.head(of: author) }
+    public nonisolated func heads() throws -> [(author: PublicKey, head: FeedHead)] { try log.allHeads() }
+    public nonisolated func event(_ id: EventID) throws -> StoredEvent? { try log.event(id) }
+    public nonisolated func feed(_ author: PublicKey, fromSeq: UInt64 = 1, limit: Int = .max) throws -> [StoredEvent] {
+        try log.feed(author, fromSeq: fromSeq, limit: limit)
+    }
+    /// Events that arrived after local position `since`, in arrival order.
+    public nonisolated func arrivals(since: UInt64 = 0, limit: Int = .max) throws -> [StoredEvent] {
+        try log.arrivals(since: since, limit: limit)
+    }
+    public nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
+    public nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
+
+    /// Group-commit statistics of this node's writer: transactions committed
+    /// and the most events committed in one.
+    public nonisolated var writerStatistics: (commits: Int, largestBatch: Int) {
+        writer?.statistics ?? (0, 0)
+    }
+}
+
+enum ParallelVerifier {
+    @Sendable static func check(_ envelope: [UInt8]) -> Result<Event, EventError> {
+        do {
+            let event = try Event.decode(envelope)
+            guard event.verifySignature() else { return .failure(.badSignature) }
+            return .success(event)
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+/// Splits work across all cores; each output slot is written by exactly one
+/// iteration, so the shared buffer needs no lock.
+enum ParallelMap {
+    static func run<In: Sendable, Out>(_ items: [In], _ transform: @Sendable (In) -> Out) -> [Out] {
+        let count = items.count
+        let chunk = 32
+        let chunks = (count + chunk - 1) / chunk
+        return [Out](unsafeUninitializedCapacity: count) { buffer, initialized in
+            let box = UncheckedBuffer(base: buffer.baseAddress!)
+            DispatchQueue.concurrentPerform(iterations: chunks) { c in
+                for i in (c * chunk)..<min(count, (c + 1) * chunk) {
+                    (box.base + i).initialize(to: transform(items[i]))
+                }
+            }
+            initialized = count
+        }
+    }
+
+    struct UncheckedBuffer<T>: @unchecked Sendable {
+        let base: UnsafeMutablePointer<T>
+    }
+}

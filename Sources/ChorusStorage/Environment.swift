@@ -1,0 +1,280 @@
+import CLMDB
+import Foundation
+
+public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
+    case lmdb(code: Int32, operation: String, message: String)
+    case diskFull(operation: String)
+    case cannotCreateDirectory(path: String, reason: String)
+    case readOnly
+
+    public var description: String {
+        switch self {
+        case .lmdb(let code, let op, let msg): "storage error in \(op): \(msg) (LMDB code \(code))"
+        case .diskFull(let op):
+            "the disk is full (\(op)); nothing from this write was acknowledged. Free some space and retry"
+        case .cannotCreateDirectory(let path, let reason): "cannot create store directory \(path): \(reason)"
+        case .readOnly: "the store was opened read-only"
+        }
+    }
+
+    static func check(_ rc: Int32, _ operation: String) throws(StorageError) {
+        guard rc != 0 else { return }
+        if rc == ENOSPC || rc == EDQUOT { throw .diskFull(operation: operation) }
+        throw .lmdb(code: rc, operation: operation, message: String(cString: mdb_strerror(rc)))
+    }
+}
+
+/// A handle to a named database inside the environment.
+public struct Database: Sendable, Hashable {
+    let dbi: MDB_dbi
+}
+
+/// One LMDB environment (Specs/storage.md). Opened with `MDB_NOTLS` so read
+/// transactions are not tied to threads; writes come from one writer. The
+/// map grows instead of failing when it fills.
+public final class Environment: @unchecked Sendable {
+    // Safety: `env` is used per LMDB's rules: any thread may run read
+    // transactions (MDB_NOTLS), write transactions are serialised by LMDB's
+    // own lock and never span a suspension point (the API is synchronous),
+    // and `resizeLock` keeps transactions out while the map is resized, as
+    // `mdb_env_set_mapsize` requires.
+    private let env: OpaquePointer
+    private let resizeLock = ReadWriteLock()
+    public let path: String
+    public let readOnly: Bool
+
+    public init(path: String, maxDatabases: UInt32 = 16, initialMapSize: Int = 64 << 20, readOnly: Bool = false)
+        throws(StorageError)
+    {
+        self.path = path
+        self.readOnly = readOnly
+        var handle: OpaquePointer?
+        try StorageError.check(mdb_env_create(&handle), "mdb_env_create")
+        guard let handle else { throw .lmdb(code: -1, operation: "mdb_env_create", message: "no environment") }
+        env = handle
+        do {
+            try StorageError.check(mdb_env_set_maxdbs(env, maxDatabases), "mdb_env_set_maxdbs")
+            try StorageError.check(mdb_env_set_maxreaders(env, 256), "mdb_env_set_maxreaders")
+            // A larger existing map wins: LMDB keeps the size recorded in the file when it is bigger.
+            try StorageError.check(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
+            var flags = UInt32(MDB_NOTLS)
+            if readOnly { flags |= UInt32(MDB_RDONLY) }
+            try StorageError.check(mdb_env_open(env, path, flags, 0o600), "mdb_env_open(\(path))")
+        } catch {
+            mdb_env_close(env)
+            throw error
+        }
+    }
+
+    deinit { mdb_env_close(env) }
+
+    public var mapSize: Int {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return info.me_mapsize
+    }
+
+    /// Opens (and in a writable environment creates) a named database.
+    /// The handle outlives the transaction only once it commits, so the
+    /// transaction is committed even when read-only.
+    public func openDatabase(_ name: String, create: Bool = true) throws(StorageError) -> Database {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        let txn = try begin(flags: readOnly ? UInt32(MDB_RDONLY) : 0)
+        let db: Database
+        do {
+            db = try Transaction(txn: txn).openDatabase(name, create: create && !readOnly)
+        } catch {
+            mdb_txn_abort(txn)
+            throw error
+        }
+        try StorageError.check(mdb_txn_commit(txn), "mdb_txn_commit")
+        return db
+    }
+
+    /// Runs `body` in a read-only transaction.
+    public func read<T>(_ body: (Transaction) throws -> T) throws -> T {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        let txn = try begin(flags: UInt32(MDB_RDONLY))
+        defer { mdb_txn_abort(txn) }
+        return try body(Transaction(txn: txn))
+    }
+
+    /// Runs `body` in a write transaction and commits it durably. When the
+    /// map is full the transaction is aborted, the map doubled and `body` run
+    /// again from scratch, so `body` must derive everything from the
+    /// transaction (it may run more than once).
+    public func write<T>(_ body: (Transaction) throws -> T) throws -> T {
+        if readOnly { throw StorageError.readOnly }
+        while true {
+            do {
+                resizeLock.lockShared()
+                defer { resizeLock.unlock() }
+                let txn = try begin(flags: 0)
+                let result: T
+                do {
+                    result = try body(Transaction(txn: txn))
+                } catch {
+                    mdb_txn_abort(txn)
+                    throw error
+                }
+                try StorageError.check(mdb_txn_commit(txn), "mdb_txn_commit")
+                return result
+            } catch StorageError.lmdb(let code, _, _) where code == MDB_MAP_FULL {
+                try grow()
+            }
+        }
+    }
+
+    private func begin(flags: UInt32) throws(StorageError) -> OpaquePointer {
+        var txn: OpaquePointer?
+        var rc = mdb_txn_begin(env, nil, flags, &txn)
+        if rc == MDB_MAP_RESIZED {
+            // Another process grew the map; adopt its size and try again.
+            resizeLock.unlock()
+            resizeLock.lockExclusive()
+            mdb_env_set_mapsize(env, 0)
+            resizeLock.unlock()
+            resizeLock.lockShared()
+            rc = mdb_txn_begin(env, nil, flags, &txn)
+        }
+        try StorageError.check(rc, "mdb_txn_begin")
+        guard let txn else { throw .lmdb(code: -1, operation: "mdb_txn_begin", message: "no transaction") }
+        return txn
+    }
+
+    private func grow() throws(StorageError) {
+        resizeLock.lockExclusive()
+        defer { resizeLock.unlock() }
+        let next = mapSize * 2
+        try StorageError.check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize(\(next))")
+    }
+
+    /// Bytes used by a database's pages (for stats and benchmarks).
+    public func pageCount(of db: Database) throws -> Int {
+        try read { txn in
+            var stat = MDB_stat()
+            try StorageError.check(mdb_stat(txn.txn, db.dbi, &stat), "mdb_stat")
+            return (stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages) * Int(stat.ms_psize)
+        }
+    }
+}
+
+/// A transaction borrowed for the duration of `Environment.read` or `write`.
+public struct Transaction {
+    let txn: OpaquePointer
+
+    func openDatabase(_ name: String, create: Bool) throws(StorageError) -> Database {
+        var dbi: MDB_dbi = 0
+        try StorageError.check(mdb_dbi_open(txn, name, create ? UInt32(MDB_CREATE) : 0, &dbi), "mdb_dbi_open(\(name))")
+        return Database(dbi: dbi)
+    }
+
+    /// Copies the value stored under `key`, or nil.
+    public func get(_ db: Database, _ key: [UInt8]) throws(StorageError) -> [UInt8]? {
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc: Int32 = key.withUnsafeBytes { kb in
+            k.mv_size = kb.count
+            k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+            return mdb_get(txn, db.dbi, &k, &v)
+        }
+        if rc == MDB_NOTFOUND { return nil }
+        try StorageError.check(rc, "mdb_get")
+        return Self.copy(v)
+    }
+
+    public func put(_ db: Database, _ key: [UInt8], _ value: [UInt8], append: Bool = false) throws(StorageError) {
+        var k = MDB_val()
+        var v = MDB_val()
+        let flags: UInt32 = append ? UInt32(MDB_APPEND) : 0
+        let rc: Int32 = key.withUnsafeBytes { kb in
+            value.withUnsafeBytes { vb in
+                k.mv_size = kb.count
+                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+                v.mv_size = vb.count
+                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
+                return mdb_put(txn, db.dbi, &k, &v, flags)
+            }
+        }
+        try StorageError.check(rc, "mdb_put")
+    }
+
+    @discardableResult
+    public func delete(_ db: Database, _ key: [UInt8]) throws(StorageError) -> Bool {
+        var k = MDB_val()
+        let rc: Int32 = key.withUnsafeBytes { kb in
+            k.mv_size = kb.count
+            k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+            return mdb_del(txn, db.dbi, &k, nil)
+        }
+        if rc == MDB_NOTFOUND { return false }
+        try StorageError.check(rc, "mdb_del")
+        return true
+    }
+
+    /// Visits entries in key order starting at the first key >= `from`
+    /// (or the first key), until `body` returns false.
+    public func scan(
+        _ db: Database, from: [UInt8]? = nil, _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
+    ) throws {
+        var cursor: OpaquePointer?
+        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        var rc: Int32
+        if let from {
+            rc = from.withUnsafeBytes { kb in
+                k.mv_size = kb.count
+                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+                return mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+            }
+        } else {
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
+        }
+        while rc == 0 {
+            if try !body(Self.copy(k), Self.copy(v)) { return }
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
+        }
+        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+    }
+
+    /// The last entry of a database, if any.
+    public func last(_ db: Database) throws(StorageError) -> (key: [UInt8], value: [UInt8])? {
+        var cursor: OpaquePointer?
+        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST)
+        if rc == MDB_NOTFOUND { return nil }
+        try StorageError.check(rc, "mdb_cursor_get")
+        return (Self.copy(k), Self.copy(v))
+    }
+
+    public func count(_ db: Database) throws(StorageError) -> Int {
+        var stat = MDB_stat()
+        try StorageError.check(mdb_stat(txn, db.dbi, &stat), "mdb_stat")
+        return stat.ms_entries
+    }
+
+    static func copy(_ v: MDB_val) -> [UInt8] {
+        guard let data = v.mv_data, v.mv_size > 0 else { return [] }
+        return Array(UnsafeRawBufferPointer(start: data, count: v.mv_size))
+    }
+}
+
+/// A pthread read-write lock: many transactions at once, or one resize.
+final class ReadWriteLock: @unchecked Sendable {
+    private let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+    init() { pthread_rwlock_init(lock, nil) }
+    deinit {
+        pthread_rwlock_destroy(lock)
+        lock.deallocate()
+    }
+    func lockShared() { pthread_rwlock_rdlock(lock) }
+    func lockExclusive() { pthread_rwlock_wrlock(lock) }
+    func unlock() { pthread_rwlock_unlock(lock) }
+}

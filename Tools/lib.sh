@@ -1,0 +1,50 @@
+# Shared by Tools/chorus and Tools/test: make sure the system libraries are
+# installed, then build. Sourced, not run.
+
+chorus_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Installs liblmdb-dev and libsodium-dev (and pkg-config) when missing.
+ensure_system_packages() {
+    local missing=()
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    if command -v pkg-config >/dev/null 2>&1; then
+        pkg-config --exists lmdb || missing+=(liblmdb-dev)
+        pkg-config --exists libsodium || missing+=(libsodium-dev)
+    else
+        missing+=(liblmdb-dev libsodium-dev)
+    fi
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" = 0 ]; then
+        echo "Installing ${missing[*]} (apt-get)..." >&2
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        echo "Installing ${missing[*]} (sudo apt-get)..." >&2
+        sudo apt-get update -qq >&2 && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+    else
+        echo "Chorus needs these Debian packages: ${missing[*]}" >&2
+        echo "Install them as root:  apt-get update && apt-get install -y ${missing[*]}" >&2
+        exit 2
+    fi
+}
+
+# Builds the given products in debug mode; prints the build log only on failure.
+build_products() {
+    local log
+    log="$(mktemp)"
+    local args=()
+    for p in "$@"; do args+=(--product "$p"); done
+    echo "Building ${*}..." >&2
+    for p in "$@"; do
+        if ! (cd "$chorus_root" && swift build --product "$p") >"$log" 2>&1; then
+            cat "$log" >&2
+            rm -f "$log"
+            echo "Build failed." >&2
+            exit 2
+        fi
+    done
+    rm -f "$log"
+}
+
+chorus_bin() {
+    echo "$(cd "$chorus_root" && swift build --show-bin-path)/chorus"
+}
