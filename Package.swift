@@ -35,7 +35,17 @@ let package = Package(
         .executableTarget(
             name: "ChorusCLI",
             dependencies: ["ChorusNode", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+        // Harnesses that live with the tools, not the product.
+        .executableTarget(
+            name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
+            path: "Tools/CrashWriter"),
 
+        .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusCBOR"]),
+        .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
+        .testTarget(
+            name: "ChorusNodeTests",
+            dependencies: ["ChorusNode", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCBOR", "ChorusCrypto",
+                           "ChorusCrashWriter", "ChorusCLI"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -280,3 +280,73 @@ public struct StoredEvent: Sendable, Hashable {
     public let event: Event
     public let arrival: UInt64
 }
+
+extension LogStore {
+    /// Checks every feed against itself and the indexes: each position holds
+    /// a stored event that decodes canonically, has the right id, a valid
+    /// signature, chains to its predecessor with an increasing timestamp, and
+    /// the head and arrival log agree. Returns one line per problem found.
+    public func integrityProblems() throws -> [String] {
+        try env.read { txn in
+            var problems: [String] = []
+            var eventsInFeeds = 0
+            try txn.scan(heads) { key, value in
+                guard let author = Bytes32(key) else {
+                    problems.append("feed head with a key of \(key.count) bytes")
+                    return true
+                }
+                let head: FeedHead
+                do { head = try Self.decodeHead(value) } catch {
+                    problems.append("feed \(author.hex): unreadable head")
+                    return true
+                }
+                var prev: (id: EventID, hlc: HLC)? = nil
+                for seq in 1...max(head.seq, 1) where head.seq > 0 {
+                    guard let idRaw = try txn.get(feeds, Self.feedKey(author, seq)), let id = Bytes32(idRaw) else {
+                        problems.append("feed \(author.hex): position \(seq) missing (head is \(head.seq))")
+                        prev = nil
+                        continue
+                    }
+                    eventsInFeeds += 1
+                    let stored: StoredEvent
+                    do {
+                        guard let s = try readEvent(id, in: txn) else {
+                            problems.append("feed \(author.hex) #\(seq): event \(id.hex) not stored")
+                            prev = nil
+                            continue
+                        }
+                        stored = s
+                    } catch {
+                        problems.append("feed \(author.hex) #\(seq): \(error)")
+                        prev = nil
+                        continue
+                    }
+                    let e = stored.event
+                    if e.author != author || e.seq != seq { problems.append("feed \(author.hex) #\(seq): holds \(e.author.short)#\(e.seq)") }
+                    if !e.verifySignature() { problems.append("feed \(author.hex) #\(seq): bad signature") }
+                    if seq == 1 {
+                        if e.header.prev != nil { problems.append("feed \(author.hex) #1: prev is not null") }
+                    } else if let prev {
+                        if e.header.prev != prev.id { problems.append("feed \(author.hex) #\(seq): does not chain to #\(seq - 1)") }
+                        if e.hlc <= prev.hlc { problems.append("feed \(author.hex) #\(seq): timestamp not increasing") }
+                    }
+                    guard let arrivalID = try txn.get(arrivals, Self.encodeU64(stored.arrival)), arrivalID == id.bytes else {
+                        problems.append("feed \(author.hex) #\(seq): arrival \(stored.arrival) does not list it")
+                        prev = (id, e.hlc)
+                        continue
+                    }
+                    if seq == head.seq && (id != head.id || e.hlc != head.hlc) {
+                        problems.append("feed \(author.hex): head does not match its last event")
+                    }
+                    prev = (id, e.hlc)
+                }
+                return true
+            }
+            let stored = try txn.count(events)
+            let arrived = try txn.count(arrivals)
+            if stored != eventsInFeeds { problems.append("\(stored) events stored but \(eventsInFeeds) in feeds") }
+            if stored != arrived { problems.append("\(stored) events stored but \(arrived) in the arrival log") }
+            return problems
+        }
+    }
+}

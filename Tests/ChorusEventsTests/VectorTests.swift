@@ -1,0 +1,190 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import Foundation
+import Testing
+
+let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
+
+func hex(_ s: String) -> [UInt8] { Hex.decode(s)! }
+
+struct ValidVector: Decodable, Sendable, CustomTestStringConvertible {
+    let name: String
+    let author_seed: String
+    let author: String
+    let seq: UInt64
+    let prev: String?
+    let hlc: UInt64
+    let kind: String
+    let kind_code: UInt64
+    let object: String
+    let payload_hex: String
+    let payload_present: Bool
+    let payload_hash: String
+    let header_hex: String
+    let signed_message_hex: String
+    let signature_hex: String
+    let id: String
+    let envelope_hex: String
+    var testDescription: String { name }
+}
+
+struct InvalidVector: Decodable, Sendable, CustomTestStringConvertible {
+    let name: String
+    let envelope_hex: String
+    let prior_hex: [String]
+    let now_ms: UInt64
+    let error: String
+    let decode_error: Bool
+    var testDescription: String { "\(name) → \(error)" }
+}
+
+struct VectorFile: Decodable, Sendable {
+    let signing_context_hex: String
+    let drift_ms: UInt64
+    let valid: [ValidVector]
+    let invalid: [InvalidVector]
+
+    static func load() throws -> VectorFile {
+        let data = try Data(contentsOf: repositoryRoot.appendingPathComponent("Specs/vectors/events.json"))
+        return try JSONDecoder().decode(VectorFile.self, from: data)
+    }
+}
+
+@Suite("Event vectors (Specs/vectors/events.json)")
+struct EventVectorTests {
+    @Test func signingContextMatchesSpec() throws {
+        #expect(Event.signingContext == hex(try VectorFile.load().signing_context_hex))
+    }
+
+    @Test("signing reproduces header, signature, id and envelope byte for byte", arguments: try VectorFile.load().valid)
+    func signingReproducesVector(_ v: ValidVector) throws {
+        let key = try #require(SigningKey(seed: hex(v.author_seed)))
+        #expect(key.publicKey.hex == v.author)
+        let kind = try #require(EventKind(name: v.kind))
+        #expect(kind.rawValue == v.kind_code)
+        let payload = try CBORDecoder.decode(hex(v.payload_hex))
+        let event = try Event.sign(
+            with: key, seq: v.seq, prev: v.prev.map { Bytes32(hex: $0)! }, hlc: HLC(rawValue: v.hlc), kind: kind,
+            object: Bytes32(hex: v.object)!, payload: payload)
+        #expect(event.headerBytes == hex(v.header_hex))
+        #expect(Event.signedMessage(headerBytes: event.headerBytes) == hex(v.signed_message_hex))
+        #expect(event.signature == hex(v.signature_hex))
+        #expect(event.id.hex == v.id)
+        #expect(event.header.payloadHash.hex == v.payload_hash)
+        #expect(event.payloadBytes == hex(v.payload_hex))
+        let envelope = v.payload_present ? event.encoded() : event.purged().encoded()
+        #expect(envelope == hex(v.envelope_hex))
+    }
+
+    @Test("decoding the envelope recovers every field and the signature verifies", arguments: try VectorFile.load().valid)
+    func decodingRecoversVector(_ v: ValidVector) throws {
+        let event = try Event.decode(hex(v.envelope_hex))
+        #expect(event.verifySignature())
+        #expect(event.id.hex == v.id)
+        #expect(event.author.hex == v.author)
+        #expect(event.seq == v.seq)
+        #expect(event.header.prev?.hex == v.prev)
+        #expect(event.hlc.rawValue == v.hlc)
+        #expect(event.kind.name == v.kind)
+        #expect(event.object.hex == v.object)
+        #expect(event.payloadBytes == (v.payload_present ? hex(v.payload_hex) : nil))
+        #expect(event.encoded() == hex(v.envelope_hex))
+    }
+
+    @Test("damaged events are refused with the specific error", arguments: try VectorFile.load().invalid.filter(\.decode_error))
+    func decodeLevelRefusal(_ v: InvalidVector) {
+        do {
+            let event = try Event.decode(hex(v.envelope_hex))
+            Issue.record("decoded \(event.id.hex), expected \(v.error)")
+        } catch {
+            #expect(error.code == v.error, "\(error)")
+        }
+    }
+
+    @Test("bad signatures decode but do not verify", arguments: try VectorFile.load().invalid.filter { $0.error == "bad_signature" })
+    func signatureRefusal(_ v: InvalidVector) throws {
+        let event = try Event.decode(hex(v.envelope_hex))
+        #expect(!event.verifySignature())
+    }
+}
+
+@Suite("Hybrid logical clock")
+struct HLCTests {
+    @Test func packsPhysicalAndLogical() {
+        let t = HLC(physicalMillis: 1_700_000_000_000, logical: 7)
+        #expect(t.rawValue == 1_700_000_000_000 << 16 | 7)
+        #expect(t.physicalMillis == 1_700_000_000_000)
+        #expect(t.logical == 7)
+        #expect(t.description == "2023-11-14T22:13:20.000Z+7")
+    }
+
+    @Test func neverRunsBackwards() {
+        var clock = HybridClock()
+        let a = clock.tick(nowMillis: 1000)
+        let b = clock.tick(nowMillis: 1000)
+        let c = clock.tick(nowMillis: 900)  // wall clock stepped back
+        #expect(a < b && b < c)
+        #expect(c.physicalMillis == 1000 && c.logical == 2)
+        clock.observe(HLC(physicalMillis: 5000, logical: 3))
+        let d = clock.tick(nowMillis: 1001)
+        #expect(d == HLC(physicalMillis: 5000, logical: 4))
+        #expect(clock.tick(nowMillis: 6000) == HLC(physicalMillis: 6000, logical: 0))
+    }
+
+    @Test func logicalOverflowCarriesIntoPhysical() {
+        var clock = HybridClock(last: HLC(physicalMillis: 10, logical: .max))
+        #expect(clock.tick(nowMillis: 10) == HLC(physicalMillis: 11, logical: 0))
+    }
+}
+
+@Suite("Payload schemas")
+struct SchemaTests {
+    let key = SigningKey(seed: [UInt8](repeating: 7, count: 32))!
+    let object = Bytes32([UInt8](repeating: 1, count: 32))!
+
+    func sign(_ kind: EventKind, _ payload: CBORValue) throws(EventError) -> Event {
+        try Event.sign(with: key, seq: 1, prev: nil, hlc: HLC(rawValue: 1 << 16), kind: kind, object: object, payload: payload)
+    }
+
+    func expectViolation(_ kind: EventKind, _ payload: CBORValue, _ fragment: String) {
+        do {
+            _ = try sign(kind, payload)
+            Issue.record("accepted \(kind.name) \(payload)")
+        } catch {
+            #expect(error.code == "schema_violation")
+            #expect(error.description.contains(fragment), "\(error)")
+        }
+    }
+
+    @Test func everyKindHasASchemaAndANameThatRoundTrips() {
+        for kind in EventKind.allCases {
+            #expect(EventKind(name: kind.name) == kind)
+            _ = kind.schema
+        }
+        #expect(Set(EventKind.allCases.map(\.name)).count == EventKind.allCases.count)
+    }
+
+    @Test func profileValueTypeDependsOnField() throws {
+        _ = try sign(.profileSet, .textMap([("field", .text("birthday")), ("value", .text("2000-02-29"))]))
+        _ = try sign(.profileSet, .textMap([("field", .text("avatar")), ("value", .bytes(object.bytes))]))
+        _ = try sign(.profileSet, .textMap([("field", .text("avatar")), ("value", .null)]))
+        expectViolation(.profileSet, .textMap([("field", .text("birthday")), ("value", .text("1900-02-29"))]), "date")
+        expectViolation(.profileSet, .textMap([("field", .text("avatar")), ("value", .text("me.jpg"))]), "32-byte")
+        expectViolation(.profileSet, .textMap([("field", .text("visibility")), ("value", .text("everyone"))]), "one of")
+        expectViolation(.profileSet, .textMap([("field", .text("shoe")), ("value", .text("42"))]), "field must be one of")
+        expectViolation(.profileSet, .textMap([("field", .text("name"))]), "missing required field \"value\"")
+    }
+
+    @Test func boundsAreEnforced() throws {
+        _ = try sign(.messageSent, .textMap([("text", .text(String(repeating: "a", count: 4000)))]))
+        expectViolation(.messageSent, .textMap([("text", .text(String(repeating: "a", count: 4001)))]), "1...4000 bytes")
+        expectViolation(.coinSpent, .textMap([("amount", .unsigned(0)), ("for", .text("x"))]), "amount must be in")
+        expectViolation(.followRemoved, .textMap([("seen", .array([]))]), "1...1024 items")
+        expectViolation(.followRemoved, .textMap([("seen", .array([.bytes(object.bytes), .bytes(object.bytes)]))]), "repeat")
+        expectViolation(.slotSet, .textMap([("slot", .unsigned(64)), ("picture", .null)]), "slot must be in 0...63")
+        expectViolation(.pictureDeleted, .textMap([("why", .text("x"))]), "unknown field")
+        expectViolation(.pictureDeleted, .array([]), "payload must be a map")
+    }
+}

@@ -1,0 +1,153 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import Foundation
+import Testing
+
+struct InvalidVector: Decodable, Sendable, CustomTestStringConvertible {
+    let name: String
+    let envelope_hex: String
+    let prior_hex: [String]
+    let now_ms: UInt64
+    let error: String
+    var testDescription: String { "\(name) → \(error)" }
+}
+
+struct ValidVector: Decodable, Sendable {
+    let name: String
+    let envelope_hex: String
+    let id: String
+}
+
+struct VectorFile: Decodable, Sendable {
+    let drift_ms: UInt64
+    let valid: [ValidVector]
+    let invalid: [InvalidVector]
+    static func load() throws -> VectorFile {
+        try JSONDecoder().decode(
+            VectorFile.self, from: Data(contentsOf: repositoryRoot.appendingPathComponent("Specs/vectors/events.json")))
+    }
+}
+
+/// What a store holds, to show a refused event changed nothing.
+func snapshot(_ node: Node) throws -> [String] {
+    try node.arrivals().map { "\($0.arrival) \($0.event.id.hex)" }
+        + node.heads().map { "\($0.author.hex) \($0.head.seq) \($0.head.id.hex)" }
+}
+
+@Suite("Ingest")
+struct IngestTests {
+    @Test func validVectorsAreAcceptedInAnyOrder() async throws {
+        let vectors = try VectorFile.load()
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let clock = ManualClock(vectors.invalid[0].now_ms)
+        let node = try await Node.create(at: tmp.store("a"), options: options(clock: clock))
+        // Reversed: the batch is applied in feed order regardless.
+        let report = await node.ingest(vectors.valid.reversed().map { hex($0.envelope_hex) })
+        #expect(report.accepted == vectors.valid.count, "\(report.errors)")
+        for v in vectors.valid { #expect(try node.event(Bytes32(hex: v.id)!) != nil) }
+        #expect(try node.log.integrityProblems() == [])
+        let again = await node.ingest(vectors.valid.map { hex($0.envelope_hex) })
+        #expect(again.duplicates == vectors.valid.count)
+        await node.close()
+    }
+
+    @Test("every negative vector is refused with its error and changes nothing", arguments: try VectorFile.load().invalid)
+    func negativeVector(_ v: InvalidVector) async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let clock = ManualClock(v.now_ms)
+        let node = try await Node.create(at: tmp.store("a"), options: options(clock: clock))
+        let prior = await node.ingest(v.prior_hex.map(hex))
+        #expect(prior.accepted == v.prior_hex.count)
+        let before = try snapshot(node)
+        let report = await node.ingest([hex(v.envelope_hex)])
+        guard case .refused(let error) = report.results.first else {
+            Issue.record("not refused: \(report.results)")
+            return
+        }
+        #expect(error.code == v.error, "\(error)")
+        #expect(try snapshot(node) == before)
+        #expect(try node.log.integrityProblems() == [])
+        if v.error == "fork" {
+            let forks = try node.forks()
+            #expect(forks.count == 1)
+            #expect(forks.first?.refused.encoded() == hex(v.envelope_hex))
+        } else {
+            #expect(try node.forks().isEmpty)
+        }
+        if v.error == "timestamp_in_future" {
+            // Accepted once this node's clock catches up.
+            clock.set(v.now_ms + 1000)
+            let later = await node.ingest([hex(v.envelope_hex)])
+            #expect(later.accepted == 1, "\(later.errors)")
+        }
+        await node.close()
+    }
+
+    @Test func refusalInTheMiddleOfABatchLeavesTheRestIntact() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        var a = FeedWriter(seedByte: 1)
+        var b = FeedWriter(seedByte: 2)
+        let aEvents = (0..<5).map { a.next("a\($0)") }
+        let bEvents = (0..<3).map { b.next("b\($0)") }
+        var envelopes = zip(aEvents.prefix(3), bEvents).flatMap { [$0.0.encoded(), $0.1.encoded()] }
+        envelopes += aEvents.suffix(2).map { $0.encoded() }
+        // Order now: a1 b1 a2 b2 a3 b3 a4 a5. Damage a3's signature.
+        envelopes[4][envelopes[4].count - 1] ^= 0x01  // last payload byte: hash mismatch
+        envelopes.append(bEvents[0].encoded())  // a duplicate inside the batch
+        let report = await node.ingest(envelopes)
+        let codes = report.results.map { r -> String in
+            switch r {
+            case .accepted: "accepted"
+            case .duplicate: "duplicate"
+            case .refused(let e): e.code
+            default: "other"
+            }
+        }
+        #expect(codes == ["accepted", "accepted", "accepted", "accepted", "payload_hash_mismatch", "accepted",
+                          "sequence_gap", "sequence_gap", "duplicate"])
+        #expect(try node.head(of: a.key.publicKey)?.seq == 2)
+        #expect(try node.head(of: b.key.publicKey)?.seq == 3)
+        // The gap closes when the missing event arrives.
+        let rest = await node.ingest(aEvents.suffix(3).map { $0.encoded() })
+        #expect(rest.accepted == 3)
+        #expect(try node.log.integrityProblems() == [])
+        await node.close()
+    }
+
+    @Test func largeBatchesCommitInSlicesAndStayInFeedOrder() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), options: options(mapSize: 1 << 20))
+        var writers = (1...20).map { FeedWriter(seedByte: UInt8($0)) }
+        var envelopes: [[UInt8]] = []
+        for _ in 0..<600 { for w in writers.indices { envelopes.append(writers[w].next().encoded()) } }
+        var rng = SystemRandomNumberGenerator()
+        envelopes.shuffle(using: &rng)
+        let report = await node.ingest(envelopes)
+        #expect(report.accepted == 12_000, "\(report.errors.prefix(3))")
+        #expect(try node.log.integrityProblems() == [])
+        #expect(node.log.env.mapSize > 1 << 20)  // the map grew instead of failing
+        await node.close()
+    }
+
+    @Test func acceptedRemoteTimestampsMoveTheLocalClockForward() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let clock = ManualClock(1_700_000_000_000)
+        let node = try await Node.create(at: tmp.store("a"), options: options(clock: clock))
+        var remote = FeedWriter(seedByte: 9, startMillis: 1_700_000_000_000 + 30_000)
+        let ahead = remote.next()
+        #expect(await node.ingest(events: [ahead]).accepted == 1)
+        let local = try await node.append(.profileSet, object: node.identity.user,
+                                          payload: .textMap([("field", .text("city")), ("value", .text("Oslo"))]))
+        #expect(local.hlc > ahead.hlc)
+        await node.close()
+    }
+}

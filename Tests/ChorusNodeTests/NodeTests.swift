@@ -1,0 +1,151 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusStorage
+import Foundation
+import Testing
+
+func bio(_ text: String) -> CBORValue { .textMap([("field", .text("bio")), ("value", .text(text))]) }
+
+@Suite("Node: local writes and the store")
+struct NodeTests {
+    @Test func initBindsTheDeviceWithTheUserKey() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), deviceName: "phone")
+        let userFeed = try node.feed(node.identity.user)
+        #expect(userFeed.count == 1)
+        let first = try #require(userFeed.first?.event)
+        #expect(first.kind == .deviceAdded && first.seq == 1 && first.header.prev == nil)
+        #expect(first.object == node.identity.device)
+        #expect(first.payload == .textMap([("name", .text("phone"))]))
+        await node.close()
+
+        var st = stat()
+        #expect(stat(tmp.store("a") + "/keys/user.secret", &st) == 0 && st.st_mode & 0o777 == 0o600)
+        #expect(stat(tmp.store("a") + "/keys/device.secret", &st) == 0 && st.st_mode & 0o777 == 0o600)
+        #expect(stat(tmp.store("a"), &st) == 0 && st.st_mode & 0o777 == 0o700)
+        await #expect(throws: NodeError.self) { _ = try await Node.create(at: tmp.store("a")) }
+    }
+
+    @Test func concurrentAppendsFormOneContiguousVerifiedChain() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        let ids = try await withThrowingTaskGroup(of: [EventID].self) { group in
+            for task in 0..<64 {
+                group.addTask {
+                    var ids: [EventID] = []
+                    for i in 0..<8 { ids.append(try await node.append(.profileSet, object: node.identity.user, payload: bio("\(task)/\(i)")).id) }
+                    return ids
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(ids.count == 512 && Set(ids).count == 512)
+        let feed = try node.feed(node.identity.device)
+        #expect(feed.map(\.event.seq) == Array(1...512))
+        #expect(Set(feed.map(\.event.id)) == Set(ids))
+        #expect(try node.log.integrityProblems() == [])
+        let stats = node.writerStatistics
+        #expect(stats.commits >= 1 && stats.commits <= 513)
+        await node.close()
+    }
+
+    @Test func acknowledgedEventsSurviveReopening() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        var node = try await Node.create(at: tmp.store("a"))
+        let e = try await node.append(.profileSet, object: node.identity.user, payload: bio("durable"))
+        let identity = node.identity
+        await node.close()
+        node = try await Node.open(at: tmp.store("a"))
+        #expect(node.identity == identity)
+        #expect(try node.event(e.id)?.event == e)
+        let next = try await node.append(.profileSet, object: node.identity.user, payload: bio("after reopen"))
+        #expect(next.seq == e.seq + 1 && next.header.prev == e.id && next.hlc > e.hlc)
+        await node.close()
+    }
+
+    @Test func aSecondWriterIsRefusedButReadersAreNot() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        await #expect(throws: NodeError.self) { _ = try await Node.open(at: tmp.store("a")) }
+        let reader = try await Node.open(at: tmp.store("a"), readOnly: true)
+        #expect(try reader.feed(node.identity.user).count == 1)
+        await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: node.identity.user, payload: bio("x")) }
+        await node.close()
+        let reopened = try await Node.open(at: tmp.store("a"))
+        await reopened.close()
+    }
+
+    @Test func aStoreOfANewerFormatIsRefused() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        await node.close()
+        do {
+            let env = try Environment(path: tmp.store("a"))
+            let meta = try env.openDatabase("meta")
+            try env.write { txn in try txn.put(meta, Array("format".utf8), LogStore.encodeU64(LogStore.formatVersion + 1)) }
+        }
+        do {
+            _ = try await Node.open(at: tmp.store("a"))
+            Issue.record("opened a newer store")
+        } catch let error as LogError {
+            #expect("\(error)".contains("newer"))
+        }
+    }
+
+    @Test func missingStoreSaysHowToCreateOne() async throws {
+        do {
+            _ = try await Node.open(at: "/nonexistent/chorus")
+            Issue.record("opened a missing store")
+        } catch let error as NodeError {
+            #expect("\(error)".contains("chorus init"))
+        }
+    }
+
+    @Test func theMapGrowsInsteadOfFailing() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), options: options(mapSize: 64 << 10))
+        let start = node.log.env.mapSize
+        let big = String(repeating: "y", count: 900)
+        for i in 0..<400 { try await node.append(.profileSet, object: node.identity.user, payload: bio("\(i) \(big)")) }
+        #expect(node.log.env.mapSize > start)
+        #expect(try node.feed(node.identity.device).count == 400)
+        #expect(try node.log.integrityProblems() == [])
+        await node.close()
+    }
+
+    @Test func invalidLocalPayloadsAreRefusedBeforeSigning() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        await #expect(throws: EventError.self) {
+            try await node.append(.profileSet, object: node.identity.user,
+                                  payload: .textMap([("field", .text("birthday")), ("value", .text("yesterday"))]))
+        }
+        // The failed attempt did not consume a sequence number.
+        let ok = try await node.append(.profileSet, object: node.identity.user, payload: bio("fine"))
+        #expect(ok.seq == 1)
+        await node.close()
+    }
+
+    @Test func arrivalLogAnswersWhatIsNew() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        let mark = try node.lastArrival()
+        for i in 0..<5 { try await node.append(.profileSet, object: node.identity.user, payload: bio("\(i)")) }
+        let new = try node.arrivals(since: mark)
+        #expect(new.map(\.arrival) == Array((mark + 1)...(mark + 5)))
+        #expect(try node.arrivals(since: mark, limit: 2).count == 2)
+        #expect(try node.arrivals(since: mark + 5).isEmpty)
+        await node.close()
+    }
+}
