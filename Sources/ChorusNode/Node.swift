@@ -195,7 +195,13 @@ public actor Node {
         signingHeads[author] = .some(FeedHead(seq: event.seq, id: event.id, hlc: hlc))
         let outcome: AppendOutcome
         do {
-            outcome = try await writer.submit([event]).first ?? .refused(.malformedEnvelope("no outcome"))
+            // Enqueued synchronously, still on this actor: calling an async
+            // method of the writer would hop off the actor first and let a
+            // later append overtake this one in the queue.
+            let outcomes = try await withCheckedThrowingContinuation { continuation in
+                writer.enqueue([event]) { continuation.resume(with: $0) }
+            }
+            outcome = outcomes.first ?? .refused(.malformedEnvelope("no outcome"))
         } catch {
             forgetSigningHead(author, ifGeneration: generation)
             throw error

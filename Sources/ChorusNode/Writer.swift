@@ -41,13 +41,6 @@ final class GroupCommitWriter: @unchecked Sendable {
         thread.start()
     }
 
-    /// Appends `events` in order; returns one outcome per event once durable.
-    func submit(_ events: [Event]) async throws -> [AppendOutcome] {
-        try await withCheckedThrowingContinuation { continuation in
-            enqueue(events) { continuation.resume(with: $0) }
-        }
-    }
-
     /// Queues `events` behind everything already queued (synchronously, so
     /// callers control the order) and calls `completion` once durable.
     func enqueue(_ events: [Event], completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void) {

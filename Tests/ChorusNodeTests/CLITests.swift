@@ -1,0 +1,145 @@
+import Foundation
+import Testing
+
+/// End-to-end tests of the `chorus` executable, as a user runs it.
+@Suite("chorus CLI")
+struct CLITests {
+    let chorus: String
+    init() throws { chorus = try productPath("chorus") }
+
+    func run(_ args: String...) throws -> CommandResult { try runCommand(chorus, args) }
+
+    func json(_ text: String) throws -> Any { try JSONSerialization.jsonObject(with: Data(text.utf8)) }
+
+    /// `log --json` without the local arrival positions, which differ between stores.
+    func events(_ store: String, author: String? = nil) throws -> [[String: String]] {
+        var args = ["log", "--store", store, "--json"]
+        if let author { args += ["--author", author] }
+        let result = try runCommand(chorus, args)
+        #expect(result.status == 0, "\(result.stderr)")
+        let list = try #require(try json(result.stdout) as? [[String: Any]])
+        return list.map { event in
+            var fields: [String: String] = [:]
+            for (k, v) in event where k != "arrival" {
+                // Canonical text for nested values: dictionary order is not stable.
+                let data = try? JSONSerialization.data(withJSONObject: [v], options: [.sortedKeys])
+                fields[k] = data.map { String(decoding: $0, as: UTF8.self) } ?? "\(v)"
+            }
+            return fields
+        }.sorted { $0["id"]! < $1["id"]! }
+    }
+
+    @Test func initAndWhoamiPrintTheIdsAsLowercaseHex() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let store = tmp.store("a")
+        let created = try run("init", "--store", store, "--name", "Alice", "--json")
+        #expect(created.status == 0, "\(created.stderr)")
+        let ids = try #require(try json(created.stdout) as? [String: String])
+        let who = try run("whoami", "--store", store, "--json")
+        #expect(try json(who.stdout) as? [String: String] == ids)
+        for key in ["user", "device"] {
+            let value = try #require(ids[key])
+            #expect(value.count == 64 && value.allSatisfy { "0123456789abcdef".contains($0) })
+        }
+        let again = try run("init", "--store", store)
+        #expect(again.status == 2 && again.stderr.contains("already holds a Chorus store"))
+        // $CHORUS_STORE is honoured.
+        let viaEnv = try runCommand(chorus, ["whoami", "--json"], environment: ["CHORUS_STORE": store])
+        #expect(try json(viaEnv.stdout) as? [String: String] == ids)
+    }
+
+    @Test func exportThenImportReproducesTheLogAndRefusesTampering() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a"), b = tmp.store("b")
+        #expect(try run("init", "--store", a, "--name", "Alice").status == 0)
+        #expect(try run("profile", "set", "--store", a, "city", "Lisbon").status == 0)
+        #expect(try run("profile", "set", "--store", a, "birthday", "1991-04-12").status == 0)
+        #expect(try run("profile", "set", "--store", a, "--clear", "city").status == 0)
+        #expect(try run("init", "--store", b).status == 0)
+
+        for format in ["cbor", "jsonl"] {
+            let c = tmp.store("c-\(format)")
+            #expect(try run("init", "--store", c).status == 0)
+            let file = tmp.path + "/export.\(format)"
+            let exported = try run("export", "--store", a, file, "--format", format, "--json")
+            #expect(exported.status == 0, "\(exported.stderr)")
+            let imported = try run("import", "--store", c, file, "--json")
+            #expect(imported.status == 0, "\(imported.stderr)")
+            let report = try #require(try json(imported.stdout) as? [String: Any])
+            #expect(report["accepted"] as? Int == 5)
+            #expect(report["refused"] as? Int == 0)
+            let aEvents = try events(a)
+            let cEvents = Set(try events(c).map { $0["id"]! })
+            #expect(aEvents.allSatisfy { cEvents.contains($0["id"]!) })
+            let again = try run("import", "--store", c, file, "--json")
+            #expect(again.status == 0)
+            let againReport = try #require(try json(again.stdout) as? [String: Any])
+            #expect(againReport["duplicate"] as? Int == 5 && againReport["accepted"] as? Int == 0)
+        }
+
+        let file = tmp.path + "/export.cbor"
+        #expect(try run("import", "--store", b, file).status == 0)
+        let user = try #require(try json(try run("whoami", "--store", a, "--json").stdout) as? [String: String])["device"]
+        #expect(try events(a, author: user) == events(b, author: user))
+
+        // One flipped byte in every position class: header, signature, payload.
+        let original = try Data(contentsOf: URL(fileURLWithPath: file))
+        let before = try events(b)
+        for offset in stride(from: 5, to: original.count, by: max(1, original.count / 23)) {
+            var damaged = original
+            damaged[offset] ^= 0x01
+            let path = tmp.path + "/damaged.cbor"
+            try damaged.write(to: URL(fileURLWithPath: path))
+            let fresh = tmp.store("fresh-\(offset)")
+            #expect(try run("init", "--store", fresh).status == 0)
+            let freshBefore = try events(fresh)
+            let result = try run("import", "--store", fresh, path, "--json")
+            #expect(result.status == 1, "offset \(offset): \(result.stdout) \(result.stderr)")
+            let report = try #require(try json(result.stdout) as? [String: Any])
+            #expect(report["accepted"] as? Int == 0)
+            let errors = try #require(report["errors"] as? [[String: Any]])
+            #expect(!errors.isEmpty && errors.allSatisfy { ($0["reason"] as? String ?? "").isEmpty == false })
+            #expect(try events(fresh) == freshBefore, "offset \(offset): store changed")
+        }
+        #expect(try events(b) == before)
+    }
+
+    @Test func logFiltersByAuthorKindAndArrival() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        #expect(try run("init", "--store", a, "--name", "Alice").status == 0)
+        #expect(try run("profile", "set", "--store", a, "bio", "hi").status == 0)
+        let kinds = try #require(try json(try run("log", "--store", a, "--kind", "device.added", "--json").stdout) as? [[String: Any]])
+        #expect(kinds.count == 1 && kinds[0]["kind"] as? String == "device.added")
+        let since = try #require(try json(try run("log", "--store", a, "--since", "2", "--json").stdout) as? [[String: Any]])
+        #expect(since.count == 1 && since[0]["arrival"] as? Int == 3)
+        let first = try #require(since.first)
+        for key in ["id", "author", "seq", "kind", "hlc", "object", "payload"] { #expect(first[key] != nil, "missing \(key)") }
+        #expect((first["payload"] as? [String: String]) == ["field": "bio", "value": "hi"])
+        let text = try run("log", "--store", a)
+        #expect(text.status == 0 && text.stdout.contains("profile.set") && text.stdout.contains("ARRIVAL"))
+    }
+
+    @Test func errorsSayWhatWasWrongAndExitWithMeaningfulCodes() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let missing = try run("log", "--store", tmp.store("none"))
+        #expect(missing.status == 2 && missing.stderr.contains("chorus init"))
+        let badKind = try run("log", "--store", tmp.store("none"), "--kind", "nope")
+        #expect(badKind.status == 2 && badKind.stderr.contains("unknown kind"))
+        #expect(try run("init", "--store", tmp.store("a")).status == 0)
+        let badField = try run("profile", "set", "--store", tmp.store("a"), "shoe", "42")
+        #expect(badField.status == 2 && badField.stderr.contains("unknown profile field"))
+        let badDate = try run("profile", "set", "--store", tmp.store("a"), "birthday", "1990-02-30")
+        #expect(badDate.status == 2 && badDate.stderr.contains("date"))
+        let noFile = try run("import", "--store", tmp.store("a"), tmp.path + "/nothing.cbor")
+        #expect(noFile.status == 2 && noFile.stderr.contains("cannot read"))
+        for command in [[], ["init"], ["whoami"], ["profile", "set"], ["log"], ["export"], ["import"]] {
+            let help = try runCommand(chorus, command + ["--help"])
+            #expect(help.status == 0 && help.stdout.contains("USAGE"), "\(command)")
+        }
+    }
+}

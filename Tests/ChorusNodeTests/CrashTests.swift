@@ -1,0 +1,101 @@
+import ChorusCrypto
+import ChorusNode
+import Foundation
+import Synchronization
+import Testing
+
+/// Reads a child's stdout lines on a thread of its own, so the test can wait
+/// for a number of lines with a bound instead of blocking forever.
+final class LineCollector: Sendable {
+    private let lines = Mutex<[String]>([])
+    private let ended = Atomic<Bool>(false)
+
+    init(_ handle: FileHandle) {
+        let thread = Thread { [self] in
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                    buffer.removeSubrange(buffer.startIndex...newline)
+                    lines.withLock { $0.append(line) }
+                }
+            }
+            ended.store(true, ordering: .sequentiallyConsistent)
+        }
+        thread.start()
+    }
+
+    var snapshot: [String] { lines.withLock { $0 } }
+    var hasEnded: Bool { ended.load(ordering: .sequentiallyConsistent) }
+
+    /// Waits until `count` lines arrived or the stream ended; fails after `timeout` seconds.
+    func wait(forLines count: Int, timeout: Double = 120) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while snapshot.count < count && !hasEnded {
+            if Date() > deadline { throw TestFailure("timed out waiting for \(count) lines; got \(snapshot.count)") }
+            usleep(2000)
+        }
+    }
+}
+
+@Suite("Crash safety")
+struct CrashTests {
+    /// A child appends from 8 concurrent tasks and is killed with SIGKILL
+    /// after a random number of acknowledgements (seeded, so a failure
+    /// replays). After every kill the store must open, hold every
+    /// acknowledged event, and verify end to end.
+    @Test func killedWritersLoseNothingAcknowledged() async throws {
+        let writer = try productPath("ChorusCrashWriter")
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let store = tmp.store("crash")
+        let seed = UInt64(ProcessInfo.processInfo.environment["CHORUS_CRASH_SEED"] ?? "") ?? 20261122
+        var rng = SeededRandom(seed: seed)
+        var acknowledged: [String: UInt64] = [:]
+        let rounds = 15
+        for round in 0..<rounds {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: writer)
+            process.arguments = [store, "8"]
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let lines = LineCollector(out.fileHandleForReading)
+            let killAfter = Int.random(in: 1...400, using: &rng)
+            try lines.wait(forLines: 1 + killAfter)
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            try lines.wait(forLines: Int.max, timeout: 30)  // drain what was written before the kill
+            #expect(process.terminationReason == .uncaughtSignal, "round \(round) (seed \(seed)): child exited by itself")
+            for line in lines.snapshot where line.hasPrefix("ack ") {
+                let parts = line.split(separator: " ")
+                acknowledged[String(parts[2])] = UInt64(parts[1])
+            }
+
+            let node = try await Node.open(at: store, readOnly: true)
+            let missing = acknowledged.keys.filter { (try? node.event(Bytes32(hex: $0)!)) == nil }
+            let problems = try node.log.integrityProblems()
+            let count = try node.feed(node.identity.device).count
+            #expect(problems == [], "round \(round) (seed \(seed))")
+            #expect(missing == [], "round \(round) (seed \(seed)): acknowledged events lost")
+            #expect(count >= acknowledged.count)
+        }
+        #expect(acknowledged.count >= rounds)
+    }
+}
+
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9e37_79b9_7f4a_7c15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+        return z ^ (z >> 31)
+    }
+}
