@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .library(name: "ChorusNode", targets: ["ChorusNode"]),
         .executable(name: "chorus", targets: ["ChorusCLI"]),
+        .executable(name: "chorus-bench", targets: ["ChorusBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -36,6 +37,10 @@ let package = Package(
             name: "ChorusCLI",
             dependencies: ["ChorusNode", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // Harnesses that live with the tools, not the product.
+        .executableTarget(
+            name: "ChorusBench",
+            dependencies: ["ChorusNode", "ChorusEvents", "ChorusCrypto", "ChorusCBOR", "ChorusStorage", "CLMDB", "CSodium"],
+            path: "Tools/Benchmark"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
             path: "Tools/CrashWriter"),

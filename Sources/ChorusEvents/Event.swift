@@ -107,16 +107,20 @@ public struct Event: Hashable, Sendable {
 
     public static func signedMessage(headerBytes: [UInt8]) -> [UInt8] { signingContext + headerBytes }
 
-    public static func computeID(headerBytes: [UInt8], signature: [UInt8]) -> EventID {
-        Blake2b.hash256(parts: [headerBytes, signature])
+    /// The id is the hash of the header bytes alone: the header is what the
+    /// author signs, so a feed's chain (each header names its predecessor's
+    /// id) can be built before any signature exists, and signing runs on all
+    /// cores. Any valid signature over the same header is the same event.
+    public static func computeID(headerBytes: [UInt8]) -> EventID {
+        Blake2b.hash256(headerBytes)
     }
 
-    init(header: EventHeader, headerBytes: [UInt8], signature: [UInt8], payloadBytes: [UInt8]?) {
+    init(header: EventHeader, headerBytes: [UInt8], signature: [UInt8], payloadBytes: [UInt8]?, id: EventID? = nil) {
         self.header = header
         self.headerBytes = headerBytes
         self.signature = signature
         self.payloadBytes = payloadBytes
-        self.id = Event.computeID(headerBytes: headerBytes, signature: signature)
+        self.id = id ?? Event.computeID(headerBytes: headerBytes)
     }
 
     /// Builds and signs a new event, checking the payload against its schema first.
@@ -124,16 +128,8 @@ public struct Event: Hashable, Sendable {
         with key: SigningKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID,
         payload: CBORValue
     ) throws(EventError) -> Event {
-        if let problem = kind.schema.violation(in: payload) { throw .schemaViolation(kind: kind.name, detail: problem) }
-        let payloadBytes = CBOREncoder.encode(payload)
-        if payloadBytes.count > EventLimits.maxPayloadBytes { throw .payloadTooLarge(size: UInt64(payloadBytes.count)) }
-        guard (seq == 1) == (prev == nil) else { throw .malformedHeader("prev must be nil exactly for seq 1") }
-        let header = EventHeader(
-            version: EventHeader.formatVersion, author: key.publicKey, seq: seq, prev: prev, hlc: hlc, kind: kind,
-            object: object, payloadHash: Blake2b.hash256(payloadBytes), payloadLength: UInt64(payloadBytes.count))
-        let headerBytes = header.encoded()
-        let signature = key.sign(signedMessage(headerBytes: headerBytes))
-        return Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes)
+        try UnsignedEvent(author: key.publicKey, seq: seq, prev: prev, hlc: hlc, kind: kind, object: object, payload: payload)
+            .signed(with: key)
     }
 
     /// The envelope: a CBOR array `[header bytes, signature, payload bytes or null]`.
@@ -156,7 +152,7 @@ public struct Event: Hashable, Sendable {
 
     /// The same event without its payload, as kept after a purge.
     public func purged() -> Event {
-        Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: nil)
+        Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: nil, id: id)
     }
 
     /// Decodes an envelope and checks everything that does not need the
@@ -203,5 +199,39 @@ public struct Event: Hashable, Sendable {
     public func verifySignature() -> Bool {
         Ed25519.verify(
             signature: signature, message: Event.signedMessage(headerBytes: headerBytes), publicKey: header.author)
+    }
+}
+
+/// An event whose header is complete but not yet signed. Its id is already
+/// final, so the next event of the feed can chain to it.
+public struct UnsignedEvent: Sendable {
+    public let header: EventHeader
+    public let headerBytes: [UInt8]
+    public let payloadBytes: [UInt8]
+    public let id: EventID
+
+    /// Checks the payload against its kind's schema and builds the header.
+    public init(
+        author: PublicKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID, payload: CBORValue
+    ) throws(EventError) {
+        if let problem = kind.schema.violation(in: payload) { throw .schemaViolation(kind: kind.name, detail: problem) }
+        let payloadBytes = CBOREncoder.encode(payload)
+        if payloadBytes.count > EventLimits.maxPayloadBytes { throw .payloadTooLarge(size: UInt64(payloadBytes.count)) }
+        guard seq >= 1, (seq == 1) == (prev == nil) else { throw .malformedHeader("prev must be nil exactly for seq 1") }
+        guard hlc.rawValue > 0 else { throw .malformedHeader("hlc must be positive") }
+        header = EventHeader(
+            version: EventHeader.formatVersion, author: author, seq: seq, prev: prev, hlc: hlc, kind: kind,
+            object: object, payloadHash: Blake2b.hash256(payloadBytes), payloadLength: UInt64(payloadBytes.count))
+        headerBytes = header.encoded()
+        self.payloadBytes = payloadBytes
+        id = Event.computeID(headerBytes: headerBytes)
+    }
+
+    /// Signs with `key`, which must be the author's.
+    public func signed(with key: SigningKey) -> Event {
+        precondition(key.publicKey == header.author, "signing key is not the event's author")
+        return Event(
+            header: header, headerBytes: headerBytes, signature: key.sign(Event.signedMessage(headerBytes: headerBytes)),
+            payloadBytes: payloadBytes, id: id)
     }
 }

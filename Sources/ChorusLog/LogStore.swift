@@ -71,29 +71,55 @@ public struct LogStore: Sendable {
     /// refusing a store written by a newer format.
     public init(env: Environment) throws {
         self.env = env
-        events = try env.openDatabase("events")
-        feeds = try env.openDatabase("feeds")
-        heads = try env.openDatabase("heads")
-        arrivals = try env.openDatabase("arrivals")
-        forks = try env.openDatabase("forks")
-        meta = try env.openDatabase("meta")
+        // The format is checked before anything else is created, so a newer
+        // store is refused without being written to.
+        let meta = try env.openDatabase("meta")
+        self.meta = meta
         let stored = try env.read { txn in try txn.get(meta, Self.formatKey) }
         if let stored {
             let version = try Self.decodeU64(stored, what: "format version")
             if version > Self.formatVersion { throw LogError.newerFormat(found: version, supported: Self.formatVersion) }
+            if version == 0 { throw LogError.corrupt("format version 0 recorded") }
         } else if env.readOnly {
             throw LogError.notAStore(path: env.path)
         } else {
             try env.write { txn in try txn.put(meta, Self.formatKey, Self.encodeU64(Self.formatVersion)) }
         }
+        events = try env.openDatabase("events")
+        feeds = try env.openDatabase("feeds")
+        heads = try env.openDatabase("heads")
+        arrivals = try env.openDatabase("arrivals")
+        forks = try env.openDatabase("forks")
     }
 
     // MARK: Writing
 
+    /// State carried through one write transaction, read once at its start
+    /// and written back by `finish`, so each append does less work.
+    public struct AppendContext: Sendable {
+        var nextArrival: UInt64
+        var maxHLC: UInt64
+        let storedMaxHLC: UInt64
+        let nowMillis: UInt64
+        let driftMillis: UInt64
+    }
+
+    /// Starts appending inside the caller's write transaction. `nowMillis`
+    /// and `driftMillis` bound future timestamps.
+    public func appendContext(in txn: Transaction, nowMillis: UInt64, driftMillis: UInt64) throws -> AppendContext {
+        let last = try txn.last(arrivals).map { try Self.decodeU64($0.key, what: "arrival position") } ?? 0
+        let maxHLC = try txn.get(meta, Self.maxHLCKey).map { try Self.decodeU64($0, what: "max hlc") } ?? 0
+        return AppendContext(
+            nextArrival: last + 1, maxHLC: maxHLC, storedMaxHLC: maxHLC, nowMillis: nowMillis, driftMillis: driftMillis)
+    }
+
+    public func finish(_ context: AppendContext, in txn: Transaction) throws {
+        if context.maxHLC > context.storedMaxHLC { try txn.put(meta, Self.maxHLCKey, Self.encodeU64(context.maxHLC)) }
+    }
+
     /// Validates `event` against its feed and stores it, inside the caller's
-    /// write transaction. `nowMillis` and `driftMillis` bound future timestamps.
-    /// The signature must already have been verified.
-    public func append(_ event: Event, in txn: Transaction, nowMillis: UInt64, driftMillis: UInt64) throws -> AppendOutcome {
+    /// write transaction. The signature must already have been verified.
+    public func append(_ event: Event, in txn: Transaction, context: inout AppendContext) throws -> AppendOutcome {
         let idKey = event.id.bytes
         if try txn.get(events, idKey) != nil { return .duplicate }
 
@@ -114,23 +140,18 @@ public struct LogStore: Sendable {
         if event.header.prev != head?.id { return .refused(.wrongPrevious(seq: seq)) }
         if let head, event.hlc <= head.hlc { return .refused(.clockNotIncreasing(seq: seq)) }
         let physical = event.hlc.physicalMillis
-        if physical > nowMillis &+ driftMillis {
-            return .refused(.timestampInFuture(aheadMillis: physical - nowMillis, driftMillis: driftMillis))
+        if physical > context.nowMillis &+ context.driftMillis {
+            return .refused(.timestampInFuture(aheadMillis: physical - context.nowMillis, driftMillis: context.driftMillis))
         }
 
-        let arrival = try nextArrival(in: txn)
+        let arrival = context.nextArrival
+        context.nextArrival += 1
+        context.maxHLC = max(context.maxHLC, event.hlc.rawValue)
         try txn.put(events, idKey, Self.encodeU64(arrival) + event.encoded())
         try txn.put(feeds, feedKey, idKey)
         try txn.put(heads, author.bytes, Self.encodeU64(seq) + idKey + Self.encodeU64(event.hlc.rawValue))
         try txn.put(arrivals, Self.encodeU64(arrival), idKey, append: true)
-        let maxHLC = try txn.get(meta, Self.maxHLCKey).map { try Self.decodeU64($0, what: "max hlc") } ?? 0
-        if event.hlc.rawValue > maxHLC { try txn.put(meta, Self.maxHLCKey, Self.encodeU64(event.hlc.rawValue)) }
         return .accepted(arrival: arrival)
-    }
-
-    private func nextArrival(in txn: Transaction) throws -> UInt64 {
-        guard let last = try txn.last(arrivals) else { return 1 }
-        return try Self.decodeU64(last.key, what: "arrival position") + 1
     }
 
     // MARK: Reading (each call is one read transaction; `in:` variants join the caller's)

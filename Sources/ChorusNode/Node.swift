@@ -64,7 +64,8 @@ public actor Node {
     private let deviceKey: SigningKey?
     private let userKey: SigningKey?
     private let writer: GroupCommitWriter?
-    private let lockFD: Int32
+    private let signer: BatchSigner?
+    private var lockFD: Int32
     private var clock: HybridClock
     /// Heads of the feeds this node signs, ahead of the store while appends
     /// are in flight (a key present with a nil value: the feed is empty).
@@ -144,18 +145,25 @@ public actor Node {
         self.deviceKey = readOnly ? nil : device
         self.lockFD = lockFD
         self.clock = HybridClock(last: (try? log.maxHLC()) ?? .zero)
-        self.writer =
-            readOnly ? nil : GroupCommitWriter(log: log, driftMillis: options.driftMillis, nowMillis: options.clock)
+        let writer = readOnly ? nil : GroupCommitWriter(log: log, driftMillis: options.driftMillis, nowMillis: options.clock)
+        self.writer = writer
+        self.signer = writer.map(BatchSigner.init(writer:))
     }
 
     /// Finishes queued writes and releases the store. Idempotent.
     public func close() {
+        signer?.close()
         writer?.close()
-        if lockFD >= 0 { Foundation.close(lockFD) }
+        if lockFD >= 0 {
+            Foundation.close(lockFD)
+            lockFD = -1
+        }
     }
 
     deinit {
+        signer?.close()
         writer?.close()
+        if lockFD >= 0 { Foundation.close(lockFD) }
     }
 
     // MARK: Writing this node's own events
@@ -179,7 +187,7 @@ public actor Node {
     private func appendSigned(by key: SigningKey, _ kind: EventKind, object: ObjectID, payload: CBORValue)
         async throws -> Event
     {
-        guard let writer else { throw NodeError.readOnly }
+        guard let signer else { throw NodeError.readOnly }
         let author = key.publicKey
         let head: FeedHead?
         if let cached = signingHeads[author] {
@@ -189,19 +197,20 @@ public actor Node {
         }
         let generation = signingGeneration[author, default: 0]
         let hlc = clock.tick(nowMillis: options.clock())
-        let event = try Event.sign(
-            with: key, seq: (head?.seq ?? 0) + 1, prev: head?.id, hlc: hlc, kind: kind, object: object, payload: payload)
-        // The next append chains to this one even before it is durable (pipelining).
-        signingHeads[author] = .some(FeedHead(seq: event.seq, id: event.id, hlc: hlc))
+        let unsigned = try UnsignedEvent(
+            author: author, seq: (head?.seq ?? 0) + 1, prev: head?.id, hlc: hlc, kind: kind, object: object,
+            payload: payload)
+        // The next append chains to this one before it is signed or durable (pipelining).
+        signingHeads[author] = .some(FeedHead(seq: unsigned.header.seq, id: unsigned.id, hlc: hlc))
+        let event: Event
         let outcome: AppendOutcome
         do {
-            // Enqueued synchronously, still on this actor: calling an async
-            // method of the writer would hop off the actor first and let a
-            // later append overtake this one in the queue.
-            let outcomes = try await withCheckedThrowingContinuation { continuation in
-                writer.enqueue([event]) { continuation.resume(with: $0) }
+            // Enqueued synchronously, still on this actor: an async call
+            // would hop off the actor first and let a later append overtake
+            // this one.
+            (event, outcome) = try await withCheckedThrowingContinuation { continuation in
+                signer.enqueue(BatchSigner.Job(unsigned: unsigned, key: key) { continuation.resume(with: $0) })
             }
-            outcome = outcomes.first ?? .refused(.malformedEnvelope("no outcome"))
         } catch {
             forgetSigningHead(author, ifGeneration: generation)
             throw error

@@ -97,9 +97,12 @@ final class GroupCommitWriter: @unchecked Sendable {
         let now = nowMillis()
         do {
             let outcomes: [[AppendOutcome]] = try log.env.write { txn in
-                try batch.map { request in
-                    try request.events.map { try log.append($0, in: txn, nowMillis: now, driftMillis: driftMillis) }
+                var context = try log.appendContext(in: txn, nowMillis: now, driftMillis: driftMillis)
+                let outcomes = try batch.map { request in
+                    try request.events.map { try log.append($0, in: txn, context: &context) }
                 }
+                try log.finish(context, in: txn)
+                return outcomes
             }
             condition.lock()
             commits += 1

@@ -55,7 +55,7 @@ public final class Environment: @unchecked Sendable {
         do {
             try StorageError.check(mdb_env_set_maxdbs(env, maxDatabases), "mdb_env_set_maxdbs")
             try StorageError.check(mdb_env_set_maxreaders(env, 256), "mdb_env_set_maxreaders")
-            // A larger existing map wins: LMDB keeps the size recorded in the file when it is bigger.
+            // LMDB raises this to at least the size of the data already stored.
             try StorageError.check(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
             var flags = UInt32(MDB_NOTLS)
             if readOnly { flags |= UInt32(MDB_RDONLY) }

@@ -88,8 +88,8 @@ def envelope(header_bytes, sig, payload_bytes):
     return head(4, 3) + enc(header_bytes) + enc(sig) + (b"\xf6" if payload_bytes is None else enc(payload_bytes))
 
 
-def event_id(header_bytes, sig):
-    return b2b(header_bytes + sig)
+def event_id(header_bytes):
+    return b2b(header_bytes)
 
 
 class Built:
@@ -97,7 +97,7 @@ class Built:
         self.header_bytes = header_bytes
         self.sig = key.sign(SIGNING_CONTEXT + header_bytes)
         self.payload_bytes = payload_bytes
-        self.id = event_id(header_bytes, self.sig)
+        self.id = event_id(header_bytes)
         self.envelope = envelope(header_bytes, self.sig, payload_bytes if keep_payload else None)
 
 
