@@ -389,7 +389,8 @@ enum ParallelMap {
         let chunk = 32
         let chunks = (count + chunk - 1) / chunk
         return [Out](unsafeUninitializedCapacity: count) { buffer, initialized in
-            let box = UncheckedBuffer(base: buffer.baseAddress!)
+            guard let base = buffer.baseAddress else { return }  // empty input
+            let box = UncheckedBuffer(base: base)
             DispatchQueue.concurrentPerform(iterations: chunks) { c in
                 for i in (c * chunk)..<min(count, (c + 1) * chunk) {
                     (box.base + i).initialize(to: transform(items[i]))
