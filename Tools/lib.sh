@@ -31,8 +31,6 @@ ensure_system_packages() {
 build_products() {
     local log
     log="$(mktemp)"
-    local args=()
-    for p in "$@"; do args+=(--product "$p"); done
     echo "Building ${*}..." >&2
     for p in "$@"; do
         if ! (cd "$chorus_root" && swift build --product "$p") >"$log" 2>&1; then

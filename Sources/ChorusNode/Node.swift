@@ -305,26 +305,26 @@ public actor Node {
         // loop ends when every slice has reported.
         var remaining = slices.count
         if remaining > 0 {
-        for await (number, outcome) in written {
-            remaining -= 1
-            let slice = slices[number]
-            switch outcome {
-            case .success(let outcomes):
-                for (item, o) in zip(slice, outcomes) {
-                    switch o {
-                    case .accepted:
-                        results[item.index] = .accepted(item.event.id)
-                        clock.observe(item.event.hlc)
-                        if signingHeads[item.event.author] != nil { forgetSigningHead(item.event.author) }
-                    case .duplicate: results[item.index] = .duplicate(item.event.id)
-                    case .refused(let e): results[item.index] = .refused(e)
+            for await (number, outcome) in written {
+                remaining -= 1
+                let slice = slices[number]
+                switch outcome {
+                case .success(let outcomes):
+                    for (item, o) in zip(slice, outcomes) {
+                        switch o {
+                        case .accepted:
+                            results[item.index] = .accepted(item.event.id)
+                            clock.observe(item.event.hlc)
+                            if signingHeads[item.event.author] != nil { forgetSigningHead(item.event.author) }
+                        case .duplicate: results[item.index] = .duplicate(item.event.id)
+                        case .refused(let e): results[item.index] = .refused(e)
+                        }
                     }
+                case .failure(let error):
+                    for item in slice { results[item.index] = .notStored("\(error)") }
                 }
-            case .failure(let error):
-                for item in slice { results[item.index] = .notStored("\(error)") }
+                if remaining == 0 { break }
             }
-            if remaining == 0 { break }
-        }
         }
         sink.finish()
         return IngestReport(results: results)
@@ -371,13 +371,7 @@ public actor Node {
 
 enum ParallelVerifier {
     @Sendable static func check(_ envelope: [UInt8]) -> Result<Event, EventError> {
-        do {
-            let event = try Event.decode(envelope)
-            guard event.verifySignature() else { return .failure(.badSignature) }
-            return .success(event)
-        } catch {
-            return .failure(error)
-        }
+        Node.decodeOnly(envelope).flatMap { $0.verifySignature() ? .success($0) : .failure(.badSignature) }
     }
 }
 
