@@ -5,7 +5,8 @@ import PackageDescription
 //   CLMDB, CSodium (system libraries)
 //     -> ChorusCBOR, ChorusCrypto, ChorusStorage
 //     -> ChorusEvents (format, kinds, schemas, clock)
-//     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log)
+//     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log), ChorusBlobs (picture bytes)
+//     -> ChorusProjections (CRDT merge into profiles, pictures, chats, coins; queries; digest)
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest)
 //     -> ChorusCLI (`chorus`), Tools
 let package = Package(
@@ -32,7 +33,14 @@ let package = Package(
         .target(name: "ChorusStorage", dependencies: ["CLMDB"]),
         .target(name: "ChorusEvents", dependencies: ["ChorusCBOR", "ChorusCrypto"]),
         .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage"]),
-        .target(name: "ChorusNode", dependencies: ["ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage", "ChorusCBOR"]),
+        .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
+        .target(
+            name: "ChorusProjections",
+            dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
+        .target(
+            name: "ChorusNode",
+            dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
+                           "ChorusCBOR"]),
         .executableTarget(
             name: "ChorusCLI",
             dependencies: ["ChorusNode", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
@@ -48,9 +56,13 @@ let package = Package(
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusCBOR"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
+            name: "ChorusProjectionsTests",
+            dependencies: ["ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+                           "ChorusCBOR", "ChorusCrypto"]),
+        .testTarget(
             name: "ChorusNodeTests",
-            dependencies: ["ChorusNode", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCBOR", "ChorusCrypto",
-                           "ChorusCrashWriter", "ChorusCLI"]),
+            dependencies: ["ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+                           "ChorusCBOR", "ChorusCrypto", "ChorusCrashWriter", "ChorusCLI"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -97,3 +97,36 @@ public enum Ed25519 {
         }
     }
 }
+
+extension Blake2b {
+    /// Incremental BLAKE2b-256 (`crypto_generichash_init/update/final`), for
+    /// inputs too large to hold at once. The result equals `hash256` of the
+    /// concatenated updates.
+    public final class Hasher {
+        private let raw: UnsafeMutableRawPointer
+        private var finished = false
+
+        public init() {
+            requireSodium()
+            raw = UnsafeMutableRawPointer.allocate(byteCount: crypto_generichash_statebytes(), alignment: 64)
+            crypto_generichash_init(OpaquePointer(raw), nil, 0, 32)
+        }
+
+        deinit { raw.deallocate() }
+
+        public func update(_ bytes: [UInt8]) {
+            precondition(!finished, "hasher already finished")
+            bytes.withUnsafeBufferPointer { p in
+                _ = crypto_generichash_update(OpaquePointer(raw), p.baseAddress, UInt64(p.count))
+            }
+        }
+
+        public func finish() -> Hash32 {
+            precondition(!finished, "hasher already finished")
+            finished = true
+            var out = [UInt8](repeating: 0, count: 32)
+            crypto_generichash_final(OpaquePointer(raw), &out, 32)
+            return Bytes32(unchecked: out)
+        }
+    }
+}

@@ -141,7 +141,12 @@ enum Schemas {
     static let empty = PayloadSchema([])
 
     static let byKind: [EventKind: PayloadSchema] = [
-        .deviceAdded: PayloadSchema([optional("name", .text(minBytes: 1, maxBytes: 64))]),
+        .deviceAdded: PayloadSchema([
+            optional("name", .text(minBytes: 1, maxBytes: 64)),
+            // The device's consent (Specs/projections.md): without it no user
+            // could claim someone else's device.
+            optional("proof", .bytes(minCount: 64, maxCount: 64)),
+        ]),
         .deviceRemoved: PayloadSchema([optional("reason", .text(minBytes: 0, maxBytes: 200))]),
         .profileSet: PayloadSchema(
             [

@@ -35,6 +35,10 @@ public struct FeedHead: Hashable, Sendable {
 public enum AppendOutcome: Hashable, Sendable {
     case accepted(arrival: UInt64)
     case duplicate
+    /// Already stored without its payload (purged, or received from a peer
+    /// that had purged it); the payload was put back. The projections decide
+    /// whether it stays: a deletion purges it again in the same transaction.
+    case refilled
     case refused(EventError)
 }
 
@@ -121,7 +125,13 @@ public struct LogStore: Sendable {
     /// write transaction. The signature must already have been verified.
     public func append(_ event: Event, in txn: Transaction, context: inout AppendContext) throws -> AppendOutcome {
         let idKey = event.id.bytes
-        if try txn.get(events, idKey) != nil { return .duplicate }
+        if let stored = try txn.get(events, idKey) {
+            guard event.payloadBytes != nil, event.kind.payloadIsPurgeable else { return .duplicate }
+            let existing = try Self.decodeStored(stored, id: event.id)
+            guard existing.event.payloadBytes == nil else { return .duplicate }
+            try txn.put(events, idKey, Self.encodeU64(existing.arrival) + event.encoded())
+            return .refilled
+        }
 
         let author = event.header.author
         let seq = event.header.seq
@@ -152,6 +162,20 @@ public struct LogStore: Sendable {
         try txn.put(heads, author.bytes, Self.encodeU64(seq) + idKey + Self.encodeU64(event.hlc.rawValue))
         try txn.put(arrivals, Self.encodeU64(arrival), idKey, append: true)
         return .accepted(arrival: arrival)
+    }
+
+    /// Removes the payload of a stored event, keeping its signed header
+    /// (brief decision 8). Returns false when it was already purged or absent.
+    @discardableResult
+    public func purgePayload(_ id: EventID, in txn: Transaction) throws -> Bool {
+        guard let raw = try txn.get(events, id.bytes) else { return false }
+        let stored = try Self.decodeStored(raw, id: id)
+        guard stored.event.payloadBytes != nil else { return false }
+        guard stored.event.kind.payloadIsPurgeable else {
+            throw LogError.corrupt("asked to purge event \(id.hex) of kind \(stored.event.kind.name), which is not purgeable")
+        }
+        try txn.put(events, id.bytes, Self.encodeU64(stored.arrival) + stored.event.purged().encoded())
+        return true
     }
 
     // MARK: Reading (each call is one read transaction; `in:` variants join the caller's)

@@ -11,6 +11,7 @@ final class BatchSigner: Sendable {
     struct Job: Sendable {
         let unsigned: UnsignedEvent
         let key: SigningKey
+        var blobs: [[UInt8]] = []
         let completion: @Sendable (Result<(Event, AppendOutcome), any Error>) -> Void
     }
 
@@ -25,7 +26,7 @@ final class BatchSigner: Sendable {
                 ? [jobs[0].unsigned.signed(with: jobs[0].key)]
                 : ParallelMap.run(jobs) { $0.unsigned.signed(with: $0.key) }
             // One writer request per batch keeps the feed order intact.
-            writer.enqueue(events) { result in
+            writer.enqueue(events, blobs: jobs.flatMap(\.blobs)) { result in
                 switch result {
                 case .success(let outcomes):
                     for (i, job) in jobs.enumerated() { job.completion(.success((events[i], outcomes[i]))) }

@@ -5,6 +5,14 @@ import Foundation
 public struct Identity: Hashable, Sendable {
     public let user: PublicKey
     public let device: PublicKey
+    /// The issuer key this node holds, if it is one of its network's issuers.
+    public let issuer: PublicKey?
+
+    public init(user: PublicKey, device: PublicKey, issuer: PublicKey? = nil) {
+        self.user = user
+        self.device = device
+        self.issuer = issuer
+    }
 }
 
 /// Secret key files inside a store directory (`keys/user.secret`,
@@ -14,6 +22,24 @@ enum KeyStore {
     static func keysDirectory(_ store: String) -> String { store + "/keys" }
     static func userKeyPath(_ store: String) -> String { keysDirectory(store) + "/user.secret" }
     static func deviceKeyPath(_ store: String) -> String { keysDirectory(store) + "/device.secret" }
+    static func issuerKeyPath(_ store: String) -> String { keysDirectory(store) + "/issuer.secret" }
+    /// A device-only store knows its user's public key but not the secret.
+    static func userPublicPath(_ store: String) -> String { keysDirectory(store) + "/user.public" }
+
+    static func writePublic(_ key: PublicKey, to path: String) throws {
+        do { try Data((key.hex + "\n").utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
+            throw NodeError.keyFile(path: path, problem: "could not write: \(error.localizedDescription)")
+        }
+    }
+
+    static func readPublic(_ path: String) throws -> PublicKey {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw NodeError.keyFile(path: path, problem: "missing: this store has neither user.secret nor user.public")
+        }
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let key = Bytes32(hex: text) else { throw NodeError.keyFile(path: path, problem: "not 64 hex digits of a public key") }
+        return key
+    }
 
     static func write(_ key: SigningKey, to path: String) throws {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)

@@ -1,7 +1,9 @@
+import ChorusBlobs
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusProjections
 import ChorusStorage
 import Foundation
 
@@ -12,6 +14,8 @@ public struct NodeOptions: Sendable {
     public var initialMapSize: Int = 256 << 20
     /// The wall clock in Unix milliseconds (replaceable in tests).
     public var clock: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
+    /// The largest picture this node stores (blob size cap).
+    public var maxBlobBytes: Int = 16 << 20
 
     public init() {}
 }
@@ -58,11 +62,17 @@ public actor Node {
     public nonisolated let storePath: String
     public nonisolated let identity: Identity
     public nonisolated let log: LogStore
+    /// Profiles, pictures, relationships, chats, coins and slots: the
+    /// queries of the library API.
+    public nonisolated let projections: Projections
+    public nonisolated let blobs: BlobStore
+    public nonisolated var network: NetworkConfig { projections.config }
     public nonisolated let options: NodeOptions
     public nonisolated let isReadOnly: Bool
 
     private let deviceKey: SigningKey?
     private let userKey: SigningKey?
+    private let issuerKey: SigningKey?
     private let writer: GroupCommitWriter?
     private let signer: BatchSigner?
     private var lockFD: Int32
@@ -77,12 +87,39 @@ public actor Node {
     // MARK: Opening
 
     /// Creates a new store with a fresh user key and device key, and appends
-    /// the first event: the user key binding the device (`device.added`).
-    public static func create(at path: String, deviceName: String? = nil, options: NodeOptions = NodeOptions())
-        async throws -> Node
-    {
+    /// the first event: the user key binding the device (`device.added`,
+    /// carrying the device's consent).
+    public static func create(
+        at path: String, deviceName: String? = nil, network: NetworkConfig = NetworkConfig(),
+        options: NodeOptions = NodeOptions()
+    ) async throws -> Node {
+        try prepareDirectory(path, network: network)
+        let user = SigningKey.generate()
+        let device = SigningKey.generate()
+        try KeyStore.write(user, to: KeyStore.userKeyPath(path))
+        try KeyStore.write(device, to: KeyStore.deviceKeyPath(path))
+        let node = try await open(at: path, options: options)
+        _ = try await node.addDevice(
+            device.publicKey, proof: DeviceBinding.proof(device: device, user: user.publicKey), name: deviceName)
+        return node
+    }
+
+    /// Creates a store for another device of an existing user: only a
+    /// device key is made here. The user binds it from a node holding the
+    /// user key with `addDevice(_:proof:name:)`, using `bindingProof`.
+    public static func createDevice(
+        at path: String, user: PublicKey, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+    ) async throws -> Node {
+        try prepareDirectory(path, network: network)
+        try KeyStore.write(SigningKey.generate(), to: KeyStore.deviceKeyPath(path))
+        try KeyStore.writePublic(user, to: KeyStore.userPublicPath(path))
+        return try await open(at: path, options: options)
+    }
+
+    private static func prepareDirectory(_ path: String, network: NetworkConfig) throws {
         let fm = FileManager.default
         if fm.fileExists(atPath: KeyStore.deviceKeyPath(path)) { throw NodeError.alreadyInitialized(path: path) }
+        if let problem = network.problems.first { throw NetworkConfigError.invalid(source: "the given configuration", reason: problem) }
         do {
             try fm.createDirectory(atPath: KeyStore.keysDirectory(path), withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
@@ -90,15 +127,7 @@ public actor Node {
         } catch {
             throw StorageError.cannotCreateDirectory(path: path, reason: error.localizedDescription)
         }
-        let user = SigningKey.generate()
-        let device = SigningKey.generate()
-        try KeyStore.write(user, to: KeyStore.userKeyPath(path))
-        try KeyStore.write(device, to: KeyStore.deviceKeyPath(path))
-        let node = try await open(at: path, options: options)
-        var payload: [(String, CBORValue)] = []
-        if let deviceName, !deviceName.isEmpty { payload.append(("name", .text(String(deviceName.utf8.prefix(64))!))) }
-        _ = try await node.appendAsUser(.deviceAdded, object: device.publicKey, payload: .textMap(payload))
-        return node
+        try network.write(to: path + "/" + NetworkConfig.fileName)
     }
 
     /// Opens an existing store. Read-write opening takes the store's writer
@@ -121,11 +150,29 @@ public actor Node {
         do {
             let env = try Environment(path: path, initialMapSize: options.initialMapSize, readOnly: readOnly)
             let log = try LogStore(env: env)
+            let configPath = path + "/" + NetworkConfig.fileName
+            let network: NetworkConfig
+            if FileManager.default.fileExists(atPath: configPath) {
+                network = try NetworkConfig.load(from: configPath)
+            } else {
+                // A store from before network configurations: no issuers yet.
+                network = NetworkConfig()
+                if !readOnly { try network.write(to: configPath) }
+            }
+            let blobs = try BlobStore(env: env)
+            let projections = try Projections(log: log, blobs: blobs, config: network)
+            if try !projections.isCurrent() {
+                guard !readOnly else { throw NodeError.projectionsStale(path: path) }
+                try projections.rebuild()
+            }
             let device = try KeyStore.read(KeyStore.deviceKeyPath(path))
-            let userPath = KeyStore.userKeyPath(path)
-            let user = FileManager.default.fileExists(atPath: userPath) ? try KeyStore.read(userPath) : nil
-            guard let user else { throw NodeError.noUserKey }
-            return Node(path: path, log: log, user: user, device: device, lockFD: fd, readOnly: readOnly, options: options)
+            let fm = FileManager.default
+            let userSecret = fm.fileExists(atPath: KeyStore.userKeyPath(path)) ? try KeyStore.read(KeyStore.userKeyPath(path)) : nil
+            let userPublic = try userSecret?.publicKey ?? KeyStore.readPublic(KeyStore.userPublicPath(path))
+            let issuer = fm.fileExists(atPath: KeyStore.issuerKeyPath(path)) ? try KeyStore.read(KeyStore.issuerKeyPath(path)) : nil
+            return Node(
+                path: path, projections: projections, blobs: blobs, user: userPublic, userKey: userSecret, device: device,
+                issuer: issuer, lockFD: fd, readOnly: readOnly, options: options)
         } catch {
             if fd >= 0 { Foundation.close(fd) }
             throw error
@@ -133,19 +180,23 @@ public actor Node {
     }
 
     private init(
-        path: String, log: LogStore, user: SigningKey, device: SigningKey, lockFD: Int32, readOnly: Bool,
-        options: NodeOptions
+        path: String, projections: Projections, blobs: BlobStore, user: PublicKey, userKey: SigningKey?, device: SigningKey,
+        issuer: SigningKey?, lockFD: Int32, readOnly: Bool, options: NodeOptions
     ) {
         self.storePath = path
-        self.log = log
+        self.log = projections.log
+        self.projections = projections
+        self.blobs = blobs
         self.options = options
         self.isReadOnly = readOnly
-        self.identity = Identity(user: user.publicKey, device: device.publicKey)
-        self.userKey = readOnly ? nil : user
+        self.identity = Identity(user: user, device: device.publicKey, issuer: issuer?.publicKey)
+        self.userKey = readOnly ? nil : userKey
         self.deviceKey = readOnly ? nil : device
+        self.issuerKey = readOnly ? nil : issuer
         self.lockFD = lockFD
-        self.clock = HybridClock(last: (try? log.maxHLC()) ?? .zero)
-        let writer = readOnly ? nil : GroupCommitWriter(log: log, driftMillis: options.driftMillis, nowMillis: options.clock)
+        self.clock = HybridClock(last: (try? projections.log.maxHLC()) ?? .zero)
+        let writer =
+            readOnly ? nil : GroupCommitWriter(projections: projections, driftMillis: options.driftMillis, nowMillis: options.clock)
         self.writer = writer
         self.signer = writer.map(BatchSigner.init(writer:))
     }
@@ -171,9 +222,11 @@ public actor Node {
     /// Signs an event with this device's key, appends it to the device's
     /// feed and returns it once it is durable.
     @discardableResult
-    public func append(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
+    public func append(_ kind: EventKind, object: ObjectID, payload: CBORValue, blobs: [[UInt8]] = []) async throws
+        -> Event
+    {
         guard let deviceKey else { throw NodeError.readOnly }
-        return try await appendSigned(by: deviceKey, kind, object: object, payload: payload)
+        return try await appendSigned(by: deviceKey, kind, object: object, payload: payload, blobs: blobs)
     }
 
     /// Signs an event with the user key (device added or removed).
@@ -184,9 +237,17 @@ public actor Node {
         return try await appendSigned(by: userKey, kind, object: object, payload: payload)
     }
 
-    private func appendSigned(by key: SigningKey, _ kind: EventKind, object: ObjectID, payload: CBORValue)
-        async throws -> Event
-    {
+    /// Signs an event with this node's issuer key (coin credits).
+    @discardableResult
+    public func appendAsIssuer(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
+        guard !isReadOnly else { throw NodeError.readOnly }
+        guard let issuerKey else { throw NodeError.noIssuerKey }
+        return try await appendSigned(by: issuerKey, kind, object: object, payload: payload)
+    }
+
+    private func appendSigned(
+        by key: SigningKey, _ kind: EventKind, object: ObjectID, payload: CBORValue, blobs: [[UInt8]] = []
+    ) async throws -> Event {
         guard let signer else { throw NodeError.readOnly }
         let author = key.publicKey
         let head: FeedHead?
@@ -209,14 +270,14 @@ public actor Node {
             // would hop off the actor first and let a later append overtake
             // this one.
             (event, outcome) = try await withCheckedThrowingContinuation { continuation in
-                signer.enqueue(BatchSigner.Job(unsigned: unsigned, key: key) { continuation.resume(with: $0) })
+                signer.enqueue(BatchSigner.Job(unsigned: unsigned, key: key, blobs: blobs) { continuation.resume(with: $0) })
             }
         } catch {
             forgetSigningHead(author, ifGeneration: generation)
             throw error
         }
         switch outcome {
-        case .accepted, .duplicate:
+        case .accepted, .duplicate, .refilled:
             return event
         case .refused(let reason):
             forgetSigningHead(author, ifGeneration: generation)
@@ -316,7 +377,7 @@ public actor Node {
                             results[item.index] = .accepted(item.event.id)
                             clock.observe(item.event.hlc)
                             if signingHeads[item.event.author] != nil { forgetSigningHead(item.event.author) }
-                        case .duplicate: results[item.index] = .duplicate(item.event.id)
+                        case .duplicate, .refilled: results[item.index] = .duplicate(item.event.id)
                         case .refused(let e): results[item.index] = .refused(e)
                         }
                     }

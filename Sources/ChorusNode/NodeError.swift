@@ -9,6 +9,9 @@ public enum NodeError: Error, Sendable, CustomStringConvertible {
     case keyFile(path: String, problem: String)
     case noUserKey
     case ownEventRefused(EventError)
+    case noIssuerKey
+    case projectionsStale(path: String)
+    case refused(String)
 
     public var description: String {
         switch self {
@@ -23,6 +26,11 @@ public enum NodeError: Error, Sendable, CustomStringConvertible {
         case .keyFile(let path, let problem): "key file \(path): \(problem)"
         case .noUserKey: "this store holds no user key, so it cannot sign user-level events (device added or removed)"
         case .ownEventRefused(let e): "the log refused this node's own event: \(e)"
+        case .noIssuerKey:
+            "this store holds no issuer key; only a network's issuer credits coins (create one with `chorus issuer create`)"
+        case .projectionsStale(let path):
+            "the projections in \(path) were built by another version or network configuration; open the store once for writing (any `chorus` command that writes, or `chorus rebuild`) to rebuild them"
+        case .refused(let why): why
         }
     }
 }

@@ -1,5 +1,6 @@
 import ChorusEvents
 import ChorusLog
+import ChorusProjections
 import ChorusStorage
 import Foundation
 import Synchronization
@@ -12,6 +13,9 @@ import Synchronization
 final class GroupCommitWriter: Sendable {
     struct Request: Sendable {
         let events: [Event]
+        /// Blob bytes committed with the events (a picture and its bytes
+        /// become durable together).
+        var blobs: [[UInt8]] = []
         let completion: @Sendable (Result<[AppendOutcome], any Error>) -> Void
     }
 
@@ -22,18 +26,23 @@ final class GroupCommitWriter: Sendable {
     private let thread: BatchingThread<Request>
     private let stats = CommitStatistics()
 
-    init(log: LogStore, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64) {
+    init(projections: Projections, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64) {
         let stats = self.stats
-        thread = BatchingThread(name: "chorus-writer", maxWeight: Self.maxEventsPerTransaction, weight: { $0.events.count }) {
-            batch in
-            Self.commit(batch, log: log, now: nowMillis(), driftMillis: driftMillis, stats: stats)
+        thread = BatchingThread(
+            name: "chorus-writer", maxWeight: Self.maxEventsPerTransaction, weight: { max(1, $0.events.count) }
+        ) { batch in
+            Self.commit(batch, projections: projections, now: nowMillis(), driftMillis: driftMillis, stats: stats)
         }
     }
 
     /// Queues `events` behind everything already queued (synchronously, so
     /// callers control the order) and calls `completion` once durable.
-    func enqueue(_ events: [Event], completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void) {
-        if !thread.enqueue(Request(events: events, completion: completion)) { completion(.failure(NodeError.closed)) }
+    func enqueue(
+        _ events: [Event], blobs: [[UInt8]] = [], completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void
+    ) {
+        if !thread.enqueue(Request(events: events, blobs: blobs, completion: completion)) {
+            completion(.failure(NodeError.closed))
+        }
     }
 
     /// Finishes every queued request, then stops the thread.
@@ -42,16 +51,29 @@ final class GroupCommitWriter: Sendable {
     var statistics: (commits: Int, largestBatch: Int) { stats.value }
 
     private static func commit(
-        _ batch: [Request], log: LogStore, now: UInt64, driftMillis: UInt64,
+        _ batch: [Request], projections: Projections, now: UInt64, driftMillis: UInt64,
         stats: CommitStatistics
     ) {
+        let log = projections.log
         do {
+            // The log, the blobs and every projection they touch commit in
+            // one transaction, so they can never disagree (brief decision 9).
             let outcomes: [[AppendOutcome]] = try log.env.write { txn in
                 var context = try log.appendContext(in: txn, nowMillis: now, driftMillis: driftMillis)
+                var stored: [Event] = []
                 let outcomes = try batch.map { request in
-                    try request.events.map { try log.append($0, in: txn, context: &context) }
+                    for blob in request.blobs { try projections.blobs.put(blob, in: txn) }
+                    return try request.events.map { event in
+                        let outcome = try log.append(event, in: txn, context: &context)
+                        switch outcome {
+                        case .accepted, .refilled: stored.append(event)
+                        case .duplicate, .refused: break
+                        }
+                        return outcome
+                    }
                 }
                 try log.finish(context, in: txn)
+                try projections.apply(stored, in: txn)
                 return outcomes
             }
             let size = batch.reduce(0) { $0 + $1.events.count }

@@ -43,7 +43,7 @@ public final class Environment: @unchecked Sendable {
     public let path: String
     public let readOnly: Bool
 
-    public init(path: String, maxDatabases: UInt32 = 16, initialMapSize: Int = 64 << 20, readOnly: Bool = false)
+    public init(path: String, maxDatabases: UInt32 = 32, initialMapSize: Int = 64 << 20, readOnly: Bool = false)
         throws(StorageError)
     {
         self.path = path
@@ -252,6 +252,80 @@ public struct Transaction {
         if rc == MDB_NOTFOUND { return nil }
         try StorageError.check(rc, "mdb_cursor_get")
         return (Self.copy(k), Self.copy(v))
+    }
+
+    /// Visits the entries whose key starts with `prefix`, in key order,
+    /// until `body` returns false.
+    public func scan(
+        _ db: Database, prefix: [UInt8], _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
+    ) throws {
+        try scan(db, from: prefix) { key, value in
+            guard key.starts(with: prefix) else { return false }
+            return try body(key, value)
+        }
+    }
+
+    /// Visits the entries with key starting with `prefix` and below `before`
+    /// (or all of them), newest key first, until `body` returns false.
+    public func scanBackward(
+        _ db: Database, prefix: [UInt8], before: [UInt8]? = nil,
+        _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
+    ) throws {
+        var cursor: OpaquePointer?
+        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        // Start at the first key >= the upper bound, then step back once.
+        var upper = before ?? prefix
+        if before == nil {
+            // The smallest key above every key with this prefix.
+            while let last = upper.last, last == 0xFF { upper.removeLast() }
+            if upper.isEmpty {
+                upper = []
+            } else {
+                upper[upper.count - 1] += 1
+            }
+        }
+        var k = MDB_val()
+        var v = MDB_val()
+        var rc: Int32
+        if upper.isEmpty {
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST)
+        } else {
+            rc = upper.withUnsafeBytes { kb in
+                k.mv_size = kb.count
+                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+                return mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+            }
+            rc = rc == MDB_NOTFOUND ? mdb_cursor_get(cursor, &k, &v, MDB_LAST) : mdb_cursor_get(cursor, &k, &v, MDB_PREV)
+        }
+        while rc == 0 {
+            let key = Self.copy(k)
+            if let before, !key.lexicographicallyPrecedes(before) {
+                rc = mdb_cursor_get(cursor, &k, &v, MDB_PREV)
+                continue
+            }
+            guard key.starts(with: prefix) else { return }
+            if try !body(key, Self.copy(v)) { return }
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_PREV)
+        }
+        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+    }
+
+    /// Deletes every entry whose key starts with `prefix`; returns how many.
+    @discardableResult
+    public func deletePrefix(_ db: Database, _ prefix: [UInt8]) throws -> Int {
+        var keys: [[UInt8]] = []
+        try scan(db, prefix: prefix) { key, _ in
+            keys.append(key)
+            return true
+        }
+        for key in keys { try delete(db, key) }
+        return keys.count
+    }
+
+    /// Deletes every entry of a database.
+    public func clear(_ db: Database) throws(StorageError) {
+        try StorageError.check(mdb_drop(txn, db.dbi, 0), "mdb_drop")
     }
 
     public func count(_ db: Database) throws(StorageError) -> Int {

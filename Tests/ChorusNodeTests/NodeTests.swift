@@ -3,6 +3,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusProjections
 import ChorusStorage
 import Foundation
 import Testing
@@ -20,7 +21,11 @@ struct NodeTests {
         let first = try #require(userFeed.first?.event)
         #expect(first.kind == .deviceAdded && first.seq == 1 && first.header.prev == nil)
         #expect(first.object == node.identity.device)
-        #expect(first.payload == .textMap([("name", .text("phone"))]))
+        #expect(first.payload?[text: "name"] == .text("phone"))
+        // The device's consent to the binding, checked by the projections.
+        let proof = try #require(first.payload?[text: "proof"]?.bytesValue)
+        #expect(Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: node.identity.user), publicKey: node.identity.device))
+        #expect(try node.projections.binding(of: node.identity.device)?.user == node.identity.user)
         await node.close()
 
         var st = stat()

@@ -1,0 +1,110 @@
+import ChorusCrypto
+import ChorusStorage
+
+public enum BlobError: Error, Hashable, Sendable, CustomStringConvertible {
+    case tooLarge(size: Int, limit: Int)
+    case empty
+    case damaged(hash: Hash32, reason: String)
+
+    public var description: String {
+        switch self {
+        case .tooLarge(let size, let limit):
+            "the file is \(size) bytes, over this node's blob limit of \(limit) bytes; shrink it or raise the limit"
+        case .empty: "the file is empty"
+        case .damaged(let hash, let reason): "blob \(hash.hex) is damaged: \(reason)"
+        }
+    }
+}
+
+/// Content-addressed blobs (picture bytes) inside the node's LMDB
+/// environment, keyed by BLAKE2b-256 of their bytes (Specs/storage.md).
+/// A blob is split into chunks so a large file never needs one huge value:
+/// key `hash || u32 chunk index` holds the chunk, key `hash` holds the
+/// total size as a u64.
+public struct BlobStore: Sendable {
+    public static let chunkSize = 64 * 1024
+
+    public let env: Environment
+    let blobs: Database
+
+    public init(env: Environment) throws {
+        self.env = env
+        blobs = try env.openDatabase("blobs")
+    }
+
+    /// Stores `bytes` inside the caller's write transaction and returns its
+    /// hash. Storing a blob that is already present changes nothing.
+    @discardableResult
+    public func put(_ bytes: [UInt8], in txn: Transaction) throws -> Hash32 {
+        guard !bytes.isEmpty else { throw BlobError.empty }
+        let hash = Blake2b.hash256(bytes)
+        if try txn.get(blobs, hash.bytes) != nil { return hash }
+        var index: UInt32 = 0
+        var start = 0
+        while start < bytes.count {
+            let end = min(bytes.count, start + Self.chunkSize)
+            try txn.put(blobs, Self.chunkKey(hash, index), Array(bytes[start..<end]))
+            index += 1
+            start = end
+        }
+        try txn.put(blobs, hash.bytes, Self.u64(UInt64(bytes.count)))
+        return hash
+    }
+
+    public func contains(_ hash: Hash32, in txn: Transaction) throws -> Bool {
+        try txn.get(blobs, hash.bytes) != nil
+    }
+
+    public func size(of hash: Hash32, in txn: Transaction) throws -> UInt64? {
+        guard let raw = try txn.get(blobs, hash.bytes), raw.count == 8 else { return nil }
+        return raw.reduce(0) { $0 << 8 | UInt64($1) }
+    }
+
+    /// Reads a whole blob and checks it against its hash.
+    public func read(_ hash: Hash32, in txn: Transaction) throws -> [UInt8]? {
+        guard let size = try size(of: hash, in: txn) else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(Int(size))
+        var index: UInt32 = 0
+        while out.count < Int(size) {
+            guard let chunk = try txn.get(blobs, Self.chunkKey(hash, index)), !chunk.isEmpty else {
+                throw BlobError.damaged(hash: hash, reason: "chunk \(index) missing")
+            }
+            out += chunk
+            index += 1
+        }
+        guard out.count == Int(size), Blake2b.hash256(out) == hash else {
+            throw BlobError.damaged(hash: hash, reason: "bytes do not match the hash")
+        }
+        return out
+    }
+
+    public func read(_ hash: Hash32) throws -> [UInt8]? { try env.read { try read(hash, in: $0) } }
+
+    /// Deletes a blob's bytes; returns whether it was present.
+    @discardableResult
+    public func delete(_ hash: Hash32, in txn: Transaction) throws -> Bool {
+        try txn.deletePrefix(blobs, hash.bytes) > 0
+    }
+
+    /// The hashes of every stored blob with its size.
+    public func all() throws -> [(hash: Hash32, size: UInt64)] {
+        try env.read { txn in
+            var out: [(Hash32, UInt64)] = []
+            try txn.scan(blobs) { key, value in
+                if key.count == 32, let hash = Bytes32(key), value.count == 8 {
+                    out.append((hash, value.reduce(0) { $0 << 8 | UInt64($1) }))
+                }
+                return true
+            }
+            return out
+        }
+    }
+
+    static func chunkKey(_ hash: Hash32, _ index: UInt32) -> [UInt8] {
+        hash.bytes + [UInt8(index >> 24), UInt8(truncatingIfNeeded: index >> 16), UInt8(truncatingIfNeeded: index >> 8),
+            UInt8(truncatingIfNeeded: index)]
+    }
+
+    static func u64(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }
+}

@@ -1,0 +1,361 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusProjections
+import Foundation
+
+/// Where `movePicture` puts a picture in its owner's gallery.
+public enum GalleryPlacement: Sendable, Hashable {
+    case first
+    case last
+    case before(ObjectID)
+    case after(ObjectID)
+}
+
+/// The typed mutations of the library API: each signs one event with this
+/// device's key (or the user or issuer key where the rules require it) and
+/// returns it once it and the projections it changed are durable. The
+/// checks made here before signing only give clear errors early; the rules
+/// themselves are applied by the projections, identically on every replica.
+extension Node {
+    // MARK: Identity
+
+    /// Binds a device to this node's user (user key required). `proof` is
+    /// the device's signature from `DeviceBinding.proof(device:user:)`,
+    /// printed by `chorus init --user` on the new device.
+    @discardableResult
+    public func addDevice(_ device: PublicKey, proof: [UInt8], name: String? = nil) async throws -> Event {
+        guard Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: identity.user), publicKey: device) else {
+            throw NodeError.refused("the proof is not \(device.short)'s signature consenting to user \(identity.user.short)")
+        }
+        var payload: [(String, CBORValue)] = [("proof", .bytes(proof))]
+        if let name, !name.isEmpty { payload.append(("name", .text(String(decoding: name.utf8.prefix(64), as: UTF8.self)))) }
+        return try await appendAsUser(.deviceAdded, object: device, payload: .textMap(payload))
+    }
+
+    /// The signature a new device gives its user so the user can bind it.
+    public nonisolated func bindingProof() throws -> [UInt8] {
+        try DeviceBinding.proof(device: KeyStore.read(KeyStore.deviceKeyPath(storePath)), user: identity.user)
+    }
+
+    @discardableResult
+    public func removeDevice(_ device: PublicKey, reason: String? = nil) async throws -> Event {
+        var payload: [(String, CBORValue)] = []
+        if let reason { payload.append(("reason", .text(String(decoding: reason.utf8.prefix(200), as: UTF8.self)))) }
+        return try await appendAsUser(.deviceRemoved, object: device, payload: .textMap(payload))
+    }
+
+    // MARK: Profile
+
+    @discardableResult
+    public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Event {
+        try await append(
+            .profileSet, object: identity.user, payload: .textMap([("field", .text(field.rawValue)), ("value", value ?? .null)]))
+    }
+
+    // MARK: Pictures
+
+    /// Stores the image bytes as a blob and creates a picture owned by this
+    /// user, atomically. The id is chosen here, so it works offline.
+    @discardableResult
+    public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> ObjectID {
+        guard !bytes.isEmpty else { throw NodeError.refused("the picture file is empty") }
+        guard bytes.count <= options.maxBlobBytes else {
+            throw NodeError.refused(
+                "the picture is \(bytes.count) bytes, over this node's limit of \(options.maxBlobBytes) bytes; shrink it or raise the limit")
+        }
+        let sniffed = ImageSniffer.sniff(bytes)
+        guard let mime = mime ?? sniffed?.mime else {
+            throw NodeError.refused("not a JPEG, PNG, GIF, WebP, HEIC or AVIF image")
+        }
+        let id = Random.bytes32()
+        var payload: [(String, CBORValue)] = [
+            ("blob", .bytes(Blake2b.hash256(bytes).bytes)), ("size", .unsigned(UInt64(bytes.count))), ("mime", .text(mime)),
+        ]
+        if let caption { payload.append(("caption", .text(caption))) }
+        if let w = sniffed?.width, let h = sniffed?.height, (1...65535).contains(w), (1...65535).contains(h) {
+            payload.append(("width", .unsigned(w)))
+            payload.append(("height", .unsigned(h)))
+        }
+        try await append(.pictureCreated, object: id, payload: .textMap(payload), blobs: [bytes])
+        return id
+    }
+
+    /// The picture's record, if it is live and this user's.
+    private func ownLivePicture(_ id: ObjectID) throws -> PictureView {
+        switch try projections.picture(id) {
+        case .live(let view):
+            guard view.owner == identity.user else { throw NodeError.refused("picture \(id.short) belongs to \(view.owner.short)") }
+            return view
+        case .deleted: throw NodeError.refused("picture \(id.short) was deleted")
+        case .unknown: throw NodeError.refused("this node holds no picture \(id.short)")
+        }
+    }
+
+    @discardableResult
+    public func captionPicture(_ id: ObjectID, _ caption: String) async throws -> Event {
+        _ = try ownLivePicture(id)
+        return try await append(.pictureCaptioned, object: id, payload: .textMap([("caption", .text(caption))]))
+    }
+
+    /// Moves a picture within the gallery. Positions are fractional, so a
+    /// move changes one picture only and concurrent moves merge (each picture
+    /// lands where its last move put it; ties break by picture id).
+    @discardableResult
+    public func movePicture(_ id: ObjectID, to placement: GalleryPlacement) async throws -> Event {
+        _ = try ownLivePicture(id)
+        let gallery = try projections.pictures(of: identity.user).filter { $0.id != id }
+        let positions = gallery.map(\.position)
+        func index(of other: ObjectID) throws -> Int {
+            guard let i = gallery.firstIndex(where: { $0.id == other }) else {
+                throw NodeError.refused("picture \(other.short) is not in your gallery")
+            }
+            return i
+        }
+        let low: [UInt8]?
+        let high: [UInt8]?
+        switch placement {
+        case .first: (low, high) = (nil, positions.first)
+        case .last: (low, high) = (positions.last, nil)
+        case .before(let other):
+            let i = try index(of: other)
+            (low, high) = (i > 0 ? positions[i - 1] : nil, positions[i])
+        case .after(let other):
+            let i = try index(of: other)
+            (low, high) = (positions[i], i + 1 < positions.count ? positions[i + 1] : nil)
+        }
+        guard let position = GalleryPosition.between(low, high) else {
+            throw NodeError.refused("no room between those pictures' positions; move one of them first")
+        }
+        return try await append(.pictureMoved, object: id, payload: .textMap([("position", .bytes(position))]))
+    }
+
+    @discardableResult
+    public func deletePicture(_ id: ObjectID) async throws -> Event {
+        _ = try ownLivePicture(id)
+        return try await append(.pictureDeleted, object: id, payload: .textMap([]))
+    }
+
+    // MARK: Relationships
+
+    @discardableResult public func follow(_ user: PublicKey) async throws -> Event {
+        guard user != identity.user else { throw NodeError.refused("you cannot follow yourself") }
+        return try await append(.followAdded, object: user, payload: .textMap([]))
+    }
+    @discardableResult public func unfollow(_ user: PublicKey) async throws -> Event {
+        try await remove(.followRemoved, added: .followAdded, target: user, what: "follow")
+    }
+    @discardableResult public func like(_ object: Bytes32) async throws -> Event {
+        try await append(.likeAdded, object: object, payload: .textMap([]))
+    }
+    @discardableResult public func unlike(_ object: Bytes32) async throws -> Event {
+        try await remove(.likeRemoved, added: .likeAdded, target: object, what: "like")
+    }
+    @discardableResult public func block(_ user: PublicKey) async throws -> Event {
+        guard user != identity.user else { throw NodeError.refused("you cannot block yourself") }
+        return try await append(.blockAdded, object: user, payload: .textMap([]))
+    }
+    @discardableResult public func unblock(_ user: PublicKey) async throws -> Event {
+        try await remove(.blockRemoved, added: .blockAdded, target: user, what: "block")
+    }
+
+    /// A removal names every add of this user it has seen (observed-remove):
+    /// adds made concurrently elsewhere survive it.
+    private func remove(_ kind: EventKind, added: EventKind, target: Bytes32, what: String) async throws -> Event {
+        let seen = try projections.liveAdds(added, from: identity.user, to: target)
+        guard !seen.isEmpty else { throw NodeError.refused("there is no \(what) of \(target.short) by you to remove") }
+        return try await append(kind, object: target, payload: .textMap([("seen", .array(seen.prefix(1024).map { .bytes($0.bytes) }))]))
+    }
+
+    // MARK: Chats
+
+    /// Creates a chat with this user as administrator; the id is chosen here.
+    @discardableResult
+    public func createChat(title: String? = nil, members: [PublicKey] = []) async throws -> ObjectID {
+        let id = Random.bytes32()
+        var payload: [(String, CBORValue)] = []
+        if let title { payload.append(("title", .text(title))) }
+        let others = Array(Set(members.filter { $0 != identity.user })).sorted()
+        if !others.isEmpty { payload.append(("members", .array(others.map { .bytes($0.bytes) }))) }
+        try await append(.chatCreated, object: id, payload: .textMap(payload))
+        return id
+    }
+
+    @discardableResult
+    public func addChatMember(_ chat: ObjectID, _ user: PublicKey, admin: Bool = false) async throws -> Event {
+        var payload: [(String, CBORValue)] = [("user", .bytes(user.bytes))]
+        if admin { payload.append(("admin", .bool(true))) }
+        return try await append(.chatMemberAdded, object: chat, payload: .textMap(payload))
+    }
+
+    @discardableResult
+    public func removeChatMember(_ chat: ObjectID, _ user: PublicKey) async throws -> Event {
+        try await append(.chatMemberRemoved, object: chat, payload: .textMap([("user", .bytes(user.bytes))]))
+    }
+
+    @discardableResult
+    public func leaveChat(_ chat: ObjectID) async throws -> Event { try await removeChatMember(chat, identity.user) }
+
+    /// Sends a message; its id is the event id.
+    @discardableResult
+    public func sendMessage(_ chat: ObjectID, text: String? = nil, picture: ObjectID? = nil) async throws -> EventID {
+        guard text != nil || picture != nil else { throw NodeError.refused("a message needs text, a picture or both") }
+        var payload: [(String, CBORValue)] = []
+        if let text { payload.append(("text", .text(text))) }
+        if let picture { payload.append(("picture", .bytes(picture.bytes))) }
+        return try await append(.messageSent, object: chat, payload: .textMap(payload)).id
+    }
+
+    private func ownMessage(_ id: EventID) throws -> MessageView {
+        guard let m = try projections.message(id) else { throw NodeError.refused("this node holds no message \(id.short)") }
+        guard m.sender == identity.user else { throw NodeError.refused("message \(id.short) was sent by \(m.sender.short)") }
+        return m
+    }
+
+    @discardableResult
+    public func editMessage(_ id: EventID, text: String) async throws -> Event {
+        let m = try ownMessage(id)
+        return try await append(.messageEdited, object: id, payload: .textMap([("chat", .bytes(m.chat.bytes)), ("text", .text(text))]))
+    }
+
+    @discardableResult
+    public func deleteMessage(_ id: EventID) async throws -> Event {
+        let m = try ownMessage(id)
+        return try await append(.messageDeleted, object: id, payload: .textMap([("chat", .bytes(m.chat.bytes))]))
+    }
+
+    /// Marks a chat read up to `message` (markers never move backwards).
+    @discardableResult
+    public func markRead(_ chat: ObjectID, upTo message: EventID) async throws -> Event {
+        guard let m = try projections.message(message), m.chat == chat else {
+            throw NodeError.refused("message \(message.short) is not a message of chat \(chat.short) here")
+        }
+        return try await append(
+            .chatRead, object: chat, payload: .textMap([("message", .bytes(message.bytes)), ("hlc", .unsigned(m.hlc.rawValue))]))
+    }
+
+    // MARK: Coins and slots
+
+    /// Credits a purchase (issuer key required). The credit lands on
+    /// `device`, or on the user's first device this node knows of. Returns
+    /// once durable: only then may the store's transaction be acknowledged.
+    @discardableResult
+    public func creditCoins(
+        user: PublicKey, amount: UInt64, receipt: String, device: PublicKey? = nil, product: String? = nil
+    ) async throws -> Event {
+        let target: PublicKey
+        if let device {
+            target = device
+        } else if let first = try projections.devices(of: user).first(where: { $0.removedHLC == nil }) {
+            target = first.device
+        } else {
+            throw NodeError.refused("this node knows no device of user \(user.short); import its events first or pass the device")
+        }
+        var payload: [(String, CBORValue)] = [("user", .bytes(user.bytes)), ("amount", .unsigned(amount)), ("receipt", .text(receipt))]
+        if let product { payload.append(("product", .text(product))) }
+        return try await appendAsIssuer(.coinCredited, object: target, payload: .textMap(payload))
+    }
+
+    private func requireRights(_ amount: UInt64) throws {
+        let held = try projections.rights(of: identity.device)
+        guard held >= amount else {
+            throw NodeError.refused("this device holds rights to \(held) coins; \(amount) are needed")
+        }
+    }
+
+    @discardableResult
+    public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Event {
+        try requireRights(amount)
+        return try await append(
+            .coinSpent, object: identity.user, payload: .textMap([("amount", .unsigned(amount)), ("for", .text(purpose))]))
+    }
+
+    /// Gives coins to another user; they land on `device` or on the
+    /// recipient's first device.
+    @discardableResult
+    public func giveCoins(to user: PublicKey, _ amount: UInt64, device: PublicKey? = nil, note: String? = nil) async throws
+        -> Event
+    {
+        try requireRights(amount)
+        var payload: [(String, CBORValue)] = [("amount", .unsigned(amount))]
+        if let device = try device ?? projections.devices(of: user).first(where: { $0.removedHLC == nil })?.device {
+            payload.append(("device", .bytes(device.bytes)))
+        }
+        if let note { payload.append(("note", .text(note))) }
+        return try await append(.coinGiven, object: user, payload: .textMap(payload))
+    }
+
+    /// Moves spending rights to another device of this user.
+    @discardableResult
+    public func moveRights(to device: PublicKey, _ amount: UInt64) async throws -> Event {
+        try requireRights(amount)
+        return try await append(.coinRightsMoved, object: device, payload: .textMap([("amount", .unsigned(amount))]))
+    }
+
+    @discardableResult
+    public func unlockSlot(_ slot: Int) async throws -> Event {
+        let prices = network.slotPrices
+        guard slot > 0, slot < prices.count else {
+            throw NodeError.refused("slots are numbered 1...\(prices.count - 1) (slot 0 is always unlocked)")
+        }
+        try requireRights(prices[slot])
+        return try await append(
+            .slotUnlocked, object: identity.user,
+            payload: .textMap([("slot", .unsigned(UInt64(slot))), ("price", .unsigned(prices[slot]))]))
+    }
+
+    /// Puts one of this user's pictures in a slot (nil empties it).
+    @discardableResult
+    public func setSlot(_ slot: Int, picture: ObjectID?) async throws -> Event {
+        guard slot >= 0, slot < network.slotCount else {
+            throw NodeError.refused("slots are numbered 0...\(network.slotCount - 1)")
+        }
+        if let picture { _ = try ownLivePicture(picture) }
+        return try await append(
+            .slotSet, object: identity.user,
+            payload: .textMap([("slot", .unsigned(UInt64(slot))), ("picture", picture.map { .bytes($0.bytes) } ?? .null)]))
+    }
+
+    // MARK: Network configuration
+
+    /// Creates an issuer key in a closed store and adds it to the store's
+    /// network configuration; the next open rebuilds the projections.
+    public static func createIssuer(at path: String) throws -> PublicKey {
+        guard FileManager.default.fileExists(atPath: KeyStore.deviceKeyPath(path)) else {
+            throw NodeError.notInitialized(path: path)
+        }
+        let keyPath = KeyStore.issuerKeyPath(path)
+        if FileManager.default.fileExists(atPath: keyPath) {
+            return try KeyStore.read(keyPath).publicKey
+        }
+        let key = SigningKey.generate()
+        try KeyStore.write(key, to: keyPath)
+        let configPath = path + "/" + NetworkConfig.fileName
+        var config = (try? NetworkConfig.load(from: configPath)) ?? NetworkConfig()
+        config = NetworkConfig(issuers: config.issuers + [key.publicKey], slotPrices: config.slotPrices)
+        try config.write(to: configPath)
+        return key.publicKey
+    }
+}
+
+/// Recognises image files by their first bytes, and reads PNG and GIF sizes.
+enum ImageSniffer {
+    static func sniff(_ b: [UInt8]) -> (mime: String, width: UInt64?, height: UInt64?)? {
+        func be(_ r: Range<Int>) -> UInt64 { b[r].reduce(0) { $0 << 8 | UInt64($1) } }
+        if b.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) {
+            return b.count >= 24 ? ("image/png", be(16..<20), be(20..<24)) : ("image/png", nil, nil)
+        }
+        if b.starts(with: [0xFF, 0xD8, 0xFF]) { return ("image/jpeg", nil, nil) }
+        if b.starts(with: Array("GIF87a".utf8)) || b.starts(with: Array("GIF89a".utf8)) {
+            guard b.count >= 10 else { return ("image/gif", nil, nil) }
+            return ("image/gif", UInt64(b[6]) | UInt64(b[7]) << 8, UInt64(b[8]) | UInt64(b[9]) << 8)
+        }
+        if b.count >= 12, b.starts(with: Array("RIFF".utf8)), b[8..<12].elementsEqual("WEBP".utf8) { return ("image/webp", nil, nil) }
+        if b.count >= 12, b[4..<8].elementsEqual("ftyp".utf8) {
+            let brand = String(decoding: b[8..<12], as: UTF8.self)
+            if brand == "avif" || brand == "avis" { return ("image/avif", nil, nil) }
+            if ["heic", "heix", "mif1", "msf1", "heim", "heis"].contains(brand) { return ("image/heic", nil, nil) }
+        }
+        return nil
+    }
+}

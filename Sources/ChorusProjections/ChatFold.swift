@@ -1,0 +1,253 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+
+/// A user's membership of one chat over time: half-open HLC intervals
+/// `[from, to)`, `to` nil while the membership lasts.
+public struct Membership: Hashable, Sendable {
+    public var admin: Bool
+    public var intervals: [(from: HLC, to: HLC?)]
+
+    public var isCurrent: Bool { intervals.last.map { $0.to == nil } ?? false }
+
+    public func isMember(at hlc: HLC) -> Bool {
+        intervals.contains { $0.from <= hlc && ($0.to.map { hlc < $0 } ?? true) }
+    }
+
+    public static func == (a: Membership, b: Membership) -> Bool {
+        a.admin == b.admin && a.intervals.count == b.intervals.count
+            && zip(a.intervals, b.intervals).allSatisfy { $0.from == $1.from && $0.to == $1.to }
+    }
+
+    public func hash(into h: inout Hasher) {
+        h.combine(admin)
+        for i in intervals {
+            h.combine(i.from)
+            h.combine(i.to)
+        }
+    }
+
+    func encoded() -> [UInt8] {
+        Codec.cbor(
+            .array([
+                .bool(admin),
+                .array(intervals.map { .array([.unsigned($0.from.rawValue), $0.to.map { .unsigned($0.rawValue) } ?? .null]) }),
+            ]))
+    }
+
+    static func decode(_ raw: [UInt8]) throws -> Membership {
+        let v = try Codec.decode(raw, "membership")
+        guard let a = v.arrayValue, a.count == 2, let admin = a[0].boolValue, let list = a[1].arrayValue else {
+            throw ProjectionError.corrupt("membership")
+        }
+        var intervals: [(HLC, HLC?)] = []
+        for item in list {
+            guard let pair = item.arrayValue, pair.count == 2, let from = pair[0].unsignedValue else {
+                throw ProjectionError.corrupt("membership interval")
+            }
+            intervals.append((HLC(rawValue: from), pair[1].unsignedValue.map(HLC.init(rawValue:))))
+        }
+        return Membership(admin: admin, intervals: intervals)
+    }
+}
+
+extension FoldRun {
+    /// Chat creation and membership, replayed in merge order; admins add and
+    /// remove members, anyone may leave (Specs/projections.md §6.5).
+    /// Returns whether any membership changed, which re-decides the chat's
+    /// messages and read markers.
+    mutating func foldChat(_ chat: ObjectID) throws -> Bool {
+        var created: (fact: Fact, creator: PublicKey)? = nil
+        var members: [PublicKey: Membership] = [:]
+        func join(_ user: PublicKey, admin: Bool, at hlc: HLC) {
+            var m = members[user] ?? Membership(admin: admin, intervals: [])
+            m.admin = admin
+            if !m.isCurrent { m.intervals.append((hlc, nil)) }
+            members[user] = m
+        }
+        for f in try facts(.chat, chat) {
+            let user: PublicKey
+            switch try actor(f) {
+            case .failure(let why):
+                try decide(f.id, why)
+                continue
+            case .success(let u): user = u
+            }
+            if f.kind == .chatCreated {
+                if created != nil {
+                    try decide(f.id, NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event"))
+                    continue
+                }
+                created = (f, user)
+                join(user, admin: true, at: f.hlc)
+                for m in f.payload?[text: "members"]?.arrayValue?.compactMap(\.id32) ?? [] where m != user {
+                    join(m, admin: false, at: f.hlc)
+                }
+                try decide(f.id, nil)
+                continue
+            }
+            guard created != nil else {
+                try decide(f.id, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+                continue
+            }
+            guard let target = f.payload?[text: "user"]?.id32 else {
+                throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
+            }
+            let isAdmin = members[user].map { $0.isCurrent && $0.admin } ?? false
+            switch f.kind {
+            case .chatMemberAdded:
+                guard isAdmin else {
+                    try decide(f.id, NoEffect("not_admin", "only an administrator of the chat may add members"))
+                    continue
+                }
+                join(target, admin: f.payload?[text: "admin"]?.boolValue ?? false, at: f.hlc)
+            case .chatMemberRemoved:
+                guard isAdmin || target == user else {
+                    try decide(f.id, NoEffect("not_admin", "only an administrator may remove another member"))
+                    continue
+                }
+                guard var m = members[target], m.isCurrent, let last = m.intervals.indices.last else {
+                    try decide(f.id, NoEffect("not_member", "\(target.short) is not a member at this point"))
+                    continue
+                }
+                m.intervals[last].to = f.hlc
+                members[target] = m
+            default:
+                throw ProjectionError.corrupt("\(f.kind.name) filed as a chat fact")
+            }
+            try decide(f.id, nil)
+        }
+
+        let chatKey = Table.chat.key(chat.bytes)
+        if let created {
+            var record: [(String, CBORValue)] = [
+                ("creator", .bytes(created.creator.bytes)), ("hlc", .unsigned(created.fact.hlc.rawValue)),
+                ("created_by", .bytes(created.fact.id.bytes)),
+            ]
+            if let title = created.fact.payload?[text: "title"]?.textValue { record.append(("title", .text(title))) }
+            try txn.put(p.state, chatKey, Codec.cbor(.textMap(record)))
+        } else {
+            try txn.delete(p.state, chatKey)
+        }
+        let prefix = Table.member.key(chat.bytes)
+        var oldCurrent: [[UInt8]] = []
+        try txn.scan(p.state, prefix: prefix) { key, value in
+            if try Membership.decode(value).isCurrent { oldCurrent.append(Array(key[33...])) }
+            return true
+        }
+        for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat.bytes)) }
+        var entries: [[UInt8]: [UInt8]] = [:]
+        for (user, m) in members {
+            entries[Table.member.key(chat.bytes, user.bytes)] = m.encoded()
+            if m.isCurrent { try txn.put(p.state, Table.userChat.key(user.bytes, chat.bytes), []) }
+        }
+        return try replace(prefix: prefix, with: entries)
+    }
+
+    func membership(_ chat: ObjectID, _ user: PublicKey) throws -> Membership? {
+        try txn.get(p.state, Table.member.key(chat.bytes, user.bytes)).map(Membership.decode)
+    }
+
+    /// A message: it takes effect when its sender was a member at its HLC;
+    /// edits and deletion by the sender; deletion final and purging
+    /// (Specs/projections.md §6.6).
+    mutating func foldMessage(_ message: EventID) throws {
+        let all = try facts(.message, message)
+        guard let sent = all.first(where: { $0.kind == .messageSent && $0.id == message }) else {
+            for f in all {
+                try decide(f.id, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
+            }
+            return
+        }
+        let chat = sent.object
+        let key = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), message.bytes)
+        func withdraw(_ why: NoEffect) throws {
+            try decide(sent.id, why)
+            for f in all where f.id != sent.id {
+                try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
+            }
+            try txn.delete(p.state, key)
+        }
+        let sender: PublicKey
+        switch try actor(sent) {
+        case .failure(let why): return try withdraw(why)
+        case .success(let u): sender = u
+        }
+        guard try membership(chat, sender)?.isMember(at: sent.hlc) == true else {
+            return try withdraw(NoEffect("not_member", "\(sender.short) was not a member of chat \(chat.short) when sending"))
+        }
+        try decide(sent.id, nil)
+        var edit: Fact? = nil
+        var deleted: Fact? = nil
+        for f in all where f.id != sent.id {
+            switch try actor(f) {
+            case .failure(let why):
+                try decide(f.id, why)
+                continue
+            case .success(let user) where user != sender:
+                try decide(f.id, NoEffect("not_author", "only the sender may edit or delete a message"))
+                continue
+            case .success: break
+            }
+            if let named = f.payload?[text: "chat"]?.id32, named != chat {
+                try decide(f.id, NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
+                continue
+            }
+            if deleted != nil {
+                try decide(f.id, NoEffect("after_deletion", "the message was deleted before this event"))
+                continue
+            }
+            if f.kind == .messageDeleted { deleted = f } else { edit = f }
+            try decide(f.id, nil)
+        }
+        var record: [(String, CBORValue)] = [
+            ("sender", .bytes(sender.bytes)), ("device", .bytes(sent.author.bytes)), ("hlc", .unsigned(sent.hlc.rawValue)),
+        ]
+        if let deleted {
+            record.append(("deleted", .unsigned(deleted.hlc.rawValue)))
+            for f in all { try purge(.message, message, f) }
+        } else if let payload = sent.payload {
+            let text = edit.map { $0.payload?[text: "text"]?.textValue } ?? payload[text: "text"]?.textValue
+            if let text { record.append(("text", .text(text))) }
+            if let picture = payload[text: "picture"]?.id32 { record.append(("picture", .bytes(picture.bytes))) }
+            if let edit { record.append(("edited", .unsigned(edit.hlc.rawValue))) }
+        } else {
+            record.append(("purged", .bool(true)))
+        }
+        try txn.put(p.state, key, Codec.cbor(.textMap(record)))
+    }
+
+    /// Read markers: per member, the furthest position read while a member;
+    /// never moves backwards (Specs/projections.md §6.7).
+    mutating func foldReads(_ chat: ObjectID) throws {
+        var markers: [PublicKey: (hlc: UInt64, message: EventID)] = [:]
+        for f in try facts(.reads, chat) {
+            let user: PublicKey
+            switch try actor(f) {
+            case .failure(let why):
+                try decide(f.id, why)
+                continue
+            case .success(let u): user = u
+            }
+            guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
+                try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+                continue
+            }
+            guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
+                throw ProjectionError.corrupt("chat.read fact without its payload")
+            }
+            // Never backwards: the marker is the furthest (hlc, message) read.
+            if let current = markers[user], !(current.hlc < hlc || (current.hlc == hlc && current.message < message)) {
+                try decide(f.id, nil)
+                continue
+            }
+            markers[user] = (hlc, message)
+            try decide(f.id, nil)
+        }
+        var entries: [[UInt8]: [UInt8]] = [:]
+        for (user, m) in markers {
+            entries[Table.read.key(chat.bytes, user.bytes)] = Codec.cbor(.array([.unsigned(m.hlc), .bytes(m.message.bytes)]))
+        }
+        try replace(prefix: Table.read.key(chat.bytes), with: entries)
+    }
+}

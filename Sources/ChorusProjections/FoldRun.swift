@@ -1,0 +1,179 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusStorage
+
+/// One pass of folding inside one write transaction: the objects touched by
+/// the transaction's events are re-folded once each, in dependency order
+/// (device bindings first, since every other rule reads them; chats before
+/// their messages and read markers; the coin ledger last).
+struct FoldRun {
+    let p: Projections
+    let txn: Transaction
+    var dirty: [ObjectClass: Set<Bytes32>] = [:]
+    var coinsFrom: MergeOrder? = nil
+    var bindings: [Bytes32: DeviceBinding?] = [:]
+
+    init(projections: Projections, txn: Transaction) {
+        self.p = projections
+        self.txn = txn
+    }
+
+    mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
+
+    mutating func markCoins(from order: MergeOrder) {
+        if let current = coinsFrom, current <= order { return }
+        coinsFrom = order
+    }
+
+    mutating func execute() throws {
+        for device in (dirty[.device] ?? []).sorted() {
+            if try foldDevice(device) { try deviceChanged(device) }
+        }
+        bindings.removeAll()
+        for cls: ObjectClass in [.profile, .picture, .follow, .like, .block, .slots] {
+            for object in (dirty[cls] ?? []).sorted() {
+                switch cls {
+                case .profile: try foldProfile(object)
+                case .picture: try foldPicture(object)
+                case .slots: try foldSlots(object)
+                default: try foldRelationship(cls, object)
+                }
+            }
+        }
+        for chat in (dirty[.chat] ?? []).sorted() where try foldChat(chat) {
+            mark(.reads, chat)
+            try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, _ in
+                mark(.message, try Codec.b32(key.suffix(32), "message id"))
+                return true
+            }
+        }
+        for chat in (dirty[.reads] ?? []).sorted() { try foldReads(chat) }
+        for message in (dirty[.message] ?? []).sorted() { try foldMessage(message) }
+        if let from = coinsFrom { try foldCoins(from: from) }
+    }
+
+    // MARK: Shared helpers
+
+    func facts(_ cls: ObjectClass, _ object: Bytes32) throws -> [Fact] {
+        var out: [Fact] = []
+        let prefix = [cls.rawValue] + object.bytes
+        try txn.scan(p.facts, prefix: prefix) { key, value in
+            out.append(try Fact.decode(order: try MergeOrder(bytes: key[33...]), value))
+            return true
+        }
+        return out
+    }
+
+    /// Makes the state entries under `prefix` exactly `entries`. Returns
+    /// whether anything changed.
+    @discardableResult
+    func replace(prefix: [UInt8], with entries: [[UInt8]: [UInt8]]) throws -> Bool {
+        var existing: [[UInt8]: [UInt8]] = [:]
+        try txn.scan(p.state, prefix: prefix) { k, v in
+            existing[k] = v
+            return true
+        }
+        var changed = false
+        for (k, v) in entries where existing[k] != v {
+            try txn.put(p.state, k, v)
+            changed = true
+        }
+        for k in existing.keys where entries[k] == nil {
+            try txn.delete(p.state, k)
+            changed = true
+        }
+        return changed
+    }
+
+    /// Records why an event takes no effect, or clears the record.
+    func decide(_ id: EventID, _ reason: NoEffect?) throws {
+        let key = Table.noEffect.key(id.bytes)
+        if let reason {
+            try txn.put(p.state, key, Codec.cbor(.array([.text(reason.code), .text(reason.detail)])))
+        } else {
+            try txn.delete(p.state, key)
+        }
+    }
+
+    /// The device binding of `key`, cached for this run.
+    mutating func binding(_ key: Bytes32) throws -> DeviceBinding? {
+        if let cached = bindings[key] { return cached }
+        let b = try txn.get(p.state, Table.device.key(key.bytes)).map { try DeviceBinding.decode($0) }
+        bindings[key] = .some(b)
+        return b
+    }
+
+    /// The user an event by `author` at `hlc` acts for: the user the device
+    /// is bound to, the key itself when it is not a bound device (user keys,
+    /// issuers, devices whose binding has not arrived), or nil when the
+    /// device was removed at or before `hlc`.
+    mutating func actingUser(_ author: PublicKey, at hlc: HLC) throws -> PublicKey? {
+        guard let b = try binding(author) else { return author }
+        if let removed = b.removedHLC, hlc >= removed { return nil }
+        return b.user
+    }
+
+    mutating func actor(_ fact: Fact) throws -> Result<PublicKey, NoEffect> {
+        guard let user = try actingUser(fact.author, at: fact.hlc) else {
+            return .failure(NoEffect("device_removed", "device \(fact.author.short) was removed from its user before this event"))
+        }
+        return .success(user)
+    }
+
+    /// Purges the payload of a fact and of its logged event (brief decision 8).
+    func purge(_ cls: ObjectClass, _ object: Bytes32, _ fact: Fact) throws {
+        guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }
+        try txn.put(
+            p.facts, Projections.factKey(cls, object, fact.order),
+            [UInt8(truncatingIfNeeded: fact.kind.rawValue)] + fact.object.bytes + [0])
+        try p.log.purgePayload(fact.id, in: txn)
+    }
+}
+
+/// Why an event takes no effect: a stable code and a sentence.
+public struct NoEffect: Error, Hashable, Sendable {
+    public let code: String
+    public let detail: String
+    public init(_ code: String, _ detail: String) {
+        self.code = code
+        self.detail = detail
+    }
+}
+
+/// A device bound to a user by a `device.added` event (Specs/projections.md §6.1).
+public struct DeviceBinding: Hashable, Sendable {
+    public let user: PublicKey
+    public let addedHLC: HLC
+    public let addedBy: EventID
+    public let removedHLC: HLC?
+    public let name: String?
+
+    func encoded() -> [UInt8] {
+        Codec.cbor(
+            .array([
+                .bytes(user.bytes), .unsigned(addedHLC.rawValue), .bytes(addedBy.bytes),
+                removedHLC.map { .unsigned($0.rawValue) } ?? .null, name.map { .text($0) } ?? .null,
+            ]))
+    }
+
+    static func decode(_ raw: [UInt8]) throws -> DeviceBinding {
+        let v = try Codec.decode(raw, "device binding")
+        guard let a = v.arrayValue, a.count == 5, let user = a[0].id32, let added = a[1].unsignedValue,
+            let by = a[2].id32
+        else { throw ProjectionError.corrupt("device binding") }
+        return DeviceBinding(
+            user: user, addedHLC: HLC(rawValue: added), addedBy: by, removedHLC: a[3].unsignedValue.map(HLC.init(rawValue:)),
+            name: a[4].textValue)
+    }
+
+    /// The message a device signs to consent to being bound to `user`.
+    public static func proofMessage(user: PublicKey) -> [UInt8] {
+        Array("chorus/device-binding/v1".utf8) + [0] + user.bytes
+    }
+
+    public static func proof(device: SigningKey, user: PublicKey) -> [UInt8] {
+        device.sign(proofMessage(user: user))
+    }
+}

@@ -1,0 +1,108 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+
+extension FoldRun {
+    /// Device bindings (Specs/projections.md §6.1). Returns true when the
+    /// device's user or removal time changed, which changes how every event
+    /// the device signed is attributed.
+    mutating func foldDevice(_ device: Bytes32) throws -> Bool {
+        var binding: DeviceBinding? = nil
+        for f in try facts(.device, device) {
+            switch f.kind {
+            case .deviceAdded:
+                if let b = binding {
+                    try decide(f.id, NoEffect("already_bound", "device \(device.short) is already bound to user \(b.user.short)"))
+                    continue
+                }
+                if f.author == device {
+                    try decide(f.id, NoEffect("self_binding", "a key cannot bind itself as its own device"))
+                    continue
+                }
+                guard let proof = f.payload?[text: "proof"]?.bytesValue,
+                    Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: f.author), publicKey: device)
+                else {
+                    try decide(f.id, NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid"))
+                    continue
+                }
+                binding = DeviceBinding(
+                    user: f.author, addedHLC: f.hlc, addedBy: f.id, removedHLC: nil,
+                    name: f.payload?[text: "name"]?.textValue)
+                try decide(f.id, nil)
+            case .deviceRemoved:
+                guard let b = binding else {
+                    try decide(f.id, NoEffect("not_bound", "device \(device.short) is not bound to a user at this point"))
+                    continue
+                }
+                guard f.author == b.user else {
+                    try decide(f.id, NoEffect("not_owner", "only user \(b.user.short) may remove this device"))
+                    continue
+                }
+                guard b.removedHLC == nil else {
+                    try decide(f.id, NoEffect("already_removed", "the device was already removed"))
+                    continue
+                }
+                binding = DeviceBinding(user: b.user, addedHLC: b.addedHLC, addedBy: b.addedBy, removedHLC: f.hlc, name: b.name)
+                try decide(f.id, nil)
+            default:
+                throw ProjectionError.corrupt("\(f.kind.name) filed as a device fact")
+            }
+        }
+        let key = Table.device.key(device.bytes)
+        let old = try txn.get(p.state, key).map { try DeviceBinding.decode($0) }
+        if let old { try txn.delete(p.state, Table.userDevice.key(old.user.bytes, device.bytes)) }
+        if let binding {
+            try txn.put(p.state, key, binding.encoded())
+            try txn.put(p.state, Table.userDevice.key(binding.user.bytes, device.bytes), [])
+        } else {
+            try txn.delete(p.state, key)
+        }
+        bindings[device] = .some(binding)
+        let changed = old?.user != binding?.user || old?.removedHLC != binding?.removedHLC
+        if changed {
+            for user in [old?.user, binding?.user].compactMap({ $0 }) { try markCoinsOf(user) }
+        }
+        return changed
+    }
+
+    /// Re-folds everything the device signed: its events now act for
+    /// another user, or stop acting at another time.
+    mutating func deviceChanged(_ device: Bytes32) throws {
+        try txn.scan(p.index, prefix: IndexTable.authored.key(device.bytes)) { key, _ in
+            guard key.count == 66, let cls = ObjectClass(rawValue: key[33]) else {
+                throw ProjectionError.corrupt("authored index key of \(key.count) bytes")
+            }
+            if cls != .device && cls != .coins { mark(cls, try Codec.b32(key[34...], "object")) }
+            return true
+        }
+        try markCoinsOf(device)
+    }
+
+    /// Re-decides the coin ledger from the first coin event naming `key`.
+    mutating func markCoinsOf(_ key: Bytes32) throws {
+        let prefix = IndexTable.coinParty.key(key.bytes)
+        try txn.scan(p.index, prefix: prefix) { k, _ in
+            markCoins(from: try MergeOrder(bytes: k[33...]))
+            return false
+        }
+    }
+
+    /// The device a gift without an explicit device lands on: the user's
+    /// earliest-bound device not removed at `hlc`, else the user key itself.
+    mutating func primaryDevice(of user: PublicKey, at hlc: HLC) throws -> PublicKey {
+        var best: (order: MergeOrder, device: PublicKey)? = nil
+        var devices: [PublicKey] = []
+        try txn.scan(p.state, prefix: Table.userDevice.key(user.bytes)) { key, _ in
+            devices.append(try Codec.b32(key[33...], "device"))
+            return true
+        }
+        for d in devices {
+            guard let b = try binding(d), b.user == user else { continue }
+            if let removed = b.removedHLC, hlc >= removed { continue }
+            let order = MergeOrder(hlc: b.addedHLC, author: user, id: b.addedBy)
+            if let current = best, current.order <= order { continue }
+            best = (order, d)
+        }
+        return best?.device ?? user
+    }
+}

@@ -1,0 +1,176 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+
+/// The merge order of events: (HLC, author, event id), compared as the
+/// 72-byte big-endian concatenation (Specs/projections.md §2).
+public struct MergeOrder: Hashable, Comparable, Sendable {
+    public let hlc: HLC
+    public let author: PublicKey
+    public let id: EventID
+
+    public init(hlc: HLC, author: PublicKey, id: EventID) {
+        self.hlc = hlc
+        self.author = author
+        self.id = id
+    }
+
+    public init(_ event: Event) { self.init(hlc: event.hlc, author: event.author, id: event.id) }
+
+    public var bytes: [UInt8] { LogStore.encodeU64(hlc.rawValue) + author.bytes + id.bytes }
+
+    init(bytes b: ArraySlice<UInt8>) throws {
+        guard b.count == 72, let author = Bytes32(b.dropFirst(8).prefix(32)), let id = Bytes32(b.suffix(32)) else {
+            throw ProjectionError.corrupt("merge order of \(b.count) bytes")
+        }
+        self.hlc = HLC(rawValue: b.prefix(8).reduce(0) { $0 << 8 | UInt64($1) })
+        self.author = author
+        self.id = id
+    }
+
+    public static func < (a: MergeOrder, b: MergeOrder) -> Bool {
+        if a.hlc != b.hlc { return a.hlc < b.hlc }
+        if a.author != b.author { return a.author < b.author }
+        return a.id < b.id
+    }
+}
+
+public enum ProjectionError: Error, Sendable, CustomStringConvertible {
+    case corrupt(String)
+
+    public var description: String {
+        switch self {
+        case .corrupt(let what): "projection state damaged: \(what); run `chorus rebuild` to rebuild it from the log"
+        }
+    }
+}
+
+/// The projected object an event feeds. Each class's state is a pure
+/// function of the facts filed under it (Specs/projections.md §3).
+enum ObjectClass: UInt8, CaseIterable {
+    case device = 1, profile, picture, follow, like, block, chat, reads, message, slots, coins
+
+    static func targets(of event: Event) -> [(ObjectClass, Bytes32)] {
+        switch event.kind {
+        case .deviceAdded, .deviceRemoved: [(.device, event.object)]
+        case .profileSet: [(.profile, event.object)]
+        case .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted: [(.picture, event.object)]
+        case .followAdded, .followRemoved: [(.follow, event.object)]
+        case .likeAdded, .likeRemoved: [(.like, event.object)]
+        case .blockAdded, .blockRemoved: [(.block, event.object)]
+        case .chatCreated, .chatMemberAdded, .chatMemberRemoved: [(.chat, event.object)]
+        case .chatRead: [(.reads, event.object)]
+        case .messageSent: [(.message, event.id)]
+        case .messageEdited, .messageDeleted: [(.message, event.object)]
+        case .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked: [(.coins, .zero)]
+        case .slotSet: [(.slots, event.object)]
+        }
+    }
+}
+
+/// One event as a projection sees it, read back from the `facts` database.
+struct Fact {
+    let order: MergeOrder
+    let kind: EventKind
+    let object: Bytes32
+    /// nil when the payload is purged.
+    let payload: CBORValue?
+
+    var id: EventID { order.id }
+    var author: PublicKey { order.author }
+    var hlc: HLC { order.hlc }
+
+    static func encode(_ event: Event) -> [UInt8] {
+        var out: [UInt8] = [UInt8(truncatingIfNeeded: event.kind.rawValue)] + event.object.bytes
+        if let p = event.payloadBytes {
+            out.append(1)
+            out += p
+        } else {
+            out.append(0)
+        }
+        return out
+    }
+
+    static func decode(order: MergeOrder, _ raw: [UInt8]) throws -> Fact {
+        guard raw.count >= 34, let kind = EventKind(rawValue: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
+            throw ProjectionError.corrupt("fact of \(raw.count) bytes")
+        }
+        var payload: CBORValue? = nil
+        if raw[33] == 1 {
+            do { payload = try CBORDecoder.decode(Array(raw[34...])) } catch {
+                throw ProjectionError.corrupt("fact payload does not decode: \(error)")
+            }
+        }
+        return Fact(order: order, kind: kind, object: object, payload: payload)
+    }
+}
+
+/// Key prefixes of the `state` database: every projected table lives in it,
+/// so the projection digest is one hash over one database
+/// (Specs/projections.md §4 lists every table and its encoding).
+enum Table: UInt8 {
+    case device = 0x10  // device -> binding
+    case userDevice = 0x11  // user || device -> ()
+    case profile = 0x20  // user || field name -> register
+    case picture = 0x30  // picture -> picture record
+    case gallery = 0x31  // owner || position (64, zero padded) || picture -> ()
+    case picturesByTime = 0x33  // owner || created hlc || picture -> ()
+    case blobRef = 0x35  // blob hash || picture -> ()
+    case edge = 0x40  // class || target || actor user -> live add ids
+    case edgeOut = 0x41  // class || actor user || target -> ()
+    case chat = 0x50  // chat -> chat record
+    case member = 0x51  // chat || user -> membership intervals
+    case userChat = 0x52  // user || chat -> () (current members)
+    case message = 0x53  // chat || hlc || message -> message record
+    case read = 0x54  // chat || user -> read marker
+    case rights = 0x60  // device -> u64 spending rights
+    case receipt = 0x61  // receipt text -> crediting event id
+    case slotUnlock = 0x62  // user || slot -> unlocking event id
+    case ledger = 0x63  // merge order -> coin decision
+    case slot = 0x70  // user || slot -> slot register
+    case noEffect = 0x7F  // event id -> [code, detail]
+
+    func key(_ parts: [UInt8]...) -> [UInt8] {
+        var out: [UInt8] = [rawValue]
+        for p in parts { out += p }
+        return out
+    }
+}
+
+/// Key prefixes of the `index` database: lookups the folds need, derived
+/// from the log but not part of the projected state.
+enum IndexTable: UInt8 {
+    case authored = 0x01  // author || class || object -> ()
+    case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
+    case chatMessage = 0x03  // chat || message id -> ()
+
+    func key(_ parts: [UInt8]...) -> [UInt8] {
+        var out: [UInt8] = [rawValue]
+        for p in parts { out += p }
+        return out
+    }
+}
+
+enum Codec {
+    static func u64(_ n: UInt64) -> [UInt8] { LogStore.encodeU64(n) }
+
+    static func readU64(_ b: ArraySlice<UInt8>) -> UInt64 { b.reduce(0) { $0 << 8 | UInt64($1) } }
+
+    static func b32(_ b: ArraySlice<UInt8>, _ what: String) throws -> Bytes32 {
+        guard let v = Bytes32(b) else { throw ProjectionError.corrupt("\(what) of \(b.count) bytes") }
+        return v
+    }
+
+    static func cbor(_ v: CBORValue) -> [UInt8] { CBOREncoder.encode(v) }
+
+    static func decode(_ raw: [UInt8], _ what: String) throws -> CBORValue {
+        do { return try CBORDecoder.decode(raw) } catch { throw ProjectionError.corrupt("\(what): \(error)") }
+    }
+
+    static func key32(_ v: Bytes32?) -> CBORValue { v.map { .bytes($0.bytes) } ?? .null }
+}
+
+extension CBORValue {
+    var id32: Bytes32? { bytesValue.flatMap { Bytes32($0) } }
+}

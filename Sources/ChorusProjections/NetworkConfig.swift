@@ -1,0 +1,102 @@
+import ChorusCrypto
+import Foundation
+
+/// Settings every node of one network shares, because projections depend
+/// on them: who may mint coins and what lock slots cost. Two nodes with
+/// different configurations may legitimately disagree on balances, so the
+/// digest covers the configuration too (Specs/projections.md §1).
+public struct NetworkConfig: Sendable, Hashable {
+    /// Public keys whose `coin.credited` events take effect.
+    public var issuers: [PublicKey]
+    /// The price of each lock slot, by slot number; the count is the number
+    /// of slots a profile has. Slot 0 is free: its price must be 0.
+    public var slotPrices: [UInt64]
+
+    public static let defaultSlotPrices: [UInt64] = [0, 50, 100, 200, 400, 800]
+
+    public init(issuers: [PublicKey] = [], slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices) {
+        self.issuers = issuers.sorted()
+        self.slotPrices = slotPrices
+    }
+
+    public var slotCount: Int { slotPrices.count }
+
+    /// Problems that make the configuration unusable.
+    public var problems: [String] {
+        var out: [String] = []
+        if slotPrices.isEmpty { out.append("a profile needs at least one slot") }
+        if slotPrices.count > 64 { out.append("at most 64 slots") }
+        if let first = slotPrices.first, first != 0 { out.append("slot 0 is free: its price must be 0") }
+        if Set(issuers).count != issuers.count { out.append("an issuer key is listed twice") }
+        return out
+    }
+
+    /// A fingerprint of the configuration, folded into the projection digest.
+    public var fingerprint: Hash32 {
+        var bytes: [UInt8] = Array("chorus/network/v1".utf8) + [0, UInt8(issuers.count)]
+        for key in issuers.sorted() { bytes += key.bytes }
+        bytes.append(UInt8(slotPrices.count))
+        for price in slotPrices { bytes += Codec.u64(price) }
+        return Blake2b.hash256(bytes)
+    }
+
+    // MARK: File form (network.json in the store directory)
+
+    public static let fileName = "network.json"
+
+    public func json() -> String {
+        let issuers = self.issuers.map { "\"\($0.hex)\"" }.joined(separator: ", ")
+        let prices = slotPrices.map(String.init).joined(separator: ", ")
+        return "{\n  \"format\": 1,\n  \"issuers\": [\(issuers)],\n  \"slot_prices\": [\(prices)]\n}\n"
+    }
+
+    public static func parse(json text: String, source: String) throws -> NetworkConfig {
+        func bad(_ why: String) -> NetworkConfigError { .invalid(source: source, reason: why) }
+        guard let data = text.data(using: .utf8),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { throw bad("not a JSON object") }
+        guard (object["format"] as? Int) == 1 else { throw bad("\"format\" must be 1") }
+        guard let issuerTexts = object["issuers"] as? [String] else { throw bad("\"issuers\" must be a list of hex keys") }
+        var issuers: [PublicKey] = []
+        for text in issuerTexts {
+            guard let key = Bytes32(hex: text) else { throw bad("issuer \"\(text)\" is not 64 hex digits") }
+            issuers.append(key)
+        }
+        guard let prices = object["slot_prices"] as? [Any] else { throw bad("\"slot_prices\" must be a list") }
+        var slotPrices: [UInt64] = []
+        for p in prices {
+            guard let n = p as? Int, n >= 0 else { throw bad("slot prices must be non-negative integers") }
+            slotPrices.append(UInt64(n))
+        }
+        let config = NetworkConfig(issuers: issuers, slotPrices: slotPrices)
+        if let problem = config.problems.first { throw bad(problem) }
+        return config
+    }
+
+    public static func load(from path: String) throws -> NetworkConfig {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw NetworkConfigError.missing(path: path)
+        }
+        return try parse(json: String(decoding: data, as: UTF8.self), source: path)
+    }
+
+    public func write(to path: String) throws {
+        do { try Data(json().utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
+            throw NetworkConfigError.cannotWrite(path: path, reason: error.localizedDescription)
+        }
+    }
+}
+
+public enum NetworkConfigError: Error, Sendable, CustomStringConvertible {
+    case missing(path: String)
+    case invalid(source: String, reason: String)
+    case cannotWrite(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .missing(let path): "network configuration \(path) is missing or unreadable"
+        case .invalid(let source, let reason): "network configuration \(source) is invalid: \(reason)"
+        case .cannotWrite(let path, let reason): "cannot write network configuration \(path): \(reason)"
+        }
+    }
+}

@@ -1,0 +1,198 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+
+/// Gallery positions: byte strings compared as if right-padded with zero
+/// bytes to 64 (Specs/projections.md §6.3).
+public enum GalleryPosition {
+    public static let width = 64
+
+    /// A picture's position until it is first moved: its creation HLC.
+    public static func initial(_ hlc: HLC) -> [UInt8] { Codec.u64(hlc.rawValue) }
+
+    public static func padded(_ position: [UInt8]) -> [UInt8] {
+        Array(position.prefix(width)) + [UInt8](repeating: 0, count: max(0, width - position.count))
+    }
+
+    /// A position strictly between `low` and `high` (nil: the start or the
+    /// end of the gallery), or nil when there is no room within 64 bytes.
+    public static func between(_ low: [UInt8]?, _ high: [UInt8]?) -> [UInt8]? {
+        let a = padded(low ?? [])
+        let b = high.map(padded)
+        if let b, !a.lexicographicallyPrecedes(b) { return nil }
+        var out: [UInt8] = []
+        var boundedAbove = b != nil
+        for i in 0..<width {
+            let lo = Int(a[i])
+            let hi = boundedAbove ? Int(b?[i] ?? 0) : 256
+            if hi - lo > 1 {
+                out.append(UInt8((lo + hi) / 2))
+                return out
+            }
+            out.append(UInt8(lo))
+            if hi - lo == 1 { boundedAbove = false }
+        }
+        return nil
+    }
+}
+
+extension FoldRun {
+    /// A picture: created once, caption and position registers written by
+    /// its owner, deletion final (Specs/projections.md §6.3).
+    mutating func foldPicture(_ picture: ObjectID) throws {
+        var created: (fact: Fact, owner: PublicKey)? = nil
+        var caption: String? = nil
+        var position: [UInt8]? = nil
+        var deleted: Fact? = nil
+        let all = try facts(.picture, picture)
+        for f in all {
+            let user: PublicKey
+            switch try actor(f) {
+            case .failure(let why):
+                try decide(f.id, why)
+                continue
+            case .success(let u): user = u
+            }
+            if f.kind == .pictureCreated {
+                if created != nil {
+                    try decide(f.id, NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event"))
+                    continue
+                }
+                created = (f, user)
+                caption = f.payload?[text: "caption"]?.textValue
+                try decide(f.id, nil)
+                continue
+            }
+            guard let owner = created?.owner else {
+                try decide(f.id, NoEffect("picture_unknown", "this node holds no creation of picture \(picture.short) before this event"))
+                continue
+            }
+            guard user == owner else {
+                try decide(f.id, NoEffect("not_owner", "only user \(owner.short) may change this picture"))
+                continue
+            }
+            if deleted != nil {
+                try decide(f.id, NoEffect("after_deletion", "the picture was deleted before this event"))
+                continue
+            }
+            switch f.kind {
+            case .pictureCaptioned:
+                caption = f.payload?[text: "caption"]?.textValue
+            case .pictureMoved:
+                position = f.payload?[text: "position"]?.bytesValue
+            case .pictureDeleted:
+                deleted = f
+            default:
+                throw ProjectionError.corrupt("\(f.kind.name) filed as a picture fact")
+            }
+            try decide(f.id, nil)
+        }
+        let recordKey = Table.picture.key(picture.bytes)
+        if let oldRaw = try txn.get(p.state, recordKey) {
+            let old = try PictureRecord.decode(oldRaw)
+            for key in old.indexKeys(picture) { try txn.delete(p.state, key) }
+        }
+        guard let created else {
+            try txn.delete(p.state, recordKey)
+            return
+        }
+        let payload = created.fact.payload
+        var record = PictureRecord(owner: created.owner, author: created.fact.author, hlc: created.fact.hlc, createdBy: created.fact.id)
+        if let deleted {
+            record.deleted = deleted.hlc
+            record.deletedBy = deleted.id
+            let blob = payload?[text: "blob"]?.id32
+            for f in all { try purge(.picture, picture, f) }
+            if let blob {
+                var referenced = false
+                try txn.scan(p.state, prefix: Table.blobRef.key(blob.bytes)) { _, _ in
+                    referenced = true
+                    return false
+                }
+                if !referenced { try p.blobs.delete(blob, in: txn) }
+            }
+        } else if let payload {
+            record.blob = payload[text: "blob"]?.id32
+            record.size = payload[text: "size"]?.unsignedValue
+            record.mime = payload[text: "mime"]?.textValue
+            record.width = payload[text: "width"]?.unsignedValue
+            record.height = payload[text: "height"]?.unsignedValue
+            record.caption = caption
+            record.position = position ?? GalleryPosition.initial(created.fact.hlc)
+        } else {
+            record.position = position ?? GalleryPosition.initial(created.fact.hlc)
+            record.purged = true
+        }
+        try txn.put(p.state, recordKey, record.encoded())
+        for key in record.indexKeys(picture) { try txn.put(p.state, key, []) }
+    }
+}
+
+/// The projected state of one picture (Specs/projections.md §4).
+public struct PictureRecord: Hashable, Sendable {
+    public var owner: PublicKey
+    public var author: PublicKey
+    public var hlc: HLC
+    public var createdBy: EventID
+    public var blob: Hash32? = nil
+    public var size: UInt64? = nil
+    public var mime: String? = nil
+    public var width: UInt64? = nil
+    public var height: UInt64? = nil
+    public var caption: String? = nil
+    public var position: [UInt8]? = nil
+    public var deleted: HLC? = nil
+    public var deletedBy: EventID? = nil
+    /// The creation's payload was purged here although no deletion is held.
+    public var purged = false
+
+    public var isLive: Bool { deleted == nil }
+
+    func encoded() -> [UInt8] {
+        var m: [(String, CBORValue)] = [
+            ("owner", .bytes(owner.bytes)), ("author", .bytes(author.bytes)), ("hlc", .unsigned(hlc.rawValue)),
+            ("created_by", .bytes(createdBy.bytes)),
+        ]
+        if let blob { m.append(("blob", .bytes(blob.bytes))) }
+        if let size { m.append(("size", .unsigned(size))) }
+        if let mime { m.append(("mime", .text(mime))) }
+        if let width { m.append(("width", .unsigned(width))) }
+        if let height { m.append(("height", .unsigned(height))) }
+        if let caption { m.append(("caption", .text(caption))) }
+        if let position { m.append(("position", .bytes(position))) }
+        if let deleted { m.append(("deleted", .unsigned(deleted.rawValue))) }
+        if let deletedBy { m.append(("deleted_by", .bytes(deletedBy.bytes))) }
+        if purged { m.append(("purged", .bool(true))) }
+        return Codec.cbor(.textMap(m))
+    }
+
+    static func decode(_ raw: [UInt8]) throws -> PictureRecord {
+        let v = try Codec.decode(raw, "picture record")
+        guard let owner = v[text: "owner"]?.id32, let author = v[text: "author"]?.id32,
+            let hlc = v[text: "hlc"]?.unsignedValue, let createdBy = v[text: "created_by"]?.id32
+        else { throw ProjectionError.corrupt("picture record") }
+        var r = PictureRecord(owner: owner, author: author, hlc: HLC(rawValue: hlc), createdBy: createdBy)
+        r.blob = v[text: "blob"]?.id32
+        r.size = v[text: "size"]?.unsignedValue
+        r.mime = v[text: "mime"]?.textValue
+        r.width = v[text: "width"]?.unsignedValue
+        r.height = v[text: "height"]?.unsignedValue
+        r.caption = v[text: "caption"]?.textValue
+        r.position = v[text: "position"]?.bytesValue
+        r.deleted = v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:))
+        r.deletedBy = v[text: "deleted_by"]?.id32
+        r.purged = v[text: "purged"]?.boolValue ?? false
+        return r
+    }
+
+    /// The gallery, time and blob index entries of a live picture.
+    func indexKeys(_ id: ObjectID) -> [[UInt8]] {
+        guard isLive else { return [] }
+        var keys = [
+            Table.gallery.key(owner.bytes, GalleryPosition.padded(position ?? GalleryPosition.initial(hlc)), id.bytes),
+            Table.picturesByTime.key(owner.bytes, Codec.u64(hlc.rawValue), id.bytes),
+        ]
+        if let blob { keys.append(Table.blobRef.key(blob.bytes, id.bytes)) }
+        return keys
+    }
+}

@@ -1,0 +1,152 @@
+import ChorusBlobs
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusStorage
+
+/// The projected state of a node: profiles, pictures, relationships, chats,
+/// coins and slots, kept in the same LMDB environment as the log and updated
+/// in the same write transaction as the append that causes it (brief,
+/// decision 9). The state is a pure function of the set of events held:
+/// every event is filed as a fact under the objects it touches, and each
+/// touched object is re-folded from all of its facts in merge order, so
+/// delivery order never matters (Specs/projections.md).
+public struct Projections: Sendable {
+    public let log: LogStore
+    public let blobs: BlobStore
+    public let config: NetworkConfig
+    let facts: Database
+    let index: Database
+    let state: Database
+
+    public static let databaseNames = ["facts", "index", "state"]
+
+    public init(log: LogStore, blobs: BlobStore, config: NetworkConfig) throws {
+        self.log = log
+        self.blobs = blobs
+        self.config = config
+        facts = try log.env.openDatabase("facts")
+        index = try log.env.openDatabase("index")
+        state = try log.env.openDatabase("state")
+    }
+
+    /// Folds newly stored events (accepted or refilled) into the projections,
+    /// inside the caller's write transaction.
+    public func apply(_ events: [Event], in txn: Transaction) throws {
+        guard !events.isEmpty else { return }
+        var run = FoldRun(projections: self, txn: txn)
+        for event in events {
+            let value = Fact.encode(event)
+            let order = MergeOrder(event)
+            for (cls, object) in ObjectClass.targets(of: event) {
+                try txn.put(facts, Self.factKey(cls, object, order), value)
+                try txn.put(index, IndexTable.authored.key(event.author.bytes, [cls.rawValue], object.bytes), [])
+                if cls == .coins {
+                    for party in Self.coinParties(event) {
+                        try txn.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
+                    }
+                    run.markCoins(from: order)
+                } else {
+                    run.mark(cls, object)
+                }
+            }
+            if event.kind == .messageSent {
+                try txn.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
+            }
+        }
+        try run.execute()
+    }
+
+    /// Drops every projection and folds the whole log again, in slices of
+    /// `sliceSize` events per write transaction. Because folding is
+    /// order-independent, the result equals the incrementally built state.
+    public func rebuild(sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws {
+        try log.env.write { txn in
+            try txn.clear(facts)
+            try txn.clear(index)
+            try txn.clear(state)
+        }
+        let total = try log.eventCount()
+        var since: UInt64 = 0
+        var done = 0
+        while true {
+            let slice = try log.arrivals(since: since, limit: sliceSize)
+            guard let last = slice.last else { break }
+            // Merge order, so the coin ledger mostly appends instead of re-folding.
+            let events = slice.map(\.event).sorted { MergeOrder($0) < MergeOrder($1) }
+            try log.env.write { txn in try apply(events, in: txn) }
+            since = last.arrival
+            done += slice.count
+            progress?(done, total)
+        }
+        try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
+    }
+
+    /// The index key recording which projection format and network
+    /// configuration the state was built with.
+    static let builtKey: [UInt8] = [0xFF] + Array("built".utf8)
+    public static let formatVersion: UInt64 = 1
+
+    var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
+
+    /// Whether the state was built by this format with this configuration
+    /// (false for a store from before projections, or after the network
+    /// configuration changed): then it must be rebuilt before use.
+    public func isCurrent() throws -> Bool {
+        try log.env.read { txn in try txn.get(index, Self.builtKey) == builtMarker }
+    }
+
+    /// Drops and rebuilds the projections unless they are current.
+    public func rebuildIfNeeded(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Bool {
+        if try isCurrent() { return false }
+        try rebuild(progress: progress)
+        return true
+    }
+
+    /// BLAKE2b-256 over the network configuration and every entry of the
+    /// projected state in key order (Specs/projections.md §5).
+    public func digest() throws -> Hash32 {
+        try log.env.read { txn in try digest(in: txn) }
+    }
+
+    public func digest(in txn: Transaction) throws -> Hash32 {
+        let hasher = Blake2b.Hasher()
+        hasher.update(Array("chorus/projections/v1".utf8) + [0])
+        hasher.update(config.fingerprint.bytes)
+        try txn.scan(state) { key, value in
+            hasher.update(Codec.u64(UInt64(key.count)))
+            hasher.update(key)
+            hasher.update(Codec.u64(UInt64(value.count)))
+            hasher.update(value)
+            return true
+        }
+        return hasher.finish()
+    }
+
+    /// Every state entry in key order (for diffs and tests).
+    public func stateEntries(in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
+        var out: [([UInt8], [UInt8])] = []
+        try txn.scan(state) { k, v in
+            out.append((k, v))
+            return true
+        }
+        return out
+    }
+
+    static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {
+        [cls.rawValue] + object.bytes + order.bytes
+    }
+
+    /// Every key a coin event names: a change to any of their device
+    /// bindings can change the event's decision.
+    static func coinParties(_ event: Event) -> [Bytes32] {
+        var parties: Set<Bytes32> = [event.author, event.object]
+        if let p = event.payload {
+            if let d = p[text: "device"]?.id32 { parties.insert(d) }
+            if let u = p[text: "user"]?.id32 { parties.insert(u) }
+        }
+        return parties.sorted()
+    }
+}
+
