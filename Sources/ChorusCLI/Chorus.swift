@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChorusNode
 import Foundation
 
 @main
@@ -10,7 +11,11 @@ struct Chorus: AsyncParsableCommand {
             Exit status: 0 success; 1 the command ran but refused or found something \
             (for example an import with refused events); 2 usage, store or I/O error.
             """,
-        subcommands: [Init.self, Whoami.self, Profile.self, Log.self, Export.self, Import.self])
+        subcommands: [
+            Init.self, Whoami.self, Profile.self, Device.self, Issuer.self, Network.self, Picture.self,
+            Follow.self, Unfollow.self, Like.self, Unlike.self, Block.self, Unblock.self, Chat.self, Coins.self,
+            Slot.self, Query.self, Rebuild.self, Log.self, Export.self, Import.self,
+        ])
 
     /// Maps every failure to exit status 2 with a message that says what was
     /// wrong; an `ExitCode` thrown by a command passes through unchanged.
@@ -24,6 +29,10 @@ struct Chorus: AsyncParsableCommand {
             }
         } catch let exit as ExitCode {
             Foundation.exit(exit.rawValue)
+        } catch NodeError.refused(let why) {
+            // The command was understood but the node refused it (misuse).
+            printError("refused: \(why)")
+            Foundation.exit(Exit.refused)
         } catch {
             if exitCode(for: error) == .success { self.exit(withError: error) }  // --help, --version
             if error is ValidationError || exitCode(for: error) == .validationFailure {

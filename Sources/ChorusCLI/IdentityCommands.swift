@@ -2,6 +2,8 @@ import ArgumentParser
 import ChorusCBOR
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
+import ChorusCrypto
 import Foundation
 
 struct Init: AsyncParsableCommand {
@@ -12,6 +14,15 @@ struct Init: AsyncParsableCommand {
             (secret key files readable by the owner only), and the first event: \
             the user key binding the device (device.added). With --name, also \
             sets the user's profile name.
+
+            Every node of one network must share its configuration (issuer keys \
+            and slot prices, stored as network.json): give --issuer and \
+            --slot-prices the same way everywhere, or copy a node's file with \
+            --network FILE to join its network.
+
+            With --user HEX, creates a second device of an existing user instead: \
+            only a device key is made here, and the command prints the \
+            `chorus device add` command to run on a node holding the user key.
             """)
 
     @OptionGroup var store: StoreOptions
@@ -20,10 +31,60 @@ struct Init: AsyncParsableCommand {
     var name: String?
     @Option(name: .customLong("device-name"), help: "A name for this device (default: the host name).")
     var deviceName: String?
+    @Option(name: .customLong("issuer"), help: ArgumentHelp(
+        "A public key whose coin credits take effect in this network (repeatable).", valueName: "hex"))
+    var issuers: [String] = []
+    @Option(help: ArgumentHelp("Copy this network configuration (another node's network.json).", valueName: "file"))
+    var network: String?
+    @Option(name: .customLong("slot-prices"), help: ArgumentHelp(
+        "Lock slot prices in coins, comma-separated; the first must be 0 (default \(NetworkConfig.defaultSlotPrices.map(String.init).joined(separator: ","))).",
+        valueName: "list"))
+    var slotPrices: String?
+    @Option(help: ArgumentHelp("Create a device-only store for this existing user.", valueName: "hex"))
+    var user: String?
+
+    func validate() throws {
+        for issuer in issuers { _ = try parseKey(issuer, what: "--issuer") }
+        if let user { _ = try parseKey(user, what: "--user") }
+        if user != nil, name != nil {
+            throw ValidationError("--name cannot be used with --user: set the name from a node of that user with `chorus profile set name NAME`")
+        }
+        _ = try parsedSlotPrices()
+    }
+
+    func parsedSlotPrices() throws -> [UInt64]? {
+        guard let slotPrices else { return nil }
+        var prices: [UInt64] = []
+        for part in slotPrices.split(separator: ",", omittingEmptySubsequences: false) {
+            guard let n = UInt64(part.trimmingCharacters(in: .whitespaces)) else {
+                throw ValidationError("--slot-prices must be whole numbers separated by commas, like 0,50,100; got \"\(slotPrices)\"")
+            }
+            prices.append(n)
+        }
+        return prices
+    }
+
+    func networkConfig() throws -> NetworkConfig {
+        var base = NetworkConfig()
+        if let network { base = try NetworkConfig.load(from: network) }
+        var keys = base.issuers
+        for text in issuers {
+            let key = try parseKey(text, what: "--issuer")
+            if !keys.contains(key) { keys.append(key) }
+        }
+        let config = NetworkConfig(issuers: keys, slotPrices: try parsedSlotPrices() ?? base.slotPrices)
+        if let problem = config.problems.first { throw ValidationError("invalid network configuration: \(problem)") }
+        return config
+    }
 
     func run() async throws {
+        let config = try networkConfig()
+        if let user {
+            try await createDevice(user: try parseKey(user, what: "--user"), config: config)
+            return
+        }
         let node = try await Node.create(
-            at: store.path, deviceName: deviceName ?? ProcessInfo.processInfo.hostName)
+            at: store.path, deviceName: deviceName ?? ProcessInfo.processInfo.hostName, network: config)
         if let name {
             try await node.append(.profileSet, object: node.identity.user,
                 payload: .textMap([("field", .text("name")), ("value", .text(name))]))
@@ -35,6 +96,28 @@ struct Init: AsyncParsableCommand {
             print("Created a Chorus store at \(store.path)")
             print("user    \(node.identity.user.hex)")
             print("device  \(node.identity.device.hex)")
+        }
+    }
+
+    func createDevice(user: PublicKey, config: NetworkConfig) async throws {
+        let node = try await Node.createDevice(at: store.path, user: user, network: config)
+        await node.close()
+        let proof = Hex.encode(try node.bindingProof())
+        var command = "chorus device add \(node.identity.device.hex) --proof \(proof)"
+        if let deviceName { command += " --name '\(deviceName.replacingOccurrences(of: "'", with: "'\\''"))'" }
+        if output.json {
+            printJSON(.object([
+                ("user", .string(user.hex)), ("device", .string(node.identity.device.hex)), ("proof", .string(proof)),
+                ("command", .string(command)),
+            ]))
+        } else {
+            print("Created a device-only Chorus store at \(store.path)")
+            print("user    \(user.hex)")
+            print("device  \(node.identity.device.hex)")
+            print("")
+            print("This device acts for the user once the user binds it. On a node holding the user key, run:")
+            print("  \(command)")
+            print("then move that node's events here (chorus export / chorus import).")
         }
     }
 }

@@ -1,0 +1,183 @@
+import ArgumentParser
+import ChorusCrypto
+import ChorusNode
+
+struct Chat: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create chats, manage members, send, edit and delete messages.",
+        discussion: "Read a chat with `chorus query chat ID`; list yours with `chorus query chats`.",
+        subcommands: [
+            ChatCreate.self, ChatAdd.self, ChatRemove.self, ChatLeave.self, ChatSend.self, ChatEdit.self, ChatDelete.self,
+            ChatRead.self,
+        ])
+}
+
+struct ChatCreate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "create", abstract: "Create a chat with you as administrator; prints its id.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Option(help: "A title.") var title: String?
+    @Option(name: .customLong("member"), help: ArgumentHelp("A user to add as member (repeatable).", valueName: "user"))
+    var members: [String] = []
+
+    func validate() throws { for m in members { _ = try parseKey(m, what: "--member") } }
+
+    func run() async throws {
+        let users = try members.map { try parseKey($0, what: "--member") }
+        try await mutate(store, output) { node in
+            let id = try await node.createChat(title: title, members: users)
+            if !output.json { print(id.hex) }
+            return MutationResult(event: try lastOwnEvent(node), summary: "Created chat \(id.short)", fields: [("chat", .string(id.hex))])
+        }
+    }
+}
+
+struct ChatAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "add", abstract: "Add a member to a chat (administrators only).")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The chat id.") var chat: String
+    @Argument(help: "The user to add.") var user: String
+    @Flag(help: "Make the member an administrator.") var admin = false
+
+    func validate() throws {
+        _ = try parseKey(chat, what: "CHAT")
+        _ = try parseKey(user, what: "USER")
+    }
+
+    func run() async throws {
+        let (chatID, userKey) = (try parseKey(chat, what: "CHAT"), try parseKey(user, what: "USER"))
+        try await mutate(store, output) { node in
+            let event = try await node.addChatMember(chatID, userKey, admin: admin)
+            return MutationResult(event: event.id, summary: "Added \(userKey.short) to chat \(chatID.short)")
+        }
+    }
+}
+
+struct ChatRemove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "remove", abstract: "Remove a member from a chat (administrators only).")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The chat id.") var chat: String
+    @Argument(help: "The member to remove.") var user: String
+
+    func validate() throws {
+        _ = try parseKey(chat, what: "CHAT")
+        _ = try parseKey(user, what: "USER")
+    }
+
+    func run() async throws {
+        let (chatID, userKey) = (try parseKey(chat, what: "CHAT"), try parseKey(user, what: "USER"))
+        try await mutate(store, output) { node in
+            let event = try await node.removeChatMember(chatID, userKey)
+            return MutationResult(event: event.id, summary: "Removed \(userKey.short) from chat \(chatID.short)")
+        }
+    }
+}
+
+struct ChatLeave: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "leave", abstract: "Leave a chat.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The chat id.") var chat: String
+
+    func validate() throws { _ = try parseKey(chat, what: "CHAT") }
+
+    func run() async throws {
+        let chatID = try parseKey(chat, what: "CHAT")
+        try await mutate(store, output) { node in
+            MutationResult(event: try await node.leaveChat(chatID).id, summary: "Left chat \(chatID.short)")
+        }
+    }
+}
+
+struct ChatSend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "send", abstract: "Send a message (text, a picture, or both); prints the message id.",
+        discussion: "A message takes effect only if you are a member of the chat when you send it.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The chat id.") var chat: String
+    @Option(help: "The message text.") var text: String?
+    @Option(help: ArgumentHelp("A picture to show in the message.", valueName: "id")) var picture: String?
+
+    func validate() throws {
+        _ = try parseKey(chat, what: "CHAT")
+        if let picture { _ = try parseKey(picture, what: "--picture") }
+        if text == nil, picture == nil { throw ValidationError("give --text, --picture or both") }
+    }
+
+    func run() async throws {
+        let chatID = try parseKey(chat, what: "CHAT")
+        let pictureID = try picture.map { try parseKey($0, what: "--picture") }
+        try await mutate(store, output) { node in
+            let id = try await node.sendMessage(chatID, text: text, picture: pictureID)
+            if !output.json { print(id.hex) }
+            return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chatID.short)", fields: [("message", .string(id.hex))])
+        }
+    }
+}
+
+struct ChatEdit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "edit", abstract: "Edit the text of one of your messages.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The message id.") var message: String
+    @Argument(help: "The new text.") var text: String
+
+    func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
+
+    func run() async throws {
+        let id = try parseKey(message, what: "MESSAGE")
+        try await mutate(store, output) { node in
+            MutationResult(event: try await node.editMessage(id, text: text).id, summary: "Edited message \(id.short)")
+        }
+    }
+}
+
+struct ChatDelete: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete", abstract: "Delete one of your messages (purges its text and picture reference).")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The message id.") var message: String
+
+    func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
+
+    func run() async throws {
+        let id = try parseKey(message, what: "MESSAGE")
+        try await mutate(store, output) { node in
+            MutationResult(event: try await node.deleteMessage(id).id, summary: "Deleted message \(id.short)")
+        }
+    }
+}
+
+struct ChatRead: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "read", abstract: "Mark a chat read up to a message (the marker never moves backwards).")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The chat id.") var chat: String
+    @Argument(help: "The last message read.") var message: String
+
+    func validate() throws {
+        _ = try parseKey(chat, what: "CHAT")
+        _ = try parseKey(message, what: "MESSAGE")
+    }
+
+    func run() async throws {
+        let (chatID, id) = (try parseKey(chat, what: "CHAT"), try parseKey(message, what: "MESSAGE"))
+        try await mutate(store, output) { node in
+            MutationResult(event: try await node.markRead(chatID, upTo: id).id, summary: "Marked chat \(chatID.short) read up to \(id.short)")
+        }
+    }
+}

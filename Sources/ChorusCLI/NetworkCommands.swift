@@ -1,0 +1,166 @@
+import ArgumentParser
+import ChorusCrypto
+import ChorusNode
+import ChorusProjections
+import Foundation
+
+// MARK: Devices
+
+struct Device: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Bind, unbind and list the devices of a user.",
+        discussion: """
+            A second device of a user starts with `chorus init --user USER` on that \
+            device, which prints the `chorus device add` command to run here, on a \
+            node holding the user key.
+            """,
+        subcommands: [DeviceAdd.self, DeviceRemove.self, DeviceList.self])
+}
+
+struct DeviceAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add",
+        abstract: "Bind a device to this user (user key required; signs device.added).",
+        discussion: "DEVICE and --proof are printed by `chorus init --user USER` on the new device.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The new device's public key (64 hex digits).") var device: String
+    @Option(help: ArgumentHelp("The device's signature consenting to this user (128 hex digits).", valueName: "hex"))
+    var proof: String
+    @Option(help: "A name for the device.") var name: String?
+
+    func validate() throws {
+        _ = try parseKey(device, what: "DEVICE")
+        guard let bytes = Hex.decode(proof.lowercased()), bytes.count == 64 else {
+            throw ValidationError("--proof must be 128 hex digits (as printed by `chorus init --user`), got \"\(proof)\"")
+        }
+    }
+
+    func run() async throws {
+        let key = try parseKey(device, what: "DEVICE")
+        let proofBytes = Hex.decode(proof.lowercased()) ?? []
+        try await mutate(store, output) { node in
+            let event = try await node.addDevice(key, proof: proofBytes, name: name)
+            return MutationResult(
+                event: event.id, summary: "Bound device \(key.short) to user \(node.identity.user.short)",
+                fields: [("device", .string(key.hex)), ("user", .string(node.identity.user.hex))])
+        }
+    }
+}
+
+struct DeviceRemove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove",
+        abstract: "Unbind a device from this user (user key required; signs device.removed).",
+        discussion: "Events the device signs after its removal take no effect; its coins stay the user's.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The device's public key (64 hex digits).") var device: String
+    @Option(help: "Why the device is removed (kept in the event).") var reason: String?
+
+    func validate() throws { _ = try parseKey(device, what: "DEVICE") }
+
+    func run() async throws {
+        let key = try parseKey(device, what: "DEVICE")
+        try await mutate(store, output) { node in
+            let event = try await node.removeDevice(key, reason: reason)
+            return MutationResult(event: event.id, summary: "Removed device \(key.short)", fields: [("device", .string(key.hex))])
+        }
+    }
+}
+
+struct DeviceList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "List a user's devices with their coin rights (same as `chorus query devices`).")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (default: this node's user).") var user: String?
+
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
+
+    func run() async throws { try await printDevices(store, output, user) }
+}
+
+func printDevices(_ store: StoreOptions, _ output: OutputOptions, _ userText: String?) async throws {
+    let devices = try await withNode(store, readOnly: true) { node in
+        try node.projections.devices(of: try userOrSelf(userText, node))
+    }
+    if output.json {
+        printJSON(.array(devices.map(deviceJSON)))
+    } else if devices.isEmpty {
+        print("No devices known for this user.")
+    } else {
+        print(deviceRows(devices))
+    }
+}
+
+// MARK: Issuers and the network configuration
+
+struct Issuer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage this node's coin issuer key.", subcommands: [IssuerCreate.self])
+}
+
+struct IssuerCreate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "create",
+        abstract: "Create an issuer key in this store (for a test network) and print its public key.",
+        discussion: """
+            The key is added to this store's network configuration. Every other \
+            node of the network must list it too: create them with \
+            `chorus init --issuer KEY`, or copy this store's network.json with \
+            `chorus init --network FILE`. Only events signed by an issuer key \
+            credit coins. Run it while no other command uses the store. If the \
+            store already holds an issuer key, prints that key.
+            """)
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let existed = FileManager.default.fileExists(atPath: store.path + "/keys/issuer.secret")
+        let key = try Node.createIssuer(at: store.path)
+        if output.json {
+            printJSON(.object([("issuer", .string(key.hex)), ("created", .bool(!existed))]))
+            return
+        }
+        print(existed ? "This store already holds issuer key:" : "Created issuer key:")
+        print(key.hex)
+        print("")
+        print("Other nodes of this network pass it at creation: chorus init --issuer \(key.hex)")
+        print("(or copy \(store.path)/\(NetworkConfig.fileName) with `chorus init --network FILE`).")
+    }
+}
+
+struct Network: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the network configuration.", subcommands: [NetworkShow.self])
+}
+
+struct NetworkShow: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Show this store's network configuration: issuer keys and lock slot prices.",
+        discussion: "Nodes whose configurations differ may disagree on balances, so their digests differ.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let config = try await withNode(store, readOnly: true) { node in node.network }
+        if output.json {
+            printJSON(.object([
+                ("issuers", .array(config.issuers.map { .string($0.hex) })),
+                ("slot_prices", .array(config.slotPrices.map { .uint($0) })),
+                ("fingerprint", .string(config.fingerprint.hex)),
+            ]))
+            return
+        }
+        print("issuers      \(config.issuers.isEmpty ? "(none: no coins can be credited)" : config.issuers.map(\.hex).joined(separator: "\n             "))")
+        print("slot prices  \(config.slotPrices.map(String.init).joined(separator: ", "))")
+        print("fingerprint  \(config.fingerprint.hex)")
+    }
+}

@@ -1,0 +1,150 @@
+import ArgumentParser
+import ChorusCrypto
+import ChorusNode
+import ChorusProjections
+import Foundation
+
+struct Picture: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Add, caption, reorder, delete and read pictures.",
+        subcommands: [PictureAdd.self, PictureCaption.self, PictureMove.self, PictureDelete.self, PictureGet.self])
+}
+
+struct PictureAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add",
+        abstract: "Store an image file as a blob and create a picture owned by this user; prints its id.",
+        discussion: "The type is recognised from the file's first bytes (JPEG, PNG, GIF, WebP, HEIC, AVIF) unless --mime is given.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The image file.") var file: String
+    @Option(help: "A caption.") var caption: String?
+    @Option(help: ArgumentHelp("The MIME type, e.g. image/png.", valueName: "type")) var mime: String?
+
+    func run() async throws {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw CommandFailure(message: "cannot read \(file): no such file or not readable")
+        }
+        try await mutate(store, output) { node in
+            let id = try await node.addPicture(Array(data), mime: mime, caption: caption)
+            if !output.json { print(id.hex) }
+            return MutationResult(
+                event: try lastOwnEvent(node), summary: "Added picture \(id.short) (\(data.count) bytes)",
+                fields: [("picture", .string(id.hex)), ("size", .int(Int64(data.count)))])
+        }
+    }
+}
+
+struct PictureCaption: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "caption", abstract: "Set a picture's caption.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture id (64 hex digits).") var id: String
+    @Argument(help: "The new caption.") var text: String
+
+    func validate() throws { _ = try parseKey(id, what: "ID") }
+
+    func run() async throws {
+        let picture = try parseKey(id, what: "ID")
+        try await mutate(store, output) { node in
+            let event = try await node.captionPicture(picture, text)
+            return MutationResult(event: event.id, summary: "Captioned picture \(picture.short)", fields: [("picture", .string(picture.hex))])
+        }
+    }
+}
+
+struct PictureMove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "move", abstract: "Move a picture within this user's gallery.",
+        discussion: "Give exactly one of --before, --after, --first, --last.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture to move (64 hex digits).") var id: String
+    @Option(help: ArgumentHelp("Put it just before this picture.", valueName: "id")) var before: String?
+    @Option(help: ArgumentHelp("Put it just after this picture.", valueName: "id")) var after: String?
+    @Flag(help: "Put it first.") var first = false
+    @Flag(help: "Put it last.") var last = false
+
+    func validate() throws {
+        _ = try parseKey(id, what: "ID")
+        let given = [before != nil, after != nil, first, last].filter { $0 }.count
+        guard given == 1 else { throw ValidationError("give exactly one of --before ID2, --after ID2, --first, --last") }
+        _ = try placement()
+    }
+
+    func placement() throws -> GalleryPlacement {
+        if let before { return .before(try parseKey(before, what: "--before")) }
+        if let after { return .after(try parseKey(after, what: "--after")) }
+        return first ? .first : .last
+    }
+
+    func run() async throws {
+        let picture = try parseKey(id, what: "ID")
+        let placement = try placement()
+        try await mutate(store, output) { node in
+            let event = try await node.movePicture(picture, to: placement)
+            return MutationResult(event: event.id, summary: "Moved picture \(picture.short)", fields: [("picture", .string(picture.hex))])
+        }
+    }
+}
+
+struct PictureDelete: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete", abstract: "Delete a picture (final) and purge its bytes.",
+        discussion: "The picture disappears from every projection that referred to it: the avatar resets, a lock slot empties, likes vanish, chat messages show it as removed.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture id (64 hex digits).") var id: String
+
+    func validate() throws { _ = try parseKey(id, what: "ID") }
+
+    func run() async throws {
+        let picture = try parseKey(id, what: "ID")
+        try await mutate(store, output) { node in
+            let event = try await node.deletePicture(picture)
+            return MutationResult(event: event.id, summary: "Deleted picture \(picture.short)", fields: [("picture", .string(picture.hex))])
+        }
+    }
+}
+
+struct PictureGet: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "get", abstract: "Write a picture's image bytes to a file.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture id (64 hex digits).") var id: String
+    @Option(help: ArgumentHelp("The file to write (- for standard output).", valueName: "file")) var out: String
+
+    func validate() throws { _ = try parseKey(id, what: "ID") }
+
+    func run() async throws {
+        let picture = try parseKey(id, what: "ID")
+        let bytes: [UInt8] = try await withNode(store, readOnly: true) { node in
+            switch try node.projections.picture(picture) {
+            case .unknown: throw CommandFailure(message: "this node holds no picture \(picture.hex); import its owner's events first")
+            case .deleted: throw NodeError.refused("picture \(picture.short) was deleted; its bytes are purged")
+            case .live(let view):
+                guard let blob = view.blob, let bytes = try node.blobs.read(blob) else {
+                    throw NodeError.refused("this node does not hold the bytes of picture \(picture.short) (not received yet, or purged)")
+                }
+                return bytes
+            }
+        }
+        if out == "-" {
+            FileHandle.standardOutput.write(Data(bytes))
+            return
+        }
+        guard FileManager.default.createFile(atPath: out, contents: Data(bytes)) else {
+            throw CommandFailure(message: "cannot write \(out): check the directory exists and is writable")
+        }
+        if output.json {
+            printJSON(.object([("picture", .string(picture.hex)), ("bytes", .int(Int64(bytes.count))), ("file", .string(out))]))
+        } else {
+            print("Wrote \(bytes.count) bytes to \(out)")
+        }
+    }
+}

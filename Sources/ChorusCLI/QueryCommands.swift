@@ -1,0 +1,362 @@
+import ArgumentParser
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import Foundation
+
+struct Query: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Read the projections: profiles, pictures, relationships, chats, coins, slots, digest.",
+        discussion: """
+            USER defaults to this node's user. Queries open the store read-only. \
+            A picture reference shows as the picture, as "removed" (deleted) or as \
+            "unresolved" (not received yet).
+            """,
+        subcommands: [
+            QueryProfile.self, QueryPictures.self, QueryPicture.self, QueryFollowers.self, QueryFollowing.self,
+            QueryLikes.self, QueryFeed.self, QueryChats.self, QueryChat.self, QueryBalance.self, QuerySlots.self,
+            QueryDevices.self, QueryDigest.self, QueryNoEffect.self,
+        ])
+}
+
+/// A query: opens the store read-only and hands over the node.
+protocol QueryCommand: AsyncParsableCommand {
+    var store: StoreOptions { get }
+    var output: OutputOptions { get }
+    func query(_ node: Node) throws
+}
+
+extension QueryCommand {
+    func run() async throws { try await withNode(store, readOnly: true) { node in try query(node) } }
+}
+
+struct QueryProfile: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "profile", abstract: "A user's profile fields, avatar and devices.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
+
+    func query(_ node: Node) throws {
+        let p = try node.projections.profile(try userOrSelf(user, node))
+        let fields = p.fields.filter { $0.name != "avatar" }
+        if output.json {
+            printJSON(.object([
+                ("user", .string(p.user.hex)),
+                ("fields", .object(fields.map { ($0.name, JSONValue(cbor: $0.value)) })),
+                ("avatar", referenceJSON(p.avatar)),
+                ("devices", .array(p.devices.map(deviceJSON))),
+            ]))
+            return
+        }
+        var rows = [["user", p.user.hex]]
+        rows += fields.map { [$0.name, fieldText($0.value)] }
+        rows.append(["avatar", referenceText(p.avatar)])
+        rows.append(["devices", p.devices.isEmpty ? "-" : p.devices.map { "\($0.device.short)\($0.name.map { " (\($0))" } ?? "")\($0.removedHLC == nil ? "" : " removed")" }.joined(separator: ", ")])
+        print(table(rows, header: ["FIELD", "VALUE"]))
+    }
+}
+
+func printPictures(_ pictures: [PictureView], json: Bool, empty: String) {
+    if json {
+        printJSON(.array(pictures.map(pictureJSON)))
+    } else if pictures.isEmpty {
+        print(empty)
+    } else {
+        print(table(pictures.map { [$0.id.hex, $0.owner.short, $0.caption ?? "-", $0.mime ?? "-", $0.size.map(String.init) ?? "-", $0.hlc.description] },
+            header: ["PICTURE", "OWNER", "CAPTION", "TYPE", "BYTES", "TIME"]))
+    }
+}
+
+struct QueryPictures: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "pictures", abstract: "A user's gallery in its order.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    @Option(help: "At most this many pictures.") var limit: Int = 100
+    @Option(help: "Skip this many first.") var offset: Int = 0
+    func validate() throws {
+        if let user { _ = try parseKey(user, what: "USER") }
+        if limit < 0 || offset < 0 { throw ValidationError("--limit and --offset must not be negative") }
+    }
+    func query(_ node: Node) throws {
+        printPictures(try node.projections.pictures(of: try userOrSelf(user, node), limit: limit, offset: offset),
+            json: output.json, empty: "No pictures.")
+    }
+}
+
+struct QueryPicture: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "picture", abstract: "One picture: live, deleted or unknown here.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture id.") var id: String
+    func validate() throws { _ = try parseKey(id, what: "ID") }
+    func query(_ node: Node) throws {
+        let lookup = try node.projections.picture(try parseKey(id, what: "ID"))
+        switch lookup {
+        case .live(let p):
+            if output.json {
+                printJSON(.object([("status", .string("live")), ("picture", pictureJSON(p)), ("likes", .uint(UInt64(try node.projections.likes(of: p.id).count)))]))
+            } else {
+                let rows: [[String]] = [
+                    ["id", p.id.hex], ["owner", p.owner.hex], ["caption", p.caption ?? "-"], ["type", p.mime ?? "-"],
+                    ["bytes", p.size.map(String.init) ?? "-"], ["size", p.width.map { w in "\(w)x\(p.height ?? 0)" } ?? "-"],
+                    ["blob", p.blob?.hex ?? "-"], ["created", p.hlc.description],
+                    ["likes", String(try node.projections.likes(of: p.id).count)],
+                ]
+                print(table(rows, header: ["FIELD", "VALUE"]))
+            }
+        case .deleted(let id, let owner, let at, let by):
+            if output.json {
+                printJSON(.object([("status", .string("deleted")), ("id", .string(id.hex)), ("owner", .string(owner.hex)),
+                    ("deleted", .uint(at.rawValue)), ("deleted_by", .string(by.hex))]))
+            } else {
+                print("Picture \(id.hex) of \(owner.short) was deleted at \(at) (event \(by.short)); its bytes are purged.")
+            }
+        case .unknown(let id):
+            if output.json {
+                printJSON(.object([("status", .string("unknown")), ("id", .string(id.hex))]))
+            } else {
+                print("This node holds no picture \(id.hex) (unresolved: not received yet).")
+            }
+        }
+    }
+}
+
+struct QueryFollowers: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "followers", abstract: "Users following USER (minus those USER blocked).")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user.") var user: String
+    func validate() throws { _ = try parseKey(user, what: "USER") }
+    func query(_ node: Node) throws {
+        keyList(try node.projections.followers(of: try parseKey(user, what: "USER")), json: output.json, empty: "No followers.")
+    }
+}
+
+struct QueryFollowing: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "following", abstract: "Users USER follows.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user.") var user: String
+    func validate() throws { _ = try parseKey(user, what: "USER") }
+    func query(_ node: Node) throws {
+        keyList(try node.projections.following(try parseKey(user, what: "USER")), json: output.json, empty: "Follows nobody.")
+    }
+}
+
+struct QueryLikes: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "likes", abstract: "Users who like a picture or message.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture or message id.") var object: String
+    func validate() throws { _ = try parseKey(object, what: "OBJECT") }
+    func query(_ node: Node) throws {
+        keyList(try node.projections.likes(of: try parseKey(object, what: "OBJECT")), json: output.json, empty: "No likes.")
+    }
+}
+
+struct QueryFeed: QueryCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "feed", abstract: "Pictures of the users you follow, newest first.",
+        discussion: "For the next page pass the last picture's hlc (shown by --json) as --before.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Option(help: "At most this many pictures.") var limit: Int = 50
+    @Option(help: ArgumentHelp("Only pictures older than this HLC (a number from --json).", valueName: "hlc")) var before: UInt64?
+    func validate() throws { if limit < 0 { throw ValidationError("--limit must not be negative") } }
+    func query(_ node: Node) throws {
+        printPictures(try node.projections.feed(for: node.identity.user, limit: limit, before: before.map(HLC.init(rawValue:))),
+            json: output.json, empty: "Your feed is empty: follow someone with `chorus follow USER`.")
+    }
+}
+
+func chatJSON(_ c: ChatView) -> JSONValue {
+    .object([
+        ("id", .string(c.id.hex)), ("title", optionalString(c.title)), ("creator", .string(c.creator.hex)),
+        ("created", .uint(c.createdHLC.rawValue)),
+        ("members", .array(c.members.map { .object([("user", .string($0.user.hex)), ("admin", .bool($0.admin)), ("since", .uint($0.since.rawValue))]) })),
+        ("messages", .int(Int64(c.messageCount))),
+    ])
+}
+
+struct QueryChats: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "chats", abstract: "The chats you are a member of.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    func query(_ node: Node) throws {
+        let chats = try node.projections.chats(of: node.identity.user)
+        if output.json {
+            printJSON(.array(chats.map(chatJSON)))
+        } else if chats.isEmpty {
+            print("No chats.")
+        } else {
+            print(table(chats.map { [$0.id.hex, $0.title ?? "-", String($0.members.count), String($0.messageCount)] },
+                header: ["CHAT", "TITLE", "MEMBERS", "MESSAGES"]))
+        }
+    }
+}
+
+func messageJSON(_ m: MessageView) -> JSONValue {
+    .object([
+        ("id", .string(m.id.hex)), ("sender", .string(m.sender.hex)), ("device", .string(m.device.hex)),
+        ("hlc", .uint(m.hlc.rawValue)), ("time", .string(m.hlc.description)), ("text", optionalString(m.text)),
+        ("picture", referenceJSON(m.picture)), ("edited", hlcJSON(m.edited)), ("deleted", hlcJSON(m.deleted)),
+        ("purged", .bool(m.purged)), ("cursor", .string(m.cursor)),
+    ])
+}
+
+struct QueryChat: QueryCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "chat", abstract: "A page of a chat's messages, oldest first.",
+        discussion: "Shows the newest messages; pass the printed cursor as --before for the older page.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The chat id.") var id: String
+    @Option(help: "At most this many messages.") var limit: Int = 50
+    @Option(help: ArgumentHelp("The cursor printed with the previous page.", valueName: "cursor")) var before: String?
+    func validate() throws {
+        _ = try parseKey(id, what: "ID")
+        if limit < 1 { throw ValidationError("--limit must be at least 1") }
+    }
+    func query(_ node: Node) throws {
+        let page: ChatPage
+        do {
+            page = try node.projections.chat(try parseKey(id, what: "ID"), viewer: node.identity.user, limit: limit, before: before)
+        } catch let error as QueryError {
+            throw NodeError.refused(error.description)
+        }
+        if output.json {
+            printJSON(.object([
+                ("chat", chatJSON(page.chat)), ("messages", .array(page.messages.map(messageJSON))),
+                ("older", optionalString(page.older)),
+                ("read", .object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.rawValue)) })),
+            ]))
+            return
+        }
+        print("chat \(page.chat.id.hex)\(page.chat.title.map { " \"\($0)\"" } ?? "")")
+        print("members: \(page.chat.members.map { $0.user.short + ($0.admin ? " (admin)" : "") }.joined(separator: ", "))")
+        if page.messages.isEmpty {
+            print("No messages.")
+        } else {
+            print(table(page.messages.map { m in
+                let text = m.deleted != nil ? "(deleted)" : (m.text ?? "") + (m.edited != nil ? " (edited)" : "")
+                return [m.id.hex, m.sender.short, m.hlc.description, text, m.picture == nil ? "-" : referenceText(m.picture)]
+            }, header: ["MESSAGE", "SENDER", "TIME", "TEXT", "PICTURE"]))
+        }
+        if let older = page.older { print("older messages: --before \(older)") }
+    }
+}
+
+struct QueryBalance: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "balance", abstract: "A user's coin balance, by device.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
+    func query(_ node: Node) throws {
+        let b = try node.projections.balance(of: try userOrSelf(user, node))
+        if output.json {
+            printJSON(.object([("user", .string(b.user.hex)), ("total", .uint(b.total)), ("devices", .array(b.devices.map(deviceJSON))),
+                ("user_key_rights", .uint(b.userKeyRights))]))
+            return
+        }
+        print("balance \(b.total) coins (user \(b.user.short))")
+        if !b.devices.isEmpty { print(deviceRows(b.devices)) }
+        if b.userKeyRights > 0 { print("held by the user key itself: \(b.userKeyRights)") }
+    }
+}
+
+struct QuerySlots: QueryCommand {
+    static let configuration = CommandConfiguration(commandName: "slots", abstract: "A user's lock slots: price, state, picture.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
+    func query(_ node: Node) throws {
+        let slots = try node.projections.slots(of: try userOrSelf(user, node))
+        if output.json {
+            printJSON(.array(slots.map { s in
+                .object([("slot", .int(Int64(s.slot))), ("price", .uint(s.price)), ("unlocked", .bool(s.unlocked)), ("picture", referenceJSON(s.picture))])
+            }))
+            return
+        }
+        print(table(slots.map { [String($0.slot), String($0.price), $0.unlocked ? "unlocked" : "locked", $0.unlocked ? ($0.picture == nil ? "(empty)" : referenceText($0.picture)) : "-"] },
+            header: ["SLOT", "PRICE", "STATE", "PICTURE"]))
+    }
+}
+
+struct QueryDevices: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "devices", abstract: "A user's devices with their coin rights.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
+    func run() async throws { try await printDevices(store, output, user) }
+}
+
+struct QueryDigest: QueryCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "digest", abstract: "The projection digest: equal on two nodes exactly when their projected state is.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    func query(_ node: Node) throws {
+        let digest = try node.projections.digest()
+        if output.json {
+            printJSON(.object([("digest", .string(digest.hex)), ("events", .uint(try node.lastArrival()))]))
+        } else {
+            print(digest.hex)
+        }
+    }
+}
+
+struct QueryNoEffect: QueryCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "no-effect", abstract: "Stored events that took no effect, with the rule that stopped them.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Option(help: "At most this many.") var limit: Int = 100
+    func validate() throws { if limit < 0 { throw ValidationError("--limit must not be negative") } }
+    func query(_ node: Node) throws {
+        let records = try node.projections.noEffects(limit: limit)
+        let kinds = try records.map { try node.event($0.event)?.event.kind.name ?? "?" }
+        if output.json {
+            printJSON(.array(zip(records, kinds).map { r, kind in
+                .object([("event", .string(r.event.hex)), ("kind", .string(kind)), ("code", .string(r.reason.code)), ("reason", .string(r.reason.detail))])
+            }))
+        } else if records.isEmpty {
+            print("Every stored event took effect.")
+        } else {
+            print(table(zip(records, kinds).map { r, kind in [r.event.short, kind, r.reason.code, r.reason.detail] },
+                header: ["EVENT", "KIND", "CODE", "REASON"]))
+        }
+    }
+}
+
+struct Rebuild: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Rebuild the projections from the log and print the digest before and after.",
+        discussion: "The digests are equal unless the projections were damaged. Progress goes to stderr when it is a terminal.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let showProgress = stderrIsTerminal
+        let (before, after, events) = try await withNode(store) { node in
+            let before = try node.projections.digest()
+            try node.projections.rebuild { done, total in
+                if showProgress { FileHandle.standardError.write(Data("\rfolded \(done) of \(total) events".utf8)) }
+            }
+            if showProgress { printError("") }
+            return (before, try node.projections.digest(), try node.log.eventCount())
+        }
+        if output.json {
+            printJSON(.object([("before", .string(before.hex)), ("after", .string(after.hex)), ("events", .int(Int64(events))), ("equal", .bool(before == after))]))
+        } else {
+            print("before  \(before.hex)")
+            print("after   \(after.hex)")
+            print(before == after ? "Rebuilt \(events) events; the digest is unchanged." : "Rebuilt \(events) events; the digest CHANGED: the old projections differed from the log.")
+        }
+    }
+}

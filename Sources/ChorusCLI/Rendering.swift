@@ -1,0 +1,145 @@
+import ArgumentParser
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import Foundation
+
+// MARK: Running commands against a store
+
+/// Opens the store, runs `body`, and closes the node whether or not `body` threw.
+func withNode<T>(_ store: StoreOptions, readOnly: Bool = false, _ body: (Node) async throws -> T) async throws -> T {
+    let node = try await store.open(readOnly: readOnly)
+    do {
+        let result = try await body(node)
+        await node.close()
+        return result
+    } catch {
+        await node.close()
+        throw error
+    }
+}
+
+/// What a mutation command reports: the event it signed, a sentence for
+/// people and extra JSON fields (such as the id of a created object).
+struct MutationResult {
+    let event: EventID
+    let summary: String
+    var fields: [(String, JSONValue)] = []
+}
+
+/// Runs one mutation and reports it. An event that was stored but took no
+/// effect (brief decision 6) is reported with its reason and exit status 1.
+func mutate(
+    _ store: StoreOptions, _ output: OutputOptions, _ body: (Node) async throws -> MutationResult
+) async throws {
+    let (result, noEffect) = try await withNode(store) { node in
+        let result = try await body(node)
+        return (result, try node.projections.noEffect(result.event))
+    }
+    if output.json {
+        var fields = result.fields
+        fields.append(("event", .string(result.event.hex)))
+        fields.append(("effective", .bool(noEffect == nil)))
+        if let noEffect {
+            fields.append(("code", .string(noEffect.code)))
+            fields.append(("reason", .string(noEffect.detail)))
+        }
+        printJSON(.object(fields))
+    } else if let noEffect {
+        print("\(result.summary): stored as event \(result.event.short), but it took no effect: \(noEffect.detail) [\(noEffect.code)]")
+    } else {
+        print("\(result.summary) (event \(result.event.short))")
+    }
+    if noEffect != nil { throw ExitCode(Exit.refused) }
+}
+
+/// The event this node signed last with its device key (for mutations
+/// whose library call returns the id of the object it created).
+func lastOwnEvent(_ node: Node) throws -> EventID {
+    guard let head = try node.head(of: node.identity.device) else {
+        throw CommandFailure(message: "the event just written is missing from this device's feed")
+    }
+    return head.id
+}
+
+/// USER arguments default to this node's user.
+func userOrSelf(_ text: String?, _ node: Node, what: String = "USER") throws -> PublicKey {
+    guard let text else { return node.identity.user }
+    return try parseKey(text, what: what)
+}
+
+func parseAmount(_ text: String) throws -> UInt64 {
+    guard let n = UInt64(text), n > 0 else { throw ValidationError("AMOUNT must be a whole number of coins above 0, got \"\(text)\"") }
+    return n
+}
+
+// MARK: JSON and text forms of projections
+
+func hlcJSON(_ hlc: HLC?) -> JSONValue { hlc.map { .uint($0.rawValue) } ?? .null }
+func optionalString(_ s: String?) -> JSONValue { s.map { .string($0) } ?? .null }
+func optionalUInt(_ n: UInt64?) -> JSONValue { n.map { .uint($0) } ?? .null }
+
+func pictureJSON(_ p: PictureView) -> JSONValue {
+    .object([
+        ("id", .string(p.id.hex)), ("owner", .string(p.owner.hex)), ("caption", optionalString(p.caption)),
+        ("mime", optionalString(p.mime)), ("blob", optionalString(p.blob?.hex)), ("size", optionalUInt(p.size)),
+        ("width", optionalUInt(p.width)), ("height", optionalUInt(p.height)), ("hlc", .uint(p.hlc.rawValue)),
+        ("time", .string(p.hlc.description)), ("created_by", .string(p.createdBy.hex)),
+        ("content_purged", .bool(p.contentPurged)),
+    ])
+}
+
+/// `{"id", "status": "picture"|"removed"|"unresolved", "picture": {...}|null}`
+func referenceJSON(_ ref: PictureReference?) -> JSONValue {
+    guard let ref else { return .null }
+    switch ref {
+    case .picture(let p): return .object([("id", .string(p.id.hex)), ("status", .string("picture")), ("picture", pictureJSON(p))])
+    case .removed(let id): return .object([("id", .string(id.hex)), ("status", .string("removed")), ("picture", .null)])
+    case .unresolved(let id): return .object([("id", .string(id.hex)), ("status", .string("unresolved")), ("picture", .null)])
+    }
+}
+
+func referenceText(_ ref: PictureReference?) -> String {
+    guard let ref else { return "-" }
+    switch ref {
+    case .picture(let p): return p.caption.map { "\(p.id.hex) \"\($0)\"" } ?? p.id.hex
+    case .removed(let id): return "removed (was \(id.short))"
+    case .unresolved(let id): return "unresolved (\(id.short), not received yet)"
+    }
+}
+
+func deviceJSON(_ d: DeviceView) -> JSONValue {
+    .object([
+        ("device", .string(d.device.hex)), ("name", optionalString(d.name)), ("added", .uint(d.addedHLC.rawValue)),
+        ("removed", hlcJSON(d.removedHLC)), ("rights", .uint(d.rights)),
+    ])
+}
+
+func deviceRows(_ devices: [DeviceView]) -> String {
+    table(
+        devices.map { d in
+            [d.device.hex, d.name ?? "-", d.addedHLC.description, d.removedHLC?.description ?? "-", String(d.rights)]
+        }, header: ["DEVICE", "NAME", "ADDED", "REMOVED", "RIGHTS"])
+}
+
+/// A profile field's value for people: text as is, ids as hex.
+func fieldText(_ value: CBORValue) -> String {
+    switch value {
+    case .text(let t): t
+    case .null: "(cleared)"
+    case .bytes(let b): Hex.encode(b)
+    default: JSONValue(cbor: value).rendered()
+    }
+}
+
+func keyList(_ keys: [PublicKey], json: Bool, empty: String) {
+    if json {
+        printJSON(.array(keys.map { .string($0.hex) }))
+    } else if keys.isEmpty {
+        print(empty)
+    } else {
+        for k in keys { print(k.hex) }
+    }
+}

@@ -1,0 +1,82 @@
+import ArgumentParser
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+
+/// follow, unfollow, like, unlike, block, unblock: one target each.
+protocol RelationshipCommand: AsyncParsableCommand {
+    var store: StoreOptions { get }
+    var output: OutputOptions { get }
+    var target: String { get }
+    static var targetName: String { get }
+    static var verb: String { get }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event
+}
+
+extension RelationshipCommand {
+    func validate() throws { _ = try parseKey(target, what: Self.targetName) }
+
+    func run() async throws {
+        let key = try parseKey(target, what: Self.targetName)
+        try await mutate(store, output) { node in
+            let event = try await Self.act(node, key)
+            return MutationResult(event: event.id, summary: "\(Self.verb) \(key.short)", fields: [("target", .string(key.hex))])
+        }
+    }
+}
+
+struct Follow: RelationshipCommand {
+    static let configuration = CommandConfiguration(abstract: "Follow a user (their pictures join your feed).")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user to follow (64 hex digits).") var target: String
+    static let targetName = "USER", verb = "Followed"
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.follow(target) }
+}
+
+struct Unfollow: RelationshipCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Stop following a user.", discussion: "Removes the follows this node has seen; one made concurrently elsewhere survives.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (64 hex digits).") var target: String
+    static let targetName = "USER", verb = "Unfollowed"
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.unfollow(target) }
+}
+
+struct Like: RelationshipCommand {
+    static let configuration = CommandConfiguration(abstract: "Like a picture or message.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture or message id (64 hex digits).") var target: String
+    static let targetName = "OBJECT", verb = "Liked"
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.like(target) }
+}
+
+struct Unlike: RelationshipCommand {
+    static let configuration = CommandConfiguration(abstract: "Withdraw a like.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The picture or message id (64 hex digits).") var target: String
+    static let targetName = "OBJECT", verb = "Unliked"
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.unlike(target) }
+}
+
+struct Block: RelationshipCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Block a user.", discussion: "A blocked user disappears from your feed, followers and chats.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user to block (64 hex digits).") var target: String
+    static let targetName = "USER", verb = "Blocked"
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.block(target) }
+}
+
+struct Unblock: RelationshipCommand {
+    static let configuration = CommandConfiguration(abstract: "Unblock a user.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The user (64 hex digits).") var target: String
+    static let targetName = "USER", verb = "Unblocked"
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.unblock(target) }
+}
