@@ -27,6 +27,7 @@ struct Options {
             case "--help", "-h":
                 print("""
                     USAGE: chorus-bench [--seconds S] [--ingest-events N] [--json]
+                           chorus-bench projections [--events N] [--json]   (see projections --help)
 
                     Measures raw libsodium sign/verify (one core, all cores) and raw LMDB
                     batched durable append, then Chorus's durable local append (1, 8 and 64
@@ -41,6 +42,12 @@ struct Options {
             i += 1
         }
     }
+}
+
+// `chorus-bench projections ...`: the projections benchmark (Projections.swift).
+if CommandLine.arguments.dropFirst().first == "projections" {
+    try await runProjectionsBenchmark(Array(CommandLine.arguments.dropFirst(2)))
+    exit(0)
 }
 
 let options = Options(Array(CommandLine.arguments.dropFirst()))

@@ -1,0 +1,742 @@
+// `chorus-bench projections`: loads N events of a realistic social mix and
+// measures the projection engine against the machine's limits in one run
+// (issue 3, "What it must show" point 5):
+//   - ingest through `Node.ingest` (verify + log + projections) as a ratio to
+//     the all-core Ed25519 verify rate (target >= 0.7);
+//   - `Projections.rebuild()` as a ratio to raw LMDB batched append of the
+//     same number of same-sized values (target >= 0.25);
+//   - p50/p99 latency of profile, balance and chat-page queries through the
+//     library (target p99 <= 1 ms).
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusStorage
+import Dispatch
+import Foundation
+
+struct ProjectionsOptions {
+    var events = 1_000_000
+    var users: Int? = nil
+    /// Envelopes per `Node.ingest` call (one sync batch).
+    var batch = 50_000
+    var queries = 3_000
+    var seed: UInt64 = 1
+    var seconds = 2.0
+    var json = false
+    var keep = false
+    var skipRebuild = false
+
+    init(_ args: [String]) {
+        var i = 0
+        func value() -> String {
+            i += 1
+            guard i < args.count else {
+                FileHandle.standardError.write(Data("\(args[i - 1]) needs a value; see --help\n".utf8))
+                exit(2)
+            }
+            return args[i]
+        }
+        while i < args.count {
+            switch args[i] {
+            case "--events": events = Int(value()) ?? events
+            case "--users": users = Int(value())
+            case "--batch": batch = max(1, Int(value()) ?? batch)
+            case "--queries": queries = max(100, Int(value()) ?? queries)
+            case "--seed": seed = UInt64(value()) ?? seed
+            case "--seconds": seconds = Double(value()) ?? seconds
+            case "--json": json = true
+            case "--keep": keep = true
+            case "--skip-rebuild": skipRebuild = true
+            case "--help", "-h":
+                print("""
+                    USAGE: chorus-bench projections [--events N] [--users U] [--batch B] [--queries Q]
+                                                    [--seed S] [--seconds S] [--keep] [--json]
+
+                    Generates N events (default 1,000,000) of a realistic mix from U users
+                    (default N/650, at most 1,500) with one or two devices each, signs them on
+                    all cores, then measures in one run: raw LMDB batched durable append of N
+                    values of the same sizes, the all-core Ed25519 verify rate, ingest of all N
+                    into an empty node through Node.ingest in sync-like batches of B envelopes
+                    (feed by feed, default 50,000), Projections.rebuild(), and the latency of Q
+                    (default 3,000) profile, balance and chat-page queries each.
+                    --keep leaves the store in the temporary directory and prints its path.
+                    """)
+                exit(0)
+            default:
+                FileHandle.standardError.write(Data("unknown argument \(args[i]); see --help\n".utf8))
+                exit(2)
+            }
+            i += 1
+        }
+    }
+}
+
+/// SplitMix64: a small seeded generator, so a workload can be regenerated.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+// MARK: Workload
+
+/// Simulates a social network in global time order and records each
+/// device's (and user key's, and the issuer's) feed as unsigned events, so
+/// every feed's HLCs increase and every reference points at something that
+/// exists (or existed) at that time.
+struct Workload {
+    struct Feed {
+        let key: SigningKey
+        var head: EventID? = nil
+        var events: [UnsignedEvent] = []
+    }
+    struct User {
+        let key: SigningKey
+        let feed: Int
+        var devices: [Int] = []
+        var pictures: [Int] = []
+        var following: [Int: [EventID]] = [:]
+        var slotsUnlocked = 0
+        var chats: [Int] = []
+    }
+    struct Picture {
+        let id: ObjectID
+        let owner: Int
+        var live = true
+        var likes: [Int: [EventID]] = [:]
+    }
+    struct Message {
+        let id: EventID
+        let hlc: HLC
+        let sender: Int
+    }
+    struct Chat {
+        let id: ObjectID
+        let creator: Int
+        var members: [Int]
+        var recent: [Message] = []
+        var messages = 0
+    }
+
+    var rng: SeededRandom
+    var feeds: [Feed] = []
+    var users: [User] = []
+    var pictures: [Int: Picture] = [:]
+    var pictureIDs: [Int] = []  // live and dead, in creation order
+    var popular: [Int] = []
+    var chats: [Chat] = []
+    var longChats: [Int] = []
+    var rights: [Int: UInt64] = [:]  // device feed -> spending rights (as the ledger will decide them)
+    var funded: [Int] = []
+    var owner: [Int: Int] = [:]  // device feed -> user
+    var receipts: [String] = []
+    let issuer = SigningKey.generate()
+    let issuerFeed: Int
+    var clock: UInt64
+    var count = 0
+    var kinds: [EventKind: Int] = [:]
+
+    init(seed: UInt64, startMillis: UInt64) {
+        rng = SeededRandom(seed: seed)
+        clock = startMillis
+        feeds.append(Feed(key: issuer))
+        issuerFeed = 0
+    }
+
+    // MARK: Recording
+
+    @discardableResult
+    mutating func emit(_ feed: Int, _ kind: EventKind, _ object: ObjectID, _ payload: [(String, CBORValue)]) -> (EventID, HLC) {
+        clock += UInt64.random(in: 1...30, using: &rng)
+        let hlc = HLC(physicalMillis: clock, logical: 0)
+        let f = feeds[feed]
+        let event = try! UnsignedEvent(
+            author: f.key.publicKey, seq: UInt64(f.events.count + 1), prev: f.head, hlc: hlc, kind: kind, object: object,
+            payload: .textMap(payload))
+        feeds[feed].head = event.id
+        feeds[feed].events.append(event)
+        count += 1
+        kinds[kind, default: 0] += 1
+        return (event.id, hlc)
+    }
+
+    mutating func int(_ r: Range<Int>) -> Int { Int.random(in: r, using: &rng) }
+    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
+    /// Active users act more often: index skewed toward the front.
+    mutating func activeUser() -> Int { min(users.count - 1, Int(Double(users.count) * pow(Double.random(in: 0..<1, using: &rng), 1.7))) }
+    mutating func device(of user: Int) -> Int { users[user].devices[int(0..<users[user].devices.count)] }
+    mutating func text(_ prefix: String, _ range: ClosedRange<Int>) -> String {
+        let words = ["ok", "see you", "lol", "tonight", "photo", "great", "where", "coffee", "yes", "no", "maybe", "love it",
+                     "the beach", "tomorrow", "haha", "nice", "train", "party", "music", "call me"]
+        var s = prefix
+        let target = Int.random(in: range, using: &rng)
+        while s.utf8.count < target { s += " " + words[int(0..<words.count)] }
+        return s
+    }
+
+    // MARK: Setup
+
+    mutating func addUser() {
+        let user = SigningKey.generate()
+        let userFeed = feeds.count
+        feeds.append(Feed(key: user))
+        var u = User(key: user, feed: userFeed)
+        let deviceCount = chance(0.35) ? 2 : 1
+        for d in 0..<deviceCount {
+            let device = SigningKey.generate()
+            let feed = feeds.count
+            feeds.append(Feed(key: device))
+            u.devices.append(feed)
+            owner[feed] = users.count
+            emit(userFeed, .deviceAdded, device.publicKey, [
+                ("proof", .bytes(DeviceBinding.proof(device: device, user: user.publicKey))),
+                ("name", .text(d == 0 ? "phone" : "tablet")),
+            ])
+        }
+        users.append(u)
+        let me = users.count - 1
+        emit(device(of: me), .profileSet, user.publicKey, [("field", .text("name")), ("value", .text("user \(me)"))])
+    }
+
+    mutating func createChat(by creator: Int, members: Int) -> Int? {
+        var set: Set<Int> = [creator]
+        for _ in 0..<members { set.insert(int(0..<users.count)) }
+        let others = set.subtracting([creator]).sorted()
+        guard !others.isEmpty else { return nil }
+        let id = Random.bytes32()
+        let keys = others.map { users[$0].key.publicKey }.sorted()
+        emit(device(of: creator), .chatCreated, id, [
+            ("title", .text("chat \(chats.count)")), ("members", .array(keys.map { .bytes($0.bytes) })),
+        ])
+        chats.append(Chat(id: id, creator: creator, members: [creator] + others))
+        for m in [creator] + others { users[m].chats.append(chats.count - 1) }
+        return chats.count - 1
+    }
+
+    // MARK: Actions
+
+    /// The mix, in parts per thousand (each action falls back to a message
+    /// when it has nothing to act on).
+    static let mix: [(Action, Int)] = [
+        (.message, 420), (.like, 170), (.read, 80), (.profile, 50), (.follow, 40), (.picture, 40), (.caption, 20),
+        (.editMessage, 15), (.move, 15), (.deleteMessage, 10), (.unlike, 10), (.credit, 8), (.spend, 12),
+        (.unfollow, 6), (.deletePicture, 6), (.chat, 6), (.addMember, 5), (.gift, 5), (.slotSet, 4), (.unlock, 3),
+        (.removeMember, 2), (.moveRights, 2), (.block, 1),
+    ]
+    enum Action { case message, like, read, profile, follow, picture, caption, editMessage, move, deleteMessage, unlike,
+        credit, spend, unfollow, deletePicture, chat, addMember, gift, slotSet, unlock, removeMember, moveRights, block }
+
+    mutating func pickAction() -> Action {
+        var r = int(0..<Self.mix.reduce(0) { $0 + $1.1 })
+        for (a, w) in Self.mix {
+            if r < w { return a }
+            r -= w
+        }
+        return .message
+    }
+
+    mutating func chatForActivity() -> Int {
+        // A few long chats carry a large share of all messages.
+        if !longChats.isEmpty, chance(0.35) { return longChats[int(0..<longChats.count)] }
+        return int(0..<chats.count)
+    }
+
+    mutating func livePicture(of user: Int) -> Int? {
+        let list = users[user].pictures
+        return list.isEmpty ? nil : list[int(0..<list.count)]
+    }
+
+    mutating func anyPicture() -> Int? {
+        guard !pictureIDs.isEmpty else { return nil }
+        if !popular.isEmpty, chance(0.25) { return popular[int(0..<popular.count)] }
+        // Recent pictures get most likes.
+        let n = pictureIDs.count
+        let back = Int(Double(n) * pow(Double.random(in: 0..<1, using: &rng), 3))
+        return pictureIDs[n - 1 - min(back, n - 1)]
+    }
+
+    mutating func perform(_ action: Action) -> Bool {
+        switch action {
+        case .message:
+            let c = chatForActivity()
+            let chat = chats[c]
+            let sender = chat.members[int(0..<chat.members.count)]
+            var payload: [(String, CBORValue)] = [("text", .text(text("m\(chat.messages)", 6...160)))]
+            if chance(0.04), let p = livePicture(of: sender) ?? anyPicture() {
+                payload.append(("picture", .bytes(pictures[p]!.id.bytes)))
+            }
+            let (id, hlc) = emit(device(of: sender), .messageSent, chat.id, payload)
+            chats[c].messages += 1
+            chats[c].recent.append(Message(id: id, hlc: hlc, sender: sender))
+            if chats[c].recent.count > 64 { chats[c].recent.removeFirst(16) }
+        case .read:
+            let c = chatForActivity()
+            guard let last = chats[c].recent.last else { return false }
+            let reader = chats[c].members[int(0..<chats[c].members.count)]
+            emit(device(of: reader), .chatRead, chats[c].id, [("message", .bytes(last.id.bytes)), ("hlc", .unsigned(last.hlc.rawValue))])
+        case .editMessage, .deleteMessage:
+            let c = chatForActivity()
+            guard !chats[c].recent.isEmpty else { return false }
+            let i = int(0..<chats[c].recent.count)
+            let m = chats[c].recent[i]
+            if action == .editMessage {
+                emit(device(of: m.sender), .messageEdited, m.id, [("chat", .bytes(chats[c].id.bytes)), ("text", .text(text("edited", 6...80)))])
+            } else {
+                emit(device(of: m.sender), .messageDeleted, m.id, [("chat", .bytes(chats[c].id.bytes))])
+                chats[c].recent.remove(at: i)
+            }
+        case .like:
+            let u = activeUser()
+            guard let p = anyPicture(), pictures[p]!.live, pictures[p]!.likes[u] == nil else { return false }
+            let (id, _) = emit(device(of: u), .likeAdded, pictures[p]!.id, [])
+            pictures[p]!.likes[u] = [id]
+        case .unlike:
+            let u = activeUser()
+            guard let p = anyPicture(), let seen = pictures[p]!.likes[u] else { return false }
+            emit(device(of: u), .likeRemoved, pictures[p]!.id, [("seen", .array(seen.map { .bytes($0.bytes) }))])
+            pictures[p]!.likes[u] = nil
+        case .profile:
+            let u = activeUser()
+            let key = users[u].key.publicKey
+            let d = device(of: u)
+            switch int(0..<6) {
+            case 0: emit(d, .profileSet, key, [("field", .text("name")), ("value", .text(text("user \(u)", 6...30)))])
+            case 1: emit(d, .profileSet, key, [("field", .text("bio")), ("value", .text(text("bio", 20...300)))])
+            case 2: emit(d, .profileSet, key, [("field", .text("city")), ("value", .text(["Lyon", "Paris", "Rome", "Oslo", "Kyoto"][int(0..<5)]))])
+            case 3:
+                func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
+                let date = "\(int(1950..<2008))-\(two(int(1..<13)))-\(two(int(1..<29)))"
+                emit(d, .profileSet, key, [("field", .text("birthday")), ("value", .text(date))])
+            case 4:
+                guard let p = livePicture(of: u) else { return false }
+                emit(d, .profileSet, key, [("field", .text("avatar")), ("value", .bytes(pictures[p]!.id.bytes))])
+            default:
+                emit(d, .profileSet, key, [("field", .text("visibility")), ("value", .text(["public", "followers", "private"][int(0..<3)]))])
+            }
+        case .follow:
+            let u = activeUser()
+            let target = activeUser()
+            guard target != u, users[u].following[target] == nil else { return false }
+            let (id, _) = emit(device(of: u), .followAdded, users[target].key.publicKey, [])
+            users[u].following[target] = [id]
+        case .unfollow:
+            let u = activeUser()
+            guard let first = users[u].following.first else { return false }
+            let (target, seen) = (first.key, first.value)
+            emit(device(of: u), .followRemoved, users[target].key.publicKey, [("seen", .array(seen.map { .bytes($0.bytes) }))])
+            users[u].following[target] = nil
+        case .block:
+            let u = activeUser()
+            let target = int(0..<users.count)
+            guard target != u else { return false }
+            emit(device(of: u), .blockAdded, users[target].key.publicKey, [])
+        case .picture:
+            let u = activeUser()
+            let id = Random.bytes32()
+            var payload: [(String, CBORValue)] = [
+                ("blob", .bytes(Random.bytes(32))), ("size", .unsigned(UInt64(int(40_000..<4_000_000)))), ("mime", .text("image/jpeg")),
+                ("width", .unsigned(1080)), ("height", .unsigned(1350)),
+            ]
+            if chance(0.5) { payload.append(("caption", .text(text("pic", 8...120)))) }
+            emit(device(of: u), .pictureCreated, id, payload)
+            let index = pictureIDs.count
+            pictureIDs.append(index)
+            pictures[index] = Picture(id: id, owner: u)
+            users[u].pictures.append(index)
+            if popular.count < 24, u < max(1, users.count / 20) { popular.append(index) }
+        case .caption, .move, .deletePicture:
+            let u = activeUser()
+            guard let p = livePicture(of: u) else { return false }
+            let id = pictures[p]!.id
+            switch action {
+            case .caption: emit(device(of: u), .pictureCaptioned, id, [("caption", .text(text("caption", 8...120)))])
+            case .move: emit(device(of: u), .pictureMoved, id, [("position", .bytes(Random.bytes(int(1..<9))))])
+            default:
+                // Popular pictures stay: their likes are the point.
+                guard !popular.contains(p) else { return false }
+                emit(device(of: u), .pictureDeleted, id, [])
+                pictures[p]!.live = false
+                users[u].pictures.removeAll { $0 == p }
+            }
+        case .chat:
+            let u = activeUser()
+            guard createChat(by: u, members: int(1..<6)) != nil else { return false }
+        case .addMember, .removeMember:
+            let c = int(0..<chats.count)
+            let admin = chats[c].creator
+            if action == .addMember {
+                let newcomer = int(0..<users.count)
+                guard !chats[c].members.contains(newcomer) else { return false }
+                emit(device(of: admin), .chatMemberAdded, chats[c].id, [("user", .bytes(users[newcomer].key.publicKey.bytes))])
+                chats[c].members.append(newcomer)
+            } else {
+                guard chats[c].members.count > 2 else { return false }
+                let i = int(1..<chats[c].members.count)
+                let gone = chats[c].members[i]
+                emit(device(of: admin), .chatMemberRemoved, chats[c].id, [("user", .bytes(users[gone].key.publicKey.bytes))])
+                chats[c].members.remove(at: i)
+                // Their later messages would take no effect; keep the mix effective.
+                chats[c].recent.removeAll { $0.sender == gone }
+            }
+        case .credit:
+            let u = activeUser()
+            let d = device(of: u)
+            let amount: UInt64 = [100, 250, 500, 1000, 2500][int(0..<5)]
+            let redelivery = !receipts.isEmpty && chance(0.03)
+            let receipt = redelivery ? receipts[int(0..<receipts.count)] : "store-txn-\(receipts.count)"
+            emit(issuerFeed, .coinCredited, feeds[d].key.publicKey, [
+                ("user", .bytes(users[u].key.publicKey.bytes)), ("amount", .unsigned(amount)), ("receipt", .text(receipt)),
+                ("product", .text("coins.\(amount)")),
+            ])
+            if !redelivery {
+                receipts.append(receipt)
+                if rights[d, default: 0] == 0 { funded.append(d) }
+                rights[d, default: 0] += amount
+            }
+        case .spend, .gift, .unlock, .moveRights:
+            guard !funded.isEmpty else { return false }
+            let d = funded[int(0..<funded.count)]
+            let held = rights[d, default: 0]
+            guard held > 0, let u = owner[d] else { return false }
+            let key = users[u].key.publicKey
+            switch action {
+            case .spend:
+                // Some spends go beyond the device's rights (a sibling spent them
+                // first): they take no effect.
+                let over = chance(0.03)
+                let amount = over ? held + 10 : UInt64(int(1..<Int(min(held, 60)) + 1))
+                emit(d, .coinSpent, key, [("amount", .unsigned(amount)), ("for", .text("sticker"))])
+                if !over { rights[d] = held - amount }
+            case .gift:
+                let to = int(0..<users.count)
+                guard to != u else { return false }
+                let amount = UInt64(int(1..<Int(min(held, 40)) + 1))
+                let target = users[to].devices[0]
+                emit(d, .coinGiven, users[to].key.publicKey, [("amount", .unsigned(amount)), ("device", .bytes(feeds[target].key.publicKey.bytes))])
+                rights[d] = held - amount
+                if rights[target, default: 0] == 0 { funded.append(target) }
+                rights[target, default: 0] += amount
+            case .moveRights:
+                guard users[u].devices.count == 2 else { return false }
+                let sibling = users[u].devices.first { $0 != d }!
+                let amount = UInt64(int(1..<Int(held) + 1))
+                emit(d, .coinRightsMoved, feeds[sibling].key.publicKey, [("amount", .unsigned(amount))])
+                rights[d] = held - amount
+                if rights[sibling, default: 0] == 0 { funded.append(sibling) }
+                rights[sibling, default: 0] += amount
+            default:
+                let slot = users[u].slotsUnlocked + 1
+                guard slot < NetworkConfig.defaultSlotPrices.count else { return false }
+                let price = NetworkConfig.defaultSlotPrices[slot]
+                guard held >= price else { return false }
+                emit(d, .slotUnlocked, key, [("slot", .unsigned(UInt64(slot))), ("price", .unsigned(price))])
+                rights[d] = held - price
+                users[u].slotsUnlocked = slot
+            }
+        case .slotSet:
+            let u = activeUser()
+            guard let p = livePicture(of: u) else { return false }
+            let slot = int(0..<users[u].slotsUnlocked + 1)
+            emit(device(of: u), .slotSet, users[u].key.publicKey, [("slot", .unsigned(UInt64(slot))), ("picture", .bytes(pictures[p]!.id.bytes))])
+        }
+        return true
+    }
+
+    static func generate(events: Int, users userCount: Int, seed: UInt64, startMillis: UInt64) -> Workload {
+        var w = Workload(seed: seed, startMillis: startMillis)
+        for _ in 0..<userCount { w.addUser() }
+        // A few long chats with many members, and one chat per ten users to start.
+        for _ in 0..<max(2, userCount / 150) {
+            let creator = w.activeUser()
+            let members = w.int(8..<24)
+            if let c = w.createChat(by: creator, members: members) { w.longChats.append(c) }
+        }
+        for _ in 0..<max(1, userCount / 10) {
+            let creator = w.activeUser()
+            let members = w.int(1..<5)
+            _ = w.createChat(by: creator, members: members)
+        }
+        while w.count < events {
+            var done = false
+            for _ in 0..<4 where !done {
+                let action = w.pickAction()
+                done = w.perform(action)
+            }
+            if !done { _ = w.perform(.message) }
+        }
+        return w
+    }
+}
+
+// MARK: Measurement helpers
+
+enum Bench {
+    static let progress = isatty(2) == 1
+    static func note(_ s: String) { if progress { FileHandle.standardError.write(Data((s + "\n").utf8)) } }
+    static func clock() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    /// Maps on all cores in chunks.
+    static func parallelMap<In: Sendable, Out: Sendable>(_ items: [In], _ transform: @Sendable (In) -> Out) -> [Out] {
+        let count = items.count
+        let chunk = 256
+        return [Out](unsafeUninitializedCapacity: count) { buffer, initialized in
+            guard let base = buffer.baseAddress else { return }
+            nonisolated(unsafe) let out = base
+            DispatchQueue.concurrentPerform(iterations: (count + chunk - 1) / chunk) { c in
+                for i in (c * chunk)..<min(count, (c + 1) * chunk) { (out + i).initialize(to: transform(items[i])) }
+            }
+            initialized = count
+        }
+    }
+
+    /// Raw LMDB: durable transactions of 1000 puts each under increasing
+    /// 8-byte keys, one put per value: the least work a batched durable
+    /// append of these values can do.
+    static func rawLMDBAppend(sizes: [Int]) throws -> Double {
+        let dir = NSTemporaryDirectory() + "chorus-bench-lmdb-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let env = try Environment(path: dir, initialMapSize: 1 << 30)
+        let db = try env.openDatabase("raw")
+        let largest = sizes.max() ?? 0
+        let source = [UInt8](repeating: 0x5a, count: largest)
+        var values: [Int: [UInt8]] = [:]
+        for size in Set(sizes) { values[size] = Array(source.prefix(size)) }
+        var key: UInt64 = 0
+        let start = clock()
+        var i = 0
+        while i < sizes.count {
+            let end = min(sizes.count, i + 1000)
+            try env.write { txn in
+                for j in i..<end {
+                    key += 1
+                    try txn.put(db, withUnsafeBytes(of: key.bigEndian) { Array($0) }, values[sizes[j]]!, append: true)
+                }
+            }
+            i = end
+        }
+        return Double(sizes.count) / (clock() - start)
+    }
+
+    static func percentile(_ sorted: [Double], _ p: Double) -> Double {
+        guard !sorted.isEmpty else { return 0 }
+        return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
+    }
+
+    /// Times each call; returns (p50, p99, max) in milliseconds.
+    static func latency(_ calls: Int, _ body: (Int) throws -> Void) rethrows -> (p50: Double, p99: Double, max: Double) {
+        var samples: [Double] = []
+        samples.reserveCapacity(calls)
+        for i in 0..<calls {
+            let t0 = DispatchTime.now().uptimeNanoseconds
+            try body(i)
+            samples.append(Double(DispatchTime.now().uptimeNanoseconds - t0) / 1e6)
+        }
+        samples.sort()
+        return (percentile(samples, 0.5), percentile(samples, 0.99), samples.last ?? 0)
+    }
+}
+
+// MARK: The run
+
+func runProjectionsBenchmark(_ args: [String]) async throws {
+    let options = ProjectionsOptions(args)
+    let cores = ProcessInfo.processInfo.activeProcessorCount
+    let userCount = options.users ?? min(1_500, max(20, options.events / 650))
+
+    // 1. Workload, signed before any timing.
+    Bench.note("generating \(options.events) events from \(userCount) users...")
+    var t0 = Bench.clock()
+    let nowMillis = UInt64(Date().timeIntervalSince1970 * 1000)
+    // Start far enough back that the last event is still in the past (drift rule).
+    let startMillis = nowMillis - UInt64(options.events) * 31 - 3_600_000
+    let workload = Workload.generate(events: options.events, users: userCount, seed: options.seed, startMillis: startMillis)
+    let generateSeconds = Bench.clock() - t0
+    Bench.note("  \(workload.count) events in \(workload.feeds.count) feeds, \(workload.chats.count) chats, \(workload.pictureIDs.count) pictures (\(String(format: "%.1f", generateSeconds)) s)")
+    Bench.note("signing on \(cores) cores...")
+    t0 = Bench.clock()
+    // Feed by feed in a shuffled order of feeds, as a sync delivers them.
+    var rng = SeededRandom(seed: options.seed ^ 0x5EED)
+    let feedOrder = Array(workload.feeds.indices).shuffled(using: &rng)
+    let jobs: [(key: SigningKey, event: UnsignedEvent)] = feedOrder.flatMap { f in
+        workload.feeds[f].events.map { (workload.feeds[f].key, $0) }
+    }
+    let envelopes = Bench.parallelMap(jobs) { $0.event.signed(with: $0.key).encoded() }
+    let signSeconds = Bench.clock() - t0
+    let bytes = envelopes.reduce(0) { $0 + $1.count }
+    let mix = workload.kinds.sorted { $0.value > $1.value }
+    Bench.note("  signed in \(String(format: "%.1f", signSeconds)) s; \(bytes / max(1, envelopes.count)) bytes per envelope on average")
+    let sampleUsers = (0..<64).map { _ in workload.users[Int.random(in: 0..<workload.users.count, using: &rng)].key.publicKey }
+    let chatIDs = workload.chats.map(\.id)
+    let longChatIDs = workload.longChats.map { workload.chats[$0].id }
+    let biggestChat = workload.chats.max { $0.messages < $1.messages }
+    let issuer = workload.issuer.publicKey
+
+    // 2. Limits.
+    Bench.note("raw LMDB batched durable append of \(envelopes.count) values of the same sizes...")
+    let lmdbAppend = try Bench.rawLMDBAppend(sizes: envelopes.map(\.count))
+    Bench.note("raw Ed25519 verify on \(cores) cores...")
+    let samples = try (0..<max(cores, 1)).map { i in try Event.decode(envelopes[i * 7919 % envelopes.count]) }
+    let messages = samples.map { Event.signedMessage(headerBytes: $0.headerBytes) }
+    let verifyAll = rate(threads: cores, seconds: options.seconds) { t in
+        _ = Ed25519.verify(signature: samples[t].signature, message: messages[t], publicKey: samples[t].author)
+    }
+
+    // 3. Ingest into an empty node.
+    let dir = NSTemporaryDirectory() + "chorus-bench-projections-\(UUID().uuidString)"
+    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    let node = try await Node.create(at: dir + "/store", network: NetworkConfig(issuers: [issuer]))
+    Bench.note("ingesting \(envelopes.count) events in batches of \(options.batch)...")
+    t0 = Bench.clock()
+    var accepted = 0
+    var start = 0
+    while start < envelopes.count {
+        let end = min(envelopes.count, start + options.batch)
+        let report = await node.ingest(Array(envelopes[start..<end]))
+        accepted += report.accepted
+        if let e = report.errors.first {
+            FileHandle.standardError.write(Data("ingest refused event \(start + e.index): \(e.code): \(e.reason)\n".utf8))
+        }
+        start = end
+        if Bench.progress {
+            let rate = Double(end) / (Bench.clock() - t0)
+            Bench.note("  \(end) events, \(Int(rate))/s")
+        }
+    }
+    let ingestSeconds = Bench.clock() - t0
+    let ingestRate = Double(envelopes.count) / ingestSeconds
+    let writer = node.writerStatistics
+    guard accepted == envelopes.count else {
+        FileHandle.standardError.write(Data("ingest accepted only \(accepted) of \(envelopes.count) events\n".utf8))
+        exit(1)
+    }
+    let projections = node.projections
+    let noEffects = try projections.noEffects().count
+    let digestIngested = try projections.digest()
+
+    // 4. Queries (before the rebuild, on the incrementally built state).
+    Bench.note("queries...")
+    let q = options.queries
+    // Warm the page cache and the code paths once.
+    for u in sampleUsers { _ = try projections.profile(u); _ = try projections.balance(of: u) }
+    var qrng = SeededRandom(seed: options.seed ^ 0xC0FFEE)
+    let users = workload.users.map(\.key.publicKey)
+    let profileUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
+    let balanceUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
+    // Half the pages from the long chats, half from any chat.
+    let pageChats = (0..<q).map { i in
+        i % 2 == 0 ? longChatIDs[Int.random(in: 0..<longChatIDs.count, using: &qrng)]
+            : chatIDs[Int.random(in: 0..<chatIDs.count, using: &qrng)]
+    }
+    var pageMessages = 0
+    let profileLatency = try Bench.latency(q) { i in _ = try projections.profile(profileUsers[i]) }
+    let balanceLatency = try Bench.latency(q) { i in _ = try projections.balance(of: balanceUsers[i]) }
+    let chatLatency = try Bench.latency(q) { i in pageMessages += try projections.chat(pageChats[i], limit: 50).messages.count }
+
+    // 5. Rebuild.
+    var rebuildRate = 0.0
+    var rebuildSeconds = 0.0
+    var digestsAgree = true
+    let logged = try node.log.eventCount()
+    if !options.skipRebuild {
+        Bench.note("rebuilding \(logged) events...")
+        t0 = Bench.clock()
+        try projections.rebuild { done, total in
+            if Bench.progress, done % 200_000 < 20_000 { Bench.note("  \(done) / \(total)") }
+        }
+        rebuildSeconds = Bench.clock() - t0
+        rebuildRate = Double(logged) / rebuildSeconds
+        digestsAgree = try projections.digest() == digestIngested
+    }
+    await node.close()
+    if options.keep {
+        Bench.note("store kept at \(dir)/store")
+    } else {
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    // Report.
+    struct Row {
+        let name: String
+        let value: String
+        let ratio: Double?
+        let target: String
+        let met: Bool?
+        let json: (String, JSONValue)
+    }
+    func ms(_ v: Double) -> String { String(format: "%.3f ms", v) }
+    func latencyRow(_ name: String, _ key: String, _ l: (p50: Double, p99: Double, max: Double)) -> Row {
+        Row(
+            name: name, value: "p50 \(ms(l.p50)), p99 \(ms(l.p99))", ratio: nil, target: "p99 ≤ 1 ms", met: l.p99 <= 1.0,
+            json: (key, .object([
+                ("p50_us", .uint(UInt64(l.p50 * 1000))), ("p99_us", .uint(UInt64(l.p99 * 1000))), ("max_us", .uint(UInt64(l.max * 1000))),
+                ("target_p99_us", .uint(1000)), ("met", .bool(l.p99 <= 1.0)),
+            ])))
+    }
+    var rows: [Row] = [
+        Row(name: "LMDB batched durable append (limit)", value: "\(Int(lmdbAppend))/s", ratio: nil, target: "", met: nil,
+            json: ("lmdb_append_per_second", .uint(UInt64(lmdbAppend)))),
+        Row(name: "Ed25519 verify, \(cores) cores (limit)", value: "\(Int(verifyAll))/s", ratio: nil, target: "", met: nil,
+            json: ("verify_all_cores_per_second", .uint(UInt64(verifyAll)))),
+        Row(name: "ingest with projections", value: "\(Int(ingestRate))/s", ratio: ingestRate / verifyAll, target: "≥ 0.70 × verify",
+            met: ingestRate / verifyAll >= 0.7,
+            json: ("ingest", .object([
+                ("per_second", .uint(UInt64(ingestRate))), ("seconds", .string(String(format: "%.1f", ingestSeconds))),
+                ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / verifyAll))), ("target", .string("0.70")),
+                ("met", .bool(ingestRate / verifyAll >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
+            ]))),
+    ]
+    if !options.skipRebuild {
+        rows.append(Row(
+            name: "projection rebuild", value: "\(Int(rebuildRate))/s", ratio: rebuildRate / lmdbAppend, target: "≥ 0.25 × LMDB append",
+            met: rebuildRate / lmdbAppend >= 0.25,
+            json: ("rebuild", .object([
+                ("per_second", .uint(UInt64(rebuildRate))), ("seconds", .string(String(format: "%.1f", rebuildSeconds))),
+                ("ratio_to_lmdb_append", .string(String(format: "%.3f", rebuildRate / lmdbAppend))), ("target", .string("0.25")),
+                ("met", .bool(rebuildRate / lmdbAppend >= 0.25)), ("digest_equals_ingested", .bool(digestsAgree)),
+            ]))))
+    }
+    rows.append(latencyRow("profile(user)", "query_profile", profileLatency))
+    rows.append(latencyRow("balance(of: user)", "query_balance", balanceLatency))
+    rows.append(latencyRow("chat(id, limit: 50)", "query_chat_page", chatLatency))
+
+    if options.json {
+        var fields: [(String, JSONValue)] = [
+            ("cores", .uint(UInt64(cores))), ("events", .uint(UInt64(envelopes.count))), ("users", .uint(UInt64(userCount))),
+            ("feeds", .uint(UInt64(workload.feeds.count))), ("chats", .uint(UInt64(workload.chats.count))),
+            ("pictures", .uint(UInt64(workload.pictureIDs.count))), ("batch", .uint(UInt64(options.batch))),
+            ("seed", .uint(options.seed)), ("mean_envelope_bytes", .uint(UInt64(bytes / max(1, envelopes.count)))),
+            ("no_effect_events", .uint(UInt64(noEffects))),
+            ("mix", .object(mix.map { ($0.key.name, .uint(UInt64($0.value))) })),
+        ]
+        fields += rows.map(\.json)
+        print(JSONValue.object(fields).rendered())
+        return
+    }
+    func pad(_ s: String, _ n: Int) -> String { s + String(repeating: " ", count: max(0, n - s.count)) }
+    print("chorus-bench projections on \(cores) cores: \(envelopes.count) events, \(userCount) users, \(workload.feeds.count) feeds,")
+    print("\(workload.chats.count) chats (largest \(biggestChat?.messages ?? 0) messages), \(workload.pictureIDs.count) pictures, "
+        + "mean envelope \(bytes / max(1, envelopes.count)) bytes, seed \(options.seed)")
+    print("mix: " + mix.prefix(12).map { "\($0.key.name) \(String(format: "%.1f", 100 * Double($0.value) / Double(envelopes.count)))%" }
+        .joined(separator: ", ") + ", ...")
+    print("ingest: \(envelopes.count / options.batch + (envelopes.count % options.batch == 0 ? 0 : 1)) calls of ≤ \(options.batch) envelopes, "
+        + "\(writer.commits) commits, \(String(format: "%.1f", ingestSeconds)) s; \(noEffects) events took no effect by the rules"
+        + (options.skipRebuild ? "" : "; rebuild \(String(format: "%.1f", rebuildSeconds)) s, digest "
+            + (digestsAgree ? "equals" : "DIFFERS FROM") + " the ingested state"))
+    print("")
+    print(pad("measurement", 38) + pad("figure", 30) + pad("ratio", 8) + pad("target", 22) + "met")
+    for r in rows {
+        print(pad(r.name, 38) + pad(r.value, 30) + pad(r.ratio.map { String(format: "%.2f", $0) } ?? "", 8) + pad(r.target, 22)
+            + (r.met.map { $0 ? "yes" : "NO" } ?? ""))
+    }
+    _ = pageMessages
+    if !digestsAgree { exit(1) }
+}
