@@ -166,7 +166,7 @@ extension FoldRun {
             for f in all where f.id != sent.id {
                 try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
             }
-            try txn.delete(p.state, key)
+            if try txn.delete(p.state, key) { try countMessage(in: chat, by: -1) }
         }
         let sender: PublicKey
         switch try actor(sent) {
@@ -214,7 +214,17 @@ extension FoldRun {
         } else {
             record.append(("purged", .bool(true)))
         }
+        if try txn.get(p.state, key) == nil { try countMessage(in: chat, by: 1) }
         try txn.put(p.state, key, Codec.cbor(.textMap(record)))
+    }
+
+    /// Keeps the number of effective messages per chat, so listing chats
+    /// never counts messages one by one.
+    func countMessage(in chat: ObjectID, by delta: Int) throws {
+        let key = Table.messageCount.key(chat.bytes)
+        let current = try txn.get(p.state, key).map { Codec.readU64($0[...]) } ?? 0
+        let next = delta < 0 ? current - min(current, UInt64(-delta)) : current + UInt64(delta)
+        if next == 0 { try txn.delete(p.state, key) } else { try txn.put(p.state, key, Codec.u64(next)) }
     }
 
     /// Read markers: per member, the furthest position read while a member;

@@ -124,6 +124,7 @@ enum Table: UInt8 {
     case userChat = 0x52  // user || chat -> () (current members)
     case message = 0x53  // chat || hlc || message -> message record
     case read = 0x54  // chat || user -> read marker
+    case messageCount = 0x55  // chat -> u64 number of effective messages
     case rights = 0x60  // device -> u64 spending rights
     case receipt = 0x61  // receipt text -> crediting event id
     case slotUnlock = 0x62  // user || slot -> unlocking event id

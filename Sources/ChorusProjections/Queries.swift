@@ -359,11 +359,7 @@ extension Projections {
             }
             return true
         }
-        var count = 0
-        try txn.scan(state, prefix: Table.message.key(id.bytes)) { _, _ in
-            count += 1
-            return true
-        }
+        let count = try txn.get(state, Table.messageCount.key(id.bytes)).map { Int(Codec.readU64($0[...])) } ?? 0
         return ChatView(
             id: id, title: v[text: "title"]?.textValue, creator: creator, createdHLC: HLC(rawValue: hlc), members: members,
             messageCount: count)
