@@ -127,9 +127,8 @@ struct IssuerCreate: AsyncParsableCommand {
             printJSON(.object([("issuer", .string(key.hex)), ("created", .bool(!existed))]))
             return
         }
-        print(existed ? "This store already holds issuer key:" : "Created issuer key:")
         print(key.hex)
-        print("")
+        print(existed ? "This store already holds this issuer key." : "Created this issuer key and added it to this store's network configuration.")
         print("Other nodes of this network pass it at creation: chorus init --issuer \(key.hex)")
         print("(or copy \(store.path)/\(NetworkConfig.fileName) with `chorus init --network FILE`).")
     }
