@@ -1,0 +1,332 @@
+import ChorusBlobs
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusProjections
+import ChorusStorage
+import Foundation
+
+// A fast, Node-free harness for projection tests: a replica is an LMDB
+// environment on a temporary directory (tmpfs when available) with a log, a
+// blob store and projections; events are delivered the way ingest does it,
+// appended and folded in one write transaction.
+
+/// SplitMix64: a small, seedable generator, so every schedule replays from
+/// its seed.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8(truncatingIfNeeded: next()) } }
+    mutating func bytes32() -> Bytes32 { Bytes32(bytes(32))! }
+    mutating func chance(_ p: Double) -> Bool { Double(next() >> 11) / Double(UInt64(1) << 53) < p }
+    mutating func int(_ r: ClosedRange<Int>) -> Int { Int.random(in: r, using: &self) }
+    mutating func pick<T>(_ items: [T]) -> T? { items.isEmpty ? nil : items[int(0...items.count - 1)] }
+    mutating func key() -> SigningKey { SigningKey(seed: bytes(32))! }
+}
+
+/// Mixes a base seed and an index into an independent seed.
+func mixSeed(_ base: UInt64, _ index: UInt64) -> UInt64 {
+    var g = SplitMix64(seed: base ^ (index &* 0xD1B5_4A32_D192_ED03))
+    return g.next()
+}
+
+/// A directory for LMDB environments: /dev/shm when it exists (tests then
+/// do not wait on disk flushes), else the system temporary directory.
+func scratchDirectory(_ label: String) throws -> String {
+    let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
+    let dir = base + "/chorus-\(label)-\(UUID().uuidString)"
+    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    return dir
+}
+
+enum HarnessError: Error, CustomStringConvertible {
+    case refused(EventID, EventError)
+    var description: String {
+        switch self {
+        case .refused(let id, let e): "event \(id.short) refused: \(e)"
+        }
+    }
+}
+
+/// One replica: log, blobs and projections in their own environment.
+final class Replica {
+    let dir: String
+    let env: Environment
+    let log: LogStore
+    let blobs: BlobStore
+    let projections: Projections
+    /// Blob bytes by hash: what sync would fetch for a picture it received.
+    let blobSource: [Hash32: [UInt8]]
+    /// Events that arrived ahead of their feed, by author and sequence
+    /// number, retried when the gap closes (as sync would).
+    var waiting: [PublicKey: [UInt64: Event]] = [:]
+    /// Transactions committed (deliveries).
+    var deliveries = 0
+    /// Every event delivered with its payload, by id (to find a purged
+    /// picture's blob again).
+    var originals: [EventID: Event] = [:]
+
+    static let nowMillis: UInt64 = 1 << 46
+    static let driftMillis: UInt64 = 60_000
+
+    init(config: NetworkConfig, blobSource: [Hash32: [UInt8]] = [:], label: String = "replica") throws {
+        dir = try scratchDirectory(label)
+        env = try Environment(path: dir, initialMapSize: 16 << 20)
+        log = try LogStore(env: env)
+        blobs = try BlobStore(env: env)
+        projections = try Projections(log: log, blobs: blobs, config: config)
+        self.blobSource = blobSource
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: dir) }
+
+    /// Delivers `batch` in one write transaction: each event is appended
+    /// (or buffered when its feed has a gap), buffered successors that
+    /// became appendable follow, and every event stored or refilled is
+    /// folded. Returns the events folded.
+    @discardableResult
+    func deliver(_ batch: [Event]) throws -> [Event] {
+        let (folded, waitingAfter): ([Event], [PublicKey: [UInt64: Event]]) = try env.write { txn in
+            var waiting = self.waiting
+            var ctx = try log.appendContext(in: txn, nowMillis: Self.nowMillis, driftMillis: Self.driftMillis)
+            var stored: [Event] = []
+            var queue = batch
+            var i = 0
+            while i < queue.count {
+                let e = queue[i]
+                i += 1
+                let head = try log.readHead(e.author, in: txn)?.seq ?? 0
+                if e.seq > head + 1 {
+                    waiting[e.author, default: [:]][e.seq] = e
+                    continue
+                }
+                switch try log.append(e, in: txn, context: &ctx) {
+                case .accepted:
+                    stored.append(e)
+                    if let next = waiting[e.author]?.removeValue(forKey: e.seq + 1) { queue.append(next) }
+                case .refilled:
+                    stored.append(e)
+                case .duplicate:
+                    break
+                case .refused(let why):
+                    throw HarnessError.refused(e.id, why)
+                }
+            }
+            // Blobs travel with the pictures that reference them (sync
+            // fetches the blobs projections reference).
+            for e in stored where e.kind == .pictureCreated {
+                if let hash = e.payload?[text: "blob"]?.bytesValue.flatMap({ Bytes32($0) }), let bytes = blobSource[hash] {
+                    try blobs.put(bytes, in: txn)
+                }
+            }
+            try log.finish(ctx, in: txn)
+            try projections.apply(stored, in: txn)
+            return (stored, waiting.filter { !$0.value.isEmpty })
+        }
+        waiting = waitingAfter
+        deliveries += 1
+        for e in batch where e.payloadBytes != nil { originals[e.id] = e }
+        return folded
+    }
+
+    var pendingCount: Int { waiting.values.reduce(0) { $0 + $1.count } }
+
+    func digest() throws -> Hash32 { try projections.digest() }
+
+    /// The state as readable lines (table byte, key hex, value hex) for diffs.
+    func stateLines() throws -> [String] {
+        try env.read { txn in
+            try projections.stateEntries(in: txn).map { Hex.encode($0.key) + " = " + Hex.encode($0.value) }
+        }
+    }
+
+    /// Every stored event (payload purged or not), in arrival order.
+    func storedEvents() throws -> [Event] { try log.arrivals(since: 0).map(\.event) }
+}
+
+/// A key that writes a feed: its own sequence, chain and hybrid clock.
+final class FeedWriter {
+    let key: SigningKey
+    var seq: UInt64 = 0
+    var prev: EventID? = nil
+    var clock = HybridClock()
+    var publicKey: PublicKey { key.publicKey }
+
+    init(_ key: SigningKey) { self.key = key }
+
+    /// Signs the next event of this feed, stamped by the feed's clock at
+    /// `nowMillis` (after observing `observed`), or at exactly `hlc`.
+    func sign(
+        _ kind: EventKind, _ object: Bytes32, _ payload: [(String, CBORValue)] = [], nowMillis: UInt64 = 0, hlc: HLC? = nil
+    ) throws -> Event {
+        let stamp: HLC
+        if let hlc {
+            precondition(hlc > clock.last, "a feed's clock must increase")
+            clock.observe(hlc)
+            stamp = hlc
+        } else {
+            stamp = clock.tick(nowMillis: nowMillis)
+        }
+        seq += 1
+        let e = try Event.sign(with: key, seq: seq, prev: prev, hlc: stamp, kind: kind, object: object, payload: .textMap(payload))
+        prev = e.id
+        return e
+    }
+}
+
+/// Payload builders, as `ChorusNode/Mutations.swift` builds them.
+enum Payload {
+    static func deviceAdded(device: SigningKey, user: PublicKey, name: String? = nil) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = [("proof", .bytes(DeviceBinding.proof(device: device, user: user)))]
+        if let name { p.append(("name", .text(name))) }
+        return p
+    }
+    static func profile(_ field: ProfileField, _ value: CBORValue) -> [(String, CBORValue)] {
+        [("field", .text(field.rawValue)), ("value", value)]
+    }
+    static func pictureCreated(blob: [UInt8], caption: String? = nil) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = [
+            ("blob", .bytes(Blake2b.hash256(blob).bytes)), ("size", .unsigned(UInt64(blob.count))), ("mime", .text("image/png")),
+        ]
+        if let caption { p.append(("caption", .text(caption))) }
+        return p
+    }
+    static func caption(_ text: String) -> [(String, CBORValue)] { [("caption", .text(text))] }
+    static func position(_ bytes: [UInt8]) -> [(String, CBORValue)] { [("position", .bytes(bytes))] }
+    static func seen(_ ids: [EventID]) -> [(String, CBORValue)] { [("seen", .array(ids.map { .bytes($0.bytes) }))] }
+    static func chatCreated(title: String? = nil, members: [PublicKey]) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = []
+        if let title { p.append(("title", .text(title))) }
+        if !members.isEmpty { p.append(("members", .array(Array(Set(members)).sorted().map { .bytes($0.bytes) }))) }
+        return p
+    }
+    static func member(_ user: PublicKey, admin: Bool = false) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = [("user", .bytes(user.bytes))]
+        if admin { p.append(("admin", .bool(true))) }
+        return p
+    }
+    static func message(text: String?, picture: ObjectID? = nil) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = []
+        if let text { p.append(("text", .text(text))) }
+        if let picture { p.append(("picture", .bytes(picture.bytes))) }
+        return p
+    }
+    static func edit(chat: ObjectID, text: String) -> [(String, CBORValue)] { [("chat", .bytes(chat.bytes)), ("text", .text(text))] }
+    static func delete(chat: ObjectID) -> [(String, CBORValue)] { [("chat", .bytes(chat.bytes))] }
+    static func read(message: EventID, hlc: HLC) -> [(String, CBORValue)] {
+        [("message", .bytes(message.bytes)), ("hlc", .unsigned(hlc.rawValue))]
+    }
+    static func credit(user: PublicKey, amount: UInt64, receipt: String) -> [(String, CBORValue)] {
+        [("user", .bytes(user.bytes)), ("amount", .unsigned(amount)), ("receipt", .text(receipt))]
+    }
+    static func spend(_ amount: UInt64, for purpose: String = "sticker") -> [(String, CBORValue)] {
+        [("amount", .unsigned(amount)), ("for", .text(purpose))]
+    }
+    static func give(_ amount: UInt64, device: PublicKey? = nil) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = [("amount", .unsigned(amount))]
+        if let device { p.append(("device", .bytes(device.bytes))) }
+        return p
+    }
+    static func move(_ amount: UInt64) -> [(String, CBORValue)] { [("amount", .unsigned(amount))] }
+    static func unlock(slot: Int, price: UInt64) -> [(String, CBORValue)] {
+        [("slot", .unsigned(UInt64(slot))), ("price", .unsigned(price))]
+    }
+    static func slotSet(_ slot: Int, picture: ObjectID?) -> [(String, CBORValue)] {
+        [("slot", .unsigned(UInt64(slot))), ("picture", picture.map { .bytes($0.bytes) } ?? .null)]
+    }
+}
+
+/// The coin invariants of issue 3, recomputed independently from the
+/// ledger the projections hold. Returns the violations found.
+func coinInvariantViolations(_ p: Projections, users: [PublicKey]) throws -> [String] {
+    var problems: [String] = []
+    let ledger = try p.ledger()
+    var rights: [PublicKey: UInt64] = [:]
+    var receiptsSeen: Set<String> = []
+    var owner: [PublicKey: PublicKey] = [:]
+    func ownerOf(_ key: PublicKey) throws -> PublicKey {
+        if let o = owner[key] { return o }
+        let o = try p.binding(of: key)?.user ?? key
+        owner[key] = o
+        return o
+    }
+    var credits: [PublicKey: UInt64] = [:]
+    var giftsIn: [PublicKey: UInt64] = [:]
+    var giftsOut: [PublicKey: UInt64] = [:]
+    var spends: [PublicKey: UInt64] = [:]
+    var previous: MergeOrder? = nil
+    for (order, entry) in ledger {
+        if let previous, !(previous < order) { problems.append("ledger not in merge order at \(order.id.short)") }
+        previous = order
+        guard entry.isEffective else { continue }
+        if let from = entry.from {
+            let held = rights[from] ?? 0
+            if held < entry.amount {
+                problems.append("effective \(entry.kind.name) \(order.id.short) takes \(entry.amount) from \(from.short) holding \(held)")
+                rights[from] = 0
+            } else {
+                rights[from] = held - entry.amount
+            }
+        }
+        if let to = entry.to { rights[to, default: 0] += entry.amount }
+        switch entry.kind {
+        case .coinCredited:
+            guard let receipt = entry.receipt else {
+                problems.append("effective credit \(order.id.short) without a receipt")
+                continue
+            }
+            if !receiptsSeen.insert(receipt).inserted { problems.append("receipt \(receipt) counted twice") }
+            if entry.from != nil { problems.append("credit \(order.id.short) debits someone") }
+            if let to = entry.to { credits[try ownerOf(to), default: 0] += entry.amount }
+        case .coinSpent, .slotUnlocked:
+            if let from = entry.from { spends[try ownerOf(from), default: 0] += entry.amount }
+            if entry.to != nil { problems.append("\(entry.kind.name) \(order.id.short) credits someone") }
+        case .coinGiven:
+            if let from = entry.from { giftsOut[try ownerOf(from), default: 0] += entry.amount }
+            if let to = entry.to { giftsIn[try ownerOf(to), default: 0] += entry.amount }
+        case .coinRightsMoved:
+            if let from = entry.from, let to = entry.to, try ownerOf(from) != ownerOf(to) {
+                problems.append("rights move \(order.id.short) crosses users")
+            }
+        default:
+            problems.append("ledger holds a \(entry.kind.name)")
+        }
+    }
+    let projected = try p.allRights()
+    var projectedMap: [PublicKey: UInt64] = [:]
+    for (key, r) in projected {
+        if r == 0 { problems.append("zero rights stored for \(key.short)") }
+        projectedMap[key] = r
+    }
+    let recomputed = rights.filter { $0.value > 0 }
+    if recomputed != projectedMap {
+        problems.append("rights differ from the ledger: projected \(projectedMap.map { "\($0.key.short)=\($0.value)" }.sorted()) "
+            + "recomputed \(recomputed.map { "\($0.key.short)=\($0.value)" }.sorted())")
+    }
+    let stored = Set(try p.receipts().map(\.receipt))
+    if stored != receiptsSeen { problems.append("receipt table \(stored.sorted()) differs from effective credits \(receiptsSeen.sorted())") }
+    for user in users {
+        let balance = try p.balance(of: user).total
+        let expected = Int64(credits[user] ?? 0) + Int64(giftsIn[user] ?? 0) - Int64(spends[user] ?? 0) - Int64(giftsOut[user] ?? 0)
+        if expected < 0 { problems.append("user \(user.short) flows below zero: \(expected)") }
+        if Int64(balance) != expected {
+            problems.append(
+                "balance of \(user.short) is \(balance), credits \(credits[user] ?? 0) + gifts in \(giftsIn[user] ?? 0) "
+                    + "- spends \(spends[user] ?? 0) - gifts out \(giftsOut[user] ?? 0) = \(expected)")
+        }
+        let fromRights = rights.filter { (try? ownerOf($0.key)) == user }.values.reduce(0, +)
+        if balance != fromRights { problems.append("balance of \(user.short) is \(balance), its keys' rights sum to \(fromRights)") }
+    }
+    return problems
+}

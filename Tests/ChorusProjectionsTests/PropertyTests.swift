@@ -1,0 +1,212 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusProjections
+import Foundation
+import Testing
+
+/// Issue 3, point 1: random worlds delivered to several replicas in random
+/// orders, with duplicates, gossip between replicas (which carries purged
+/// copies) and partitions that heal. Every replica must end with the same
+/// digest, equal to a rebuild from its log and to a fresh fold of the event
+/// set; the coin invariants are checked after every delivery.
+///
+/// `CHORUS_PROPERTY_SEED=<n>` replays one schedule (the seed printed in a
+/// failure); `CHORUS_PROPERTY_SCHEDULES=<n>` sets how many schedules run.
+@Suite("Projections: property tests")
+struct PropertyTests {
+    static let shards = 8
+    static let defaultSchedules = 360
+    static let baseSeed: UInt64 = 0xC0FF_EE15_5EED_0003
+
+    static var replaySeed: UInt64? {
+        guard let text = ProcessInfo.processInfo.environment["CHORUS_PROPERTY_SEED"] else { return nil }
+        return text.hasPrefix("0x") ? UInt64(text.dropFirst(2), radix: 16) : UInt64(text)
+    }
+
+    static var scheduleCount: Int {
+        ProcessInfo.processInfo.environment["CHORUS_PROPERTY_SCHEDULES"].flatMap { Int($0) } ?? defaultSchedules
+    }
+
+    @Test(arguments: 0..<PropertyTests.shards)
+    func replicasConverge(shard: Int) throws {
+        let seeds: [UInt64]
+        if let replay = Self.replaySeed {
+            seeds = shard == 0 ? [replay] : []
+        } else {
+            seeds = stride(from: shard, to: Self.scheduleCount, by: Self.shards).map { mixSeed(Self.baseSeed, UInt64($0)) }
+        }
+        for seed in seeds {
+            do {
+                let problems = try ScheduleRun(seed: seed).run()
+                if !problems.isEmpty {
+                    let details = problems.prefix(30).joined(separator: "\n")
+                    Issue.record("schedule seed \(seed) (replay with CHORUS_PROPERTY_SEED=\(seed)):\n\(details)")
+                    return
+                }
+            } catch {
+                Issue.record("schedule seed \(seed) (replay with CHORUS_PROPERTY_SEED=\(seed)) threw: \(error)")
+                return
+            }
+        }
+    }
+}
+
+/// One schedule: a world, three replicas, their delivery orders.
+struct ScheduleRun {
+    let seed: UInt64
+    static let replicaCount = 3
+
+    func run() throws -> [String] {
+        let world = try World(seed: seed)
+        var rng = SplitMix64(seed: seed ^ 0x5EED_0F_0DE7)
+        let events = world.events
+        let users = world.userKeys
+        let replicas = try (0..<Self.replicaCount).map { _ in try Replica(config: world.config, blobSource: world.blobs, label: "prop") }
+
+        // Each replica's own order of the origin's events, with duplicates.
+        var plans: [[Event]] = replicas.map { _ in
+            var plan = events.shuffled(using: &rng)
+            for e in events where rng.chance(0.12) { plan.insert(e, at: rng.int(0...plan.count)) }
+            return plan
+        }
+        // A partition into two sides until the network heals.
+        let side = replicas.map { _ in rng.int(0...1) }
+        let total = plans.reduce(0) { $0 + $1.count }
+        let healAt = rng.int(0...total)
+        var consumed = 0
+        var problems: [String] = []
+
+        while plans.contains(where: { !$0.isEmpty }) {
+            let r = rng.pick(plans.indices.filter { !plans[$0].isEmpty })!
+            let healed = consumed >= healAt
+            let peers = replicas.indices.filter { $0 != r && (healed || side[$0] == side[r]) }
+            let batch: [Event]
+            if let peer = rng.pick(peers), rng.chance(0.15) {
+                // Gossip: a feed range from a peer's log, exactly as stored
+                // there (payloads the peer purged travel purged).
+                let stored = try replicas[peer].storedEvents()
+                guard let author = rng.pick(stored.map(\.author)) else { continue }
+                let feed = try replicas[peer].log.feed(author).map(\.event)
+                let from = rng.int(0...feed.count - 1)
+                batch = Array(feed[from..<min(feed.count, from + rng.int(1...4))])
+            } else {
+                let n = rng.chance(0.75) ? 1 : rng.int(2...3)
+                batch = Array(plans[r].prefix(n))
+                plans[r].removeFirst(min(n, plans[r].count))
+                consumed += batch.count
+            }
+            try replicas[r].deliver(batch)
+            let violations = try coinInvariantViolations(replicas[r].projections, users: users)
+            if !violations.isEmpty {
+                return ["after delivery \(replicas[r].deliveries) to replica \(r): "] + violations
+            }
+        }
+
+        // Payload refill, as sync must do it: a replica purges a payload when
+        // a deletion takes effect, but that deletion may stop taking effect
+        // when an event arrives later (the deleting device turns out to have
+        // been removed before it deleted). The replica then holds a live
+        // object whose payload it purged (`PictureRecord.purged`), and only
+        // the payload, fetched again from a peer, can bring it back. A refill
+        // of a payload that is still deleted is purged again at once.
+        let originals = Dictionary(events.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        for (i, replica) in replicas.enumerated() {
+            let purged = try replica.storedEvents().filter { $0.payloadBytes == nil }.compactMap { originals[$0.id] }
+            guard !purged.isEmpty else { continue }
+            try replica.deliver(purged)
+            let violations = try coinInvariantViolations(replica.projections, users: users)
+            if !violations.isEmpty { return ["after the refill of replica \(i): "] + violations }
+        }
+
+        for (i, replica) in replicas.enumerated() where replica.pendingCount != 0 {
+            problems.append("replica \(i) still buffers \(replica.pendingCount) events")
+        }
+        for (i, replica) in replicas.enumerated() {
+            let held = try replica.log.eventCount()
+            if held != events.count { problems.append("replica \(i) holds \(held) of \(events.count) events") }
+        }
+        let digests = try replicas.map { try $0.digest() }
+        for i in 1..<replicas.count where digests[i] != digests[0] {
+            problems.append("replica \(i) digest \(digests[i].short) differs from replica 0 \(digests[0].short)")
+            problems += try diff(replicas[0], replicas[i])
+        }
+
+        // A fresh fold of the whole event set in one transaction.
+        let fresh = try Replica(config: world.config, blobSource: world.blobs, label: "fresh")
+        try fresh.deliver(events)
+        if try fresh.digest() != digests[0] {
+            problems.append("a fresh fold of the event set differs from replica 0")
+            problems += try diff(replicas[0], fresh)
+        }
+        problems += try coinInvariantViolations(fresh.projections, users: users).map { "fresh fold: " + $0 }
+
+        // A rebuild from replica 0's own log.
+        let before = try replicas[0].stateLines()
+        try replicas[0].projections.rebuild(sliceSize: rng.int(1...64))
+        if try replicas[0].digest() != digests[0] {
+            problems.append("rebuild of replica 0 from its log differs from its incremental state")
+            let after = try replicas[0].stateLines()
+            problems += lineDiff(before, after)
+        }
+
+        // Purging: no replica holds the payload of an effectively deleted
+        // picture or message, nor a deleted picture's blob.
+        for (i, replica) in replicas.enumerated() {
+            problems += try purgeProblems(replica).map { "replica \(i): " + $0 }
+        }
+        return problems
+    }
+
+    func diff(_ a: Replica, _ b: Replica) throws -> [String] {
+        var out = lineDiff(try a.stateLines(), try b.stateLines())
+        // The events whose decisions differ, and whose payloads one side purged.
+        let na = Dictionary(try a.projections.noEffects().map { ($0.event, $0.reason.code) }, uniquingKeysWith: { x, _ in x })
+        let nb = Dictionary(try b.projections.noEffects().map { ($0.event, $0.reason.code) }, uniquingKeysWith: { x, _ in x })
+        for e in try a.storedEvents() where na[e.id] != nb[e.id] {
+            out.append("  decision of \(e.kind.name) \(e.id.short) by \(e.author.short) at \(e.hlc.rawValue): \(na[e.id] ?? "effective") vs \(nb[e.id] ?? "effective")")
+        }
+        let pb = Dictionary(try b.storedEvents().map { ($0.id, $0.payloadBytes != nil) }, uniquingKeysWith: { x, _ in x })
+        for e in try a.storedEvents() where (e.payloadBytes != nil) != pb[e.id] {
+            out.append("  payload of \(e.kind.name) \(e.id.short) on \(e.object.short): \(e.payloadBytes != nil) vs \(pb[e.id] ?? false)")
+            for f in try a.storedEvents() where f.object == e.object || f.kind == .deviceRemoved || f.kind == .deviceAdded {
+                out.append("    \(f.kind.name) \(f.id.short) by \(f.author.short) on \(f.object.short) at \(f.hlc.rawValue): \(na[f.id] ?? "effective")")
+            }
+        }
+        return out
+    }
+
+    func lineDiff(_ a: [String], _ b: [String]) -> [String] {
+        let sa = Set(a)
+        let sb = Set(b)
+        return a.filter { !sb.contains($0) }.prefix(5).map { "  only in first: \($0.prefix(220))" }
+            + b.filter { !sa.contains($0) }.prefix(5).map { "  only in second: \($0.prefix(220))" }
+    }
+
+    func purgeProblems(_ r: Replica) throws -> [String] {
+        var out: [String] = []
+        // Every event about a deleted picture or message is stored without
+        // its payload, and a deleted picture's blob is gone.
+        for stored in try r.log.arrivals(since: 0) {
+            let e = stored.event
+            switch e.kind {
+            case .pictureCreated, .pictureCaptioned:
+                guard case .deleted = try r.projections.picture(e.object) else { continue }
+                if e.payloadBytes != nil { out.append("\(e.kind.name) \(e.id.short) of deleted picture \(e.object.short) keeps its payload") }
+            case .messageSent:
+                guard let m = try r.projections.message(e.id), m.deleted != nil else { continue }
+                if e.payloadBytes != nil { out.append("deleted message \(e.id.short) keeps its payload") }
+            case .messageEdited:
+                guard let m = try r.projections.message(e.object), m.deleted != nil else { continue }
+                if e.payloadBytes != nil { out.append("edit \(e.id.short) of deleted message keeps its payload") }
+            default: continue
+            }
+        }
+        for e in try r.storedEvents() where e.kind == .pictureCreated {
+            guard case .deleted = try r.projections.picture(e.object) else { continue }
+            if let blob = World.blobHash(of: e, in: r), try r.blobs.read(blob) != nil {
+                out.append("blob of deleted picture \(e.object.short) is still stored")
+            }
+        }
+        return out
+    }
+}
