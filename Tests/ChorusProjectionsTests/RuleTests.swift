@@ -1,0 +1,360 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusProjections
+import Foundation
+import Testing
+
+/// A hand-built network for targeted rule tests: explicit HLCs make events
+/// concurrent or ordered exactly as a test needs.
+final class Scenario {
+    var rng = SplitMix64(seed: 0x7E57)
+    let issuer: FeedWriter
+    let issuer2: FeedWriter
+    let stranger: FeedWriter
+    let config: NetworkConfig
+    var blobs: [Hash32: [UInt8]] = [:]
+
+    init() {
+        issuer = FeedWriter(rng.key())
+        issuer2 = FeedWriter(rng.key())
+        stranger = FeedWriter(rng.key())
+        config = NetworkConfig(issuers: [issuer.publicKey, issuer2.publicKey], slotPrices: [0, 20, 40])
+    }
+
+    /// The HLC `t` milliseconds into the scenario.
+    static func at(_ t: UInt64) -> HLC { HLC(physicalMillis: 1_700_000_000_000 + t, logical: 0) }
+
+    struct Person {
+        let user: FeedWriter
+        let devices: [FeedWriter]
+        let bindings: [Event]
+        var key: PublicKey { user.publicKey }
+        var d1: FeedWriter { devices[0] }
+        var d2: FeedWriter { devices[1] }
+    }
+
+    /// A user with `devices` devices bound (at times 1, 2, ...).
+    func person(devices: Int = 2) throws -> Person {
+        let user = FeedWriter(rng.key())
+        let ds = (0..<devices).map { _ in FeedWriter(rng.key()) }
+        let bindings = try ds.enumerated().map { i, d in
+            try user.sign(.deviceAdded, d.publicKey, Payload.deviceAdded(device: d.key, user: user.publicKey), hlc: Self.at(UInt64(i) + 1))
+        }
+        return Person(user: user, devices: ds, bindings: bindings)
+    }
+
+    func picture(_ by: FeedWriter, at t: UInt64, caption: String? = nil) throws -> (id: ObjectID, event: Event, blob: Hash32) {
+        let id = rng.bytes32()
+        let bytes = [0x89, 0x50, 0x4E, 0x47] + rng.bytes(24)
+        let hash = Blake2b.hash256(bytes)
+        blobs[hash] = bytes
+        let e = try by.sign(.pictureCreated, id, Payload.pictureCreated(blob: bytes, caption: caption), hlc: Self.at(t))
+        return (id, e, hash)
+    }
+
+    func replica() throws -> Replica { try Replica(config: config, blobSource: blobs, label: "rule") }
+
+    /// Delivers `events` one by one to a fresh replica, checking the coin
+    /// invariants after each delivery.
+    func fold(_ events: [Event], users: [PublicKey] = []) throws -> Replica {
+        let r = try replica()
+        for e in events {
+            try r.deliver([e])
+            let problems = try coinInvariantViolations(r.projections, users: users)
+            #expect(problems.isEmpty, "\(problems)")
+        }
+        return r
+    }
+
+    /// Folds `events` in every given order; all replicas must agree. Returns them.
+    func foldInOrders(_ orders: [[Event]], users: [PublicKey] = []) throws -> [Replica] {
+        let replicas = try orders.map { try fold($0, users: users) }
+        let digests = try replicas.map { try $0.digest() }
+        #expect(Set(digests).count == 1, "replicas disagree")
+        return replicas
+    }
+}
+
+@Suite("Projections: merge and authorization rules")
+struct RuleTests {
+    @Test func captionConcurrentWithDeleteLosesInBothOrders() throws {
+        let s = Scenario()
+        let alice = try s.person()
+        let pic = try s.picture(alice.d1, at: 10, caption: "first")
+        // The deletion and the caption edit are concurrent: neither device saw
+        // the other's event. One edit is stamped after the deletion, one before.
+        let delete = try alice.d1.sign(.pictureDeleted, pic.id, [], hlc: Scenario.at(20))
+        let lateCaption = try alice.d2.sign(.pictureCaptioned, pic.id, Payload.caption("late"), hlc: Scenario.at(21))
+        let earlyCaption = try alice.d2.sign(.pictureCaptioned, pic.id, Payload.caption("early"), hlc: Scenario.at(22))
+        _ = earlyCaption
+        let base = alice.bindings + [pic.event]
+        let replicas = try s.foldInOrders([
+            base + [delete, lateCaption, earlyCaption],
+            base + [lateCaption, earlyCaption, delete],
+            [lateCaption, earlyCaption, delete] + base.reversed(),
+        ])
+        for r in replicas {
+            guard case .deleted(_, let owner, _, let by) = try r.projections.picture(pic.id) else {
+                Issue.record("the caption edit revived a deleted picture")
+                continue
+            }
+            #expect(owner == alice.key && by == delete.id)
+            #expect(try r.projections.noEffect(lateCaption.id)?.code == "after_deletion")
+            #expect(try r.projections.pictures(of: alice.key).isEmpty)
+        }
+    }
+
+    @Test func followSurvivesConcurrentUnfollowThatDidNotSeeIt() throws {
+        let s = Scenario()
+        let alice = try s.person()
+        let bob = try s.person(devices: 1)
+        let follow1 = try alice.d1.sign(.followAdded, bob.key, hlc: Scenario.at(10))
+        // d2 follows again, concurrently with d1's unfollow that saw only follow1.
+        let follow2 = try alice.d2.sign(.followAdded, bob.key, hlc: Scenario.at(20))
+        let unfollow = try alice.d1.sign(.followRemoved, bob.key, Payload.seen([follow1.id]), hlc: Scenario.at(30))
+        let base = alice.bindings + bob.bindings
+        let replicas = try s.foldInOrders([
+            base + [follow1, follow2, unfollow], base + [follow1, unfollow, follow2], [follow2, unfollow, follow1] + base,
+        ])
+        for r in replicas {
+            #expect(try r.projections.followers(of: bob.key) == [alice.key])
+            #expect(try r.projections.liveAdds(.followAdded, from: alice.key, to: bob.key) == [follow2.id])
+        }
+        // Without the concurrent follow, the unfollow removes the edge.
+        let r = try s.fold(base + [follow1, unfollow])
+        #expect(try r.projections.followers(of: bob.key).isEmpty)
+    }
+
+    @Test func messageFromMemberRemovedBeforeSendingTakesNoEffect() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: Scenario.at(10))
+        let before = try bob.d1.sign(.messageSent, chat, Payload.message(text: "still here"), hlc: Scenario.at(15))
+        let remove = try alice.d1.sign(.chatMemberRemoved, chat, Payload.member(bob.key), hlc: Scenario.at(20))
+        let after = try bob.d1.sign(.messageSent, chat, Payload.message(text: "am I?"), hlc: Scenario.at(25))
+        let base = alice.bindings + bob.bindings
+        let replicas = try s.foldInOrders([
+            base + [create, before, remove, after], base + [before, after, create, remove], [before, after] + base + [remove, create],
+        ])
+        for r in replicas {
+            #expect(try r.projections.chat(chat).messages.map(\.id) == [before.id])
+            #expect(try r.projections.noEffect(after.id)?.code == "not_member")
+            #expect(try r.projections.chat(chat).chat.members.map(\.user) == [alice.key])
+        }
+    }
+
+    @Test func messageArrivingBeforeItsMembershipTakesEffectWhenItArrives() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Scenario.at(10))
+        let add = try alice.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Scenario.at(20))
+        let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "hello"), hlc: Scenario.at(30))
+        let r = try s.replica()
+        try r.deliver(bob.bindings + [message])
+        #expect(try r.projections.noEffect(message.id)?.code == "not_member")
+        try r.deliver(alice.bindings + [create])
+        #expect(try r.projections.chat(chat).messages.isEmpty)
+        #expect(try r.projections.noEffect(message.id)?.code == "not_member")
+        try r.deliver([add])
+        #expect(try r.projections.chat(chat).messages.map(\.id) == [message.id])
+        #expect(try r.projections.noEffect(message.id) == nil)
+        #expect(try r.projections.chats(of: bob.key).map(\.id) == [chat])
+        let inOrder = try s.fold(alice.bindings + bob.bindings + [create, add, message])
+        #expect(try inOrder.digest() == r.digest())
+    }
+
+    @Test func twoDevicesSpendingTheSameCoinsWhilePartitioned() throws {
+        let s = Scenario()
+        let alice = try s.person()
+        let credit = try s.issuer.sign(.coinCredited, alice.d1.publicKey, Payload.credit(user: alice.key, amount: 100, receipt: "tx-1"), hlc: Scenario.at(10))
+        let move = try alice.d1.sign(.coinRightsMoved, alice.d2.publicKey, Payload.move(50), hlc: Scenario.at(20))
+        // Partitioned: each device spends 70 of the user's 100 coins, then 30.
+        let a1 = try alice.d1.sign(.coinSpent, alice.key, Payload.spend(70), hlc: Scenario.at(30))
+        let b1 = try alice.d2.sign(.coinSpent, alice.key, Payload.spend(70), hlc: Scenario.at(31))
+        let a2 = try alice.d1.sign(.coinSpent, alice.key, Payload.spend(30), hlc: Scenario.at(40))
+        let b2 = try alice.d2.sign(.coinSpent, alice.key, Payload.spend(30), hlc: Scenario.at(41))
+        let base = alice.bindings + [credit, move]
+        let replicas = try s.foldInOrders(
+            [base + [a1, a2, b1, b2], base + [b1, b2, a1, a2], [b1, b2, a1, a2, move, credit] + alice.bindings.reversed()],
+            users: [alice.key])
+        for r in replicas {
+            #expect(try r.projections.noEffect(a1.id)?.code == "beyond_rights")
+            #expect(try r.projections.noEffect(b1.id)?.code == "beyond_rights")
+            #expect(try r.projections.noEffect(a2.id) == nil)
+            #expect(try r.projections.noEffect(b2.id) == nil)
+            let balance = try r.projections.balance(of: alice.key)
+            #expect(balance.total == 40)
+            #expect(balance.devices.map(\.rights) == [20, 20])
+        }
+    }
+
+    @Test func receiptDeliveredTwiceAndResignedCountsOnce() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let first = try s.issuer.sign(.coinCredited, alice.d1.publicKey, Payload.credit(user: alice.key, amount: 100, receipt: "store-42"), hlc: Scenario.at(10))
+        // The store redelivers the purchase: signed again, by the same and by another issuer.
+        let again = try s.issuer.sign(.coinCredited, alice.d1.publicKey, Payload.credit(user: alice.key, amount: 100, receipt: "store-42"), hlc: Scenario.at(20))
+        let other = try s.issuer2.sign(.coinCredited, alice.d1.publicKey, Payload.credit(user: alice.key, amount: 100, receipt: "store-42"), hlc: Scenario.at(15))
+        let replicas = try s.foldInOrders(
+            [alice.bindings + [first, first, again, other, first], [other, first, again, again] + alice.bindings],
+            users: [alice.key])
+        for r in replicas {
+            #expect(try r.projections.balance(of: alice.key).total == 100)
+            #expect(try r.projections.noEffect(first.id) == nil)
+            #expect(try r.projections.noEffect(again.id)?.code == "duplicate_receipt")
+            #expect(try r.projections.noEffect(other.id)?.code == "duplicate_receipt")
+            #expect(try r.projections.receipts().map(\.receipt) == ["store-42"])
+        }
+    }
+
+    @Test func avatarSlotAndLikesOfADeletedPictureDisappear() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let pic = try s.picture(alice.d1, at: 10)
+        let avatar = try alice.d1.sign(.profileSet, alice.key, Payload.profile(.avatar, .bytes(pic.id.bytes)), hlc: Scenario.at(11))
+        let slot = try alice.d1.sign(.slotSet, alice.key, Payload.slotSet(0, picture: pic.id), hlc: Scenario.at(12))
+        let like = try bob.d1.sign(.likeAdded, pic.id, hlc: Scenario.at(13))
+        let delete = try alice.d1.sign(.pictureDeleted, pic.id, [], hlc: Scenario.at(14))
+        let r = try s.fold(alice.bindings + bob.bindings + [pic.event, avatar, slot, like])
+        guard case .picture(let view)? = try r.projections.profile(alice.key).avatar else {
+            Issue.record("avatar not resolved")
+            return
+        }
+        #expect(view.id == pic.id)
+        #expect(try r.projections.likes(of: pic.id) == [bob.key])
+        try r.deliver([delete])
+        #expect(try r.projections.profile(alice.key).avatar == .removed(pic.id))
+        #expect(try r.projections.slots(of: alice.key).first?.picture == .removed(pic.id))
+        #expect(try r.projections.likes(of: pic.id).isEmpty)
+        #expect(try r.projections.pictures(of: alice.key).isEmpty)
+    }
+
+    @Test func pictureReferenceArrivingBeforeThePictureResolvesLater() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let pic = try s.picture(alice.d1, at: 10, caption: "sunset")
+        let chat = s.rng.bytes32()
+        let create = try bob.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [alice.key]), hlc: Scenario.at(20))
+        let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "look", picture: pic.id), hlc: Scenario.at(30))
+        let r = try s.fold(bob.bindings + [create, message])
+        #expect(try r.projections.chat(chat).messages.first?.picture == .unresolved(pic.id))
+        try r.deliver(alice.bindings + [pic.event])
+        guard case .picture(let view)? = try r.projections.chat(chat).messages.first?.picture else {
+            Issue.record("the reference did not resolve once the picture arrived")
+            return
+        }
+        #expect(view.caption == "sunset" && view.owner == alice.key)
+    }
+
+    @Test func unauthorizedEventsTakeNoEffectAndListTheirReasons() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(10))
+        let name = try alice.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Alice")), hlc: Scenario.at(11))
+        let credit = try s.issuer.sign(.coinCredited, bob.d1.publicKey, Payload.credit(user: bob.key, amount: 10, receipt: "r1"), hlc: Scenario.at(12))
+        // Bob edits Alice's profile, posts in a chat he is not in, adds himself;
+        // a stranger mints coins; Bob spends more than his rights.
+        let edit = try bob.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Mallory")), hlc: Scenario.at(20))
+        let post = try bob.d1.sign(.messageSent, chat, Payload.message(text: "let me in"), hlc: Scenario.at(21))
+        let addSelf = try bob.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Scenario.at(22))
+        let mint = try s.stranger.sign(.coinCredited, bob.d1.publicKey, Payload.credit(user: bob.key, amount: 1000, receipt: "free"), hlc: Scenario.at(23))
+        let overspend = try bob.d1.sign(.coinSpent, bob.key, Payload.spend(11), hlc: Scenario.at(24))
+        let all = alice.bindings + bob.bindings + [create, name, credit, edit, post, addSelf, mint, overspend]
+        let replicas = try s.foldInOrders([all, all.reversed()], users: [alice.key, bob.key])
+        for r in replicas {
+            let reasons = Dictionary(try r.projections.noEffects().map { ($0.event, $0.reason.code) }, uniquingKeysWith: { a, _ in a })
+            #expect(reasons[edit.id] == "not_owner")
+            #expect(reasons[post.id] == "not_member")
+            #expect(reasons[addSelf.id] == "not_admin")
+            #expect(reasons[mint.id] == "not_issuer")
+            #expect(reasons[overspend.id] == "beyond_rights")
+            #expect(Set(reasons.keys) == [edit.id, post.id, addSelf.id, mint.id, overspend.id])
+            #expect(try r.projections.profile(alice.key).field("name") == .text("Alice"))
+            #expect(try r.projections.chat(chat).messages.isEmpty)
+            #expect(try r.projections.balance(of: bob.key).total == 10)
+        }
+    }
+
+    @Test func deletionPurgesPayloadsAndBlob() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let pic = try s.picture(alice.d1, at: 10, caption: "private")
+        let caption = try alice.d1.sign(.pictureCaptioned, pic.id, Payload.caption("very private"), hlc: Scenario.at(11))
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(12))
+        let message = try alice.d1.sign(.messageSent, chat, Payload.message(text: "secret"), hlc: Scenario.at(13))
+        let edit = try alice.d1.sign(.messageEdited, message.id, Payload.edit(chat: chat, text: "secret 2"), hlc: Scenario.at(14))
+        let deletePic = try alice.d1.sign(.pictureDeleted, pic.id, [], hlc: Scenario.at(15))
+        let deleteMessage = try alice.d1.sign(.messageDeleted, message.id, Payload.delete(chat: chat), hlc: Scenario.at(16))
+        let r = try s.fold(alice.bindings + [pic.event, caption, create, message, edit])
+        #expect(try r.blobs.read(pic.blob) != nil)
+        try r.deliver([deletePic, deleteMessage])
+        for id in [pic.event.id, caption.id, message.id, edit.id] {
+            #expect(try r.log.event(id)?.event.payloadBytes == nil, "payload of \(id.short) survived its deletion")
+        }
+        #expect(try r.blobs.read(pic.blob) == nil)
+        let shown = try r.projections.chat(chat).messages.first
+        #expect(shown?.deleted != nil && shown?.text == nil)
+        // A redelivered payload is purged again in the same transaction.
+        try r.deliver([pic.event, message])
+        #expect(try r.log.event(pic.event.id)?.event.payloadBytes == nil)
+        #expect(try r.log.event(message.id)?.event.payloadBytes == nil)
+        #expect(try r.blobs.read(pic.blob) == nil)
+        let fresh = try s.fold(alice.bindings + [pic.event, caption, create, message, edit, deletePic, deleteMessage])
+        #expect(try fresh.digest() == r.digest())
+    }
+
+    @Test func deviceBindingWithoutValidProofDoesNotBind() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let stolen = FeedWriter(s.rng.key())
+        // No proof, and a proof the device gave another user.
+        let noProof = try alice.user.sign(.deviceAdded, stolen.publicKey, [], hlc: Scenario.at(10))
+        let other = FeedWriter(s.rng.key())
+        let wrongProof = try alice.user.sign(.deviceAdded, other.publicKey, Payload.deviceAdded(device: other.key, user: bob.key), hlc: Scenario.at(11))
+        // A device already bound to Bob cannot be claimed by Alice.
+        let claim = try alice.user.sign(.deviceAdded, bob.d1.publicKey, Payload.deviceAdded(device: bob.d1.key, user: alice.key), hlc: Scenario.at(12))
+        let edit = try stolen.sign(.profileSet, alice.key, Payload.profile(.bio, .text("not me")), hlc: Scenario.at(20))
+        let r = try s.fold(alice.bindings + bob.bindings + [noProof, wrongProof, claim, edit])
+        #expect(try r.projections.noEffect(claim.id)?.code == "already_bound")
+        #expect(try r.projections.binding(of: other.publicKey) == nil)
+        #expect(try r.projections.noEffect(noProof.id)?.code == "no_device_consent")
+        #expect(try r.projections.noEffect(wrongProof.id)?.code == "no_device_consent")
+        #expect(try r.projections.binding(of: stolen.publicKey) == nil)
+        #expect(try r.projections.binding(of: bob.d1.publicKey)?.user == bob.key)
+        #expect(try r.projections.noEffect(edit.id)?.code == "not_owner")
+        #expect(try r.projections.devices(of: alice.key).map(\.device) == [alice.d1.publicKey])
+    }
+
+    @Test func removedDeviceEventsAfterRemovalTakeNoEffect() throws {
+        let s = Scenario()
+        let alice = try s.person()
+        let credit = try s.issuer.sign(.coinCredited, alice.d2.publicKey, Payload.credit(user: alice.key, amount: 50, receipt: "r"), hlc: Scenario.at(5))
+        let beforeRemoval = try alice.d2.sign(.profileSet, alice.key, Payload.profile(.city, .text("Oslo")), hlc: Scenario.at(10))
+        let remove = try alice.user.sign(.deviceRemoved, alice.d2.publicKey, [], hlc: Scenario.at(20))
+        let afterRemoval = try alice.d2.sign(.profileSet, alice.key, Payload.profile(.city, .text("Lost")), hlc: Scenario.at(30))
+        let spend = try alice.d2.sign(.coinSpent, alice.key, Payload.spend(50), hlc: Scenario.at(31))
+        let base = alice.bindings + [credit, beforeRemoval]
+        let replicas = try s.foldInOrders(
+            [base + [remove, afterRemoval, spend], base + [afterRemoval, spend, remove], [afterRemoval, spend, remove] + base.reversed()],
+            users: [alice.key])
+        for r in replicas {
+            #expect(try r.projections.profile(alice.key).field("city") == .text("Oslo"))
+            #expect(try r.projections.noEffect(beforeRemoval.id) == nil)
+            #expect(try r.projections.noEffect(afterRemoval.id)?.code == "device_removed")
+            #expect(try r.projections.noEffect(spend.id)?.code == "device_removed")
+            // The removed device's coins still count for the user.
+            #expect(try r.projections.balance(of: alice.key).total == 50)
+        }
+    }
+}
