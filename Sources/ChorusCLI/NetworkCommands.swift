@@ -123,6 +123,11 @@ struct IssuerCreate: AsyncParsableCommand {
     func run() async throws {
         let existed = FileManager.default.fileExists(atPath: store.path + "/keys/issuer.secret")
         let key = try Node.createIssuer(at: store.path)
+        if !existed {
+            // The configuration changed: open once for writing so the
+            // projections are rebuilt now and read-only queries work at once.
+            await (try store.open()).close()
+        }
         if output.json {
             printJSON(.object([("issuer", .string(key.hex)), ("created", .bool(!existed))]))
             return
