@@ -168,7 +168,8 @@ struct QueryFeed: QueryCommand {
     func validate() throws { if limit < 0 { throw ValidationError("--limit must not be negative") } }
     func query(_ node: Node) throws {
         printPictures(try node.projections.feed(for: node.identity.user, limit: limit, before: before.map(HLC.init(rawValue:))),
-            json: output.json, empty: "Your feed is empty: follow someone with `chorus follow USER`.")
+            json: output.json,
+            empty: before == nil ? "Your feed is empty: follow someone with `chorus follow USER`." : "No older pictures in your feed.")
     }
 }
 
