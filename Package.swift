@@ -7,14 +7,16 @@ import PackageDescription
 //     -> ChorusEvents (format, kinds, schemas, clock)
 //     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log), ChorusBlobs (picture bytes)
 //     -> ChorusProjections (CRDT merge into profiles, pictures, chats, coins; queries; digest)
-//     -> ChorusNode (the embeddable node: identity, single writer, ingest)
-//     -> ChorusCLI (`chorus`), Tools
+//     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
+//     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
+//     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
 let package = Package(
     name: "Chorus",
     platforms: [.macOS(.v14)],
     products: [
         .library(name: "ChorusNode", targets: ["ChorusNode"]),
         .executable(name: "chorus", targets: ["ChorusCLI"]),
+        .executable(name: "chorus-replay", targets: ["ChorusReplayCLI"]),
         .executable(name: "chorus-bench", targets: ["ChorusBench"]),
     ],
     dependencies: [
@@ -41,6 +43,14 @@ let package = Package(
             name: "ChorusNode",
             dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
                            "ChorusCBOR"]),
+        .target(
+            name: "ChorusReplay",
+            dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
+                           "ChorusCBOR"]),
+        .executableTarget(
+            name: "ChorusReplayCLI",
+            dependencies: ["ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusCLI",
             dependencies: ["ChorusNode", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
@@ -59,6 +69,10 @@ let package = Package(
             name: "ChorusProjectionsTests",
             dependencies: ["ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto"]),
+        .testTarget(
+            name: "ChorusReplayTests",
+            dependencies: ["ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",
+                           "ChorusEvents", "ChorusStorage", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusNodeTests",
             dependencies: ["ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",

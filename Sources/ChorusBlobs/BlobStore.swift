@@ -101,6 +101,9 @@ public struct BlobStore: Sendable {
         }
     }
 
+    /// Bytes used by the blob database's pages.
+    public func databaseSize() throws -> Int { try env.pageCount(of: blobs) }
+
     static func chunkKey(_ hash: Hash32, _ index: UInt32) -> [UInt8] {
         hash.bytes + [UInt8(index >> 24), UInt8(truncatingIfNeeded: index >> 16), UInt8(truncatingIfNeeded: index >> 8),
             UInt8(truncatingIfNeeded: index)]

@@ -246,6 +246,31 @@ public struct LogStore: Sendable {
         }
     }
 
+    /// Like `arrivals(since:limit:)`, but an event that cannot be read is
+    /// returned as its id with the error instead of ending the read (for
+    /// audits of damaged stores).
+    public func arrivalsTolerant(since: UInt64, limit: Int) throws -> [(position: UInt64, id: EventID, stored: Result<StoredEvent, LogError>)] {
+        try env.read { txn in
+            var out: [(UInt64, EventID, Result<StoredEvent, LogError>)] = []
+            guard limit > 0 else { return out }
+            try txn.scan(arrivals, from: Self.encodeU64(since &+ 1)) { key, value in
+                let position = try Self.decodeU64(key, what: "arrival position")
+                let id = try Self.id32(value)
+                do {
+                    if let stored = try readEvent(id, in: txn) {
+                        out.append((position, id, .success(stored)))
+                    } else {
+                        out.append((position, id, .failure(.corrupt("arrival log lists event \(id.hex) that is not stored"))))
+                    }
+                } catch let error as LogError {
+                    out.append((position, id, .failure(error)))
+                }
+                return out.count < limit
+            }
+            return out
+        }
+    }
+
     /// The position of the newest arrival (0 for an empty log).
     public func lastArrival() throws -> UInt64 {
         try env.read { txn in
@@ -255,6 +280,54 @@ public struct LogStore: Sendable {
     }
 
     public func eventCount() throws -> Int { try env.read { txn in try txn.count(events) } }
+
+    /// Every stored record in id order, in slices of `sliceSize`: the raw
+    /// key and value as they are on disk (for audits that must see damage
+    /// that a decoding reader would reject).
+    public func rawEventRecords(sliceSize: Int = 10_000, _ body: ([(key: [UInt8], value: [UInt8])]) throws -> Void) throws {
+        var from: [UInt8]? = nil
+        while true {
+            var slice: [([UInt8], [UInt8])] = []
+            try env.read { txn in
+                try txn.scan(events, from: from) { key, value in
+                    if let from, key == from { return true }
+                    slice.append((key, value))
+                    return slice.count < sliceSize
+                }
+            }
+            guard let last = slice.last else { return }
+            try body(slice)
+            from = last.0
+            if slice.count < sliceSize { return }
+        }
+    }
+
+    /// Decodes a stored record (u64be arrival || envelope).
+    public static func decodeRecord(_ raw: [UInt8], id: EventID) throws -> StoredEvent { try decodeStored(raw, id: id) }
+
+    /// Database sizes in bytes (pages in use), by name.
+    public func databaseSizes() throws -> [(name: String, bytes: Int)] {
+        [("events", events), ("feeds", feeds), ("heads", heads), ("arrivals", arrivals), ("forks", forks), ("meta", meta)].map {
+            ($0.0, (try? env.pageCount(of: $0.1)) ?? 0)
+        }
+    }
+
+    /// Raw access for tests that damage a store on purpose: writes (or,
+    /// with nil, deletes) one entry of a log database.
+    public func unsafeWrite(database name: String, key: [UInt8], value: [UInt8]?) throws {
+        let db: Database
+        switch name {
+        case "events": db = events
+        case "feeds": db = feeds
+        case "heads": db = heads
+        case "arrivals": db = arrivals
+        case "forks": db = forks
+        default: db = meta
+        }
+        try env.write { txn in
+            if let value { try txn.put(db, key, value) } else { try txn.delete(db, key) }
+        }
+    }
 
     /// The largest HLC of any stored event; a node's clock starts past it.
     public func maxHLC() throws -> HLC {
@@ -331,7 +404,9 @@ extension LogStore {
     /// a stored event that decodes canonically, has the right id, a valid
     /// signature, chains to its predecessor with an increasing timestamp, and
     /// the head and arrival log agree. Returns one line per problem found.
-    public func integrityProblems() throws -> [String] {
+    /// `verifySignatures: false` skips the signature check for callers that
+    /// verify every stored event themselves (in parallel).
+    public func integrityProblems(verifySignatures: Bool = true) throws -> [String] {
         try env.read { txn in
             var problems: [String] = []
             var eventsInFeeds = 0
@@ -368,7 +443,7 @@ extension LogStore {
                     }
                     let e = stored.event
                     if e.author != author || e.seq != seq { problems.append("feed \(author.hex) #\(seq): holds \(e.author.short)#\(e.seq)") }
-                    if !e.verifySignature() { problems.append("feed \(author.hex) #\(seq): bad signature") }
+                    if verifySignatures && !e.verifySignature() { problems.append("feed \(author.hex) #\(seq): bad signature") }
                     if seq == 1 {
                         if e.header.prev != nil { problems.append("feed \(author.hex) #1: prev is not null") }
                     } else if let prev {

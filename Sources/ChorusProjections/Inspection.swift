@@ -1,0 +1,147 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusStorage
+
+/// One event as filed under one projected object, for audit tools.
+public struct FiledEvent: Hashable, Sendable {
+    /// The object class: device, profile, picture, follow, like, block,
+    /// chat, reads, message, slots or coins.
+    public let objectClass: String
+    public let object: Bytes32
+    public let order: MergeOrder
+    public let kind: EventKind
+    /// The event's header object (differs from `object` for messages).
+    public let headerObject: Bytes32
+    /// nil when the payload is purged.
+    public let payload: CBORValue?
+
+    public var id: EventID { order.id }
+}
+
+/// Read access to the folding inputs and raw state, for the replay tool.
+extension Projections {
+    static func className(_ cls: ObjectClass) -> String {
+        switch cls {
+        case .device: "device"
+        case .profile: "profile"
+        case .picture: "picture"
+        case .follow: "follow"
+        case .like: "like"
+        case .block: "block"
+        case .chat: "chat"
+        case .reads: "reads"
+        case .message: "message"
+        case .slots: "slots"
+        case .coins: "coins"
+        }
+    }
+
+    /// Every event filed under `object` in any class, plus every coin event
+    /// naming it, in merge order within each class.
+    public func filedEvents(about object: Bytes32) throws -> [FiledEvent] {
+        try log.env.read { txn in
+            var out: [FiledEvent] = []
+            for cls in ObjectClass.allCases where cls != .coins {
+                try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
+                    let f = try Fact.decode(order: try MergeOrder(bytes: key[33...]), value)
+                    out.append(
+                        FiledEvent(
+                            objectClass: Self.className(cls), object: object, order: f.order, kind: f.kind, headerObject: f.object,
+                            payload: f.payload))
+                    return true
+                }
+            }
+            var coinOrders: [MergeOrder] = []
+            try txn.scan(index, prefix: IndexTable.coinParty.key(object.bytes)) { key, _ in
+                coinOrders.append(try MergeOrder(bytes: key[33...]))
+                return true
+            }
+            for order in coinOrders {
+                let key = Self.factKey(.coins, .zero, order)
+                guard let raw = try txn.get(facts, key) else { continue }
+                let f = try Fact.decode(order: order, raw)
+                out.append(
+                    FiledEvent(objectClass: "coins", object: .zero, order: order, kind: f.kind, headerObject: f.object, payload: f.payload))
+            }
+            return out
+        }
+    }
+
+    /// The messages filed under a chat (whatever their effect).
+    public func messageIDs(inChat chat: ObjectID) throws -> [EventID] {
+        try log.env.read { txn in
+            var out: [EventID] = []
+            try txn.scan(index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, _ in
+                out.append(try Codec.b32(key.suffix(32), "message id"))
+                return true
+            }
+            return out
+        }
+    }
+
+    /// The ledger entry of one coin event.
+    public func ledgerEntry(_ order: MergeOrder) throws -> LedgerEntry? {
+        try log.env.read { txn in try txn.get(state, Table.ledger.key(order.bytes)).map(LedgerEntry.decode) }
+    }
+
+    /// A readable name for a state key: the table and its key parts.
+    public static func describe(key: [UInt8]) -> String {
+        guard let first = key.first else { return "(empty key)" }
+        let rest = Array(key.dropFirst())
+        func hex(_ r: Range<Int>) -> String { r.upperBound <= rest.count ? Hex.encode(rest[r]) : Hex.encode(rest) }
+        func tail(_ from: Int) -> String { from < rest.count ? Hex.encode(rest[from...]) : "" }
+        switch Table(rawValue: first) {
+        case .device: return "device \(hex(0..<32))"
+        case .userDevice: return "user \(hex(0..<32)) device \(hex(32..<64))"
+        case .profile: return "profile \(hex(0..<32)) field \(String(decoding: rest.dropFirst(32), as: UTF8.self))"
+        case .picture: return "picture \(hex(0..<32))"
+        case .gallery: return "gallery of \(hex(0..<32)) picture \(Hex.encode(rest.suffix(32)))"
+        case .picturesByTime: return "pictures-by-time of \(hex(0..<32)) picture \(Hex.encode(rest.suffix(32)))"
+        case .blobRef: return "blob \(hex(0..<32)) used by picture \(hex(32..<64))"
+        case .edge: return "\(edgeName(rest.first)) of \(hex(1..<33)) by \(hex(33..<65))"
+        case .edgeOut: return "\(edgeName(rest.first)) by \(hex(1..<33)) of \(hex(33..<65))"
+        case .chat: return "chat \(hex(0..<32))"
+        case .member: return "chat \(hex(0..<32)) member \(hex(32..<64))"
+        case .userChat: return "user \(hex(0..<32)) in chat \(hex(32..<64))"
+        case .message: return "chat \(hex(0..<32)) message \(Hex.encode(rest.suffix(32)))"
+        case .read: return "chat \(hex(0..<32)) read marker of \(hex(32..<64))"
+        case .messageCount: return "chat \(hex(0..<32)) message count"
+        case .rights: return "coin rights of \(hex(0..<32))"
+        case .receipt: return "receipt \(String(decoding: rest, as: UTF8.self))"
+        case .slotUnlock: return "slot \(rest.count > 32 ? String(rest[32]) : "?") of \(hex(0..<32)) unlocked"
+        case .ledger: return "ledger entry for event \(Hex.encode(rest.suffix(32)))"
+        case .slot: return "slot \(rest.count > 32 ? String(rest[32]) : "?") of \(hex(0..<32))"
+        case .noEffect: return "no-effect record of event \(tail(0))"
+        case nil: return "unknown table 0x\(String(first, radix: 16)) key \(Hex.encode(rest))"
+        }
+    }
+
+    static func edgeName(_ byte: UInt8?) -> String {
+        switch byte.flatMap(ObjectClass.init(rawValue:)) {
+        case .follow: "follow"
+        case .like: "like"
+        case .block: "block"
+        default: "edge"
+        }
+    }
+
+    /// Database sizes in bytes (pages in use) of the projection databases.
+    public func databaseSizes() throws -> [(name: String, bytes: Int)] {
+        [("facts", facts), ("index", index), ("state", state)].map { ($0.0, (try? log.env.pageCount(of: $0.1)) ?? 0) }
+    }
+
+    /// Records that the state is current for this format and configuration
+    /// (after folding a whole log incrementally, as a copy does).
+    public func markBuilt() throws {
+        try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
+    }
+
+    /// Writes one raw state entry (tests use it to damage a store behind
+    /// the log's back; nothing else should).
+    public func unsafePutStateEntry(key: [UInt8], value: [UInt8]?) throws {
+        try log.env.write { txn in
+            if let value { try txn.put(state, key, value) } else { try txn.delete(state, key) }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusProjections
+
+/// What became of one event, as the projections decided it.
+public enum Decision: Hashable, Sendable {
+    case applied
+    /// Took effect, then a later event in merge order replaced or undid it.
+    case superseded(by: EventID, how: String)
+    case noEffect(NoEffect)
+
+    public var code: String {
+        switch self {
+        case .applied: "applied"
+        case .superseded: "superseded"
+        case .noEffect(let n): n.code
+        }
+    }
+
+    public var text: String {
+        switch self {
+        case .applied: "applied"
+        case .superseded(let by, let how): "superseded: \(how) by \(by.short)"
+        case .noEffect(let n): "no effect (\(n.code)): \(n.detail)"
+        }
+    }
+}
+
+public struct HistoryEntry: Hashable, Sendable {
+    public let event: FiledEvent
+    public let decision: Decision
+    public let purged: Bool
+    /// The projected object the event was filed under (class and id).
+    public var objectClass: String { event.objectClass }
+}
+
+extension ReplayStore {
+    /// Every event that touched `object` — a user (profile, relationships as
+    /// target, coins), a device, a picture, a chat (with its messages), a
+    /// message or any liked object — in merge order per object, each with
+    /// its decision.
+    public func history(of object: Bytes32) throws -> [HistoryEntry] {
+        var filed = try projections.filedEvents(about: object)
+        // A chat's history includes its messages and their edits.
+        if filed.contains(where: { $0.objectClass == "chat" }) {
+            for message in try projections.messageIDs(inChat: object) {
+                filed += try projections.filedEvents(about: message).filter { $0.objectClass == "message" }
+            }
+        }
+        // A user's history includes the binding and removal of its devices.
+        for device in try projections.devices(of: object) {
+            filed += try projections.filedEvents(about: device.device).filter { $0.objectClass == "device" }
+        }
+        var seen: Set<String> = []
+        filed = filed.filter { seen.insert($0.objectClass + $0.id.hex).inserted }
+        filed.sort { ($0.order, $0.objectClass) < ($1.order, $1.objectClass) }
+        var reasons: [String: NoEffect] = [:]
+        for f in filed {
+            if f.objectClass == "coins" {
+                if let reason = try projections.ledgerEntry(f.order)?.noEffect { reasons[f.objectClass + f.id.hex] = reason }
+            } else if let reason = try projections.noEffect(f.id) {
+                reasons[f.objectClass + f.id.hex] = reason
+            }
+        }
+        let superseded = Self.supersessions(filed.filter { reasons[$0.objectClass + $0.id.hex] == nil })
+        return filed.map { f in
+            let key = f.objectClass + f.id.hex
+            let decision = reasons[key].map(Decision.noEffect) ?? superseded[key] ?? .applied
+            return HistoryEntry(event: f, decision: decision, purged: f.payload == nil && f.kind.payloadIsPurgeable)
+        }
+    }
+
+    /// Which effective events (the only ones passed in) a later one replaced: register writes by the
+    /// next write of the same register, edits by a deletion, relationship
+    /// adds by the removal that named them.
+    static func supersessions(_ filed: [FiledEvent]) -> [String: Decision] {
+        var out: [String: Decision] = [:]
+        var lastWrite: [String: FiledEvent] = [:]
+        var deletion: [String: FiledEvent] = [:]
+        for f in filed {
+            let register: String?
+            switch f.kind {
+            case .profileSet: register = "profile:\(f.object.hex):\(f.payload?[text: "field"]?.textValue ?? "?")"
+            case .pictureCaptioned, .pictureCreated: register = "caption:\(f.object.hex)"
+            case .pictureMoved: register = "position:\(f.object.hex)"
+            case .messageEdited, .messageSent: register = "text:\(f.object.hex)"
+            case .slotSet: register = "slot:\(f.object.hex):\(f.payload?[text: "slot"]?.unsignedValue ?? 0)"
+            case .pictureDeleted, .messageDeleted:
+                deletion[f.object.hex] = deletion[f.object.hex] ?? f
+                register = nil
+            default: register = nil
+            }
+            if let register {
+                if let previous = lastWrite[register] {
+                    out[previous.objectClass + previous.id.hex] = .superseded(by: f.id, how: "overwritten")
+                }
+                lastWrite[register] = f
+            }
+            if f.kind == .followRemoved || f.kind == .likeRemoved || f.kind == .blockRemoved {
+                for id in f.payload?[text: "seen"]?.arrayValue?.compactMap(\.bytesValue).compactMap({ Bytes32($0) }) ?? [] {
+                    out[f.objectClass + id.hex] = .superseded(by: f.id, how: "removed")
+                }
+            }
+        }
+        // A deletion overrides every edit of its object, earlier or later.
+        for f in filed where f.kind != .pictureDeleted && f.kind != .messageDeleted {
+            if let d = deletion[f.object.hex], f.objectClass == "picture" || f.objectClass == "message" {
+                out[f.objectClass + f.id.hex] = .superseded(by: d.id, how: "deleted")
+            }
+        }
+        return out
+    }
+}

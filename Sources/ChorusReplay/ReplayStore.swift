@@ -1,0 +1,160 @@
+import ChorusBlobs
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusProjections
+import ChorusStorage
+import Foundation
+
+public enum ReplayError: Error, Sendable, CustomStringConvertible {
+    case notAStore(String)
+    case outputExists(String)
+    case badPoint(String)
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .notAStore(let path): "\(path) is not a Chorus store (no data.mdb); pass the store directory with --store"
+        case .outputExists(let path): "\(path) already exists and is not empty; pick a new directory for the rebuilt store"
+        case .badPoint(let text):
+            "\"\(text)\" is not a point in time: use an HLC (hlc:NUMBER), a time (2026-11-22T10:15:30Z or unix milliseconds), or an arrival position (arrival:N)"
+        case .io(let what): what
+        }
+    }
+}
+
+/// A store opened for replay: the log, blobs and projections of one LMDB
+/// environment, without keys and, unless `writable`, read-only, so an audit
+/// never changes what it audits.
+public struct ReplayStore: Sendable {
+    public let path: String
+    public let env: Environment
+    public let log: LogStore
+    public let blobs: BlobStore
+    public let projections: Projections
+
+    public static func open(_ path: String, writable: Bool = false) throws -> ReplayStore {
+        guard FileManager.default.fileExists(atPath: path + "/data.mdb") else { throw ReplayError.notAStore(path) }
+        let env = try Environment(path: path, readOnly: !writable)
+        let log = try LogStore(env: env)
+        let configPath = path + "/" + NetworkConfig.fileName
+        let config = FileManager.default.fileExists(atPath: configPath) ? try NetworkConfig.load(from: configPath) : NetworkConfig()
+        let blobs = try BlobStore(env: env)
+        return ReplayStore(
+            path: path, env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+    }
+
+    /// The user whose node this store is, from its key files (public part only).
+    public var ownerUser: PublicKey? {
+        let keys = path + "/keys/"
+        if let data = FileManager.default.contents(atPath: keys + "user.public"),
+            let key = Bytes32(hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        {
+            return key
+        }
+        if let data = FileManager.default.contents(atPath: keys + "user.secret"),
+            let seed = Hex.decode(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+            let key = SigningKey(seed: seed)
+        {
+            return key.publicKey
+        }
+        return nil
+    }
+
+    /// Writes a fresh store at `output` holding the events of this one that
+    /// pass `include` (all by default), in their arrival order, with the same
+    /// blobs, fork evidence and network configuration, and projections folded
+    /// from scratch. Signatures are not checked again here (`verify` does).
+    /// With `tolerant`, events that cannot be read or no longer fit their
+    /// feed (a damaged store) are left out and listed in `skipped` instead of
+    /// ending the copy.
+    public func copy(
+        to output: String, include: @escaping (StoredEvent) -> Bool = { _ in true }, tolerant: Bool = false,
+        skipped: ((_ id: EventID, _ why: String) -> Void)? = nil,
+        progress: ((_ done: Int, _ total: Int) -> Void)? = nil
+    ) throws -> ReplayStore {
+        let fm = FileManager.default
+        if fm.fileExists(atPath: output), let items = try? fm.contentsOfDirectory(atPath: output), !items.isEmpty {
+            throw ReplayError.outputExists(output)
+        }
+        do {
+            try fm.createDirectory(atPath: output, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw ReplayError.io("cannot create \(output): \(error.localizedDescription)")
+        }
+        try projections.config.write(to: output + "/" + NetworkConfig.fileName)
+        let target = try ReplayStore.open(output, writableNew: true)
+        for (hash, _) in try blobs.all() {
+            guard let bytes = try blobs.read(hash) else { continue }
+            try target.env.write { txn in _ = try target.blobs.put(bytes, in: txn) }
+        }
+        let total = try log.eventCount()
+        var since: UInt64 = 0
+        var done = 0
+        while true {
+            let slice = try log.arrivalsTolerant(since: since, limit: 10_000)
+            guard let last = slice.last else { break }
+            var events: [Event] = []
+            for item in slice {
+                switch item.stored {
+                case .success(let stored): if include(stored) { events.append(stored.event) }
+                case .failure(let error):
+                    guard tolerant else { throw error }
+                    skipped?(item.id, "\(error)")
+                }
+            }
+            try target.env.write { txn in
+                var context = try target.log.appendContext(in: txn, nowMillis: UInt64.max / 2, driftMillis: 0)
+                var stored: [Event] = []
+                for e in events {
+                    switch try target.log.append(e, in: txn, context: &context) {
+                    case .accepted, .refilled: stored.append(e)
+                    case .duplicate: break
+                    case .refused(let why):
+                        guard tolerant else { throw ReplayError.io("event \(e.id.hex) does not fit its feed in the copy: \(why)") }
+                        skipped?(e.id, "does not fit its feed: \(why)")
+                    }
+                }
+                try target.log.finish(context, in: txn)
+                try target.projections.apply(stored, in: txn)
+            }
+            since = last.position
+            done += slice.count
+            progress?(done, total)
+        }
+        // Fork evidence: appending the losing event again records it.
+        let forks = try log.forkEvidence()
+        if !forks.isEmpty {
+            try target.env.write { txn in
+                var context = try target.log.appendContext(in: txn, nowMillis: UInt64.max / 2, driftMillis: 0)
+                for f in forks { _ = try target.log.append(f.refused, in: txn, context: &context) }
+                try target.log.finish(context, in: txn)
+            }
+        }
+        try target.projections.markBuilt()
+        return target
+    }
+
+    static func open(_ path: String, writableNew: Bool) throws -> ReplayStore {
+        let env = try Environment(path: path, initialMapSize: 64 << 20)
+        let log = try LogStore(env: env)
+        let config = try NetworkConfig.load(from: path + "/" + NetworkConfig.fileName)
+        let blobs = try BlobStore(env: env)
+        return ReplayStore(path: path, env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+    }
+}
+
+/// A scratch directory removed when the value is released.
+public final class ScratchDirectory: Sendable {
+    public let path: String
+
+    public init(prefix: String = "chorus-replay") throws {
+        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/" : NSTemporaryDirectory()
+        path = base + prefix + "-" + UUID().uuidString
+        do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) } catch {
+            throw ReplayError.io("cannot create a scratch directory: \(error.localizedDescription)")
+        }
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}

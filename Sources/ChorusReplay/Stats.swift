@@ -1,0 +1,42 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import Foundation
+
+public struct StoreStats: Sendable {
+    public var events = 0
+    public var perKind: [String: Int] = [:]
+    public var perAuthor: [(author: PublicKey, events: Int, head: UInt64)] = []
+    public var purged: [String: Int] = [:]
+    public var forks: [(author: PublicKey, seq: UInt64)] = []
+    public var databases: [(name: String, bytes: Int)] = []
+    public var blobs = 0
+    public var blobBytes: UInt64 = 0
+    public var fileBytes: UInt64 = 0
+}
+
+extension ReplayStore {
+    /// Events per kind and per author, purged payloads, forks, and the size
+    /// of every database.
+    public func stats() throws -> StoreStats {
+        var s = StoreStats()
+        try log.rawEventRecords { slice in
+            for record in slice {
+                guard let id = Bytes32(record.key), let stored = try? LogStore.decodeRecord(record.value, id: id) else { continue }
+                s.events += 1
+                s.perKind[stored.event.kind.name, default: 0] += 1
+                if stored.event.payloadBytes == nil { s.purged[stored.event.kind.name, default: 0] += 1 }
+            }
+        }
+        s.perAuthor = try log.allHeads().map { ($0.author, Int($0.head.seq), $0.head.seq) }
+            .sorted { ($0.events, $1.author) > ($1.events, $0.author) }
+        s.forks = try log.forkEvidence().map { ($0.author, $0.seq) }
+        s.databases = try log.databaseSizes() + projections.databaseSizes() + [("blobs", try blobs.databaseSize())]
+        let all = try blobs.all()
+        s.blobs = all.count
+        s.blobBytes = all.reduce(0) { $0 + $1.size }
+        let attributes = try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")
+        s.fileBytes = (attributes?[.size] as? NSNumber)?.uint64Value ?? 0
+        return s
+    }
+}

@@ -1,0 +1,332 @@
+import ArgumentParser
+import ChorusCBOR
+import ChorusCrypto
+import ChorusNode
+import ChorusProjections
+import ChorusReplay
+import Foundation
+
+struct Verify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check every event, feed, fork record and blob, and compare the projections with a rebuild from the log.",
+        discussion: "Exit status 0 when the store is intact, 1 with findings.")
+    @OptionGroup var store: StoreOption
+    @OptionGroup var output: JSONOption
+
+    func run() async throws {
+        let s = try store.open()
+        let bar = ProgressBar()
+        let r = try s.verify { stage, done, total in bar.update(stage, done, total) }
+        bar.finish()
+        if output.json {
+            printJSON(.object([
+                ("events", .int(Int64(r.events))), ("feeds", .int(Int64(r.feeds))), ("forks", .int(Int64(r.forks))),
+                ("blobs", .int(Int64(r.blobs))),
+                ("kinds", .object(r.perKind.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
+                ("purged", .object(r.purged.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
+                ("live_digest", r.liveDigest.map { .string($0.hex) } ?? .null),
+                ("rebuilt_digest", r.rebuiltDigest.map { .string($0.hex) } ?? .null),
+                ("findings", .array(r.findings.map(findingJSON))),
+            ]))
+        } else {
+            print("\(r.events) events in \(r.feeds) feeds, \(r.forks) fork record\(r.forks == 1 ? "" : "s"), \(r.blobs) blobs")
+            for (kind, n) in r.perKind.sorted(by: { $0.key < $1.key }) {
+                let purged = r.purged[kind].map { " (\($0) purged)" } ?? ""
+                print("  \(kind.padding(toLength: 20, withPad: " ", startingAt: 0)) \(n)\(purged)")
+            }
+            print("projection digest: live \(r.liveDigest?.hex ?? "-")")
+            print("                   log  \(r.rebuiltDigest?.hex ?? "-")")
+            printFindings(r.findings)
+        }
+        if !r.isClean { throw ExitCode(1) }
+    }
+}
+
+struct Rebuild: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write a fresh store with the same log, blobs and fork evidence, and projections folded from the log.")
+    @OptionGroup var store: StoreOption
+    @OptionGroup var output: JSONOption
+    @Option(name: .long, help: ArgumentHelp("The new store directory (must not exist, or be empty).", valueName: "dir"))
+    var out: String
+
+    func run() async throws {
+        let s = try store.open()
+        let bar = ProgressBar()
+        let copy = try s.copy(to: out, progress: { done, total in bar.update("rebuild", done, total) })
+        bar.finish()
+        let digest = try copy.projections.digest()
+        let live = try s.projections.digest()
+        if output.json {
+            printJSON(.object([
+                ("out", .string(out)), ("events", .int(Int64(try copy.log.eventCount()))), ("digest", .string(digest.hex)),
+                ("live_digest", .string(live.hex)), ("equal", .bool(digest == live)),
+            ]))
+        } else {
+            print("rebuilt \(try copy.log.eventCount()) events into \(out)")
+            print("digest \(digest.hex)\(digest == live ? " (equal to the live store's)" : " (the live store's is \(live.hex): run `chorus-replay diff --against \(out)`)")")
+        }
+    }
+}
+
+struct Diff: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List every projection entry that differs between this store and another (a rebuild, or another node).",
+        discussion: "Exit status 0 when the projections are identical, 1 when they differ.")
+    @OptionGroup var store: StoreOption
+    @OptionGroup var output: JSONOption
+    @Option(name: .long, help: ArgumentHelp("The other store.", valueName: "dir")) var against: String
+    @Option(help: "Show at most this many differences.") var limit: Int = 1000
+
+    func run() async throws {
+        let a = try store.open()
+        let b = try ReplayStore.open(against)
+        let diffs = try StateDiff.between(a, b)
+        if output.json {
+            printJSON(.object([
+                ("count", .int(Int64(diffs.count))),
+                ("differences", .array(diffs.prefix(limit).map { d in
+                    .object([
+                        ("entry", .string(d.description)), ("key", .string(Hex.encode(d.key))),
+                        ("this", d.left.map { .string(Hex.encode($0)) } ?? .null),
+                        ("other", d.right.map { .string(Hex.encode($0)) } ?? .null),
+                    ])
+                })),
+            ]))
+        } else if diffs.isEmpty {
+            print("the projections are identical")
+        } else {
+            print("\(diffs.count) entr\(diffs.count == 1 ? "y differs" : "ies differ"):")
+            for d in diffs.prefix(limit) {
+                print("  \(d.description)")
+                print("    this:  \(valueText(d.left))")
+                print("    other: \(valueText(d.right))")
+            }
+        }
+        if !diffs.isEmpty { throw ExitCode(1) }
+    }
+
+    func valueText(_ v: [UInt8]?) -> String {
+        guard let v else { return "(absent)" }
+        if let cbor = try? CBORDecoder.decode(v) { return JSONValue(cbor: cbor).rendered() }
+        return Hex.encode(v)
+    }
+}
+
+struct History: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Every event that touched an object, in merge order, with what became of it.",
+        discussion: """
+            OBJECT is a user, device, picture, chat, message or liked object id (hex). Each event shows \
+            its decision: applied, superseded (by which event), or no effect and why.
+            """)
+    @OptionGroup var store: StoreOption
+    @OptionGroup var output: JSONOption
+    @Argument(help: "The object id (64 hex digits).") var object: String
+    func validate() throws { _ = try parseObject(object) }
+
+    func run() async throws {
+        let s = try store.open()
+        let entries = try s.history(of: try parseObject(object))
+        if output.json {
+            printJSON(.array(entries.map { e in
+                var fields: [(String, JSONValue)] = [
+                    ("event", .string(e.event.id.hex)), ("object_class", .string(e.objectClass)),
+                    ("object", .string(e.event.object.hex)), ("kind", .string(e.event.kind.name)),
+                    ("author", .string(e.event.order.author.hex)), ("hlc", .uint(e.event.order.hlc.rawValue)),
+                    ("time", .string(e.event.order.hlc.description)), ("decision", .string(e.decision.code)),
+                    ("purged", .bool(e.purged)),
+                    ("payload", e.event.payload.map(JSONValue.init(cbor:)) ?? .null),
+                ]
+                switch e.decision {
+                case .superseded(let by, let how): fields += [("superseded_by", .string(by.hex)), ("how", .string(how))]
+                case .noEffect(let n): fields.append(("reason", .string(n.detail)))
+                case .applied: break
+                }
+                return .object(fields)
+            }))
+            return
+        }
+        guard !entries.isEmpty else {
+            print("no event touched \(object)")
+            return
+        }
+        for e in entries {
+            let payload = e.purged ? "(payload purged)" : e.event.payload.map { JSONValue(cbor: $0).rendered() } ?? ""
+            print("\(e.event.order.hlc)  \(e.event.kind.name.padding(toLength: 18, withPad: " ", startingAt: 0)) by \(e.event.order.author.short)  [\(e.objectClass) \(e.event.object.short)]  event \(e.event.id.short)")
+            print("    \(e.decision.text)")
+            if !payload.isEmpty { print("    \(payload)") }
+        }
+    }
+}
+
+struct AsOf: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "as-of",
+        abstract: "Answer a `chorus query` as the store was at a point in time.",
+        discussion: """
+            POINT is hlc:N (an HLC value), arrival:N (a local arrival position), an ISO 8601 time \
+            (2026-11-22T10:15:30Z) or Unix milliseconds. Everything after `--` is a `chorus query` \
+            command, for example: chorus-replay as-of hlc:123 -- balance USER --json
+            """)
+    @OptionGroup var store: StoreOption
+    @Argument(help: "The point in time.") var point: String
+    @Argument(parsing: .postTerminator, help: "The query (as for `chorus query`).") var query: [String] = []
+
+    func validate() throws {
+        _ = try ReplayPoint.parse(point)
+        if query.isEmpty { throw ValidationError("give a query after `--`, for example: as-of \(point) -- profile") }
+    }
+
+    func run() async throws {
+        let s = try store.open()
+        let at = try ReplayPoint.parse(point)
+        let scratch = try ScratchDirectory(prefix: "chorus-as-of")
+        let dir = scratch.path + "/store"
+        let bar = ProgressBar()
+        _ = try s.asOf(at, in: dir)
+        bar.finish()
+        // The query runs through `chorus` itself, so it prints exactly what
+        // `chorus query` prints; the scratch store gets a throwaway device key.
+        try writeScratchKeys(dir, user: s.ownerUser)
+        let chorus = try siblingExecutable("chorus")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: chorus)
+        process.arguments = ["query"] + query + ["--store", dir]
+        try process.run()
+        process.waitUntilExit()
+        if process.terminationStatus != 0 { throw ExitCode(process.terminationStatus) }
+    }
+
+    func writeScratchKeys(_ dir: String, user: PublicKey?) throws {
+        let keys = dir + "/keys"
+        try FileManager.default.createDirectory(atPath: keys, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let device = Random.bytes(32)
+        let userKey = user ?? SigningKey(seed: device)?.publicKey ?? .zero
+        for (name, text) in [("device.secret", Hex.encode(device)), ("user.public", userKey.hex)] {
+            guard FileManager.default.createFile(
+                atPath: keys + "/" + name, contents: Data((text + "\n").utf8), attributes: [.posixPermissions: 0o600])
+            else { throw ValidationError("cannot write a scratch key file in \(keys)") }
+        }
+    }
+
+    func siblingExecutable(_ name: String) throws -> String {
+        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let candidate = me.deletingLastPathComponent().appendingPathComponent(name).path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let path = "\(dir)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        throw ValidationError("cannot find the `\(name)` executable next to chorus-replay or on PATH; build both (swift build)")
+    }
+}
+
+struct Audit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Audits.", subcommands: [AuditCoins.self])
+}
+
+struct AuditCoins: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "coins",
+        abstract: "Trace every coin from its purchase receipt, checking the escrow counter's invariants at every step.",
+        discussion: "Exit status 0 when every invariant holds, 1 with findings.")
+    @OptionGroup var store: StoreOption
+    @OptionGroup var output: JSONOption
+    @Argument(help: "Only this user's devices and coins (default: everyone).") var user: String?
+    func validate() throws { if let user { _ = try parseObject(user) } }
+
+    func run() async throws {
+        let s = try store.open()
+        let audit = try s.auditCoins(user: try user.map(parseObject))
+        if output.json {
+            printJSON(.object([
+                ("issued", .uint(audit.issued)), ("held", .uint(audit.held)), ("spent", .uint(audit.spent)),
+                ("conserved", .bool(audit.conserved)),
+                ("users", .array(audit.users.map { u in
+                    .object([
+                        ("user", .string(u.user.hex)), ("credits", .uint(u.credits)), ("gifts_received", .uint(u.giftsReceived)),
+                        ("gifts_given", .uint(u.giftsGiven)), ("spent", .uint(u.spent)), ("balance", .uint(u.balance)),
+                        ("devices", .object(u.devices.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value)) })),
+                    ])
+                })),
+                ("steps", .array(audit.steps.map { st in
+                    .object([
+                        ("event", .string(st.event.hex)), ("hlc", .uint(st.hlc.rawValue)), ("kind", .string(st.kind.name)),
+                        ("author", .string(st.author.hex)), ("amount", .uint(st.amount)),
+                        ("from", st.from.map { .string($0.hex) } ?? .null), ("to", st.to.map { .string($0.hex) } ?? .null),
+                        ("receipt", st.receipt.map { .string($0) } ?? .null),
+                        ("decision", .string(st.noEffect?.code ?? "applied")),
+                        ("from_rights_after", st.fromRightsAfter.map { .uint($0) } ?? .null),
+                        ("to_rights_after", st.toRightsAfter.map { .uint($0) } ?? .null),
+                    ])
+                })),
+                ("receipts", .array(audit.receipts.map { r in
+                    .object([
+                        ("receipt", .string(r.receipt)), ("credit", .string(r.credit.hex)), ("amount", .uint(r.amount)),
+                        ("destinations", .object(r.destinations.sorted { $0.key < $1.key }.map { ($0.key, .uint($0.value)) })),
+                    ])
+                })),
+                ("findings", .array(audit.findings.map(findingJSON))),
+            ]))
+        } else {
+            print("ledger, in merge order:")
+            for st in audit.steps {
+                var line = "  \(st.hlc)  \(st.kind.name.padding(toLength: 18, withPad: " ", startingAt: 0)) \(st.amount)"
+                if let r = st.receipt { line += " receipt \(r)" }
+                if let f = st.from { line += " from \(f.short)\(st.fromRightsAfter.map { " (now \($0))" } ?? "")" }
+                if let t = st.to { line += " to \(t.short)\(st.toRightsAfter.map { " (now \($0))" } ?? "")" }
+                line += st.noEffect.map { "  NO EFFECT \($0.code): \($0.detail)" } ?? ""
+                print(line)
+            }
+            print("users:")
+            for u in audit.users {
+                print("  \(u.user.short): balance \(u.balance) = credits \(u.credits) + gifts received \(u.giftsReceived) − spent \(u.spent) − gifts given \(u.giftsGiven)")
+                for (d, r) in u.devices.sorted(by: { $0.key < $1.key }) { print("      device \(d.short) holds \(r)") }
+            }
+            print("receipts:")
+            for r in audit.receipts {
+                let where_ = r.destinations.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+                print("  \(r.receipt): \(r.amount) coins (credit \(r.credit.short)) -> \(where_.isEmpty ? "-" : where_)")
+            }
+            print("conservation: issued \(audit.issued) = held \(audit.held) + spent \(audit.spent)\(audit.conserved ? "" : "  VIOLATED")")
+            printFindings(audit.findings)
+        }
+        if !audit.findings.isEmpty { throw ExitCode(1) }
+    }
+}
+
+struct Stats: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Events per kind and per author, purged payloads, forks and database sizes.")
+    @OptionGroup var store: StoreOption
+    @OptionGroup var output: JSONOption
+    @Option(help: "List at most this many authors.") var authors: Int = 20
+
+    func run() async throws {
+        let s = try store.open().stats()
+        if output.json {
+            printJSON(.object([
+                ("events", .int(Int64(s.events))),
+                ("kinds", .object(s.perKind.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
+                ("purged", .object(s.purged.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
+                ("authors", .array(s.perAuthor.prefix(authors).map { .object([("author", .string($0.author.hex)), ("events", .int(Int64($0.events)))]) })),
+                ("feeds", .int(Int64(s.perAuthor.count))),
+                ("forks", .array(s.forks.map { .object([("author", .string($0.author.hex)), ("seq", .uint($0.seq))]) })),
+                ("databases", .object(s.databases.map { ($0.name, .int(Int64($0.bytes))) })),
+                ("blobs", .int(Int64(s.blobs))), ("blob_bytes", .uint(s.blobBytes)), ("file_bytes", .uint(s.fileBytes)),
+            ]))
+            return
+        }
+        print("\(s.events) events in \(s.perAuthor.count) feeds; data file \(s.fileBytes) bytes")
+        print("events per kind:")
+        for (k, n) in s.perKind.sorted(by: { $0.key < $1.key }) {
+            print("  \(k.padding(toLength: 20, withPad: " ", startingAt: 0)) \(n)\(s.purged[k].map { " (\($0) purged)" } ?? "")")
+        }
+        print("largest feeds:")
+        for a in s.perAuthor.prefix(authors) { print("  \(a.author.hex)  \(a.events)") }
+        print("forks: \(s.forks.isEmpty ? "none" : s.forks.map { "\($0.author.short)#\($0.seq)" }.joined(separator: ", "))")
+        print("blobs: \(s.blobs) (\(s.blobBytes) bytes)")
+        print("database sizes (bytes in pages):")
+        for d in s.databases { print("  \(d.name.padding(toLength: 10, withPad: " ", startingAt: 0)) \(d.bytes)") }
+    }
+}

@@ -1,0 +1,272 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusProjections
+import ChorusReplay
+import Foundation
+import Testing
+
+/// A store with a known history, built through the node API:
+/// - Ana (phone) and Ben; an issuer that credits Ana twice with one receipt;
+/// - Ana edits her name twice; Ben tries to edit Ana's profile;
+/// - Ana posts two pictures and deletes one (purged payload, gone blob);
+/// - Ana spends, then tries to spend beyond her rights;
+/// - a peer hands over a fork of Ben's feed (kept as evidence).
+struct KnownHistory {
+    let dir: String
+    let ana: PublicKey
+    let anaDevice: PublicKey
+    let ben: PublicKey
+    let keptPicture: ObjectID
+    let deletedPicture: ObjectID
+    let firstName: EventID
+    let secondName: EventID
+    let benEdit: EventID
+    let credit: EventID
+    let duplicateCredit: EventID
+    let spend: EventID
+    let spendHLC: HLC
+    let beyondRights: EventID
+    var store: String { dir + "/ana" }
+
+    static func build() async throws -> KnownHistory {
+        let dir = NSTemporaryDirectory() + "chorus-replay-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let issuerNode = try await Node.create(at: dir + "/issuer")
+        await issuerNode.close()
+        let issuerKey = try Node.createIssuer(at: dir + "/issuer")
+        let network = NetworkConfig(issuers: [issuerKey], slotPrices: [0, 50])
+        let ana = try await Node.create(at: dir + "/ana", deviceName: "phone", network: network)
+        let ben = try await Node.create(at: dir + "/ben", deviceName: "laptop", network: network)
+        let issuer = try await Node.open(at: dir + "/issuer")
+
+        let firstName = try await ana.setProfile(.name, .text("Ana")).id
+        let secondName = try await ana.setProfile(.name, .text("Ana Lima")).id
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2, 3]
+        let kept = try await ana.addPicture(png, caption: "kept")
+        let deleted = try await ana.addPicture(png + [4], caption: "to delete")
+        try await ana.deletePicture(deleted)
+
+        let benEdit = try await ben.append(
+            .profileSet, object: ana.identity.user, payload: .textMap([("field", .text("name")), ("value", .text("hacked"))])
+        ).id
+        _ = await issuer.ingest(try ana.arrivals().map { $0.event.encoded() })
+        let credit = try await issuer.creditCoins(user: ana.identity.user, amount: 100, receipt: "store-tx-1").id
+        let duplicate = try await issuer.creditCoins(user: ana.identity.user, amount: 100, receipt: "store-tx-1").id
+        _ = await ana.ingest(try issuer.arrivals().map { $0.event.encoded() })
+        _ = await ana.ingest(try ben.arrivals().map { $0.event.encoded() })
+        let spend = try await ana.spendCoins(40, for: "stickers")
+        // Beyond rights: signed directly, as a buggy or hostile client would.
+        let beyond = try await ana.append(
+            .coinSpent, object: ana.identity.user, payload: .textMap([("amount", .unsigned(1000)), ("for", .text("too much"))])
+        ).id
+
+        // A fork of Ben's device feed at seq 1, as a misbehaving peer would send it.
+        let benDeviceFeed = try ben.feed(ben.identity.device)
+        let benFirst = try #require(benDeviceFeed.first?.event)
+        let forkKey = try KeyStore_readDevice(dir + "/ben")
+        let fork = try Event.sign(
+            with: forkKey, seq: 1, prev: nil, hlc: benFirst.hlc, kind: .profileSet, object: ben.identity.user,
+            payload: .textMap([("field", .text("bio")), ("value", .text("the other branch"))]))
+        let report = await ana.ingest(events: [fork])
+        #expect(report.refused == 1)
+
+        let history = KnownHistory(
+            dir: dir, ana: ana.identity.user, anaDevice: ana.identity.device, ben: ben.identity.user, keptPicture: kept,
+            deletedPicture: deleted, firstName: firstName, secondName: secondName, benEdit: benEdit, credit: credit,
+            duplicateCredit: duplicate, spend: spend.id, spendHLC: spend.hlc, beyondRights: beyond)
+        await ana.close()
+        await ben.close()
+        await issuer.close()
+        return history
+    }
+
+    func cleanup() { try? FileManager.default.removeItem(atPath: dir) }
+}
+
+/// The device key of a store (test-only: forging a fork needs it).
+func KeyStore_readDevice(_ store: String) throws -> SigningKey {
+    let text = try String(contentsOfFile: store + "/keys/device.secret", encoding: .utf8)
+    guard let seed = Hex.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)), let key = SigningKey(seed: seed) else {
+        throw ReplayTestFailure("unreadable device key")
+    }
+    return key
+}
+
+struct ReplayTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+@Suite("Replay tool", .serialized)
+struct ReplayTests {
+    @Test func verifyOnAHealthyStoreReportsTheForkAndNothingElse() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let report = try ReplayStore.open(h.store).verify()
+        #expect(report.findings.map(\.code) == ["fork"])
+        #expect(report.forks == 1)
+        #expect(report.liveDigest == report.rebuiltDigest)
+        #expect(report.purged["picture.created"] == 1)
+        #expect(report.perKind["coin.credited"] == 2)
+    }
+
+    @Test func damageIsFoundWithItsLocation() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        // A flipped byte inside a stored event's signature.
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            let stored = try #require(try s.log.event(h.secondName))
+            var bytes = LogStore.encodeU64(stored.arrival) + stored.event.encoded()
+            bytes[bytes.count - 20] ^= 0x01  // inside the payload: its hash no longer matches
+            try s.log.unsafeWrite(database: "events", key: h.secondName.bytes, value: bytes)
+        }
+        var findings = try ReplayStore.open(h.store).verify().findings
+        #expect(findings.contains { $0.code == "undecodable" && $0.event == h.secondName && $0.location.contains(h.secondName.hex) })
+
+        // A projection entry edited behind the log's back.
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(1_000_000))
+        }
+        findings = try ReplayStore.open(h.store).verify().findings
+        #expect(findings.contains { $0.code == "projection_differs" && $0.message.contains("coin rights of \(h.anaDevice.hex)") })
+
+        // A missing feed entry.
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            try s.log.unsafeWrite(database: "feeds", key: h.anaDevice.bytes + LogStore.encodeU64(1), value: nil)
+        }
+        findings = try ReplayStore.open(h.store).verify().findings
+        #expect(findings.contains { $0.code == "feed" && $0.message.contains("position 1 missing") })
+    }
+
+    @Test func historyGivesEveryDecision() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let s = try ReplayStore.open(h.store)
+        let profile = try s.history(of: h.ana)
+        func decision(_ id: EventID) -> Decision? { profile.first { $0.event.id == id }?.decision }
+        #expect(decision(h.firstName) == .superseded(by: h.secondName, how: "overwritten"))
+        #expect(decision(h.secondName) == .applied)
+        #expect(decision(h.benEdit)?.code == "not_owner")
+        #expect(decision(h.duplicateCredit)?.code == "duplicate_receipt")
+        #expect(decision(h.beyondRights)?.code == "beyond_rights")
+        #expect(decision(h.credit) == .applied)
+
+        let picture = try s.history(of: h.deletedPicture)
+        #expect(picture.map(\.event.kind) == [.pictureCreated, .pictureDeleted])
+        #expect(picture.first?.purged == true)
+        if case .superseded(_, let how)? = picture.first?.decision { #expect(how == "deleted") } else {
+            Issue.record("the deleted picture's creation is not shown as superseded by the deletion")
+        }
+    }
+
+    @Test func asOfShowsTheStateJustBeforeAndAfterAnEvent() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let s = try ReplayStore.open(h.store)
+        let scratch = try ScratchDirectory()
+        let before = try s.asOf(.hlc(HLC(rawValue: h.spendHLC.rawValue - 1)), in: scratch.path + "/before")
+        let after = try s.asOf(.hlc(h.spendHLC), in: scratch.path + "/after")
+        #expect(try before.projections.balance(of: h.ana).total == 100)
+        #expect(try after.projections.balance(of: h.ana).total == 60)
+        #expect(try after.log.event(h.spend) != nil && before.log.event(h.spend) == nil)
+    }
+
+    @Test func coinAuditTracesEveryCoinAndCountsTheReceiptOnce() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let audit = try ReplayStore.open(h.store).auditCoins()
+        #expect(audit.findings.isEmpty)
+        #expect(audit.issued == 100 && audit.spent == 40 && audit.held == 60 && audit.conserved)
+        #expect(audit.receipts.count == 1)
+        #expect(audit.receipts.first?.destinations.values.reduce(0, +) == 100)
+        #expect(audit.steps.first { $0.event == h.duplicateCredit }?.noEffect?.code == "duplicate_receipt")
+        let ana = try #require(audit.users.first { $0.user == h.ana })
+        #expect(ana.credits == 100 && ana.spent == 40 && ana.balance == 60)
+    }
+
+    @Test func rebuildAndDiff() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let s = try ReplayStore.open(h.store)
+        let scratch = try ScratchDirectory()
+        let copy = try s.copy(to: scratch.path + "/copy")
+        #expect(try copy.projections.digest() == s.projections.digest())
+        #expect(try StateDiff.between(s, copy).isEmpty)
+        #expect(try copy.log.forkEvidence().count == 1)
+        try copy.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: nil)
+        let diffs = try StateDiff.between(s, copy)
+        #expect(diffs.count == 1 && diffs.first?.right == nil && diffs.first?.description.contains("coin rights") == true)
+    }
+
+    @Test func statsCountKindsPurgesAndForks() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let stats = try ReplayStore.open(h.store).stats()
+        #expect(stats.perKind["picture.created"] == 2 && stats.purged["picture.created"] == 1)
+        #expect(stats.forks.count == 1)
+        #expect(stats.databases.contains { $0.name == "state" && $0.bytes > 0 })
+        #expect(stats.blobs == 1)
+    }
+
+    @Test func commandLineExitCodesAndHelp() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let replay = try replayProduct("chorus-replay")
+        for command in [["verify"], ["rebuild"], ["diff"], ["history"], ["as-of"], ["audit", "coins"], ["stats"]] {
+            let r = try run(replay, command + ["--help"])
+            #expect(r.status == 0 && r.stdout.contains("USAGE"), "\(command) --help")
+        }
+        // The fork is a finding: exit 1, listed in JSON.
+        let verify = try run(replay, ["verify", "--store", h.store, "--json"])
+        #expect(verify.status == 1 && verify.stdout.contains("\"code\":\"fork\""))
+        let audit = try run(replay, ["audit", "coins", h.ana.hex, "--store", h.store])
+        #expect(audit.status == 0 && audit.stdout.contains("store-tx-1") && audit.stdout.contains("NO EFFECT duplicate_receipt"))
+        let asOf = try run(replay, ["as-of", "hlc:\(h.spendHLC.rawValue - 1)", "--store", h.store, "--", "balance", h.ana.hex, "--json"])
+        #expect(asOf.status == 0 && asOf.stdout.contains("\"total\":100"), "\(asOf.stderr)")
+        let missing = try run(replay, ["verify", "--store", h.dir + "/nowhere"])
+        #expect(missing.status == 2 && missing.stderr.contains("not a Chorus store"))
+        let badPoint = try run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
+        #expect(badPoint.status == 2)
+    }
+
+    func replayProduct(_ name: String) throws -> String {
+        var dir = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = dir.appendingPathComponent(name).path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            dir = dir.deletingLastPathComponent()
+        }
+        throw ReplayTestFailure("cannot find \(name) near \(CommandLine.arguments[0])")
+    }
+
+    func run(_ path: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let dir = NSTemporaryDirectory() + "chorus-replay-out-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // Files, not pipes: nothing can block on a full pipe.
+        FileManager.default.createFile(atPath: dir + "/out", contents: nil)
+        FileManager.default.createFile(atPath: dir + "/err", contents: nil)
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/out"))
+        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/err"))
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        try out.close()
+        try err.close()
+        return (
+            process.terminationStatus, (try? String(contentsOfFile: dir + "/out", encoding: .utf8)) ?? "",
+            (try? String(contentsOfFile: dir + "/err", encoding: .utf8)) ?? ""
+        )
+    }
+}
