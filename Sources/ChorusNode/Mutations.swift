@@ -332,7 +332,7 @@ extension Node {
         try KeyStore.write(key, to: keyPath)
         let configPath = path + "/" + NetworkConfig.fileName
         var config = (try? NetworkConfig.load(from: configPath)) ?? NetworkConfig()
-        config = NetworkConfig(issuers: config.issuers + [key.publicKey], slotPrices: config.slotPrices)
+        config = NetworkConfig(issuers: config.issuers + [key.publicKey], slotPrices: config.slotPrices, networkKey: config.networkKey)
         try config.write(to: configPath)
         return key.publicKey
     }

@@ -11,12 +11,18 @@ public struct NetworkConfig: Sendable, Hashable {
     /// The price of each lock slot, by slot number; the count is the number
     /// of slots a profile has. Slot 0 is free: its price must be 0.
     public var slotPrices: [UInt64]
+    /// The network's pre-shared key: peers prove they hold it in the sync
+    /// handshake (Noise `psk3`), so a node outside the network cannot
+    /// connect. It does not affect projections and is not in the fingerprint.
+    public var networkKey: Bytes32
 
     public static let defaultSlotPrices: [UInt64] = [0, 50, 100, 200, 400, 800]
 
-    public init(issuers: [PublicKey] = [], slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices) {
+    /// Without `networkKey`, a new network: a fresh random key.
+    public init(issuers: [PublicKey] = [], slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices, networkKey: Bytes32? = nil) {
         self.issuers = issuers.sorted()
         self.slotPrices = slotPrices
+        self.networkKey = networkKey ?? Random.bytes32()
     }
 
     public var slotCount: Int { slotPrices.count }
@@ -47,7 +53,8 @@ public struct NetworkConfig: Sendable, Hashable {
     public func json() -> String {
         let issuers = self.issuers.map { "\"\($0.hex)\"" }.joined(separator: ", ")
         let prices = slotPrices.map(String.init).joined(separator: ", ")
-        return "{\n  \"format\": 1,\n  \"issuers\": [\(issuers)],\n  \"slot_prices\": [\(prices)]\n}\n"
+        return
+            "{\n  \"format\": 1,\n  \"issuers\": [\(issuers)],\n  \"slot_prices\": [\(prices)],\n  \"network_key\": \"\(networkKey.hex)\"\n}\n"
     }
 
     public static func parse(json text: String, source: String) throws -> NetworkConfig {
@@ -68,16 +75,26 @@ public struct NetworkConfig: Sendable, Hashable {
             guard let n = p as? Int, n >= 0 else { throw bad("slot prices must be non-negative integers") }
             slotPrices.append(UInt64(n))
         }
-        let config = NetworkConfig(issuers: issuers, slotPrices: slotPrices)
+        var networkKey: Bytes32? = nil
+        if let text = object["network_key"] {
+            guard let hex = text as? String, let key = Bytes32(hex: hex) else { throw bad("\"network_key\" must be 64 hex digits") }
+            networkKey = key
+        }
+        let config = NetworkConfig(issuers: issuers, slotPrices: slotPrices, networkKey: networkKey)
         if let problem = config.problems.first { throw bad(problem) }
         return config
     }
 
+    /// Loads a configuration; one written before network keys existed gets
+    /// a fresh key, saved back when the file is writable.
     public static func load(from path: String) throws -> NetworkConfig {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw NetworkConfigError.missing(path: path)
         }
-        return try parse(json: String(decoding: data, as: UTF8.self), source: path)
+        let text = String(decoding: data, as: UTF8.self)
+        let config = try parse(json: text, source: path)
+        if !text.contains("\"network_key\"") { try? config.write(to: path) }
+        return config
     }
 
     public func write(to path: String) throws {
