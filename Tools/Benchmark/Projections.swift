@@ -27,6 +27,8 @@ struct ProjectionsOptions {
     var json = false
     var keep = false
     var skipRebuild = false
+    /// Only rebuild the projections of an existing store (for profiling).
+    var rebuildStore: String? = nil
 
     init(_ args: [String]) {
         var i = 0
@@ -49,6 +51,7 @@ struct ProjectionsOptions {
             case "--json": json = true
             case "--keep": keep = true
             case "--skip-rebuild": skipRebuild = true
+            case "--rebuild-only": rebuildStore = value()
             case "--help", "-h":
                 print("""
                     USAGE: chorus-bench projections [--events N] [--users U] [--batch B] [--queries Q]
@@ -61,7 +64,9 @@ struct ProjectionsOptions {
                     into an empty node through Node.ingest in sync-like batches of B envelopes
                     (feed by feed, default 50,000), Projections.rebuild(), and the latency of Q
                     (default 3,000) profile, balance and chat-page queries each.
-                    --keep leaves the store in the temporary directory and prints its path.
+                    --keep leaves the store in the temporary directory and prints its path;
+                    --rebuild-only STORE only times Projections.rebuild() of that store (for
+                    profiling); --skip-rebuild leaves the rebuild out.
                     """)
                 exit(0)
             default:
@@ -549,6 +554,16 @@ enum Bench {
 
 func runProjectionsBenchmark(_ args: [String]) async throws {
     let options = ProjectionsOptions(args)
+    if let path = options.rebuildStore {
+        let node = try await Node.open(at: path)
+        let count = try node.log.eventCount()
+        let t0 = Bench.clock()
+        try node.projections.rebuild()
+        let seconds = Bench.clock() - t0
+        await node.close()
+        print("rebuilt \(count) events in \(String(format: "%.2f", seconds)) s: \(Int(Double(count) / seconds))/s")
+        return
+    }
     let cores = ProcessInfo.processInfo.activeProcessorCount
     let userCount = options.users ?? min(1_500, max(20, options.events / 650))
 
@@ -658,7 +673,7 @@ func runProjectionsBenchmark(_ args: [String]) async throws {
     }
     await node.close()
     if options.keep {
-        Bench.note("store kept at \(dir)/store")
+        FileHandle.standardError.write(Data("store kept at \(dir)/store\n".utf8))
     } else {
         try? FileManager.default.removeItem(atPath: dir)
     }
