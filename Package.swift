@@ -8,6 +8,7 @@ import PackageDescription
 //     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log), ChorusBlobs (picture bytes)
 //     -> ChorusProjections (CRDT merge into profiles, pictures, chats, coins; queries; digest)
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
+//     -> ChorusNoise (Noise_XXpsk3 on libsodium) -> ChorusSync (peer sync over TCP with SwiftNIO)
 //     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
 let package = Package(
@@ -21,6 +22,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
     ],
     targets: [
         .systemLibrary(
@@ -43,6 +45,12 @@ let package = Package(
             name: "ChorusNode",
             dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
                            "ChorusCBOR"]),
+        .target(name: "ChorusNoise", dependencies: ["CSodium", "ChorusCrypto"]),
+        .target(
+            name: "ChorusSync",
+            dependencies: ["ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
+                           "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
         .target(
             name: "ChorusReplay",
             dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
@@ -53,7 +61,7 @@ let package = Package(
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusCLI",
-            dependencies: ["ChorusNode", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusNode", "ChorusSync", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
@@ -69,6 +77,12 @@ let package = Package(
             name: "ChorusProjectionsTests",
             dependencies: ["ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto"]),
+        .testTarget(name: "ChorusNoiseTests", dependencies: ["ChorusNoise", "ChorusCrypto"]),
+        .testTarget(
+            name: "ChorusSyncTests",
+            dependencies: ["ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
+                           "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI",
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
         .testTarget(
             name: "ChorusReplayTests",
             dependencies: ["ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",
