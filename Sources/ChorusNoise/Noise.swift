@@ -1,2 +1,0 @@
-// Noise_XXpsk3_25519_ChaChaPoly_BLAKE2b (Specs/sync.md): being written.
-enum NoisePlaceholder {}
