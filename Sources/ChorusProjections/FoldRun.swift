@@ -14,6 +14,19 @@ struct FoldRun {
     var dirty: [ObjectClass: Set<Bytes32>] = [:]
     var coinsFrom: MergeOrder? = nil
     var bindings: [Bytes32: DeviceBinding?] = [:]
+    /// New relationship facts of this transaction, folded one by one unless
+    /// their target is re-folded whole.
+    var relationshipFacts: [RelationshipKey: [Fact]] = [:]
+    /// Events first stored in this transaction: they have no decision
+    /// recorded yet, so clearing one is a no-op that can be skipped...
+    var newEvents: Set<EventID> = []
+    /// ...unless this run recorded one for them.
+    var decidedNoEffect: Set<EventID> = []
+
+    struct RelationshipKey: Hashable {
+        let cls: ObjectClass
+        let target: Bytes32
+    }
 
     init(projections: Projections, txn: Transaction) {
         self.p = projections
@@ -21,6 +34,10 @@ struct FoldRun {
     }
 
     mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
+
+    mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
+        relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
+    }
 
     mutating func markCoins(from order: MergeOrder) {
         if let current = coinsFrom, current <= order { return }
@@ -32,6 +49,10 @@ struct FoldRun {
             if try foldDevice(device) { try deviceChanged(device) }
         }
         bindings.removeAll()
+        for (key, facts) in relationshipFacts.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
+        where dirty[key.cls]?.contains(key.target) != true {
+            for fact in facts.sorted(by: { $0.order < $1.order }) { try foldRelationshipFact(key.cls, key.target, fact) }
+        }
         for cls: ObjectClass in [.profile, .picture, .follow, .like, .block, .slots] {
             for object in (dirty[cls] ?? []).sorted() {
                 switch cls {
@@ -88,11 +109,12 @@ struct FoldRun {
     }
 
     /// Records why an event takes no effect, or clears the record.
-    func decide(_ id: EventID, _ reason: NoEffect?) throws {
+    mutating func decide(_ id: EventID, _ reason: NoEffect?) throws {
         let key = Table.noEffect.key(id.bytes)
         if let reason {
             try txn.put(p.state, key, Codec.cbor(.array([.text(reason.code), .text(reason.detail)])))
-        } else {
+            decidedNoEffect.insert(id)
+        } else if !newEvents.contains(id) || decidedNoEffect.contains(id) {
             try txn.delete(p.state, key)
         }
     }

@@ -145,6 +145,8 @@ enum IndexTable: UInt8 {
     case authored = 0x01  // author || class || object -> ()
     case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
     case chatMessage = 0x03  // chat || message id -> ()
+    case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add
+    case relationshipCancel = 0x05  // class || target || add event id || merge order of a removal naming it -> ()
 
     func key(_ parts: [UInt8]...) -> [UInt8] {
         var out: [UInt8] = [rawValue]

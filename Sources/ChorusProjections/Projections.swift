@@ -42,15 +42,29 @@ public struct Projections: Sendable {
             for (cls, object) in ObjectClass.targets(of: event) {
                 try txn.put(facts, Self.factKey(cls, object, order), value)
                 try txn.put(index, IndexTable.authored.key(event.author.bytes, [cls.rawValue], object.bytes), [])
-                if cls == .coins {
+                switch cls {
+                case .coins:
                     for party in Self.coinParties(event) {
                         try txn.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
                     }
                     run.markCoins(from: order)
-                } else {
+                case .follow, .like, .block:
+                    // Relationships fold incrementally (one edge per event)
+                    // unless a device binding change forces a full re-fold.
+                    if FoldRun.isAdd(event.kind) {
+                        try txn.put(index, IndexTable.relationshipAdd.key([cls.rawValue], object.bytes, event.id.bytes), order.bytes)
+                    } else {
+                        for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
+                            try txn.put(
+                                index, IndexTable.relationshipCancel.key([cls.rawValue], object.bytes, named.bytes, order.bytes), [])
+                        }
+                    }
+                    run.addRelationshipFact(cls, object, Fact(order: order, kind: event.kind, object: event.object, payload: event.payload))
+                default:
                     run.mark(cls, object)
                 }
             }
+            run.newEvents.insert(event.id)
             if event.kind == .messageSent {
                 try txn.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
             }

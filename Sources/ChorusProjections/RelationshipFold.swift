@@ -59,3 +59,77 @@ extension FoldRun {
         kind == .followAdded || kind == .likeAdded || kind == .blockAdded
     }
 }
+
+extension FoldRun {
+    /// Folds one new relationship fact into the stored edges, giving the
+    /// same state and decisions as `foldRelationship` would from all facts:
+    /// an add joins its actor's live adds unless a removal by the same user
+    /// already names it; a removal takes the adds it names out of its
+    /// actor's live adds. The `relationshipAdd` and `relationshipCancel`
+    /// index entries, written for every fact, make this possible without
+    /// reading the target's other facts (a popular picture has thousands).
+    mutating func foldRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ f: Fact) throws {
+        let user: PublicKey
+        switch try actor(f) {
+        case .failure(let why): return try decide(f.id, why)
+        case .success(let u): user = u
+        }
+        if Self.isAdd(f.kind) {
+            if user == target && cls != .like {
+                return try decide(f.id, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
+            }
+            var cancelled = false
+            var removers: [MergeOrder] = []
+            try txn.scan(p.index, prefix: IndexTable.relationshipCancel.key([cls.rawValue], target.bytes, f.id.bytes)) { key, _ in
+                removers.append(try MergeOrder(bytes: key[(key.count - 72)...]))
+                return true
+            }
+            for remover in removers where try actingUser(remover.author, at: remover.hlc) == user {
+                cancelled = true
+                try decide(remover.id, nil)  // it now names an add of its user
+            }
+            if !cancelled {
+                var ids = try liveAdds(cls, target, user)
+                if !ids.contains(f.id) {
+                    ids.append(f.id)
+                    try setLiveAdds(cls, target, user, ids)
+                }
+            }
+            return try decide(f.id, nil)
+        }
+        guard let seen = f.payload?[text: "seen"]?.arrayValue else {
+            throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
+        }
+        var matched = false
+        var ids = try liveAdds(cls, target, user)
+        let before = ids.count
+        for named in seen.compactMap(\.id32) {
+            guard let raw = try txn.get(p.index, IndexTable.relationshipAdd.key([cls.rawValue], target.bytes, named.bytes)) else {
+                continue
+            }
+            let add = try MergeOrder(bytes: raw[...])
+            guard try actingUser(add.author, at: add.hlc) == user, user != target || cls == .like else { continue }
+            matched = true
+            ids.removeAll { $0 == named }
+        }
+        if ids.count != before { try setLiveAdds(cls, target, user, ids) }
+        try decide(f.id, matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
+    }
+
+    func liveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey) throws -> [EventID] {
+        guard let raw = try txn.get(p.state, Table.edge.key([cls.rawValue], target.bytes, user.bytes)) else { return [] }
+        return try stride(from: 0, to: raw.count, by: 32).map { try Codec.b32(raw[$0..<min(raw.count, $0 + 32)], "add id") }
+    }
+
+    func setLiveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey, _ ids: [EventID]) throws {
+        let edge = Table.edge.key([cls.rawValue], target.bytes, user.bytes)
+        let out = Table.edgeOut.key([cls.rawValue], user.bytes, target.bytes)
+        if ids.isEmpty {
+            try txn.delete(p.state, edge)
+            try txn.delete(p.state, out)
+        } else {
+            try txn.put(p.state, edge, ids.sorted().flatMap(\.bytes))
+            try txn.put(p.state, out, [])
+        }
+    }
+}
