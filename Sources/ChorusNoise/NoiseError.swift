@@ -1,6 +1,6 @@
 /// Everything that can go wrong in a Noise handshake or transport message.
 /// A handshake that throws is dead: its state must be discarded.
-public enum NoiseError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum NoiseError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The AEAD tag did not verify: wrong key (for example a different PSK),
     /// tampered bytes, or a message out of order.
     case decryptionFailed

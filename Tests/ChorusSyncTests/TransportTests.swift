@@ -1,0 +1,288 @@
+import ChorusCrypto
+import ChorusNoise
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import ChorusSync
+
+private struct TransportTestTimeout: Error {}
+
+/// Runs `body` and fails if it takes longer than `seconds`.
+private func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            throw TransportTestTimeout()
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next() else { throw TransportTestTimeout() }
+        return first
+    }
+}
+
+private func configuration(
+    network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SecureTransportProtocol.defaultMaxFrameSize,
+    handshakeTimeout: Duration = .seconds(5), idleTimeout: Duration = .seconds(20)
+) -> SecureTransportConfiguration {
+    SecureTransportConfiguration(
+        networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize,
+        handshakeTimeout: handshakeTimeout, idleTimeout: idleTimeout)
+}
+
+private func nextConnection(_ listener: SecureListener, seconds: Double = 5) async throws -> SecureConnection {
+    try await within(seconds) {
+        for await connection in listener.connections { return connection }
+        throw TransportTestTimeout()
+    }
+}
+
+private func firstFailure(_ failures: AsyncStream<SecureChannelError>, seconds: Double = 5) async throws -> SecureChannelError {
+    try await within(seconds) {
+        for await failure in failures { return failure }
+        throw TransportTestTimeout()
+    }
+}
+
+/// A recognisable frame: a fill byte from the index, the index in the first bytes, the size in the last.
+private func frame(_ index: Int, size: Int) -> [UInt8] {
+    var out = [UInt8](repeating: UInt8(truncatingIfNeeded: index &* 37 &+ size), count: size)
+    for (k, b) in withUnsafeBytes(of: UInt32(truncatingIfNeeded: index).bigEndian, Array.init).enumerated() where k < size { out[k] = b }
+    if size > 8 { out[size - 1] = UInt8(truncatingIfNeeded: size) }
+    return out
+}
+
+@Suite("Encrypted TCP transport (Specs/sync-transport.md)", .timeLimit(.minutes(1)))
+struct TransportTests {
+    @Test func handshakeIdentityAndFramesRoundTrip() async throws {
+        let network = Random.bytes32()
+        let serverKey = SigningKey.generate()
+        let clientKey = SigningKey.generate()
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network, identity: serverKey))
+        #expect(listener.port > 0)
+        let client = try await within(5) {
+            try await SecureConnection.connect(
+                host: "127.0.0.1", port: listener.port, configuration: configuration(network: network, identity: clientKey))
+        }
+        let server = try await nextConnection(listener)
+        #expect(client.peer.key == serverKey.publicKey)
+        #expect(server.peer.key == clientKey.publicKey)
+        #expect(client.handshakeHash == server.handshakeHash)
+        #expect(client.handshakeHash.count == 64)
+        #expect(server.peer.address.hasPrefix("127.0.0.1:"))
+
+        // Small, empty, and larger than one Noise message (fragmented and reassembled).
+        let big = frame(7, size: 300_000)
+        for f in [[1, 2, 3], [], big, frame(8, size: 65_515), frame(9, size: 65_516)] as [[UInt8]] {
+            try await within(5) { try await client.send(f) }
+            #expect(try await within(5) { try await server.receive() } == f)
+            try await within(5) { try await server.send(f) }
+            #expect(try await within(5) { try await client.receive() } == f)
+        }
+
+        // Many frames both ways at once.
+        let count = 300
+        try await within(20) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (sender, receiver, seed) in [(client, server, 1), (server, client, 2)] {
+                    group.addTask {
+                        for i in 0..<count { try await sender.send(frame(i * seed, size: (i * 977) % 100_000)) }
+                    }
+                    group.addTask {
+                        for i in 0..<count {
+                            let got = try await receiver.receive()
+                            #expect(got == frame(i * seed, size: (i * 977) % 100_000), "frame \(i)")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+
+        // A clean close: the other side sees nil.
+        await client.close()
+        #expect(try await within(5) { try await server.receive() } == nil)
+        await listener.shutdown()
+    }
+
+    @Test func wrongNetworkKeyFailsOnBothSides() async throws {
+        let (failures, sink) = AsyncStream.makeStream(of: SecureChannelError.self)
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: Random.bytes32()),
+            onFailure: { _, error in sink.yield(error) })
+        await #expect(throws: SecureChannelError.self) {
+            _ = try await within(5) {
+                try await SecureConnection.connect(
+                    host: "127.0.0.1", port: listener.port, configuration: configuration(network: Random.bytes32()))
+            }
+        }
+        #expect(try await firstFailure(failures) == .handshakeFailed(.decryptionFailed))
+        await listener.shutdown()
+        var delivered = 0
+        for await _ in listener.connections { delivered += 1 }
+        #expect(delivered == 0, "no connection, so no frame, reaches the application")
+    }
+
+    @Test func forgedIdentityProofIsRejected() async throws {
+        let network = Random.bytes32()
+        let victim = SigningKey.generate()
+        let (failures, sink) = AsyncStream.makeStream(of: SecureChannelError.self)
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network),
+            onFailure: { _, error in sink.yield(error) })
+        var forgerConfiguration = configuration(network: network)
+        forgerConfiguration.forgedIdentityKey = victim.publicKey
+        let forger = forgerConfiguration
+        // The forger may get as far as the listener's proof; it never gets a working connection.
+        do {
+            let connection = try await within(5) {
+                try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: forger)
+            }
+            await #expect(throws: SecureChannelError.self) { _ = try await within(5) { try await connection.receive() } }
+        } catch {
+            #expect(error is SecureChannelError)
+        }
+        guard case .identityRejected = try await firstFailure(failures) else {
+            Issue.record("expected identityRejected")
+            return
+        }
+        await listener.shutdown()
+        for await _ in listener.connections { Issue.record("a forged peer was handed to the application") }
+    }
+
+    @Test func oversizedFrameIsRefused() async throws {
+        let network = Random.bytes32()
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network, maxFrameSize: 1024))
+        let client = try await within(5) {
+            try await SecureConnection.connect(
+                host: "127.0.0.1", port: listener.port, configuration: configuration(network: network, maxFrameSize: 4096))
+        }
+        let server = try await nextConnection(listener)
+        // Over the sender's own limit: refused locally.
+        await #expect(throws: SecureChannelError.frameTooLarge(size: 5000, limit: 4096)) {
+            try await client.send([UInt8](repeating: 1, count: 5000))
+        }
+        try await client.send([UInt8](repeating: 2, count: 1024))
+        #expect(try await within(5) { try await server.receive() }?.count == 1024)
+        // Over the receiver's limit: the receiver disconnects.
+        try await client.send([UInt8](repeating: 3, count: 2000))
+        await #expect(throws: SecureChannelError.frameTooLarge(size: 2000, limit: 1024)) {
+            _ = try await within(5) { try await server.receive() }
+        }
+        await #expect(throws: SecureChannelError.self) { _ = try await within(5) { try await client.receive() } }
+        await listener.shutdown()
+    }
+
+    @Test func randomBytesAfterHandshakeEndTheConnection() async throws {
+        let network = Random.bytes32()
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network, idleTimeout: .seconds(1)))
+        for round in 0..<2 {
+            let client = try await within(5) {
+                try await SecureConnection.connect(
+                    host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
+            }
+            let server = try await nextConnection(listener)
+            // Round 0: a well-formed length prefix over garbage. Round 1: garbage throughout
+            // (a long bogus length ends in the idle timeout).
+            let garbage = round == 0 ? [0, 150] + Random.bytes(150) : Random.bytes(1000)
+            try await client.sendRawForTesting(garbage)
+            do {
+                let got = try await within(5) { try await server.receive() }
+                Issue.record("garbage produced \(String(describing: got))")
+            } catch let error as SecureChannelError {
+                if round == 0 { #expect(error == .decryptionFailed) }
+            }
+            await client.close()
+        }
+        await listener.shutdown()
+    }
+
+    @Test func silentPeerHitsTheHandshakeTimeout() async throws {
+        let (failures, sink) = AsyncStream.makeStream(of: SecureChannelError.self)
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0,
+            configuration: configuration(network: Random.bytes32(), handshakeTimeout: .milliseconds(300)),
+            onFailure: { _, error in sink.yield(error) })
+        // A TCP client that never speaks.
+        let silent = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in channel.eventLoop.makeSucceededVoidFuture() }
+            .connect(host: "127.0.0.1", port: listener.port).get()
+        #expect(try await firstFailure(failures) == .handshakeTimeout)
+        try? await silent.close()
+
+        // A server that accepts and never answers: the connecting side times out too.
+        let mute = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in channel.eventLoop.makeSucceededVoidFuture() }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let mutePort = try #require(mute.localAddress?.port)
+        await #expect(throws: SecureChannelError.handshakeTimeout) {
+            _ = try await within(5) {
+                try await SecureConnection.connect(
+                    host: "127.0.0.1", port: mutePort,
+                    configuration: configuration(network: Random.bytes32(), handshakeTimeout: .milliseconds(300)))
+            }
+        }
+        try? await mute.close()
+        await listener.shutdown()
+    }
+
+    @Test func slowReaderStallsTheSender() async throws {
+        let network = Random.bytes32()
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network))
+        let client = try await within(5) {
+            try await SecureConnection.connect(
+                host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
+        }
+        let server = try await nextConnection(listener)
+        let total = 800
+        let size = 64 << 10  // 50 MiB in all, far more than the socket buffers hold
+        let progress = SentCounter()
+        let sender = Task {
+            for i in 0..<total {
+                try await client.send(frame(i, size: size))
+                await progress.increment()
+            }
+        }
+        try await Task.sleep(for: .milliseconds(1500))
+        let stalledAt = await progress.value
+        try await Task.sleep(for: .milliseconds(500))
+        let later = await progress.value
+        #expect(stalledAt < total, "the sender finished although nobody read")
+        #expect(later == stalledAt, "the sender keeps going while nobody reads")
+        #expect(stalledAt * size < 40 << 20, "at most the socket buffers' worth is in flight")
+        // Reading lets it finish, every frame intact.
+        try await within(30) {
+            for i in 0..<total {
+                let got = try await server.receive()
+                if got != frame(i, size: size) { Issue.record("frame \(i) differs") }
+            }
+        }
+        try await within(5) { try await sender.value }
+        #expect(await progress.value == total)
+        await client.close()
+        await listener.shutdown()
+    }
+
+    @Test func staticKeyFileIsCreatedOnceWithMode0600() throws {
+        let store = FileManager.default.temporaryDirectory.appendingPathComponent("noise-key-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: store) }
+        let first = try NoiseStaticKeyFile.loadOrCreate(store: store)
+        let second = try NoiseStaticKeyFile.loadOrCreate(store: store)
+        #expect(first.publicKey == second.publicKey)
+        let mode = try FileManager.default.attributesOfItem(atPath: NoiseStaticKeyFile.path(store: store))[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        chmod(NoiseStaticKeyFile.path(store: store), 0o644)
+        #expect(throws: SecureChannelError.self) { try NoiseStaticKeyFile.loadOrCreate(store: store) }
+    }
+}
+
+private actor SentCounter {
+    var value = 0
+    func increment() { value += 1 }
+}
