@@ -78,6 +78,7 @@ final class GroupCommitWriter: Sendable {
             }
             let size = batch.reduce(0) { $0 + $1.events.count }
             stats.record(batchSize: size)
+            ArrivalNotifier.committed(log.env)  // wakes live sync sessions (ArrivalNotifications.swift)
             for (request, result) in zip(batch, outcomes) { request.completion(.success(result)) }
         } catch {
             // Nothing in this transaction was committed, so nothing was acknowledged.

@@ -1,0 +1,296 @@
+import ChorusCBOR
+import ChorusCrypto
+
+/// The protocol version this build speaks (Specs/sync.md §2).
+public enum SyncProtocol {
+    public static let version: UInt64 = 1
+}
+
+/// Capability bits of a hello (Specs/sync.md §3.1).
+public struct SyncCapabilities: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    /// Stays connected after "done" and announces new heads as they arrive.
+    public static let live = SyncCapabilities(rawValue: 1)
+    /// Serves and fetches picture blobs.
+    public static let blobs = SyncCapabilities(rawValue: 2)
+    /// Serves and fetches purged payloads (refill).
+    public static let refill = SyncCapabilities(rawValue: 4)
+}
+
+public struct SyncHello: Hashable, Sendable {
+    public var version: UInt64
+    /// The sender node's user key (its device key is the transport's peer key).
+    public var user: PublicKey
+    public var capabilities: SyncCapabilities
+    /// The sender's replication scope: nil for every feed, else hops.
+    public var hops: UInt64?
+    /// The position in the RECEIVER's arrival log from which the sender wants
+    /// the receiver to announce changed feeds (0: announce every feed).
+    public var since: UInt64
+
+    public init(version: UInt64 = SyncProtocol.version, user: PublicKey, capabilities: SyncCapabilities, hops: UInt64?, since: UInt64) {
+        self.version = version
+        self.user = user
+        self.capabilities = capabilities
+        self.hops = hops
+        self.since = since
+    }
+}
+
+/// One feed's height and head id.
+public struct FeedAnnouncement: Hashable, Sendable {
+    public var author: PublicKey
+    public var seq: UInt64
+    public var head: EventID
+    public init(author: PublicKey, seq: UInt64, head: EventID) {
+        self.author = author
+        self.seq = seq
+        self.head = head
+    }
+}
+
+/// A request for events `from...to` of one feed. `prev` is the requester's
+/// id of event `from - 1` (nil when `from == 1`); a server whose event at
+/// `from - 1` differs answers with that event only (fork evidence).
+public struct FeedRange: Hashable, Sendable {
+    public var author: PublicKey
+    public var from: UInt64
+    public var prev: EventID?
+    public var to: UInt64
+    public init(author: PublicKey, from: UInt64, prev: EventID?, to: UInt64) {
+        self.author = author
+        self.from = from
+        self.prev = prev
+        self.to = to
+    }
+}
+
+/// Every message of the sync protocol (Specs/sync.md §3). Each travels as
+/// one frame holding one deterministic CBOR array whose first item is the
+/// message type.
+public enum SyncMessage: Hashable, Sendable {
+    case hello(SyncHello)
+    case have([FeedAnnouncement])
+    case haveEnd(position: UInt64)
+    case want([FeedRange])
+    case wantEnd
+    /// Event envelopes, each exactly as stored (Specs/events.md §3).
+    case events([[UInt8]])
+    /// The receiver processed (and made durable) this many data frames.
+    case ack(UInt64)
+    case eventsEnd
+    case blobWant([Hash32])
+    case blobWantEnd
+    case blobData(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8])
+    case blobMissing(Hash32)
+    case blobEnd
+    /// The sender fetched everything it asked for. `position`: every event
+    /// at or below it in the sender's arrival log was announced in this
+    /// session or received from the receiver, so the next sync may ask the
+    /// sender to announce only feeds changed after it.
+    case done(position: UInt64)
+    case error(code: String, message: String)
+    /// Requests the payloads of these events (held here without one).
+    case payloadWant([EventID])
+    case payloadWantEnd
+
+    public enum Code: UInt64, CaseIterable, Sendable {
+        case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
+            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd
+    }
+
+    public var code: Code {
+        switch self {
+        case .hello: .hello
+        case .have: .have
+        case .haveEnd: .haveEnd
+        case .want: .want
+        case .wantEnd: .wantEnd
+        case .events: .events
+        case .ack: .ack
+        case .eventsEnd: .eventsEnd
+        case .blobWant: .blobWant
+        case .blobWantEnd: .blobWantEnd
+        case .blobData: .blobData
+        case .blobMissing: .blobMissing
+        case .blobEnd: .blobEnd
+        case .done: .done
+        case .error: .error
+        case .payloadWant: .payloadWant
+        case .payloadWantEnd: .payloadWantEnd
+        }
+    }
+
+    /// Whether this message consumes one unit of the receiver's window
+    /// (Specs/sync.md §5).
+    public var isData: Bool {
+        switch self {
+        case .events, .blobData, .blobMissing: true
+        default: false
+        }
+    }
+
+    public func encoded() -> [UInt8] {
+        let t = CBORValue.unsigned(code.rawValue)
+        let items: [CBORValue]
+        switch self {
+        case .hello(let h):
+            items = [
+                t, .unsigned(h.version), .bytes(h.user.bytes), .unsigned(h.capabilities.rawValue),
+                h.hops.map { .unsigned($0) } ?? .null, .unsigned(h.since),
+            ]
+        case .have(let list):
+            items = [t, .array(list.map { .array([.bytes($0.author.bytes), .unsigned($0.seq), .bytes($0.head.bytes)]) })]
+        case .haveEnd(let position): items = [t, .unsigned(position)]
+        case .want(let list):
+            items = [
+                t,
+                .array(list.map {
+                    .array([.bytes($0.author.bytes), .unsigned($0.from), $0.prev.map { .bytes($0.bytes) } ?? .null, .unsigned($0.to)])
+                }),
+            ]
+        case .events(let envelopes): items = [t, .array(envelopes.map { .bytes($0) })]
+        case .ack(let n): items = [t, .unsigned(n)]
+        case .blobWant(let hashes): items = [t, .array(hashes.map { .bytes($0.bytes) })]
+        case .blobData(let hash, let offset, let total, let bytes):
+            items = [t, .bytes(hash.bytes), .unsigned(offset), .unsigned(total), .bytes(bytes)]
+        case .blobMissing(let hash): items = [t, .bytes(hash.bytes)]
+        case .error(let code, let message): items = [t, .text(code), .text(message)]
+        case .payloadWant(let ids): items = [t, .array(ids.map { .bytes($0.bytes) })]
+        case .done(let position): items = [t, .unsigned(position)]
+        case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd: items = [t]
+        }
+        return CBOREncoder.encode(.array(items))
+    }
+
+    /// Decodes one frame. Anything but the exact canonical encoding of a
+    /// known message is refused (Specs/sync.md §3).
+    public static func decode(_ frame: [UInt8]) throws(SyncError) -> SyncMessage {
+        if frame.count > SyncLimits.maxFrameBytes { throw .frameTooLarge(size: frame.count, limit: SyncLimits.maxFrameBytes) }
+        let value: CBORValue
+        do { value = try CBORDecoder.decode(frame) } catch { throw .malformed("frame is not canonical CBOR: \(error)") }
+        guard let items = value.arrayValue, let first = items.first, let raw = first.unsignedValue else {
+            throw .malformed("a message is an array starting with its type")
+        }
+        guard let code = Code(rawValue: raw) else { throw .malformed("unknown message type \(raw)") }
+        func count(_ n: Int) throws(SyncError) {
+            guard items.count == n else { throw .malformed("message \(code) must have \(n) items, has \(items.count)") }
+        }
+        func u64(_ v: CBORValue, _ what: String) throws(SyncError) -> UInt64 {
+            guard let n = v.unsignedValue else { throw .malformed("\(what) must be an unsigned integer") }
+            return n
+        }
+        func b32(_ v: CBORValue, _ what: String) throws(SyncError) -> Bytes32 {
+            guard let b = v.bytesValue, let k = Bytes32(b) else { throw .malformed("\(what) must be 32 bytes") }
+            return k
+        }
+        func list(_ v: CBORValue, _ what: String) throws(SyncError) -> [CBORValue] {
+            guard let a = v.arrayValue else { throw .malformed("\(what) must be an array") }
+            if a.count > SyncLimits.maxListItems { throw .malformed("\(what) has \(a.count) items, over \(SyncLimits.maxListItems)") }
+            return a
+        }
+        switch code {
+        case .hello:
+            guard items.count >= 2 else { throw .malformed("hello without a version") }
+            let version = try u64(items[1], "version")
+            // The version is checked before the rest, so a newer peer gets a clear answer.
+            guard version == SyncProtocol.version else { throw .unsupportedVersion(version) }
+            try count(6)
+            let hops: UInt64? = items[4].isNull ? nil : try u64(items[4], "hops")
+            return .hello(
+                SyncHello(
+                    version: version, user: try b32(items[2], "user"),
+                    capabilities: SyncCapabilities(rawValue: try u64(items[3], "capabilities")), hops: hops,
+                    since: try u64(items[5], "since")))
+        case .have:
+            try count(2)
+            var out: [FeedAnnouncement] = []
+            for entry in try list(items[1], "have") {
+                guard let e = entry.arrayValue, e.count == 3 else { throw .malformed("a have entry is [author, seq, head]") }
+                let seq = try u64(e[1], "seq")
+                guard seq >= 1 else { throw .malformed("a have entry's seq must be at least 1") }
+                out.append(FeedAnnouncement(author: try b32(e[0], "author"), seq: seq, head: try b32(e[2], "head")))
+            }
+            return .have(out)
+        case .haveEnd:
+            try count(2)
+            return .haveEnd(position: try u64(items[1], "position"))
+        case .want:
+            try count(2)
+            var out: [FeedRange] = []
+            for entry in try list(items[1], "want") {
+                guard let e = entry.arrayValue, e.count == 4 else { throw .malformed("a want entry is [author, from, prev, to]") }
+                let from = try u64(e[1], "from")
+                let to = try u64(e[3], "to")
+                let prev: EventID? = e[2].isNull ? nil : try b32(e[2], "prev")
+                guard from >= 1, to >= from, (from == 1) == (prev == nil) else {
+                    throw .malformed("a want range needs 1 <= from <= to and prev exactly when from > 1")
+                }
+                out.append(FeedRange(author: try b32(e[0], "author"), from: from, prev: prev, to: to))
+            }
+            return .want(out)
+        case .events:
+            try count(2)
+            var out: [[UInt8]] = []
+            for entry in try list(items[1], "events") {
+                guard let b = entry.bytesValue else { throw .malformed("an event must travel as a byte string") }
+                out.append(b)
+            }
+            return .events(out)
+        case .ack:
+            try count(2)
+            return .ack(try u64(items[1], "ack count"))
+        case .blobWant:
+            try count(2)
+            var out: [Hash32] = []
+            for entry in try list(items[1], "blob want") { out.append(try b32(entry, "blob hash")) }
+            return .blobWant(out)
+        case .blobData:
+            try count(5)
+            guard let bytes = items[4].bytesValue, !bytes.isEmpty else { throw .malformed("blob chunk must be non-empty bytes") }
+            return .blobData(
+                hash: try b32(items[1], "blob hash"), offset: try u64(items[2], "offset"), total: try u64(items[3], "total"),
+                bytes: bytes)
+        case .blobMissing:
+            try count(2)
+            return .blobMissing(try b32(items[1], "blob hash"))
+        case .error:
+            try count(3)
+            guard let c = items[1].textValue, let m = items[2].textValue else { throw .malformed("error is [code, message]") }
+            return .error(code: c, message: m)
+        case .payloadWant:
+            try count(2)
+            var out: [EventID] = []
+            for entry in try list(items[1], "payload want") { out.append(try b32(entry, "event id")) }
+            return .payloadWant(out)
+        case .wantEnd: try count(1); return .wantEnd
+        case .eventsEnd: try count(1); return .eventsEnd
+        case .blobWantEnd: try count(1); return .blobWantEnd
+        case .blobEnd: try count(1); return .blobEnd
+        case .done:
+            try count(2)
+            return .done(position: try u64(items[1], "position"))
+        case .payloadWantEnd: try count(1); return .payloadWantEnd
+        }
+    }
+}
+
+/// Sizes the protocol bounds (Specs/sync.md §5).
+public enum SyncLimits {
+    /// The largest frame a node accepts.
+    public static let maxFrameBytes = 1 << 20
+    /// The most entries in one have, want, blob want or payload want list.
+    public static let maxListItems = 4096
+    /// A sender puts at most this many event bytes in one events frame
+    /// (one event larger than this travels alone).
+    public static let eventBatchBytes = 256 << 10
+    public static let eventBatchCount = 512
+    /// Announcements and requests per frame.
+    public static let listBatch = 1024
+    /// Blob bytes per blobData frame.
+    public static let blobChunkBytes = 64 << 10
+    /// Unacknowledged data frames a sender may have in flight.
+    public static let window = 8
+}

@@ -1,0 +1,131 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusStorage
+import Foundation
+import Synchronization
+
+/// What this node remembers about one peer (Specs/sync.md §4.2).
+public struct PeerRecord: Hashable, Sendable {
+    public var key: PublicKey
+    /// The peer's user key, from its last hello.
+    public var user: PublicKey?
+    public var address: String
+    /// When the last complete sync ended (Unix milliseconds; 0: never).
+    public var lastSynced: UInt64
+    /// The peer's arrival position announced in the last complete sync: the
+    /// next sync asks it to announce only feeds that changed after it.
+    public var position: UInt64
+    /// Identifies the replication scope that position was reached with; a
+    /// different scope asks for every feed again.
+    public var scopeTag: Hash32
+    /// Totals over every session with this peer.
+    public var eventsReceived: UInt64
+    public var eventsSent: UInt64
+    public var sessions: UInt64
+
+    public init(key: PublicKey, address: String) {
+        self.key = key
+        self.user = nil
+        self.address = address
+        self.lastSynced = 0
+        self.position = 0
+        self.scopeTag = .zero
+        self.eventsReceived = 0
+        self.eventsSent = 0
+        self.sessions = 0
+    }
+
+    func encoded() -> [UInt8] {
+        CBOREncoder.encode(
+            .map([
+                CBORMapEntry(.unsigned(0), .text(address)),
+                CBORMapEntry(.unsigned(1), .unsigned(lastSynced)),
+                CBORMapEntry(.unsigned(2), .unsigned(position)),
+                CBORMapEntry(.unsigned(3), .bytes(scopeTag.bytes)),
+                CBORMapEntry(.unsigned(4), .unsigned(eventsReceived)),
+                CBORMapEntry(.unsigned(5), .unsigned(eventsSent)),
+                CBORMapEntry(.unsigned(6), .unsigned(sessions)),
+                CBORMapEntry(.unsigned(7), user.map { .bytes($0.bytes) } ?? .null),
+            ]))
+    }
+
+    static func decode(key: PublicKey, _ raw: [UInt8]) -> PeerRecord? {
+        guard let v = try? CBORDecoder.decode(raw) else { return nil }
+        var r = PeerRecord(key: key, address: v[int: 0]?.textValue ?? "")
+        r.lastSynced = v[int: 1]?.unsignedValue ?? 0
+        r.position = v[int: 2]?.unsignedValue ?? 0
+        r.scopeTag = v[int: 3]?.bytesValue.flatMap { Bytes32($0) } ?? .zero
+        r.eventsReceived = v[int: 4]?.unsignedValue ?? 0
+        r.eventsSent = v[int: 5]?.unsignedValue ?? 0
+        r.sessions = v[int: 6]?.unsignedValue ?? 0
+        r.user = v[int: 7]?.bytesValue.flatMap { Bytes32($0) }
+        return r
+    }
+}
+
+/// Known peers, kept in the `peers` database of the node's LMDB environment
+/// (key: the peer's device key; value: a CBOR map). Losing it costs only a
+/// full height exchange on the next sync.
+public struct PeerStore: Sendable {
+    public let env: Environment
+    let db: Database
+
+    public init(env: Environment) throws {
+        self.env = env
+        db = try env.openDatabase("peers", create: !env.readOnly)
+    }
+
+    public func record(_ key: PublicKey) throws -> PeerRecord? {
+        try env.read { txn in try txn.get(db, key.bytes).flatMap { PeerRecord.decode(key: key, $0) } }
+    }
+
+    public func all() throws -> [PeerRecord] {
+        try env.read { txn in
+            var out: [PeerRecord] = []
+            try txn.scan(db) { k, v in
+                if let key = Bytes32(k), let r = PeerRecord.decode(key: key, v) { out.append(r) }
+                return true
+            }
+            return out
+        }
+    }
+
+    /// Reads, changes and writes one record in one write transaction.
+    public func update(_ key: PublicKey, address: String, _ change: (inout PeerRecord) -> Void) throws {
+        try env.write { txn in
+            var r = try txn.get(db, key.bytes).flatMap { PeerRecord.decode(key: key, $0) } ?? PeerRecord(key: key, address: address)
+            if !address.isEmpty { r.address = address }
+            change(&r)
+            try txn.put(db, key.bytes, r.encoded())
+        }
+    }
+
+    public func forget(_ key: PublicKey) throws {
+        try env.write { txn in _ = try txn.delete(db, key.bytes) }
+    }
+}
+
+/// Peers refused for a while after misbehaving (in memory; a restart
+/// forgives them).
+public final class BanList: Sendable {
+    private let bans = Mutex<[PublicKey: (until: ContinuousClock.Instant, reason: String)]>([:])
+    public let duration: Duration
+
+    public init(duration: Duration = .seconds(600)) { self.duration = duration }
+
+    public func ban(_ key: PublicKey, reason: String) {
+        bans.withLock { $0[key] = (ContinuousClock.now + duration, reason) }
+    }
+
+    /// The reason the peer is refused, or nil when it may connect.
+    public func refusal(_ key: PublicKey) -> String? {
+        bans.withLock { b in
+            guard let entry = b[key] else { return nil }
+            if entry.until <= ContinuousClock.now {
+                b.removeValue(forKey: key)
+                return nil
+            }
+            return entry.reason
+        }
+    }
+}

@@ -1,0 +1,57 @@
+import ChorusCrypto
+import ChorusNode
+import ChorusProjections
+
+/// Which feeds a node replicates (Specs/sync.md §6). `hops == nil`: every
+/// feed it hears of. Otherwise the users within `hops` follow steps of this
+/// node's user (0: the user alone), plus the members of every chat the user
+/// is in, minus the users the user blocks; a user's feeds are the user
+/// key's own feed and every device ever bound to it. Issuer feeds are always
+/// included.
+public struct ReplicationScope: Hashable, Sendable {
+    public var hops: Int?
+
+    public init(hops: Int? = nil) { self.hops = hops }
+
+    public static let all = ReplicationScope(hops: nil)
+
+    /// The feeds in scope now, or nil for every feed. The set grows as the
+    /// events that define it (follows, device bindings, chats) arrive, so a
+    /// session recomputes it after each round.
+    public func feeds(of node: Node) throws -> Set<PublicKey>? {
+        guard let hops else { return nil }
+        let p = node.projections
+        let me = node.identity.user
+        let blocked = Set(try p.blocked(by: me))
+        var users: Set<PublicKey> = [me]
+        var frontier: [PublicKey] = [me]
+        for _ in 0..<max(0, hops) {
+            var next: [PublicKey] = []
+            for u in frontier {
+                for f in try p.following(u) where !blocked.contains(f) && !users.contains(f) {
+                    users.insert(f)
+                    next.append(f)
+                }
+            }
+            frontier = next
+            if frontier.isEmpty { break }
+        }
+        for chat in try p.chats(of: me) {
+            for m in chat.members where !blocked.contains(m.user) { users.insert(m.user) }
+        }
+        var feeds: Set<PublicKey> = Set(node.network.issuers)
+        feeds.insert(node.identity.device)
+        for u in users {
+            feeds.insert(u)
+            for d in try p.devices(of: u) { feeds.insert(d.device) }
+        }
+        return feeds
+    }
+
+    /// Names a scope's feed set, so a remembered arrival position is reused
+    /// only with the same feeds (PeerRecord.scopeTag).
+    public static func tag(_ feeds: Set<PublicKey>?) -> Hash32 {
+        guard let feeds else { return .zero }
+        return Blake2b.hash256(parts: [Array("chorus/sync/scope".utf8)] + feeds.sorted().map(\.bytes))
+    }
+}

@@ -1,0 +1,75 @@
+import ChorusCrypto
+import ChorusEvents
+
+/// Why a sync session ended without completing (Specs/sync.md §7). `code`
+/// is stable and travels in the error message; `isPeerFault` says whether
+/// the peer broke the protocol (it is then refused for a while).
+public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The peer's frame is not the canonical encoding of a known message.
+    case malformed(String)
+    case frameTooLarge(size: Int, limit: Int)
+    case unsupportedVersion(UInt64)
+    /// A message that the state machine does not allow at this point.
+    case unexpected(String)
+    /// An event the peer sent was refused (bad signature, wrong previous id,
+    /// non-canonical bytes, ...): `event` is the event error's code.
+    case badEvent(code: String, detail: String)
+    /// An event outside every range this node requested.
+    case unrequestedEvent(String)
+    case badBlob(String)
+    /// The peer sent more unacknowledged data frames than the window allows.
+    case windowExceeded
+    /// The peer reported an error and ended the session.
+    case peerError(code: String, message: String)
+    /// The connection ended before both sides said "done".
+    case connectionClosed
+    /// This node refuses the peer for now (it misbehaved recently).
+    case refused(PublicKey)
+    case timeout(String)
+    /// A failure on this node (storage, ingest write).
+    case local(String)
+
+    public var code: String {
+        switch self {
+        case .malformed: "malformed_message"
+        case .frameTooLarge: "frame_too_large"
+        case .unsupportedVersion: "unsupported_version"
+        case .unexpected: "unexpected_message"
+        case .badEvent: "bad_event"
+        case .unrequestedEvent: "unrequested_event"
+        case .badBlob: "bad_blob"
+        case .windowExceeded: "window_exceeded"
+        case .peerError: "peer_error"
+        case .connectionClosed: "connection_closed"
+        case .refused: "peer_refused"
+        case .timeout: "timeout"
+        case .local: "local_failure"
+        }
+    }
+
+    /// Whether the peer is to blame (and is refused for a while).
+    public var isPeerFault: Bool {
+        switch self {
+        case .malformed, .frameTooLarge, .unexpected, .badEvent, .unrequestedEvent, .badBlob, .windowExceeded: true
+        default: false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .malformed(let d): "malformed message: \(d)"
+        case .frameTooLarge(let size, let limit): "frame of \(size) bytes, over the \(limit)-byte limit"
+        case .unsupportedVersion(let v): "peer speaks sync protocol version \(v); this node speaks \(SyncProtocol.version)"
+        case .unexpected(let d): "unexpected message: \(d)"
+        case .badEvent(let code, let detail): "peer sent an invalid event [\(code)]: \(detail)"
+        case .unrequestedEvent(let d): "peer sent an event that was not requested: \(d)"
+        case .badBlob(let d): "peer sent a bad blob: \(d)"
+        case .windowExceeded: "peer sent more unacknowledged data than the window allows"
+        case .peerError(let code, let message): "peer ended the session [\(code)]: \(message)"
+        case .connectionClosed: "the connection closed before the sync completed"
+        case .refused(let key): "peer \(key.short) is refused for now after misbehaving"
+        case .timeout(let d): "timed out: \(d)"
+        case .local(let d): "local failure: \(d)"
+        }
+    }
+}

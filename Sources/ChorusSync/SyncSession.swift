@@ -1,0 +1,792 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import Dispatch
+import Foundation
+
+public struct SyncOptions: Sendable {
+    /// Stay connected after the sync completes and exchange new events as
+    /// they arrive. Live mode runs only when both hellos ask for it; a
+    /// server sets it to offer live mode to clients that want it.
+    public var live = false
+    public var scope = ReplicationScope.all
+    /// Unacknowledged data frames in flight towards the peer.
+    public var window = SyncLimits.window
+    public var blobs = true
+    /// How long to wait for the peer's hello.
+    public var helloTimeout: Duration = .seconds(10)
+    /// Called once when both sides have said "done" (before live mode goes on).
+    public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
+
+    public init(live: Bool = false, scope: ReplicationScope = .all) {
+        self.live = live
+        self.scope = scope
+    }
+}
+
+/// What a session did. Counts are of this session only.
+public struct SyncReport: Sendable, Hashable {
+    public var peer: PeerIdentity
+    public var peerUser: PublicKey? = nil
+    /// Events stored here for the first time.
+    public var eventsReceived = 0
+    /// Events received that this node already held.
+    public var duplicatesReceived = 0
+    public var eventsSent = 0
+    public var blobsReceived = 0
+    public var blobsSent = 0
+    public var forksSeen = 0
+    public var framesSent = 0
+    public var framesReceived = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    public var seconds = 0.0
+    /// Both sides said "done".
+    public var complete = false
+    public var live = false
+
+    public init(peer: PeerIdentity) { self.peer = peer }
+}
+
+/// One symmetric sync with one peer over a `FrameTransport`
+/// (Specs/sync.md): each side announces its feeds, requests the ranges it
+/// lacks, streams what the other requested, fetches missing blobs, and says
+/// "done"; with live mode both stay connected and announce new heads.
+public actor SyncSession {
+    public nonisolated let node: Node
+    public nonisolated let transport: any FrameTransport
+    public nonisolated let options: SyncOptions
+    let peers: PeerStore?
+    let blobs: BlobAccess
+
+    private var report: SyncReport
+    private let started = ContinuousClock.now
+
+    // Outbox: every frame goes through one writer task, so handlers never
+    // block on the network; data frames are bounded by the window.
+    private let outbox: AsyncStream<[UInt8]>.Continuation
+    private let outboxStream: AsyncStream<[UInt8]>
+    private var writer: Task<Void, Never>? = nil
+
+    private var peerHello: SyncHello? = nil
+    private var isLive = false
+    private var firstError: SyncError? = nil
+    private var iAmDone = false
+    private var peerDone = false
+    private var closing = false
+
+    // Fetching (what this node asked for).
+    private enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd }
+    private var incoming: [FeedAnnouncement] = []
+    /// The peer's heads as announced, by author.
+    private var announced: [PublicKey: FeedAnnouncement] = [:]
+    /// Ranges requested and not yet fully received: next expected seq, last seq,
+    /// and the seq of a fork-evidence answer the server may send instead.
+    private var expected: [PublicKey: (next: UInt64, to: UInt64, forkSeq: UInt64?)] = [:]
+    private var transientAuthors: Set<PublicKey> = []
+    private var roundIncomplete = false
+    private var sessionIncomplete = false
+    private var blobsWanted: [Hash32: UInt64?] = [:]
+    private var blobsGivenUp: Set<Hash32> = []
+    private var assembly: (hash: Hash32, total: UInt64, bytes: [UInt8])? = nil
+    private var payloadsWanted: Set<EventID> = []
+    private var payloadsAsked: Set<EventID> = []
+
+    // Serving (what the peer asked for).
+    private enum ServeJob: Sendable { case ranges([FeedRange]), eventsEnd, blobs([Hash32]), blobEnd, payloads([EventID]), payloadEnd }
+    private let serveJobs: AsyncStream<ServeJob>.Continuation
+    private let serveStream: AsyncStream<ServeJob>
+    private var queuedJobItems = 0
+    private var credits: Int
+    private var creditWaiter: CheckedContinuation<Void, any Error>? = nil
+    /// The highest seq per author the peer is known to hold (from its
+    /// announcements and what was sent), so live announcements skip them.
+    private var peerKnown: [PublicKey: UInt64] = [:]
+
+    private var tasks: [Task<Void, Never>] = []
+    private var batch: [[UInt8]] = []
+    private var batchBytes = 0
+    private var signalQueue: [FetchSignal] = []
+    private var signalWaiter: CheckedContinuation<FetchSignal?, Never>? = nil
+    private var signalsFinished = false
+    private var startTag: Hash32 = .zero
+    private var finalFeeds: Set<PublicKey>? = nil
+    private var peerDonePosition: UInt64 = 0
+    private var announcedSnapshot: (position: UInt64, accepted: Int)? = nil
+    private var startSince: UInt64 = 0
+
+    public init(node: Node, transport: any FrameTransport, options: SyncOptions = SyncOptions(), peers: PeerStore? = nil) throws {
+        self.node = node
+        self.transport = transport
+        self.options = options
+        self.peers = peers
+        self.blobs = try BlobAccess(node: node)
+        self.report = SyncReport(peer: transport.peer)
+        self.credits = max(1, options.window)
+        (outboxStream, outbox) = AsyncStream.makeStream(of: [UInt8].self)
+        (serveStream, serveJobs) = AsyncStream.makeStream(of: ServeJob.self)
+    }
+
+    /// Runs the session to its end: returns the report when both sides said
+    /// "done" (and, in live mode, the connection then closed), throws a
+    /// `SyncError` otherwise. Cancelling the calling task closes the
+    /// connection.
+    public func run() async throws -> SyncReport {
+        let transport = self.transport
+        return try await withTaskCancellationHandler {
+            try await runSession()
+        } onCancel: {
+            Task { await transport.close() }
+        }
+    }
+
+    private func runSession() async throws -> SyncReport {
+        let stream = outboxStream
+        let transport = self.transport
+        writer = Task { [weak self] in
+            for await frame in stream {
+                do {
+                    try await transport.send(frame)
+                    await self?.sent(frame.count)
+                } catch {
+                    await self?.fail(.connectionClosed)
+                    return
+                }
+            }
+        }
+        do {
+            try await handshake()
+            let live = isLive
+            tasks.append(Task { await self.runTask { try await $0.announceLoop(live: live) } })
+            tasks.append(Task { await self.runTask { try await $0.serveLoop() } })
+            tasks.append(Task { await self.runTask { try await $0.fetchLoop() } })
+            try await receiveLoop()
+        } catch let error as SyncError {
+            fail(error)
+        } catch {
+            fail(.connectionClosed)
+        }
+        return try await finish()
+    }
+
+    private func runTask(_ body: (isolated SyncSession) async throws -> Void) async {
+        do { try await body(self) } catch let e as SyncError { fail(e) } catch is CancellationError {} catch {
+            fail(.local("\(error)"))
+        }
+    }
+
+    private func sent(_ bytes: Int) {
+        report.framesSent += 1
+        report.bytesSent += bytes
+    }
+
+    private func send(_ message: SyncMessage) {
+        outbox.yield(message.encoded())
+    }
+
+    // MARK: Hello
+
+    private func handshake() async throws {
+        let peerKey = transport.peer.key
+        let scopeFeeds = try options.scope.feeds(of: node)
+        let tag = ReplicationScope.tag(scopeFeeds)
+        var since: UInt64 = 0
+        if let record = try peers?.record(peerKey), record.scopeTag == tag { since = record.position }
+        startTag = tag
+        startSince = since
+        var caps: SyncCapabilities = [.refill]
+        if options.live { caps.insert(.live) }
+        if options.blobs { caps.insert(.blobs) }
+        send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
+        let transport = self.transport
+        let frame = try await withTimeout(options.helloTimeout, "waiting for the peer's hello", onTimeout: { await transport.close() }) {
+            try await transport.receive()
+        }
+        guard let frame else { throw SyncError.connectionClosed }
+        countReceived(frame)
+        guard case .hello(let hello) = try SyncMessage.decode(frame) else {
+            throw SyncError.unexpected("the first message must be a hello")
+        }
+        peerHello = hello
+        report.peerUser = hello.user
+        isLive = options.live && hello.capabilities.contains(.live)
+        report.live = isLive
+    }
+
+    private func countReceived(_ frame: [UInt8]) {
+        report.framesReceived += 1
+        report.bytesReceived += frame.count
+    }
+
+    // MARK: Receiving
+
+    private func receiveLoop() async throws {
+        while true {
+            let frame: [UInt8]?
+            do { frame = try await transport.receive() } catch {
+                if firstError != nil || (closing && report.complete) { return }
+                throw SyncError.connectionClosed
+            }
+            guard let frame else {
+                if report.complete { return }
+                if firstError != nil { return }
+                throw SyncError.connectionClosed
+            }
+            countReceived(frame)
+            try await handle(try SyncMessage.decode(frame))
+            if closing { return }
+        }
+    }
+
+    private func handle(_ message: SyncMessage) async throws {
+        switch message {
+        case .hello:
+            throw SyncError.unexpected("a second hello")
+        case .have(let list):
+            incoming += list
+            if incoming.count > 10_000_000 { throw SyncError.unexpected("over 10 million feed announcements in one round") }
+        case .haveEnd(let position):
+            for a in incoming {
+                announced[a.author] = a
+                peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq)
+            }
+            incoming = []
+            signal(.announced(position))
+        case .want(let ranges):
+            try queue(.ranges(ranges), items: ranges.count)
+        case .wantEnd:
+            try queue(.eventsEnd, items: 1)
+        case .blobWant(let hashes):
+            guard peerHello?.capabilities.contains(.blobs) == true, options.blobs else {
+                throw SyncError.unexpected("blob want without the blobs capability")
+            }
+            try queue(.blobs(hashes), items: hashes.count)
+        case .blobWantEnd:
+            try queue(.blobEnd, items: 1)
+        case .payloadWant(let ids):
+            try queue(.payloads(ids), items: ids.count)
+        case .payloadWantEnd:
+            try queue(.payloadEnd, items: 1)
+        case .events(let envelopes):
+            try await receiveEvents(envelopes)
+            send(.ack(1))
+        case .ack(let n):
+            guard n <= UInt64(options.window) else { throw SyncError.unexpected("ack of \(n) frames") }
+            credits += Int(n)
+            if credits > options.window { throw SyncError.unexpected("more acknowledgements than data frames sent") }
+            if let w = creditWaiter {
+                creditWaiter = nil
+                w.resume()
+            }
+        case .eventsEnd:
+            if !expected.isEmpty {
+                // The peer sent less than it announced: not an attack we can
+                // prove, but this round is not complete.
+                expected = [:]
+                roundIncomplete = true
+            }
+            signal(.eventsEnd)
+        case .blobData(let hash, let offset, let total, let bytes):
+            try receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
+            send(.ack(1))
+        case .blobMissing(let hash):
+            guard blobsWanted.removeValue(forKey: hash) != nil else { throw SyncError.badBlob("\(hash.short) was not requested") }
+            blobsGivenUp.insert(hash)
+            if assembly?.hash == hash { assembly = nil }
+            send(.ack(1))
+        case .blobEnd:
+            assembly = nil
+            for h in blobsWanted.keys { blobsGivenUp.insert(h) }
+            blobsWanted = [:]
+            signal(.blobEnd)
+        case .done(let position):
+            guard !peerDone else { throw SyncError.unexpected("a second done") }
+            peerDone = true
+            peerDonePosition = position
+            completeIfReady()
+        case .error(let code, let text):
+            throw SyncError.peerError(code: code, message: text)
+        }
+    }
+
+    private func queue(_ job: ServeJob, items: Int) throws {
+        queuedJobItems += items
+        if queuedJobItems > 1_000_000 { throw SyncError.unexpected("over a million requests queued") }
+        serveJobs.yield(job)
+    }
+
+    private func receiveEvents(_ envelopes: [[UInt8]]) async throws {
+        let decoded = Self.decodeAll(envelopes)
+        var events: [Event] = []
+        events.reserveCapacity(decoded.count)
+        var payloadRefills: [Event] = []
+        for r in decoded {
+            let event: Event
+            switch r {
+            case .success(let e): event = e
+            case .failure(let e): throw SyncError.badEvent(code: e.code, detail: e.description)
+            }
+            if payloadsWanted.remove(event.id) != nil {
+                payloadRefills.append(event)
+                continue
+            }
+            guard var range = expected[event.author] else {
+                throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq)")
+            }
+            if event.seq == range.next {
+                range.next += 1
+                if range.next > range.to { expected.removeValue(forKey: event.author) } else { expected[event.author] = range }
+            } else if let fork = range.forkSeq, event.seq == fork, range.next == fork + 1 {
+                expected.removeValue(forKey: event.author)  // the server's answer: its different event there
+            } else {
+                throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq), expected #\(range.next)")
+            }
+            events.append(event)
+        }
+        let result = await node.ingest(events: events + payloadRefills)
+        for (event, r) in zip(events + payloadRefills, result.results) {
+            switch r {
+            case .accepted:
+                report.eventsReceived += 1
+            case .duplicate:
+                report.duplicatesReceived += 1
+            case .refused(let e):
+                switch e {
+                case .fork:
+                    report.forksSeen += 1  // the log keeps the evidence
+                case .timestampInFuture:
+                    transientAuthors.insert(event.author)
+                    roundIncomplete = true
+                case .sequenceGap where transientAuthors.contains(event.author):
+                    break  // an earlier event of this feed waits for our clock
+                default:
+                    throw SyncError.badEvent(code: e.code, detail: "\(event.author.short)#\(event.seq): \(e.description)")
+                }
+            case .notStored(let why):
+                throw SyncError.local("could not store received events: \(why)")
+            case .withheld:
+                roundIncomplete = true
+            }
+        }
+    }
+
+    private func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) throws {
+        guard let declared = blobsWanted[hash] else { throw SyncError.badBlob("\(hash.short) was not requested") }
+        let limit = UInt64(node.options.maxBlobBytes)
+        if offset == 0 {
+            guard total > 0, total <= limit else { throw SyncError.badBlob("\(hash.short) is \(total) bytes (limit \(limit))") }
+            if let declared, declared != total { throw SyncError.badBlob("\(hash.short) is \(total) bytes, the picture says \(declared)") }
+            assembly = (hash, total, [])
+            assembly?.bytes.reserveCapacity(Int(total))
+        }
+        guard var a = assembly, a.hash == hash, a.total == total, UInt64(a.bytes.count) == offset,
+            offset + UInt64(bytes.count) <= total
+        else { throw SyncError.badBlob("chunk of \(hash.short) at \(offset) out of order or beyond its size") }
+        assembly = nil
+        a.bytes += bytes
+        if UInt64(a.bytes.count) < total {
+            assembly = a
+            return
+        }
+        guard Blake2b.hash256(a.bytes) == hash else { throw SyncError.badBlob("bytes of \(hash.short) do not match its hash") }
+        blobsWanted.removeValue(forKey: hash)
+        do {
+            if try blobs.store(a.bytes, hash: hash) { report.blobsReceived += 1 }
+        } catch { throw SyncError.local("could not store blob \(hash.short): \(error)") }
+    }
+
+    /// Decodes envelopes on all cores (decoding checks canonical encoding,
+    /// header, payload hash and schema; ingest verifies signatures).
+    static func decodeAll(_ envelopes: [[UInt8]]) -> [Result<Event, EventError>] {
+        let decode: @Sendable ([UInt8]) -> Result<Event, EventError> = { env in
+            do throws(EventError) { return .success(try Event.decode(env)) } catch { return .failure(error) }
+        }
+        if envelopes.count < 64 { return envelopes.map(decode) }
+        let count = envelopes.count
+        let chunk = 32
+        return [Result<Event, EventError>](unsafeUninitializedCapacity: count) { buffer, initialized in
+            guard let base = buffer.baseAddress else { return }
+            let box = UncheckedPointer(base: base)
+            DispatchQueue.concurrentPerform(iterations: (count + chunk - 1) / chunk) { c in
+                for i in (c * chunk)..<min(count, (c + 1) * chunk) { (box.base + i).initialize(to: decode(envelopes[i])) }
+            }
+            initialized = count
+        }
+    }
+
+    struct UncheckedPointer<T>: @unchecked Sendable { let base: UnsafeMutablePointer<T> }
+
+    // MARK: Announcing
+
+    private func announceLoop(live: Bool) async throws {
+        guard let hello = peerHello else { return }
+        // Subscribed before reading the position, so nothing slips between.
+        let wakeups = live ? node.arrivalNotifier.subscribe() : nil
+        var position = try node.lastArrival()
+        announcedSnapshot = (position, report.eventsReceived)
+        let heads = try changedHeads(since: hello.since, upTo: position, initial: true)
+        for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+        send(.haveEnd(position: position))
+        guard let wakeups else { return }
+        for await _ in wakeups {
+            let now = try node.lastArrival()
+            guard now > position else { continue }
+            let changed = try changedHeads(since: position, upTo: now, initial: false)
+            position = now
+            let fresh = changed.filter { (peerKnown[$0.author] ?? 0) < $0.seq }
+            guard !fresh.isEmpty else { continue }
+            for a in fresh { peerKnown[a.author] = a.seq }
+            for chunk in fresh.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+            send(.haveEnd(position: now))
+        }
+    }
+
+    /// Heads of the feeds that received events after arrival position
+    /// `since` (every feed when `since` is 0 or far behind).
+    private func changedHeads(since: UInt64, upTo position: UInt64, initial: Bool) throws -> [FeedAnnouncement] {
+        if since == 0 || since > position || position - since > 50_000 {
+            return try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
+        }
+        var authors: Set<PublicKey> = []
+        var from = since
+        while true {
+            let page = try node.arrivals(since: from, limit: 4096)
+            for s in page { authors.insert(s.event.author) }
+            guard let last = page.last, page.count == 4096 else { break }
+            from = last.arrival
+        }
+        return try authors.sorted().compactMap { a in
+            try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) }
+        }
+    }
+
+    // MARK: Serving
+
+    private func serveLoop() async throws {
+        for await job in serveStream {
+            switch job {
+            case .ranges(let ranges):
+                queuedJobItems -= ranges.count
+                for r in ranges {
+                    if let prev = r.prev {
+                        let before = try node.feed(r.author, fromSeq: r.from - 1, limit: 1).first
+                        if let before, before.event.seq == r.from - 1, before.event.id != prev {
+                            try await addToBatch(before.event)  // fork evidence instead of the range
+                            continue
+                        }
+                    }
+                    var next = r.from
+                    while next <= r.to {
+                        let page = try node.feed(r.author, fromSeq: next, limit: Int(min(512, r.to - next + 1)))
+                        guard let last = page.last else { break }
+                        for s in page { try await addToBatch(s.event) }
+                        next = last.event.seq + 1
+                    }
+                    if next > r.from { peerKnown[r.author] = max(peerKnown[r.author] ?? 0, next - 1) }
+                }
+            case .eventsEnd:
+                queuedJobItems -= 1
+                try await flushBatch()
+                send(.eventsEnd)
+            case .payloads(let ids):
+                queuedJobItems -= ids.count
+                for id in ids {
+                    if let stored = try node.event(id), stored.event.payloadBytes != nil { try await addToBatch(stored.event) }
+                }
+            case .payloadEnd:
+                queuedJobItems -= 1
+                try await flushBatch()
+                send(.eventsEnd)
+            case .blobs(let hashes):
+                queuedJobItems -= hashes.count
+                try await flushBatch()
+                for hash in hashes {
+                    guard let bytes = try blobs.servable(hash) else {
+                        try await acquireCredit()
+                        send(.blobMissing(hash))
+                        continue
+                    }
+                    var offset = 0
+                    while offset < bytes.count {
+                        let end = min(bytes.count, offset + SyncLimits.blobChunkBytes)
+                        try await acquireCredit()
+                        send(.blobData(hash: hash, offset: UInt64(offset), total: UInt64(bytes.count), bytes: Array(bytes[offset..<end])))
+                        offset = end
+                    }
+                    report.blobsSent += 1
+                }
+            case .blobEnd:
+                queuedJobItems -= 1
+                send(.blobEnd)
+            }
+        }
+    }
+
+    private func flushBatch() async throws {
+        guard !batch.isEmpty else { return }
+        try await acquireCredit()
+        report.eventsSent += batch.count
+        send(.events(batch))
+        batch = []
+        batchBytes = 0
+    }
+
+    private func addToBatch(_ event: Event) async throws {
+        let bytes = event.encoded()
+        if batchBytes + bytes.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount {
+            try await flushBatch()
+        }
+        batch.append(bytes)
+        batchBytes += bytes.count
+    }
+
+    private func acquireCredit() async throws {
+        while credits == 0 {
+            if firstError != nil || closing { throw CancellationError() }
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in creditWaiter = c }
+        }
+        credits -= 1
+    }
+
+    // MARK: Fetching
+
+    private func fetchLoop() async throws {
+        var firstRound = true
+        while let signal = await nextSignal() {
+            guard case .announced(let position) = signal else { throw SyncError.unexpected("\(signal) before any request") }
+            roundIncomplete = false
+            var feeds = try options.scope.feeds(of: node)
+            var asked: [PublicKey: UInt64] = [:]
+            while true {
+                let wants = try computeWants(in: feeds, asked: &asked)
+                if wants.isEmpty { break }
+                for w in wants {
+                    expected[w.author] = (w.from, w.to, w.prev == nil ? nil : w.from - 1)
+                }
+                for chunk in wants.chunked(SyncLimits.listBatch) { send(.want(chunk)) }
+                send(.wantEnd)
+                try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
+                guard feeds != nil else { break }
+                let grown = try options.scope.feeds(of: node)
+                if grown == feeds { break }
+                feeds = grown
+            }
+            if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
+                let missing = try blobs.missing().filter { !blobsGivenUp.contains($0.hash) }
+                if !missing.isEmpty {
+                    for m in missing { blobsWanted[m.hash] = m.size }
+                    for chunk in missing.map(\.hash).chunked(SyncLimits.listBatch) { send(.blobWant(chunk)) }
+                    send(.blobWantEnd)
+                    try await expect("blob end") { if case .blobEnd = $0 { true } else { false } }
+                }
+            }
+            if roundIncomplete { sessionIncomplete = true }
+            if firstRound {
+                firstRound = false
+                iAmDone = true
+                finalFeeds = feeds
+                send(.done(position: try donePosition()))
+                completeIfReady()
+            } else if !sessionIncomplete {
+                try remember(position: position, final: false)
+            }
+        }
+    }
+
+    private func expect(_ wanted: String, _ matches: (FetchSignal) -> Bool) async throws {
+        guard let s = await nextSignal() else { throw CancellationError() }
+        guard matches(s) else { throw SyncError.unexpected("\(s) while waiting for \(wanted)") }
+    }
+
+    private func signal(_ s: FetchSignal) {
+        if let w = signalWaiter {
+            signalWaiter = nil
+            w.resume(returning: s)
+        } else {
+            signalQueue.append(s)
+        }
+    }
+
+    private func nextSignal() async -> FetchSignal? {
+        if !signalQueue.isEmpty { return signalQueue.removeFirst() }
+        if signalsFinished { return nil }
+        return await withCheckedContinuation { signalWaiter = $0 }
+    }
+
+    private func finishSignals() {
+        signalsFinished = true
+        if let w = signalWaiter {
+            signalWaiter = nil
+            w.resume(returning: nil)
+        }
+    }
+
+    /// Ranges of announced feeds in scope that this node lacks.
+    private func computeWants(in feeds: Set<PublicKey>?, asked: inout [PublicKey: UInt64]) throws -> [FeedRange] {
+        var out: [FeedRange] = []
+        for (author, a) in announced.sorted(by: { $0.key < $1.key }) {
+            if let feeds, !feeds.contains(author) { continue }
+            if let done = asked[author], done >= a.seq { continue }
+            if transientAuthors.contains(author) { continue }
+            let head = try node.head(of: author)
+            let have = head?.seq ?? 0
+            if have >= a.seq {
+                if have == a.seq, let head, head.id != a.head {
+                    // Same height, different head: ask for the peer's event there (fork evidence).
+                    let before = a.seq > 1 ? try node.feed(author, fromSeq: a.seq - 1, limit: 1).first?.event.id : nil
+                    out.append(FeedRange(author: author, from: a.seq, prev: before, to: a.seq))
+                    asked[author] = a.seq
+                }
+                continue
+            }
+            out.append(FeedRange(author: author, from: have + 1, prev: head?.id, to: a.seq))
+            asked[author] = a.seq
+        }
+        return out
+    }
+
+    /// The position to send in "done": the current arrival position when
+    /// every arrival since the announced snapshot came from this peer (so
+    /// the peer never hears back about its own events), else the snapshot.
+    private func donePosition() throws -> UInt64 {
+        guard let snapshot = announcedSnapshot else { return 0 }
+        let now = try node.lastArrival()
+        if now >= snapshot.position, now - snapshot.position == UInt64(report.eventsReceived - snapshot.accepted) { return now }
+        return snapshot.position
+    }
+
+    /// Records what the peer announced, so the next sync asks only for
+    /// feeds that changed since (request skipping).
+    private func remember(position: UInt64, final: Bool = true) throws {
+        guard let peers else { return }
+        let complete = !sessionIncomplete
+        let tag = ReplicationScope.tag(finalFeeds)
+        let user = peerHello?.user
+        let received = UInt64(report.eventsReceived)
+        let sentCount = UInt64(report.eventsSent)
+        // A scope that grew during a session that skipped unchanged feeds
+        // may miss feeds the peer did not announce: ask for all next time.
+        let forceFull = startSince > 0 && tag != startTag
+        do {
+            try peers.update(transport.peer.key, address: transport.peer.address) { r in
+                if forceFull {
+                    r.position = 0
+                    r.scopeTag = tag
+                } else if complete {
+                    r.position = final ? position : max(r.position, position)
+                    r.scopeTag = tag
+                }
+                r.lastSynced = UInt64(Date().timeIntervalSince1970 * 1000)
+                guard final else { return }
+                r.user = user
+                r.eventsReceived += received
+                r.eventsSent += sentCount
+                r.sessions += 1
+            }
+        } catch { throw SyncError.local("could not record the peer: \(error)") }
+    }
+
+    // MARK: Ending
+
+    private func completeIfReady() {
+        guard iAmDone, peerDone, !report.complete else { return }
+        report.complete = true
+        do { try remember(position: peerDonePosition) } catch { fail(error as? SyncError ?? .local("\(error)")) }
+        var snapshot = report
+        snapshot.seconds = seconds
+        options.onComplete?(snapshot)
+        if !isLive {
+            // Nothing more to send or receive: flush, then close, which ends the receive loop.
+            closing = true
+            outbox.finish()
+            let writer = self.writer
+            let transport = self.transport
+            Task {
+                await writer?.value
+                await transport.close()
+            }
+        }
+    }
+
+    private var seconds: Double {
+        let d = ContinuousClock.now - started
+        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+
+    private func fail(_ error: SyncError) {
+        guard firstError == nil, !(closing && report.complete) else { return }
+        firstError = error
+        closing = true
+        if let w = creditWaiter {
+            creditWaiter = nil
+            w.resume(throwing: CancellationError())
+        }
+        // Tell the peer why (best effort), then cut the connection.
+        let notify: SyncMessage? =
+            switch error {
+            case .peerError, .connectionClosed: nil
+            default: .error(code: error.code, message: error.description)
+            }
+        let transport = self.transport
+        if let notify {
+            let frame = notify.encoded()
+            Task {
+                _ = try? await withTimeout(.seconds(1), "sending an error", onTimeout: { await transport.close() }) {
+                    try await transport.send(frame)
+                }
+                await transport.close()
+            }
+        } else {
+            Task { await transport.close() }
+        }
+        outbox.finish()
+    }
+
+    private func finish() async throws -> SyncReport {
+        finishSignals()
+        serveJobs.finish()
+        if let w = creditWaiter {
+            creditWaiter = nil
+            w.resume(throwing: CancellationError())
+        }
+        for t in tasks { t.cancel() }
+        if firstError == nil {
+            outbox.finish()
+            await writer?.value
+        }
+        await transport.close()
+        for t in tasks { await t.value }
+        writer?.cancel()
+        report.seconds = seconds
+        if let firstError { throw firstError }
+        if !report.complete { throw SyncError.connectionClosed }
+        return report
+    }
+}
+
+extension Array {
+    func chunked(_ size: Int) -> [[Element]] {
+        stride(from: 0, to: count, by: size).map { Array(self[$0..<Swift.min(count, $0 + size)]) }
+    }
+}
+
+/// Runs `body`, failing with `SyncError.timeout` after `limit`; then
+/// `onTimeout` must make `body` return (by closing its transport).
+func withTimeout<T: Sendable>(
+    _ limit: Duration, _ what: String, onTimeout: @escaping @Sendable () async -> Void,
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            await onTimeout()
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next() else { throw SyncError.timeout(what) }
+        guard let value = first else { throw SyncError.timeout(what) }
+        return value
+    }
+}

@@ -1,0 +1,112 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusSync
+import Foundation
+import Testing
+
+/// A fresh directory under the system temp dir, removed by `cleanup`.
+struct SyncTempDir {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "chorus-sync-test-" + UUID().uuidString
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    func store(_ name: String) -> String { path + "/" + name }
+    func cleanup() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+struct SyncTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// One network configuration shared by every node of a test.
+func testNetwork() -> NetworkConfig { NetworkConfig(networkKey: Random.bytes32()) }
+
+func makeNode(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> Node {
+    try await Node.create(at: dir.store(name), deviceName: name, network: network)
+}
+
+/// Runs a symmetric session between two nodes over an in-memory pair.
+@discardableResult
+func syncPair(
+    _ a: Node, _ b: Node, optionsA: SyncOptions = SyncOptions(), optionsB: SyncOptions = SyncOptions(),
+    capacity: Int = 16, cutAfterFrames: Int? = nil, remember: Bool = true
+) async throws -> (SyncReport, SyncReport) {
+    let (ta, tb) = MemoryTransport.pair(a.identity.device, b.identity.device, capacity: capacity, cutAfterFrames: cutAfterFrames)
+    let sa = try SyncSession(node: a, transport: ta, options: optionsA, peers: remember ? try PeerStore(env: a.log.env) : nil)
+    let sb = try SyncSession(node: b, transport: tb, options: optionsB, peers: remember ? try PeerStore(env: b.log.env) : nil)
+    return try await bounded(.seconds(60), "sync") {
+        async let ra = sa.run()
+        async let rb = sb.run()
+        return (try await ra, try await rb)
+    }
+}
+
+/// Both results of a session pair, errors included (for fault tests).
+func syncPairResults(
+    _ a: Node, _ b: Node, cutAfterFrames: Int? = nil, capacity: Int = 16
+) async throws -> (Result<SyncReport, any Error>, Result<SyncReport, any Error>) {
+    let (ta, tb) = MemoryTransport.pair(a.identity.device, b.identity.device, capacity: capacity, cutAfterFrames: cutAfterFrames)
+    let sa = try SyncSession(node: a, transport: ta, peers: try PeerStore(env: a.log.env))
+    let sb = try SyncSession(node: b, transport: tb, peers: try PeerStore(env: b.log.env))
+    return try await bounded(.seconds(60), "sync") {
+        async let ra: Result<SyncReport, any Error> = { do { return .success(try await sa.run()) } catch { return .failure(error) } }()
+        async let rb: Result<SyncReport, any Error> = { do { return .success(try await sb.run()) } catch { return .failure(error) } }()
+        return (await ra, await rb)
+    }
+}
+
+/// Fails the test instead of hanging when `body` takes longer than `limit`.
+func bounded<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else {
+            throw SyncTestFailure("\(what) did not finish within \(limit)")
+        }
+        return value
+    }
+}
+
+/// Polls `condition` until it holds or `limit` passes.
+func eventually(_ limit: Duration = .seconds(10), _ condition: () throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try condition()
+}
+
+/// Every feed as (author, seq, head id), sorted.
+func feedHeads(_ node: Node) throws -> [String] {
+    try node.heads().map { "\($0.author.hex):\($0.head.seq):\($0.head.id.hex)" }
+}
+
+func digest(_ node: Node) throws -> String { try node.projections.digest().hex }
+
+/// A small image-like byte string, distinct per seed.
+func pictureBytes(_ seed: Int, size: Int = 3000) -> [UInt8] {
+    var g = SplitMix(seed: UInt64(seed) &+ 7)
+    return (0..<size).map { _ in UInt8(truncatingIfNeeded: g.next()) }
+}
+
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
