@@ -65,7 +65,8 @@ let package = Package(
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
-            dependencies: ["ChorusNode", "ChorusEvents", "ChorusCrypto", "ChorusCBOR", "ChorusStorage", "CLMDB", "CSodium"],
+            dependencies: ["ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+                           "ChorusStorage", "CLMDB", "CSodium"],
             path: "Tools/Benchmark"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],

@@ -11,6 +11,13 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
         self.init(Array(bytes))
     }
 
+    /// The common case (a slice of a key or value read from the store),
+    /// without the generic sequence path.
+    public init?(_ bytes: ArraySlice<UInt8>) {
+        guard bytes.count == 32 else { return nil }
+        self.bytes = Array(bytes)
+    }
+
     /// Parses lowercase or uppercase hex of exactly 64 digits.
     public init?(hex: String) {
         guard let raw = Hex.decode(hex), raw.count == 32 else { return nil }

@@ -27,6 +27,7 @@ struct ProjectionsOptions {
     var json = false
     var keep = false
     var skipRebuild = false
+    var skipReplay = false
     /// Only rebuild the projections of an existing store (for profiling).
     var rebuildStore: String? = nil
 
@@ -51,6 +52,7 @@ struct ProjectionsOptions {
             case "--json": json = true
             case "--keep": keep = true
             case "--skip-rebuild": skipRebuild = true
+            case "--skip-replay": skipReplay = true
             case "--rebuild-only": rebuildStore = value()
             case "--help", "-h":
                 print("""
@@ -66,7 +68,10 @@ struct ProjectionsOptions {
                     (default 3,000) profile, balance and chat-page queries each.
                     --keep leaves the store in the temporary directory and prints its path;
                     --rebuild-only STORE only times Projections.rebuild() of that store (for
-                    profiling); --skip-rebuild leaves the rebuild out.
+                    profiling); --skip-rebuild leaves the rebuild out. Then, on the closed store,
+                    the replay tool: `verify` (every signature, feed, blob, and a rebuild compared
+                    with the live projections) as a ratio to the verify rate, and `rebuild --out`
+                    (a fresh store) as a ratio to LMDB append; --skip-replay leaves them out.
                     """)
                 exit(0)
             default:
@@ -672,6 +677,13 @@ func runProjectionsBenchmark(_ args: [String]) async throws {
         digestsAgree = try projections.digest() == digestIngested
     }
     await node.close()
+
+    // 6. The replay tool on the closed store (issue 5): verify and rebuild --out.
+    var replayFigures: (verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Int)? = nil
+    if !options.skipReplay {
+        Bench.note("chorus-replay verify of \(logged) events...")
+        replayFigures = try ReplayBench.measure(store: dir + "/store", events: logged)
+    }
     if options.keep {
         FileHandle.standardError.write(Data("store kept at \(dir)/store\n".utf8))
     } else {
@@ -717,6 +729,24 @@ func runProjectionsBenchmark(_ args: [String]) async throws {
                 ("per_second", .uint(UInt64(rebuildRate))), ("seconds", .string(String(format: "%.1f", rebuildSeconds))),
                 ("ratio_to_lmdb_append", .string(String(format: "%.3f", rebuildRate / lmdbAppend))), ("target", .string("0.25")),
                 ("met", .bool(rebuildRate / lmdbAppend >= 0.25)), ("digest_equals_ingested", .bool(digestsAgree)),
+            ]))))
+    }
+    if let r = replayFigures {
+        rows.append(Row(
+            name: "chorus-replay verify", value: "\(Int(r.verifyRate))/s", ratio: r.verifyRate / verifyAll, target: "≥ 0.80 × verify",
+            met: r.verifyRate / verifyAll >= 0.8,
+            json: ("replay_verify", .object([
+                ("per_second", .uint(UInt64(r.verifyRate))), ("seconds", .string(String(format: "%.1f", r.verifySeconds))),
+                ("ratio_to_verify", .string(String(format: "%.3f", r.verifyRate / verifyAll))), ("target", .string("0.80")),
+                ("met", .bool(r.verifyRate / verifyAll >= 0.8)), ("findings", .uint(UInt64(r.findings))),
+            ]))))
+        rows.append(Row(
+            name: "chorus-replay rebuild --out", value: "\(Int(r.copyRate))/s", ratio: r.copyRate / lmdbAppend,
+            target: "≥ 0.25 × LMDB append", met: r.copyRate / lmdbAppend >= 0.25,
+            json: ("replay_rebuild", .object([
+                ("per_second", .uint(UInt64(r.copyRate))), ("seconds", .string(String(format: "%.1f", r.copySeconds))),
+                ("ratio_to_lmdb_append", .string(String(format: "%.3f", r.copyRate / lmdbAppend))), ("target", .string("0.25")),
+                ("met", .bool(r.copyRate / lmdbAppend >= 0.25)),
             ]))))
     }
     rows.append(latencyRow("profile(user)", "query_profile", profileLatency))
