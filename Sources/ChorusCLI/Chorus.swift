@@ -14,7 +14,7 @@ struct Chorus: AsyncParsableCommand {
         subcommands: [
             Init.self, Whoami.self, Profile.self, Device.self, Issuer.self, Network.self, Picture.self,
             Follow.self, Unfollow.self, Like.self, Unlike.self, Block.self, Unblock.self, Chat.self, Coins.self,
-            Slot.self, Query.self, Rebuild.self, Log.self, Export.self, Import.self,
+            Slot.self, Query.self, Rebuild.self, Log.self, Export.self, Import.self, Serve.self, Sync.self, Peers.self,
         ])
 
     /// Maps every failure to exit status 2 with a message that says what was

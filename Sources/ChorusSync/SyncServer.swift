@@ -13,6 +13,8 @@ public final class SyncServer: Sendable {
     public let bans: BanList
     public let options: SyncOptions
     private let log: @Sendable (String) -> Void
+    /// The log line sink given at init.
+    public var logLine: @Sendable (String) -> Void { log }
     private let active = Mutex<[Int: Task<Void, Never>]>([:])
     private let counter = Atomic<Int>(0)
 
