@@ -1,0 +1,88 @@
+import ChorusCrypto
+import ChorusSync
+import Foundation
+import Testing
+
+/// Specs/vectors/sync.json: the exact bytes of every message type.
+/// Regenerate (after a deliberate protocol change only) with
+/// CHORUS_WRITE_SYNC_VECTORS=1 swift test --filter SyncVectorTests.
+@Suite("Sync message vectors")
+struct SyncVectorTests {
+    static func k(_ byte: UInt8) -> Bytes32 { Bytes32([UInt8](repeating: byte, count: 32))! }
+
+    static let messages: [(String, SyncMessage)] = [
+        ("hello", .hello(SyncHello(user: k(0x11), capabilities: [.live, .blobs, .refill], hops: nil, since: 0))),
+        ("hello_hops", .hello(SyncHello(user: k(0x11), capabilities: [.blobs], hops: 2, since: 1234))),
+        ("have", .have([FeedAnnouncement(author: k(0x22), seq: 7, head: k(0x33)), FeedAnnouncement(author: k(0x44), seq: 300, head: k(0x55))])),
+        ("have_end", .haveEnd(position: 65_536)),
+        ("want", .want([FeedRange(author: k(0x22), from: 1, prev: nil, to: 7), FeedRange(author: k(0x44), from: 25, prev: k(0x66), to: 300)])),
+        ("want_end", .wantEnd),
+        ("events", .events([[0x83, 0x41, 0x00, 0x41, 0x01, 0xf6], [0x01, 0x02]])),
+        ("ack", .ack(1)),
+        ("events_end", .eventsEnd),
+        ("blob_want", .blobWant([k(0x77)])),
+        ("blob_want_end", .blobWantEnd),
+        ("blob_data", .blobData(hash: k(0x77), offset: 65_536, total: 100_000, bytes: [0xde, 0xad, 0xbe, 0xef])),
+        ("blob_missing", .blobMissing(k(0x88))),
+        ("blob_end", .blobEnd),
+        ("done", .done(position: 42)),
+        ("error", .error(code: "bad_event", message: "peer sent an invalid event")),
+        ("payload_want", .payloadWant([k(0x99)])),
+        ("payload_want_end", .payloadWantEnd),
+    ]
+
+    static var vectorPath: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Specs/vectors/sync.json").path
+    }
+
+    @Test("every message type encodes to the vector bytes and decodes back")
+    func vectors() throws {
+        if ProcessInfo.processInfo.environment["CHORUS_WRITE_SYNC_VECTORS"] != nil {
+            let entries = Self.messages.map { name, m in
+                "    {\"name\": \"\(name)\", \"type\": \(m.code.rawValue), \"hex\": \"\(Hex.encode(m.encoded()))\"}"
+            }
+            let text = """
+                {
+                  "description": "Chorus sync protocol v1 messages (Specs/sync.md section 3): exact deterministic CBOR bytes of every message type. Keys and ids are 32 repeated bytes.",
+                  "messages": [
+                \(entries.joined(separator: ",\n"))
+                  ]
+                }
+
+                """
+            try text.write(toFile: Self.vectorPath, atomically: true, encoding: .utf8)
+        }
+        let data = try Data(contentsOf: URL(fileURLWithPath: Self.vectorPath))
+        let json = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+        let list = json?["messages"] as? [[String: Any]] ?? []
+        #expect(list.count == Self.messages.count)
+        var types = Set<UInt64>()
+        for (name, message) in Self.messages {
+            guard let entry = list.first(where: { $0["name"] as? String == name }), let hex = entry["hex"] as? String,
+                let bytes = Hex.decode(hex)
+            else {
+                Issue.record("vector \(name) missing")
+                continue
+            }
+            #expect(message.encoded() == bytes, "\(name)")
+            #expect(try SyncMessage.decode(bytes) == message, "\(name)")
+            types.insert(message.code.rawValue)
+        }
+        #expect(types.count == SyncMessage.Code.allCases.count, "a vector for every message type")
+    }
+
+    @Test("non-canonical or unknown frames are refused")
+    func refusals() {
+        let hello = SyncMessage.hello(SyncHello(user: Self.k(1), capabilities: [], hops: nil, since: 0)).encoded()
+        var longForm = hello
+        // since = 0 written as a one-byte argument (0x18 0x00): not the shortest form.
+        longForm.removeLast()
+        longForm += [0x18, 0x00]
+        #expect(throws: SyncError.self) { try SyncMessage.decode(longForm) }
+        #expect(throws: SyncError.self) { try SyncMessage.decode([0x81, 0x18, 0x63]) }  // type 99
+        #expect(throws: SyncError.unsupportedVersion(2)) { try SyncMessage.decode([0x86, 0x00, 0x02, 0x40, 0x00, 0xf6, 0x00]) }
+        #expect(throws: SyncError.self) { try SyncMessage.decode(SyncMessage.want([FeedRange(author: Self.k(1), from: 2, prev: nil, to: 3)]).encoded()) }
+        #expect(throws: SyncError.self) { try SyncMessage.decode([UInt8](repeating: 0, count: SyncLimits.maxFrameBytes + 1)) }
+    }
+}
