@@ -145,3 +145,59 @@ extension Projections {
         }
     }
 }
+
+extension Projections {
+    /// Events this node holds without their payload although no deletion
+    /// covers them (a purge whose deletion later lost its effect, or a copy
+    /// stripped by a relay): sync asks peers for the full events, and the
+    /// log refills them (Specs/projections.md §9).
+    public func eventsMissingPayload(limit: Int = 10_000) throws -> [EventID] {
+        try log.env.read { txn in
+            var objects: [(ObjectClass, Bytes32)] = []
+            try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
+                if try PictureRecord.decode(value).purged { objects.append((.picture, try Codec.b32(key[1...], "picture id"))) }
+                return true
+            }
+            try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
+                if try Codec.decode(value, "message record")[text: "purged"]?.boolValue == true {
+                    objects.append((.message, try Codec.b32(key.suffix(32), "message id")))
+                }
+                return true
+            }
+            var out: [EventID] = []
+            for (cls, object) in objects {
+                try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
+                    let fact = try Fact.decode(order: try MergeOrder(bytes: key[33...]), value)
+                    if fact.payload == nil && fact.kind.payloadIsPurgeable { out.append(fact.id) }
+                    return out.count < limit
+                }
+                if out.count >= limit { break }
+            }
+            return out
+        }
+    }
+
+    /// Blobs that live pictures reference, whether or not they are stored
+    /// here (sync fetches the missing ones).
+    public func referencedBlobs() throws -> [(blob: Hash32, picture: ObjectID)] {
+        try log.env.read { txn in
+            var out: [(Hash32, ObjectID)] = []
+            try txn.scan(state, prefix: [Table.blobRef.rawValue]) { key, _ in
+                guard key.count == 65 else { throw ProjectionError.corrupt("blob reference key of \(key.count) bytes") }
+                out.append((try Codec.b32(key[1..<33], "blob"), try Codec.b32(key[33...], "picture id")))
+                return true
+            }
+            return out
+        }
+    }
+
+    /// Whether a live picture still references `blob`.
+    public func isBlobReferenced(_ blob: Hash32, in txn: Transaction) throws -> Bool {
+        var found = false
+        try txn.scan(state, prefix: Table.blobRef.key(blob.bytes)) { _, _ in
+            found = true
+            return false
+        }
+        return found
+    }
+}
