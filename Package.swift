@@ -66,7 +66,7 @@ let package = Package(
         .executableTarget(
             name: "ChorusBench",
             dependencies: ["ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           "ChorusStorage", "CLMDB", "CSodium"],
+                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync"],
             path: "Tools/Benchmark"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],

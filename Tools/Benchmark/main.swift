@@ -28,6 +28,7 @@ struct Options {
                 print("""
                     USAGE: chorus-bench [--seconds S] [--ingest-events N] [--json]
                            chorus-bench projections [--events N] [--json]   (see projections --help)
+                           chorus-bench sync [--events N] [--authors U] [--json]   (see sync --help)
 
                     Measures raw libsodium sign/verify (one core, all cores) and raw LMDB
                     batched durable append, then Chorus's durable local append (1, 8 and 64
@@ -49,6 +50,7 @@ if CommandLine.arguments.dropFirst().first == "projections" {
     try await runProjectionsBenchmark(Array(CommandLine.arguments.dropFirst(2)))
     exit(0)
 }
+if CommandLine.arguments.dropFirst().first == "sync" { try await runSyncBenchmark(Array(CommandLine.arguments.dropFirst(2))); exit(0) }
 
 let options = Options(Array(CommandLine.arguments.dropFirst()))
 let cores = ProcessInfo.processInfo.activeProcessorCount
