@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# The Chorus demo: a small social network on four nodes in a temporary
-# directory. A shop node holds the coin issuer key; Alice has a phone and a
-# tablet (two devices of one user); Bob has a laptop. They write profiles,
-# pictures, follows, likes, a chat and coin events; the events travel between
-# the nodes as export files, imported in different orders; at the end every
-# node shows the same projections and the same digest, or the demo fails.
+# The Chorus demo: a small social network on five nodes in a temporary
+# directory. A shop node holds the coin issuer key; an always-on relay runs
+# `chorus serve`; Alice has a phone and a tablet (two devices of one user);
+# Bob has a laptop. They write profiles, pictures, follows, likes, a chat and
+# coin events, and sync over encrypted TCP on loopback: through the relay,
+# and once directly between Alice's devices. At the end every node shows the
+# same projections and the same digest, or the demo fails.
 # Usage: demo.sh CHORUS_BIN
 set -euo pipefail
 bin="${1:?usage: demo.sh PATH_TO_CHORUS}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/chorus-demo.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+servers=()
+cleanup() {
+    # SIGTERM: a background job of a script ignores SIGINT.
+    for pid in "${servers[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${servers[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
 export CHORUS_STORE=   # every command below names its store explicitly
 
 step() { printf '\n== %s\n' "$*"; }
@@ -41,36 +49,58 @@ png() {
     printf "\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR\\x00\\x00\\x00${w}\\x00\\x00\\x00${h}\\x08\\x02\\x00\\x00\\x00" >"$1"
 }
 
-shop="$work/shop" phone="$work/alice-phone" tablet="$work/alice-tablet" laptop="$work/bob-laptop"
-nodes=("$shop" "$phone" "$tablet" "$laptop")
-# Moves events: export each named source, import into the target in the order given.
-sync_into() {
-    local target="$1" source
-    shift
-    for source in "$@"; do
-        "$bin" export --store "$source" "$work/$(basename "$source").cbor" >/dev/null
-        run import --store "$target" "$work/$(basename "$source").cbor"
+shop="$work/shop" relay="$work/relay" phone="$work/alice-phone" tablet="$work/alice-tablet" laptop="$work/bob-laptop"
+nodes=("$shop" "$relay" "$phone" "$tablet" "$laptop")
+# Starts `chorus serve` on a store (port 0: the kernel picks a free port) and
+# sets $1 to the port it listens on; the server's log goes to $work/NAME.log.
+serve() {
+    local var="$1" store="$2" log="$work/$(basename "$2").log" port="" i
+    "$bin" serve --store "$store" --listen 127.0.0.1:0 2>"$log" &
+    servers+=("$!")
+    for i in $(seq 1 100); do
+        port="$(grep -o 'listening on 127.0.0.1:[0-9]*' "$log" 2>/dev/null | head -n 1 | cut -d: -f2 || true)"
+        [ -n "$port" ] && break
+        sleep 0.1
     done
+    [ -n "$port" ] || fail "chorus serve did not start: $(cat "$log")"
+    printf -v "$var" '%s' "$port"
+}
+# Stops the most recent server (SIGTERM: it finishes its sessions and closes the store).
+stop_server() {
+    local pid="${servers[-1]}"
+    kill -TERM "$pid"
+    wait "$pid" || fail "chorus serve did not stop cleanly"
+    unset 'servers[-1]'
+}
+# Syncs each named store with the relay, both ways.
+sync_relay() {
+    local store
+    for store in "$@"; do run sync --store "$store" "127.0.0.1:$relay_port"; done
 }
 
 step "A test network: the shop node creates the coin issuer key"
 run init --store "$shop" --name Shop --device-name shop-server
 capture issuer issuer create --store "$shop"
 
-step "Alice and Bob create their nodes in the same network (--issuer)"
-run init --store "$phone" --name Alice --device-name alice-phone --issuer "$issuer"
-run init --store "$laptop" --name Bob --device-name bob-laptop --issuer "$issuer"
+step "An operator's always-on relay joins the shop's network (its network.json: issuer and network key) and serves"
+run init --store "$relay" --device-name relay --network "$shop/network.json"
+serve relay_port "$relay"
+echo "relay listening on 127.0.0.1:$relay_port (encrypted: Noise XXpsk3 with the network key)"
+
+step "Alice and Bob create their nodes in the same network (--network)"
+run init --store "$phone" --name Alice --device-name alice-phone --network "$shop/network.json"
+run init --store "$laptop" --name Bob --device-name bob-laptop --network "$shop/network.json"
 alice="$("$bin" whoami --store "$phone" --json | json_field user)"
 bob="$("$bin" whoami --store "$laptop" --json | json_field user)"
 phone_device="$("$bin" whoami --store "$phone" --json | json_field device)"
 run network show --store "$laptop"
 
 step "Alice adds her tablet: a device-only store, bound from the phone (which holds the user key)"
-run init --store "$tablet" --user "$alice" --device-name alice-tablet --issuer "$issuer" | tee "$work/tablet-init.txt"
+run init --store "$tablet" --user "$alice" --device-name alice-tablet --network "$shop/network.json" | tee "$work/tablet-init.txt"
 tablet_device="$("$bin" whoami --store "$tablet" --json | json_field device)"
 proof="$(grep -o -- '--proof [0-9a-f]*' "$work/tablet-init.txt" | cut -d' ' -f2)"
 run device add --store "$phone" "$tablet_device" --proof "$proof" --name alice-tablet
-sync_into "$tablet" "$phone"
+sync_relay "$phone" "$tablet"
 run query devices --store "$tablet"
 
 step "Profiles: each edit is a signed event in the editing device's feed"
@@ -89,10 +119,8 @@ run picture caption --store "$phone" "$bridge" "Bridge in the fog"
 run profile set --store "$phone" avatar "$roof"
 run query pictures --store "$phone"
 
-step "The nodes exchange events (each imports the others' exports, in a different order)"
-sync_into "$laptop" "$tablet" "$phone"
-sync_into "$tablet" "$laptop" "$phone"
-sync_into "$phone" "$laptop" "$tablet"
+step "The nodes sync through the relay (events and picture blobs, both ways)"
+sync_relay "$phone" "$laptop" "$tablet" "$phone"
 
 step "Follows and likes"
 run follow --store "$laptop" "$alice"
@@ -103,24 +131,29 @@ run query feed --store "$laptop"
 step "A chat: Alice creates it with Bob; messages may carry pictures"
 capture chat chat create --store "$phone" --title "Rooftops" --member "$bob"
 capture first_message chat send --store "$phone" "$chat" --text "Look at this one" --picture "$roof"
-sync_into "$laptop" "$phone"
+sync_relay "$phone" "$laptop"
 capture reply chat send --store "$laptop" "$chat" --text "Wow. Which roof?"
 run chat read --store "$laptop" "$chat" "$first_message"
-sync_into "$phone" "$laptop"
+sync_relay "$laptop" "$phone"
 run query chat --store "$phone" "$chat" --limit 1
 older="$("$bin" query chat --store "$phone" "$chat" --limit 1 --json | grep -o '"older":"[0-9a-f]*"' | cut -d'"' -f4)"
 run query chat --store "$phone" "$chat" --limit 1 --before "$older"
 
 step "Alice buys 500 coins; the store delivers the purchase twice; the receipt counts once"
-sync_into "$shop" "$phone"
+sync_relay "$shop"
 run coins credit --store "$shop" "$alice" 500 --receipt GPA.1234-5678 --device "$phone_device" --product coins_500
 refused coins credit --store "$shop" "$alice" 500 --receipt GPA.1234-5678 --device "$phone_device" --product coins_500
-sync_into "$phone" "$shop"
+sync_relay "$shop" "$phone"
 run query balance --store "$phone"
 
 step "Coins move, get spent and given, and unlock a slot; nothing beyond a device's rights"
 run coins move --store "$phone" "$tablet_device" 100
-sync_into "$tablet" "$phone"
+
+step "Alice's devices sync directly with each other: the tablet serves for a moment, the phone connects"
+serve tablet_port "$tablet"
+run sync --store "$phone" "127.0.0.1:$tablet_port"
+stop_server
+run peers --store "$phone"
 run coins spend --store "$tablet" 30 --for "sticker pack"
 refused coins spend --store "$tablet" 1000 --for "more than this device holds"
 run coins give --store "$phone" "$bob" 50 --note "for the climbing photos"
@@ -135,11 +168,9 @@ run query slots --store "$phone"
 run query likes --store "$phone" "$roof"
 run query chat --store "$phone" "$chat"
 
-step "Final exchange, in different orders on each node"
-sync_into "$shop" "$laptop" "$tablet" "$phone"
-sync_into "$laptop" "$phone" "$shop" "$tablet"
-sync_into "$tablet" "$shop" "$laptop" "$phone"
-sync_into "$phone" "$tablet" "$shop" "$laptop"
+step "Final round through the relay, each node in turn, twice so everyone sees everything"
+sync_relay "$shop" "$laptop" "$tablet" "$phone" "$shop" "$laptop" "$tablet" "$phone"
+stop_server
 
 step "Bob's laptop sees the same social network"
 run query profile --store "$laptop" "$alice"
@@ -161,7 +192,7 @@ for node in "${nodes[@]}"; do
 done
 run rebuild --store "$laptop"
 [ "$("$bin" query digest --store "$laptop")" = "$reference" ] || fail "a rebuild from the log changed the digest"
-echo "All four nodes agree, and a rebuild from the log gives the same digest."
+echo "All five nodes agree, and a rebuild from the log gives the same digest."
 
 step "An auditor replays Alice's phone store: is it intact, and where did every coin go?"
 replay="$(dirname "$bin")/chorus-replay"
@@ -173,5 +204,5 @@ printf '%s\n' "$audit"
 printf '%s\n' "$audit" | grep -q "NO EFFECT duplicate_receipt" || fail "the twice-delivered purchase is not shown as counted once"
 echo "Every coin traces to its receipt; the purchase delivered twice was counted once."
 
-step "Done: four nodes, one social network"
+step "Done: five nodes, one social network, synced over encrypted TCP"
 echo "Demo complete."
