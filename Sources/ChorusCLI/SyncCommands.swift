@@ -11,7 +11,8 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Serve sync to peers over encrypted TCP until SIGINT or SIGTERM.",
         discussion: """
-            Peers must hold this store's network key (network.json). Logs one line per \
+            Peers must hold this store's network key (network.json, or the file given with \
+            --network-key, which overrides it for this server). Logs one line per \
             session start, end or error to stderr. A peer that breaks the protocol is \
             disconnected and refused for ten minutes. On SIGINT/SIGTERM the server stops \
             accepting, ends running sessions and closes the store; every acknowledged \
@@ -21,17 +22,29 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var store: StoreOptions
     @Option(help: ArgumentHelp("Address to listen on (port 0 picks a free port).", valueName: "host:port"))
     var listen = "127.0.0.1:7800"
+    @Option(
+        help: ArgumentHelp(
+            "A file holding the network key (64 hex digits) to use instead of the store's network.json key.",
+            valueName: "file"))
+    var networkKey: String?
 
     func validate() throws {
         guard SyncNetwork.parseAddress(listen) != nil else { throw ValidationError("--listen must be HOST:PORT, got \"\(listen)\"") }
+        if let networkKey {
+            do { _ = try SyncNetwork.readNetworkKey(path: networkKey) } catch let e as SyncError {
+                if case .local(let why) = e { throw ValidationError("--network-key: \(why)") }
+                throw ValidationError("--network-key: \(e)")
+            }
+        }
     }
 
     func run() async throws {
         guard let (host, port) = SyncNetwork.parseAddress(listen) else { throw ExitCode(Exit.failure) }
+        let key = try networkKey.map { try SyncNetwork.readNetworkKey(path: $0) }
         let node = try await store.open()
         let server = try SyncServer(node: node, log: { printError("chorus serve: " + $0) })
         let listener: SecureListener
-        do { listener = try await server.listen(host: host, port: port) } catch {
+        do { listener = try await server.listen(host: host, port: port, networkKey: key) } catch {
             await node.close()
             throw error
         }

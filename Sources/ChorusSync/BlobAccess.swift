@@ -4,35 +4,29 @@ import ChorusNode
 import ChorusProjections
 import ChorusStorage
 
-/// Blob bookkeeping for sync, read from the projections' `blobRef` table
-/// (Specs/projections.md §4: key 0x35 ‖ blob hash ‖ picture id, present
-/// exactly for live pictures whose blob is known). A deleted picture has no
-/// entry, so its blob is never wanted, served or stored.
+/// Blob bookkeeping for sync, through the projections' public blob
+/// queries (`referencedBlobs`, `isBlobReferenced`: Specs/projections.md §4,
+/// the `blobRef` table, present exactly for live pictures whose blob is
+/// known). A deleted picture has no reference, so its blob is never wanted,
+/// served or stored.
 struct BlobAccess: Sendable {
-    static let blobRefPrefix: UInt8 = 0x35
-
     let node: Node
-    let state: Database
 
     init(node: Node) throws {
         self.node = node
-        state = try node.log.env.openDatabase("state", create: false)
     }
 
     /// Blobs that live pictures reference and this node lacks, with the size
     /// the picture declares.
     func missing() throws -> [(hash: Hash32, size: UInt64?)] {
+        var seen: Set<Hash32> = []
         var refs: [(Hash32, ObjectID)] = []
-        try node.log.env.read { txn in
-            var last: Hash32? = nil
-            try txn.scan(state, prefix: [Self.blobRefPrefix]) { key, _ in
-                guard key.count == 65, let hash = Bytes32(key[1..<33]), let picture = Bytes32(key[33..<65]) else { return true }
-                if hash != last, try !node.blobs.contains(hash, in: txn) { refs.append((hash, picture)) }
-                last = hash
-                return true
-            }
+        for (hash, picture) in try node.projections.referencedBlobs() where !seen.contains(hash) {
+            seen.insert(hash)
+            refs.append((hash, picture))
         }
-        return try refs.map { hash, picture in
+        let lacking = try node.log.env.read { txn in try refs.filter { try !node.blobs.contains($0.0, in: txn) } }
+        return try lacking.map { hash, picture in
             if case .live(let view) = try node.projections.picture(picture) { return (hash, view.size) }
             return (hash, nil)
         }
@@ -40,12 +34,7 @@ struct BlobAccess: Sendable {
 
     /// Whether a live picture references `hash`, in `txn`.
     func referenced(_ hash: Hash32, in txn: Transaction) throws -> Bool {
-        var found = false
-        try txn.scan(state, prefix: [Self.blobRefPrefix] + hash.bytes) { _, _ in
-            found = true
-            return false
-        }
-        return found
+        try node.projections.isBlobReferenced(hash, in: txn)
     }
 
     /// The bytes of a blob this node may serve: present and referenced by a

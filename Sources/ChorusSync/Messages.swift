@@ -293,4 +293,6 @@ public enum SyncLimits {
     public static let blobChunkBytes = 64 << 10
     /// Unacknowledged data frames a sender may have in flight.
     public static let window = 8
+    /// Event ids asked for in one payload refill round.
+    public static let maxRefill = 10_000
 }

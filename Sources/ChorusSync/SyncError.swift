@@ -26,6 +26,8 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     /// This node refuses the peer for now (it misbehaved recently).
     case refused(PublicKey)
     case timeout(String)
+    /// The session waited for the peer and nothing moved for the idle timeout.
+    case idle(String)
     /// A failure on this node (storage, ingest write).
     case local(String)
 
@@ -43,6 +45,7 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         case .connectionClosed: "connection_closed"
         case .refused: "peer_refused"
         case .timeout: "timeout"
+        case .idle: "idle_timeout"
         case .local: "local_failure"
         }
     }
@@ -69,6 +72,7 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         case .connectionClosed: "the connection closed before the sync completed"
         case .refused(let key): "peer \(key.short) is refused for now after misbehaving"
         case .timeout(let d): "timed out: \(d)"
+        case .idle(let d): "session idle: \(d)"
         case .local(let d): "local failure: \(d)"
         }
     }

@@ -6,10 +6,29 @@ import Foundation
 /// node's network key is the PSK, its device key the proved identity.
 public enum SyncNetwork {
     /// The transport configuration of a node's store.
-    public static func configuration(for node: Node, idleTimeout: Duration = .seconds(120)) throws -> SecureTransportConfiguration {
-        SecureTransportConfiguration(
-            networkKey: node.network.networkKey, staticKey: try NoiseStaticKeyFile.loadOrCreate(store: node.storePath),
-            identity: try deviceKey(store: node.storePath), idleTimeout: idleTimeout)
+    /// `networkKey` overrides the store's (network.json) for this process,
+    /// as `chorus serve --network-key FILE` does.
+    public static func configuration(
+        for node: Node, networkKey: Bytes32? = nil, idleTimeout: Duration = .seconds(120)
+    ) throws -> SecureTransportConfiguration {
+        let identity: SigningKey
+        do { identity = try node.deviceSigningKey() } catch { throw SyncError.local("cannot use the device key: \(error)") }
+        return SecureTransportConfiguration(
+            networkKey: networkKey ?? node.network.networkKey, staticKey: try NoiseStaticKeyFile.loadOrCreate(store: node.storePath),
+            identity: identity, idleTimeout: idleTimeout)
+    }
+
+    /// Reads a network key file: 64 hex digits (surrounding whitespace
+    /// allowed), nothing else. Errors name the file and the problem.
+    public static func readNetworkKey(path: String) throws -> Bytes32 {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw SyncError.local("cannot read the network key file \(path)")
+        }
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard text.utf8.count == 64, let key = Bytes32(hex: text) else {
+            throw SyncError.local("the network key file \(path) must hold exactly 64 hex digits (32 bytes), found \(text.utf8.count) characters")
+        }
+        return key
     }
 
     /// Connects to `host:port` and runs one session.
@@ -29,33 +48,16 @@ public enum SyncNetwork {
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         return (host, port)
     }
-
-    /// The store's device signing key (`keys/device.secret`, as written by
-    /// ChorusNode's key store: the hex seed, owner-only).
-    static func deviceKey(store: String) throws -> SigningKey {
-        let path = store + "/keys/device.secret"
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw SyncError.local("cannot read the device key \(path)")
-        }
-        var st = stat()
-        if stat(path, &st) == 0, st.st_mode & 0o077 != 0 {
-            throw SyncError.local("the device key \(path) is readable by others; run chmod 600 on it")
-        }
-        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let seed = Hex.decode(text), let key = SigningKey(seed: seed) else {
-            throw SyncError.local("the device key \(path) is not 64 hex digits of an Ed25519 seed")
-        }
-        return key
-    }
 }
 
 extension SyncServer {
     /// Binds `host:port` (0 picks a free port) and serves every
     /// authenticated connection in the background until `listener.shutdown()`.
-    public func listen(host: String, port: Int) async throws -> SecureListener {
+    /// `networkKey` overrides the store's network key for this listener.
+    public func listen(host: String, port: Int, networkKey: Bytes32? = nil) async throws -> SecureListener {
         let log = self.logLine
         let listener = try await SecureListener.bind(
-            host: host, port: port, configuration: try SyncNetwork.configuration(for: node),
+            host: host, port: port, configuration: try SyncNetwork.configuration(for: node, networkKey: networkKey),
             onFailure: { address, error in log("connection from \(address) failed before authentication: \(error)") })
         Task { [self] in
             for await connection in listener.connections { accept(connection) }

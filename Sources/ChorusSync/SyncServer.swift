@@ -17,6 +17,7 @@ public final class SyncServer: Sendable {
     public var logLine: @Sendable (String) -> Void { log }
     private let active = Mutex<[Int: Task<Void, Never>]>([:])
     private let counter = Atomic<Int>(0)
+    private let running = Mutex<[ObjectIdentifier: SyncSession]>([:])
 
     public init(
         node: Node, options: SyncOptions = SyncOptions(live: true), bans: BanList = BanList(),
@@ -45,6 +46,9 @@ public final class SyncServer: Sendable {
         log("session start: peer \(who)")
         do {
             let session = try SyncSession(node: node, transport: transport, options: options, peers: peers)
+            let key = ObjectIdentifier(session)
+            running.withLock { $0[key] = session }
+            defer { _ = running.withLock { $0.removeValue(forKey: key) } }
             let r = try await session.run()
             log(
                 "session end: peer \(who): received \(r.eventsReceived) events, \(r.blobsReceived) blobs; sent \(r.eventsSent) events, \(r.blobsSent) blobs; \(r.bytesReceived + r.bytesSent) bytes in \(String(format: "%.3f", r.seconds)) s"
@@ -90,4 +94,7 @@ public final class SyncServer: Sendable {
     }
 
     public var activeSessions: Int { active.withLock { $0.count } }
+
+    /// The sessions running now (to watch their progress and queues).
+    public var runningSessions: [SyncSession] { running.withLock { Array($0.values) } }
 }

@@ -16,6 +16,14 @@ public struct SyncOptions: Sendable {
     public var blobs = true
     /// How long to wait for the peer's hello.
     public var helloTimeout: Duration = .seconds(10)
+    /// How long the session may go without progress (no frame received,
+    /// none handed to the network, no local ingest finishing) while it
+    /// waits for something: before both "done"s, or in live mode while a
+    /// request or a send is outstanding. Then it ends with `idle_timeout`.
+    public var idleTimeout: Duration = .seconds(60)
+    /// Ask the peer for the payloads of events held here without one
+    /// although no deletion covers them (Specs/sync.md §4.7).
+    public var refill = true
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
@@ -33,6 +41,8 @@ public struct SyncReport: Sendable, Hashable {
     public var eventsReceived = 0
     /// Events received that this node already held.
     public var duplicatesReceived = 0
+    /// Events received to restore a payload this node held purged (refill).
+    public var payloadsRefilled = 0
     public var eventsSent = 0
     public var blobsReceived = 0
     public var blobsSent = 0
@@ -92,6 +102,19 @@ public actor SyncSession {
     private var assembly: (hash: Hash32, total: UInt64, bytes: [UInt8])? = nil
     private var payloadsWanted: Set<EventID> = []
     private var payloadsAsked: Set<EventID> = []
+    /// Events received when the last refill ran (refill runs again only when more arrived).
+    private var refillCheckedAt: Int? = nil
+
+    // Progress, for the idle timeout.
+    private var lastProgress = ContinuousClock.now
+    private var fetchWaiting = false
+    private var ingesting = false
+    private var outboxFrames = 0
+    private var outboxBytes = 0
+    /// The most bytes ever queued for the network and not yet handed to it.
+    public private(set) var peakOutboxBytes = 0
+    /// Bytes queued for the network and not yet handed to it.
+    public var queuedOutboxBytes: Int { outboxBytes }
 
     // Serving (what the peer asked for).
     private enum ServeJob: Sendable { case ranges([FeedRange]), eventsEnd, blobs([Hash32]), blobEnd, payloads([EventID]), payloadEnd }
@@ -158,6 +181,8 @@ public actor SyncSession {
         do {
             try await handshake()
             let live = isLive
+            lastProgress = .now
+            tasks.append(Task { await self.runTask { try await $0.watchdog() } })
             tasks.append(Task { await self.runTask { try await $0.announceLoop(live: live) } })
             tasks.append(Task { await self.runTask { try await $0.serveLoop() } })
             tasks.append(Task { await self.runTask { try await $0.fetchLoop() } })
@@ -179,10 +204,36 @@ public actor SyncSession {
     private func sent(_ bytes: Int) {
         report.framesSent += 1
         report.bytesSent += bytes
+        outboxFrames -= 1
+        outboxBytes -= bytes
+        lastProgress = .now
     }
 
     private func send(_ message: SyncMessage) {
-        outbox.yield(message.encoded())
+        let frame = message.encoded()
+        outboxFrames += 1
+        outboxBytes += frame.count
+        peakOutboxBytes = max(peakOutboxBytes, outboxBytes)
+        outbox.yield(frame)
+    }
+
+    // MARK: Idle timeout
+
+    /// Ends the session with `idle_timeout` when it waits for the peer and
+    /// nothing moves for `options.idleTimeout`: no frame arrives, none is
+    /// handed to the network, no local ingest finishes. A live session with
+    /// nothing outstanding is not idle, just quiet.
+    private func watchdog() async throws {
+        let limit = options.idleTimeout
+        let tick = min(limit / 4, .milliseconds(500))
+        while !closing, firstError == nil {
+            try await Task.sleep(for: tick)
+            guard !closing, firstError == nil, !ingesting else { continue }
+            let waiting = !report.complete || fetchWaiting || creditWaiter != nil || outboxFrames > 0
+            if waiting, ContinuousClock.now - lastProgress >= limit {
+                throw SyncError.idle("no progress for \(limit) (\(outboxFrames) frames not taken by the peer)")
+            }
+        }
     }
 
     // MARK: Hello
@@ -217,6 +268,21 @@ public actor SyncSession {
     private func countReceived(_ frame: [UInt8]) {
         report.framesReceived += 1
         report.bytesReceived += frame.count
+        lastProgress = .now
+    }
+
+    /// The session error for a transport failure: an oversized frame or
+    /// bytes that are not transport messages are the peer's fault; a
+    /// transport idle timeout is an idle session; anything else is a
+    /// closed connection.
+    static func sessionError(transport error: any Error) -> SyncError {
+        switch error as? SecureChannelError {
+        case .frameTooLarge(let size, let limit): .frameTooLarge(size: size, limit: limit)
+        case .decryptionFailed: .malformed("bytes that are not an authentic transport message")
+        case .malformedMessage(let why): .malformed("transport: \(why)")
+        case .idleTimeout: .idle("the connection made no progress for the transport's idle timeout")
+        default: .connectionClosed
+        }
     }
 
     // MARK: Receiving
@@ -226,7 +292,7 @@ public actor SyncSession {
             let frame: [UInt8]?
             do { frame = try await transport.receive() } catch {
                 if firstError != nil || (closing && report.complete) { return }
-                throw SyncError.connectionClosed
+                throw Self.sessionError(transport: error)
             }
             guard let frame else {
                 if report.complete { return }
@@ -344,13 +410,19 @@ public actor SyncSession {
             }
             events.append(event)
         }
-        let result = await node.ingest(events: events + payloadRefills)
-        for (event, r) in zip(events + payloadRefills, result.results) {
+        ingesting = true
+        let all = events + payloadRefills
+        let result = await node.ingest(events: all)
+        ingesting = false
+        lastProgress = .now
+        for (index, (event, r)) in zip(all, result.results).enumerated() {
+            let isRefill = index >= events.count
             switch r {
             case .accepted:
                 report.eventsReceived += 1
             case .duplicate:
-                report.duplicatesReceived += 1
+                // A refill is stored as a duplicate whose payload comes back.
+                if isRefill { report.payloadsRefilled += 1 } else { report.duplicatesReceived += 1 }
             case .refused(let e):
                 switch e {
                 case .fork:
@@ -572,6 +644,7 @@ public actor SyncSession {
                 if grown == feeds { break }
                 feeds = grown
             }
+            try await refillPayloads()
             if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
                 let missing = try blobs.missing().filter { !blobsGivenUp.contains($0.hash) }
                 if !missing.isEmpty {
@@ -594,8 +667,30 @@ public actor SyncSession {
         }
     }
 
+    /// Asks the peer for the full events of payloads held here purged
+    /// although no deletion covers them (Specs/sync.md §4.7), once per
+    /// session per event, and again only after new events arrived.
+    private func refillPayloads() async throws {
+        guard options.refill, peerHello?.capabilities.contains(.refill) == true else { return }
+        if let checked = refillCheckedAt, checked == report.eventsReceived { return }
+        refillCheckedAt = report.eventsReceived
+        let ids = try node.projections.eventsMissingPayload(limit: SyncLimits.maxRefill).filter { !payloadsAsked.contains($0) }
+        guard !ids.isEmpty else { return }
+        for id in ids {
+            payloadsAsked.insert(id)
+            payloadsWanted.insert(id)
+        }
+        for chunk in ids.chunked(SyncLimits.listBatch) { send(.payloadWant(chunk)) }
+        send(.payloadWantEnd)
+        try await expect("events end after payload wants") { if case .eventsEnd = $0 { true } else { false } }
+        payloadsWanted = []  // the peer lacks the rest; they are not asked again in this session
+    }
+
     private func expect(_ wanted: String, _ matches: (FetchSignal) -> Bool) async throws {
-        guard let s = await nextSignal() else { throw CancellationError() }
+        fetchWaiting = true
+        let next = await nextSignal()
+        fetchWaiting = false
+        guard let s = next else { throw CancellationError() }
         guard matches(s) else { throw SyncError.unexpected("\(s) while waiting for \(wanted)") }
     }
 
