@@ -337,8 +337,15 @@ public actor Node {
             case .failure(let e): results[i] = .refused(e)
             }
         }
+        // Feeds that bind or remove devices go first: their devices' events
+        // in the same batch are then folded once, for the right user,
+        // instead of being folded and then re-folded when the binding lands.
+        let binders = Set(valid.lazy.filter { $0.event.kind == .deviceAdded || $0.event.kind == .deviceRemoved }.map(\.event.author))
         valid.sort { a, b in
-            a.event.author != b.event.author ? a.event.author < b.event.author
+            let aFirst = binders.contains(a.event.author)
+            let bFirst = binders.contains(b.event.author)
+            if aFirst != bFirst { return aFirst }
+            return a.event.author != b.event.author ? a.event.author < b.event.author
                 : a.event.seq != b.event.seq ? a.event.seq < b.event.seq : a.index < b.index
         }
         guard let writer else {
