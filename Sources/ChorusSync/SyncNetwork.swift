@@ -5,7 +5,9 @@ import Foundation
 /// Sync over the encrypted TCP transport (Specs/sync-transport.md): the
 /// node's network key is the PSK, its device key the proved identity.
 public enum SyncNetwork {
-    /// The transport configuration of a node's store.
+    /// The transport configuration of a node's store. Frames are capped at
+    /// the sync protocol's limit (`SyncLimits.maxFrameBytes`), so an
+    /// oversized frame is refused before its body is read.
     /// `networkKey` overrides the store's (network.json) for this process,
     /// as `chorus serve --network-key FILE` does.
     public static func configuration(
@@ -15,7 +17,7 @@ public enum SyncNetwork {
         do { identity = try node.deviceSigningKey() } catch { throw SyncError.local("cannot use the device key: \(error)") }
         return SecureTransportConfiguration(
             networkKey: networkKey ?? node.network.networkKey, staticKey: try NoiseStaticKeyFile.loadOrCreate(store: node.storePath),
-            identity: identity, idleTimeout: idleTimeout)
+            identity: identity, maxFrameSize: SyncLimits.maxFrameBytes, idleTimeout: idleTimeout)
     }
 
     /// Reads a network key file: 64 hex digits (surrounding whitespace

@@ -251,9 +251,12 @@ public actor SyncSession {
         if options.blobs { caps.insert(.blobs) }
         send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
-        let frame = try await withTimeout(options.helloTimeout, "waiting for the peer's hello", onTimeout: { await transport.close() }) {
-            try await transport.receive()
-        }
+        let frame: [UInt8]?
+        do {
+            frame = try await withTimeout(options.helloTimeout, "waiting for the peer's hello", onTimeout: { await transport.close() }) {
+                try await transport.receive()
+            }
+        } catch let error as SyncError { throw error } catch { throw Self.sessionError(transport: error) }
         guard let frame else { throw SyncError.connectionClosed }
         countReceived(frame)
         guard case .hello(let hello) = try SyncMessage.decode(frame) else {
