@@ -173,7 +173,7 @@ public actor SyncSession {
                     try await transport.send(frame)
                     await self?.sent(frame.count)
                 } catch {
-                    await self?.fail(.connectionClosed)
+                    await self?.writeFailed()
                     return
                 }
             }
@@ -193,6 +193,20 @@ public actor SyncSession {
             fail(.connectionClosed)
         }
         return try await finish()
+    }
+
+    /// The connection refused a frame: after completion (live mode) that is
+    /// the peer closing, the normal end of a live session (§4.6); before, a
+    /// cut connection.
+    private func writeFailed() {
+        guard report.complete else {
+            fail(.connectionClosed)
+            return
+        }
+        closing = true
+        outbox.finish()
+        let transport = self.transport
+        Task { await transport.close() }
     }
 
     private func runTask(_ body: (isolated SyncSession) async throws -> Void) async {
@@ -294,7 +308,8 @@ public actor SyncSession {
         while true {
             let frame: [UInt8]?
             do { frame = try await transport.receive() } catch {
-                if firstError != nil || (closing && report.complete) { return }
+                // A completed live session ends when either side closes.
+                if firstError != nil || report.complete { return }
                 throw Self.sessionError(transport: error)
             }
             guard let frame else {

@@ -156,8 +156,13 @@ struct SyncSessionTests {
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
         let (ta, tb) = MemoryTransport.pair(a.identity.device, b.identity.device)
-        let sa = try SyncSession(node: a, transport: ta, options: SyncOptions(live: true))
-        let sb = try SyncSession(node: b, transport: tb, options: SyncOptions(live: true))
+        // Live announcements may overtake a side's "done" under load: the
+        // test closes only once both sides reported completion.
+        let completed = LogLines()
+        var options = SyncOptions(live: true)
+        options.onComplete = { _ in completed.append("complete") }
+        let sa = try SyncSession(node: a, transport: ta, options: options)
+        let sb = try SyncSession(node: b, transport: tb, options: options)
         let runA = Task { try await sa.run() }
         let runB = Task { try await sb.run() }
         #expect(try await eventually { try b.head(of: a.identity.user) != nil })
@@ -166,6 +171,7 @@ struct SyncSessionTests {
         let reply = try await b.setProfile(.bio, .text("heard you"))
         #expect(try await eventually { try a.event(reply.id) != nil })
         #expect(try await eventually { try digest(a) == digest(b) })
+        #expect(try await eventually { completed.all.count == 2 })
         await ta.close()
         let reportA = try await bounded(.seconds(10), "live session end") { try await runA.value }
         let reportB = try await bounded(.seconds(10), "live session end") { try await runB.value }
