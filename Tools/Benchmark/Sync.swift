@@ -497,7 +497,9 @@ func runSyncBenchmark(_ args: [String]) async throws {
     try a.log.env.write { txn in
         for blob in workload.blobs { _ = try a.blobs.put(blob, in: txn) }
     }
-    Bench.note("  A holds \(try a.log.eventCount()) events (\(String(format: "%.1f", Bench.clock() - t0)) s)")
+    let ingestSeconds = Bench.clock() - t0
+    let ingestRate = Double(envelopes.count) / ingestSeconds
+    Bench.note("  A holds \(try a.log.eventCount()) events (\(String(format: "%.1f", ingestSeconds)) s)")
     // The two nodes' own device.added events also travel, one each way.
     func ownBindingBytes(_ node: Node) throws -> Int {
         guard let head = try node.log.head(of: node.identity.user), let stored = try node.log.event(head.id) else { return 0 }
@@ -515,7 +517,19 @@ func runSyncBenchmark(_ args: [String]) async throws {
 
     // 3. Full sync of B from A over 127.0.0.1.
     Bench.note("full sync of B from A over 127.0.0.1...")
+    // When B holds every event of A (the blobs follow), polled every 20 ms.
+    let eventsTarget = try a.log.eventCount() + 1
+    let syncStart = Bench.clock()
+    let eventsDone = Task { () -> Double? in
+        while !Task.isCancelled {
+            if let n = try? b.log.eventCount(), n >= eventsTarget { return Bench.clock() - syncStart }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
     let full = try await measuredSync(client: b, server: a, relay: options.relay)
+    eventsDone.cancel()
+    let eventsSeconds = await eventsDone.value
     let r = full.report
     let countA = try a.log.eventCount()
     let countB = try b.log.eventCount()
@@ -574,8 +588,12 @@ func runSyncBenchmark(_ args: [String]) async throws {
     func pct(_ v: Double) -> String { String(format: "%.2f %%", v * 100) }
     let rows: [Row] = [
         Row(name: "Ed25519 verify, \(cores) cores (limit)", value: "\(Int(verifyAll))/s", ratio: "", target: "", met: nil),
+        Row(name: "Node.ingest into A, 50,000 a call", value: "\(Int(ingestRate))/s", ratio: String(format: "%.2f", ingestRate / verifyAll),
+            target: "(context)", met: nil),
         Row(name: "full sync, events/s", value: "\(Int(syncRate))/s", ratio: String(format: "%.2f", rateRatio),
             target: "≥ 0.70 × verify", met: rateRatio >= 0.7),
+        Row(name: "  events phase (until B holds them all)", value: eventsSeconds.map { "\(Int(Double(eventsMoved) / $0))/s in \(String(format: "%.1f", $0)) s" } ?? "",
+            ratio: eventsSeconds.map { String(format: "%.2f", Double(eventsMoved) / $0 / verifyAll) } ?? "", target: "(context)", met: nil),
         Row(name: "wire bytes per event (blobs apart)", value: String(format: "%.1f B vs %.1f B raw", Double(eventWire) / Double(eventsMoved),
             Double(rawBytesBothWays) / Double(eventsMoved)), ratio: pct(overhead), target: "overhead ≤ 10 %", met: overhead <= 0.10),
         Row(name: "blob traffic", value: "\(full.tally.blobWireBytes) B for \(blobBytes) B", ratio: pct(Double(full.tally.blobWireBytes) / Double(blobBytes) - 1),
@@ -592,11 +610,16 @@ func runSyncBenchmark(_ args: [String]) async throws {
             ("feeds", .uint(UInt64(workload.feeds))), ("pictures", .uint(UInt64(workload.blobs.count))), ("seed", .uint(options.seed)),
             ("mix", .object(workload.kinds.sorted { $0.value > $1.value }.map { ($0.key.name, .uint(UInt64($0.value))) })),
             ("verify_all_cores_per_second", .uint(UInt64(verifyAll))),
+            ("ingest_into_a", .object([
+                ("per_second", .uint(UInt64(ingestRate))), ("seconds", s(ingestSeconds)), ("ratio_to_verify", s(ingestRate / verifyAll)),
+                ("calls_of", .uint(50_000)),
+            ])),
             ("full_sync", .object([
                 ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
                 ("blobs_received", .uint(UInt64(r.blobsReceived))), ("seconds", s(full.seconds)),
                 ("events_per_second", .uint(UInt64(syncRate))), ("ratio_to_verify", s(rateRatio)), ("target", .string("0.70")),
                 ("met", .bool(rateRatio >= 0.7)), ("converged", .bool(converged)),
+                ("events_phase_seconds", eventsSeconds.map { s($0) } ?? .null),
                 ("events_a", .uint(UInt64(countA))), ("events_b", .uint(UInt64(countB))), ("digests_equal", .bool(digestA == digestB)),
             ])),
             ("wire", .object([
