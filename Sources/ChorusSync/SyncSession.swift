@@ -109,6 +109,13 @@ public actor SyncSession {
     private var lastProgress = ContinuousClock.now
     private var fetchWaiting = false
     private var ingesting = false
+    /// Received event frames waiting for the ingest in flight. Each ingest
+    /// takes every frame that arrived while the previous one was being
+    /// committed (up to the peer's window), so one durable commit covers
+    /// several frames and the receive loop keeps checking frames meanwhile.
+    private var ingestBuffer: (events: [Event], refills: [Event], frames: Int) = ([], [], 0)
+    private var ingestTask: Task<Void, Never>? = nil
+    private var ingestError: (any Error)? = nil
     private var outboxFrames = 0
     private var outboxBytes = 0
     /// The most bytes ever queued for the network and not yet handed to it.
@@ -324,6 +331,9 @@ public actor SyncSession {
     }
 
     private func handle(_ message: SyncMessage) async throws {
+        // Everything but more events waits for the events before it to be
+        // stored, so the rest of the protocol sees them committed.
+        if case .events = message {} else { try await finishIngest() }
         switch message {
         case .hello:
             throw SyncError.unexpected("a second hello")
@@ -353,8 +363,12 @@ public actor SyncSession {
         case .payloadWantEnd:
             try queue(.payloadEnd, items: 1)
         case .events(let envelopes):
-            try await receiveEvents(envelopes)
-            send(.ack(1))
+            if let error = ingestError { throw error }
+            let (events, refills) = try checkEvents(envelopes)
+            ingestBuffer.events += events
+            ingestBuffer.refills += refills
+            ingestBuffer.frames += 1
+            if ingestTask == nil { ingestTask = Task { await self.drainIngestBuffer() } }
         case .ack(let n):
             guard n <= UInt64(options.window) else { throw SyncError.unexpected("ack of \(n) frames") }
             credits += Int(n)
@@ -400,7 +414,31 @@ public actor SyncSession {
         serveJobs.yield(job)
     }
 
-    private func receiveEvents(_ envelopes: [[UInt8]]) async throws {
+    /// Commits buffered frames until none are left, acknowledging each
+    /// commit's frames once it is durable.
+    private func drainIngestBuffer() async {
+        while ingestBuffer.frames > 0, ingestError == nil {
+            let batch = ingestBuffer
+            ingestBuffer = ([], [], 0)
+            do {
+                try await commitEvents(batch.events, refills: batch.refills)
+                send(.ack(UInt64(batch.frames)))
+            } catch {
+                ingestError = error
+            }
+        }
+        ingestTask = nil
+    }
+
+    /// Waits until every received event frame is committed.
+    private func finishIngest() async throws {
+        if let task = ingestTask { await task.value }
+        if let error = ingestError { throw error }
+    }
+
+    /// Checks a frame's events against what was requested (feed order, no
+    /// unrequested events); returns them and the refilled payloads.
+    private func checkEvents(_ envelopes: [[UInt8]]) throws -> (events: [Event], refills: [Event]) {
         let decoded = Self.decodeAll(envelopes)
         var events: [Event] = []
         events.reserveCapacity(decoded.count)
@@ -428,6 +466,10 @@ public actor SyncSession {
             }
             events.append(event)
         }
+        return (events, payloadRefills)
+    }
+
+    private func commitEvents(_ events: [Event], refills payloadRefills: [Event]) async throws {
         ingesting = true
         let all = events + payloadRefills
         let result = await node.ingest(events: all)
