@@ -253,8 +253,8 @@ struct ReplayTests {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         // Files, not pipes: nothing can block on a full pipe.
-        FileManager.default.createFile(atPath: dir + "/out", contents: nil)
-        FileManager.default.createFile(atPath: dir + "/err", contents: nil)
+        _ = FileManager.default.createFile(atPath: dir + "/out", contents: nil)
+        _ = FileManager.default.createFile(atPath: dir + "/err", contents: nil)
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/out"))
         let err = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/err"))
         process.standardOutput = out
