@@ -26,6 +26,13 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     public static let zero = Bytes32(unchecked: [UInt8](repeating: 0, count: 32))
 
+    /// One call for all 32 bytes: ids are hashed constantly (sets and
+    /// dictionaries of events, keys and objects), and the synthesized
+    /// version feeds the hasher one byte at a time.
+    public func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
     init(unchecked bytes: [UInt8]) { self.bytes = bytes }
 
     public var hex: String { Hex.encode(bytes) }

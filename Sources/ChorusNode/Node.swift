@@ -341,12 +341,20 @@ public actor Node {
         // in the same batch are then folded once, for the right user,
         // instead of being folded and then re-folded when the binding lands.
         let binders = Set(valid.lazy.filter { $0.event.kind == .deviceAdded || $0.event.kind == .deviceRemoved }.map(\.event.author))
-        valid.sort { a, b in
-            let aFirst = binders.contains(a.event.author)
-            let bFirst = binders.contains(b.event.author)
-            if aFirst != bFirst { return aFirst }
-            return a.event.author != b.event.author ? a.event.author < b.event.author
-                : a.event.seq != b.event.seq ? a.event.seq < b.event.seq : a.index < b.index
+        if binders.isEmpty {
+            valid.sort { a, b in
+                a.event.author != b.event.author ? a.event.author < b.event.author
+                    : a.event.seq != b.event.seq ? a.event.seq < b.event.seq : a.index < b.index
+            }
+        } else {
+            var keyed = valid.map { (first: binders.contains($0.event.author), item: $0) }
+            keyed.sort { a, b in
+                if a.first != b.first { return a.first }
+                let x = a.item, y = b.item
+                return x.event.author != y.event.author ? x.event.author < y.event.author
+                    : x.event.seq != y.event.seq ? x.event.seq < y.event.seq : x.index < y.index
+            }
+            valid = keyed.map(\.item)
         }
         guard let writer else {
             for v in valid { results[v.index] = .refused(.malformedEnvelope("store is read-only")) }
