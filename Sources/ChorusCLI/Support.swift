@@ -17,7 +17,15 @@ struct StoreOptions: ParsableArguments {
     }
 
     func open(readOnly: Bool = false) async throws -> Node {
-        try await Node.open(at: path, readOnly: readOnly)
+        var options = NodeOptions()
+        if stderrIsTerminal {
+            // Opening an older store folds its whole log into projections first.
+            options.rebuildProgress = { done, total in
+                FileHandle.standardError.write(Data("\rrebuilding projections: \(done) of \(total) events".utf8))
+                if done >= total { FileHandle.standardError.write(Data("\n".utf8)) }
+            }
+        }
+        return try await Node.open(at: path, readOnly: readOnly, options: options)
     }
 }
 

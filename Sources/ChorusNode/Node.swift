@@ -16,6 +16,10 @@ public struct NodeOptions: Sendable {
     public var clock: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
     /// The largest picture this node stores (blob size cap).
     public var maxBlobBytes: Int = 16 << 20
+    /// Told how far a rebuild of the projections has got, when opening a
+    /// store whose projections are stale (an older store, or a changed
+    /// network configuration) has to fold the whole log again.
+    public var rebuildProgress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
 
     public init() {}
 }
@@ -163,7 +167,7 @@ public actor Node {
             let projections = try Projections(log: log, blobs: blobs, config: network)
             if try !projections.isCurrent() {
                 guard !readOnly else { throw NodeError.projectionsStale(path: path) }
-                try projections.rebuild()
+                try projections.rebuild(progress: options.rebuildProgress)
             }
             let device = try KeyStore.read(KeyStore.deviceKeyPath(path))
             let fm = FileManager.default
