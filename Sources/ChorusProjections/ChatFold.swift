@@ -66,13 +66,7 @@ extension FoldRun {
             members[user] = m
         }
         for f in try facts(.chat, chat) {
-            let user: PublicKey
-            switch try actor(f) {
-            case .failure(let why):
-                try decide(f.id, why)
-                continue
-            case .success(let u): user = u
-            }
+            guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .chatCreated {
                 if created != nil {
                     try decide(f.id, NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event"))
@@ -232,13 +226,7 @@ extension FoldRun {
     mutating func foldReads(_ chat: ObjectID) throws {
         var markers: [PublicKey: (hlc: UInt64, message: EventID)] = [:]
         for f in try facts(.reads, chat) {
-            let user: PublicKey
-            switch try actor(f) {
-            case .failure(let why):
-                try decide(f.id, why)
-                continue
-            case .success(let u): user = u
-            }
+            guard let user = try actingUserOrRecord(f) else { continue }
             guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
                 try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
                 continue

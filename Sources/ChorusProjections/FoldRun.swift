@@ -144,6 +144,16 @@ struct FoldRun {
         return .success(user)
     }
 
+    /// The acting user of a fact, or nil after recording why it has none.
+    mutating func actingUserOrRecord(_ fact: Fact) throws -> PublicKey? {
+        switch try actor(fact) {
+        case .failure(let why):
+            try decide(fact.id, why)
+            return nil
+        case .success(let user): return user
+        }
+    }
+
     /// Purges the payload of a fact and of its logged event (brief decision 8).
     func purge(_ cls: ObjectClass, _ object: Bytes32, _ fact: Fact) throws {
         guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }

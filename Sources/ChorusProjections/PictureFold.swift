@@ -46,13 +46,7 @@ extension FoldRun {
         var deleted: Fact? = nil
         let all = try facts(.picture, picture)
         for f in all {
-            let user: PublicKey
-            switch try actor(f) {
-            case .failure(let why):
-                try decide(f.id, why)
-                continue
-            case .success(let u): user = u
-            }
+            guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .pictureCreated {
                 if created != nil {
                     try decide(f.id, NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event"))

@@ -69,11 +69,7 @@ extension FoldRun {
     /// index entries, written for every fact, make this possible without
     /// reading the target's other facts (a popular picture has thousands).
     mutating func foldRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ f: Fact) throws {
-        let user: PublicKey
-        switch try actor(f) {
-        case .failure(let why): return try decide(f.id, why)
-        case .success(let u): user = u
-        }
+        guard let user = try actingUserOrRecord(f) else { return }
         if Self.isAdd(f.kind) {
             if user == target && cls != .like {
                 return try decide(f.id, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
