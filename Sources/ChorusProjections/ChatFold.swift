@@ -199,7 +199,7 @@ extension FoldRun {
         ]
         if let deleted {
             record.append(("deleted", .unsigned(deleted.hlc.rawValue)))
-            for f in all { try purge(.message, message, f) }
+            if purging { for f in all { try purge(.message, message, f) } }
         } else if let payload = sent.payload {
             let text = edit.map { $0.payload?[text: "text"]?.textValue } ?? payload[text: "text"]?.textValue
             if let text { record.append(("text", .text(text))) }
@@ -247,5 +247,31 @@ extension FoldRun {
             entries[Table.read.key(chat.bytes, user.bytes)] = Codec.cbor(.array([.unsigned(m.hlc), .bytes(m.message.bytes)]))
         }
         try replace(prefix: Table.read.key(chat.bytes), with: entries)
+    }
+}
+
+extension FoldRun {
+    /// Folds one new read marker into the stored one, with the same result
+    /// and decision as `foldReads` from all of the chat's markers: the marker
+    /// is the furthest effective read, so it only ever moves forward.
+    mutating func foldReadFact(_ chat: ObjectID, _ f: Fact) throws {
+        guard let user = try actingUserOrRecord(f) else { return }
+        guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
+            return try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+        }
+        guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
+            throw ProjectionError.corrupt("chat.read fact without its payload")
+        }
+        let key = Table.read.key(chat.bytes, user.bytes)
+        var forward = true
+        if let raw = try txn.get(p.state, key) {
+            let v = try Codec.decode(raw, "read marker")
+            guard let a = v.arrayValue, a.count == 2, let current = a[0].unsignedValue, let currentMessage = a[1].id32 else {
+                throw ProjectionError.corrupt("read marker")
+            }
+            forward = current < hlc || (current == hlc && currentMessage < message)
+        }
+        if forward { try txn.put(p.state, key, Codec.cbor(.array([.unsigned(hlc), .bytes(message.bytes)]))) }
+        try decide(f.id, nil)
     }
 }

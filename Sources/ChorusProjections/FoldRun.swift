@@ -17,6 +17,8 @@ struct FoldRun {
     /// New relationship facts of this transaction, folded one by one unless
     /// their target is re-folded whole.
     var relationshipFacts: [RelationshipKey: [Fact]] = [:]
+    /// New read markers of this transaction, by chat, folded the same way.
+    var readFacts: [ObjectID: [Fact]] = [:]
     /// Events first stored in this transaction: they have no decision
     /// recorded yet, so clearing one is a no-op that can be skipped...
     var newEvents: Set<EventID> = []
@@ -28,12 +30,21 @@ struct FoldRun {
         let target: Bytes32
     }
 
-    init(projections: Projections, txn: Transaction) {
+    /// Whether effective deletions purge now. A rebuild folds the log in
+    /// slices, so a deletion can look effective part-way (the removal of its
+    /// device in a later slice) although it is not in the end: purges, which
+    /// cannot be undone, then wait for `Projections.purgeDeleted` at the end.
+    let purging: Bool
+
+    init(projections: Projections, txn: Transaction, purging: Bool = true) {
         self.p = projections
         self.txn = txn
+        self.purging = purging
     }
 
     mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
+
+    mutating func addReadFact(_ chat: ObjectID, _ fact: Fact) { readFacts[chat, default: []].append(fact) }
 
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
@@ -71,6 +82,9 @@ struct FoldRun {
             }
         }
         for chat in (dirty[.reads] ?? []).sorted() { try foldReads(chat) }
+        for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
+            for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
+        }
         for message in (dirty[.message] ?? []).sorted() { try foldMessage(message) }
         if let from = coinsFrom { try foldCoins(from: from) }
     }

@@ -95,16 +95,7 @@ extension FoldRun {
         if let deleted {
             record.deleted = deleted.hlc
             record.deletedBy = deleted.id
-            let blob = payload?[text: "blob"]?.id32
-            for f in all { try purge(.picture, picture, f) }
-            if let blob {
-                var referenced = false
-                try txn.scan(p.state, prefix: Table.blobRef.key(blob.bytes)) { _, _ in
-                    referenced = true
-                    return false
-                }
-                if !referenced { try p.blobs.delete(blob, in: txn) }
-            }
+            if purging { try purgeContent(of: picture, all) }
         } else if let payload {
             record.blob = payload[text: "blob"]?.id32
             record.size = payload[text: "size"]?.unsignedValue
@@ -119,6 +110,16 @@ extension FoldRun {
         }
         try txn.put(p.state, recordKey, record.encoded())
         for key in record.indexKeys(picture) { try txn.put(p.state, key, []) }
+    }
+}
+
+extension FoldRun {
+    /// Purges a deleted picture's payloads and, unless a live picture still
+    /// uses them, its blob bytes (brief decision 8).
+    func purgeContent(of picture: ObjectID, _ all: [Fact]) throws {
+        let blob = all.first { $0.kind == .pictureCreated && $0.payload != nil }?.payload?[text: "blob"]?.id32
+        for f in all { try purge(.picture, picture, f) }
+        if let blob, try !p.isBlobReferenced(blob, in: txn) { try p.blobs.delete(blob, in: txn) }
     }
 }
 

@@ -33,9 +33,11 @@ public struct Projections: Sendable {
 
     /// Folds newly stored events (accepted or refilled) into the projections,
     /// inside the caller's write transaction.
-    public func apply(_ events: [Event], in txn: Transaction) throws {
+    /// `purging: false` defers purges to `purgeDeleted` (whole-log folds in
+    /// slices: see `FoldRun.purging`).
+    public func apply(_ events: [Event], in txn: Transaction, purging: Bool = true) throws {
         guard !events.isEmpty else { return }
-        var run = FoldRun(projections: self, txn: txn)
+        var run = FoldRun(projections: self, txn: txn, purging: purging)
         for event in events {
             let value = Fact.encode(event)
             let order = MergeOrder(event)
@@ -60,6 +62,10 @@ public struct Projections: Sendable {
                         }
                     }
                     run.addRelationshipFact(cls, object, Fact(order: order, kind: event.kind, object: event.object, payload: event.payload))
+                case .reads:
+                    // Read markers fold one fact at a time unless the chat's
+                    // membership (or a device binding) changes in this run.
+                    run.addReadFact(object, Fact(order: order, kind: event.kind, object: event.object, payload: event.payload))
                 default:
                     run.mark(cls, object)
                 }
@@ -89,12 +95,35 @@ public struct Projections: Sendable {
             guard let last = slice.last else { break }
             // Merge order, so the coin ledger mostly appends instead of re-folding.
             let events = slice.map(\.event).sorted { MergeOrder($0) < MergeOrder($1) }
-            try log.env.write { txn in try apply(events, in: txn) }
+            try log.env.write { txn in try apply(events, in: txn, purging: false) }
             since = last.arrival
             done += slice.count
             progress?(done, total)
         }
+        try log.env.write { txn in try purgeDeleted(in: txn) }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
+    }
+
+    /// Purges the payloads (and unused blobs) of every picture and message
+    /// the final state holds as deleted: the end of a whole-log fold.
+    public func purgeDeleted(in txn: Transaction) throws {
+        let run = FoldRun(projections: self, txn: txn)
+        var pictures: [ObjectID] = []
+        try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
+            if try PictureRecord.decode(value).deleted != nil { pictures.append(try Codec.b32(key[1...], "picture id")) }
+            return true
+        }
+        for picture in pictures { try run.purgeContent(of: picture, try run.facts(.picture, picture)) }
+        var messages: [EventID] = []
+        try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
+            if try Codec.decode(value, "message record")[text: "deleted"] != nil {
+                messages.append(try Codec.b32(key.suffix(32), "message id"))
+            }
+            return true
+        }
+        for message in messages {
+            for f in try run.facts(.message, message) { try run.purge(.message, message, f) }
+        }
     }
 
     /// The index key recording which projection format and network

@@ -116,7 +116,7 @@ public struct ReplayStore: Sendable {
                     }
                 }
                 try target.log.finish(context, in: txn)
-                try target.projections.apply(stored, in: txn)
+                try target.projections.apply(stored, in: txn, purging: false)
             }
             since = last.position
             done += slice.count
@@ -131,6 +131,7 @@ public struct ReplayStore: Sendable {
                 try target.log.finish(context, in: txn)
             }
         }
+        try target.env.write { txn in try target.projections.purgeDeleted(in: txn) }
         try target.projections.markBuilt()
         return target
     }
