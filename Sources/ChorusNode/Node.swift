@@ -78,6 +78,7 @@ public actor Node {
     private let userKey: SigningKey?
     private let issuerKey: SigningKey?
     private let writer: GroupCommitWriter?
+    nonisolated let writerNotifier: ArrivalNotifier
     private let signer: BatchSigner?
     private var lockFD: Int32
     private var clock: HybridClock
@@ -202,6 +203,7 @@ public actor Node {
         let writer =
             readOnly ? nil : GroupCommitWriter(projections: projections, driftMillis: options.driftMillis, nowMillis: options.clock)
         self.writer = writer
+        self.writerNotifier = writer?.notifier ?? ArrivalNotifier()
         self.signer = writer.map(BatchSigner.init(writer:))
     }
 

@@ -25,13 +25,17 @@ final class GroupCommitWriter: Sendable {
 
     private let thread: BatchingThread<Request>
     private let stats = CommitStatistics()
+    /// Told after every durable commit (live sync waits on it).
+    let notifier = ArrivalNotifier()
 
     init(projections: Projections, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64) {
         let stats = self.stats
+        let notifier = self.notifier
         thread = BatchingThread(
             name: "chorus-writer", maxWeight: Self.maxEventsPerTransaction, weight: { max(1, $0.events.count) }
         ) { batch in
-            Self.commit(batch, projections: projections, now: nowMillis(), driftMillis: driftMillis, stats: stats)
+            Self.commit(
+                batch, projections: projections, now: nowMillis(), driftMillis: driftMillis, stats: stats, notifier: notifier)
         }
     }
 
@@ -52,7 +56,7 @@ final class GroupCommitWriter: Sendable {
 
     private static func commit(
         _ batch: [Request], projections: Projections, now: UInt64, driftMillis: UInt64,
-        stats: CommitStatistics
+        stats: CommitStatistics, notifier: ArrivalNotifier
     ) {
         let log = projections.log
         do {
@@ -78,7 +82,7 @@ final class GroupCommitWriter: Sendable {
             }
             let size = batch.reduce(0) { $0 + $1.events.count }
             stats.record(batchSize: size)
-            ArrivalNotifier.committed(log.env)  // wakes live sync sessions (ArrivalNotifications.swift)
+            notifier.notify()
             for (request, result) in zip(batch, outcomes) { request.completion(.success(result)) }
         } catch {
             // Nothing in this transaction was committed, so nothing was acknowledged.

@@ -66,7 +66,7 @@ struct KnownHistory {
         // A fork of Ben's device feed at seq 1, as a misbehaving peer would send it.
         let benDeviceFeed = try ben.feed(ben.identity.device)
         let benFirst = try #require(benDeviceFeed.first?.event)
-        let forkKey = try KeyStore_readDevice(dir + "/ben")
+        let forkKey = try ben.deviceSigningKey()
         let fork = try Event.sign(
             with: forkKey, seq: 1, prev: nil, hlc: benFirst.hlc, kind: .profileSet, object: ben.identity.user,
             payload: .textMap([("field", .text("bio")), ("value", .text("the other branch"))]))
@@ -84,15 +84,6 @@ struct KnownHistory {
     }
 
     func cleanup() { try? FileManager.default.removeItem(atPath: dir) }
-}
-
-/// The device key of a store (test-only: forging a fork needs it).
-func KeyStore_readDevice(_ store: String) throws -> SigningKey {
-    let text = try String(contentsOfFile: store + "/keys/device.secret", encoding: .utf8)
-    guard let seed = Hex.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)), let key = SigningKey(seed: seed) else {
-        throw ReplayTestFailure("unreadable device key")
-    }
-    return key
 }
 
 struct ReplayTestFailure: Error, CustomStringConvertible {
