@@ -77,7 +77,7 @@ func bounded<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @
 }
 
 /// Polls `condition` until it holds or `limit` passes.
-func eventually(_ limit: Duration = .seconds(10), _ condition: () throws -> Bool) async throws -> Bool {
+func eventually(_ limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + limit
     while ContinuousClock.now < deadline {
         if try condition() { return true }

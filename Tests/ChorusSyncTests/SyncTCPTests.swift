@@ -33,7 +33,7 @@ struct SyncTCPTests {
         let e = try await server.setProfile(.bio, .text("pushed live"))
         #expect(try await eventually { try client.event(e.id) != nil })
         live.cancel()
-        _ = try? await bounded(.seconds(10), "live end") { try await live.value }
+        _ = try? await bounded(.seconds(30), "live end") { try await live.value }
         await listener.shutdown()
         await sync.shutdown()
         #expect(lines.all.contains { $0.contains("session end") })
