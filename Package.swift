@@ -33,6 +33,7 @@ let package = Package(
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]),
 
         .target(name: "ChorusCBOR"),
+        .target(name: "ChorusParallel"),
         .target(name: "ChorusCrypto", dependencies: ["CSodium"]),
         .target(name: "ChorusStorage", dependencies: ["CLMDB"]),
         .target(name: "ChorusEvents", dependencies: ["ChorusCBOR", "ChorusCrypto"]),
@@ -43,29 +44,32 @@ let package = Package(
             dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusNode",
-            dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
+            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
                            "ChorusCBOR"]),
         .target(name: "ChorusNoise", dependencies: ["CSodium", "ChorusCrypto"]),
         .target(
             name: "ChorusSync",
-            dependencies: ["ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
+            dependencies: ["ChorusParallel", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
                            "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
         .target(
             name: "ChorusReplay",
-            dependencies: ["ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
+            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
                            "ChorusCBOR"]),
+        .target(
+            name: "ChorusCommandLine",
+            dependencies: ["ChorusNode", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
-            dependencies: ["ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+            dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusCLI",
-            dependencies: ["ChorusNode", "ChorusSync", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
-            dependencies: ["ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+            dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            "ChorusStorage", "CLMDB", "CSodium", "ChorusSync"],
             path: "Tools/Benchmark"),
         .executableTarget(

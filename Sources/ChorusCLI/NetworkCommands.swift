@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChorusCommandLine
 import ChorusCrypto
 import ChorusNode
 import ChorusProjections

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChorusCommandLine
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
@@ -343,13 +344,11 @@ struct Rebuild: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let showProgress = stderrIsTerminal
+        let bar = ProgressBar()
         let (before, after, events) = try await withNode(store) { node in
             let before = try node.projections.digest()
-            try node.projections.rebuild { done, total in
-                if showProgress { FileHandle.standardError.write(Data("\rfolded \(done) of \(total) events".utf8)) }
-            }
-            if showProgress { printError("") }
+            try node.projections.rebuild { done, total in bar.update("folding the log", done, total) }
+            bar.finish()
             return (before, try node.projections.digest(), try node.log.eventCount())
         }
         if output.json {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChorusCommandLine
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents

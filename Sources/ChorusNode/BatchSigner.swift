@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusParallel
 import Foundation
 
 /// Signs this node's own events on all cores and hands them to the writer in
@@ -24,7 +25,7 @@ final class BatchSigner: Sendable {
             let events: [Event] =
                 jobs.count == 1
                 ? [jobs[0].unsigned.signed(with: jobs[0].key)]
-                : ParallelMap.run(jobs) { $0.unsigned.signed(with: $0.key) }
+                : parallelMap(jobs) { $0.unsigned.signed(with: $0.key) }
             // One writer request per batch keeps the feed order intact.
             writer.enqueue(events, blobs: jobs.flatMap(\.blobs)) { result in
                 switch result {

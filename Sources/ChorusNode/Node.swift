@@ -3,6 +3,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusParallel
 import ChorusProjections
 import ChorusStorage
 import Foundation
@@ -420,7 +421,7 @@ public actor Node {
         guard !items.isEmpty else { return [] }
         return await withCheckedContinuation { continuation in
             DispatchQueue.global(qos: .userInitiated).async {
-                continuation.resume(returning: ParallelMap.run(items, transform))
+                continuation.resume(returning: parallelMap(items, transform))
             }
         }
     }
@@ -457,26 +458,3 @@ enum ParallelVerifier {
     }
 }
 
-/// Splits work across all cores; each output slot is written by exactly one
-/// iteration, so the shared buffer needs no lock.
-enum ParallelMap {
-    static func run<In: Sendable, Out>(_ items: [In], _ transform: @Sendable (In) -> Out) -> [Out] {
-        let count = items.count
-        let chunk = 32
-        let chunks = (count + chunk - 1) / chunk
-        return [Out](unsafeUninitializedCapacity: count) { buffer, initialized in
-            guard let base = buffer.baseAddress else { return }  // empty input
-            let box = UncheckedBuffer(base: base)
-            DispatchQueue.concurrentPerform(iterations: chunks) { c in
-                for i in (c * chunk)..<min(count, (c + 1) * chunk) {
-                    (box.base + i).initialize(to: transform(items[i]))
-                }
-            }
-            initialized = count
-        }
-    }
-
-    struct UncheckedBuffer<T>: @unchecked Sendable {
-        let base: UnsafeMutablePointer<T>
-    }
-}

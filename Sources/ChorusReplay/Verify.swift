@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusParallel
 import ChorusProjections
 import Dispatch
 import Foundation
@@ -44,7 +45,7 @@ extension ReplayStore {
 
         // 1. Every record: decode strictly and verify the signature, on all cores.
         try log.rawEventRecords { slice in
-            let checked = Parallel.map(slice) { record -> Result<StoredEvent, Finding> in
+            let checked = parallelMap(slice, chunk: 64) { record -> Result<StoredEvent, Finding> in
                 guard let id = Bytes32(record.key) else {
                     return .failure(
                         Finding(code: "undecodable", message: "an events key of \(record.key.count) bytes", event: nil,
@@ -130,23 +131,3 @@ extension ReplayStore {
     }
 }
 
-/// Maps on all cores; each output slot is written by exactly one iteration.
-enum Parallel {
-    static func map<In: Sendable, Out>(_ items: [In], _ transform: @Sendable (In) -> Out) -> [Out] {
-        let count = items.count
-        let chunk = 64
-        return [Out](unsafeUninitializedCapacity: count) { buffer, initialized in
-            guard let base = buffer.baseAddress else { return }
-            let slots = Slots(base: base)
-            DispatchQueue.concurrentPerform(iterations: (count + chunk - 1) / chunk) { c in
-                for i in (c * chunk)..<min(count, (c + 1) * chunk) { (slots.base + i).initialize(to: transform(items[i])) }
-            }
-            initialized = count
-        }
-    }
-
-    struct Slots<T>: @unchecked Sendable {
-        // Safety: distinct iterations initialise distinct slots.
-        let base: UnsafeMutablePointer<T>
-    }
-}

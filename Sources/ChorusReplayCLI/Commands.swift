@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChorusCommandLine
 import ChorusCBOR
 import ChorusCrypto
 import ChorusNode
@@ -11,7 +12,7 @@ struct Verify: AsyncParsableCommand {
         abstract: "Check every event, feed, fork record and blob, and compare the projections with a rebuild from the log.",
         discussion: "Exit status 0 when the store is intact, 1 with findings.")
     @OptionGroup var store: StoreOption
-    @OptionGroup var output: JSONOption
+    @OptionGroup var output: OutputOptions
 
     func run() async throws {
         let s = try store.open()
@@ -46,7 +47,7 @@ struct Rebuild: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write a fresh store with the same log, blobs and fork evidence, and projections folded from the log.")
     @OptionGroup var store: StoreOption
-    @OptionGroup var output: JSONOption
+    @OptionGroup var output: OutputOptions
     @Option(name: .long, help: ArgumentHelp("The new store directory (must not exist, or be empty).", valueName: "dir"))
     var out: String
 
@@ -74,7 +75,7 @@ struct Diff: AsyncParsableCommand {
         abstract: "List every projection entry that differs between this store and another (a rebuild, or another node).",
         discussion: "Exit status 0 when the projections are identical, 1 when they differ.")
     @OptionGroup var store: StoreOption
-    @OptionGroup var output: JSONOption
+    @OptionGroup var output: OutputOptions
     @Option(name: .long, help: ArgumentHelp("The other store.", valueName: "dir")) var against: String
     @Option(help: "Show at most this many differences.") var limit: Int = 1000
 
@@ -121,7 +122,7 @@ struct History: AsyncParsableCommand {
             its decision: applied, superseded (by which event), or no effect and why.
             """)
     @OptionGroup var store: StoreOption
-    @OptionGroup var output: JSONOption
+    @OptionGroup var output: OutputOptions
     @Argument(help: "The object id (64 hex digits).") var object: String
     func validate() throws { _ = try parseObject(object) }
 
@@ -232,7 +233,7 @@ struct AuditCoins: AsyncParsableCommand {
         abstract: "Trace every coin from its purchase receipt, checking the escrow counter's invariants at every step.",
         discussion: "Exit status 0 when every invariant holds, 1 with findings.")
     @OptionGroup var store: StoreOption
-    @OptionGroup var output: JSONOption
+    @OptionGroup var output: OutputOptions
     @Argument(help: "Only this user's devices and coins (default: everyone).") var user: String?
     func validate() throws { if let user { _ = try parseObject(user) } }
 
@@ -299,7 +300,7 @@ struct AuditCoins: AsyncParsableCommand {
 struct Stats: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Events per kind and per author, purged payloads, forks and database sizes.")
     @OptionGroup var store: StoreOption
-    @OptionGroup var output: JSONOption
+    @OptionGroup var output: OutputOptions
     @Option(help: "List at most this many authors.") var authors: Int = 20
 
     func run() async throws {

@@ -2,6 +2,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusParallel
 import Dispatch
 import Foundation
 
@@ -534,20 +535,8 @@ public actor SyncSession {
         let decode: @Sendable ([UInt8]) -> Result<Event, EventError> = { env in
             do throws(EventError) { return .success(try Event.decode(env)) } catch { return .failure(error) }
         }
-        if envelopes.count < 64 { return envelopes.map(decode) }
-        let count = envelopes.count
-        let chunk = 32
-        return [Result<Event, EventError>](unsafeUninitializedCapacity: count) { buffer, initialized in
-            guard let base = buffer.baseAddress else { return }
-            let box = UncheckedPointer(base: base)
-            DispatchQueue.concurrentPerform(iterations: (count + chunk - 1) / chunk) { c in
-                for i in (c * chunk)..<min(count, (c + 1) * chunk) { (box.base + i).initialize(to: decode(envelopes[i])) }
-            }
-            initialized = count
-        }
+        return parallelMap(envelopes, decode)
     }
-
-    struct UncheckedPointer<T>: @unchecked Sendable { let base: UnsafeMutablePointer<T> }
 
     // MARK: Announcing
 

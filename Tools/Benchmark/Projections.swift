@@ -11,6 +11,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusParallel
 import ChorusProjections
 import ChorusStorage
 import Dispatch
@@ -493,20 +494,6 @@ enum Bench {
     static func note(_ s: String) { if progress { FileHandle.standardError.write(Data((s + "\n").utf8)) } }
     static func clock() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
-    /// Maps on all cores in chunks.
-    static func parallelMap<In: Sendable, Out: Sendable>(_ items: [In], _ transform: @Sendable (In) -> Out) -> [Out] {
-        let count = items.count
-        let chunk = 256
-        return [Out](unsafeUninitializedCapacity: count) { buffer, initialized in
-            guard let base = buffer.baseAddress else { return }
-            nonisolated(unsafe) let out = base
-            DispatchQueue.concurrentPerform(iterations: (count + chunk - 1) / chunk) { c in
-                for i in (c * chunk)..<min(count, (c + 1) * chunk) { (out + i).initialize(to: transform(items[i])) }
-            }
-            initialized = count
-        }
-    }
-
     /// Raw LMDB: durable transactions of 1000 puts each under increasing
     /// 8-byte keys, one put per value: the least work a batched durable
     /// append of these values can do.
@@ -589,7 +576,7 @@ func runProjectionsBenchmark(_ args: [String]) async throws {
     let jobs: [(key: SigningKey, event: UnsignedEvent)] = feedOrder.flatMap { f in
         workload.feeds[f].events.map { (workload.feeds[f].key, $0) }
     }
-    let envelopes = Bench.parallelMap(jobs) { $0.event.signed(with: $0.key).encoded() }
+    let envelopes = parallelMap(jobs, chunk: 256) { $0.event.signed(with: $0.key).encoded() }
     let signSeconds = Bench.clock() - t0
     let bytes = envelopes.reduce(0) { $0 + $1.count }
     let mix = workload.kinds.sorted { $0.value > $1.value }

@@ -15,6 +15,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusParallel
 import ChorusProjections
 import ChorusSync
 import Dispatch
@@ -215,7 +216,7 @@ struct SyncWorkload {
         }
         out.feeds = feeds.count
         let jobs: [(key: SigningKey, event: UnsignedEvent)] = feeds.flatMap { f in f.events.map { (f.key, $0) } }
-        out.envelopes = Bench.parallelMap(jobs) { $0.event.signed(with: $0.key).encoded() }
+        out.envelopes = parallelMap(jobs, chunk: 256) { $0.event.signed(with: $0.key).encoded() }
         return out
     }
 
@@ -238,7 +239,7 @@ struct SyncWorkload {
             return (key, list)
         }
         let flat: [(key: SigningKey, event: UnsignedEvent)] = jobs.flatMap { key, list in list.map { (key, $0) } }
-        return Bench.parallelMap(flat) { $0.event.signed(with: $0.key).encoded() }
+        return parallelMap(flat, chunk: 256) { $0.event.signed(with: $0.key).encoded() }
     }
 }
 

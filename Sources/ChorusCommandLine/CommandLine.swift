@@ -1,0 +1,119 @@
+import ArgumentParser
+import ChorusCrypto
+import ChorusNode
+import Foundation
+import Synchronization
+
+/// Exit statuses shared by `chorus` and `chorus-replay` (README "Exit
+/// codes"): 0 success, 1 the command ran but refused or found something,
+/// 2 usage, store or I/O error.
+public enum Exit {
+    public static let refused: Int32 = 1
+    public static let finding: Int32 = 1
+    public static let failure: Int32 = 2
+}
+
+/// What both command-line tools do around their commands: run the parsed
+/// command and map every failure to an exit status with a message that says
+/// what was wrong. An `ExitCode` thrown by a command passes through.
+public protocol ChorusCommandLineTool: AsyncParsableCommand {}
+
+extension ChorusCommandLineTool {
+    public static func runAndExit() async {
+        let name = configuration.commandName ?? "chorus"
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let exit as ExitCode {
+            Foundation.exit(exit.rawValue)
+        } catch NodeError.refused(let why) {
+            // The command was understood but the node refused it (misuse).
+            printError("refused: \(why)")
+            Foundation.exit(Exit.refused)
+        } catch {
+            if exitCode(for: error) == .success { self.exit(withError: error) }  // --help, --version
+            if error is ValidationError || exitCode(for: error) == .validationFailure {
+                printError(fullMessage(for: error))
+                printError("Run `\(name) --help` (or `\(name) COMMAND --help`) for usage.")
+            } else {
+                // Our errors describe themselves; `fullMessage` would add type names.
+                printError("error: \(error)")
+            }
+            Foundation.exit(Exit.failure)
+        }
+    }
+}
+
+/// The store directory a command works on: `--store`, else `$CHORUS_STORE`,
+/// else `./chorus-data`.
+public func storePath(_ explicit: String?) -> String {
+    if let explicit { return explicit }
+    if let env = ProcessInfo.processInfo.environment["CHORUS_STORE"], !env.isEmpty { return env }
+    return "./chorus-data"
+}
+
+/// `--json`, on every command that prints data.
+public struct OutputOptions: ParsableArguments {
+    @Flag(name: .long, help: "Print machine-readable JSON instead of text.")
+    public var json = false
+    public init() {}
+}
+
+public func printJSON(_ value: JSONValue) {
+    print(value.rendered())
+}
+
+/// Writes text to stderr (progress and warnings stay out of piped output).
+public func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+public var stderrIsTerminal: Bool { isatty(2) == 1 }
+
+/// Parses a 32-byte key or id given as 64 hex digits; `what` names the
+/// argument in the error.
+public func parseKey(_ text: String, what: String) throws -> Bytes32 {
+    guard let key = Bytes32(hex: text.lowercased()) else {
+        throw ValidationError("\(what) must be 64 hex digits, got \"\(text)\"")
+    }
+    return key
+}
+
+/// A one-line progress bar on stderr, drawn only when stderr is a terminal
+/// and the work has run for more than a moment. Safe to update from any
+/// thread (a rebuild reports from the writer's).
+public final class ProgressBar: Sendable {
+    private struct State {
+        var shown = false
+        var lastDraw = Date.distantPast
+    }
+    private let enabled = stderrIsTerminal
+    private let start = Date()
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func update(_ stage: String, _ done: Int, _ total: Int) {
+        guard enabled, Date().timeIntervalSince(start) > 0.5 else { return }
+        let draw = state.withLock { s -> Bool in
+            guard Date().timeIntervalSince(s.lastDraw) > 0.1 else { return false }
+            s.lastDraw = Date()
+            s.shown = true
+            return true
+        }
+        guard draw else { return }
+        let width = 30
+        let filled = total > 0 ? min(width, done * width / total) : 0
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        FileHandle.standardError.write(Data("\r\(stage) [\(bar)] \(done)/\(total)   ".utf8))
+    }
+
+    /// Clears the bar's line, if one was drawn.
+    public func finish() {
+        if state.withLock({ $0.shown }) { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+}
