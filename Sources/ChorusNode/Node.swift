@@ -7,6 +7,7 @@ import ChorusParallel
 import ChorusProjections
 import ChorusStorage
 import Foundation
+import Synchronization
 
 public struct NodeOptions: Sendable {
     /// How far ahead of this node's clock an event's timestamp may be (brief decision 3).
@@ -290,6 +291,26 @@ public actor Node {
             forgetSigningHead(author, ifGeneration: generation)
             throw NodeError.ownEventRefused(reason)
         }
+    }
+
+    /// Stores blob bytes received from a peer, in the writer's next group
+    /// commit (one writer, brief decision 9), unless no live picture
+    /// references them any more or they are stored already. The caller has
+    /// checked the bytes against `hash`. Returns whether they were stored.
+    public func storeReceivedBlob(_ bytes: [UInt8], hash: Hash32) async throws -> Bool {
+        guard let writer else { throw NodeError.refused("the store is open read-only") }
+        let stored = Mutex(false)
+        let projections = self.projections
+        let blobs = self.blobs
+        let work: @Sendable (Transaction) throws -> Void = { txn in
+            guard try projections.isBlobReferenced(hash, in: txn), try !blobs.contains(hash, in: txn) else { return }
+            try blobs.put(bytes, in: txn)
+            stored.withLock { $0 = true }
+        }
+        let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in
+            writer.enqueue([], work: work) { continuation.resume(with: $0) }
+        }
+        return stored.withLock { $0 }
     }
 
     /// Drops the cached head so the next append reloads it from the store.

@@ -16,6 +16,9 @@ final class GroupCommitWriter: Sendable {
         /// Blob bytes committed with the events (a picture and its bytes
         /// become durable together).
         var blobs: [[UInt8]] = []
+        /// Other writes that belong in the same transaction (a blob received
+        /// from a peer, stored only if still referenced).
+        var work: (@Sendable (Transaction) throws -> Void)? = nil
         let completion: @Sendable (Result<[AppendOutcome], any Error>) -> Void
     }
 
@@ -42,9 +45,10 @@ final class GroupCommitWriter: Sendable {
     /// Queues `events` behind everything already queued (synchronously, so
     /// callers control the order) and calls `completion` once durable.
     func enqueue(
-        _ events: [Event], blobs: [[UInt8]] = [], completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void
+        _ events: [Event], blobs: [[UInt8]] = [], work: (@Sendable (Transaction) throws -> Void)? = nil,
+        completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void
     ) {
-        if !thread.enqueue(Request(events: events, blobs: blobs, completion: completion)) {
+        if !thread.enqueue(Request(events: events, blobs: blobs, work: work, completion: completion)) {
             completion(.failure(NodeError.closed))
         }
     }
@@ -67,6 +71,7 @@ final class GroupCommitWriter: Sendable {
                 var stored: [Event] = []
                 let outcomes = try batch.map { request in
                     for blob in request.blobs { try projections.blobs.put(blob, in: txn) }
+                    try request.work?(txn)
                     return try request.events.map { event in
                         let outcome = try log.append(event, in: txn, context: &context)
                         switch outcome {

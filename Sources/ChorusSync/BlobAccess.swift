@@ -45,15 +45,4 @@ struct BlobAccess: Sendable {
             return try node.blobs.read(hash, in: txn)
         }
     }
-
-    /// Stores a verified blob unless no live picture references it any more
-    /// (deleted meanwhile). Returns whether it was stored.
-    func store(_ bytes: [UInt8], hash: Hash32) throws -> Bool {
-        try node.log.env.write { txn in
-            guard try referenced(hash, in: txn) else { return false }
-            if try node.blobs.contains(hash, in: txn) { return false }
-            try node.blobs.put(bytes, in: txn)
-            return true
-        }
-    }
 }

@@ -387,7 +387,7 @@ public actor SyncSession {
             }
             signal(.eventsEnd)
         case .blobData(let hash, let offset, let total, let bytes):
-            try receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
+            try await receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
             send(.ack(1))
         case .blobMissing(let hash):
             guard blobsWanted.removeValue(forKey: hash) != nil else { throw SyncError.badBlob("\(hash.short) was not requested") }
@@ -504,7 +504,7 @@ public actor SyncSession {
         }
     }
 
-    private func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) throws {
+    private func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) async throws {
         guard let declared = blobsWanted[hash] else { throw SyncError.badBlob("\(hash.short) was not requested") }
         let limit = UInt64(node.options.maxBlobBytes)
         if offset == 0 {
@@ -525,7 +525,7 @@ public actor SyncSession {
         guard Blake2b.hash256(a.bytes) == hash else { throw SyncError.badBlob("bytes of \(hash.short) do not match its hash") }
         blobsWanted.removeValue(forKey: hash)
         do {
-            if try blobs.store(a.bytes, hash: hash) { report.blobsReceived += 1 }
+            if try await node.storeReceivedBlob(a.bytes, hash: hash) { report.blobsReceived += 1 }
         } catch { throw SyncError.local("could not store blob \(hash.short): \(error)") }
     }
 

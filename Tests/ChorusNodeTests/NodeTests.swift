@@ -153,4 +153,33 @@ struct NodeTests {
         #expect(try node.arrivals(since: mark + 5).isEmpty)
         await node.close()
     }
+
+    @Test func receivedBlobsAreStoredOnlyWhileReferencedAndOnce() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = try await Node.create(at: tmp.store("a"))
+        let b = try await Node.create(at: tmp.store("b"))
+        let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let picture = try await a.addPicture(bytes, mime: "image/png")
+        // B learns of the picture without its bytes, as a sync delivers events before blobs.
+        let events = try a.arrivals().map(\.event)
+        #expect(await b.ingest(events: events).accepted == events.count)
+        let hash = Blake2b.hash256(bytes)
+        #expect(try b.blobs.read(hash) == nil)
+        let unreferenced = [UInt8](repeating: 7, count: 100)
+        #expect(try await b.storeReceivedBlob(unreferenced, hash: Blake2b.hash256(unreferenced)) == false)
+        #expect(try await b.storeReceivedBlob(bytes, hash: hash) == true)
+        #expect(try await b.storeReceivedBlob(bytes, hash: hash) == false)
+        #expect(try b.blobs.read(hash) == bytes)
+        // A deleted picture's bytes are not taken in again.
+        _ = try await a.deletePicture(picture)
+        let c = try await Node.create(at: tmp.store("c"))
+        let all = try a.arrivals().map(\.event)
+        #expect(await c.ingest(events: all).accepted == all.count)
+        #expect(try await c.storeReceivedBlob(bytes, hash: hash) == false)
+        #expect(try c.blobs.read(hash) == nil)
+        await a.close()
+        await b.close()
+        await c.close()
+    }
 }
