@@ -76,25 +76,27 @@ let package = Package(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
             path: "Tools/CrashWriter"),
 
-        .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusCBOR"]),
-        .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
+        // Helpers the test targets share (seeded randomness, vector files).
+        .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto"], path: "Tests/ChorusTestSupport"),
+        .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
+        .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusProjectionsTests",
-            dependencies: ["ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+            dependencies: ["ChorusTestSupport", "ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto"]),
-        .testTarget(name: "ChorusNoiseTests", dependencies: ["ChorusNoise", "ChorusCrypto"]),
+        .testTarget(name: "ChorusNoiseTests", dependencies: ["ChorusTestSupport", "ChorusNoise", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusSyncTests",
-            dependencies: ["ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
+            dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
                            "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
         .testTarget(
             name: "ChorusReplayTests",
-            dependencies: ["ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",
+            dependencies: ["ChorusTestSupport", "ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",
                            "ChorusEvents", "ChorusStorage", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusNodeTests",
-            dependencies: ["ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+            dependencies: ["ChorusTestSupport", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto", "ChorusCrashWriter", "ChorusCLI"]),
     ],
     swiftLanguageModes: [.v6]

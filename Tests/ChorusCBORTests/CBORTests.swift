@@ -1,9 +1,7 @@
 import ChorusCBOR
+import ChorusTestSupport
 import Foundation
 import Testing
-
-private let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent()
 
 private func hexBytes(_ s: String) -> [UInt8] {
     var out: [UInt8] = []
@@ -23,7 +21,7 @@ struct RFCExample: Sendable, CustomTestStringConvertible {
 }
 
 private func rfcExamples() throws -> [RFCExample] {
-    let data = try Data(contentsOf: root.appendingPathComponent("Specs/vectors/cbor/rfc-appendix-a.json"))
+    let data = try Data(contentsOf: specVector("cbor/rfc-appendix-a.json"))
     let items = try JSONSerialization.jsonObject(with: data) as! [[String: Any]]
     return items.map { RFCExample(hex: $0["hex"] as! String, roundtrip: $0["roundtrip"] as! Bool) }
 }
@@ -159,17 +157,6 @@ struct CanonicalTests {
     }
 }
 
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-        return z ^ (z >> 31)
-    }
-}
 
 private func randomValue(_ rng: inout SplitMix64, depth: Int) -> CBORValue {
     switch Int.random(in: 0..<(depth > 3 ? 6 : 8), using: &rng) {

@@ -1,55 +1,20 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
+import ChorusTestSupport
 import Foundation
 import Testing
 
-let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent()
+typealias ValidVector = ValidEventVector
+typealias InvalidVector = InvalidEventVector
+typealias VectorFile = EventVectorFile
 
-func hex(_ s: String) -> [UInt8] { Hex.decode(s)! }
-
-struct ValidVector: Decodable, Sendable, CustomTestStringConvertible {
-    let name: String
-    let author_seed: String
-    let author: String
-    let seq: UInt64
-    let prev: String?
-    let hlc: UInt64
-    let kind: String
-    let kind_code: UInt64
-    let object: String
-    let payload_hex: String
-    let payload_present: Bool
-    let payload_hash: String
-    let header_hex: String
-    let signed_message_hex: String
-    let signature_hex: String
-    let id: String
-    let envelope_hex: String
-    var testDescription: String { name }
+extension ValidEventVector: CustomTestStringConvertible {
+    public var testDescription: String { name }
 }
 
-struct InvalidVector: Decodable, Sendable, CustomTestStringConvertible {
-    let name: String
-    let envelope_hex: String
-    let prior_hex: [String]
-    let now_ms: UInt64
-    let error: String
-    let decode_error: Bool
-    var testDescription: String { "\(name) → \(error)" }
-}
-
-struct VectorFile: Decodable, Sendable {
-    let signing_context_hex: String
-    let drift_ms: UInt64
-    let valid: [ValidVector]
-    let invalid: [InvalidVector]
-
-    static func load() throws -> VectorFile {
-        let data = try Data(contentsOf: repositoryRoot.appendingPathComponent("Specs/vectors/events.json"))
-        return try JSONDecoder().decode(VectorFile.self, from: data)
-    }
+extension InvalidEventVector: CustomTestStringConvertible {
+    public var testDescription: String { "\(name) → \(error)" }
 }
 
 @Suite("Event vectors (Specs/vectors/events.json)")

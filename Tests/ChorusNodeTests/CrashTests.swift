@@ -1,5 +1,6 @@
 import ChorusCrypto
 import ChorusNode
+import ChorusTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -53,7 +54,7 @@ struct CrashTests {
         defer { tmp.cleanup() }
         let store = tmp.store("crash")
         let seed = UInt64(ProcessInfo.processInfo.environment["CHORUS_CRASH_SEED"] ?? "") ?? 20261122
-        var rng = SeededRandom(seed: seed)
+        var rng = SplitMix64(seed: seed)
         var acknowledged: [String: UInt64] = [:]
         let rounds = 15
         for round in 0..<rounds {
@@ -88,14 +89,3 @@ struct CrashTests {
     }
 }
 
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-        return z ^ (z >> 31)
-    }
-}

@@ -3,32 +3,15 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusTestSupport
 import Foundation
 import Testing
 
-struct InvalidVector: Decodable, Sendable, CustomTestStringConvertible {
-    let name: String
-    let envelope_hex: String
-    let prior_hex: [String]
-    let now_ms: UInt64
-    let error: String
-    var testDescription: String { "\(name) → \(error)" }
-}
+typealias InvalidVector = InvalidEventVector
+typealias VectorFile = EventVectorFile
 
-struct ValidVector: Decodable, Sendable {
-    let name: String
-    let envelope_hex: String
-    let id: String
-}
-
-struct VectorFile: Decodable, Sendable {
-    let drift_ms: UInt64
-    let valid: [ValidVector]
-    let invalid: [InvalidVector]
-    static func load() throws -> VectorFile {
-        try JSONDecoder().decode(
-            VectorFile.self, from: Data(contentsOf: repositoryRoot.appendingPathComponent("Specs/vectors/events.json")))
-    }
+extension InvalidEventVector: CustomTestStringConvertible {
+    public var testDescription: String { "\(name) → \(error)" }
 }
 
 /// What a store holds, to show a refused event changed nothing.

@@ -3,14 +3,10 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusTestSupport
 import Foundation
 import Synchronization
 import Testing
-
-let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent()
-
-func hex(_ s: String) -> [UInt8] { Hex.decode(s)! }
 
 /// A fresh directory under the system temp dir, removed by `cleanup`.
 struct TempDir {

@@ -1,11 +1,10 @@
 import ChorusCrypto
+import ChorusTestSupport
 import Foundation
 import Testing
 
 @testable import ChorusNoise
 
-private let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent()
 
 struct NoiseVector: Decodable, Sendable, CustomTestStringConvertible {
     struct Message: Decodable, Sendable {
@@ -32,17 +31,17 @@ struct NoiseVector: Decodable, Sendable, CustomTestStringConvertible {
 private struct VectorFile: Decodable { let vectors: [NoiseVector] }
 
 private func loadVectors() throws -> [NoiseVector] {
-    let url = repositoryRoot.appendingPathComponent("Specs/vectors/noise/cacophony-25519-ChaChaPoly-BLAKE2b.json")
+    let url = specVector("noise/cacophony-25519-ChaChaPoly-BLAKE2b.json")
     return try JSONDecoder().decode(VectorFile.self, from: Data(contentsOf: url)).vectors
 }
 
-private func hex(_ s: String) throws -> [UInt8] {
+private func vectorHex(_ s: String) throws -> [UInt8] {
     try #require(Hex.decode(s), "bad hex in the vector file")
 }
 
 private func keyPair(_ s: String?) throws -> NoiseKeyPair? {
     guard let s else { return nil }
-    return try NoiseKeyPair(privateKey: hex(s))
+    return try NoiseKeyPair(privateKey: vectorHex(s))
 }
 
 @Suite("Noise vectors (Specs/vectors/noise)")
@@ -56,19 +55,19 @@ struct NoiseVectorTests {
     func vector(_ v: NoiseVector) throws {
         let pattern = try #require(NoisePattern(protocolName: v.protocol_name))
         let initiator = try HandshakeState(
-            pattern: pattern, initiator: true, prologue: hex(v.init_prologue), staticKey: keyPair(v.init_static),
+            pattern: pattern, initiator: true, prologue: vectorHex(v.init_prologue), staticKey: keyPair(v.init_static),
             ephemeralKey: keyPair(v.init_ephemeral), remoteStaticKey: v.init_remote_static.map(hex),
             psk: v.init_psks?.first.map(hex))
         let responder = try HandshakeState(
-            pattern: pattern, initiator: false, prologue: hex(v.resp_prologue), staticKey: keyPair(v.resp_static),
+            pattern: pattern, initiator: false, prologue: vectorHex(v.resp_prologue), staticKey: keyPair(v.resp_static),
             ephemeralKey: keyPair(v.resp_ephemeral), remoteStaticKey: v.resp_remote_static.map(hex),
             psk: v.resp_psks?.first.map(hex))
         #expect((v.init_psks?.count ?? 0) <= 1)
 
         var ciphers: (initiator: TransportCiphers, responder: TransportCiphers)? = nil
         for (index, message) in v.messages.enumerated() {
-            let payload = try hex(message.payload)
-            let expected = try hex(message.ciphertext)
+            let payload = try vectorHex(message.payload)
+            let expected = try vectorHex(message.ciphertext)
             let initiatorSends = index % 2 == 0
             if let c = ciphers {
                 let (sender, receiver) = initiatorSends ? (c.initiator, c.responder) : (c.responder, c.initiator)
@@ -83,7 +82,7 @@ struct NoiseVectorTests {
                 #expect(try reader.readMessage(ciphertext) == payload)
                 if initiator.isComplete {
                     #expect(responder.isComplete)
-                    #expect(initiator.handshakeHash == (try hex(v.handshake_hash)))
+                    #expect(initiator.handshakeHash == (try vectorHex(v.handshake_hash)))
                     #expect(responder.handshakeHash == initiator.handshakeHash)
                     ciphers = (try initiator.split(), try responder.split())
                 }

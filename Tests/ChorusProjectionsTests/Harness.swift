@@ -5,6 +5,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusTestSupport
 import Foundation
 
 // A fast, Node-free harness for projection tests: a replica is an LMDB
@@ -12,22 +13,8 @@ import Foundation
 // blob store and projections; events are delivered the way ingest does it,
 // appended and folded in one write transaction.
 
-/// SplitMix64: a small, seedable generator, so every schedule replays from
-/// its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8(truncatingIfNeeded: next()) } }
+/// Test conveniences on the shared seeded generator.
+extension SplitMix64 {
     mutating func bytes32() -> Bytes32 { Bytes32(bytes(32))! }
     mutating func chance(_ p: Double) -> Bool { Double(next() >> 11) / Double(UInt64(1) << 53) < p }
     mutating func int(_ r: ClosedRange<Int>) -> Int { Int.random(in: r, using: &self) }

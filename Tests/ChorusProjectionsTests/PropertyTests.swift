@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusProjections
+import ChorusTestSupport
 import Foundation
 import Testing
 

@@ -5,6 +5,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusTestSupport
 import Foundation
 import Testing
 
@@ -15,8 +16,7 @@ import Testing
 /// CHORUS_WRITE_VECTORS=1 after a deliberate rule change.
 @Suite("Projection vectors")
 struct VectorTests {
-    static let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("Specs/vectors/projections.json").path
+    static let path = specVector("projections.json").path
 
     @Test func vectorsFoldToTheirExpectedState() throws {
         let scenarios = VectorScenarios.all()

@@ -2,6 +2,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusProjections
+import ChorusTestSupport
 import Foundation
 
 /// A simulated network for property tests: users with one to three devices

@@ -5,6 +5,7 @@ import ChorusLog
 import ChorusNode
 import ChorusProjections
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 
@@ -87,7 +88,7 @@ struct SyncSessionTests {
     func manyNodesConverge() async throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["CHORUS_SYNC_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...1_000_000))
         print("manyNodesConverge seed \(seed) (set CHORUS_SYNC_SEED to replay)")
-        var rng = SplitMix(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let dir = SyncTempDir()
         defer { dir.cleanup() }
         let net = testNetwork()

@@ -4,6 +4,7 @@ import ChorusEvents
 import ChorusNode
 import ChorusProjections
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 
@@ -95,18 +96,7 @@ func digest(_ node: Node) throws -> String { try node.projections.digest().hex }
 
 /// A small image-like byte string, distinct per seed.
 func pictureBytes(_ seed: Int, size: Int = 3000) -> [UInt8] {
-    var g = SplitMix(seed: UInt64(seed) &+ 7)
+    var g = SplitMix64(seed: UInt64(seed) &+ 7)
     return (0..<size).map { _ in UInt8(truncatingIfNeeded: g.next()) }
 }
 
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -1,5 +1,6 @@
 import ChorusCrypto
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 
@@ -32,8 +33,7 @@ struct SyncVectorTests {
     ]
 
     static var vectorPath: String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Specs/vectors/sync.json").path
+        specVector("sync.json").path
     }
 
     @Test("every message type encodes to the vector bytes and decodes back")
