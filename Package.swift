@@ -70,7 +70,8 @@ let package = Package(
         .executableTarget(
             name: "ChorusBench",
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync"],
+                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/Benchmark"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],

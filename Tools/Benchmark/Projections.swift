@@ -7,6 +7,7 @@
 //     same number of same-sized values (target >= 0.25);
 //   - p50/p99 latency of profile, balance and chat-page queries through the
 //     library (target p99 <= 1 ms).
+import ArgumentParser
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
@@ -17,70 +18,28 @@ import ChorusStorage
 import Dispatch
 import Foundation
 
-struct ProjectionsOptions {
-    var events = 1_000_000
-    var users: Int? = nil
-    /// Envelopes per `Node.ingest` call (one sync batch).
-    var batch = 50_000
-    var queries = 3_000
-    var seed: UInt64 = 1
-    var seconds = 2.0
-    var json = false
-    var keep = false
-    var skipRebuild = false
-    var skipReplay = false
-    /// Only rebuild the projections of an existing store (for profiling).
-    var rebuildStore: String? = nil
+struct ProjectionsOptions: ParsableArguments {
+    @Option(help: "Events to generate and load.") var events = 1_000_000
+    @Option(help: "Users (default events/650, at most 1,500).") var users: Int?
+    @Option(help: "Envelopes per Node.ingest call (one sync batch).") var batch = 50_000
+    @Option(help: "Queries of each kind for the latency figures.") var queries = 3_000
+    @Option(help: "Seed of the workload.") var seed: UInt64 = 1
+    @Option(help: "Seconds per limit measurement.") var seconds = 2.0
+    @Flag(help: "Print machine-readable JSON.") var json = false
+    @Flag(help: "Keep the store in the temporary directory and print its path.") var keep = false
+    @Flag(help: "Leave the rebuild out.") var skipRebuild = false
+    @Flag(help: "Leave the replay tool's figures out.") var skipReplay = false
+    @Option(
+        name: .customLong("rebuild-only"),
+        help: ArgumentHelp("Only time Projections.rebuild() of this existing store (for profiling).", valueName: "store"))
+    var rebuildStore: String?
 
-    init(_ args: [String]) {
-        var i = 0
-        func value() -> String {
-            i += 1
-            guard i < args.count else {
-                FileHandle.standardError.write(Data("\(args[i - 1]) needs a value; see --help\n".utf8))
-                exit(2)
-            }
-            return args[i]
-        }
-        while i < args.count {
-            switch args[i] {
-            case "--events": events = Int(value()) ?? events
-            case "--users": users = Int(value())
-            case "--batch": batch = max(1, Int(value()) ?? batch)
-            case "--queries": queries = max(100, Int(value()) ?? queries)
-            case "--seed": seed = UInt64(value()) ?? seed
-            case "--seconds": seconds = Double(value()) ?? seconds
-            case "--json": json = true
-            case "--keep": keep = true
-            case "--skip-rebuild": skipRebuild = true
-            case "--skip-replay": skipReplay = true
-            case "--rebuild-only": rebuildStore = value()
-            case "--help", "-h":
-                print("""
-                    USAGE: chorus-bench projections [--events N] [--users U] [--batch B] [--queries Q]
-                                                    [--seed S] [--seconds S] [--keep] [--json]
-
-                    Generates N events (default 1,000,000) of a realistic mix from U users
-                    (default N/650, at most 1,500) with one or two devices each, signs them on
-                    all cores, then measures in one run: raw LMDB batched durable append of N
-                    values of the same sizes, the all-core Ed25519 verify rate, ingest of all N
-                    into an empty node through Node.ingest in sync-like batches of B envelopes
-                    (feed by feed, default 50,000), Projections.rebuild(), and the latency of Q
-                    (default 3,000) profile, balance and chat-page queries each.
-                    --keep leaves the store in the temporary directory and prints its path;
-                    --rebuild-only STORE only times Projections.rebuild() of that store (for
-                    profiling); --skip-rebuild leaves the rebuild out. Then, on the closed store,
-                    the replay tool: `verify` (every signature, feed, blob, and a rebuild compared
-                    with the live projections) as a ratio to the verify rate, and `rebuild --out`
-                    (a fresh store) as a ratio to LMDB append; --skip-replay leaves them out.
-                    """)
-                exit(0)
-            default:
-                FileHandle.standardError.write(Data("unknown argument \(args[i]); see --help\n".utf8))
-                exit(2)
-            }
-            i += 1
-        }
+    func validate() throws {
+        if events < 1_000 { throw ValidationError("--events must be at least 1,000") }
+        if let users, users < 2 { throw ValidationError("--users must be at least 2") }
+        if batch < 1 { throw ValidationError("--batch must be at least 1") }
+        if queries < 100 { throw ValidationError("--queries must be at least 100") }
+        if seconds <= 0 { throw ValidationError("--seconds must be positive") }
     }
 }
 
@@ -544,8 +503,7 @@ enum Bench {
 
 // MARK: The run
 
-func runProjectionsBenchmark(_ args: [String]) async throws {
-    let options = ProjectionsOptions(args)
+func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     if let path = options.rebuildStore {
         let node = try await Node.open(at: path)
         let count = try node.log.eventCount()

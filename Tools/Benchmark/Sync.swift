@@ -11,6 +11,7 @@
 // nodes (every byte TCP carried, handshake included), and per frame from the
 // transport's framing (Specs/sync-transport.md §2, §4), which also splits
 // blob traffic from event traffic.
+import ArgumentParser
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
@@ -22,68 +23,27 @@ import Dispatch
 import Foundation
 import Synchronization
 
-struct SyncBenchOptions {
-    var events = 200_000
-    var authors = 1_000
-    var pictures = 3_000
-    var minBlob = 2_000
-    var maxBlob = 20_000
-    var feedsInSync = 10_000
-    var eventsPerFeed = 3
-    var seconds = 2.0
-    var seed: UInt64 = 1
+struct SyncBenchOptions: ParsableArguments {
+    @Option(help: "Events on node A.") var events = 200_000
+    @Option(help: "Users writing them (a user-key feed and a device feed each).") var authors = 1_000
+    @Option(help: "Pictures among them, each with real blob bytes of 2-20 KB.") var pictures = 3_000
+    @Option(help: "Feeds of the already-in-sync measurement.") var feedsInSync = 10_000
+    @Option(help: "Events per feed of the already-in-sync measurement.") var eventsPerFeed = 3
+    @Option(help: "Seconds of the verify-rate measurement.") var seconds = 2.0
+    @Option(help: "Seed of the workload.") var seed: UInt64 = 1
+    @Flag(inversion: .prefixedNo, help: "Pass the traffic through a byte-counting TCP relay (--no-relay: connect directly).")
     var relay = true
-    var json = false
+    @Flag(help: "Print machine-readable JSON.") var json = false
 
-    init(_ args: [String]) {
-        var i = 0
-        func value() -> String {
-            i += 1
-            guard i < args.count else {
-                FileHandle.standardError.write(Data("\(args[i - 1]) needs a value; see --help\n".utf8))
-                exit(2)
-            }
-            return args[i]
-        }
-        while i < args.count {
-            switch args[i] {
-            case "--events": events = max(1_000, Int(value()) ?? events)
-            case "--authors": authors = max(2, Int(value()) ?? authors)
-            case "--pictures": pictures = max(0, Int(value()) ?? pictures)
-            case "--feeds-in-sync": feedsInSync = max(1, Int(value()) ?? feedsInSync)
-            case "--events-per-feed": eventsPerFeed = max(1, Int(value()) ?? eventsPerFeed)
-            case "--seconds": seconds = Double(value()) ?? seconds
-            case "--seed": seed = UInt64(value()) ?? seed
-            case "--no-relay": relay = false
-            case "--json": json = true
-            case "--help", "-h":
-                print("""
-                    USAGE: chorus-bench sync [--events N] [--authors U] [--pictures P] [--feeds-in-sync F]
-                                             [--events-per-feed E] [--seconds S] [--seed S] [--no-relay] [--json]
+    var minBlob: Int { 2_000 }
+    var maxBlob: Int { 20_000 }
 
-                    Builds node A with N events (default 200,000) from U users (default 1,000;
-                    each a user-key feed holding its device.added binding and a device feed
-                    holding the rest: profile edits, follows, chats, messages, likes and P
-                    pictures, default 3,000, with real blob bytes of 2-20 KB), signed on all
-                    cores and ingested before any timing, and an empty node B in the same
-                    network. Measures the all-core Ed25519 verify rate, then times a full
-                    sync of B from A over 127.0.0.1 (SyncServer on A, B syncs as a client)
-                    and reports events/s against the verify rate, wire bytes per event
-                    against the envelopes' bytes (blobs apart), and checks that B ends with
-                    A's events and projection digest. Then two fresh nodes with F feeds
-                    (default 10,000) of E events each (default 3) sync once, and the bytes
-                    of a second sync are compared with a naive full height exchange
-                    (F x (32 + 8 + 32) bytes plus framing, one direction).
-                    Traffic passes through a byte-counting TCP relay; --no-relay connects
-                    directly (wire bytes then come from the frame accounting only).
-                    """)
-                exit(0)
-            default:
-                FileHandle.standardError.write(Data("unknown argument \(args[i]); see --help\n".utf8))
-                exit(2)
-            }
-            i += 1
-        }
+    func validate() throws {
+        if events < 1_000 { throw ValidationError("--events must be at least 1,000") }
+        if authors < 2 { throw ValidationError("--authors must be at least 2") }
+        if pictures < 0 { throw ValidationError("--pictures must not be negative") }
+        if feedsInSync < 1 || eventsPerFeed < 1 { throw ValidationError("--feeds-in-sync and --events-per-feed must be at least 1") }
+        if seconds <= 0 { throw ValidationError("--seconds must be positive") }
     }
 }
 
@@ -461,8 +421,7 @@ let closeNotifyWireBytes = 2 * (4 + 16 + 2)
 
 // MARK: The run
 
-func runSyncBenchmark(_ args: [String]) async throws {
-    let options = SyncBenchOptions(args)
+func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     let cores = ProcessInfo.processInfo.activeProcessorCount
     let scratch = NSTemporaryDirectory() + "chorus-bench-sync-\(UUID().uuidString)"
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)

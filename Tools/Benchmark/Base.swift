@@ -1,0 +1,200 @@
+// chorus-bench: measures the machine's limits and Chorus against them in one
+// run, and prints each Chorus figure as a ratio to its limit, so the figures
+// hold on a noisy machine. Run with `Tools/bench` (release build).
+import ArgumentParser
+import CLMDB
+import CSodium
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusStorage
+import Dispatch
+import Foundation
+
+/// The default measurement: the machine's limits, local append and remote ingest.
+struct BaseOptions: ParsableArguments {
+    @Option(help: "Seconds per measurement.") var seconds = 2.0
+    @Option(help: "Events in the remote ingest batch.") var ingestEvents = 20_000
+    @Flag(help: "Print machine-readable JSON.") var json = false
+    var ingestAuthors: Int { 100 }
+
+    func validate() throws {
+        if seconds <= 0 { throw ValidationError("--seconds must be positive") }
+        if ingestEvents < ingestAuthors { throw ValidationError("--ingest-events must be at least \(ingestAuthors)") }
+    }
+}
+
+func now() -> Double { Bench.clock() }
+func note(_ s: String) { Bench.note(s) }
+
+/// Runs `body` repeatedly on `threads` threads for about `seconds`; returns operations per second.
+func rate(threads: Int, seconds: Double, batch: Int = 64, _ body: @escaping @Sendable (Int) -> Void) -> Double {
+    let counts = UnsafeMutableBufferPointer<Int>.allocate(capacity: threads)
+    counts.initialize(repeating: 0)
+    defer { counts.deallocate() }
+    nonisolated(unsafe) let shared = counts
+    let start = now()
+    let deadline = start + seconds
+    DispatchQueue.concurrentPerform(iterations: threads) { t in
+        var n = 0
+        while now() < deadline {
+            for _ in 0..<batch { body(t) }
+            n += batch
+        }
+        shared[t] = n
+    }
+    return Double(counts.reduce(0, +)) / (now() - start)
+}
+
+func temporaryDirectory(_ name: String) -> String {
+    let path = NSTemporaryDirectory() + "chorus-bench-\(name)-\(UUID().uuidString)"
+    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// Raw LMDB: durable transactions of `batch` puts of an event-sized value
+/// under increasing 8-byte keys, the least work a durable append can do.
+func rawLMDBAppend(batch: Int, seconds: Double) throws -> Double {
+    let dir = temporaryDirectory("lmdb")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let env = try Environment(path: dir, initialMapSize: 1 << 30)
+    let db = try env.openDatabase("raw")
+    let value = [UInt8](repeating: 0x5a, count: 300)
+    var key: UInt64 = 0
+    var written = 0
+    let start = now()
+    while now() - start < seconds {
+        try env.write { txn in
+            for _ in 0..<batch {
+                key += 1
+                try txn.put(db, withUnsafeBytes(of: key.bigEndian) { Array($0) }, value, append: true)
+            }
+        }
+        written += batch
+    }
+    return Double(written) / (now() - start)
+}
+
+func localAppend(writers: Int, seconds: Double) async throws -> Double {
+    let dir = temporaryDirectory("append")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let node = try await Node.create(at: dir + "/store")
+    let payload = CBORValue.textMap([("field", .text("bio")), ("value", .text(String(repeating: "b", count: 120)))])
+    let start = now()
+    let deadline = start + seconds
+    let total = try await withThrowingTaskGroup(of: Int.self) { group in
+        for _ in 0..<writers {
+            group.addTask {
+                var n = 0
+                while now() < deadline {
+                    try await node.append(.profileSet, object: node.identity.user, payload: payload)
+                    n += 1
+                }
+                return n
+            }
+        }
+        return try await group.reduce(0, +)
+    }
+    let elapsed = now() - start
+    let stats = node.writerStatistics
+    note("  \(writers) writers: \(total) events in \(stats.commits) commits (largest \(stats.largestBatch))")
+    await node.close()
+    return Double(total) / elapsed
+}
+
+func remoteIngest(events count: Int, authors: Int) async throws -> (rate: Double, accepted: Int) {
+    note("signing \(count) events from \(authors) authors for the ingest run...")
+    let perAuthor = count / authors
+    let batches: [[[UInt8]]] = (0..<authors).map { a in
+        let key = SigningKey.generate()
+        var prev: EventID? = nil
+        var out: [[UInt8]] = []
+        for seq in 1...perAuthor {
+            let e = try! Event.sign(
+                with: key, seq: UInt64(seq), prev: prev, hlc: HLC(physicalMillis: 1_700_000_000_000 + UInt64(seq), logical: 0),
+                kind: .profileSet, object: key.publicKey,
+                payload: .textMap([("field", .text("bio")), ("value", .text("event \(seq) " + String(repeating: "c", count: 100)))]))
+            prev = e.id
+            out.append(e.encoded())
+        }
+        return out
+    }
+    // Interleaved as a peer would send many feeds.
+    var envelopes: [[UInt8]] = []
+    for i in 0..<perAuthor { for a in 0..<authors { envelopes.append(batches[a][i]) } }
+    let dir = temporaryDirectory("ingest")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let node = try await Node.create(at: dir + "/store")
+    let start = now()
+    let report = await node.ingest(envelopes)
+    let elapsed = now() - start
+    await node.close()
+    return (Double(envelopes.count) / elapsed, report.accepted)
+}
+
+func runBaseBenchmark(_ options: BaseOptions) async throws {
+    let cores = ProcessInfo.processInfo.activeProcessorCount
+
+    let message = [UInt8](repeating: 0x42, count: 200)
+    let keys = (0..<max(cores, 1)).map { _ in SigningKey.generate() }
+    let signatures = keys.map { $0.sign(message) }
+
+    note("raw Ed25519 sign and verify...")
+    let signOne = rate(threads: 1, seconds: options.seconds) { t in _ = keys[t].sign(message) }
+    let signAll = rate(threads: cores, seconds: options.seconds) { t in _ = keys[t].sign(message) }
+    let verifyOne = rate(threads: 1, seconds: options.seconds) { t in
+        _ = Ed25519.verify(signature: signatures[t], message: message, publicKey: keys[t].publicKey)
+    }
+    let verifyAll = rate(threads: cores, seconds: options.seconds) { t in
+        _ = Ed25519.verify(signature: signatures[t], message: message, publicKey: keys[t].publicKey)
+    }
+
+    note("raw LMDB batched durable append...")
+    let lmdbAppend = try rawLMDBAppend(batch: 1000, seconds: options.seconds)
+
+    note("Chorus durable local append (1, 8, 64 writers)...")
+    let append1 = try await localAppend(writers: 1, seconds: options.seconds)
+    let append8 = try await localAppend(writers: 8, seconds: options.seconds)
+    let append64 = try await localAppend(writers: 64, seconds: options.seconds)
+    note("Chorus remote ingest...")
+    let ingest = try await remoteIngest(events: options.ingestEvents, authors: options.ingestAuthors)
+    guard ingest.accepted == options.ingestEvents / options.ingestAuthors * options.ingestAuthors else {
+        FileHandle.standardError.write(Data("ingest accepted only \(ingest.accepted) events\n".utf8))
+        throw ExitCode(1)
+    }
+
+    let appendLimit = min(signAll, lmdbAppend)
+    let rows: [(String, Double, String, Double?, Double?)] = [
+        ("Ed25519 sign, 1 core", signOne, "/s", nil, nil),
+        ("Ed25519 sign, \(cores) cores", signAll, "/s", nil, nil),
+        ("Ed25519 verify, 1 core", verifyOne, "/s", nil, nil),
+        ("Ed25519 verify, \(cores) cores", verifyAll, "/s", nil, nil),
+        ("LMDB batched durable append", lmdbAppend, "/s", nil, nil),
+        ("local append, 1 writer", append1, "/s", append1 / appendLimit, nil),
+        ("local append, 8 writers", append8, "/s", append8 / appendLimit, nil),
+        ("local append, 64 writers", append64, "/s", append64 / appendLimit, 0.5),
+        ("remote ingest, \(options.ingestEvents) events / \(options.ingestAuthors) authors", ingest.rate, "/s", ingest.rate / verifyAll, 0.8),
+    ]
+
+    if options.json {
+        let items = rows.map { r -> JSONValue in
+            var fields: [(String, JSONValue)] = [("name", .string(r.0)), ("per_second", .uint(UInt64(r.1)))]
+            if let ratio = r.3 { fields.append(("ratio", .string(String(format: "%.3f", ratio)))) }
+            if let target = r.4 { fields.append(("target", .string(String(format: "%.2f", target)))) }
+            return .object(fields)
+        }
+        print(JSONValue.object([("cores", .uint(UInt64(cores))), ("results", .array(items))]).rendered())
+    } else {
+        print("chorus-bench on \(cores) cores, \(options.seconds) s per measurement")
+        print("Local append ratios are to min(all-core sign, LMDB batched append) = \(Int(appendLimit))/s;")
+        print("ingest is a ratio to the all-core verify rate.")
+        print("")
+        func pad(_ s: String, _ n: Int) -> String { s + String(repeating: " ", count: max(0, n - s.count)) }
+        print(pad("measurement", 48) + pad("per second", 14) + pad("ratio", 8) + "target")
+        for r in rows {
+            print(pad(r.0, 48) + pad(String(Int(r.1)), 14) + pad(r.3.map { String(format: "%.2f", $0) } ?? "", 8)
+                + (r.4.map { String(format: "≥ %.2f", $0) } ?? ""))
+        }
+    }
+}
