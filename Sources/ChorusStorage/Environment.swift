@@ -4,6 +4,9 @@ import Foundation
 public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     case lmdb(code: Int32, operation: String, message: String)
     case diskFull(operation: String)
+    /// The operating system failed a write or flush (LMDB reports a short
+    /// write, which is how a full disk often shows, as EIO).
+    case writeFailed(operation: String)
     case cannotCreateDirectory(path: String, reason: String)
     case readOnly
 
@@ -12,6 +15,9 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .lmdb(let code, let op, let msg): "storage error in \(op): \(msg) (LMDB code \(code))"
         case .diskFull(let op):
             "the disk is full (\(op)); nothing from this write was acknowledged. Free some space and retry"
+        case .writeFailed(let op):
+            "the store could not be written to disk (\(op): I/O error; the disk may be full or failing); nothing from "
+                + "this write was acknowledged and what was acknowledged before is intact. Free some space or check the disk, then retry"
         case .cannotCreateDirectory(let path, let reason): "cannot create store directory \(path): \(reason)"
         case .readOnly: "the store was opened read-only"
         }
@@ -20,6 +26,7 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     static func check(_ rc: Int32, _ operation: String) throws(StorageError) {
         guard rc != 0 else { return }
         if rc == ENOSPC || rc == EDQUOT { throw .diskFull(operation: operation) }
+        if rc == EIO { throw .writeFailed(operation: operation) }
         throw .lmdb(code: rc, operation: operation, message: String(cString: mdb_strerror(rc)))
     }
 }

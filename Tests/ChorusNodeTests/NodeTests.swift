@@ -4,9 +4,10 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusProjections
-import ChorusStorage
 import Foundation
 import Testing
+
+@testable import ChorusStorage
 
 func bio(_ text: String) -> CBORValue { .textMap([("field", .text("bio")), ("value", .text(text))]) }
 
@@ -182,4 +183,66 @@ struct NodeTests {
         await b.close()
         await c.close()
     }
+
+    @Test func storageErrorsSayWhatHappenedAndWhatToDo() {
+        for (code, expected) in [
+            (ENOSPC, StorageError.diskFull(operation: "commit")), (EDQUOT, .diskFull(operation: "commit")),
+            (EIO, .writeFailed(operation: "commit")),
+        ] {
+            #expect(throws: expected) { try StorageError.check(code, "commit") }
+        }
+        #expect(StorageError.diskFull(operation: "commit").description.contains("Free some space and retry"))
+        #expect(StorageError.writeFailed(operation: "commit").description.contains("nothing from this write was acknowledged"))
+    }
+
+    /// A real full disk: a 2 MiB tmpfs (needs root, as CI has; skipped elsewhere).
+    @Test(.enabled(if: getuid() == 0, "mounting a small tmpfs needs root"))
+    func aFullDiskRefusesTheWriteAndKeepsEverythingAcknowledged() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let mountPoint = tmp.store("tiny")
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint]) == 0 else {
+            print("full-disk test skipped: this machine refused to mount a tmpfs")  // some containers forbid mounts
+            return
+        }
+        defer { _ = run("/bin/umount", ["-l", mountPoint]) }
+        let store = mountPoint + "/store"
+        let node = try await Node.create(at: store)
+        var acknowledged: [ObjectID] = []
+        var failure: (any Error)? = nil
+        for i in 0..<40 {
+            let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) }
+            do {
+                acknowledged.append(try await node.addPicture(bytes, mime: "image/png"))
+            } catch {
+                failure = error
+                break
+            }
+        }
+        let error = try #require(failure, "2 MiB never filled up")
+        #expect(!acknowledged.isEmpty)
+        let storage = error as? StorageError
+        #expect(storage == .diskFull(operation: "mdb_txn_commit") || storage == .writeFailed(operation: "mdb_txn_commit"),
+            "\(error)")
+        // The node still answers; everything acknowledged is there after reopening, and the log is intact.
+        #expect(try node.projections.pictures(of: node.identity.user).count == acknowledged.count)
+        await node.close()
+        let reopened = try await Node.open(at: store, readOnly: true)
+        #expect(try reopened.log.integrityProblems().isEmpty)
+        let ids = Set(try reopened.projections.pictures(of: reopened.identity.user).map(\.id))
+        #expect(ids == Set(acknowledged))
+        await reopened.close()
+    }
+}
+
+private func run(_ tool: String, _ arguments: [String]) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: tool)
+    process.arguments = arguments
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    do { try process.run() } catch { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
 }
