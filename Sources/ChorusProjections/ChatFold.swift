@@ -160,14 +160,14 @@ extension FoldRun {
             for f in all where f.id != sent.id {
                 try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
             }
-            if try txn.delete(p.state, key) { try countMessage(in: chat, by: -1) }
+            if try txn.delete(p.state, key) { countMessage(in: chat, by: -1) }
         }
         let sender: PublicKey
         switch try actor(sent) {
         case .failure(let why): return try withdraw(why)
         case .success(let u): sender = u
         }
-        guard try membership(chat, sender)?.isMember(at: sent.hlc) == true else {
+        guard try membershipForMessage(chat, sender)?.isMember(at: sent.hlc) == true else {
             return try withdraw(NoEffect("not_member", "\(sender.short) was not a member of chat \(chat.short) when sending"))
         }
         try decide(sent.id, nil)
@@ -208,17 +208,33 @@ extension FoldRun {
         } else {
             record.append(("purged", .bool(true)))
         }
-        if try txn.get(p.state, key) == nil { try countMessage(in: chat, by: 1) }
+        if try txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
         try txn.put(p.state, key, Codec.cbor(.textMap(record)))
     }
 
     /// Keeps the number of effective messages per chat, so listing chats
-    /// never counts messages one by one.
-    func countMessage(in chat: ObjectID, by delta: Int) throws {
-        let key = Table.messageCount.key(chat.bytes)
-        let current = try txn.get(p.state, key).map { Codec.readU64($0[...]) } ?? 0
-        let next = delta < 0 ? current - min(current, UInt64(-delta)) : current + UInt64(delta)
-        if next == 0 { try txn.delete(p.state, key) } else { try txn.put(p.state, key, Codec.u64(next)) }
+    /// never counts messages one by one; `writeMessageCounts` stores it.
+    mutating func countMessage(in chat: ObjectID, by delta: Int) {
+        messageCountDeltas[chat, default: 0] += delta
+    }
+
+    mutating func writeMessageCounts() throws {
+        for (chat, delta) in messageCountDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
+            let key = Table.messageCount.key(chat.bytes)
+            let current = try txn.get(p.state, key).map { Codec.readU64($0[...]) } ?? 0
+            let next = delta < 0 ? current - min(current, UInt64(-delta)) : current + UInt64(delta)
+            if next == 0 { try txn.delete(p.state, key) } else { try txn.put(p.state, key, Codec.u64(next)) }
+        }
+        messageCountDeltas.removeAll()
+    }
+
+    /// `membership`, remembered for the rest of the run (messages only).
+    mutating func membershipForMessage(_ chat: ObjectID, _ user: PublicKey) throws -> Membership? {
+        let key = MemberKey(chat: chat, user: user)
+        if let cached = membershipsForMessages[key] { return cached }
+        let m = try membership(chat, user)
+        membershipsForMessages[key] = .some(m)
+        return m
     }
 
     /// Read markers: per member, the furthest position read while a member;

@@ -24,6 +24,16 @@ struct FoldRun {
     var newEvents: Set<EventID> = []
     /// ...unless this run recorded one for them.
     var decidedNoEffect: Set<EventID> = []
+    /// Chat memberships read while folding messages (final by then: every
+    /// chat of the run is folded before its messages).
+    var membershipsForMessages: [MemberKey: Membership?] = [:]
+    /// Changes to each chat's message count, written once at the end.
+    var messageCountDeltas: [ObjectID: Int] = [:]
+
+    struct MemberKey: Hashable {
+        let chat: ObjectID
+        let user: PublicKey
+    }
 
     struct RelationshipKey: Hashable {
         let cls: ObjectClass
@@ -86,6 +96,7 @@ struct FoldRun {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
         }
         for message in (dirty[.message] ?? []).sorted() { try foldMessage(message) }
+        try writeMessageCounts()
         if let from = coinsFrom { try foldCoins(from: from) }
     }
 
