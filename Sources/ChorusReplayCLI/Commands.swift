@@ -39,7 +39,7 @@ struct Verify: AsyncParsableCommand {
             print("                   log  \(r.rebuiltDigest?.hex ?? "-")")
             printFindings(r.findings)
         }
-        if !r.isClean { throw ExitCode(1) }
+        if !r.isClean { throw ExitCode(Exit.finding) }
     }
 }
 
@@ -104,7 +104,7 @@ struct Diff: AsyncParsableCommand {
                 print("    other: \(valueText(d.right))")
             }
         }
-        if !diffs.isEmpty { throw ExitCode(1) }
+        if !diffs.isEmpty { throw ExitCode(Exit.finding) }
     }
 
     func valueText(_ v: [UInt8]?) -> String {
@@ -293,7 +293,7 @@ struct AuditCoins: AsyncParsableCommand {
             print("conservation: issued \(audit.issued) = held \(audit.held) + spent \(audit.spent)\(audit.conserved ? "" : "  VIOLATED")")
             printFindings(audit.findings)
         }
-        if !audit.findings.isEmpty { throw ExitCode(1) }
+        if !audit.findings.isEmpty { throw ExitCode(Exit.finding) }
     }
 }
 
