@@ -25,26 +25,23 @@ struct BaseOptions: ParsableArguments {
     }
 }
 
-func now() -> Double { Bench.clock() }
-func note(_ s: String) { Bench.note(s) }
-
 /// Runs `body` repeatedly on `threads` threads for about `seconds`; returns operations per second.
 func rate(threads: Int, seconds: Double, batch: Int = 64, _ body: @escaping @Sendable (Int) -> Void) -> Double {
     let counts = UnsafeMutableBufferPointer<Int>.allocate(capacity: threads)
     counts.initialize(repeating: 0)
     defer { counts.deallocate() }
     nonisolated(unsafe) let shared = counts
-    let start = now()
+    let start = Bench.clock()
     let deadline = start + seconds
     DispatchQueue.concurrentPerform(iterations: threads) { t in
         var n = 0
-        while now() < deadline {
+        while Bench.clock() < deadline {
             for _ in 0..<batch { body(t) }
             n += batch
         }
         shared[t] = n
     }
-    return Double(counts.reduce(0, +)) / (now() - start)
+    return Double(counts.reduce(0, +)) / (Bench.clock() - start)
 }
 
 func temporaryDirectory(_ name: String) -> String {
@@ -63,8 +60,8 @@ func rawLMDBAppend(batch: Int, seconds: Double) throws -> Double {
     let value = [UInt8](repeating: 0x5a, count: 300)
     var key: UInt64 = 0
     var written = 0
-    let start = now()
-    while now() - start < seconds {
+    let start = Bench.clock()
+    while Bench.clock() - start < seconds {
         try env.write { txn in
             for _ in 0..<batch {
                 key += 1
@@ -73,7 +70,7 @@ func rawLMDBAppend(batch: Int, seconds: Double) throws -> Double {
         }
         written += batch
     }
-    return Double(written) / (now() - start)
+    return Double(written) / (Bench.clock() - start)
 }
 
 func localAppend(writers: Int, seconds: Double) async throws -> Double {
@@ -81,13 +78,13 @@ func localAppend(writers: Int, seconds: Double) async throws -> Double {
     defer { try? FileManager.default.removeItem(atPath: dir) }
     let node = try await Node.create(at: dir + "/store")
     let payload = CBORValue.textMap([("field", .text("bio")), ("value", .text(String(repeating: "b", count: 120)))])
-    let start = now()
+    let start = Bench.clock()
     let deadline = start + seconds
     let total = try await withThrowingTaskGroup(of: Int.self) { group in
         for _ in 0..<writers {
             group.addTask {
                 var n = 0
-                while now() < deadline {
+                while Bench.clock() < deadline {
                     try await node.append(.profileSet, object: node.identity.user, payload: payload)
                     n += 1
                 }
@@ -96,15 +93,15 @@ func localAppend(writers: Int, seconds: Double) async throws -> Double {
         }
         return try await group.reduce(0, +)
     }
-    let elapsed = now() - start
+    let elapsed = Bench.clock() - start
     let stats = node.writerStatistics
-    note("  \(writers) writers: \(total) events in \(stats.commits) commits (largest \(stats.largestBatch))")
+    Bench.note("  \(writers) writers: \(total) events in \(stats.commits) commits (largest \(stats.largestBatch))")
     await node.close()
     return Double(total) / elapsed
 }
 
 func remoteIngest(events count: Int, authors: Int) async throws -> (rate: Double, accepted: Int) {
-    note("signing \(count) events from \(authors) authors for the ingest run...")
+    Bench.note("signing \(count) events from \(authors) authors for the ingest run...")
     let perAuthor = count / authors
     let batches: [[[UInt8]]] = (0..<authors).map { a in
         let key = SigningKey.generate()
@@ -126,9 +123,9 @@ func remoteIngest(events count: Int, authors: Int) async throws -> (rate: Double
     let dir = temporaryDirectory("ingest")
     defer { try? FileManager.default.removeItem(atPath: dir) }
     let node = try await Node.create(at: dir + "/store")
-    let start = now()
+    let start = Bench.clock()
     let report = await node.ingest(envelopes)
-    let elapsed = now() - start
+    let elapsed = Bench.clock() - start
     await node.close()
     return (Double(envelopes.count) / elapsed, report.accepted)
 }
@@ -140,7 +137,7 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
     let keys = (0..<max(cores, 1)).map { _ in SigningKey.generate() }
     let signatures = keys.map { $0.sign(message) }
 
-    note("raw Ed25519 sign and verify...")
+    Bench.note("raw Ed25519 sign and verify...")
     let signOne = rate(threads: 1, seconds: options.seconds) { t in _ = keys[t].sign(message) }
     let signAll = rate(threads: cores, seconds: options.seconds) { t in _ = keys[t].sign(message) }
     let verifyOne = rate(threads: 1, seconds: options.seconds) { t in
@@ -150,14 +147,14 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
         _ = Ed25519.verify(signature: signatures[t], message: message, publicKey: keys[t].publicKey)
     }
 
-    note("raw LMDB batched durable append...")
+    Bench.note("raw LMDB batched durable append...")
     let lmdbAppend = try rawLMDBAppend(batch: 1000, seconds: options.seconds)
 
-    note("Chorus durable local append (1, 8, 64 writers)...")
+    Bench.note("Chorus durable local append (1, 8, 64 writers)...")
     let append1 = try await localAppend(writers: 1, seconds: options.seconds)
     let append8 = try await localAppend(writers: 8, seconds: options.seconds)
     let append64 = try await localAppend(writers: 64, seconds: options.seconds)
-    note("Chorus remote ingest...")
+    Bench.note("Chorus remote ingest...")
     let ingest = try await remoteIngest(events: options.ingestEvents, authors: options.ingestAuthors)
     guard ingest.accepted == options.ingestEvents / options.ingestAuthors * options.ingestAuthors else {
         FileHandle.standardError.write(Data("ingest accepted only \(ingest.accepted) events\n".utf8))
