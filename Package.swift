@@ -5,6 +5,7 @@ import PackageDescription
 //   CLMDB, CSodium (system libraries)
 //     -> ChorusCBOR, ChorusCrypto, ChorusStorage
 //     -> ChorusEvents (format, kinds, schemas, clock)
+//     -> ChorusEncryption (chat encryption: epoch keys, key wraps, sealed values)
 //     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log), ChorusBlobs (picture bytes)
 //     -> ChorusProjections (CRDT merge into profiles, pictures, chats, coins; queries; digest)
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
@@ -37,6 +38,7 @@ let package = Package(
         .target(name: "ChorusCrypto", dependencies: ["CSodium"]),
         .target(name: "ChorusStorage", dependencies: ["CLMDB"]),
         .target(name: "ChorusEvents", dependencies: ["ChorusCBOR", "ChorusCrypto"]),
+        .target(name: "ChorusEncryption", dependencies: ["ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage"]),
         .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
         .target(
@@ -44,8 +46,8 @@ let package = Package(
             dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusNode",
-            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
-                           "ChorusCBOR"]),
+            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",
+                           "ChorusCrypto", "ChorusStorage", "ChorusCBOR"]),
         .target(name: "ChorusNoise", dependencies: ["CSodium", "ChorusCrypto"]),
         .target(
             name: "ChorusSync",
@@ -65,12 +67,12 @@ let package = Package(
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusCLI",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusEncryption", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync",
+                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/Benchmark"),
         .executableTarget(
@@ -80,6 +82,7 @@ let package = Package(
         // Helpers the test targets share (seeded randomness, vector files).
         .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto"], path: "Tests/ChorusTestSupport"),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
+        .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusProjectionsTests",

@@ -100,25 +100,31 @@ struct ChatLeave: AsyncParsableCommand {
 struct ChatSend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "send", abstract: "Send a message (text, a picture, or both); prints the message id.",
-        discussion: "A message takes effect only if you are a member of the chat when you send it.")
+        discussion: """
+            The message is end-to-end encrypted to the chat's members' devices. --image sends a picture file \
+            inside the chat, encrypted too (relays store only ciphertext); --picture refers to an existing \
+            picture by id. A message takes effect only if you are a member of the chat when you send it.
+            """)
 
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The chat id.") var chat: String
     @Option(help: "The message text.") var text: String?
     @Option(help: ArgumentHelp("A picture to show in the message.", valueName: "id")) var picture: String?
+    @Option(help: ArgumentHelp("An image file to send, encrypted, inside the chat.", valueName: "file")) var image: String?
 
     func validate() throws {
         _ = try parseKey(chat, what: "CHAT")
         if let picture { _ = try parseKey(picture, what: "--picture") }
-        if text == nil, picture == nil { throw ValidationError("give --text, --picture or both") }
+        if text == nil, picture == nil, image == nil { throw ValidationError("give --text, --picture, --image or a combination") }
     }
 
     func run() async throws {
         let chatID = try parseKey(chat, what: "CHAT")
         let pictureID = try picture.map { try parseKey($0, what: "--picture") }
+        let imageBytes = try image.map { try readImageFile($0) }
         try await mutate(store, output) { node in
-            let id = try await node.sendMessage(chatID, text: text, picture: pictureID)
+            let id = try await node.sendMessage(chatID, text: text, picture: pictureID, image: imageBytes)
             if !output.json { print(id.hex) }
             return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chatID.short)", fields: [("message", .string(id.hex))])
         }

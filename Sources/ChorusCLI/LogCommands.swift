@@ -22,7 +22,7 @@ struct Log: AsyncParsableCommand {
     func validate() throws {
         if let kind, EventKind(name: kind) == nil {
             throw ValidationError(
-                "unknown kind \"\(kind)\"; kinds are \(EventKind.allCases.map(\.name).joined(separator: ", "))")
+                "unknown kind \"\(kind)\"; kinds are \(EventKind.known.map(\.name).joined(separator: ", "))")
         }
         if let author { _ = try parseKey(author, what: "--author") }
         if let limit, limit < 0 { throw ValidationError("--limit must not be negative") }

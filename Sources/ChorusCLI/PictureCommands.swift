@@ -24,9 +24,7 @@ struct PictureAdd: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The MIME type, e.g. image/png.", valueName: "type")) var mime: String?
 
     func run() async throws {
-        guard let data = FileManager.default.contents(atPath: file) else {
-            throw CommandFailure(message: "cannot read \(file): no such file or not readable")
-        }
+        let data = try readImageFile(file)
         try await mutate(store, output) { node in
             let id = try await node.addPicture(Array(data), mime: mime, caption: caption)
             if !output.json { print(id.hex) }
@@ -35,6 +33,14 @@ struct PictureAdd: AsyncParsableCommand {
                 fields: [("picture", .string(id.hex)), ("size", .int(Int64(data.count)))])
         }
     }
+}
+
+/// Reads an image file, refusing a missing or unreadable one.
+func readImageFile(_ path: String) throws -> [UInt8] {
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw CommandFailure(message: "cannot read \(path): no such file or not readable")
+    }
+    return Array(data)
 }
 
 struct PictureCaption: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ChorusCommandLine
 import ChorusCrypto
+import ChorusEncryption
 import ChorusEvents
 import ChorusNode
 import ChorusProjections
@@ -174,13 +175,36 @@ struct QueryFeed: QueryCommand {
     }
 }
 
-func chatJSON(_ c: ChatView) -> JSONValue {
+/// What a sealed value shows on this device: "readable", "locked" (no key
+/// of its epoch here), "unreadable" or "sealed" (no encryption key at all).
+func readableState<T>(_ r: Readable<T>) -> String {
+    switch r {
+    case .content: "readable"
+    case .locked: "locked"
+    case .unreadable: "unreadable"
+    case .sealed: "sealed"
+    }
+}
+
+func chatJSON(_ c: ReadableChat) -> JSONValue {
     .object([
-        ("id", .string(c.id.hex)), ("title", optionalString(c.title)), ("creator", .string(c.creator.hex)),
-        ("created", .uint(c.createdHLC.rawValue)),
-        ("members", .array(c.members.map { .object([("user", .string($0.user.hex)), ("admin", .bool($0.admin)), ("since", .uint($0.since.rawValue))]) })),
-        ("messages", .int(Int64(c.messageCount))),
+        ("id", .string(c.view.id.hex)), ("title", optionalString(c.title?.value)),
+        ("title_state", c.title.map { .string(readableState($0)) } ?? .null), ("creator", .string(c.view.creator.hex)),
+        ("created", .uint(c.view.createdHLC.rawValue)),
+        ("members", .array(c.view.members.map { .object([("user", .string($0.user.hex)), ("admin", .bool($0.admin)), ("since", .uint($0.since.rawValue))]) })),
+        ("messages", .int(Int64(c.view.messageCount))),
     ])
+}
+
+/// A chat title for a terminal: the text, or why it is not shown.
+func titleText(_ title: Readable<String>?) -> String {
+    guard let title else { return "-" }
+    switch title {
+    case .content(let t): return terminalSafe(t)
+    case .locked: return "[locked]"
+    case .unreadable: return "[unreadable]"
+    case .sealed: return "[sealed]"
+    }
 }
 
 struct QueryChats: QueryCommand {
@@ -188,31 +212,71 @@ struct QueryChats: QueryCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     func query(_ node: Node) throws {
-        let chats = try node.projections.chats(of: node.identity.user)
+        let chats = try node.projections.chats(of: node.identity.user).map(node.readableChat)
         if output.json {
             printJSON(.array(chats.map(chatJSON)))
         } else if chats.isEmpty {
             print("No chats.")
         } else {
-            print(table(chats.map { [$0.id.hex, $0.title ?? "-", String($0.members.count), String($0.messageCount)] },
+            print(table(chats.map { [$0.view.id.hex, titleText($0.title), String($0.view.members.count), String($0.view.messageCount)] },
                 header: ["CHAT", "TITLE", "MEMBERS", "MESSAGES"]))
         }
     }
 }
 
-func messageJSON(_ m: MessageView) -> JSONValue {
-    .object([
-        ("id", .string(m.id.hex)), ("sender", .string(m.sender.hex)), ("device", .string(m.device.hex)),
-        ("hlc", .uint(m.hlc.rawValue)), ("time", .string(m.hlc.description)), ("text", optionalString(m.text)),
-        ("picture", referenceJSON(m.picture)), ("edited", hlcJSON(m.edited)), ("deleted", hlcJSON(m.deleted)),
-        ("purged", .bool(m.purged)), ("cursor", .string(m.cursor)),
+func attachmentJSON(_ a: Attachment?, blob: Hash32?) -> JSONValue {
+    guard let a else { return .null }
+    return .object([
+        ("mime", .string(a.mime)), ("size", .uint(a.size)), ("width", optionalUInt(a.width)), ("height", optionalUInt(a.height)),
+        ("blob", optionalString(blob?.hex)),
     ])
+}
+
+func messageJSON(_ r: ReadableMessage) -> JSONValue {
+    let m = r.view
+    let content = r.content.value
+    return .object([
+        ("id", .string(m.id.hex)), ("sender", .string(m.sender.hex)), ("device", .string(m.device.hex)),
+        ("hlc", .uint(m.hlc.rawValue)), ("time", .string(m.hlc.description)),
+        ("content", .string(m.deleted != nil ? "deleted" : m.purged ? "purged" : readableState(r.content))),
+        ("text", optionalString(content?.text)), ("picture", referenceJSON(r.picture)),
+        ("attachment", attachmentJSON(content?.attachment, blob: m.blob)), ("epoch", optionalString(m.epoch?.hex)),
+        ("sealed_bytes", optionalUInt(m.body.map { UInt64($0.count) })), ("blob_size", optionalUInt(m.blobSize)),
+        ("edited", hlcJSON(m.edited)), ("deleted", hlcJSON(m.deleted)), ("purged", .bool(m.purged)), ("cursor", .string(m.cursor)),
+    ])
+}
+
+/// A message's text for a terminal: the text, or what can be said of it
+/// without the key (Specs/encryption.md §8).
+func messageText(_ r: ReadableMessage) -> String {
+    let m = r.view
+    if m.deleted != nil { return "(deleted)" }
+    if m.purged { return "(content not held here)" }
+    let edited = m.edited != nil ? " (edited)" : ""
+    switch r.content {
+    case .content(let c): return terminalSafe(c.text ?? "") + edited
+    case .locked: return "[locked: \(m.body?.count ?? 0) sealed bytes; this device holds no key of epoch \(m.epoch?.short ?? "?")]"
+    case .unreadable: return "[unreadable: the sealed body does not open]"
+    case .sealed: return "[sealed: \(m.body?.count ?? 0) bytes]"
+    }
+}
+
+func messagePicture(_ r: ReadableMessage) -> String {
+    if let a = r.content.value?.attachment {
+        return "attachment \(a.mime) \(a.size) bytes" + (a.width.map { w in r.content.value?.attachment?.height.map { " \(w)x\($0)" } ?? "" } ?? "")
+    }
+    if r.view.blob != nil, r.content.value == nil { return "[encrypted attachment]" }
+    return r.picture == nil ? "-" : referenceText(r.picture)
 }
 
 struct QueryChat: QueryCommand {
     static let configuration = CommandConfiguration(
         commandName: "chat", abstract: "A page of a chat's messages, oldest first.",
-        discussion: "Shows the newest messages; pass the printed cursor as --before for the older page.")
+        discussion: """
+            Shows the newest messages; pass the printed cursor as --before for the older page. Messages are \
+            end-to-end encrypted: a member's device shows their text, any other node only that they exist \
+            (sender, time, size).
+            """)
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The chat id.") var id: String
@@ -223,9 +287,9 @@ struct QueryChat: QueryCommand {
         if limit < 1 { throw ValidationError("--limit must be at least 1") }
     }
     func query(_ node: Node) throws {
-        let page: ChatPage
+        let page: ReadableChatPage
         do {
-            page = try node.projections.chat(try parseKey(id, what: "ID"), viewer: node.identity.user, limit: limit, before: before)
+            page = try node.readableChatPage(try parseKey(id, what: "ID"), limit: limit, before: before)
         } catch let error as QueryError {
             throw NodeError.refused(error.description)
         }
@@ -237,14 +301,14 @@ struct QueryChat: QueryCommand {
             ]))
             return
         }
-        print("chat \(page.chat.id.hex)\(page.chat.title.map { " \"\($0)\"" } ?? "")")
-        print("members: \(page.chat.members.map { $0.user.short + ($0.admin ? " (admin)" : "") }.joined(separator: ", "))")
+        let title = page.chat.title.map { " " + ($0.value.map { "\"\(terminalSafe($0))\"" } ?? titleText($0)) } ?? ""
+        print("chat \(page.chat.view.id.hex)\(title)")
+        print("members: \(page.chat.view.members.map { $0.user.short + ($0.admin ? " (admin)" : "") }.joined(separator: ", "))")
         if page.messages.isEmpty {
             print("No messages.")
         } else {
-            print(table(page.messages.map { m in
-                let text = m.deleted != nil ? "(deleted)" : (m.text ?? "") + (m.edited != nil ? " (edited)" : "")
-                return [m.id.hex, m.sender.short, m.hlc.description, text, m.picture == nil ? "-" : referenceText(m.picture)]
+            print(table(page.messages.map { r in
+                [r.view.id.hex, r.view.sender.short, r.view.hlc.description, messageText(r), messagePicture(r)]
             }, header: ["MESSAGE", "SENDER", "TIME", "TEXT", "PICTURE"]))
         }
         if let older = page.older { print("older messages: --before \(older)") }

@@ -28,7 +28,7 @@ public struct EventHeader: Hashable, Sendable {
                 CBORMapEntry(.unsigned(Key.seq.rawValue), .unsigned(seq)),
                 CBORMapEntry(.unsigned(Key.prev.rawValue), prev.map { .bytes($0.bytes) } ?? .null),
                 CBORMapEntry(.unsigned(Key.hlc.rawValue), .unsigned(hlc.rawValue)),
-                CBORMapEntry(.unsigned(Key.kind.rawValue), .unsigned(kind.rawValue)),
+                CBORMapEntry(.unsigned(Key.kind.rawValue), .unsigned(kind.code)),
                 CBORMapEntry(.unsigned(Key.object.rawValue), .bytes(object.bytes)),
                 CBORMapEntry(.unsigned(Key.payloadHash.rawValue), .bytes(payloadHash.bytes)),
                 CBORMapEntry(.unsigned(Key.payloadLength.rawValue), .unsigned(payloadLength)),
@@ -63,7 +63,9 @@ public struct EventHeader: Hashable, Sendable {
         }
         guard let hlcRaw = f[4].unsignedValue, hlcRaw > 0 else { throw .malformedHeader("hlc must be a positive integer") }
         guard let kindCode = f[5].unsignedValue else { throw .malformedHeader("kind must be an unsigned integer") }
-        guard let kind = EventKind(rawValue: kindCode) else { throw .unknownKind(kindCode) }
+        // An unknown code is not an error: a newer node's kind is stored and
+        // relayed (Specs/events.md §6.3).
+        let kind = EventKind(code: kindCode)
         guard let objectBytes = f[6].bytesValue, let object = Bytes32(objectBytes) else {
             throw .malformedHeader("object must be a 32-byte id")
         }
@@ -187,7 +189,7 @@ public struct Event: Hashable, Sendable {
             guard Blake2b.hash256(p) == header.payloadHash else { throw .payloadHashMismatch }
             let payload: CBORValue
             do { payload = try CBORDecoder.decode(p) } catch { throw .cbor(error, part: "payload") }
-            if let problem = header.kind.schema.violation(in: payload) {
+            if let problem = header.kind.schema?.violation(in: payload) {
                 throw .schemaViolation(kind: header.kind.name, detail: problem)
             }
             payloadBytes = p
@@ -211,10 +213,29 @@ public struct UnsignedEvent: Sendable {
     public let id: EventID
 
     /// Checks the payload against its kind's schema and builds the header.
+    /// A node only writes kinds it knows.
     public init(
         author: PublicKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID, payload: CBORValue
     ) throws(EventError) {
-        if let problem = kind.schema.violation(in: payload) { throw .schemaViolation(kind: kind.name, detail: problem) }
+        guard let schema = kind.schema else { throw .schemaViolation(kind: kind.name, detail: "this node does not know the kind") }
+        if let problem = schema.violation(in: payload) { throw .schemaViolation(kind: kind.name, detail: problem) }
+        try self.init(unchecked: author, seq: seq, prev: prev, hlc: hlc, kind: kind, object: object, payload: payload)
+    }
+
+    /// An event of a kind this version does not know, as a newer node writes
+    /// it (its payload need only be deterministic CBOR, Specs/events.md
+    /// §6.3): for tests and tools that stand in for a newer node.
+    public static func ofUnknownKind(
+        _ code: UInt64, author: PublicKey, seq: UInt64, prev: EventID?, hlc: HLC, object: ObjectID, payload: CBORValue
+    ) throws(EventError) -> UnsignedEvent {
+        let kind = EventKind(code: code)
+        guard !kind.isKnown else { throw .schemaViolation(kind: kind.name, detail: "the kind is known; build it with its schema") }
+        return try UnsignedEvent(unchecked: author, seq: seq, prev: prev, hlc: hlc, kind: kind, object: object, payload: payload)
+    }
+
+    private init(
+        unchecked author: PublicKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID, payload: CBORValue
+    ) throws(EventError) {
         let payloadBytes = CBOREncoder.encode(payload)
         if payloadBytes.count > EventLimits.maxPayloadBytes { throw .payloadTooLarge(size: UInt64(payloadBytes.count)) }
         guard seq >= 1, (seq == 1) == (prev == nil) else { throw .malformedHeader("prev must be nil exactly for seq 1") }

@@ -10,7 +10,6 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
     case malformedEnvelope(String)
     case malformedHeader(String)
     case unsupportedVersion(UInt64)
-    case unknownKind(UInt64)
     case envelopeTooLarge(size: Int)
     case headerTooLarge(size: Int)
     case payloadTooLarge(size: UInt64)
@@ -34,7 +33,6 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
         case .malformedEnvelope: "malformed_envelope"
         case .malformedHeader: "malformed_header"
         case .unsupportedVersion: "unsupported_version"
-        case .unknownKind: "unknown_kind"
         case .envelopeTooLarge: "envelope_too_large"
         case .headerTooLarge: "header_too_large"
         case .payloadTooLarge: "payload_too_large"
@@ -57,7 +55,6 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
         case .malformedEnvelope(let d): "malformed event envelope: \(d)"
         case .malformedHeader(let d): "malformed event header: \(d)"
         case .unsupportedVersion(let v): "unsupported event format version \(v) (this node reads version \(EventHeader.formatVersion))"
-        case .unknownKind(let k): "unknown event kind \(k)"
         case .envelopeTooLarge(let n): "event is \(n) bytes, over the \(EventLimits.maxEnvelopeBytes)-byte limit"
         case .headerTooLarge(let n): "header is \(n) bytes, over the \(EventLimits.maxHeaderBytes)-byte limit"
         case .payloadTooLarge(let n): "payload is \(n) bytes, over the \(EventLimits.maxPayloadBytes)-byte limit"

@@ -1,43 +1,108 @@
 /// Every event kind of format version 1, with its wire code (Specs/events.md §6).
-/// A decoder refuses any code not listed here.
-public enum EventKind: UInt64, CaseIterable, Sendable, Hashable {
-    case deviceAdded = 1
-    case deviceRemoved = 2
+/// A code this node does not know is `.unknown(code)`: such an event (from a
+/// newer node) is stored, verified, relayed and not folded (Specs/events.md
+/// §6.3), so adding a kind never splits the network. Every `switch` over
+/// kinds must say what it does with `.unknown`: the compiler checks it.
+public enum EventKind: Sendable, Hashable {
+    case deviceAdded
+    case deviceRemoved
+    case deviceKey
 
-    case profileSet = 10
+    case profileSet
 
-    case pictureCreated = 20
-    case pictureCaptioned = 21
-    case pictureMoved = 22
-    case pictureDeleted = 23
+    case pictureCreated
+    case pictureCaptioned
+    case pictureMoved
+    case pictureDeleted
 
-    case followAdded = 30
-    case followRemoved = 31
-    case likeAdded = 32
-    case likeRemoved = 33
-    case blockAdded = 34
-    case blockRemoved = 35
+    case followAdded
+    case followRemoved
+    case likeAdded
+    case likeRemoved
+    case blockAdded
+    case blockRemoved
 
-    case chatCreated = 40
-    case chatMemberAdded = 41
-    case chatMemberRemoved = 42
-    case messageSent = 43
-    case messageEdited = 44
-    case messageDeleted = 45
-    case chatRead = 46
+    case chatCreated
+    case chatMemberAdded
+    case chatMemberRemoved
+    case messageSent
+    case messageEdited
+    case messageDeleted
+    case chatRead
+    case chatKey
 
-    case coinCredited = 50
-    case coinSpent = 51
-    case coinGiven = 52
-    case coinRightsMoved = 53
-    case slotUnlocked = 54
-    case slotSet = 55
+    case coinCredited
+    case coinSpent
+    case coinGiven
+    case coinRightsMoved
+    case slotUnlocked
+    case slotSet
+
+    /// A code not in this node's table.
+    case unknown(UInt64)
+
+    /// Every kind this node knows, in code order.
+    public static let known: [EventKind] = [
+        .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted,
+        .followAdded, .followRemoved, .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatCreated, .chatMemberAdded,
+        .chatMemberRemoved, .messageSent, .messageEdited, .messageDeleted, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven,
+        .coinRightsMoved, .slotUnlocked, .slotSet,
+    ]
+
+    /// The wire code (header key 5).
+    public var code: UInt64 {
+        switch self {
+        case .deviceAdded: 1
+        case .deviceRemoved: 2
+        case .deviceKey: 3
+        case .profileSet: 10
+        case .pictureCreated: 20
+        case .pictureCaptioned: 21
+        case .pictureMoved: 22
+        case .pictureDeleted: 23
+        case .followAdded: 30
+        case .followRemoved: 31
+        case .likeAdded: 32
+        case .likeRemoved: 33
+        case .blockAdded: 34
+        case .blockRemoved: 35
+        case .chatCreated: 40
+        case .chatMemberAdded: 41
+        case .chatMemberRemoved: 42
+        case .messageSent: 43
+        case .messageEdited: 44
+        case .messageDeleted: 45
+        case .chatRead: 46
+        case .chatKey: 47
+        case .coinCredited: 50
+        case .coinSpent: 51
+        case .coinGiven: 52
+        case .coinRightsMoved: 53
+        case .slotUnlocked: 54
+        case .slotSet: 55
+        case .unknown(let code): code
+        }
+    }
+
+    private static let byCode: [UInt64: EventKind] = Dictionary(uniqueKeysWithValues: known.map { ($0.code, $0) })
+
+    /// The kind with this wire code: a known kind, or `.unknown(code)`.
+    public init(code: UInt64) { self = Self.byCode[code] ?? .unknown(code) }
+
+    /// Only a kind this node knows (stored projection records hold known kinds).
+    public init?(knownCode code: UInt64) {
+        guard let kind = Self.byCode[code] else { return nil }
+        self = kind
+    }
+
+    public var isKnown: Bool { if case .unknown = self { false } else { true } }
 
     /// The dotted name used by the CLI, JSON output and Specs.
     public var name: String {
         switch self {
         case .deviceAdded: "device.added"
         case .deviceRemoved: "device.removed"
+        case .deviceKey: "device.key"
         case .profileSet: "profile.set"
         case .pictureCreated: "picture.created"
         case .pictureCaptioned: "picture.captioned"
@@ -56,25 +121,30 @@ public enum EventKind: UInt64, CaseIterable, Sendable, Hashable {
         case .messageEdited: "message.edited"
         case .messageDeleted: "message.deleted"
         case .chatRead: "chat.read"
+        case .chatKey: "chat.key"
         case .coinCredited: "coin.credited"
         case .coinSpent: "coin.spent"
         case .coinGiven: "coin.given"
         case .coinRightsMoved: "coin.rights.moved"
         case .slotUnlocked: "slot.unlocked"
         case .slotSet: "slot.set"
+        case .unknown(let code): "unknown.\(code)"
         }
     }
 
+    /// A known kind by its dotted name.
     public init?(name: String) {
-        guard let kind = EventKind.allCases.first(where: { $0.name == name }) else { return nil }
+        guard let kind = EventKind.known.first(where: { $0.name == name }) else { return nil }
         self = kind
     }
 
     /// Kinds whose payload may be absent (purged after a deletion). Every
-    /// other kind must always travel with its payload.
+    /// other known kind must always travel with its payload. An unknown
+    /// kind may be purgeable on the newer node that wrote it, so its
+    /// payload may be absent too (Specs/events.md §6.3).
     public var payloadIsPurgeable: Bool {
         switch self {
-        case .pictureCreated, .pictureCaptioned, .messageSent, .messageEdited: true
+        case .pictureCreated, .pictureCaptioned, .messageSent, .messageEdited, .unknown: true
         default: false
         }
     }

@@ -18,6 +18,9 @@ public indirect enum FieldType: Sendable {
     case nullable(FieldType)
     /// Any value; a schema's cross-field rule gives its real type.
     case dependent
+    /// An encrypted value (Specs/encryption.md §7): a byte string of
+    /// `PayloadLimits.sealedOverhead...maxBytes` bytes.
+    case sealed(maxBytes: Int)
 
     func check(_ value: CBORValue, path: String) -> String? {
         switch self {
@@ -61,6 +64,8 @@ public indirect enum FieldType: Sendable {
             return value.isNull ? nil : inner.check(value, path: path)
         case .dependent:
             return nil
+        case .sealed(let maxBytes):
+            return FieldType.bytes(minCount: PayloadLimits.sealedOverhead, maxCount: maxBytes).check(value, path: path)
         }
     }
 }
@@ -78,7 +83,7 @@ public struct PayloadSchema: Sendable {
     /// A rule spanning several fields, checked after the per-field rules.
     let crossCheck: (@Sendable (CBORValue) -> String?)?
 
-    init(_ fields: [FieldSpec], crossCheck: (@Sendable (CBORValue) -> String?)? = nil) {
+    public init(_ fields: [FieldSpec], crossCheck: (@Sendable (CBORValue) -> String?)? = nil) {
         self.fields = fields
         self.crossCheck = crossCheck
     }
@@ -98,8 +103,8 @@ public struct PayloadSchema: Sendable {
     }
 }
 
-func required(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: true) }
-func optional(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: false) }
+public func required(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: true) }
+public func optional(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: false) }
 
 /// Bounds shared by the schemas; Specs/events.md §6 lists the same numbers.
 public enum PayloadLimits {
@@ -110,6 +115,15 @@ public enum PayloadLimits {
     public static let maxBlobSize: UInt64 = 1 << 40
     public static let messageTextBytes = 4000
     public static let captionBytes = 2000
+    public static let imageTypes = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/avif"]
+    /// A sealed value is epoch id (32) || nonce (24) || ciphertext with its
+    /// 16-byte tag (Specs/encryption.md §7): at least 72 bytes.
+    public static let sealedOverhead = 72
+    public static let sealedTitleBytes = 512
+    public static let sealedBodyBytes = 4608
+    /// One wrap of an epoch key: device key (32) || wrapped key (48) (Specs/encryption.md §5).
+    public static let wrapBytes = 80
+    public static let maxWraps = 768
 }
 
 /// Profile fields and the type of each one's value (`profile.set`).
@@ -131,84 +145,130 @@ public enum ProfileField: String, CaseIterable, Sendable {
 }
 
 extension EventKind {
-    public var schema: PayloadSchema { Schemas.byKind[self]! }
+    /// The payload schema of a known kind; nil for an unknown kind, whose
+    /// payload is only required to be deterministic CBOR (Specs/events.md §6.3).
+    /// An exhaustive switch: a new kind without a schema does not compile.
+    public var schema: PayloadSchema? {
+        switch self {
+        case .deviceAdded: Schemas.deviceAdded
+        case .deviceRemoved: Schemas.deviceRemoved
+        case .deviceKey: Schemas.deviceKey
+        case .profileSet: Schemas.profileSet
+        case .pictureCreated: Schemas.pictureCreated
+        case .pictureCaptioned: Schemas.pictureCaptioned
+        case .pictureMoved: Schemas.pictureMoved
+        case .pictureDeleted, .followAdded, .likeAdded, .blockAdded: Schemas.empty
+        case .followRemoved, .likeRemoved, .blockRemoved: Schemas.removal
+        case .chatCreated: Schemas.chatCreated
+        case .chatMemberAdded: Schemas.chatMemberAdded
+        case .chatMemberRemoved: Schemas.chatMemberRemoved
+        case .messageSent: Schemas.messageSent
+        case .messageEdited: Schemas.messageEdited
+        case .messageDeleted: Schemas.messageDeleted
+        case .chatRead: Schemas.chatRead
+        case .chatKey: Schemas.chatKey
+        case .coinCredited: Schemas.coinCredited
+        case .coinSpent: Schemas.coinSpent
+        case .coinGiven: Schemas.coinGiven
+        case .coinRightsMoved: Schemas.coinRightsMoved
+        case .slotUnlocked: Schemas.slotUnlocked
+        case .slotSet: Schemas.slotSet
+        case .unknown: nil
+        }
+    }
 }
 
+/// One schema per known kind (Specs/events.md §6.2), built once.
 enum Schemas {
     static let seen = required("seen", .list(of: .id32, minCount: 1, maxCount: PayloadLimits.maxSeenTags))
     static let amount = required("amount", .uint(min: 1, max: PayloadLimits.maxCoinAmount))
     static let slot = required("slot", .uint(min: 0, max: PayloadLimits.maxSlots - 1))
     static let empty = PayloadSchema([])
+    static let removal = PayloadSchema([seen])
 
-    static let byKind: [EventKind: PayloadSchema] = [
-        .deviceAdded: PayloadSchema([
-            optional("name", .text(minBytes: 1, maxBytes: 64)),
-            // The device's consent (Specs/projections.md): without it no user
-            // could claim someone else's device.
-            optional("proof", .bytes(minCount: 64, maxCount: 64)),
-        ]),
-        .deviceRemoved: PayloadSchema([optional("reason", .text(minBytes: 0, maxBytes: 200))]),
-        .profileSet: PayloadSchema(
-            [
-                required("field", .oneOf(ProfileField.allCases.map(\.rawValue))),
-                required("value", .dependent),
-            ],
-            crossCheck: { payload in
-                // `field` is known valid here; the value's type depends on it.
-                guard let name = payload[text: "field"]?.textValue, let field = ProfileField(rawValue: name),
-                    let value = payload[text: "value"]
-                else { return "profile.set needs field and value" }
-                return FieldType.nullable(field.valueType).check(value, path: "value")
-            }),
-        .pictureCreated: PayloadSchema([
-            required("blob", .id32),
-            required("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
-            required("mime", .oneOf(["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/avif"])),
-            optional("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes)),
-            optional("width", .uint(min: 1, max: 65535)),
-            optional("height", .uint(min: 1, max: 65535)),
-        ]),
-        .pictureCaptioned: PayloadSchema([required("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes))]),
-        .pictureMoved: PayloadSchema([required("position", .bytes(minCount: 1, maxCount: 64))]),
-        .pictureDeleted: empty,
-        .followAdded: empty,
-        .followRemoved: PayloadSchema([seen]),
-        .likeAdded: empty,
-        .likeRemoved: PayloadSchema([seen]),
-        .blockAdded: empty,
-        .blockRemoved: PayloadSchema([seen]),
-        .chatCreated: PayloadSchema([
-            optional("title", .text(minBytes: 0, maxBytes: 200)),
-            optional("members", .list(of: .id32, minCount: 0, maxCount: PayloadLimits.maxChatMembers)),
-        ]),
-        .chatMemberAdded: PayloadSchema([required("user", .id32), optional("admin", .bool)]),
-        .chatMemberRemoved: PayloadSchema([required("user", .id32)]),
-        .messageSent: PayloadSchema(
-            [
-                optional("text", .text(minBytes: 1, maxBytes: PayloadLimits.messageTextBytes)),
-                optional("picture", .id32),
-            ],
-            crossCheck: { payload in
-                payload[text: "text"] == nil && payload[text: "picture"] == nil
-                    ? "message.sent needs text, picture or both" : nil
-            }),
-        .messageEdited: PayloadSchema([
-            required("chat", .id32),
-            required("text", .text(minBytes: 1, maxBytes: PayloadLimits.messageTextBytes)),
-        ]),
-        .messageDeleted: PayloadSchema([required("chat", .id32)]),
-        .chatRead: PayloadSchema([required("message", .id32), required("hlc", .uint(min: 1, max: UInt64.max))]),
-        .coinCredited: PayloadSchema([
-            required("user", .id32), amount,
-            required("receipt", .text(minBytes: 1, maxBytes: 256)),
-            optional("product", .text(minBytes: 1, maxBytes: 128)),
-        ]),
-        .coinSpent: PayloadSchema([amount, required("for", .text(minBytes: 1, maxBytes: 200))]),
-        .coinGiven: PayloadSchema([amount, optional("device", .id32), optional("note", .text(minBytes: 0, maxBytes: 200))]),
-        .coinRightsMoved: PayloadSchema([amount]),
-        .slotUnlocked: PayloadSchema([slot, required("price", .uint(min: 0, max: PayloadLimits.maxCoinAmount))]),
-        .slotSet: PayloadSchema([slot, required("picture", .nullable(.id32))]),
-    ]
+    static let deviceAdded = PayloadSchema([
+        optional("name", .text(minBytes: 1, maxBytes: 64)),
+        // The device's consent (Specs/projections.md): without it no user
+        // could claim someone else's device.
+        optional("proof", .bytes(minCount: 64, maxCount: 64)),
+    ])
+    static let deviceRemoved = PayloadSchema([optional("reason", .text(minBytes: 0, maxBytes: 200))])
+    static let deviceKey = PayloadSchema([required("key", .id32)])
+    static let profileSet = PayloadSchema(
+        [
+            required("field", .oneOf(ProfileField.allCases.map(\.rawValue))),
+            required("value", .dependent),
+        ],
+        crossCheck: { payload in
+            // `field` is known valid here; the value's type depends on it.
+            guard let name = payload[text: "field"]?.textValue, let field = ProfileField(rawValue: name),
+                let value = payload[text: "value"]
+            else { return "profile.set needs field and value" }
+            return FieldType.nullable(field.valueType).check(value, path: "value")
+        })
+    static let pictureCreated = PayloadSchema([
+        required("blob", .id32),
+        required("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
+        required("mime", .oneOf(PayloadLimits.imageTypes)),
+        optional("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes)),
+        optional("width", .uint(min: 1, max: 65535)),
+        optional("height", .uint(min: 1, max: 65535)),
+    ])
+    static let pictureCaptioned = PayloadSchema([required("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes))])
+    static let pictureMoved = PayloadSchema([required("position", .bytes(minCount: 1, maxCount: 64))])
+    static let chatCreated = PayloadSchema([
+        optional("title", .sealed(maxBytes: PayloadLimits.sealedTitleBytes)),
+        optional("members", .list(of: .id32, minCount: 0, maxCount: PayloadLimits.maxChatMembers)),
+    ])
+    static let chatMemberAdded = PayloadSchema([required("user", .id32), optional("admin", .bool)])
+    static let chatMemberRemoved = PayloadSchema([required("user", .id32)])
+    static let messageSent = PayloadSchema(
+        [
+            required("body", .sealed(maxBytes: PayloadLimits.sealedBodyBytes)),
+            optional("blob", .id32),
+            optional("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
+        ],
+        crossCheck: { payload in
+            (payload[text: "blob"] == nil) != (payload[text: "size"] == nil) ? "message.sent needs blob and size together" : nil
+        })
+    static let messageEdited = PayloadSchema([
+        required("chat", .id32),
+        required("body", .sealed(maxBytes: PayloadLimits.sealedBodyBytes)),
+    ])
+    static let messageDeleted = PayloadSchema([required("chat", .id32)])
+    static let chatRead = PayloadSchema([required("message", .id32), required("hlc", .uint(min: 1, max: UInt64.max))])
+    static let chatKey = PayloadSchema(
+        [
+            required("epoch", .id32),
+            required("wraps", .bytes(minCount: PayloadLimits.wrapBytes, maxCount: PayloadLimits.wrapBytes * PayloadLimits.maxWraps)),
+            required("ephemeral", .id32),
+        ],
+        crossCheck: { payload in
+            guard let wraps = payload[text: "wraps"]?.bytesValue else { return "chat.key needs wraps" }
+            guard wraps.count % PayloadLimits.wrapBytes == 0 else {
+                return "wraps must be whole \(PayloadLimits.wrapBytes)-byte wraps, got \(wraps.count) bytes"
+            }
+            // Devices strictly increasing: one wrap per device, one encoding per set.
+            var previous: ArraySlice<UInt8>? = nil
+            for start in stride(from: 0, to: wraps.count, by: PayloadLimits.wrapBytes) {
+                let device = wraps[start..<start + 32]
+                if let previous, !previous.lexicographicallyPrecedes(device) {
+                    return "wraps must be ordered by device key, strictly increasing"
+                }
+                previous = device
+            }
+            return nil
+        })
+    static let coinCredited = PayloadSchema([
+        required("user", .id32), amount,
+        required("receipt", .text(minBytes: 1, maxBytes: 256)),
+        optional("product", .text(minBytes: 1, maxBytes: 128)),
+    ])
+    static let coinSpent = PayloadSchema([amount, required("for", .text(minBytes: 1, maxBytes: 200))])
+    static let coinGiven = PayloadSchema([amount, optional("device", .id32), optional("note", .text(minBytes: 0, maxBytes: 200))])
+    static let coinRightsMoved = PayloadSchema([amount])
+    static let slotUnlocked = PayloadSchema([slot, required("price", .uint(min: 0, max: PayloadLimits.maxCoinAmount))])
+    static let slotSet = PayloadSchema([slot, required("picture", .nullable(.id32))])
 }
 
 enum DateText {

@@ -23,6 +23,8 @@ enum KeyStore {
     static func userKeyPath(_ store: String) -> String { keysDirectory(store) + "/user.secret" }
     static func deviceKeyPath(_ store: String) -> String { keysDirectory(store) + "/device.secret" }
     static func issuerKeyPath(_ store: String) -> String { keysDirectory(store) + "/issuer.secret" }
+    /// The device's X25519 secret (Specs/encryption.md §3).
+    static func encryptionKeyPath(_ store: String) -> String { keysDirectory(store) + "/encryption.secret" }
     /// A device-only store knows its user's public key but not the secret.
     static func userPublicPath(_ store: String) -> String { keysDirectory(store) + "/user.public" }
 
@@ -41,11 +43,22 @@ enum KeyStore {
         return key
     }
 
-    static func write(_ key: SigningKey, to path: String) throws {
+    static func write(_ key: SigningKey, to path: String) throws { try writeSecret(key.seed, to: path) }
+
+    static func write(_ key: AgreementKey, to path: String) throws { try writeSecret(key.secret, to: path) }
+
+    static func readAgreement(_ path: String) throws -> AgreementKey {
+        guard let key = AgreementKey(secret: try readSecret(path)) else {
+            throw NodeError.keyFile(path: path, problem: "not 64 hex digits of an X25519 secret")
+        }
+        return key
+    }
+
+    private static func writeSecret(_ secret: [UInt8], to path: String) throws {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard fd >= 0 else { throw NodeError.keyFile(path: path, problem: String(cString: strerror(errno))) }
         defer { close(fd) }
-        let text = Array((Hex.encode(key.seed) + "\n").utf8)
+        let text = Array((Hex.encode(secret) + "\n").utf8)
         let written = text.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
         guard written == text.count, fsync(fd) == 0 else {
             throw NodeError.keyFile(path: path, problem: "could not write the key: \(String(cString: strerror(errno)))")
@@ -53,6 +66,14 @@ enum KeyStore {
     }
 
     static func read(_ path: String) throws -> SigningKey {
+        guard let key = SigningKey(seed: try readSecret(path)) else {
+            throw NodeError.keyFile(path: path, problem: "not 64 hex digits of an Ed25519 seed")
+        }
+        return key
+    }
+
+    /// The 32 secret bytes of a key file, refused when others may read it.
+    private static func readSecret(_ path: String) throws -> [UInt8] {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw NodeError.keyFile(path: path, problem: "missing or unreadable")
         }
@@ -62,9 +83,9 @@ enum KeyStore {
                 path: path, problem: "readable by others (mode \(String(st.st_mode & 0o777, radix: 8))); run chmod 600 on it")
         }
         let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let seed = Hex.decode(text), let key = SigningKey(seed: seed) else {
-            throw NodeError.keyFile(path: path, problem: "not 64 hex digits of an Ed25519 seed")
+        guard let secret = Hex.decode(text), secret.count == 32 else {
+            throw NodeError.keyFile(path: path, problem: "not 64 hex digits of a 32-byte secret")
         }
-        return key
+        return secret
     }
 }

@@ -1,5 +1,6 @@
 import ChorusCBOR
 import ChorusCrypto
+import ChorusEncryption
 import ChorusEvents
 import ChorusProjections
 import Foundation
@@ -59,6 +60,24 @@ extension Node {
     /// user, atomically. The id is chosen here, so it works offline.
     @discardableResult
     public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> ObjectID {
+        let sniffed = try checkedImage(bytes, mime: mime)
+        let mime = sniffed.mime
+        let id = Random.bytes32()
+        var payload: [(String, CBORValue)] = [
+            ("blob", .bytes(Blake2b.hash256(bytes).bytes)), ("size", .unsigned(UInt64(bytes.count))), ("mime", .text(mime)),
+        ]
+        if let caption { payload.append(("caption", .text(caption))) }
+        if let w = sniffed.width, let h = sniffed.height {
+            payload.append(("width", .unsigned(w)))
+            payload.append(("height", .unsigned(h)))
+        }
+        try await append(.pictureCreated, object: id, payload: .textMap(payload), blobs: [bytes])
+        return id
+    }
+
+    /// Checks picture bytes against the size cap and recognises their type;
+    /// width and height only when both are in the schema's range.
+    func checkedImage(_ bytes: [UInt8], mime: String? = nil) throws -> (mime: String, width: UInt64?, height: UInt64?) {
         guard !bytes.isEmpty else { throw NodeError.refused("the picture file is empty") }
         guard bytes.count <= options.maxBlobBytes else {
             throw NodeError.refused(
@@ -68,17 +87,10 @@ extension Node {
         guard let mime = mime ?? sniffed?.mime else {
             throw NodeError.refused("not a JPEG, PNG, GIF, WebP, HEIC or AVIF image")
         }
-        let id = Random.bytes32()
-        var payload: [(String, CBORValue)] = [
-            ("blob", .bytes(Blake2b.hash256(bytes).bytes)), ("size", .unsigned(UInt64(bytes.count))), ("mime", .text(mime)),
-        ]
-        if let caption { payload.append(("caption", .text(caption))) }
-        if let w = sniffed?.width, let h = sniffed?.height, (1...65535).contains(w), (1...65535).contains(h) {
-            payload.append(("width", .unsigned(w)))
-            payload.append(("height", .unsigned(h)))
+        guard let w = sniffed?.width, let h = sniffed?.height, (1...65535).contains(w), (1...65535).contains(h) else {
+            return (mime, nil, nil)
         }
-        try await append(.pictureCreated, object: id, payload: .textMap(payload), blobs: [bytes])
-        return id
+        return (mime, w, h)
     }
 
     /// The picture's record, if it is live and this user's.
@@ -169,41 +181,90 @@ extension Node {
 
     // MARK: Chats
 
-    /// Creates a chat with this user as administrator; the id is chosen here.
+    /// Creates a chat with this user as administrator; the id is chosen
+    /// here. The title is sealed to the members (Specs/encryption.md §6):
+    /// the creation is followed by the first epoch's key, wrapped to every
+    /// member device this node knows.
     @discardableResult
     public func createChat(title: String? = nil, members: [PublicKey] = []) async throws -> ObjectID {
         let id = Random.bytes32()
+        let key = Random.bytes(32)
+        let epoch = ChatCrypto.epochID(chat: id, key: key)
         var payload: [(String, CBORValue)] = []
-        if let title { payload.append(("title", .text(title))) }
+        if let title {
+            let sealed = ChatCrypto.seal(
+                TitleContent.encode(title), epochKey: key, epoch: epoch, nonce: ChatCrypto.freshNonce(), kind: .chatCreated,
+                chat: id, object: id, author: identity.device)
+            payload.append(("title", .bytes(sealed)))
+        }
         let others = Array(Set(members.filter { $0 != identity.user })).sorted()
         if !others.isEmpty { payload.append(("members", .array(others.map { .bytes($0.bytes) }))) }
         try await append(.chatCreated, object: id, payload: .textMap(payload))
+        keyRing.put(id, epoch, key)
+        try await shareEpoch(id, epoch: epoch, key: key, to: currentMemberDevices(id))
         return id
     }
 
+    /// Adds a member (admin only) and wraps the current epoch key to the
+    /// member's devices: they read from now on, not the earlier history.
     @discardableResult
     public func addChatMember(_ chat: ObjectID, _ user: PublicKey, admin: Bool = false) async throws -> Event {
         var payload: [(String, CBORValue)] = [("user", .bytes(user.bytes))]
         if admin { payload.append(("admin", .bool(true))) }
-        return try await append(.chatMemberAdded, object: chat, payload: .textMap(payload))
+        let event = try await append(.chatMemberAdded, object: chat, payload: .textMap(payload))
+        if try projections.noEffect(event.id) == nil {
+            let (epoch, key) = try await sendingEpoch(chat)
+            let holders = Set(try projections.wraps(of: chat, epoch: epoch).map(\.device))
+            let missing = try currentDevices(of: user).filter { !holders.contains($0.device) }
+            if !missing.isEmpty { try await shareEpoch(chat, epoch: epoch, key: key, to: missing) }
+        }
+        return event
     }
 
+    /// Removes a member (admin) or leaves (oneself). A remover who stays a
+    /// member starts a new epoch at once, so nothing sent from here on is
+    /// readable by the removed member (Specs/encryption.md §6 rule 3).
     @discardableResult
     public func removeChatMember(_ chat: ObjectID, _ user: PublicKey) async throws -> Event {
-        try await append(.chatMemberRemoved, object: chat, payload: .textMap([("user", .bytes(user.bytes))]))
+        let event = try await append(.chatMemberRemoved, object: chat, payload: .textMap([("user", .bytes(user.bytes))]))
+        if user != identity.user, try projections.noEffect(event.id) == nil,
+            try projections.membership(of: identity.user, in: chat)?.isCurrent == true
+        {
+            try await rotate(chat)
+        }
+        return event
     }
 
     @discardableResult
     public func leaveChat(_ chat: ObjectID) async throws -> Event { try await removeChatMember(chat, identity.user) }
 
-    /// Sends a message; its id is the event id.
+    /// Sends a message sealed to the chat's members; its id is the event id.
+    /// `image` is a picture sent inside the chat: its bytes are encrypted
+    /// with a key of their own, carried in the sealed body; the blob stored
+    /// and synced is the ciphertext (Specs/encryption.md §7). `picture`
+    /// refers to an existing picture by id.
     @discardableResult
-    public func sendMessage(_ chat: ObjectID, text: String? = nil, picture: ObjectID? = nil) async throws -> EventID {
-        guard text != nil || picture != nil else { throw NodeError.refused("a message needs text, a picture or both") }
+    public func sendMessage(_ chat: ObjectID, text: String? = nil, picture: ObjectID? = nil, image: [UInt8]? = nil) async throws
+        -> EventID
+    {
+        guard text != nil || picture != nil || image != nil else {
+            throw NodeError.refused("a message needs text, a picture or both")
+        }
+        guard try projections.chatView(chat) != nil else { throw NodeError.refused("this node holds no chat \(chat.short)") }
+        var content = MessageContent(text: text, picture: picture)
+        var blobs: [[UInt8]] = []
         var payload: [(String, CBORValue)] = []
-        if let text { payload.append(("text", .text(text))) }
-        if let picture { payload.append(("picture", .bytes(picture.bytes))) }
-        return try await append(.messageSent, object: chat, payload: .textMap(payload)).id
+        if let image {
+            let (mime, width, height) = try checkedImage(image)
+            let key = Random.bytes(32)
+            let sealedImage = ChatCrypto.encryptAttachment(image, key: key)
+            content.attachment = Attachment(key: key, mime: mime, size: UInt64(image.count), width: width, height: height)
+            blobs.append(sealedImage)
+            payload += [("blob", .bytes(Blake2b.hash256(sealedImage).bytes)), ("size", .unsigned(UInt64(sealedImage.count)))]
+        }
+        let body = try await seal(content.encoded(), in: chat, kind: .messageSent, object: chat)
+        payload.append(("body", .bytes(body)))
+        return try await append(.messageSent, object: chat, payload: .textMap(payload), blobs: blobs).id
     }
 
     private func ownMessage(_ id: EventID) throws -> MessageView {
@@ -215,7 +276,8 @@ extension Node {
     @discardableResult
     public func editMessage(_ id: EventID, text: String) async throws -> Event {
         let m = try ownMessage(id)
-        return try await append(.messageEdited, object: id, payload: .textMap([("chat", .bytes(m.chat.bytes)), ("text", .text(text))]))
+        let body = try await seal(MessageContent(text: text).encoded(), in: m.chat, kind: .messageEdited, object: id)
+        return try await append(.messageEdited, object: id, payload: .textMap([("chat", .bytes(m.chat.bytes)), ("body", .bytes(body))]))
     }
 
     @discardableResult

@@ -81,6 +81,8 @@ public actor Node {
     private let issuerKey: SigningKey?
     private let writer: GroupCommitWriter?
     nonisolated let writerNotifier: ArrivalNotifier
+    /// This device's encryption key and the epoch keys it has unwrapped.
+    nonisolated let keyRing: KeyRing
     private let signer: BatchSigner?
     private var lockFD: Int32
     private var clock: HybridClock
@@ -177,9 +179,22 @@ public actor Node {
             let userSecret = fm.fileExists(atPath: KeyStore.userKeyPath(path)) ? try KeyStore.read(KeyStore.userKeyPath(path)) : nil
             let userPublic = try userSecret?.publicKey ?? KeyStore.readPublic(KeyStore.userPublicPath(path))
             let issuer = fm.fileExists(atPath: KeyStore.issuerKeyPath(path)) ? try KeyStore.read(KeyStore.issuerKeyPath(path)) : nil
-            return Node(
+            // A store from before end-to-end encryption gets its device's
+            // X25519 key on its first writable open (Specs/encryption.md §3).
+            let agreementPath = KeyStore.encryptionKeyPath(path)
+            var agreement: AgreementKey? = nil
+            if fm.fileExists(atPath: agreementPath) {
+                agreement = try KeyStore.readAgreement(agreementPath)
+            } else if !readOnly {
+                let fresh = AgreementKey.generate()
+                try KeyStore.write(fresh, to: agreementPath)
+                agreement = fresh
+            }
+            let node = Node(
                 path: path, projections: projections, blobs: blobs, user: userPublic, userKey: userSecret, device: device,
-                issuer: issuer, lockFD: fd, readOnly: readOnly, options: options)
+                issuer: issuer, agreement: agreement, lockFD: fd, readOnly: readOnly, options: options)
+            if !readOnly { try await node.publishEncryptionKeyIfNeeded() }
+            return node
         } catch {
             if fd >= 0 { Foundation.close(fd) }
             throw error
@@ -188,8 +203,9 @@ public actor Node {
 
     private init(
         path: String, projections: Projections, blobs: BlobStore, user: PublicKey, userKey: SigningKey?, device: SigningKey,
-        issuer: SigningKey?, lockFD: Int32, readOnly: Bool, options: NodeOptions
+        issuer: SigningKey?, agreement: AgreementKey?, lockFD: Int32, readOnly: Bool, options: NodeOptions
     ) {
+        self.keyRing = KeyRing(agreement: agreement)
         self.storePath = path
         self.log = projections.log
         self.projections = projections

@@ -118,7 +118,8 @@ extension FoldRun {
                 ("creator", .bytes(created.creator.bytes)), ("hlc", .unsigned(created.fact.hlc.rawValue)),
                 ("created_by", .bytes(created.fact.id.bytes)),
             ]
-            if let title = created.fact.payload?[text: "title"]?.textValue { record.append(("title", .text(title))) }
+            // Sealed (Specs/encryption.md §7): every replica keeps the same ciphertext.
+            if let title = created.fact.payload?[text: "title"]?.bytesValue { record.append(("title", .bytes(title))) }
             try txn.put(p.state, chatKey, Codec.cbor(.textMap(record)))
         } else {
             try txn.delete(p.state, chatKey)
@@ -155,12 +156,14 @@ extension FoldRun {
         }
         let chat = sent.object
         let key = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), message.bytes)
+        let attachment = sent.payload?[text: "blob"]?.id32
         func withdraw(_ why: NoEffect) throws {
             try decide(sent.id, why)
             for f in all where f.id != sent.id {
                 try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
             }
             if try txn.delete(p.state, key) { countMessage(in: chat, by: -1) }
+            try setBlobReference(attachment, of: message, live: false)
         }
         let sender: PublicKey
         switch try actor(sent) {
@@ -199,17 +202,44 @@ extension FoldRun {
         ]
         if let deleted {
             record.append(("deleted", .unsigned(deleted.hlc.rawValue)))
-            if purging { for f in all { try purge(.message, message, f) } }
+            if purging { try purgeContent(ofMessage: message, all) }
         } else if let payload = sent.payload {
-            let text = edit.map { $0.payload?[text: "text"]?.textValue } ?? payload[text: "text"]?.textValue
-            if let text { record.append(("text", .text(text))) }
-            if let picture = payload[text: "picture"]?.id32 { record.append(("picture", .bytes(picture.bytes))) }
-            if let edit { record.append(("edited", .unsigned(edit.hlc.rawValue))) }
+            // The body is sealed (Specs/encryption.md §7); an edit's sealed
+            // body replaces it. Without the edit's payload, the original stays.
+            let body = edit?.payload?[text: "body"]?.bytesValue ?? payload[text: "body"]?.bytesValue
+            if let body { record.append(("body", .bytes(body))) }
+            if let attachment, let size = payload[text: "size"]?.unsignedValue {
+                record.append(("blob", .bytes(attachment.bytes)))
+                record.append(("size", .unsigned(size)))
+            }
+            if let edit {
+                record.append(("edited", .unsigned(edit.hlc.rawValue)))
+                // The edit's device: its sealed body's associated data names it.
+                record.append(("editor", .bytes(edit.author.bytes)))
+            }
         } else {
             record.append(("purged", .bool(true)))
         }
+        try setBlobReference(attachment, of: message, live: deleted == nil)
         if try txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
         try txn.put(p.state, key, Codec.cbor(.textMap(record)))
+    }
+
+    /// The `blobRef` entry of a message's encrypted picture (Specs/
+    /// encryption.md §7): present exactly while the message is live.
+    func setBlobReference(_ blob: Hash32?, of message: EventID, live: Bool) throws {
+        guard let blob else { return }
+        let key = Table.blobRef.key(blob.bytes, message.bytes)
+        if live { try txn.put(p.state, key, []) } else { try txn.delete(p.state, key) }
+    }
+
+    /// Purges a deleted message's payloads and its encrypted picture, unless a
+    /// live object still references the same bytes.
+    func purgeContent(ofMessage message: EventID, _ all: [Fact]) throws {
+        let blob = all.first { $0.kind == .messageSent && $0.id == message }?.payload?[text: "blob"]?.id32
+        if let blob { try txn.delete(p.state, Table.blobRef.key(blob.bytes, message.bytes)) }
+        for f in all { try purge(.message, message, f) }
+        if let blob, try !p.isBlobReferenced(blob, in: txn) { try p.blobs.delete(blob, in: txn) }
     }
 
     /// Keeps the number of effective messages per chat, so listing chats

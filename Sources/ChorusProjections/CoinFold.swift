@@ -22,7 +22,7 @@ public struct LedgerEntry: Hashable, Sendable {
     func encoded() -> [UInt8] {
         Codec.cbor(
             .array([
-                .unsigned(kind.rawValue), .unsigned(amount), Codec.key32(from), Codec.key32(to),
+                .unsigned(kind.code), .unsigned(amount), Codec.key32(from), Codec.key32(to),
                 receipt.map { .text($0) } ?? .null,
                 slot.map { .array([.bytes($0.user.bytes), .unsigned($0.slot)]) } ?? .null,
                 noEffect.map { .array([.text($0.code), .text($0.detail)]) } ?? .null,
@@ -31,7 +31,7 @@ public struct LedgerEntry: Hashable, Sendable {
 
     static func decode(_ raw: [UInt8]) throws -> LedgerEntry {
         let v = try Codec.decode(raw, "ledger entry")
-        guard let a = v.arrayValue, a.count == 7, let code = a[0].unsignedValue, let kind = EventKind(rawValue: code),
+        guard let a = v.arrayValue, a.count == 7, let code = a[0].unsignedValue, let kind = EventKind(knownCode: code),
             let amount = a[1].unsignedValue
         else { throw ProjectionError.corrupt("ledger entry") }
         var slot: (PublicKey, UInt64)? = nil

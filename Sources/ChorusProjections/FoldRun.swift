@@ -74,18 +74,20 @@ struct FoldRun {
         where dirty[key.cls]?.contains(key.target) != true {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldRelationshipFact(key.cls, key.target, fact) }
         }
-        for cls: ObjectClass in [.profile, .picture, .follow, .like, .block, .slots] {
+        for cls: ObjectClass in [.profile, .picture, .follow, .like, .block, .slots, .deviceKey] {
             for object in (dirty[cls] ?? []).sorted() {
                 switch cls {
                 case .profile: try foldProfile(object)
                 case .picture: try foldPicture(object)
                 case .slots: try foldSlots(object)
+                case .deviceKey: try foldDeviceKey(object)
                 default: try foldRelationship(cls, object)
                 }
             }
         }
         for chat in (dirty[.chat] ?? []).sorted() where try foldChat(chat) {
             mark(.reads, chat)
+            mark(.chatKeys, chat)
             try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, _ in
                 mark(.message, try Codec.b32(key.suffix(32), "message id"))
                 return true
@@ -95,6 +97,7 @@ struct FoldRun {
         for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
         }
+        for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
         for message in (dirty[.message] ?? []).sorted() { try foldMessage(message) }
         try writeMessageCounts()
         if let from = coinsFrom { try foldCoins(from: from) }
@@ -184,7 +187,7 @@ struct FoldRun {
         guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }
         try txn.put(
             p.facts, Projections.factKey(cls, object, fact.order),
-            [UInt8(truncatingIfNeeded: fact.kind.rawValue)] + fact.object.bytes + [0])
+            [UInt8(truncatingIfNeeded: fact.kind.code)] + fact.object.bytes + [0])
         try p.log.purgePayload(fact.id, in: txn)
     }
 }

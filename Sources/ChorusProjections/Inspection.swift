@@ -34,6 +34,8 @@ extension Projections {
         case .message: "message"
         case .slots: "slots"
         case .coins: "coins"
+        case .deviceKey: "device-key"
+        case .chatKeys: "chat-keys"
         }
     }
 
@@ -98,7 +100,10 @@ extension Projections {
         case .picture: return "picture \(hex(0..<32))"
         case .gallery: return "gallery of \(hex(0..<32)) picture \(Hex.encode(rest.suffix(32)))"
         case .picturesByTime: return "pictures-by-time of \(hex(0..<32)) picture \(Hex.encode(rest.suffix(32)))"
-        case .blobRef: return "blob \(hex(0..<32)) used by picture \(hex(32..<64))"
+        case .blobRef: return "blob \(hex(0..<32)) used by picture or message \(hex(32..<64))"
+        case .encryptionKey: return "encryption key of device \(hex(0..<32))"
+        case .epoch: return "chat \(hex(0..<32)) epoch \(hex(32..<64))"
+        case .wrap: return "chat \(hex(0..<32)) epoch \(hex(32..<64)) key for device \(hex(64..<96))"
         case .edge: return "\(edgeName(rest.first)) of \(hex(1..<33)) by \(hex(33..<65))"
         case .edgeOut: return "\(edgeName(rest.first)) by \(hex(1..<33)) of \(hex(33..<65))"
         case .chat: return "chat \(hex(0..<32))"

@@ -49,11 +49,15 @@ public enum ProjectionError: Error, Sendable, CustomStringConvertible {
 /// The projected object an event feeds. Each class's state is a pure
 /// function of the facts filed under it (Specs/projections.md §3).
 enum ObjectClass: UInt8, CaseIterable {
-    case device = 1, profile, picture, follow, like, block, chat, reads, message, slots, coins
+    case device = 1, profile, picture, follow, like, block, chat, reads, message, slots, coins, deviceKey, chatKeys
 
     static func targets(of event: Event) -> [(ObjectClass, Bytes32)] {
         switch event.kind {
         case .deviceAdded, .deviceRemoved: [(.device, event.object)]
+        case .deviceKey: [(.deviceKey, event.object)]
+        case .chatKey: [(.chatKeys, event.object)]
+        // Stored and relayed, not folded (Specs/events.md §6.3).
+        case .unknown: []
         case .profileSet: [(.profile, event.object)]
         case .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted: [(.picture, event.object)]
         case .followAdded, .followRemoved: [(.follow, event.object)]
@@ -82,7 +86,7 @@ struct Fact {
     var hlc: HLC { order.hlc }
 
     static func encode(_ event: Event) -> [UInt8] {
-        var out: [UInt8] = [UInt8(truncatingIfNeeded: event.kind.rawValue)] + event.object.bytes
+        var out: [UInt8] = [UInt8(truncatingIfNeeded: event.kind.code)] + event.object.bytes
         if let p = event.payloadBytes {
             out.append(1)
             out += p
@@ -93,7 +97,7 @@ struct Fact {
     }
 
     static func decode(order: MergeOrder, _ raw: [UInt8]) throws -> Fact {
-        guard raw.count >= 34, let kind = EventKind(rawValue: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
+        guard raw.count >= 34, let kind = EventKind(knownCode: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
             throw ProjectionError.corrupt("fact of \(raw.count) bytes")
         }
         var payload: CBORValue? = nil
@@ -112,6 +116,7 @@ struct Fact {
 enum Table: UInt8 {
     case device = 0x10  // device -> binding
     case userDevice = 0x11  // user || device -> ()
+    case encryptionKey = 0x12  // device -> [X25519 key, hlc, event id]
     case profile = 0x20  // user || field name -> register
     case picture = 0x30  // picture -> picture record
     case gallery = 0x31  // owner || position (64, zero padded) || picture -> ()
@@ -125,6 +130,8 @@ enum Table: UInt8 {
     case message = 0x53  // chat || hlc || message -> message record
     case read = 0x54  // chat || user -> read marker
     case messageCount = 0x55  // chat -> u64 number of effective messages
+    case epoch = 0x56  // chat || epoch id -> [start hlc, introducing event id]
+    case wrap = 0x57  // chat || epoch id || device -> first effective key event wrapping it
     case rights = 0x60  // device -> u64 spending rights
     case receipt = 0x61  // receipt text -> crediting event id
     case slotUnlock = 0x62  // user || slot -> unlocking event id

@@ -121,9 +121,7 @@ public struct Projections: Sendable {
             }
             return true
         }
-        for message in messages {
-            for f in try run.facts(.message, message) { try run.purge(.message, message, f) }
-        }
+        for message in messages { try run.purgeContent(ofMessage: message, try run.facts(.message, message)) }
     }
 
     /// The index key recording which projection format and network

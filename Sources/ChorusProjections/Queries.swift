@@ -78,9 +78,13 @@ public struct MemberView: Hashable, Sendable {
 
 public struct ChatView: Hashable, Sendable {
     public let id: ObjectID
-    public let title: String?
+    /// The title, sealed to the chat's members (Specs/encryption.md §7);
+    /// `Node` opens it on a member's device.
+    public let sealedTitle: [UInt8]?
     public let creator: PublicKey
     public let createdHLC: HLC
+    /// The `chat.created` event (its device sealed the title).
+    public let createdBy: EventID
     public let members: [MemberView]
     public let messageCount: Int
 }
@@ -91,11 +95,21 @@ public struct MessageView: Hashable, Sendable {
     public let sender: PublicKey
     public let device: PublicKey
     public let hlc: HLC
-    public let text: String?
-    public let picture: PictureReference?
+    /// The sealed body (Specs/encryption.md §7): text, picture reference and
+    /// attachment, readable on a member's device through `Node`. nil when
+    /// deleted or purged.
+    public let body: [UInt8]?
+    /// The encrypted picture sent with the message: hash and size of its
+    /// ciphertext blob.
+    public let blob: Hash32?
+    public let blobSize: UInt64?
     public let edited: HLC?
+    /// The device that signed the winning edit (its body is sealed by it).
+    public let editor: PublicKey?
     public let deleted: HLC?
     public let purged: Bool
+    /// The epoch the body is sealed under (its first 32 bytes).
+    public var epoch: Hash32? { body.flatMap { $0.count >= 32 ? Bytes32($0[0..<32]) : nil } }
     /// Pass as `before` to get the page of older messages.
     public var cursor: String { Hex.encode(Codec.u64(hlc.rawValue) + id.bytes) }
 }
@@ -228,6 +242,12 @@ extension Projections {
         }
     }
 
+    /// A reference to a picture resolved now (Specs/projections.md §7.1):
+    /// what a decrypted message's `picture` shows.
+    public func reference(to id: ObjectID) throws -> PictureReference {
+        try log.env.read { txn in try reference(id, in: txn) }
+    }
+
     /// A user's gallery in its user-defined order.
     public func pictures(of user: PublicKey, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
         try log.env.read { txn in
@@ -345,12 +365,16 @@ extension Projections {
         }
     }
 
+    /// A chat's record and current members, nil when this node holds no creation.
+    public func chatView(_ id: ObjectID) throws -> ChatView? {
+        try log.env.read { txn in try chatView(id, in: txn) }
+    }
+
     func chatView(_ id: ObjectID, in txn: Transaction) throws -> ChatView? {
         guard let raw = try txn.get(state, Table.chat.key(id.bytes)) else { return nil }
         let v = try Codec.decode(raw, "chat record")
-        guard let creator = v[text: "creator"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue else {
-            throw ProjectionError.corrupt("chat record")
-        }
+        guard let creator = v[text: "creator"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue, let by = v[text: "created_by"]?.id32
+        else { throw ProjectionError.corrupt("chat record") }
         var members: [MemberView] = []
         try txn.scan(state, prefix: Table.member.key(id.bytes)) { key, value in
             let m = try Membership.decode(value)
@@ -361,7 +385,7 @@ extension Projections {
         }
         let count = try txn.get(state, Table.messageCount.key(id.bytes)).map { Int(Codec.readU64($0[...])) } ?? 0
         return ChatView(
-            id: id, title: v[text: "title"]?.textValue, creator: creator, createdHLC: HLC(rawValue: hlc), members: members,
+            id: id, sealedTitle: v[text: "title"]?.bytesValue, creator: creator, createdHLC: HLC(rawValue: hlc), createdBy: by, members: members,
             messageCount: count)
     }
 
@@ -409,9 +433,9 @@ extension Projections {
         else { throw ProjectionError.corrupt("message record") }
         return MessageView(
             id: try Codec.b32(key.suffix(32), "message id"), chat: chat, sender: sender, device: device,
-            hlc: HLC(rawValue: hlc), text: v[text: "text"]?.textValue,
-            picture: try v[text: "picture"]?.id32.map { try reference($0, in: txn) },
-            edited: v[text: "edited"]?.unsignedValue.map(HLC.init(rawValue:)),
+            hlc: HLC(rawValue: hlc), body: v[text: "body"]?.bytesValue, blob: v[text: "blob"]?.id32,
+            blobSize: v[text: "size"]?.unsignedValue, edited: v[text: "edited"]?.unsignedValue.map(HLC.init(rawValue:)),
+            editor: v[text: "editor"]?.id32,
             deleted: v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:)), purged: v[text: "purged"]?.boolValue ?? false)
     }
 
@@ -438,7 +462,7 @@ extension Projections {
     func firstFact(_ cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> [UInt8]? {
         var found: [UInt8]? = nil
         try txn.scan(facts, prefix: Self.factKeyPrefix(cls, object)) { _, value in
-            if value.first == UInt8(EventKind.messageSent.rawValue) {
+            if value.first == UInt8(EventKind.messageSent.code) {
                 found = value
                 return false
             }

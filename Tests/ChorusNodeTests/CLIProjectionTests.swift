@@ -247,7 +247,7 @@ struct CLIProjectionTests {
         let noEffect = try array(try ok("query", "no-effect", "--store", c, "--json"))
         #expect(noEffect.contains { $0["code"] as? String == "not_member" && $0["kind"] as? String == "message.sent" })
         let missing = try run("chat", "send", "--store", c, chat)
-        #expect(missing.status == 2 && missing.stderr.contains("--text, --picture or both"))
+        #expect(missing.status == 2 && missing.stderr.contains("--text, --picture, --image"))
     }
 
     @Test func issuerCreditsOnceSpendsWithinRightsGivesAndUnlocksSlots() throws {

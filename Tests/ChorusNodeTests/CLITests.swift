@@ -68,7 +68,7 @@ struct CLITests {
             let imported = try run("import", "--store", c, file, "--json")
             #expect(imported.status == 0, "\(imported.stderr)")
             let report = try #require(try json(imported.stdout) as? [String: Any])
-            #expect(report["accepted"] as? Int == 5)
+            #expect(report["accepted"] as? Int == 6)  // device.added, device.key, name, birthday, city, cleared city
             #expect(report["refused"] as? Int == 0)
             let aEvents = try events(a)
             let cEvents = Set(try events(c).map { $0["id"]! })
@@ -76,7 +76,7 @@ struct CLITests {
             let again = try run("import", "--store", c, file, "--json")
             #expect(again.status == 0)
             let againReport = try #require(try json(again.stdout) as? [String: Any])
-            #expect(againReport["duplicate"] as? Int == 5 && againReport["accepted"] as? Int == 0)
+            #expect(againReport["duplicate"] as? Int == 6 && againReport["accepted"] as? Int == 0)
         }
 
         let file = tmp.path + "/export.cbor"
@@ -114,8 +114,9 @@ struct CLITests {
         #expect(try run("profile", "set", "--store", a, "bio", "hi").status == 0)
         let kinds = try #require(try json(try run("log", "--store", a, "--kind", "device.added", "--json").stdout) as? [[String: Any]])
         #expect(kinds.count == 1 && kinds[0]["kind"] as? String == "device.added")
-        let since = try #require(try json(try run("log", "--store", a, "--since", "2", "--json").stdout) as? [[String: Any]])
-        #expect(since.count == 1 && since[0]["arrival"] as? Int == 3)
+        // Arrivals: 1 device.added, 2 device.key, 3 the name, 4 the bio.
+        let since = try #require(try json(try run("log", "--store", a, "--since", "3", "--json").stdout) as? [[String: Any]])
+        #expect(since.count == 1 && since[0]["arrival"] as? Int == 4)
         let first = try #require(since.first)
         for key in ["id", "author", "seq", "kind", "hlc", "object", "payload"] { #expect(first[key] != nil, "missing \(key)") }
         #expect((first["payload"] as? [String: String]) == ["field": "bio", "value": "hi"])

@@ -194,7 +194,7 @@ enum Payload {
     static func seen(_ ids: [EventID]) -> [(String, CBORValue)] { [("seen", .array(ids.map { .bytes($0.bytes) }))] }
     static func chatCreated(title: String? = nil, members: [PublicKey]) -> [(String, CBORValue)] {
         var p: [(String, CBORValue)] = []
-        if let title { p.append(("title", .text(title))) }
+        if let title { p.append(("title", .bytes(fakeSealed(title)))) }
         if !members.isEmpty { p.append(("members", .array(Array(Set(members)).sorted().map { .bytes($0.bytes) }))) }
         return p
     }
@@ -204,12 +204,11 @@ enum Payload {
         return p
     }
     static func message(text: String?, picture: ObjectID? = nil) -> [(String, CBORValue)] {
-        var p: [(String, CBORValue)] = []
-        if let text { p.append(("text", .text(text))) }
-        if let picture { p.append(("picture", .bytes(picture.bytes))) }
-        return p
+        [("body", .bytes(fakeSealed((text ?? "") + (picture.map { " " + $0.hex } ?? ""))))]
     }
-    static func edit(chat: ObjectID, text: String) -> [(String, CBORValue)] { [("chat", .bytes(chat.bytes)), ("text", .text(text))] }
+    static func edit(chat: ObjectID, text: String) -> [(String, CBORValue)] {
+        [("chat", .bytes(chat.bytes)), ("body", .bytes(fakeSealed(text)))]
+    }
     static func delete(chat: ObjectID) -> [(String, CBORValue)] { [("chat", .bytes(chat.bytes))] }
     static func read(message: EventID, hlc: HLC) -> [(String, CBORValue)] {
         [("message", .bytes(message.bytes)), ("hlc", .unsigned(hlc.rawValue))]

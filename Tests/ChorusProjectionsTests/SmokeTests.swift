@@ -40,7 +40,8 @@ struct SmokeTests {
         }
         let page = try a.projections.chat(chat)
         #expect(page.messages.map(\.id) == [m])
-        #expect(page.messages.first?.picture == .removed(p1))
+        #expect(try a.readableChatPage(chat).messages.first?.picture == .removed(p1))
+        #expect(try a.readableChatPage(chat).messages.first?.content.value?.text == "hi")
         let blob = Blake2b.hash256(png)
         #expect(try a.blobs.read(blob) == nil)
         await a.close()

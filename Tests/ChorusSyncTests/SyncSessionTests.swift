@@ -209,7 +209,7 @@ struct SyncSessionTests {
             options.scope = ReplicationScope(hops: hops)
             try await syncPair(device, hub, optionsA: options)
             let held = Set(try device.heads().map(\.author))
-            var want: Set<PublicKey> = []
+            var want: Set<PublicKey> = [device.identity.device]  // its own device.key
             for i in expected { want.formUnion(feedsOf(users[i])) }
             #expect(held == want, "hops \(hops)")
             await device.close()
@@ -267,7 +267,7 @@ struct SyncSessionTests {
         #expect(partial > 1 && partial < total)
         let (_, rb) = try await syncPair(a, b)
         #expect(rb.duplicatesReceived == 0)
-        #expect(rb.eventsReceived + partial == total + 1)  // B's own first event
+        #expect(rb.eventsReceived + partial == total + 2)  // B's own device.added and device.key
         #expect(try feedHeads(a) == feedHeads(b))
         #expect(try digest(a) == digest(b))
         await a.close()

@@ -76,3 +76,11 @@ public struct InvalidEventVector: Decodable, Sendable {
     public let error: String
     public let decode_error: Bool
 }
+
+/// A stand-in for a sealed value (Specs/encryption.md §7) in projection
+/// tests: projections never open sealed values, so any bytes of the sealed
+/// form's shape (epoch id, nonce, ciphertext and tag) do. The "epoch" is the
+/// hash of the text, so distinct texts give distinct values.
+public func fakeSealed(_ text: String) -> [UInt8] {
+    Blake2b.hash256(Array(text.utf8)).bytes + [UInt8](repeating: 0, count: 24) + Array(text.utf8) + [UInt8](repeating: 0, count: 16)
+}

@@ -10,6 +10,7 @@
 import ArgumentParser
 import ChorusCBOR
 import ChorusCrypto
+import ChorusEncryption
 import ChorusEvents
 import ChorusNode
 import ChorusParallel
@@ -183,8 +184,10 @@ struct Workload {
         guard !others.isEmpty else { return nil }
         let id = Random.bytes32()
         let keys = others.map { users[$0].key.publicKey }.sorted()
-        emit(device(of: creator), .chatCreated, id, [
-            ("title", .text("chat \(chats.count)")), ("members", .array(keys.map { .bytes($0.bytes) })),
+        let author = device(of: creator)
+        emit(author, .chatCreated, id, [
+            ("title", BenchSeal.title("chat \(chats.count)", chat: id, author: feeds[author].key.publicKey)),
+            ("members", .array(keys.map { .bytes($0.bytes) })),
         ])
         chats.append(Chat(id: id, creator: creator, members: [creator] + others))
         for m in [creator] + others { users[m].chats.append(chats.count - 1) }
@@ -239,11 +242,12 @@ struct Workload {
             let c = chatForActivity()
             let chat = chats[c]
             let sender = chat.members[int(0..<chat.members.count)]
-            var payload: [(String, CBORValue)] = [("text", .text(text("m\(chat.messages)", 6...160)))]
-            if chance(0.04), let p = livePicture(of: sender) ?? anyPicture() {
-                payload.append(("picture", .bytes(pictures[p]!.id.bytes)))
-            }
-            let (id, hlc) = emit(device(of: sender), .messageSent, chat.id, payload)
+            var content = MessageContent(text: text("m\(chat.messages)", 6...160))
+            if chance(0.04), let p = livePicture(of: sender) ?? anyPicture() { content.picture = pictures[p]!.id }
+            let author = device(of: sender)
+            let (id, hlc) = emit(author, .messageSent, chat.id, [
+                ("body", BenchSeal.body(content, chat: chat.id, author: feeds[author].key.publicKey)),
+            ])
             chats[c].messages += 1
             chats[c].recent.append(Message(id: id, hlc: hlc, sender: sender))
             if chats[c].recent.count > 64 { chats[c].recent.removeFirst(16) }
@@ -258,7 +262,9 @@ struct Workload {
             let i = int(0..<chats[c].recent.count)
             let m = chats[c].recent[i]
             if action == .editMessage {
-                emit(device(of: m.sender), .messageEdited, m.id, [("chat", .bytes(chats[c].id.bytes)), ("text", .text(text("edited", 6...80)))])
+                let author = device(of: m.sender)
+                let body = BenchSeal.edit(text("edited", 6...80), chat: chats[c].id, message: m.id, author: feeds[author].key.publicKey)
+                emit(author, .messageEdited, m.id, [("chat", .bytes(chats[c].id.bytes)), ("body", body)])
             } else {
                 emit(device(of: m.sender), .messageDeleted, m.id, [("chat", .bytes(chats[c].id.bytes))])
                 chats[c].recent.remove(at: i)

@@ -14,6 +14,7 @@
 import ArgumentParser
 import ChorusCBOR
 import ChorusCrypto
+import ChorusEncryption
 import ChorusEvents
 import ChorusNode
 import ChorusParallel
@@ -113,7 +114,8 @@ struct SyncWorkload {
             guard !others.isEmpty else { continue }
             let id = Random.bytes32()
             emit(devices[creator], .chatCreated, id, [
-                ("title", .text("chat \(chats.count)")), ("members", .array(others.map { .bytes(userKeys[$0].bytes) })),
+                ("title", BenchSeal.title("chat \(chats.count)", chat: id, author: feeds[devices[creator]].key.publicKey)),
+                ("members", .array(others.map { .bytes(userKeys[$0].bytes) })),
             ])
             chats.append((id, [creator] + others))
         }
@@ -150,11 +152,13 @@ struct SyncWorkload {
             if p < 0.60 || pictureIDs.isEmpty {
                 let c = chats[Int.random(in: 0..<chats.count, using: &rng)]
                 let sender = c.members[Int.random(in: 0..<c.members.count, using: &rng)]
-                var payload: [(String, CBORValue)] = [("text", .text(text("m", 6...160)))]
+                var content = MessageContent(text: text("m", 6...160))
                 if !pictureIDs.isEmpty, Double.random(in: 0..<1, using: &rng) < 0.03 {
-                    payload.append(("picture", .bytes(pictureIDs[Int.random(in: 0..<pictureIDs.count, using: &rng)].bytes)))
+                    content.picture = pictureIDs[Int.random(in: 0..<pictureIDs.count, using: &rng)]
                 }
-                emit(devices[sender], .messageSent, c.id, payload)
+                emit(devices[sender], .messageSent, c.id, [
+                    ("body", BenchSeal.body(content, chat: c.id, author: feeds[devices[sender]].key.publicKey)),
+                ])
             } else if p < 0.82 {
                 let u = Int.random(in: 0..<userCount, using: &rng)
                 emit(devices[u], .likeAdded, pictureIDs[Int.random(in: 0..<pictureIDs.count, using: &rng)], [])

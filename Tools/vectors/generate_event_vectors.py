@@ -2,66 +2,31 @@
 """Generates Specs/vectors/events.json from Specs/events.md alone.
 
 This is a second, independent implementation of the Chorus event format
-(Python, with the `cryptography` package for Ed25519 and hashlib for
-BLAKE2b). The Swift test suite checks its output byte for byte, so the two
+(Python, with the `cryptography` package for Ed25519, hashlib for BLAKE2b
+and PyNaCl for the sealed bodies of Specs/encryption.md). The Swift test suite checks its output byte for byte, so the two
 implementations and the spec must agree. Run from the repository root:
 
     python3 Tools/vectors/generate_event_vectors.py > Specs/vectors/events.json
 """
-import hashlib
 import json
 import struct
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from chorus_vectors import b2b, enc, epoch_id, head, seal, wraps, x25519_pub
+
 SIGNING_CONTEXT = b"chorus/event/v1\x00"
 T0 = 1_700_000_000_000  # ms
 NOW = T0 + 3_600_000
 KINDS = {
-    "device.added": 1, "device.removed": 2, "profile.set": 10, "picture.created": 20,
+    "device.added": 1, "device.removed": 2, "device.key": 3, "profile.set": 10, "picture.created": 20,
     "picture.captioned": 21, "picture.moved": 22, "picture.deleted": 23, "follow.added": 30,
     "follow.removed": 31, "like.added": 32, "like.removed": 33, "block.added": 34,
     "block.removed": 35, "chat.created": 40, "chat.member.added": 41, "chat.member.removed": 42,
-    "message.sent": 43, "message.edited": 44, "message.deleted": 45, "chat.read": 46,
+    "message.sent": 43, "message.edited": 44, "message.deleted": 45, "chat.read": 46, "chat.key": 47,
     "coin.credited": 50, "coin.spent": 51, "coin.given": 52, "coin.rights.moved": 53,
     "slot.unlocked": 54, "slot.set": 55,
 }
-
-
-# --- deterministic CBOR (Specs/events.md §2) ---------------------------------
-def head(major, n):
-    if n < 24:
-        return bytes([major << 5 | n])
-    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
-        if n < 1 << (8 * width):
-            return bytes([major << 5 | info]) + n.to_bytes(width, "big")
-    raise ValueError(n)
-
-
-def enc(v):
-    if v is None:
-        return b"\xf6"
-    if v is True:
-        return b"\xf5"
-    if v is False:
-        return b"\xf4"
-    if isinstance(v, int):
-        return head(0, v) if v >= 0 else head(1, -1 - v)
-    if isinstance(v, bytes):
-        return head(2, len(v)) + v
-    if isinstance(v, str):
-        b = v.encode()
-        return head(3, len(b)) + b
-    if isinstance(v, list):
-        return head(4, len(v)) + b"".join(enc(x) for x in v)
-    if isinstance(v, dict):
-        items = sorted((enc(k), enc(x)) for k, x in v.items())
-        return head(5, len(items)) + b"".join(k + x for k, x in items)
-    raise TypeError(type(v))
-
-
-def b2b(data):
-    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 def hlc(ms, logical=0):
@@ -79,8 +44,13 @@ class Key:
         return self.sk.sign(msg)
 
 
+def kind_code(kind):
+    """A known kind's code, or N for "unknown.N" (a kind from a newer version)."""
+    return KINDS[kind] if kind in KINDS else int(kind.removeprefix("unknown."))
+
+
 def header_map(author, seq, prev, t, kind, obj, payload_bytes):
-    return {0: 1, 1: author, 2: seq, 3: prev, 4: t, 5: KINDS[kind], 6: obj,
+    return {0: 1, 1: author, 2: seq, 3: prev, 4: t, 5: kind_code(kind), 6: obj,
             7: b2b(payload_bytes), 8: len(payload_bytes)}
 
 
@@ -114,6 +84,14 @@ bob = Key("bob-user")
 picture = b2b(b"picture 1")
 chat = b2b(b"chat 1")
 blob = b2b(b"jpeg bytes")
+# Chat encryption (Specs/encryption.md): fixed secrets so the sealed bodies are exact.
+device_x25519 = b2b(b"alice-phone x25519 secret")
+epoch_key = b2b(b"chat 1 epoch key 1")
+
+
+def sealed_body(content, nonce_label, kind="message.sent", obj=chat):
+    return seal(enc(content), epoch_key, chat, b2b(nonce_label)[:24], KINDS[kind], obj, device.pk)
+
 
 valid = []
 
@@ -129,7 +107,7 @@ def add_valid(name, key, seq, prev, t, kind, obj, payload, keep_payload=True, no
         "prev": prev.hex() if prev else None,
         "hlc": t,
         "kind": kind,
-        "kind_code": KINDS[kind],
+        "kind_code": kind_code(kind),
         "object": obj.hex(),
         "payload_hex": e.payload_bytes.hex(),
         "payload_present": keep_payload,
@@ -153,14 +131,26 @@ d3 = add_valid("picture created", device, 3, d2.id, hlc(T0 + 1000), "picture.cre
                {"blob": blob, "size": 48213, "mime": "image/jpeg", "caption": "Rooftops at dawn",
                 "width": 1080, "height": 1350})
 d4 = add_valid("chat message with text and picture", device, 4, d3.id, hlc(T0 + 2000), "message.sent", chat,
-               {"text": "Olá! 水", "picture": picture}, note="UTF-8 text")
+               {"body": sealed_body({"text": "Olá! 水", "picture": picture}, b"nonce d4")},
+               note="body sealed (Specs/encryption.md §7) over the plaintext {text: \"Olá! 水\", picture}")
 d5 = add_valid("unfollow naming the adds it saw", device, 5, d4.id, hlc(T0 + 3000), "follow.removed", bob.pk,
                {"seen": [b2b(b"follow add 1"), b2b(b"follow add 2")]})
 d6 = add_valid("purged message", device, 6, d5.id, hlc(T0 + 4000), "message.sent", chat,
-               {"text": "deleted later"}, keep_payload=False,
+               {"body": sealed_body({"text": "deleted later"}, b"nonce d6")}, keep_payload=False,
                note="payload purged: the envelope carries null, the header still commits to the payload")
 d7 = add_valid("profile field cleared", device, 7, d6.id, hlc(T0 + 300_000), "profile.set", user.pk,
                {"field": "city", "value": None})
+d8 = add_valid("device encryption key", device, 8, d7.id, hlc(T0 + 300_001), "device.key", device.pk,
+               {"key": x25519_pub(device_x25519)}, note="the device's X25519 public key (Specs/encryption.md §3)")
+d9 = add_valid("chat key wrapped to one device", device, 9, d8.id, hlc(T0 + 300_002), "chat.key", chat,
+               {"epoch": epoch_id(chat, epoch_key),
+                "wraps": wraps(epoch_key, chat, epoch_id(chat, epoch_key),
+                               [(device.pk, x25519_pub(device_x25519))], b2b(b"chat key ephemeral secret")),
+                "ephemeral": x25519_pub(b2b(b"chat key ephemeral secret"))},
+               note="Specs/encryption.md §5; encryption.json checks the wraps themselves")
+d10 = add_valid("a kind this version does not know", device, 10, d9.id, hlc(T0 + 300_003), "unknown.99", user.pk,
+                {"field": "name", "value": "Alice"},
+                note="stored, verified and relayed, never folded (Specs/events.md §6.3); not a reason to refuse")
 i1 = add_valid("coin credit by the issuer", issuer, 1, None, hlc(T0 + 10), "coin.credited", device.pk,
                {"user": user.pk, "amount": 500, "receipt": "GPA.3372-4411-0091-55201", "product": "coins_500"})
 
@@ -218,14 +208,24 @@ add_invalid("payload changed after signing", envelope(d1.header_bytes, d1.sig, t
 add_invalid("payload longer than declared", envelope(d1.header_bytes, d1.sig, d1.payload_bytes + b"\x00"), "payload_length_mismatch")
 add_invalid("profile.set without its payload", envelope(d1.header_bytes, d1.sig, None), "payload_missing",
             note="only picture.created, picture.captioned, message.sent and message.edited may be purged")
-add_invalid("kind 99", signed_raw_header(device, raw_header(base_pairs(kind=99)), p_name), "unknown_kind")
+add_invalid("unknown kind with a non-canonical payload", signed_raw_header(device, raw_header(base_pairs(kind=99, payload=b"\x18\x01")), b"\x18\x01"),
+            "non_canonical_integer", note="a kind's schema may be unknown, its payload must still be canonical CBOR")
 add_invalid("format version 2", signed_raw_header(device, raw_header(base_pairs(version=2)), p_name), "unsupported_version")
 add_invalid("seq 0", signed_raw_header(device, raw_header(base_pairs(seq_enc=enc(0))), p_name), "malformed_header")
 add_invalid("impossible birthday", build(device, 1, None, hlc(T0 + 5), "profile.set", user.pk,
                                          {"field": "birthday", "value": "1990-02-30"}).envelope, "schema_violation")
 add_invalid("unknown payload field", build(device, 1, None, hlc(T0 + 5), "profile.set", user.pk,
                                            {"field": "name", "value": "A", "mood": "happy"}).envelope, "schema_violation")
-add_invalid("message without text or picture", build(device, 1, None, hlc(T0 + 5), "message.sent", chat, {}).envelope,
+add_invalid("message without a body", build(device, 1, None, hlc(T0 + 5), "message.sent", chat, {}).envelope,
+            "schema_violation")
+add_invalid("message body in the clear", build(device, 1, None, hlc(T0 + 5), "message.sent", chat, {"text": "hello"}).envelope,
+            "schema_violation", note="chat content is sealed; a text field is not part of message.sent")
+add_invalid("message body shorter than a sealed value", build(device, 1, None, hlc(T0 + 5), "message.sent", chat,
+                                                              {"body": bytes(71)}).envelope, "schema_violation")
+two_wraps = wraps(epoch_key, chat, b2b(b"some epoch"), [(device.pk, x25519_pub(device_x25519)), (bob.pk, x25519_pub(b2b(b"bob x")))],
+                  b2b(b"ephemeral 2"))
+add_invalid("chat key with wraps out of device order", build(device, 1, None, hlc(T0 + 5), "chat.key", chat, {
+    "epoch": b2b(b"some epoch"), "wraps": two_wraps[80:] + two_wraps[:80], "ephemeral": x25519_pub(b2b(b"ephemeral 2"))}).envelope,
             "schema_violation")
 add_invalid("coin credit of zero", build(issuer, 1, None, hlc(T0 + 5), "coin.credited", device.pk,
                                          {"user": user.pk, "amount": 0, "receipt": "r"}).envelope, "schema_violation")

@@ -1,0 +1,81 @@
+import CSodium
+
+/// An X25519 key pair (libsodium `crypto_scalarmult`): a device's encryption
+/// key, or the one-time key of a key event (Specs/encryption.md §2, §3).
+public struct AgreementKey: Sendable {
+    public let publicKey: Bytes32
+    public let secret: [UInt8]
+
+    public init?(secret: [UInt8]) {
+        guard secret.count == 32 else { return nil }
+        requireSodium()
+        var pk = [UInt8](repeating: 0, count: 32)
+        guard crypto_scalarmult_base(&pk, secret) == 0 else { return nil }
+        self.publicKey = Bytes32(unchecked: pk)
+        self.secret = secret
+    }
+
+    public static func generate() -> AgreementKey {
+        // Any 32 bytes are an X25519 secret (clamped inside libsodium).
+        AgreementKey(secret: Random.bytes(32))!
+    }
+
+    /// X25519(secret, peer); nil when the result is all zeros (a small-order
+    /// peer key), which libsodium reports as failure.
+    public func sharedSecret(with peer: Bytes32) -> [UInt8]? {
+        requireSodium()
+        var out = [UInt8](repeating: 0, count: 32)
+        guard crypto_scalarmult(&out, secret, peer.bytes) == 0 else { return nil }
+        return out
+    }
+}
+
+/// XChaCha20-Poly1305-IETF (`crypto_aead_xchacha20poly1305_ietf_*`).
+public enum XChaCha20Poly1305 {
+    public static let keyLength = 32
+    public static let nonceLength = 24
+    public static let tagLength = 16
+
+    public static func seal(key: [UInt8], nonce: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
+        precondition(key.count == keyLength && nonce.count == nonceLength, "XChaCha20-Poly1305 key or nonce of wrong length")
+        requireSodium()
+        var out = [UInt8](repeating: 0, count: message.count + tagLength)
+        var outLength: UInt64 = 0
+        _ = message.withUnsafeBufferPointer { m in
+            ad.withUnsafeBufferPointer { a in
+                crypto_aead_xchacha20poly1305_ietf_encrypt(
+                    &out, &outLength, m.baseAddress, UInt64(m.count), a.baseAddress, UInt64(a.count), nil, nonce, key)
+            }
+        }
+        return out
+    }
+
+    /// nil unless the tag verifies.
+    public static func open(key: [UInt8], nonce: [UInt8], ad: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
+        guard key.count == keyLength, nonce.count == nonceLength, ciphertext.count >= tagLength else { return nil }
+        requireSodium()
+        var out = [UInt8](repeating: 0, count: ciphertext.count - tagLength)
+        var outLength: UInt64 = 0
+        let status = ciphertext.withUnsafeBufferPointer { c -> Int32 in
+            guard let cipher = c.baseAddress else { return -1 }
+            return ad.withUnsafeBufferPointer { a in
+                crypto_aead_xchacha20poly1305_ietf_decrypt(
+                    &out, &outLength, nil, cipher, UInt64(c.count), a.baseAddress, UInt64(a.count), nonce, key)
+            }
+        }
+        return status == 0 ? out : nil
+    }
+}
+
+extension Blake2b {
+    /// BLAKE2b-256 keyed with a 32-byte key (`crypto_generichash` with a key).
+    public static func keyedHash256(key: [UInt8], _ data: [UInt8]) -> Hash32 {
+        precondition(key.count == 32, "BLAKE2b key of wrong length")
+        requireSodium()
+        var out = [UInt8](repeating: 0, count: 32)
+        data.withUnsafeBufferPointer { input in
+            _ = crypto_generichash(&out, 32, input.baseAddress, UInt64(input.count), key, 32)
+        }
+        return Bytes32(unchecked: out)
+    }
+}

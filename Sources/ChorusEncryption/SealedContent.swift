@@ -1,0 +1,100 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+
+/// A picture sent inside a chat: the key of its encrypted blob and what the
+/// relays must not see (Specs/encryption.md §7).
+public struct Attachment: Hashable, Sendable {
+    public let key: [UInt8]
+    public let mime: String
+    public let size: UInt64
+    public let width: UInt64?
+    public let height: UInt64?
+
+    public init(key: [UInt8], mime: String, size: UInt64, width: UInt64? = nil, height: UInt64? = nil) {
+        self.key = key
+        self.mime = mime
+        self.size = size
+        self.width = width
+        self.height = height
+    }
+
+    var cbor: CBORValue {
+        var entries: [(String, CBORValue)] = [("key", .bytes(key)), ("mime", .text(mime)), ("size", .unsigned(size))]
+        if let width { entries.append(("width", .unsigned(width))) }
+        if let height { entries.append(("height", .unsigned(height))) }
+        return .textMap(entries)
+    }
+
+    static let schema = PayloadSchema([
+        required("key", .bytes(minCount: 32, maxCount: 32)),
+        required("mime", .oneOf(PayloadLimits.imageTypes)),
+        required("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
+        optional("width", .uint(min: 1, max: 65535)),
+        optional("height", .uint(min: 1, max: 65535)),
+    ])
+
+    init?(_ v: CBORValue) {
+        guard Self.schema.violation(in: v) == nil, let key = v[text: "key"]?.bytesValue, let mime = v[text: "mime"]?.textValue,
+            let size = v[text: "size"]?.unsignedValue
+        else { return nil }
+        self.init(key: key, mime: mime, size: size, width: v[text: "width"]?.unsignedValue, height: v[text: "height"]?.unsignedValue)
+    }
+}
+
+/// The plaintext of a sealed `message.sent` body or `message.edited` body.
+public struct MessageContent: Hashable, Sendable {
+    public var text: String?
+    public var picture: ObjectID?
+    public var attachment: Attachment?
+
+    public init(text: String? = nil, picture: ObjectID? = nil, attachment: Attachment? = nil) {
+        self.text = text
+        self.picture = picture
+        self.attachment = attachment
+    }
+
+    public func encoded() -> [UInt8] {
+        var entries: [(String, CBORValue)] = []
+        if let text { entries.append(("text", .text(text))) }
+        if let picture { entries.append(("picture", .bytes(picture.bytes))) }
+        if let attachment { entries.append(("attachment", attachment.cbor)) }
+        return CBOREncoder.encode(.textMap(entries))
+    }
+
+    static let bodySchema = PayloadSchema(
+        [
+            optional("text", .text(minBytes: 1, maxBytes: PayloadLimits.messageTextBytes)),
+            optional("picture", .id32),
+            optional("attachment", .dependent),
+        ],
+        crossCheck: { v in
+            if let a = v[text: "attachment"], Attachment(a) == nil { return "attachment is malformed" }
+            return v[text: "text"] == nil && v[text: "picture"] == nil && v[text: "attachment"] == nil
+                ? "a message needs text, a picture or an attachment" : nil
+        })
+    static let editSchema = PayloadSchema([required("text", .text(minBytes: 1, maxBytes: PayloadLimits.messageTextBytes))])
+
+    /// Decodes a message body (or, with `edit`, an edit's body); nil when
+    /// the plaintext is not canonical CBOR of the right shape.
+    public static func decode(_ plaintext: [UInt8], edit: Bool = false) -> MessageContent? {
+        guard let v = try? CBORDecoder.decode(plaintext), (edit ? editSchema : bodySchema).violation(in: v) == nil else {
+            return nil
+        }
+        return MessageContent(
+            text: v[text: "text"]?.textValue, picture: v[text: "picture"]?.bytesValue.flatMap { Bytes32($0) },
+            attachment: v[text: "attachment"].flatMap(Attachment.init))
+    }
+}
+
+/// The plaintext of a sealed chat title.
+public enum TitleContent {
+    static let schema = PayloadSchema([required("title", .text(minBytes: 0, maxBytes: 200))])
+
+    public static func encode(_ title: String) -> [UInt8] { CBOREncoder.encode(.textMap([("title", .text(title))])) }
+
+    public static func decode(_ plaintext: [UInt8]) -> String? {
+        guard let v = try? CBORDecoder.decode(plaintext), schema.violation(in: v) == nil else { return nil }
+        return v[text: "title"]?.textValue
+    }
+}

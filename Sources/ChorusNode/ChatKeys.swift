@@ -1,0 +1,290 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEncryption
+import ChorusEvents
+import ChorusProjections
+import Foundation
+import Synchronization
+
+/// The epoch keys this device has unwrapped, kept in memory only: plaintext
+/// keys are never written to the store, the log or anything synced
+/// (Specs/encryption.md §6, §8).
+final class KeyRing: Sendable {
+    struct Slot: Hashable {
+        let chat: ObjectID
+        let epoch: Hash32
+    }
+    /// This device's X25519 key; nil for a store without one (read-only
+    /// view of a store from before encryption).
+    let agreement: AgreementKey?
+    private let keys = Mutex<[Slot: [UInt8]]>([:])
+
+    init(agreement: AgreementKey?) { self.agreement = agreement }
+
+    func get(_ chat: ObjectID, _ epoch: Hash32) -> [UInt8]? { keys.withLock { $0[Slot(chat: chat, epoch: epoch)] } }
+    func put(_ chat: ObjectID, _ epoch: Hash32, _ key: [UInt8]) { keys.withLock { $0[Slot(chat: chat, epoch: epoch)] = key } }
+}
+
+/// What a member's device can show of a sealed value (Specs/encryption.md §8).
+public enum Readable<Content: Hashable & Sendable>: Hashable, Sendable {
+    case content(Content)
+    /// This device holds no key of the value's epoch.
+    case locked(epoch: Hash32?)
+    /// The value does not open with the key, or its plaintext is malformed.
+    case unreadable
+    /// This node has no encryption key at all.
+    case sealed
+
+    public var value: Content? { if case .content(let c) = self { c } else { nil } }
+}
+
+/// A message as this device reads it: the projected record and, when this
+/// device holds its epoch key, the content.
+public struct ReadableMessage: Hashable, Sendable {
+    public let view: MessageView
+    public let content: Readable<MessageContent>
+    /// The picture the content refers to, resolved now (Specs/projections.md §7.1).
+    public let picture: PictureReference?
+}
+
+public struct ReadableChat: Hashable, Sendable {
+    public let view: ChatView
+    public let title: Readable<String>?
+}
+
+public struct ReadableChatPage: Hashable, Sendable {
+    public let chat: ReadableChat
+    public let messages: [ReadableMessage]
+    public let older: String?
+    public let readMarkers: [PublicKey: HLC]
+}
+
+// MARK: Reading: opening sealed values on this device
+
+extension Node {
+    /// The key of an epoch, if this device holds a wrap of it that opens.
+    public nonisolated func epochKey(chat: ObjectID, epoch: Hash32) throws -> [UInt8]? {
+        if let cached = keyRing.get(chat, epoch) { return cached }
+        guard let agreement = keyRing.agreement,
+            let eventID = try projections.wrap(of: chat, epoch: epoch, for: identity.device),
+            let payload = try log.event(eventID)?.event.payload,
+            let wraps = payload[text: "wraps"]?.bytesValue,
+            let ephemeral = payload[text: "ephemeral"]?.bytesValue.flatMap({ Bytes32($0) })
+        else { return nil }
+        guard
+            let key = ChatCrypto.unwrap(
+                wraps: wraps, ephemeral: ephemeral, chat: chat, epoch: epoch, device: identity.device, with: agreement)
+        else { return nil }
+        keyRing.put(chat, epoch, key)
+        return key
+    }
+
+    nonisolated func open<T>(
+        _ sealed: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey,
+        _ decode: ([UInt8]) -> T?
+    ) throws -> Readable<T> {
+        guard keyRing.agreement != nil else { return .sealed }
+        let epoch = ChatCrypto.epoch(ofSealed: sealed)
+        guard let epoch, let key = try epochKey(chat: chat, epoch: epoch) else { return .locked(epoch: epoch) }
+        guard let plain = ChatCrypto.open(sealed, epochKey: key, kind: kind, chat: chat, object: object, author: author),
+            let value = decode(plain)
+        else { return .unreadable }
+        return .content(value)
+    }
+
+    /// A chat as this device reads it: the title opened when it can be.
+    public nonisolated func readableChat(_ view: ChatView) throws -> ReadableChat {
+        let title = try view.sealedTitle.map {
+            try open($0, kind: .chatCreated, chat: view.id, object: view.id, author: creatorDevice(of: view), TitleContent.decode)
+        }
+        return ReadableChat(view: view, title: title)
+    }
+
+    /// The device that signed a chat's creation (its title's author).
+    nonisolated func creatorDevice(of view: ChatView) throws -> PublicKey {
+        try log.event(view.createdBy)?.event.author ?? view.creator
+    }
+
+    /// A message as this device reads it.
+    public nonisolated func readableMessage(_ m: MessageView) throws -> ReadableMessage {
+        guard let body = m.body else { return ReadableMessage(view: m, content: .unreadable, picture: nil) }
+        let content: Readable<MessageContent>
+        if m.edited != nil, let editor = m.editor {
+            // The edit's body names the message as its object.
+            content = try open(body, kind: .messageEdited, chat: m.chat, object: m.id, author: editor) {
+                MessageContent.decode($0, edit: true)
+            }
+        } else {
+            content = try open(body, kind: .messageSent, chat: m.chat, object: m.chat, author: m.device) { MessageContent.decode($0) }
+        }
+        var picture: PictureReference? = nil
+        if case .content(var c) = content {
+            picture = try c.picture.map { try projections.reference(to: $0) }
+            if m.edited != nil, let original = try originalContent(m) {
+                // An edit replaces the text; the picture and attachment stay.
+                c.picture = original.picture
+                c.attachment = original.attachment
+                picture = try c.picture.map { try projections.reference(to: $0) }
+                return ReadableMessage(view: m, content: .content(c), picture: picture)
+            }
+        }
+        return ReadableMessage(view: m, content: content, picture: picture)
+    }
+
+    /// The content of a message as first sent (before its edits).
+    nonisolated func originalContent(_ m: MessageView) throws -> MessageContent? {
+        guard let body = try log.event(m.id)?.event.payload?[text: "body"]?.bytesValue else { return nil }
+        return try open(body, kind: .messageSent, chat: m.chat, object: m.chat, author: m.device) { MessageContent.decode($0) }.value
+    }
+
+    /// A page of a chat as this device reads it (Specs/encryption.md §8).
+    public nonisolated func readableChatPage(_ chat: ObjectID, limit: Int = 50, before: String? = nil) throws -> ReadableChatPage {
+        let page = try projections.chat(chat, viewer: identity.user, limit: limit, before: before)
+        return ReadableChatPage(
+            chat: try readableChat(page.chat), messages: try page.messages.map(readableMessage), older: page.older,
+            readMarkers: page.readMarkers)
+    }
+
+    /// The bytes of a picture sent in a chat, decrypted on this device.
+    public nonisolated func attachmentBytes(of message: EventID) throws -> (bytes: [UInt8], attachment: Attachment)? {
+        guard let view = try projections.message(message), let blob = view.blob,
+            let attachment = try readableMessage(view).content.value?.attachment,
+            let sealed = try blobs.read(blob)
+        else { return nil }
+        guard let bytes = ChatCrypto.decryptAttachment(sealed, key: attachment.key) else { return nil }
+        return (bytes, attachment)
+    }
+}
+
+// MARK: Writing: epochs, rotation and sharing (Specs/encryption.md §6)
+
+extension Node {
+    /// The current devices of the chat's current members with their
+    /// published encryption keys.
+    nonisolated func currentMemberDevices(_ chat: ObjectID) throws -> [ChatCrypto.Recipient] {
+        guard let view = try projections.chatView(chat) else { return [] }
+        return try view.members.flatMap { try currentDevices(of: $0.user) }
+    }
+
+    /// A user's devices that are bound, not removed, and have published an
+    /// encryption key (Specs/encryption.md §3).
+    nonisolated func currentDevices(of user: PublicKey) throws -> [ChatCrypto.Recipient] {
+        try projections.devices(of: user).filter { $0.removedHLC == nil }.compactMap { d in
+            try projections.encryptionKey(of: d.device).map { ChatCrypto.Recipient(device: d.device, encryptionKey: $0.key) }
+        }
+    }
+
+    /// The epoch to seal under: the latest this device holds that no
+    /// removed member or device holds; rotates first when there is none.
+    func sendingEpoch(_ chat: ObjectID) async throws -> (epoch: Hash32, key: [UInt8]) {
+        let current = Set(try currentMemberDevices(chat).map(\.device))
+        for e in try projections.epochs(of: chat).reversed() {
+            guard let key = try epochKey(chat: chat, epoch: e.epoch) else { continue }
+            let holders = try projections.wraps(of: chat, epoch: e.epoch).map(\.device)
+            if holders.allSatisfy(current.contains) { return (e.epoch, key) }
+        }
+        return try await rotate(chat)
+    }
+
+    /// Starts a new epoch wrapped to every current member device.
+    @discardableResult
+    func rotate(_ chat: ObjectID, recipients: [ChatCrypto.Recipient]? = nil) async throws -> (epoch: Hash32, key: [UInt8]) {
+        let key = Random.bytes(32)
+        let epoch = ChatCrypto.epochID(chat: chat, key: key)
+        try await shareEpoch(chat, epoch: epoch, key: key, to: recipients ?? currentMemberDevices(chat))
+        keyRing.put(chat, epoch, key)
+        return (epoch, key)
+    }
+
+    /// Writes `chat.key` events carrying an epoch key wrapped to `recipients`
+    /// (at most `PayloadLimits.maxWraps` per event).
+    func shareEpoch(_ chat: ObjectID, epoch: Hash32, key: [UInt8], to recipients: [ChatCrypto.Recipient]) async throws {
+        let unique = Array(Set(recipients)).sorted { $0.device < $1.device }
+        var start = 0
+        while start < unique.count {
+            let part = Array(unique[start..<min(unique.count, start + PayloadLimits.maxWraps)])
+            start += part.count
+            let ephemeral = AgreementKey.generate()
+            guard let wraps = ChatCrypto.wrap(epochKey: key, chat: chat, epoch: epoch, to: part, ephemeral: ephemeral) else {
+                throw NodeError.refused("a member device published an unusable encryption key")
+            }
+            try await append(
+                .chatKey, object: chat,
+                payload: .textMap([
+                    ("epoch", .bytes(epoch.bytes)), ("wraps", .bytes(wraps)), ("ephemeral", .bytes(ephemeral.publicKey.bytes)),
+                ]))
+        }
+    }
+
+    /// Seals a value for an event of this device in `chat`.
+    func seal(_ plaintext: [UInt8], in chat: ObjectID, kind: EventKind, object: ObjectID) async throws -> [UInt8] {
+        let (epoch, key) = try await sendingEpoch(chat)
+        return ChatCrypto.seal(
+            plaintext, epochKey: key, epoch: epoch, nonce: ChatCrypto.freshNonce(), kind: kind, chat: chat, object: object,
+            author: identity.device)
+    }
+
+    /// Shares every epoch key this device holds with the member devices
+    /// entitled to it that lack it (Specs/encryption.md §6 rule 5): a new
+    /// device of a member gets the history, a member whose devices were not
+    /// known when they were added gets the epoch current at their joining.
+    /// Returns the number of key events written.
+    @discardableResult
+    public func shareChatKeys() async throws -> Int {
+        guard !isReadOnly, keyRing.agreement != nil else { return 0 }
+        var written = 0
+        for chat in try projections.chats(of: identity.user) {
+            let epochs = try projections.epochs(of: chat.id)
+            guard !epochs.isEmpty else { continue }
+            var lacking: [Hash32: [ChatCrypto.Recipient]] = [:]
+            var messageEpochsAfter: [PublicKey: Set<Hash32>] = [:]
+            for member in chat.members {
+                guard let join = try projections.membership(of: member.user, in: chat.id)?.intervals.last?.from else { continue }
+                let devices = try currentDevices(of: member.user)
+                let latestBefore = epochs.last { $0.start < join }?.epoch
+                for e in epochs {
+                    let holders = Set(try projections.wraps(of: chat.id, epoch: e.epoch).map(\.device))
+                    let missing = devices.filter { !holders.contains($0.device) }
+                    guard !missing.isEmpty, try epochKey(chat: chat.id, epoch: e.epoch) != nil else { continue }
+                    let userHolds = try projections.devices(of: member.user).contains { holders.contains($0.device) }
+                    var entitled = userHolds || e.start >= join || e.epoch == latestBefore
+                    if !entitled {
+                        if messageEpochsAfter[member.user] == nil {
+                            messageEpochsAfter[member.user] = try epochsOfMessages(in: chat.id, since: join)
+                        }
+                        entitled = messageEpochsAfter[member.user]?.contains(e.epoch) == true
+                    }
+                    if entitled { lacking[e.epoch, default: []] += missing }
+                }
+            }
+            for (epoch, recipients) in lacking.sorted(by: { $0.key < $1.key }) {
+                guard let key = try epochKey(chat: chat.id, epoch: epoch) else { continue }
+                try await shareEpoch(chat.id, epoch: epoch, key: key, to: recipients)
+                written += 1
+            }
+        }
+        return written
+    }
+
+    /// The epochs of the chat's effective messages sent at or after `hlc`.
+    nonisolated func epochsOfMessages(in chat: ObjectID, since hlc: HLC) throws -> Set<Hash32> {
+        var out: Set<Hash32> = []
+        var before: String? = nil
+        while true {
+            let page = try projections.chat(chat, limit: 500, before: before)
+            for m in page.messages where m.hlc >= hlc { if let e = m.epoch { out.insert(e) } }
+            guard let older = page.older, let first = page.messages.first, first.hlc >= hlc else { break }
+            before = older
+        }
+        return out
+    }
+
+    /// Publishes this device's encryption key unless the store holds it
+    /// already (Specs/encryption.md §3).
+    func publishEncryptionKeyIfNeeded() async throws {
+        guard !isReadOnly, let agreement = keyRing.agreement,
+            try projections.encryptionKey(of: identity.device) == nil
+        else { return }
+        try await append(.deviceKey, object: identity.device, payload: .textMap([("key", .bytes(agreement.publicKey.bytes))]))
+    }
+}

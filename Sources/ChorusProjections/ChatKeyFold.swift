@@ -1,0 +1,142 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+
+/// A device's published X25519 encryption key (Specs/encryption.md §3).
+public struct EncryptionKeyRecord: Hashable, Sendable {
+    public let key: Bytes32
+    public let hlc: HLC
+    public let event: EventID
+
+    func encoded() -> [UInt8] { Codec.cbor(.array([.bytes(key.bytes), .unsigned(hlc.rawValue), .bytes(event.bytes)])) }
+
+    static func decode(_ raw: [UInt8]) throws -> EncryptionKeyRecord {
+        let v = try Codec.decode(raw, "encryption key")
+        guard let a = v.arrayValue, a.count == 3, let key = a[0].id32, let hlc = a[1].unsignedValue, let event = a[2].id32 else {
+            throw ProjectionError.corrupt("encryption key record")
+        }
+        return EncryptionKeyRecord(key: key, hlc: HLC(rawValue: hlc), event: event)
+    }
+}
+
+/// An epoch of a chat as every replica records it: when it started and the
+/// key event that introduced it (Specs/encryption.md §4).
+public struct EpochRecord: Hashable, Sendable {
+    public let epoch: Hash32
+    public let start: HLC
+    public let introducedBy: EventID
+}
+
+extension FoldRun {
+    /// The first `device.key` in merge order signed by the device itself
+    /// takes effect; the key never changes (Specs/projections.md §6.10).
+    mutating func foldDeviceKey(_ device: Bytes32) throws {
+        var winner: (fact: Fact, key: Bytes32)? = nil
+        for f in try facts(.deviceKey, device) {
+            guard f.author == device else {
+                try decide(f.id, NoEffect("not_owner", "only device \(device.short) may publish its encryption key"))
+                continue
+            }
+            guard winner == nil else {
+                try decide(f.id, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+                continue
+            }
+            guard let key = f.payload?[text: "key"]?.id32 else { throw ProjectionError.corrupt("device.key fact without its payload") }
+            winner = (f, key)
+            try decide(f.id, nil)
+        }
+        let stateKey = Table.encryptionKey.key(device.bytes)
+        if let winner {
+            try txn.put(p.state, stateKey, EncryptionKeyRecord(key: winner.key, hlc: winner.fact.hlc, event: winner.fact.id).encoded())
+        } else {
+            try txn.delete(p.state, stateKey)
+        }
+    }
+
+    /// A chat's key events: each takes effect when the chat exists and its
+    /// acting user is a member at its HLC; the first effective event naming
+    /// an epoch introduces it, and the first effective wrap for a device is
+    /// the one recorded (Specs/projections.md §6.11). Re-folded whole when
+    /// the chat's membership changes.
+    mutating func foldChatKeys(_ chat: ObjectID) throws {
+        // Membership intervals start at the creation at the earliest, so a
+        // member at the event's HLC implies the chat existed before it.
+        let chatExists = try txn.get(p.state, Table.chat.key(chat.bytes)) != nil
+        var epochs: [[UInt8]: [UInt8]] = [:]
+        var wrapEntries: [[UInt8]: [UInt8]] = [:]
+        for f in try facts(.chatKeys, chat) {
+            guard let user = try actingUserOrRecord(f) else { continue }
+            guard chatExists else {
+                try decide(f.id, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+                continue
+            }
+            guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
+                try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+                continue
+            }
+            guard let epoch = f.payload?[text: "epoch"]?.id32, let wraps = f.payload?[text: "wraps"]?.bytesValue else {
+                throw ProjectionError.corrupt("chat.key fact without its payload")
+            }
+            let epochKey = Table.epoch.key(chat.bytes, epoch.bytes)
+            if epochs[epochKey] == nil {
+                epochs[epochKey] = Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))
+            }
+            for start in stride(from: 0, to: wraps.count, by: PayloadLimits.wrapBytes) {
+                let wrapKey = Table.wrap.key(chat.bytes, epoch.bytes, Array(wraps[start..<start + 32]))
+                if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
+            }
+            try decide(f.id, nil)
+        }
+        try replace(prefix: Table.epoch.key(chat.bytes), with: epochs)
+        try replace(prefix: Table.wrap.key(chat.bytes), with: wrapEntries)
+    }
+}
+
+extension Projections {
+    /// The published encryption key of a device, if this node holds it.
+    public func encryptionKey(of device: PublicKey) throws -> EncryptionKeyRecord? {
+        try log.env.read { txn in try txn.get(state, Table.encryptionKey.key(device.bytes)).map(EncryptionKeyRecord.decode) }
+    }
+
+    /// Every epoch of a chat, in order of introduction (merge order of the
+    /// introducing event).
+    public func epochs(of chat: ObjectID) throws -> [EpochRecord] {
+        try log.env.read { txn in
+            var out: [EpochRecord] = []
+            try txn.scan(state, prefix: Table.epoch.key(chat.bytes)) { key, value in
+                let v = try Codec.decode(value, "epoch record")
+                guard let a = v.arrayValue, a.count == 2, let start = a[0].unsignedValue, let by = a[1].id32 else {
+                    throw ProjectionError.corrupt("epoch record")
+                }
+                out.append(EpochRecord(epoch: try Codec.b32(key[33...], "epoch id"), start: HLC(rawValue: start), introducedBy: by))
+                return true
+            }
+            return out.sorted { ($0.start, $0.introducedBy) < ($1.start, $1.introducedBy) }
+        }
+    }
+
+    /// The devices holding a wrap of an epoch, each with the key event that
+    /// carries it.
+    public func wraps(of chat: ObjectID, epoch: Hash32) throws -> [(device: PublicKey, event: EventID)] {
+        try log.env.read { txn in
+            var out: [(PublicKey, EventID)] = []
+            try txn.scan(state, prefix: Table.wrap.key(chat.bytes, epoch.bytes)) { key, value in
+                out.append((try Codec.b32(key[65...], "device"), try Codec.b32(value[...], "key event id")))
+                return true
+            }
+            return out
+        }
+    }
+
+    /// The key event carrying `device`'s wrap of an epoch, if any.
+    public func wrap(of chat: ObjectID, epoch: Hash32, for device: PublicKey) throws -> EventID? {
+        try log.env.read { txn in
+            try txn.get(state, Table.wrap.key(chat.bytes, epoch.bytes, device.bytes)).map { try Codec.b32($0[...], "key event id") }
+        }
+    }
+
+    /// Membership of a user in a chat over time, if it ever was a member.
+    public func membership(of user: PublicKey, in chat: ObjectID) throws -> Membership? {
+        try log.env.read { txn in try txn.get(state, Table.member.key(chat.bytes, user.bytes)).map(Membership.decode) }
+    }
+}
