@@ -151,7 +151,7 @@ func printReport(_ r: SyncReport, json: Bool) {
                 ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
                 ("duplicates_received", .uint(UInt64(r.duplicatesReceived))),
                 ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
-                ("forks_seen", .uint(UInt64(r.forksSeen))),
+                ("forks_seen", .uint(UInt64(r.forksSeen))), ("chat_keys_shared", .uint(UInt64(r.keyEventsWritten))),
                 ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
                 ("frames_received", .uint(UInt64(r.framesReceived))), ("frames_sent", .uint(UInt64(r.framesSent))),
                 ("seconds", .string(String(format: "%.3f", r.seconds))),
@@ -164,6 +164,9 @@ func printReport(_ r: SyncReport, json: Bool) {
               sent:     \(r.eventsSent) events, \(r.blobsSent) blobs
               wire:     \(r.bytesReceived) bytes in, \(r.bytesSent) bytes out (\(r.framesReceived + r.framesSent) frames)
             """)
+        if r.keyEventsWritten > 0 {
+            print("  keys:     wrote \(r.keyEventsWritten) chat.key events for member devices that lacked a chat key")
+        }
     }
 }
 

@@ -31,7 +31,11 @@ extension Node {
         }
         var payload: [(String, CBORValue)] = [("proof", .bytes(proof))]
         if let name, !name.isEmpty { payload.append(("name", .text(String(decoding: name.utf8.prefix(64), as: UTF8.self)))) }
-        return try await appendAsUser(.deviceAdded, object: device, payload: .textMap(payload))
+        let event = try await appendAsUser(.deviceAdded, object: device, payload: .textMap(payload))
+        // If the new device's encryption key is already here, it gets the
+        // user's chat keys now; otherwise after a sync brings it.
+        try await shareChatKeys()
+        return event
     }
 
     /// The signature a new device gives its user so the user can bind it.

@@ -17,6 +17,9 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     public static let blobs = SyncCapabilities(rawValue: 2)
     /// Serves and fetches purged payloads (refill).
     public static let refill = SyncCapabilities(rawValue: 4)
+    /// Tells a scoped peer which feeds concern it (its chats' members) with
+    /// an `invite` message (Specs/sync.md §4.8).
+    public static let invitations = SyncCapabilities(rawValue: 8)
 }
 
 public struct SyncHello: Hashable, Sendable {
@@ -95,10 +98,14 @@ public enum SyncMessage: Hashable, Sendable {
     /// Requests the payloads of these events (held here without one).
     case payloadWant([EventID])
     case payloadWantEnd
+    /// Feeds the receiver's scope should include because they concern its
+    /// user: the feeds of the members of every chat it is in, as the sender
+    /// folds them (Specs/sync.md §4.8).
+    case invite([PublicKey])
 
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
-            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd
+            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite
     }
 
     public var code: Code {
@@ -120,6 +127,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .error: .error
         case .payloadWant: .payloadWant
         case .payloadWantEnd: .payloadWantEnd
+        case .invite: .invite
         }
     }
 
@@ -159,6 +167,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .blobMissing(let hash): items = [t, .bytes(hash.bytes)]
         case .error(let code, let message): items = [t, .text(code), .text(message)]
         case .payloadWant(let ids): items = [t, .array(ids.map { .bytes($0.bytes) })]
+        case .invite(let feeds): items = [t, .array(feeds.map { .bytes($0.bytes) })]
         case .done(let position): items = [t, .unsigned(position)]
         case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd: items = [t]
         }
@@ -265,6 +274,11 @@ public enum SyncMessage: Hashable, Sendable {
             var out: [EventID] = []
             for entry in try list(items[1], "payload want") { out.append(try b32(entry, "event id")) }
             return .payloadWant(out)
+        case .invite:
+            try count(2)
+            var out: [PublicKey] = []
+            for entry in try list(items[1], "invite") { out.append(try b32(entry, "feed key")) }
+            return .invite(out)
         case .wantEnd: try count(1); return .wantEnd
         case .eventsEnd: try count(1); return .eventsEnd
         case .blobWantEnd: try count(1); return .blobWantEnd
@@ -295,4 +309,6 @@ public enum SyncLimits {
     public static let window = 8
     /// Event ids asked for in one payload refill round.
     public static let maxRefill = 10_000
+    /// The most feeds one session's invitations may add to a scope.
+    public static let maxInvitedFeeds = 100_000
 }

@@ -48,6 +48,22 @@ public struct ReplicationScope: Hashable, Sendable {
         return feeds
     }
 
+    /// The feeds that concern `user` as this node folds them: the user's
+    /// own and those of every member of every chat the user is in (Specs/
+    /// sync.md §4.8). Sent to a scoped peer, so that an invitation to a chat
+    /// with someone the peer's user does not follow still reaches it.
+    public static func invitation(for user: PublicKey, at node: Node) throws -> [PublicKey] {
+        let p = node.projections
+        var users: Set<PublicKey> = [user]
+        for chat in try p.chats(of: user) { for m in chat.members { users.insert(m.user) } }
+        var feeds: Set<PublicKey> = []
+        for u in users {
+            feeds.insert(u)
+            for d in try p.devices(of: u) { feeds.insert(d.device) }
+        }
+        return feeds.sorted()
+    }
+
     /// Names a scope's feed set, so a remembered arrival position is reused
     /// only with the same feeds (PeerRecord.scopeTag).
     public static func tag(_ feeds: Set<PublicKey>?) -> Hash32 {

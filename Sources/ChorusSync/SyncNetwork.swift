@@ -33,13 +33,25 @@ public enum SyncNetwork {
         return key
     }
 
-    /// Connects to `host:port` and runs one session.
+    /// Connects to `host:port` and runs one session. When the session made
+    /// this device share chat keys (`keyEventsWritten`), a second session
+    /// delivers them at once, so that one `sync` lets a new member or a
+    /// user's new device read the chat.
     public static func sync(
         _ node: Node, host: String, port: Int, options: SyncOptions = SyncOptions()
     ) async throws -> SyncReport {
-        let connection = try await SecureConnection.connect(host: host, port: port, configuration: try configuration(for: node))
-        let session = try SyncSession(node: node, transport: connection, options: options, peers: try PeerStore(env: node.log.env))
-        return try await session.run()
+        let configuration = try configuration(for: node)
+        let peers = try PeerStore(env: node.log.env)
+        func session() async throws -> SyncReport {
+            let connection = try await SecureConnection.connect(host: host, port: port, configuration: configuration)
+            return try await SyncSession(node: node, transport: connection, options: options, peers: peers).run()
+        }
+        var report = try await session()
+        if report.keyEventsWritten > 0, !report.live {
+            let delivery = try await session()
+            report.add(delivery)
+        }
+        return report
     }
 
     /// Parses `HOST:PORT` (an IPv6 host in brackets: `[::1]:7800`).

@@ -25,6 +25,9 @@ public struct SyncOptions: Sendable {
     /// Ask the peer for the payloads of events held here without one
     /// although no deletion covers them (Specs/sync.md §4.7).
     public var refill = true
+    /// Offers and accepts invitations: feeds that concern this node's user
+    /// (Specs/sync.md §4.8). Off only to test an older peer.
+    public var invitations = true
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
@@ -48,6 +51,9 @@ public struct SyncReport: Sendable, Hashable {
     public var blobsReceived = 0
     public var blobsSent = 0
     public var forksSeen = 0
+    /// `chat.key` events this device wrote after the session to share the
+    /// chat keys the received events entitle member devices to.
+    public var keyEventsWritten = 0
     public var framesSent = 0
     public var framesReceived = 0
     public var bytesSent = 0
@@ -58,6 +64,25 @@ public struct SyncReport: Sendable, Hashable {
     public var live = false
 
     public init(peer: PeerIdentity) { self.peer = peer }
+
+    /// Adds a follow-up session's counts to this one (one `sync` that took
+    /// two sessions reports as one).
+    public mutating func add(_ other: SyncReport) {
+        eventsReceived += other.eventsReceived
+        duplicatesReceived += other.duplicatesReceived
+        payloadsRefilled += other.payloadsRefilled
+        eventsSent += other.eventsSent
+        blobsReceived += other.blobsReceived
+        blobsSent += other.blobsSent
+        forksSeen += other.forksSeen
+        keyEventsWritten += other.keyEventsWritten
+        framesSent += other.framesSent
+        framesReceived += other.framesReceived
+        bytesSent += other.bytesSent
+        bytesReceived += other.bytesReceived
+        seconds += other.seconds
+        complete = complete && other.complete
+    }
 }
 
 /// One symmetric sync with one peer over a `FrameTransport`
@@ -92,6 +117,9 @@ public actor SyncSession {
     private var incoming: [FeedAnnouncement] = []
     /// The peer's heads as announced, by author.
     private var announced: [PublicKey: FeedAnnouncement] = [:]
+    /// Feeds the peer said concern this node's user (`invite`), added to a
+    /// limited scope for this session (Specs/sync.md §4.8).
+    private var invited: Set<PublicKey> = []
     /// Ranges requested and not yet fully received: next expected seq, last seq,
     /// and the seq of a fork-evidence answer the server may send instead.
     private var expected: [PublicKey: (next: UInt64, to: UInt64, forkSeq: UInt64?)] = [:]
@@ -165,11 +193,16 @@ public actor SyncSession {
     /// connection.
     public func run() async throws -> SyncReport {
         let transport = self.transport
-        return try await withTaskCancellationHandler {
+        var report = try await withTaskCancellationHandler {
             try await runSession()
         } onCancel: {
             Task { await transport.close() }
         }
+        // Events just received may entitle member devices to chat keys this
+        // device holds (a user's new device, a new member): share them now,
+        // so the next session carries them (Specs/encryption.md §6 rule 5).
+        if report.eventsReceived > 0 { report.keyEventsWritten = (try? await node.shareChatKeys()) ?? 0 }
+        return report
     }
 
     private func runSession() async throws -> SyncReport {
@@ -269,6 +302,7 @@ public actor SyncSession {
         startTag = tag
         startSince = since
         var caps: SyncCapabilities = [.refill]
+        if options.invitations { caps.insert(.invitations) }
         if options.live { caps.insert(.live) }
         if options.blobs { caps.insert(.blobs) }
         send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
@@ -363,6 +397,14 @@ public actor SyncSession {
             try queue(.payloads(ids), items: ids.count)
         case .payloadWantEnd:
             try queue(.payloadEnd, items: 1)
+        case .invite(let feeds):
+            guard options.scope.hops != nil, options.invitations else {
+                throw SyncError.unexpected("an invite to a node that replicates every feed or did not offer invitations")
+            }
+            invited.formUnion(feeds)
+            if invited.count > SyncLimits.maxInvitedFeeds {
+                throw SyncError.unexpected("invited to over \(SyncLimits.maxInvitedFeeds) feeds")
+            }
         case .events(let envelopes):
             if let error = ingestError { throw error }
             let (events, refills) = try checkEvents(envelopes)
@@ -544,9 +586,22 @@ public actor SyncSession {
         guard let hello = peerHello else { return }
         // Subscribed before reading the position, so nothing slips between.
         let wakeups = live ? node.arrivalNotifier.subscribe() : nil
+        var invitation: [PublicKey] = []
+        if hello.hops != nil, hello.capabilities.contains(.invitations) {
+            invitation = try ReplicationScope.invitation(for: hello.user, at: node)
+            for chunk in invitation.chunked(SyncLimits.listBatch) { send(.invite(chunk)) }
+        }
         var position = try node.lastArrival()
         announcedSnapshot = (position, report.eventsReceived)
-        let heads = try changedHeads(since: hello.since, upTo: position, initial: true)
+        var heads = try changedHeads(since: hello.since, upTo: position, initial: true)
+        if hello.since > 0, !invitation.isEmpty {
+            // The peer's remembered position predates the invitation: its
+            // invited feeds are announced whether or not they changed since.
+            let listed = Set(heads.map(\.author))
+            for a in invitation where !listed.contains(a) {
+                if let h = try node.head(of: a) { heads.append(FeedAnnouncement(author: a, seq: h.seq, head: h.id)) }
+            }
+        }
         for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         send(.haveEnd(position: position))
         guard let wakeups else { return }
@@ -677,7 +732,7 @@ public actor SyncSession {
         while let signal = await nextSignal() {
             guard case .announced(let position) = signal else { throw SyncError.unexpected("\(signal) before any request") }
             roundIncomplete = false
-            var feeds = try options.scope.feeds(of: node)
+            var feeds = try scopeFeeds()
             var asked: [PublicKey: UInt64] = [:]
             while true {
                 let wants = try computeWants(in: feeds, asked: &asked)
@@ -689,7 +744,7 @@ public actor SyncSession {
                 send(.wantEnd)
                 try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
                 guard feeds != nil else { break }
-                let grown = try options.scope.feeds(of: node)
+                let grown = try scopeFeeds()
                 if grown == feeds { break }
                 feeds = grown
             }
@@ -764,6 +819,11 @@ public actor SyncSession {
             signalWaiter = nil
             w.resume(returning: nil)
         }
+    }
+
+    /// The feeds in scope now, with those the peer invited this node to.
+    private func scopeFeeds() throws -> Set<PublicKey>? {
+        try options.scope.feeds(of: node)?.union(invited)
     }
 
     /// Ranges of announced feeds in scope that this node lacks.

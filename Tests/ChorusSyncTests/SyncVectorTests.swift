@@ -30,6 +30,8 @@ struct SyncVectorTests {
         ("error", .error(code: "bad_event", message: "peer sent an invalid event")),
         ("payload_want", .payloadWant([k(0x99)])),
         ("payload_want_end", .payloadWantEnd),
+        ("hello_invitations", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .invitations], hops: 1, since: 0))),
+        ("invite", .invite([k(0x22), k(0x44)])),
     ]
 
     static var vectorPath: String {
