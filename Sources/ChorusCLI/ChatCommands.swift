@@ -2,6 +2,7 @@ import ArgumentParser
 import ChorusCommandLine
 import ChorusCrypto
 import ChorusNode
+import Foundation
 
 struct Chat: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -9,7 +10,7 @@ struct Chat: AsyncParsableCommand {
         discussion: "Read a chat with `chorus query chat ID`; list yours with `chorus query chats`.",
         subcommands: [
             ChatCreate.self, ChatAdd.self, ChatRemove.self, ChatLeave.self, ChatSend.self, ChatEdit.self, ChatDelete.self,
-            ChatRead.self,
+            ChatRead.self, ChatAttachment.self,
         ])
 }
 
@@ -185,6 +186,50 @@ struct ChatRead: AsyncParsableCommand {
         let (chatID, id) = (try parseKey(chat, what: "CHAT"), try parseKey(message, what: "MESSAGE"))
         try await mutate(store, output) { node in
             MutationResult(event: try await node.markRead(chatID, upTo: id).id, summary: "Marked chat \(chatID.short) read up to \(id.short)")
+        }
+    }
+}
+
+struct ChatAttachment: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "attachment", abstract: "Save the picture sent inside a message, decrypted on this device.",
+        discussion: """
+            Only a member device that holds the message's epoch key can decrypt it; relays hold only the \
+            ciphertext. The encrypted blob arrives with `chorus sync`.
+            """)
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The message id.") var message: String
+    @Option(name: .customLong("output"), help: ArgumentHelp("Where to write the image.", valueName: "file")) var file: String
+
+    func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
+
+    func run() async throws {
+        let id = try parseKey(message, what: "MESSAGE")
+        let (bytes, mime) = try await withNode(store, readOnly: true) { node -> ([UInt8], String) in
+            guard let view = try node.projections.message(id) else {
+                throw CommandFailure(message: "no message \(id.short) in this store: check the id, or sync first")
+            }
+            guard let blob = view.blob else { throw CommandFailure(message: "message \(id.short) has no picture sent inside it") }
+            guard let content = try node.readableMessage(view).content.value else {
+                throw CommandFailure(message: "this device cannot read message \(id.short): it holds no key of its epoch (not a member then, or the key has not arrived: sync with a member's node)")
+            }
+            guard try node.blobs.read(blob) != nil else {
+                throw CommandFailure(message: "the encrypted picture of message \(id.short) has not arrived yet: run `chorus sync`")
+            }
+            guard let (bytes, attachment) = try node.attachmentBytes(of: id), content.attachment != nil else {
+                throw CommandFailure(message: "the picture of message \(id.short) does not decrypt with the key in its message")
+            }
+            return (bytes, attachment.mime)
+        }
+        do { try Data(bytes).write(to: URL(fileURLWithPath: file)) } catch {
+            throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
+        }
+        if output.json {
+            printJSON(.object([("message", .string(id.hex)), ("file", .string(file)), ("mime", .string(mime)), ("bytes", .uint(UInt64(bytes.count)))]))
+        } else {
+            print("Saved the picture of message \(id.short) (\(mime), \(bytes.count) bytes) to \(file)")
         }
     }
 }
