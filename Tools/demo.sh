@@ -139,6 +139,17 @@ run query chat --store "$phone" "$chat" --limit 1
 older="$("$bin" query chat --store "$phone" "$chat" --limit 1 --json | grep -o '"older":"[0-9a-f]*"' | cut -d'"' -f4)"
 run query chat --store "$phone" "$chat" --limit 1 --before "$older"
 
+step "The chat is end-to-end encrypted: the relay stores and serves it but reads none of it"
+run query chat --store "$relay" "$chat"
+echo "Alice's tablet holds the chat key too (wrapped to each of her devices), so it reads everything:"
+sync_relay "$tablet"
+run query chat --store "$tablet" "$chat"
+png "$work/secret.png" 3 2
+capture photo_message chat send --store "$laptop" "$chat" --image "$work/secret.png" --text "A photo only you two can see"
+sync_relay "$laptop" "$phone"
+run chat attachment --store "$phone" "$photo_message" --output "$work/received.png"
+cmp "$work/secret.png" "$work/received.png" || fail "the picture sent inside the chat did not decrypt to the same bytes"
+
 step "Alice buys 500 coins; the store delivers the purchase twice; the receipt counts once"
 sync_relay "$shop"
 run coins credit --store "$shop" "$alice" 500 --receipt GPA.1234-5678 --device "$phone_device" --product coins_500
