@@ -154,10 +154,9 @@ struct ProfileSet: AsyncParsableCommand {
         commandName: "set",
         abstract: "Set one profile field (appends a profile.set event).",
         discussion: """
-            Fields: \(ProfileField.allCases.map(\.rawValue).joined(separator: ", ")). \
-            birthday is YYYY-MM-DD; avatar is a picture id (64 hex digits); \
-            visibility is public, followers or private. Use --clear instead of \
-            a value to reset a field.
+            Fields: \(ProfileField.settable.map(\.rawValue).joined(separator: ", ")). \
+            birthday is YYYY-MM-DD; avatar is a picture id (64 hex digits). Every profile \
+            field is public to the network. Use --clear instead of a value to reset a field.
             """)
 
     @OptionGroup var store: StoreOptions
@@ -167,9 +166,13 @@ struct ProfileSet: AsyncParsableCommand {
     @Flag(help: "Reset the field to no value.") var clear = false
 
     func validate() throws {
-        guard ProfileField(rawValue: field) != nil else {
+        guard let parsed = ProfileField(rawValue: field) else {
             throw ValidationError(
-                "unknown profile field \"\(field)\"; fields are \(ProfileField.allCases.map(\.rawValue).joined(separator: ", "))")
+                "unknown profile field \"\(field)\"; fields are \(ProfileField.settable.map(\.rawValue).joined(separator: ", "))")
+        }
+        if parsed.isRetired {
+            throw ValidationError(
+                "the profile field \(field) is retired: profiles are public to the network, and a setting that hid them from non-followers would promise privacy the network cannot give")
         }
         if clear == (value != nil) { throw ValidationError("give either a VALUE or --clear") }
     }
@@ -186,8 +189,7 @@ struct ProfileSet: AsyncParsableCommand {
             cborValue = .text(value ?? "")
         }
         let node = try await store.open()
-        let event = try await node.append(.profileSet, object: node.identity.user,
-            payload: .textMap([("field", .text(field.rawValue)), ("value", cborValue)]))
+        let event = try await node.setProfile(field, cborValue)
         await node.close()
         if output.json {
             printJSON(.object([("id", .string(event.id.hex)), ("seq", .uint(event.seq))]))

@@ -130,6 +130,16 @@ public enum PayloadLimits {
 public enum ProfileField: String, CaseIterable, Sendable {
     case name, bio, city, birthday, avatar, visibility, gender, website
 
+    /// `visibility` is retired: it promised that profile fields could be
+    /// kept from non-followers, which a network that replicates whole feeds
+    /// cannot do without encrypting them. It still decodes (older events
+    /// carry it) but takes no effect (Specs/projections.md §6.2), and no
+    /// node writes it.
+    public var isRetired: Bool { self == .visibility }
+
+    /// The fields a node may set.
+    public static var settable: [ProfileField] { allCases.filter { !$0.isRetired } }
+
     public var valueType: FieldType {
         switch self {
         case .name: .text(minBytes: 1, maxBytes: 100)

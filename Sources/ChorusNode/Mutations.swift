@@ -54,7 +54,10 @@ extension Node {
 
     @discardableResult
     public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Event {
-        try await append(
+        guard !field.isRetired else {
+            throw NodeError.refused("the profile field \(field.rawValue) is retired: every profile field is public to the network")
+        }
+        return try await append(
             .profileSet, object: identity.user, payload: .textMap([("field", .text(field.rawValue)), ("value", value ?? .null)]))
     }
 

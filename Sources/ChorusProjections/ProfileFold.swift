@@ -16,6 +16,10 @@ extension FoldRun {
                 guard let payload = f.payload, let field = payload[text: "field"]?.textValue,
                     let value = payload[text: "value"]
                 else { throw ProjectionError.corrupt("profile.set fact without its payload") }
+                if ProfileField(rawValue: field)?.isRetired == true {
+                    try decide(f.id, NoEffect("retired_field", "the profile field \(field) is retired and takes no effect: every profile field is public"))
+                    continue
+                }
                 registers[field] = (value, f)
                 try decide(f.id, nil)
             }

@@ -127,7 +127,9 @@ public struct Projections: Sendable {
     /// The index key recording which projection format and network
     /// configuration the state was built with.
     static let builtKey: [UInt8] = [0xFF] + Array("built".utf8)
-    public static let formatVersion: UInt64 = 1
+    /// 2: chat encryption (device and chat keys, sealed chat content) and
+    /// the retired profile field `visibility`.
+    public static let formatVersion: UInt64 = 2
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

@@ -257,6 +257,17 @@ struct RuleTests {
         #expect(view.caption == "sunset" && view.owner == alice.key)
     }
 
+    @Test func theRetiredVisibilityFieldTakesNoEffect() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let visibility = try alice.d1.sign(.profileSet, alice.key, Payload.profile(.visibility, .text("private")), hlc: Scenario.at(10))
+        let name = try alice.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Alice")), hlc: Scenario.at(11))
+        let r = try s.fold(alice.bindings + [visibility, name])
+        #expect(try r.projections.noEffect(visibility.id)?.code == "retired_field")
+        #expect(try r.projections.noEffect(name.id) == nil)
+        #expect(try r.projections.profile(alice.key).field("visibility") == nil)
+    }
+
     @Test func unauthorizedEventsTakeNoEffectAndListTheirReasons() throws {
         let s = Scenario()
         let alice = try s.person(devices: 1)
