@@ -51,6 +51,55 @@ public enum XChaCha20Poly1305 {
     }
 
     /// nil unless the tag verifies.
+    /// `prefix || nonce || AEAD(key, nonce, ad, message)` in one buffer with
+    /// a fresh random nonce: the layout of a sealed value, built without
+    /// intermediate copies (sealing sits on every message's hot path).
+    public static func sealWithFreshNonce(key: [UInt8], prefix: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
+        precondition(key.count == keyLength, "XChaCha20-Poly1305 key of wrong length")
+        requireSodium()
+        let head = prefix.count + nonceLength
+        return [UInt8](unsafeUninitializedCapacity: head + message.count + tagLength) { out, count in
+            guard let base = out.baseAddress else { return }
+            prefix.withUnsafeBufferPointer { p in
+                if let src = p.baseAddress { base.update(from: src, count: p.count) }
+            }
+            randombytes_buf(base + prefix.count, nonceLength)
+            var written: UInt64 = 0
+            _ = message.withUnsafeBufferPointer { m in
+                ad.withUnsafeBufferPointer { a in
+                    crypto_aead_xchacha20poly1305_ietf_encrypt(
+                        base + head, &written, m.baseAddress, UInt64(m.count), a.baseAddress, UInt64(a.count), nil,
+                        base + prefix.count, key)
+                }
+            }
+            count = head + Int(written)
+        }
+    }
+
+    /// Opens `sealed[nonceOffset...]` laid out as `nonce || ciphertext || tag`,
+    /// without copying the slices out.
+    public static func open(key: [UInt8], sealed: [UInt8], nonceOffset: Int, ad: [UInt8]) -> [UInt8]? {
+        let start = nonceOffset + nonceLength
+        guard key.count == keyLength, nonceOffset >= 0, sealed.count >= start + tagLength else { return nil }
+        requireSodium()
+        let plainLength = sealed.count - start - tagLength
+        var ok = false
+        let out = [UInt8](unsafeUninitializedCapacity: max(plainLength, 1)) { out, count in
+            var outLength: UInt64 = 0
+            let status = sealed.withUnsafeBufferPointer { c -> Int32 in
+                guard let base = c.baseAddress else { return -1 }
+                return ad.withUnsafeBufferPointer { a in
+                    crypto_aead_xchacha20poly1305_ietf_decrypt(
+                        out.baseAddress, &outLength, nil, base + start, UInt64(c.count - start), a.baseAddress, UInt64(a.count),
+                        base + nonceOffset, key)
+                }
+            }
+            ok = status == 0
+            count = ok ? Int(outLength) : 0
+        }
+        return ok ? out : nil
+    }
+
     public static func open(key: [UInt8], nonce: [UInt8], ad: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
         guard key.count == keyLength, nonce.count == nonceLength, ciphertext.count >= tagLength else { return nil }
         requireSodium()

@@ -82,9 +82,13 @@ public enum ChatCrypto {
 
     /// The associated data of a sealed value (§7).
     public static func sealedAD(kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) -> [UInt8] {
-        var ad = sealedContext
-        ad += withUnsafeBytes(of: kind.code.bigEndian, Array.init)
-        ad += chat.bytes + object.bytes + author.bytes
+        var ad: [UInt8] = []
+        ad.reserveCapacity(sealedContext.count + 8 + 96)
+        ad.append(contentsOf: sealedContext)
+        withUnsafeBytes(of: kind.code.bigEndian) { ad.append(contentsOf: $0) }
+        ad.append(contentsOf: chat.bytes)
+        ad.append(contentsOf: object.bytes)
+        ad.append(contentsOf: author.bytes)
         return ad
     }
 
@@ -103,6 +107,15 @@ public enum ChatCrypto {
         sealed.count >= PayloadLimits.sealedOverhead ? Bytes32(sealed[0..<32]) : nil
     }
 
+    /// `seal` with a fresh random nonce (what devices do; `seal` with a
+    /// given nonce is for the vectors).
+    public static func seal(
+        _ plaintext: [UInt8], epochKey: [UInt8], epoch: Hash32, kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey
+    ) -> [UInt8] {
+        XChaCha20Poly1305.sealWithFreshNonce(
+            key: epochKey, prefix: epoch.bytes, ad: sealedAD(kind: kind, chat: chat, object: object, author: author), message: plaintext)
+    }
+
     /// The plaintext, or nil if the value does not open with this key under
     /// this event's chat, kind, object and author.
     public static func open(
@@ -110,8 +123,7 @@ public enum ChatCrypto {
     ) -> [UInt8]? {
         guard sealed.count >= PayloadLimits.sealedOverhead else { return nil }
         return XChaCha20Poly1305.open(
-            key: epochKey, nonce: Array(sealed[32..<56]), ad: sealedAD(kind: kind, chat: chat, object: object, author: author),
-            ciphertext: Array(sealed[56...]))
+            key: epochKey, sealed: sealed, nonceOffset: 32, ad: sealedAD(kind: kind, chat: chat, object: object, author: author))
     }
 
     /// The blob bytes of a picture sent in a chat, encrypted with its own key (§7).
@@ -122,7 +134,4 @@ public enum ChatCrypto {
     public static func decryptAttachment(_ blob: [UInt8], key: [UInt8]) -> [UInt8]? {
         XChaCha20Poly1305.open(key: key, nonce: zeroNonce, ad: attachmentContext, ciphertext: blob)
     }
-
-    /// A fresh random nonce for a sealed value.
-    public static func freshNonce() -> [UInt8] { Random.bytes(XChaCha20Poly1305.nonceLength) }
 }

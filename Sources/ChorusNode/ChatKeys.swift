@@ -220,7 +220,7 @@ extension Node {
     func seal(_ plaintext: [UInt8], in chat: ObjectID, kind: EventKind, object: ObjectID) async throws -> [UInt8] {
         let (epoch, key) = try await sendingEpoch(chat)
         return ChatCrypto.seal(
-            plaintext, epochKey: key, epoch: epoch, nonce: ChatCrypto.freshNonce(), kind: kind, chat: chat, object: object,
+            plaintext, epochKey: key, epoch: epoch, kind: kind, chat: chat, object: object,
             author: identity.device)
     }
 

@@ -200,7 +200,7 @@ extension Node {
         var payload: [(String, CBORValue)] = []
         if let title {
             let sealed = ChatCrypto.seal(
-                TitleContent.encode(title), epochKey: key, epoch: epoch, nonce: ChatCrypto.freshNonce(), kind: .chatCreated,
+                TitleContent.encode(title), epochKey: key, epoch: epoch, kind: .chatCreated,
                 chat: id, object: id, author: identity.device)
             payload.append(("title", .bytes(sealed)))
         }

@@ -8,6 +8,9 @@ public struct StoreStats: Sendable {
     public var perKind: [String: Int] = [:]
     public var perAuthor: [(author: PublicKey, events: Int, head: UInt64)] = []
     public var purged: [String: Int] = [:]
+    /// Events of kinds this version does not know, by code: stored,
+    /// verified and relayed, not folded (Specs/events.md §6.3).
+    public var unknownKinds: [UInt64: Int] = [:]
     public var forks: [(author: PublicKey, seq: UInt64)] = []
     public var databases: [(name: String, bytes: Int)] = []
     public var blobs = 0
@@ -26,6 +29,7 @@ extension ReplayStore {
                 s.events += 1
                 s.perKind[stored.event.kind.name, default: 0] += 1
                 if stored.event.payloadBytes == nil { s.purged[stored.event.kind.name, default: 0] += 1 }
+                if !stored.event.kind.isKnown { s.unknownKinds[stored.event.kind.code, default: 0] += 1 }
             }
         }
         s.perAuthor = try log.allHeads().map { ($0.author, Int($0.head.seq), $0.head.seq) }

@@ -110,7 +110,11 @@ extension ReplayStore {
             }
         }
 
-        // 5. Projections: fold the log again and compare.
+        // 5. Chat encryption (Specs/encryption.md): every key event is well
+        // formed, and every effective message names an epoch its chat has.
+        report.findings += try encryptionFindings()
+
+        // 6. Projections: fold the log again and compare.
         let scratch = try ScratchDirectory()
         // Tolerant: damage found above must not stop the comparison; the
         // events left out are already findings.
@@ -131,3 +135,49 @@ extension ReplayStore {
     }
 }
 
+
+extension ReplayStore {
+    /// Key events re-checked against their schema, and effective messages
+    /// whose sealed body names an epoch no effective key event introduced
+    /// (a member's device could never read them).
+    func encryptionFindings() throws -> [Finding] {
+        var findings: [Finding] = []
+        var epochs: [ObjectID: Set<Hash32>] = [:]
+        func epochsOf(_ chat: ObjectID) throws -> Set<Hash32> {
+            if let known = epochs[chat] { return known }
+            let set = Set(try projections.epochs(of: chat).map(\.epoch))
+            epochs[chat] = set
+            return set
+        }
+        try log.rawEventRecords { slice in
+            for record in slice {
+                guard let id = Bytes32(record.key), let stored = try? LogStore.decodeRecord(record.value, id: id),
+                    let payload = stored.event.payload
+                else { continue }
+                let e = stored.event
+                let location = "events[\(id.hex)] (\(e.author.short)#\(e.seq))"
+                switch e.kind {
+                case .chatKey:
+                    if let problem = EventKind.chatKey.schema?.violation(in: payload) {
+                        findings.append(Finding(code: "bad_key_event", message: problem, event: id, location: location))
+                    }
+                case .messageSent, .messageEdited:
+                    guard try projections.noEffect(id) == nil,
+                        let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32])
+                    else { continue }
+                    let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
+                    guard let chat else { continue }
+                    if try !epochsOf(chat).contains(epoch) {
+                        findings.append(
+                            Finding(
+                                code: "epoch_unknown",
+                                message: "\(e.kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
+                                event: id, location: location))
+                    }
+                default: continue
+                }
+            }
+        }
+        return findings
+    }
+}

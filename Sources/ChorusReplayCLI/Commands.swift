@@ -310,6 +310,7 @@ struct Stats: AsyncParsableCommand {
                 ("events", .int(Int64(s.events))),
                 ("kinds", .object(s.perKind.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
                 ("purged", .object(s.purged.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
+                ("unknown_kinds", .object(s.unknownKinds.sorted { $0.key < $1.key }.map { (String($0.key), .int(Int64($0.value))) })),
                 ("authors", .array(s.perAuthor.prefix(authors).map { .object([("author", .string($0.author.hex)), ("events", .int(Int64($0.events)))]) })),
                 ("feeds", .int(Int64(s.perAuthor.count))),
                 ("forks", .array(s.forks.map { .object([("author", .string($0.author.hex)), ("seq", .uint($0.seq))]) })),
@@ -322,6 +323,10 @@ struct Stats: AsyncParsableCommand {
         print("events per kind:")
         for (k, n) in s.perKind.sorted(by: { $0.key < $1.key }) {
             print("  \(k.padding(toLength: 20, withPad: " ", startingAt: 0)) \(n)\(s.purged[k].map { " (\($0) purged)" } ?? "")")
+        }
+        if !s.unknownKinds.isEmpty {
+            let n = s.unknownKinds.values.reduce(0, +)
+            print("\(n) events of kinds this version does not know (codes \(s.unknownKinds.keys.sorted().map(String.init).joined(separator: ", "))): stored, verified and relayed, not folded; after upgrading, `chorus rebuild` folds them")
         }
         print("largest feeds:")
         for a in s.perAuthor.prefix(authors) { print("  \(a.author.hex)  \(a.events)") }

@@ -152,6 +152,20 @@ struct EncryptionVectorTests {
         #expect(ChatCrypto.open(sealed, epochKey: key, kind: kind, chat: id(s.chat), object: id(s.object), author: other) == nil)
     }
 
+    @Test func freshNoncesDifferAndOpenLikeTheVectors() throws {
+        let s = try #require(v.sealed.first)
+        let kind = EventKind(code: s.kind_code), key = hex(v.epoch_key_hex)
+        let a = ChatCrypto.seal(hex(s.plaintext_hex), epochKey: key, epoch: id(v.epoch), kind: kind, chat: id(s.chat), object: id(s.object), author: id(s.author))
+        let b = ChatCrypto.seal(hex(s.plaintext_hex), epochKey: key, epoch: id(v.epoch), kind: kind, chat: id(s.chat), object: id(s.object), author: id(s.author))
+        #expect(a.count == hex(s.sealed_hex).count && a.prefix(32).elementsEqual(hex(v.epoch)))
+        #expect(a[32..<56] != b[32..<56])
+        // Given its nonce, the fresh value is exactly what the vectors' construction gives.
+        let again = ChatCrypto.seal(hex(s.plaintext_hex), epochKey: key, epoch: id(v.epoch), nonce: Array(a[32..<56]), kind: kind,
+            chat: id(s.chat), object: id(s.object), author: id(s.author))
+        #expect(again == a)
+        #expect(ChatCrypto.open(a, epochKey: key, kind: kind, chat: id(s.chat), object: id(s.object), author: id(s.author)) == hex(s.plaintext_hex))
+    }
+
     @Test func attachmentBlobMatchesAndItsKeyTravelsInTheBody() throws {
         let a = v.attachment
         let blob = ChatCrypto.encryptAttachment(hex(a.image_hex), key: hex(a.key_hex))

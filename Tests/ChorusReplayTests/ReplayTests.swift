@@ -205,6 +205,33 @@ struct ReplayTests {
         #expect(stats.blobs == 1)
     }
 
+    @Test func verifyChecksMessageEpochsAndStatsCountKindsFromNewerVersions() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let ana = try await Node.open(at: h.store)
+        let chat = try await ana.createChat(title: "t", members: [h.ben])
+        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch")
+        // A body that names an epoch no key event introduced.
+        let bogus = try await ana.append(.messageSent, object: chat, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        // An event of a kind from a newer version.
+        let newer = SigningKey.generate()
+        let future = try UnsignedEvent.ofUnknownKind(
+            4242, author: newer.publicKey, seq: 1, prev: nil, hlc: HLC(physicalMillis: 1_700_000_000_000, logical: 0),
+            object: newer.publicKey, payload: .textMap([("x", .unsigned(1))])
+        ).signed(with: newer)
+        #expect(await ana.ingest(events: [future]).accepted == 1)
+        await ana.close()
+
+        let store = try ReplayStore.open(h.store)
+        let report = try store.verify()
+        #expect(report.findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
+        #expect(report.findings.first { $0.code == "epoch_unknown" }?.event == bogus)
+        #expect(report.liveDigest == report.rebuiltDigest)
+        let stats = try store.stats()
+        #expect(stats.unknownKinds == [4242: 1])
+        #expect(stats.perKind["unknown.4242"] == 1)
+    }
+
     @Test func commandLineExitCodesAndHelp() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
