@@ -206,7 +206,7 @@ enum BenchSeal {
     static func sealed(_ plaintext: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) -> CBORValue {
         let key = epochKey(chat)
         return .bytes(ChatCrypto.seal(
-            plaintext, epochKey: key, epoch: ChatCrypto.epochID(chat: chat, key: key), nonce: ChatCrypto.freshNonce(),
+            plaintext, epochKey: key, epoch: ChatCrypto.epochID(chat: chat, key: key), 
             kind: kind, chat: chat, object: object, author: author))
     }
 

@@ -48,7 +48,7 @@ func runCryptoBenchmark(_ options: CryptoOptions) {
     let text = String(repeating: "a", count: options.textBytes)
     let plaintext = MessageContent(text: text).encoded()
     let sealed = ChatCrypto.seal(
-        plaintext, epochKey: epochKey, epoch: epoch, nonce: ChatCrypto.freshNonce(), kind: .messageSent, chat: chat, object: chat,
+        plaintext, epochKey: epochKey, epoch: epoch, kind: .messageSent, chat: chat, object: chat,
         author: author)
     let recipients = (0..<options.devices).map { _ in
         ChatCrypto.Recipient(device: Random.bytes32(), encryptionKey: AgreementKey.generate().publicKey)
@@ -68,7 +68,7 @@ func runCryptoBenchmark(_ options: CryptoOptions) {
     Bench.note("seal and open a message body...")
     let seal = rate(threads: 1, seconds: s) { _ in
         _ = ChatCrypto.seal(
-            MessageContent(text: text).encoded(), epochKey: epochKey, epoch: epoch, nonce: ChatCrypto.freshNonce(), kind: .messageSent,
+            MessageContent(text: text).encoded(), epochKey: epochKey, epoch: epoch, kind: .messageSent,
             chat: chat, object: chat, author: author)
     }
     let open = rate(threads: 1, seconds: s) { _ in
