@@ -43,7 +43,7 @@ let package = Package(
         .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
         .target(
             name: "ChorusProjections",
-            dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
+            dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusNode",
             dependencies: ["ChorusParallel", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",
@@ -56,8 +56,8 @@ let package = Package(
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
         .target(
             name: "ChorusReplay",
-            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
-                           "ChorusCBOR"]),
+            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+                           "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusCommandLine",
             dependencies: ["ChorusNode", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),

@@ -66,14 +66,7 @@ extension Node {
     public nonisolated func epochKey(chat: ObjectID, epoch: Hash32) throws -> [UInt8]? {
         if let cached = keyRing.get(chat, epoch) { return cached }
         guard let agreement = keyRing.agreement,
-            let eventID = try projections.wrap(of: chat, epoch: epoch, for: identity.device),
-            let payload = try log.event(eventID)?.event.payload,
-            let wraps = payload[text: "wraps"]?.bytesValue,
-            let ephemeral = payload[text: "ephemeral"]?.bytesValue.flatMap({ Bytes32($0) })
-        else { return nil }
-        guard
-            let key = ChatCrypto.unwrap(
-                wraps: wraps, ephemeral: ephemeral, chat: chat, epoch: epoch, device: identity.device, with: agreement)
+            let key = try EpochKeyFinder(device: identity.device, agreement: agreement).key(chat: chat, epoch: epoch, in: projections)
         else { return nil }
         keyRing.put(chat, epoch, key)
         return key

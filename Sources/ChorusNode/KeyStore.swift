@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusProjections
 import Foundation
 
 /// The public identity of a node: the user it acts for and its own device key.
@@ -87,5 +88,16 @@ enum KeyStore {
             throw NodeError.keyFile(path: path, problem: "not 64 hex digits of a 32-byte secret")
         }
         return secret
+    }
+}
+
+extension Node {
+    /// The device key and encryption key of the store at `path`, to read
+    /// its chats without opening the node (the replay tool's `--decrypt`).
+    /// nil for a store from before encryption keys.
+    public static func epochKeyFinder(at path: String) throws -> EpochKeyFinder? {
+        guard FileManager.default.fileExists(atPath: KeyStore.encryptionKeyPath(path)) else { return nil }
+        let device = try KeyStore.read(KeyStore.deviceKeyPath(path)).publicKey
+        return EpochKeyFinder(device: device, agreement: try KeyStore.readAgreement(KeyStore.encryptionKeyPath(path)))
     }
 }

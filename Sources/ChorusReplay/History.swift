@@ -1,3 +1,4 @@
+import ChorusEncryption
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
@@ -111,5 +112,31 @@ extension ReplayStore {
             }
         }
         return out
+    }
+}
+
+/// What a member's device reads of a sealed value in the history.
+public enum Decrypted: Hashable, Sendable {
+    case plaintext(CBORValue)
+    /// The device holds no key of the value's epoch.
+    case locked(epoch: Hash32?)
+    /// The key is held but the value does not open or decode.
+    case unreadable
+}
+
+extension ReplayStore {
+    /// Opens the sealed title or body an event carries (Specs/encryption.md
+    /// §7) with the keys wrapped to `reader`'s device; nil when the event
+    /// carries none. Nothing decrypted is written anywhere.
+    public func decrypt(_ event: Event, with reader: EpochKeyFinder) throws -> Decrypted? {
+        guard let field = SealedField(of: event) else { return nil }
+        guard let epoch = ChatCrypto.epoch(ofSealed: field.sealed),
+            let key = try reader.key(chat: field.chat, epoch: epoch, in: projections)
+        else { return .locked(epoch: ChatCrypto.epoch(ofSealed: field.sealed)) }
+        guard let plain = ChatCrypto.open(
+                field.sealed, epochKey: key, kind: event.kind, chat: field.chat, object: field.object, author: event.author),
+            let value = try? CBORDecoder.decode(plain)
+        else { return .unreadable }
+        return .plaintext(value)
     }
 }

@@ -119,18 +119,40 @@ struct History: AsyncParsableCommand {
         abstract: "Every event that touched an object, in merge order, with what became of it.",
         discussion: """
             OBJECT is a user, device, picture, chat, message or liked object id (hex). Each event shows \
-            its decision: applied, superseded (by which event), or no effect and why.
+            its decision: applied, superseded (by which event), or no effect and why. Chat titles, \
+            message bodies and edits are sealed (Specs/encryption.md); on a member's own store, \
+            --decrypt opens them with that device's keys (nothing decrypted is written).
             """)
     @OptionGroup var store: StoreOption
     @OptionGroup var output: OutputOptions
     @Argument(help: "The object id (64 hex digits).") var object: String
+    @Flag(help: "Open sealed chat content with this store's device keys (a member's store).") var decrypt = false
     func validate() throws { _ = try parseObject(object) }
 
     func run() async throws {
         let s = try store.open()
         let entries = try s.history(of: try parseObject(object))
+        var reader: EpochKeyFinder? = nil
+        if decrypt {
+            reader = try Node.epochKeyFinder(at: s.path)
+            if reader == nil {
+                printError("--decrypt needs this store's encryption key (keys/encryption.secret), and the store has none: open it once with this version of chorus")
+                throw ExitCode(Exit.failure)
+            }
+        }
+        func decrypted(_ e: HistoryEntry) throws -> Decrypted? {
+            guard let reader, let event = try s.log.event(e.event.id)?.event else { return nil }
+            return try s.decrypt(event, with: reader)
+        }
+        func render(_ d: Decrypted) -> JSONValue {
+            switch d {
+            case .plaintext(let v): JSONValue(cbor: v)
+            case .locked(let epoch): .string("locked: this device holds no key of epoch \(epoch?.short ?? "?")")
+            case .unreadable: .string("unreadable: the sealed value does not open with its epoch key")
+            }
+        }
         if output.json {
-            printJSON(.array(entries.map { e in
+            printJSON(.array(try entries.map { e in
                 var fields: [(String, JSONValue)] = [
                     ("event", .string(e.event.id.hex)), ("object_class", .string(e.objectClass)),
                     ("object", .string(e.event.object.hex)), ("kind", .string(e.event.kind.name)),
@@ -139,6 +161,7 @@ struct History: AsyncParsableCommand {
                     ("purged", .bool(e.purged)),
                     ("payload", e.event.payload.map(JSONValue.init(cbor:)) ?? .null),
                 ]
+                if let d = try decrypted(e) { fields.append(("decrypted", render(d))) }
                 switch e.decision {
                 case .superseded(let by, let how): fields += [("superseded_by", .string(by.hex)), ("how", .string(how))]
                 case .noEffect(let n): fields.append(("reason", .string(n.detail)))
@@ -157,6 +180,7 @@ struct History: AsyncParsableCommand {
             print("\(e.event.order.hlc)  \(e.event.kind.name.padding(toLength: 18, withPad: " ", startingAt: 0)) by \(e.event.order.author.short)  [\(e.objectClass) \(e.event.object.short)]  event \(e.event.id.short)")
             print("    \(e.decision.text)")
             if !payload.isEmpty { print("    \(payload)") }
+            if let d = try decrypted(e) { print("    decrypted: \(render(d).rendered())") }
         }
     }
 }

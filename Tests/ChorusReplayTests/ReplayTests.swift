@@ -230,6 +230,15 @@ struct ReplayTests {
         let stats = try store.stats()
         #expect(stats.unknownKinds == [4242: 1])
         #expect(stats.perKind["unknown.4242"] == 1)
+
+        // History shows ciphertext; --decrypt on the member's own store opens it.
+        let replay = try replayProduct("chorus-replay")
+        let sealed = try run(replay, ["history", chat.hex, "--store", h.store, "--json"])
+        #expect(sealed.status == 0 && !sealed.stdout.contains("sealed under a real epoch"))
+        let opened = try run(replay, ["history", chat.hex, "--store", h.store, "--decrypt", "--json"])
+        #expect(opened.status == 0 && opened.stdout.contains("sealed under a real epoch"), "\(opened.stderr)")
+        #expect(opened.stdout.contains("\"title\":\"t\""))
+        #expect(opened.stdout.contains("locked: this device holds no key of epoch"))  // the bogus body
     }
 
     @Test func commandLineExitCodesAndHelp() async throws {

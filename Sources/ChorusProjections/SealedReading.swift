@@ -1,0 +1,57 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEncryption
+import ChorusEvents
+
+/// A device's view of the chat keys wrapped to it (Specs/encryption.md §5):
+/// finds the effective wrap of an epoch for the device in the projections,
+/// unwraps it with the device's X25519 secret and checks it against the
+/// epoch id. Shared by the node and the replay tool.
+public struct EpochKeyFinder: Sendable {
+    public let device: PublicKey
+    public let agreement: AgreementKey
+
+    public init(device: PublicKey, agreement: AgreementKey) {
+        self.device = device
+        self.agreement = agreement
+    }
+
+    /// The key of `epoch` in `chat`, or nil when no wrap for this device
+    /// took effect or it does not open.
+    public func key(chat: ObjectID, epoch: Hash32, in projections: Projections) throws -> [UInt8]? {
+        guard let eventID = try projections.wrap(of: chat, epoch: epoch, for: device),
+            let payload = try projections.log.event(eventID)?.event.payload,
+            let wraps = payload[text: "wraps"]?.bytesValue,
+            let ephemeral = payload[text: "ephemeral"]?.bytesValue.flatMap({ Bytes32($0) })
+        else { return nil }
+        return ChatCrypto.unwrap(wraps: wraps, ephemeral: ephemeral, chat: chat, epoch: epoch, device: device, with: agreement)
+    }
+}
+
+/// Where an event carries a sealed value, and what binds it (§7).
+public struct SealedField: Sendable {
+    public let sealed: [UInt8]
+    public let chat: ObjectID
+    public let object: ObjectID
+
+    /// The sealed value of a `chat.created` title, `message.sent` body or
+    /// `message.edited` body; nil for other kinds or a purged payload.
+    public init?(of event: Event) {
+        guard let payload = event.payload else { return nil }
+        switch event.kind {
+        case .chatCreated:
+            guard let title = payload[text: "title"]?.bytesValue else { return nil }
+            (sealed, chat, object) = (title, event.object, event.object)
+        case .messageSent:
+            guard let body = payload[text: "body"]?.bytesValue else { return nil }
+            (sealed, chat, object) = (body, event.object, event.object)
+        case .messageEdited:
+            guard let body = payload[text: "body"]?.bytesValue,
+                let chat = payload[text: "chat"]?.bytesValue.flatMap({ Bytes32($0) })
+            else { return nil }
+            (sealed, self.chat, object) = (body, chat, event.object)
+        default:
+            return nil
+        }
+    }
+}
