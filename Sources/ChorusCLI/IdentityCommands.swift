@@ -87,8 +87,7 @@ struct Init: AsyncParsableCommand {
         let node = try await Node.create(
             at: store.path, deviceName: deviceName ?? ProcessInfo.processInfo.hostName, network: config)
         if let name {
-            try await node.append(.profileSet, object: node.identity.user,
-                payload: .textMap([("field", .text("name")), ("value", .text(name))]))
+            try await node.setProfile(.name, .text(name))
         }
         await node.close()
         if output.json {

@@ -155,37 +155,10 @@ public enum ProfileField: String, CaseIterable, Sendable {
 }
 
 extension EventKind {
-    /// The payload schema of a known kind; nil for an unknown kind, whose
-    /// payload is only required to be deterministic CBOR (Specs/events.md §6.3).
-    /// An exhaustive switch: a new kind without a schema does not compile.
-    public var schema: PayloadSchema? {
-        switch self {
-        case .deviceAdded: Schemas.deviceAdded
-        case .deviceRemoved: Schemas.deviceRemoved
-        case .deviceKey: Schemas.deviceKey
-        case .profileSet: Schemas.profileSet
-        case .pictureCreated: Schemas.pictureCreated
-        case .pictureCaptioned: Schemas.pictureCaptioned
-        case .pictureMoved: Schemas.pictureMoved
-        case .pictureDeleted, .followAdded, .likeAdded, .blockAdded: Schemas.empty
-        case .followRemoved, .likeRemoved, .blockRemoved: Schemas.removal
-        case .chatCreated: Schemas.chatCreated
-        case .chatMemberAdded: Schemas.chatMemberAdded
-        case .chatMemberRemoved: Schemas.chatMemberRemoved
-        case .messageSent: Schemas.messageSent
-        case .messageEdited: Schemas.messageEdited
-        case .messageDeleted: Schemas.messageDeleted
-        case .chatRead: Schemas.chatRead
-        case .chatKey: Schemas.chatKey
-        case .coinCredited: Schemas.coinCredited
-        case .coinSpent: Schemas.coinSpent
-        case .coinGiven: Schemas.coinGiven
-        case .coinRightsMoved: Schemas.coinRightsMoved
-        case .slotUnlocked: Schemas.slotUnlocked
-        case .slotSet: Schemas.slotSet
-        case .unknown: nil
-        }
-    }
+    /// The payload schema of a known kind (from its typed payload,
+    /// Payloads.swift); nil for an unknown kind, whose payload is only
+    /// required to be deterministic CBOR (Specs/events.md §6.3).
+    public var schema: PayloadSchema? { payloadType?.schema }
 }
 
 /// One schema per known kind (Specs/events.md §6.2), built once.

@@ -201,11 +201,7 @@ extension Node {
             guard let wraps = ChatCrypto.wrap(epochKey: key, chat: chat, epoch: epoch, to: part, ephemeral: ephemeral) else {
                 throw NodeError.refused("a member device published an unusable encryption key")
             }
-            try await append(
-                .chatKey, object: chat,
-                payload: .textMap([
-                    ("epoch", .bytes(epoch.bytes)), ("wraps", .bytes(wraps)), ("ephemeral", .bytes(ephemeral.publicKey.bytes)),
-                ]))
+            try await append(ChatKeyPayload(epoch: epoch, wraps: wraps, ephemeral: ephemeral.publicKey), object: chat)
         }
     }
 
@@ -278,6 +274,6 @@ extension Node {
         guard !isReadOnly, let agreement = keyRing.agreement,
             try projections.encryptionKey(of: identity.device) == nil
         else { return }
-        try await append(.deviceKey, object: identity.device, payload: .textMap([("key", .bytes(agreement.publicKey.bytes))]))
+        try await append(DeviceKeyPayload(key: agreement.publicKey), object: identity.device)
     }
 }

@@ -29,9 +29,8 @@ extension Node {
         guard Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: identity.user), publicKey: device) else {
             throw NodeError.refused("the proof is not \(device.short)'s signature consenting to user \(identity.user.short)")
         }
-        var payload: [(String, CBORValue)] = [("proof", .bytes(proof))]
-        if let name, !name.isEmpty { payload.append(("name", .text(String(decoding: name.utf8.prefix(64), as: UTF8.self)))) }
-        let event = try await appendAsUser(.deviceAdded, object: device, payload: .textMap(payload))
+        let shortName = name.flatMap { $0.isEmpty ? nil : String(decoding: $0.utf8.prefix(64), as: UTF8.self) }
+        let event = try await appendAsUser(DeviceAddedPayload(name: shortName, proof: proof), object: device)
         // If the new device's encryption key is already here, it gets the
         // user's chat keys now; otherwise after a sync brings it.
         try await shareChatKeys()
@@ -45,9 +44,8 @@ extension Node {
 
     @discardableResult
     public func removeDevice(_ device: PublicKey, reason: String? = nil) async throws -> Event {
-        var payload: [(String, CBORValue)] = []
-        if let reason { payload.append(("reason", .text(String(decoding: reason.utf8.prefix(200), as: UTF8.self)))) }
-        return try await appendAsUser(.deviceRemoved, object: device, payload: .textMap(payload))
+        let reason = reason.map { String(decoding: $0.utf8.prefix(200), as: UTF8.self) }
+        return try await appendAsUser(DeviceRemovedPayload(reason: reason), object: device)
     }
 
     // MARK: Profile
@@ -57,8 +55,7 @@ extension Node {
         guard !field.isRetired else {
             throw NodeError.refused("the profile field \(field.rawValue) is retired: every profile field is public to the network")
         }
-        return try await append(
-            .profileSet, object: identity.user, payload: .textMap([("field", .text(field.rawValue)), ("value", value ?? .null)]))
+        return try await append(ProfileSetPayload(field: field, value: value), object: identity.user)
     }
 
     // MARK: Pictures
@@ -70,15 +67,9 @@ extension Node {
         let sniffed = try checkedImage(bytes, mime: mime)
         let mime = sniffed.mime
         let id = Random.bytes32()
-        var payload: [(String, CBORValue)] = [
-            ("blob", .bytes(Blake2b.hash256(bytes).bytes)), ("size", .unsigned(UInt64(bytes.count))), ("mime", .text(mime)),
-        ]
-        if let caption { payload.append(("caption", .text(caption))) }
-        if let w = sniffed.width, let h = sniffed.height {
-            payload.append(("width", .unsigned(w)))
-            payload.append(("height", .unsigned(h)))
-        }
-        try await append(.pictureCreated, object: id, payload: .textMap(payload), blobs: [bytes])
+        var payload = PictureCreatedPayload(blob: Blake2b.hash256(bytes), size: UInt64(bytes.count), mime: mime, caption: caption)
+        if let w = sniffed.width, let h = sniffed.height { (payload.width, payload.height) = (w, h) }
+        try await append(payload, object: id, blobs: [bytes])
         return id
     }
 
@@ -114,7 +105,7 @@ extension Node {
     @discardableResult
     public func captionPicture(_ id: ObjectID, _ caption: String) async throws -> Event {
         _ = try ownLivePicture(id)
-        return try await append(.pictureCaptioned, object: id, payload: .textMap([("caption", .text(caption))]))
+        return try await append(PictureCaptionedPayload(caption: caption), object: id)
     }
 
     /// Moves a picture within the gallery. Positions are fractional, so a
@@ -146,44 +137,44 @@ extension Node {
         guard let position = GalleryPosition.between(low, high) else {
             throw NodeError.refused("no room between those pictures' positions; move one of them first")
         }
-        return try await append(.pictureMoved, object: id, payload: .textMap([("position", .bytes(position))]))
+        return try await append(PictureMovedPayload(position: position), object: id)
     }
 
     @discardableResult
     public func deletePicture(_ id: ObjectID) async throws -> Event {
         _ = try ownLivePicture(id)
-        return try await append(.pictureDeleted, object: id, payload: .textMap([]))
+        return try await append(PictureDeletedPayload(), object: id)
     }
 
     // MARK: Relationships
 
     @discardableResult public func follow(_ user: PublicKey) async throws -> Event {
         guard user != identity.user else { throw NodeError.refused("you cannot follow yourself") }
-        return try await append(.followAdded, object: user, payload: .textMap([]))
+        return try await append(FollowAddedPayload(), object: user)
     }
     @discardableResult public func unfollow(_ user: PublicKey) async throws -> Event {
-        try await remove(.followRemoved, added: .followAdded, target: user, what: "follow")
+        try await remove(FollowRemovedPayload.self, added: .followAdded, target: user, what: "follow")
     }
     @discardableResult public func like(_ object: Bytes32) async throws -> Event {
-        try await append(.likeAdded, object: object, payload: .textMap([]))
+        try await append(LikeAddedPayload(), object: object)
     }
     @discardableResult public func unlike(_ object: Bytes32) async throws -> Event {
-        try await remove(.likeRemoved, added: .likeAdded, target: object, what: "like")
+        try await remove(LikeRemovedPayload.self, added: .likeAdded, target: object, what: "like")
     }
     @discardableResult public func block(_ user: PublicKey) async throws -> Event {
         guard user != identity.user else { throw NodeError.refused("you cannot block yourself") }
-        return try await append(.blockAdded, object: user, payload: .textMap([]))
+        return try await append(BlockAddedPayload(), object: user)
     }
     @discardableResult public func unblock(_ user: PublicKey) async throws -> Event {
-        try await remove(.blockRemoved, added: .blockAdded, target: user, what: "block")
+        try await remove(BlockRemovedPayload.self, added: .blockAdded, target: user, what: "block")
     }
 
     /// A removal names every add of this user it has seen (observed-remove):
     /// adds made concurrently elsewhere survive it.
-    private func remove(_ kind: EventKind, added: EventKind, target: Bytes32, what: String) async throws -> Event {
+    private func remove<P: RemovalPayload>(_ removal: P.Type, added: EventKind, target: Bytes32, what: String) async throws -> Event {
         let seen = try projections.liveAdds(added, from: identity.user, to: target)
         guard !seen.isEmpty else { throw NodeError.refused("there is no \(what) of \(target.short) by you to remove") }
-        return try await append(kind, object: target, payload: .textMap([("seen", .array(seen.prefix(1024).map { .bytes($0.bytes) }))]))
+        return try await append(P(seen: Array(seen.prefix(PayloadLimits.maxSeenTags))), object: target)
     }
 
     // MARK: Chats
@@ -197,16 +188,12 @@ extension Node {
         let id = Random.bytes32()
         let key = Random.bytes(32)
         let epoch = ChatCrypto.epochID(chat: id, key: key)
-        var payload: [(String, CBORValue)] = []
-        if let title {
-            let sealed = ChatCrypto.seal(
-                TitleContent.encode(title), epochKey: key, epoch: epoch, kind: .chatCreated,
-                chat: id, object: id, author: identity.device)
-            payload.append(("title", .bytes(sealed)))
+        let sealedTitle = title.map {
+            ChatCrypto.seal(
+                TitleContent.encode($0), epochKey: key, epoch: epoch, kind: .chatCreated, chat: id, object: id, author: identity.device)
         }
         let others = Array(Set(members.filter { $0 != identity.user })).sorted()
-        if !others.isEmpty { payload.append(("members", .array(others.map { .bytes($0.bytes) }))) }
-        try await append(.chatCreated, object: id, payload: .textMap(payload))
+        try await append(ChatCreatedPayload(title: sealedTitle, members: others), object: id)
         keyRing.put(id, epoch, key)
         try await shareEpoch(id, epoch: epoch, key: key, to: currentMemberDevices(id))
         return id
@@ -216,9 +203,7 @@ extension Node {
     /// member's devices: they read from now on, not the earlier history.
     @discardableResult
     public func addChatMember(_ chat: ObjectID, _ user: PublicKey, admin: Bool = false) async throws -> Event {
-        var payload: [(String, CBORValue)] = [("user", .bytes(user.bytes))]
-        if admin { payload.append(("admin", .bool(true))) }
-        let event = try await append(.chatMemberAdded, object: chat, payload: .textMap(payload))
+        let event = try await append(ChatMemberAddedPayload(user: user, admin: admin), object: chat)
         if try projections.noEffect(event.id) == nil {
             let (epoch, key) = try await sendingEpoch(chat)
             let holders = Set(try projections.wraps(of: chat, epoch: epoch).map(\.device))
@@ -233,7 +218,7 @@ extension Node {
     /// readable by the removed member (Specs/encryption.md §6 rule 3).
     @discardableResult
     public func removeChatMember(_ chat: ObjectID, _ user: PublicKey) async throws -> Event {
-        let event = try await append(.chatMemberRemoved, object: chat, payload: .textMap([("user", .bytes(user.bytes))]))
+        let event = try await append(ChatMemberRemovedPayload(user: user), object: chat)
         if user != identity.user, try projections.noEffect(event.id) == nil,
             try projections.membership(of: identity.user, in: chat)?.isCurrent == true
         {
@@ -260,18 +245,17 @@ extension Node {
         guard try projections.chatView(chat) != nil else { throw NodeError.refused("this node holds no chat \(chat.short)") }
         var content = MessageContent(text: text, picture: picture)
         var blobs: [[UInt8]] = []
-        var payload: [(String, CBORValue)] = []
+        var payload = MessageSentPayload(body: [])
         if let image {
             let (mime, width, height) = try checkedImage(image)
             let key = Random.bytes(32)
             let sealedImage = ChatCrypto.encryptAttachment(image, key: key)
             content.attachment = Attachment(key: key, mime: mime, size: UInt64(image.count), width: width, height: height)
             blobs.append(sealedImage)
-            payload += [("blob", .bytes(Blake2b.hash256(sealedImage).bytes)), ("size", .unsigned(UInt64(sealedImage.count)))]
+            (payload.blob, payload.size) = (Blake2b.hash256(sealedImage), UInt64(sealedImage.count))
         }
-        let body = try await seal(content.encoded(), in: chat, kind: .messageSent, object: chat)
-        payload.append(("body", .bytes(body)))
-        return try await append(.messageSent, object: chat, payload: .textMap(payload), blobs: blobs).id
+        payload.body = try await seal(content.encoded(), in: chat, kind: .messageSent, object: chat)
+        return try await append(payload, object: chat, blobs: blobs).id
     }
 
     private func ownMessage(_ id: EventID) throws -> MessageView {
@@ -284,13 +268,13 @@ extension Node {
     public func editMessage(_ id: EventID, text: String) async throws -> Event {
         let m = try ownMessage(id)
         let body = try await seal(MessageContent(text: text).encoded(), in: m.chat, kind: .messageEdited, object: id)
-        return try await append(.messageEdited, object: id, payload: .textMap([("chat", .bytes(m.chat.bytes)), ("body", .bytes(body))]))
+        return try await append(MessageEditedPayload(chat: m.chat, body: body), object: id)
     }
 
     @discardableResult
     public func deleteMessage(_ id: EventID) async throws -> Event {
         let m = try ownMessage(id)
-        return try await append(.messageDeleted, object: id, payload: .textMap([("chat", .bytes(m.chat.bytes))]))
+        return try await append(MessageDeletedPayload(chat: m.chat), object: id)
     }
 
     /// Marks a chat read up to `message` (markers never move backwards).
@@ -299,8 +283,7 @@ extension Node {
         guard let m = try projections.message(message), m.chat == chat else {
             throw NodeError.refused("message \(message.short) is not a message of chat \(chat.short) here")
         }
-        return try await append(
-            .chatRead, object: chat, payload: .textMap([("message", .bytes(message.bytes)), ("hlc", .unsigned(m.hlc.rawValue))]))
+        return try await append(ChatReadPayload(message: message, hlc: m.hlc.rawValue), object: chat)
     }
 
     // MARK: Coins and slots
@@ -320,9 +303,8 @@ extension Node {
         } else {
             throw NodeError.refused("this node knows no device of user \(user.short); import its events first or pass the device")
         }
-        var payload: [(String, CBORValue)] = [("user", .bytes(user.bytes)), ("amount", .unsigned(amount)), ("receipt", .text(receipt))]
-        if let product { payload.append(("product", .text(product))) }
-        return try await appendAsIssuer(.coinCredited, object: target, payload: .textMap(payload))
+        return try await appendAsIssuer(
+            CoinCreditedPayload(user: user, amount: amount, receipt: receipt, product: product), object: target)
     }
 
     private func requireRights(_ amount: UInt64) throws {
@@ -335,8 +317,7 @@ extension Node {
     @discardableResult
     public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Event {
         try requireRights(amount)
-        return try await append(
-            .coinSpent, object: identity.user, payload: .textMap([("amount", .unsigned(amount)), ("for", .text(purpose))]))
+        return try await append(CoinSpentPayload(amount: amount, purpose: purpose), object: identity.user)
     }
 
     /// Gives coins to another user; they land on `device` or on the
@@ -346,19 +327,15 @@ extension Node {
         -> Event
     {
         try requireRights(amount)
-        var payload: [(String, CBORValue)] = [("amount", .unsigned(amount))]
-        if let device = try device ?? projections.devices(of: user).first(where: { $0.removedHLC == nil })?.device {
-            payload.append(("device", .bytes(device.bytes)))
-        }
-        if let note { payload.append(("note", .text(note))) }
-        return try await append(.coinGiven, object: user, payload: .textMap(payload))
+        let device = try device ?? projections.devices(of: user).first(where: { $0.removedHLC == nil })?.device
+        return try await append(CoinGivenPayload(amount: amount, device: device, note: note), object: user)
     }
 
     /// Moves spending rights to another device of this user.
     @discardableResult
     public func moveRights(to device: PublicKey, _ amount: UInt64) async throws -> Event {
         try requireRights(amount)
-        return try await append(.coinRightsMoved, object: device, payload: .textMap([("amount", .unsigned(amount))]))
+        return try await append(CoinRightsMovedPayload(amount: amount), object: device)
     }
 
     @discardableResult
@@ -368,9 +345,7 @@ extension Node {
             throw NodeError.refused("slots are numbered 1...\(prices.count - 1) (slot 0 is always unlocked)")
         }
         try requireRights(prices[slot])
-        return try await append(
-            .slotUnlocked, object: identity.user,
-            payload: .textMap([("slot", .unsigned(UInt64(slot))), ("price", .unsigned(prices[slot]))]))
+        return try await append(SlotUnlockedPayload(slot: UInt64(slot), price: prices[slot]), object: identity.user)
     }
 
     /// Puts one of this user's pictures in a slot (nil empties it).
@@ -380,9 +355,7 @@ extension Node {
             throw NodeError.refused("slots are numbered 0...\(network.slotCount - 1)")
         }
         if let picture { _ = try ownLivePicture(picture) }
-        return try await append(
-            .slotSet, object: identity.user,
-            payload: .textMap([("slot", .unsigned(UInt64(slot))), ("picture", picture.map { .bytes($0.bytes) } ?? .null)]))
+        return try await append(SlotSetPayload(slot: UInt64(slot), picture: picture), object: identity.user)
     }
 
     // MARK: Network configuration

@@ -253,6 +253,23 @@ public actor Node {
         return try await appendSigned(by: deviceKey, kind, object: object, payload: payload, blobs: blobs)
     }
 
+    /// Appends an event of the kind its typed payload belongs to
+    /// (Sources/ChorusEvents/Payloads.swift).
+    @discardableResult
+    public func append<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) async throws -> Event {
+        try await append(P.kind, object: object, payload: payload.cbor, blobs: blobs)
+    }
+
+    @discardableResult
+    public func appendAsUser<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
+        try await appendAsUser(P.kind, object: object, payload: payload.cbor)
+    }
+
+    @discardableResult
+    public func appendAsIssuer<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
+        try await appendAsIssuer(P.kind, object: object, payload: payload.cbor)
+    }
+
     /// Signs an event with the user key (device added or removed).
     @discardableResult
     public func appendAsUser(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {

@@ -41,8 +41,7 @@ extension FoldRun {
                 try decide(f.id, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
                 continue
             }
-            guard let key = f.payload?[text: "key"]?.id32 else { throw ProjectionError.corrupt("device.key fact without its payload") }
-            winner = (f, key)
+            winner = (f, try f.read(DeviceKeyPayload.self).key)
             try decide(f.id, nil)
         }
         let stateKey = Table.encryptionKey.key(device.bytes)
@@ -74,15 +73,13 @@ extension FoldRun {
                 try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
                 continue
             }
-            guard let epoch = f.payload?[text: "epoch"]?.id32, let wraps = f.payload?[text: "wraps"]?.bytesValue else {
-                throw ProjectionError.corrupt("chat.key fact without its payload")
-            }
-            let epochKey = Table.epoch.key(chat.bytes, epoch.bytes)
+            let key = try f.read(ChatKeyPayload.self)
+            let epochKey = Table.epoch.key(chat.bytes, key.epoch.bytes)
             if epochs[epochKey] == nil {
                 epochs[epochKey] = Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))
             }
-            for start in stride(from: 0, to: wraps.count, by: PayloadLimits.wrapBytes) {
-                let wrapKey = Table.wrap.key(chat.bytes, epoch.bytes, Array(wraps[start..<start + 32]))
+            for device in key.devices {
+                let wrapKey = Table.wrap.key(chat.bytes, key.epoch.bytes, device.bytes)
                 if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
             }
             try decide(f.id, nil)

@@ -85,6 +85,14 @@ struct Fact {
     var author: PublicKey { order.author }
     var hlc: HLC { order.hlc }
 
+    /// The typed payload (Sources/ChorusEvents/Payloads.swift). Every fact's
+    /// payload passed its schema before it was stored, so a failure here is
+    /// a damaged store.
+    func read<P: KindPayload>(_ type: P.Type) throws -> P {
+        guard let payload else { throw ProjectionError.corrupt("\(kind.name) fact without its payload") }
+        do { return try P(reading: payload) } catch { throw ProjectionError.corrupt("\(kind.name) fact: \(error)") }
+    }
+
     static func encode(_ event: Event) -> [UInt8] {
         var out: [UInt8] = [UInt8(truncatingIfNeeded: event.kind.code)] + event.object.bytes
         if let p = event.payloadBytes {

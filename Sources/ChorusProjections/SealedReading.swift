@@ -21,10 +21,9 @@ public struct EpochKeyFinder: Sendable {
     public func key(chat: ObjectID, epoch: Hash32, in projections: Projections) throws -> [UInt8]? {
         guard let eventID = try projections.wrap(of: chat, epoch: epoch, for: device),
             let payload = try projections.log.event(eventID)?.event.payload,
-            let wraps = payload[text: "wraps"]?.bytesValue,
-            let ephemeral = payload[text: "ephemeral"]?.bytesValue.flatMap({ Bytes32($0) })
+            let key = try? ChatKeyPayload(reading: payload)
         else { return nil }
-        return ChatCrypto.unwrap(wraps: wraps, ephemeral: ephemeral, chat: chat, epoch: epoch, device: device, with: agreement)
+        return ChatCrypto.unwrap(wraps: key.wraps, ephemeral: key.ephemeral, chat: chat, epoch: epoch, device: device, with: agreement)
     }
 }
 
@@ -40,16 +39,14 @@ public struct SealedField: Sendable {
         guard let payload = event.payload else { return nil }
         switch event.kind {
         case .chatCreated:
-            guard let title = payload[text: "title"]?.bytesValue else { return nil }
+            guard let title = (try? ChatCreatedPayload(reading: payload))?.title else { return nil }
             (sealed, chat, object) = (title, event.object, event.object)
         case .messageSent:
-            guard let body = payload[text: "body"]?.bytesValue else { return nil }
-            (sealed, chat, object) = (body, event.object, event.object)
+            guard let sent = try? MessageSentPayload(reading: payload) else { return nil }
+            (sealed, chat, object) = (sent.body, event.object, event.object)
         case .messageEdited:
-            guard let body = payload[text: "body"]?.bytesValue,
-                let chat = payload[text: "chat"]?.bytesValue.flatMap({ Bytes32($0) })
-            else { return nil }
-            (sealed, self.chat, object) = (body, chat, event.object)
+            guard let edit = try? MessageEditedPayload(reading: payload) else { return nil }
+            (sealed, chat, object) = (edit.body, edit.chat, event.object)
         default:
             return nil
         }

@@ -61,6 +61,25 @@ struct EventVectorTests {
         #expect(event.encoded() == hex(v.envelope_hex))
     }
 
+    @Test("every known kind's typed payload reads the vector and builds the same bytes", arguments: try VectorFile.load().valid)
+    func typedPayloadRoundTrip(_ v: ValidVector) throws {
+        let kind = EventKind(code: v.kind_code)
+        guard let type = kind.payloadType else {
+            #expect(!kind.isKnown)
+            return
+        }
+        #expect(type.kind == kind)
+        let payload = try CBORDecoder.decode(hex(v.payload_hex))
+        let typed = try type.init(reading: payload)
+        #expect(CBOREncoder.encode(typed.cbor) == hex(v.payload_hex))
+    }
+
+    @Test func everyKnownKindHasATypedPayloadOfItsOwn() {
+        for kind in EventKind.known {
+            #expect(kind.payloadType?.kind == kind, "\(kind.name)")
+        }
+    }
+
     @Test("damaged events are refused with the specific error", arguments: try VectorFile.load().invalid.filter(\.decode_error))
     func decodeLevelRefusal(_ v: InvalidVector) {
         do {
