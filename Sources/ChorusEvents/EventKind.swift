@@ -145,7 +145,11 @@ public enum EventKind: Sendable, Hashable {
     public var payloadIsPurgeable: Bool {
         switch self {
         case .pictureCreated, .pictureCaptioned, .messageSent, .messageEdited, .unknown: true
-        default: false
+        // Listed, not `default`, so a new kind must say (Specs/adding-a-kind.md).
+        case .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved,
+            .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatCreated, .chatMemberAdded, .chatMemberRemoved, .messageDeleted,
+            .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked, .slotSet:
+            false
         }
     }
 }

@@ -77,7 +77,11 @@ struct EventVectorTests {
     @Test func everyKnownKindHasATypedPayloadOfItsOwn() {
         for kind in EventKind.known {
             #expect(kind.payloadType?.kind == kind, "\(kind.name)")
+            #expect(EventKind(code: kind.code) == kind && EventKind(name: kind.name) == kind)
         }
+        #expect(Set(EventKind.known.map(\.code)).count == EventKind.known.count)
+        // Raise this with the table of Specs/events.md §6 when adding a kind.
+        #expect(EventKind.known.count == 28)
     }
 
     @Test("damaged events are refused with the specific error", arguments: try VectorFile.load().invalid.filter(\.decode_error))
