@@ -168,15 +168,33 @@ extension Node {
     }
 
     /// The epoch to seal under: the latest this device holds that no
-    /// removed member or device holds; rotates first when there is none.
+    /// removed member or device holds and that started after every removal
+    /// this node knows of; rotates first when there is none
+    /// (Specs/encryption.md §6).
     func sendingEpoch(_ chat: ObjectID) async throws -> (epoch: Hash32, key: [UInt8]) {
         let current = Set(try currentMemberDevices(chat).map(\.device))
+        let lastRemoval = try latestRemoval(in: chat)
         for e in try projections.epochs(of: chat).reversed() {
+            // An older epoch may still reach a removed device through a
+            // concurrent share by a device that had not seen the removal.
+            if let lastRemoval, e.start <= lastRemoval { break }
             guard let key = try epochKey(chat: chat, epoch: e.epoch) else { continue }
-            let holders = try projections.wraps(of: chat, epoch: e.epoch).map(\.device)
-            if holders.allSatisfy(current.contains) { return (e.epoch, key) }
+            if try projections.possibleHolders(of: chat, epoch: e.epoch).isSubset(of: current) { return (e.epoch, key) }
         }
         return try await rotate(chat)
+    }
+
+    /// The HLC of the latest removal of a member, or of a member's device,
+    /// that this node knows of.
+    nonisolated func latestRemoval(in chat: ObjectID) throws -> HLC? {
+        var latest: HLC? = nil
+        for (user, membership) in try projections.memberships(in: chat) {
+            for end in membership.intervals.compactMap(\.to) { latest = max(latest ?? end, end) }
+            for d in try projections.devices(of: user) {
+                if let removed = d.removedHLC { latest = max(latest ?? removed, removed) }
+            }
+        }
+        return latest
     }
 
     /// Starts a new epoch wrapped to every current member device.
@@ -223,27 +241,30 @@ extension Node {
         guard !isReadOnly, keyRing.agreement != nil else { return 0 }
         var written = 0
         for chat in try projections.chats(of: identity.user) {
-            let epochs = try projections.epochs(of: chat.id)
+            let introduced = try projections.epochs(of: chat.id)
+            // Epochs that effective messages name: one whose introduction
+            // took no effect (a rotation by a member removed and re-added
+            // concurrently) is still shared, so its messages stay readable.
+            let lastMessage = try latestMessagePerEpoch(in: chat.id)
+            let introducedSet = Set(introduced.map(\.epoch))
+            let epochs: [(epoch: Hash32, start: HLC?)] =
+                introduced.map { ($0.epoch, $0.start) } + lastMessage.keys.filter { !introducedSet.contains($0) }.sorted().map { ($0, nil) }
             guard !epochs.isEmpty else { continue }
             var lacking: [Hash32: [ChatCrypto.Recipient]] = [:]
-            var messageEpochsAfter: [PublicKey: Set<Hash32>] = [:]
             for member in chat.members {
                 guard let join = try projections.membership(of: member.user, in: chat.id)?.intervals.last?.from else { continue }
                 let devices = try currentDevices(of: member.user)
-                let latestBefore = epochs.last { $0.start < join }?.epoch
+                let latestBefore = introduced.last { $0.start < join }?.epoch
                 for e in epochs {
                     let holders = Set(try projections.wraps(of: chat.id, epoch: e.epoch).map(\.device))
                     let missing = devices.filter { !holders.contains($0.device) }
                     guard !missing.isEmpty, try epochKey(chat: chat.id, epoch: e.epoch) != nil else { continue }
                     let userHolds = try projections.devices(of: member.user).contains { holders.contains($0.device) }
-                    var entitled = userHolds || e.start >= join || e.epoch == latestBefore
-                    if !entitled {
-                        if messageEpochsAfter[member.user] == nil {
-                            messageEpochsAfter[member.user] = try epochsOfMessages(in: chat.id, since: join)
-                        }
-                        entitled = messageEpochsAfter[member.user]?.contains(e.epoch) == true
+                    let startedAfterJoin = e.start.map { $0 >= join } ?? false
+                    let messageAfterJoin = lastMessage[e.epoch].map { $0 >= join } ?? false
+                    if userHolds || startedAfterJoin || e.epoch == latestBefore || messageAfterJoin {
+                        lacking[e.epoch, default: []] += missing
                     }
-                    if entitled { lacking[e.epoch, default: []] += missing }
                 }
             }
             for (epoch, recipients) in lacking.sorted(by: { $0.key < $1.key }) {
@@ -255,14 +276,15 @@ extension Node {
         return written
     }
 
-    /// The epochs of the chat's effective messages sent at or after `hlc`.
-    nonisolated func epochsOfMessages(in chat: ObjectID, since hlc: HLC) throws -> Set<Hash32> {
-        var out: Set<Hash32> = []
+    /// For each epoch that effective messages of the chat are sealed under,
+    /// the HLC of the latest such message.
+    nonisolated func latestMessagePerEpoch(in chat: ObjectID) throws -> [Hash32: HLC] {
+        var out: [Hash32: HLC] = [:]
         var before: String? = nil
         while true {
             let page = try projections.chat(chat, limit: 500, before: before)
-            for m in page.messages where m.hlc >= hlc { if let e = m.epoch { out.insert(e) } }
-            guard let older = page.older, let first = page.messages.first, first.hlc >= hlc else { break }
+            for m in page.messages { if let e = m.epoch { out[e] = max(out[e] ?? m.hlc, m.hlc) } }
+            guard let older = page.older else { break }
             before = older
         }
         return out

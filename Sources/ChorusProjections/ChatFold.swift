@@ -133,6 +133,7 @@ extension FoldRun {
         for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat.bytes)) }
         var entries: [[UInt8]: [UInt8]] = [:]
         for (user, m) in members {
+            try txn.put(p.index, IndexTable.memberOf.key(user.bytes, chat.bytes), [])
             entries[Table.member.key(chat.bytes, user.bytes)] = m.encoded()
             if m.isCurrent { try txn.put(p.state, Table.userChat.key(user.bytes, chat.bytes), []) }
         }

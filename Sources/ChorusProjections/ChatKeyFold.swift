@@ -79,6 +79,12 @@ extension FoldRun {
                 epochs[epochKey] = Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))
             }
             for device in key.devices {
+                // Only a current device of a member at the event's HLC
+                // receives a wrap: one sent to a removed device or member by
+                // a device that had not seen the removal takes no effect.
+                guard let recipient = try actingUser(device, at: f.hlc),
+                    try membership(chat, recipient)?.isMember(at: f.hlc) == true
+                else { continue }
                 let wrapKey = Table.wrap.key(chat.bytes, key.epoch.bytes, device.bytes)
                 if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
             }
@@ -135,5 +141,48 @@ extension Projections {
     /// Membership of a user in a chat over time, if it ever was a member.
     public func membership(of user: PublicKey, in chat: ObjectID) throws -> Membership? {
         try log.env.read { txn in try txn.get(state, Table.member.key(chat.bytes, user.bytes)).map(Membership.decode) }
+    }
+
+    /// Every device that may hold an epoch's key: the authors of every
+    /// `chat.key` naming it and every device those events wrap it to,
+    /// whether or not the events took effect (a removed member's device
+    /// that rotated before learning of its removal knows the key it made).
+    public func possibleHolders(of chat: ObjectID, epoch: Hash32) throws -> Set<PublicKey> {
+        var out: Set<PublicKey> = []
+        for (author, key) in try keyEventsWithAuthors(of: chat, epoch: epoch) {
+            out.insert(author)
+            out.formUnion(key.devices)
+        }
+        return out
+    }
+
+    /// Every `chat.key` naming the epoch that this node holds, effective or not.
+    public func keyEvents(of chat: ObjectID, epoch: Hash32) throws -> [ChatKeyPayload] {
+        try keyEventsWithAuthors(of: chat, epoch: epoch).map(\.key)
+    }
+
+    func keyEventsWithAuthors(of chat: ObjectID, epoch: Hash32) throws -> [(author: PublicKey, key: ChatKeyPayload)] {
+        try log.env.read { txn in
+            var out: [(PublicKey, ChatKeyPayload)] = []
+            try txn.scan(facts, prefix: [ObjectClass.chatKeys.rawValue] + chat.bytes) { key, value in
+                let fact = try Fact.decode(order: try MergeOrder(bytes: key[33...]), value)
+                guard let payload = fact.payload, let k = try? ChatKeyPayload(reading: payload), k.epoch == epoch else { return true }
+                out.append((fact.author, k))
+                return true
+            }
+            return out
+        }
+    }
+
+    /// Every user who ever was a member of the chat, with their intervals.
+    public func memberships(in chat: ObjectID) throws -> [(user: PublicKey, membership: Membership)] {
+        try log.env.read { txn in
+            var out: [(PublicKey, Membership)] = []
+            try txn.scan(state, prefix: Table.member.key(chat.bytes)) { key, value in
+                out.append((try Codec.b32(key.suffix(32), "member"), try Membership.decode(value)))
+                return true
+            }
+            return out
+        }
     }
 }

@@ -14,6 +14,9 @@ struct FoldRun {
     var dirty: [ObjectClass: Set<Bytes32>] = [:]
     var coinsFrom: MergeOrder? = nil
     var bindings: [Bytes32: DeviceBinding?] = [:]
+    /// Users whose device bindings changed in this run: their chats' key
+    /// wraps are decided again (Specs/projections.md §6.11).
+    var usersWithChangedDevices: Set<PublicKey> = []
     /// New relationship facts of this transaction, folded one by one unless
     /// their target is re-folded whole.
     var relationshipFacts: [RelationshipKey: [Fact]] = [:]
@@ -90,6 +93,12 @@ struct FoldRun {
             mark(.chatKeys, chat)
             try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, _ in
                 mark(.message, try Codec.b32(key.suffix(32), "message id"))
+                return true
+            }
+        }
+        for user in usersWithChangedDevices.sorted() {
+            try txn.scan(p.index, prefix: IndexTable.memberOf.key(user.bytes)) { key, _ in
+                mark(.chatKeys, try Codec.b32(key.suffix(32), "chat id"))
                 return true
             }
         }

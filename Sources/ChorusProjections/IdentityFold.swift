@@ -60,7 +60,10 @@ extension FoldRun {
         bindings[device] = .some(binding)
         let changed = old?.user != binding?.user || old?.removedHLC != binding?.removedHLC
         if changed {
-            for user in [old?.user, binding?.user].compactMap({ $0 }) { try markCoinsOf(user) }
+            for user in [old?.user, binding?.user].compactMap({ $0 }) {
+                try markCoinsOf(user)
+                usersWithChangedDevices.insert(user)
+            }
         }
         return changed
     }

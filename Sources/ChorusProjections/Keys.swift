@@ -162,6 +162,7 @@ enum IndexTable: UInt8 {
     case chatMessage = 0x03  // chat || message id -> ()
     case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add
     case relationshipCancel = 0x05  // class || target || add event id || merge order of a removal naming it -> ()
+    case memberOf = 0x06  // user || chat -> () (every chat the user was ever a member of)
 
     func key(_ parts: [UInt8]...) -> [UInt8] {
         var out: [UInt8] = [rawValue]

@@ -19,11 +19,24 @@ public struct EpochKeyFinder: Sendable {
     /// The key of `epoch` in `chat`, or nil when no wrap for this device
     /// took effect or it does not open.
     public func key(chat: ObjectID, epoch: Hash32, in projections: Projections) throws -> [UInt8]? {
-        guard let eventID = try projections.wrap(of: chat, epoch: epoch, for: device),
+        if let eventID = try projections.wrap(of: chat, epoch: epoch, for: device),
             let payload = try projections.log.event(eventID)?.event.payload,
-            let key = try? ChatKeyPayload(reading: payload)
-        else { return nil }
-        return ChatCrypto.unwrap(wraps: key.wraps, ephemeral: key.ephemeral, chat: chat, epoch: epoch, device: device, with: agreement)
+            let key = try? ChatKeyPayload(reading: payload),
+            let opened = ChatCrypto.unwrap(wraps: key.wraps, ephemeral: key.ephemeral, chat: chat, epoch: epoch, device: device, with: agreement)
+        {
+            return opened
+        }
+        // Reading may use any wrap addressed to this device, even one that
+        // took no effect: a key that opens a message its author signed reads
+        // that message (Specs/encryption.md §8). Only sealing is restricted.
+        for key in try projections.keyEvents(of: chat, epoch: epoch) where key.devices.contains(device) {
+            if let opened = ChatCrypto.unwrap(
+                wraps: key.wraps, ephemeral: key.ephemeral, chat: chat, epoch: epoch, device: device, with: agreement)
+            {
+                return opened
+            }
+        }
+        return nil
     }
 }
 

@@ -16,11 +16,14 @@ import Testing
 struct RotationPropertyTests {
     struct Sent {
         let id: EventID
-        /// Users the sender's device knew as removed from the chat when it sent.
-        let removedInSendersView: Set<PublicKey>
+        /// Users the sender's device knew as removed from the chat when it
+        /// sent, with the end of their last membership as it knew it.
+        let removedInSendersView: [PublicKey: HLC]
+        /// Whether the sender's device knew u2's second device as removed.
+        let sawDeviceRemoval: Bool
     }
 
-    @Test("converges and keeps entitlement and removal security", arguments: Array(UInt64(1)...8))
+    @Test("converges and keeps entitlement and removal security", arguments: Array(UInt64(1)...24))
     func schedule(seed: UInt64) async throws {
         var rng = SplitMix64(seed: seed)
         let dir = SyncTempDir()
@@ -37,6 +40,9 @@ struct RotationPropertyTests {
 
         var sent: [Sent] = []
         var lateDevice: Node? = nil
+        // u2's second device, bound early and removed later by u2.
+        var doomed: Node? = nil
+        var doomedRemoved = false
         func pick<T>(_ list: [T]) -> T { list[Int(rng.next() % UInt64(list.count))] }
         for step in 0..<90 {
             let roll = rng.next() % 100
@@ -47,12 +53,13 @@ struct RotationPropertyTests {
             let isAdmin = view?.members.contains { $0.user == node.identity.user && $0.admin } ?? false
             if roll < 45 {
                 guard members.contains(node.identity.user) else { continue }
-                var removed: Set<PublicKey> = []
+                var removed: [PublicKey: HLC] = [:]
                 for u in users where !members.contains(u) {
-                    if try node.projections.membership(of: u, in: chat) != nil { removed.insert(u) }
+                    if let end = try node.projections.membership(of: u, in: chat)?.intervals.last?.to { removed[u] = end }
                 }
+                let sawDeviceRemoval = try doomed.map { try node.projections.binding(of: $0.identity.device)?.removedHLC != nil } ?? false
                 let id = try await node.sendMessage(chat, text: "s\(seed) step \(step) from \(actor)")
-                sent.append(Sent(id: id, removedInSendersView: removed))
+                sent.append(Sent(id: id, removedInSendersView: removed, sawDeviceRemoval: sawDeviceRemoval))
             } else if roll < 58, isAdmin {
                 let candidates = users.filter { !members.contains($0) }
                 guard !candidates.isEmpty else { continue }
@@ -62,6 +69,13 @@ struct RotationPropertyTests {
                 let candidates = users.filter { members.contains($0) && $0 != node.identity.user && $0 != users[0] }
                 guard !candidates.isEmpty else { continue }
                 try await node.removeChatMember(chat, pick(candidates))
+            } else if roll < 75, doomed == nil, step > 3 {
+                let second = try await bindNewDevice(dir, "u2-second", of: nodes[2], network: net)
+                doomed = second
+                nodes.append(second)
+            } else if roll < 78, let d = doomed, !doomedRemoved, step > 40 {
+                try await nodes[2].removeDevice(d.identity.device)
+                doomedRemoved = true
             } else if roll < 72, lateDevice == nil, step > 10 {
                 // u1 binds a tablet mid-way; it syncs only with other users' nodes.
                 let tablet = try await bindNewDevice(dir, "u1-tablet", of: nodes[1], network: net)
@@ -86,6 +100,14 @@ struct RotationPropertyTests {
                 try await syncPair(nodes[0], nodes[i])
             }
         }
+        // A removed device reads nothing sent by a device that knew of its removal.
+        var deviceRemovalChecks = 0
+        if let d = doomed, doomedRemoved {
+            for s in sent where s.sawDeviceRemoval {
+                deviceRemovalChecks += 1
+                #expect(try readText(d, s.id) == nil, "seed \(seed): removed device reads \(s.id.short)")
+            }
+        }
         let digests = try Set(nodes.map { try digest($0) })
         #expect(digests.count == 1, "seed \(seed): replicas differ")
 
@@ -95,18 +117,21 @@ struct RotationPropertyTests {
         for node in nodes {
             let user = node.identity.user
             guard let membership = try final.membership(of: user, in: chat) else { continue }
+            let deviceRemoved = try final.binding(of: node.identity.device)?.removedHLC != nil
             let joined = membership.intervals.last?.from
             for s in sent where effective.contains(s.id) {
                 guard let m = try final.message(s.id) else { continue }
                 let readable = try readText(node, s.id) != nil
-                if membership.isCurrent, let joined, m.hlc >= joined {
+                if membership.isCurrent, !deviceRemoved, let joined, m.hlc >= joined {
                     entitledChecks += 1
                     #expect(readable, "seed \(seed): member device \(node.identity.device.short) cannot read \(s.id.short)")
                 }
                 // Removed before the message in the final view and never back
                 // (a concurrent re-add makes the member entitled again).
+                // The sender must have seen the removal that ended the last
+                // membership (not an earlier one, with a re-add it had not seen).
                 let goneForGood = membership.intervals.allSatisfy { $0.to.map { $0 <= m.hlc } ?? false }
-                if goneForGood, s.removedInSendersView.contains(user) {
+                if goneForGood, let seen = s.removedInSendersView[user], seen == membership.intervals.last?.to {
                     removalChecks += 1
                     #expect(!readable, "seed \(seed): removed \(user.short) reads \(s.id.short), sent after its removal")
                 }
@@ -114,7 +139,7 @@ struct RotationPropertyTests {
         }
         // The counts show what a seed exercised (ids and keys are random, so
         // outcomes may differ slightly between runs of one seed).
-        print("seed \(seed): \(sent.count) sent, \(effective.count) effective, \(try final.epochs(of: chat).count) epochs, \(entitledChecks) entitled reads, \(removalChecks) removal checks, tablet: \(lateDevice != nil)")
+        print("seed \(seed): \(sent.count) sent, \(effective.count) effective, \(try final.epochs(of: chat).count) epochs, \(entitledChecks) entitled reads, \(removalChecks) removal checks, \(deviceRemovalChecks) device removal checks, tablet: \(lateDevice != nil)")
         #expect(entitledChecks > 0)
         for n in nodes { await n.close() }
     }
