@@ -307,6 +307,41 @@ extension Node {
             CoinCreditedPayload(user: user, amount: amount, receipt: receipt, product: product), object: target)
     }
 
+    /// One purchase to credit (`creditCoins(_:)`).
+    public struct Credit: Sendable {
+        public var user: PublicKey
+        public var amount: UInt64
+        public var receipt: String
+        public var device: PublicKey?
+        public var product: String?
+        public init(user: PublicKey, amount: UInt64, receipt: String, device: PublicKey? = nil, product: String? = nil) {
+            (self.user, self.amount, self.receipt, self.device, self.product) = (user, amount, receipt, device, product)
+        }
+    }
+
+    /// Credits many purchases at once (issuer key required), signed on all
+    /// cores and committed together; returns once every credit is durable.
+    /// A receipt already credited is stored and takes no effect, as with
+    /// `creditCoins(user:amount:receipt:)`.
+    @discardableResult
+    public func creditCoins(_ credits: [Credit]) async throws -> [Event] {
+        var items: [PendingEvent] = []
+        items.reserveCapacity(credits.count)
+        for c in credits {
+            let target: PublicKey
+            if let device = c.device {
+                target = device
+            } else if let first = try projections.devices(of: c.user).first(where: { $0.removedHLC == nil }) {
+                target = first.device
+            } else {
+                throw NodeError.refused("this node knows no device of user \(c.user.short); import its events first or pass the device")
+            }
+            items.append(PendingEvent(
+                CoinCreditedPayload(user: c.user, amount: c.amount, receipt: c.receipt, product: c.product), object: target))
+        }
+        return try await appendBatch(items, signedBy: .issuer)
+    }
+
     private func requireRights(_ amount: UInt64) throws {
         let held = try projections.rights(of: identity.device)
         guard held >= amount else {

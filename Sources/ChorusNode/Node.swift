@@ -326,6 +326,71 @@ public actor Node {
         }
     }
 
+    /// Appends many events signed by one of this node's keys (an issuer
+    /// crediting a day's receipts, an import of local data): headers are
+    /// chained here in order, signed on all cores and committed in as few
+    /// group commits as the writer's cap allows. Returns the events, in
+    /// order, once every one is durable. If one is refused, the call throws
+    /// and the events after it in the same feed are refused too (their
+    /// chain is broken); those before it stay.
+    @discardableResult
+    public func appendBatch(_ items: [PendingEvent], signedBy signer: EventSigner = .device) async throws -> [Event] {
+        guard !items.isEmpty else { return [] }
+        guard let batchSigner = self.signer else { throw NodeError.readOnly }
+        let key: SigningKey
+        switch signer {
+        case .device:
+            guard let deviceKey else { throw NodeError.readOnly }
+            key = deviceKey
+        case .user:
+            guard let userKey else { throw NodeError.noUserKey }
+            key = userKey
+        case .issuer:
+            guard let issuerKey else { throw NodeError.noIssuerKey }
+            key = issuerKey
+        }
+        let author = key.publicKey
+        var head: FeedHead?
+        if let cached = signingHeads[author] { head = cached } else { head = try log.head(of: author) }
+        let generation = signingGeneration[author, default: 0]
+        var unsigned: [UnsignedEvent] = []
+        unsigned.reserveCapacity(items.count)
+        do {
+            for item in items {
+                let hlc = clock.tick(nowMillis: options.clock())
+                let u = try UnsignedEvent(
+                    author: author, seq: (head?.seq ?? 0) + 1, prev: head?.id, hlc: hlc, kind: item.kind, object: item.object,
+                    payload: item.payload)
+                head = FeedHead(seq: u.header.seq, id: u.id, hlc: hlc)
+                unsigned.append(u)
+            }
+        } catch {
+            // Nothing was enqueued: the cached head is unchanged.
+            throw error
+        }
+        signingHeads[author] = .some(head)
+        let outcomes: [(Event, AppendOutcome)]
+        do {
+            outcomes = try await withCheckedThrowingContinuation { continuation in
+                let results = BatchResults(count: unsigned.count) { continuation.resume(with: $0) }
+                // Enqueued synchronously on this actor, so no other append interleaves.
+                for (i, u) in unsigned.enumerated() {
+                    batchSigner.enqueue(BatchSigner.Job(unsigned: u, key: key, blobs: items[i].blobs) { results.complete(i, $0) })
+                }
+            }
+        } catch {
+            forgetSigningHead(author, ifGeneration: generation)
+            throw error
+        }
+        for (_, outcome) in outcomes {
+            if case .refused(let reason) = outcome {
+                forgetSigningHead(author, ifGeneration: generation)
+                throw NodeError.ownEventRefused(reason)
+            }
+        }
+        return outcomes.map(\.0)
+    }
+
     /// Stores blob bytes received from a peer, in the writer's next group
     /// commit (one writer, brief decision 9), unless no live picture
     /// references them any more or they are stored already. The caller has
@@ -512,3 +577,57 @@ enum ParallelVerifier {
     }
 }
 
+
+/// Which of this node's keys signs a batch (`Node.appendBatch`).
+public enum EventSigner: Sendable {
+    case device, user, issuer
+}
+
+/// One event of a batch to append: built from a typed payload.
+public struct PendingEvent: Sendable {
+    public let kind: EventKind
+    public let object: ObjectID
+    public let payload: CBORValue
+    public let blobs: [[UInt8]]
+
+    public init<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) {
+        self.kind = P.kind
+        self.object = object
+        self.payload = payload.cbor
+        self.blobs = blobs
+    }
+}
+
+/// Collects the per-event results of a batch and reports once all are in.
+final class BatchResults: @unchecked Sendable {
+    private let lock = NSLock()
+    private var results: [Result<(Event, AppendOutcome), any Error>?]
+    private var remaining: Int
+    private let onDone: @Sendable (Result<[(Event, AppendOutcome)], any Error>) -> Void
+
+    init(count: Int, onDone: @escaping @Sendable (Result<[(Event, AppendOutcome)], any Error>) -> Void) {
+        results = Array(repeating: nil, count: count)
+        remaining = count
+        self.onDone = onDone
+    }
+
+    func complete(_ index: Int, _ result: Result<(Event, AppendOutcome), any Error>) {
+        lock.lock()
+        results[index] = result
+        remaining -= 1
+        let done = remaining == 0
+        let all = results
+        lock.unlock()
+        guard done else { return }
+        let callback = onDone
+        var out: [(Event, AppendOutcome)] = []
+        for r in all {
+            switch r {
+            case .success(let pair)?: out.append(pair)
+            case .failure(let error)?: return callback(.failure(error))
+            case nil: return callback(.failure(NodeError.closed))
+            }
+        }
+        callback(.success(out))
+    }
+}

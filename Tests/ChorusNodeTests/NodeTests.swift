@@ -248,3 +248,49 @@ private func run(_ tool: String, _ arguments: [String]) -> Int32 {
     process.waitUntilExit()
     return process.terminationStatus
 }
+
+@Suite("Node: batch append")
+struct BatchAppendTests {
+    @Test func aBatchIsChainedInOrderAndDurableInFewCommits() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        let before = node.writerStatistics.commits
+        let items = (0..<3000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0)")), object: node.identity.user) }
+        let events = try await node.appendBatch(items)
+        #expect(events.count == 3000)
+        // seq 1 is the device.key; the batch follows it in order.
+        #expect(events.map(\.seq) == Array(2...3001))
+        let feed = try node.feed(node.identity.device)
+        #expect(feed.dropFirst().map(\.event.id) == events.map(\.id))
+        #expect(node.writerStatistics.commits - before <= 3000 / 64)
+        #expect(try node.projections.profile(node.identity.user).field("bio") == .text("batch 2999"))
+        #expect(try node.log.integrityProblems() == [])
+        // An invalid item refuses the whole batch before anything is signed.
+        let bad = [PendingEvent(ProfileSetPayload(field: .birthday, value: .text("yesterday")), object: node.identity.user)]
+        await #expect(throws: EventError.self) { try await node.appendBatch(items.prefix(2) + bad) }
+        #expect(try node.feed(node.identity.device).count == 3001)
+        #expect(try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user).seq == 3002)
+        await node.close()
+    }
+
+    @Test func anIssuerCreditsManyReceiptsAtOnceAndADuplicateCountsOnce() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let shopStore = tmp.store("shop")
+        await (try await Node.create(at: shopStore)).close()
+        let issuer = try Node.createIssuer(at: shopStore)
+        let network = NetworkConfig(issuers: [issuer])
+        let shop = try await Node.open(at: shopStore)
+        let buyer = try await Node.create(at: tmp.store("buyer"), network: network)
+        _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
+        var credits = (0..<200).map { Node.Credit(user: buyer.identity.user, amount: 5, receipt: "tx-\($0)") }
+        credits.append(Node.Credit(user: buyer.identity.user, amount: 5, receipt: "tx-7"))  // redelivered
+        let events = try await shop.creditCoins(credits)
+        #expect(events.count == 201)
+        #expect(try shop.projections.noEffect(events[200].id)?.code == "duplicate_receipt")
+        #expect(try shop.projections.balance(of: buyer.identity.user).total == 1000)
+        await shop.close()
+        await buyer.close()
+    }
+}

@@ -17,12 +17,16 @@ import Foundation
 struct BaseOptions: ParsableArguments {
     @Option(help: "Seconds per measurement.") var seconds = 2.0
     @Option(help: "Events in the remote ingest batch.") var ingestEvents = 20_000
+    @Option(help: "Events in the batch-append measurement.") var batchEvents = 20_000
+    @Option(help: "Appends timed one by one for the latency percentiles.") var latencySamples = 300
     @Flag(help: "Print machine-readable JSON.") var json = false
     var ingestAuthors: Int { 100 }
 
     func validate() throws {
         if seconds <= 0 { throw ValidationError("--seconds must be positive") }
         if ingestEvents < ingestAuthors { throw ValidationError("--ingest-events must be at least \(ingestAuthors)") }
+        if batchEvents < 1 { throw ValidationError("--batch-events must be at least 1") }
+        if latencySamples < 10 { throw ValidationError("--latency-samples must be at least 10") }
     }
 }
 
@@ -101,6 +105,61 @@ func localAppend(writers: Int, seconds: Double) async throws -> Double {
     return Double(total) / elapsed
 }
 
+/// p50 and p99 of `samples` (seconds), in milliseconds.
+func percentiles(_ samples: [Double]) -> (p50: Double, p99: Double) {
+    let sorted = samples.sorted()
+    guard !sorted.isEmpty else { return (0, 0) }
+    func at(_ q: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * q))] * 1000 }
+    return (at(0.5), at(0.99))
+}
+
+/// The latency of one raw durable LMDB commit of one event-sized put: the
+/// floor under any acknowledged local append.
+func rawCommitLatency(samples: Int) throws -> (p50: Double, p99: Double) {
+    let dir = temporaryDirectory("commit")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let env = try Environment(path: dir, initialMapSize: 1 << 28)
+    let db = try env.openDatabase("raw")
+    let value = [UInt8](repeating: 0x5a, count: 300)
+    var out: [Double] = []
+    for key in 0..<UInt64(samples) {
+        let start = Bench.clock()
+        try env.write { txn in try txn.put(db, withUnsafeBytes(of: key.bigEndian) { Array($0) }, value, append: true) }
+        out.append(Bench.clock() - start)
+    }
+    return percentiles(out)
+}
+
+/// The latency of one acknowledged local append with nothing else in flight.
+func localAppendLatency(samples: Int) async throws -> (p50: Double, p99: Double) {
+    let dir = temporaryDirectory("latency")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let node = try await Node.create(at: dir + "/store")
+    var out: [Double] = []
+    for i in 0..<samples {
+        let start = Bench.clock()
+        try await node.append(ProfileSetPayload(field: .bio, value: .text("latency \(i) " + String(repeating: "b", count: 110))), object: node.identity.user)
+        out.append(Bench.clock() - start)
+    }
+    await node.close()
+    return percentiles(out)
+}
+
+/// `Node.appendBatch` of `count` events: events per second.
+func batchAppend(count: Int) async throws -> Double {
+    let dir = temporaryDirectory("batch")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let node = try await Node.create(at: dir + "/store")
+    let items = (0..<count).map {
+        PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0) " + String(repeating: "b", count: 110))), object: node.identity.user)
+    }
+    let start = Bench.clock()
+    try await node.appendBatch(items)
+    let elapsed = Bench.clock() - start
+    await node.close()
+    return Double(count) / elapsed
+}
+
 func remoteIngest(events count: Int, authors: Int) async throws -> (rate: Double, accepted: Int) {
     Bench.note("signing \(count) events from \(authors) authors for the ingest run...")
     let perAuthor = count / authors
@@ -155,6 +214,11 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
     let append1 = try await localAppend(writers: 1, seconds: options.seconds)
     let append8 = try await localAppend(writers: 8, seconds: options.seconds)
     let append64 = try await localAppend(writers: 64, seconds: options.seconds)
+    Bench.note("one durable append at a time: Chorus against a raw LMDB commit...")
+    let rawLatency = try rawCommitLatency(samples: options.latencySamples)
+    let appendLatency = try await localAppendLatency(samples: options.latencySamples)
+    Bench.note("Chorus batch append of \(options.batchEvents) events...")
+    let batch = try await batchAppend(count: options.batchEvents)
     Bench.note("Chorus remote ingest...")
     let ingest = try await remoteIngest(events: options.ingestEvents, authors: options.ingestAuthors)
     guard ingest.accepted == options.ingestEvents / options.ingestAuthors * options.ingestAuthors else {
@@ -172,7 +236,11 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
         ("local append, 1 writer", append1, "/s", append1 / appendLimit, nil),
         ("local append, 8 writers", append8, "/s", append8 / appendLimit, nil),
         ("local append, 64 writers", append64, "/s", append64 / appendLimit, 0.5),
+        ("batch append, \(options.batchEvents) events", batch, "/s", batch / appendLimit, nil),
         ("remote ingest, \(options.ingestEvents) events / \(options.ingestAuthors) authors", ingest.rate, "/s", ingest.rate / verifyAll, 0.8),
+    ]
+    let latency: [(String, (p50: Double, p99: Double))] = [
+        ("raw durable LMDB commit (limit)", rawLatency), ("local append, 1 at a time", appendLatency),
     ]
 
     if options.json {
@@ -182,7 +250,13 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
             if let target = r.4 { fields.append(("target", .string(String(format: "%.2f", target)))) }
             return .object(fields)
         }
-        print(JSONValue.object([("cores", .uint(UInt64(cores))), ("results", .array(items))]).rendered())
+        let latencyItems = latency.map { l -> JSONValue in
+            .object([
+                ("name", .string(l.0)), ("p50_ms", .string(String(format: "%.3f", l.1.p50))),
+                ("p99_ms", .string(String(format: "%.3f", l.1.p99))),
+            ])
+        }
+        print(JSONValue.object([("cores", .uint(UInt64(cores))), ("results", .array(items)), ("latency", .array(latencyItems))]).rendered())
     } else {
         print("chorus-bench on \(cores) cores, \(options.seconds) s per measurement")
         print("Local append ratios are to min(all-core sign, LMDB batched append) = \(Int(appendLimit))/s;")
@@ -193,6 +267,12 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
         for r in rows {
             print(pad(r.0, 48) + pad(String(Int(r.1)), 14) + pad(r.3.map { String(format: "%.2f", $0) } ?? "", 8)
                 + (r.4.map { String(format: "≥ %.2f", $0) } ?? ""))
+        }
+        print("")
+        print(pad("latency of one acknowledged write", 48) + pad("p50 ms", 14) + pad("p99 ms", 10) + "ratio p50 / p99")
+        for l in latency {
+            print(pad(l.0, 48) + pad(String(format: "%.3f", l.1.p50), 14) + pad(String(format: "%.3f", l.1.p99), 10)
+                + String(format: "%.2f / %.2f", l.1.p50 / rawLatency.p50, l.1.p99 / rawLatency.p99))
         }
     }
 }

@@ -19,8 +19,9 @@ struct BaseBench: AsyncParsableCommand {
         abstract: "Raw Ed25519 and LMDB limits, then local append and remote ingest as ratios to them.",
         discussion: """
             Measures raw libsodium sign/verify (one core, all cores) and raw LMDB batched durable \
-            append, then Chorus's durable local append (1, 8 and 64 concurrent writers) and remote \
-            ingest of a batch from 100 authors, and prints each Chorus figure as a ratio to its limit.
+            append, then Chorus's durable local append (1, 8 and 64 concurrent writers), the p50/p99 \
+            latency of one acknowledged append against one raw durable LMDB commit, Node.appendBatch, \
+            and remote ingest of a batch from 100 authors, each as a ratio to its limit.
             """)
     @OptionGroup var options: BaseOptions
     func run() async throws { try await runBaseBenchmark(options) }
