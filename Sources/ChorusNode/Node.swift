@@ -172,7 +172,12 @@ public actor Node {
             let projections = try Projections(log: log, blobs: blobs, config: network)
             if try !projections.isCurrent() {
                 guard !readOnly else { throw NodeError.projectionsStale(path: path) }
-                try projections.rebuild(progress: options.rebuildProgress)
+                // Minutes on a large store: on a thread of its own, not one of
+                // the cooperative pool's few, and cancellable.
+                let progress = options.rebuildProgress
+                try await runOnOwnThread("chorus-rebuild") { cancelled in
+                    try projections.rebuild(progress: progress, isCancelled: cancelled)
+                }
             }
             let device = try KeyStore.read(KeyStore.deviceKeyPath(path))
             let fm = FileManager.default
@@ -630,4 +635,29 @@ final class BatchResults: @unchecked Sendable {
         }
         callback(.success(out))
     }
+}
+
+/// Runs long synchronous work on a thread of its own, so it does not hold
+/// one of the cooperative pool's threads; cancelling the calling task sets
+/// the flag `body` polls.
+func runOnOwnThread<T: Sendable>(
+    _ name: String, _ body: @escaping @Sendable (_ cancelled: @escaping @Sendable () -> Bool) throws -> T
+) async throws -> T {
+    let flag = CancelFlag()
+    return try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            let thread = Thread {
+                continuation.resume(with: Result { try body { flag.value.load(ordering: .relaxed) } })
+            }
+            thread.name = name
+            thread.start()
+        }
+    } onCancel: {
+        flag.value.store(true, ordering: .relaxed)
+    }
+}
+
+/// A flag set from a task's cancellation handler and polled by a thread.
+final class CancelFlag: Sendable {
+    let value = Atomic<Bool>(false)
 }

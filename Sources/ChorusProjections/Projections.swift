@@ -81,7 +81,12 @@ public struct Projections: Sendable {
     /// Drops every projection and folds the whole log again, in slices of
     /// `sliceSize` events per write transaction. Because folding is
     /// order-independent, the result equals the incrementally built state.
-    public func rebuild(sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws {
+    /// `isCancelled` is polled between slices: a cancelled rebuild throws
+    /// `CancellationError` and leaves the state marked stale (the built
+    /// marker is written last), so the next open rebuilds again.
+    public func rebuild(
+        sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+    ) throws {
         try log.env.write { txn in
             try txn.clear(facts)
             try txn.clear(index)
@@ -91,6 +96,7 @@ public struct Projections: Sendable {
         var since: UInt64 = 0
         var done = 0
         while true {
+            if isCancelled?() == true { throw CancellationError() }
             let slice = try log.arrivals(since: since, limit: sliceSize)
             guard let last = slice.last else { break }
             // Merge order, so the coin ledger mostly appends instead of re-folding.
@@ -141,6 +147,12 @@ public struct Projections: Sendable {
     }
 
     /// Drops and rebuilds the projections unless they are current.
+    /// Marks the state stale, so the next read-write open rebuilds it from
+    /// the log (after changing fold rules by hand; tests).
+    public func markStale() throws {
+        try log.env.write { txn in _ = try txn.delete(index, Self.builtKey) }
+    }
+
     public func rebuildIfNeeded(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Bool {
         if try isCurrent() { return false }
         try rebuild(progress: progress)

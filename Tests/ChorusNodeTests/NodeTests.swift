@@ -5,6 +5,7 @@ import ChorusLog
 import ChorusNode
 import ChorusProjections
 import Foundation
+import Synchronization
 import Testing
 
 @testable import ChorusStorage
@@ -292,5 +293,39 @@ struct BatchAppendTests {
         #expect(try shop.projections.balance(of: buyer.identity.user).total == 1000)
         await shop.close()
         await buyer.close()
+    }
+}
+
+@Suite("Node: opening a stale store")
+struct StaleOpenTests {
+    @Test func aRebuildOnOpenReportsProgressCanBeCancelledAndResumesOnTheNextOpen() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let path = tmp.store("a")
+        let node = try await Node.create(at: path)
+        let items = (0..<25_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: node.identity.user) }
+        try await node.appendBatch(items)
+        let digest = try node.projections.digest()
+        try node.projections.markStale()
+        await node.close()
+
+        // Cancelled: the open throws CancellationError and leaves the store stale.
+        let cancelled = Task { try await Node.open(at: path) }
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await cancelled.value }
+
+        // The next open rebuilds, reporting progress, to the same state.
+        let seen = Mutex<[Int]>([])
+        var options = NodeOptions()
+        options.rebuildProgress = { done, total in
+            #expect(total >= 25_000)
+            seen.withLock { $0.append(done) }
+        }
+        let reopened = try await Node.open(at: path, options: options)
+        #expect(try reopened.projections.digest() == digest)
+        let reports = seen.withLock { $0 }
+        let count = try reopened.log.eventCount()
+        #expect(reports.count >= 2 && reports == reports.sorted() && reports.last == count)
+        await reopened.close()
     }
 }
