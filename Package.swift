@@ -45,8 +45,10 @@ let package = Package(
             name: "ChorusProjections",
             dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
         .target(
+            name: "ChorusStore", dependencies: ["ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage"]),
+        .target(
             name: "ChorusNode",
-            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",
+            dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",
                            "ChorusCrypto", "ChorusStorage", "ChorusCBOR"]),
         .target(name: "ChorusNoise", dependencies: ["CSodium", "ChorusCrypto"]),
         .target(
@@ -56,7 +58,7 @@ let package = Package(
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
         .target(
             name: "ChorusReplay",
-            dependencies: ["ChorusParallel", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+            dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusCommandLine",
@@ -86,7 +88,7 @@ let package = Package(
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusProjectionsTests",
-            dependencies: ["ChorusTestSupport", "ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+            dependencies: ["ChorusTestSupport", "ChorusStore", "ChorusProjections", "ChorusNode", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusNoiseTests", dependencies: ["ChorusTestSupport", "ChorusNoise", "ChorusCrypto"]),
         .testTarget(

@@ -6,6 +6,7 @@ import ChorusLog
 import ChorusParallel
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import Foundation
 import Synchronization
 
@@ -224,7 +225,9 @@ public actor Node {
         self.lockFD = lockFD
         self.clock = HybridClock(last: (try? projections.log.maxHLC()) ?? .zero)
         let writer =
-            readOnly ? nil : GroupCommitWriter(projections: projections, driftMillis: options.driftMillis, nowMillis: options.clock)
+            readOnly ? nil : GroupCommitWriter(
+                store: Store(env: projections.log.env, log: projections.log, blobs: projections.blobs, projections: projections),
+                driftMillis: options.driftMillis, nowMillis: options.clock)
         self.writer = writer
         self.writerNotifier = writer?.notifier ?? ArrivalNotifier()
         self.signer = writer.map(BatchSigner.init(writer:))

@@ -2,6 +2,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import Foundation
 import Synchronization
 
@@ -31,14 +32,14 @@ final class GroupCommitWriter: Sendable {
     /// Told after every durable commit (live sync waits on it).
     let notifier = ArrivalNotifier()
 
-    init(projections: Projections, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64) {
+    init(store: Store, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64) {
         let stats = self.stats
         let notifier = self.notifier
         thread = BatchingThread(
             name: "chorus-writer", maxWeight: Self.maxEventsPerTransaction, weight: { max(1, $0.events.count) }
         ) { batch in
             Self.commit(
-                batch, projections: projections, now: nowMillis(), driftMillis: driftMillis, stats: stats, notifier: notifier)
+                batch, store: store, now: nowMillis(), driftMillis: driftMillis, stats: stats, notifier: notifier)
         }
     }
 
@@ -59,31 +60,18 @@ final class GroupCommitWriter: Sendable {
     var statistics: (commits: Int, largestBatch: Int) { stats.value }
 
     private static func commit(
-        _ batch: [Request], projections: Projections, now: UInt64, driftMillis: UInt64,
+        _ batch: [Request], store: Store, now: UInt64, driftMillis: UInt64,
         stats: CommitStatistics, notifier: ArrivalNotifier
     ) {
-        let log = projections.log
         do {
             // The log, the blobs and every projection they touch commit in
             // one transaction, so they can never disagree (brief decision 9).
-            let outcomes: [[AppendOutcome]] = try log.env.write { txn in
-                var context = try log.appendContext(in: txn, nowMillis: now, driftMillis: driftMillis)
-                var stored: [Event] = []
-                let outcomes = try batch.map { request in
-                    for blob in request.blobs { try projections.blobs.put(blob, in: txn) }
-                    try request.work?(txn)
-                    return try request.events.map { event in
-                        let outcome = try log.append(event, in: txn, context: &context)
-                        switch outcome {
-                        case .accepted, .refilled: stored.append(event)
-                        case .duplicate, .refused: break
-                        }
-                        return outcome
-                    }
+            let outcomes: [[AppendOutcome]] = try store.commit(nowMillis: now, driftMillis: driftMillis) { commit in
+                try batch.map { request in
+                    for blob in request.blobs { try commit.putBlob(blob) }
+                    try request.work?(commit.transaction)
+                    return try request.events.map { try commit.append($0) }
                 }
-                try log.finish(context, in: txn)
-                try projections.apply(stored, in: txn)
-                return outcomes
             }
             let size = batch.reduce(0) { $0 + $1.events.count }
             stats.record(batchSize: size)

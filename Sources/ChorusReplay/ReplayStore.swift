@@ -4,6 +4,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import Foundation
 
 public enum ReplayError: Error, Sendable, CustomStringConvertible {
@@ -32,6 +33,8 @@ public struct ReplayStore: Sendable {
     public let log: LogStore
     public let blobs: BlobStore
     public let projections: Projections
+    /// The same environment as a `Store`: copies commit through it.
+    public var store: Store { Store(env: env, log: log, blobs: blobs, projections: projections) }
 
     public static func open(_ path: String, writable: Bool = false) throws -> ReplayStore {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else { throw ReplayError.notAStore(path) }
@@ -103,20 +106,14 @@ public struct ReplayStore: Sendable {
                     skipped?(item.id, "\(error)")
                 }
             }
-            try target.env.write { txn in
-                var context = try target.log.appendContext(in: txn, nowMillis: UInt64.max / 2, driftMillis: 0)
-                var stored: [Event] = []
+            // Clock checks off: a copy keeps what the original accepted.
+            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, purging: false) { commit in
                 for e in events {
-                    switch try target.log.append(e, in: txn, context: &context) {
-                    case .accepted, .refilled: stored.append(e)
-                    case .duplicate: break
-                    case .refused(let why):
+                    if case .refused(let why) = try commit.append(e) {
                         guard tolerant else { throw ReplayError.io("event \(e.id.hex) does not fit its feed in the copy: \(why)") }
                         skipped?(e.id, "does not fit its feed: \(why)")
                     }
                 }
-                try target.log.finish(context, in: txn)
-                try target.projections.apply(stored, in: txn, purging: false)
             }
             since = last.position
             done += slice.count
@@ -125,10 +122,8 @@ public struct ReplayStore: Sendable {
         // Fork evidence: appending the losing event again records it.
         let forks = try log.forkEvidence()
         if !forks.isEmpty {
-            try target.env.write { txn in
-                var context = try target.log.appendContext(in: txn, nowMillis: UInt64.max / 2, driftMillis: 0)
-                for f in forks { _ = try target.log.append(f.refused, in: txn, context: &context) }
-                try target.log.finish(context, in: txn)
+            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, purging: false) { commit in
+                for f in forks { _ = try commit.append(f.refused) }
             }
         }
         try target.env.write { txn in try target.projections.purgeDeleted(in: txn) }

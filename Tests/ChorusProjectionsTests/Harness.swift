@@ -5,6 +5,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import ChorusTestSupport
 import Foundation
 
@@ -84,27 +85,25 @@ final class Replica {
     /// folded. Returns the events folded.
     @discardableResult
     func deliver(_ batch: [Event]) throws -> [Event] {
-        let (folded, waitingAfter): ([Event], [PublicKey: [UInt64: Event]]) = try env.write { txn in
+        let store = Store(env: env, log: log, blobs: blobs, projections: projections)
+        let (folded, waitingAfter): ([Event], [PublicKey: [UInt64: Event]]) = try store.commit(
+            nowMillis: Self.nowMillis, driftMillis: Self.driftMillis
+        ) { commit in
             var waiting = self.waiting
-            var ctx = try log.appendContext(in: txn, nowMillis: Self.nowMillis, driftMillis: Self.driftMillis)
-            var stored: [Event] = []
             var queue = batch
             var i = 0
             while i < queue.count {
                 let e = queue[i]
                 i += 1
-                let head = try log.readHead(e.author, in: txn)?.seq ?? 0
+                let head = try log.readHead(e.author, in: commit.transaction)?.seq ?? 0
                 if e.seq > head + 1 {
                     waiting[e.author, default: [:]][e.seq] = e
                     continue
                 }
-                switch try log.append(e, in: txn, context: &ctx) {
+                switch try commit.append(e) {
                 case .accepted:
-                    stored.append(e)
                     if let next = waiting[e.author]?.removeValue(forKey: e.seq + 1) { queue.append(next) }
-                case .refilled:
-                    stored.append(e)
-                case .duplicate:
+                case .refilled, .duplicate:
                     break
                 case .refused(let why):
                     throw HarnessError.refused(e.id, why)
@@ -112,14 +111,12 @@ final class Replica {
             }
             // Blobs travel with the pictures that reference them (sync
             // fetches the blobs projections reference).
-            for e in stored where e.kind == .pictureCreated {
+            for e in commit.stored where e.kind == .pictureCreated {
                 if let hash = e.payload?[text: "blob"]?.bytesValue.flatMap({ Bytes32($0) }), let bytes = blobSource[hash] {
-                    try blobs.put(bytes, in: txn)
+                    try commit.putBlob(bytes)
                 }
             }
-            try log.finish(ctx, in: txn)
-            try projections.apply(stored, in: txn)
-            return (stored, waiting.filter { !$0.value.isEmpty })
+            return (commit.stored, waiting.filter { !$0.value.isEmpty })
         }
         waiting = waitingAfter
         deliveries += 1

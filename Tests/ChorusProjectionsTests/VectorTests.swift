@@ -5,6 +5,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import ChorusTestSupport
 import Foundation
 import Testing
@@ -79,16 +80,10 @@ enum VectorReplica {
         let env = try Environment(path: dir, initialMapSize: 16 << 20)
         let log = try LogStore(env: env)
         let projections = try Projections(log: log, blobs: try BlobStore(env: env), config: config)
+        let store = Store(env: env, log: log, blobs: try BlobStore(env: env), projections: projections)
         for e in events {
-            try env.write { txn in
-                var ctx = try log.appendContext(in: txn, nowMillis: .max / 2, driftMillis: 0)
-                let outcome = try log.append(e, in: txn, context: &ctx)
-                try log.finish(ctx, in: txn)
-                switch outcome {
-                case .accepted, .refilled: try projections.apply([e], in: txn)
-                case .duplicate: break
-                case .refused(let why): throw why
-                }
+            try store.commit(nowMillis: .max / 2, driftMillis: 0) { commit in
+                if case .refused(let why) = try commit.append(e) { throw why }
             }
         }
         let entries = try env.read { try projections.stateEntries(in: $0) }

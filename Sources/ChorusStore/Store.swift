@@ -1,0 +1,79 @@
+import ChorusBlobs
+import ChorusEvents
+import ChorusLog
+import ChorusProjections
+import ChorusStorage
+
+/// One node's LMDB environment with everything in it: the log, the blobs
+/// and the projections. It owns the commit: every writer (the node's group
+/// commit, the replay tool's copies, the test harnesses) appends and folds
+/// through `commit`, so the log and the projections can never disagree
+/// (Specs/storage.md).
+public struct Store: Sendable {
+    public let env: Environment
+    public let log: LogStore
+    public let blobs: BlobStore
+    public let projections: Projections
+
+    public init(env: Environment, log: LogStore, blobs: BlobStore, projections: Projections) {
+        self.env = env
+        self.log = log
+        self.blobs = blobs
+        self.projections = projections
+    }
+
+    /// Opens the log, blobs and projections of `env` under `config`.
+    public init(env: Environment, config: NetworkConfig) throws {
+        let log = try LogStore(env: env)
+        let blobs = try BlobStore(env: env)
+        self.init(env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+    }
+
+    /// Runs `body` in one write transaction, then folds every event it
+    /// stored (or refilled) into the projections in the same transaction:
+    /// either all of it is durable or none. `now` and `drift` are the feed
+    /// checks' clock (Specs/events.md §7.2); `purging: false` leaves purges
+    /// to a whole-log pass (a rebuild or a copy).
+    public func commit<T>(
+        nowMillis: UInt64, driftMillis: UInt64, purging: Bool = true, _ body: (inout CommitBatch) throws -> T
+    ) throws -> T {
+        try env.write { txn in
+            var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
+            let result = try body(&batch)
+            try log.finish(batch.context, in: txn)
+            try projections.apply(batch.stored, in: txn, purging: purging)
+            return result
+        }
+    }
+}
+
+/// The writes of one commit (`Store.commit`).
+public struct CommitBatch {
+    let store: Store
+    /// The write transaction, for writes that belong with the events (a
+    /// received blob stored only if still referenced).
+    public let transaction: Transaction
+    var context: LogStore.AppendContext
+    /// The events stored or refilled so far, folded at the end.
+    public private(set) var stored: [Event] = []
+
+    init(store: Store, transaction: Transaction, context: LogStore.AppendContext) {
+        self.store = store
+        self.transaction = transaction
+        self.context = context
+    }
+
+    /// Appends one event to its feed (Specs/events.md §7.2); an event stored
+    /// or refilled is folded when the commit ends.
+    public mutating func append(_ event: Event) throws -> AppendOutcome {
+        let outcome = try store.log.append(event, in: transaction, context: &context)
+        switch outcome {
+        case .accepted, .refilled: stored.append(event)
+        case .duplicate, .refused: break
+        }
+        return outcome
+    }
+
+    /// Stores blob bytes in the same transaction.
+    public func putBlob(_ bytes: [UInt8]) throws { try store.blobs.put(bytes, in: transaction) }
+}
