@@ -155,7 +155,7 @@ struct Import: AsyncParsableCommand {
             ]))
         } else {
             print("\(report.accepted) accepted, \(report.duplicates) duplicate, \(report.refused) refused")
-            for e in report.errors.prefix(20) { print("  event \(e.index): \(e.reason) [\(e.code)]") }
+            for e in report.errors.prefix(20) { print("  event \(e.index): \(terminalSafe(e.reason)) [\(e.code)]") }
             if report.errors.count > 20 { print("  … and \(report.errors.count - 20) more (use --json for all)") }
             if report.withheld > 0 {
                 print("Nothing was imported because the file holds damaged events; use --partial to import the valid ones.")

@@ -49,7 +49,7 @@ func mutate(
         }
         printJSON(.object(fields))
     } else if let noEffect {
-        print("\(result.summary): stored as event \(result.event.short), but it took no effect: \(noEffect.detail) [\(noEffect.code)]")
+        print("\(result.summary): stored as event \(result.event.short), but it took no effect: \(terminalSafe(noEffect.detail)) [\(noEffect.code)]")
     } else {
         print("\(result.summary) (event \(result.event.short))")
     }
@@ -145,18 +145,3 @@ func keyList(_ keys: [PublicKey], json: Bool, empty: String) {
     }
 }
 
-/// Text from the network made safe for a terminal: control characters (ESC,
-/// BEL, C1 controls, …) are shown escaped, so stored text can neither move
-/// the cursor, clear the screen nor retitle the terminal.
-func terminalSafe(_ s: String) -> String {
-    var out = ""
-    out.unicodeScalars.reserveCapacity(s.unicodeScalars.count)
-    for u in s.unicodeScalars {
-        if u.value < 0x20 || (0x7F...0x9F).contains(u.value) {
-            out += u == "\n" ? "\\n" : u == "\t" ? "\\t" : "\\u{\(String(u.value, radix: 16))}"
-        } else {
-            out.unicodeScalars.append(u)
-        }
-    }
-    return out
-}

@@ -29,9 +29,10 @@ struct CommandFailure: Error, CustomStringConvertible {
     var description: String { message }
 }
 
-/// Pads columns for human-readable tables.
+/// Pads columns for human-readable tables. Every cell is made terminal-safe:
+/// cells hold names, captions, notes and texts that came from the network.
 func table(_ rows: [[String]], header: [String]) -> String {
-    let all = [header] + rows
+    let all = [header] + rows.map { $0.map { terminalSafe($0) } }
     let widths = header.indices.map { col in all.map { $0[col].count }.max() ?? 0 }
     return all.map { row in
         row.enumerated().map { i, cell in

@@ -68,8 +68,9 @@ public func printJSON(_ value: JSONValue) {
 }
 
 /// Writes text to stderr (progress and warnings stay out of piped output).
+/// Error messages may quote stored or received text: escaped like output.
 public func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
+    FileHandle.standardError.write(Data((terminalSafe(text, keepingNewlines: true) + "\n").utf8))
 }
 
 public var stderrIsTerminal: Bool { isatty(2) == 1 }
@@ -116,4 +117,22 @@ public final class ProgressBar: Sendable {
     public func finish() {
         if state.withLock({ $0.shown }) { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
     }
+}
+
+/// Text from the network made safe for a terminal: control characters (ESC,
+/// BEL, C1 controls, …) are shown escaped, so stored text can neither move
+/// the cursor, clear the screen nor retitle the terminal.
+public func terminalSafe(_ s: String, keepingNewlines: Bool = false) -> String {
+    var out = ""
+    out.unicodeScalars.reserveCapacity(s.unicodeScalars.count)
+    for u in s.unicodeScalars {
+        if keepingNewlines, u == "\n" {
+            out.unicodeScalars.append(u)
+        } else if u.value < 0x20 || (0x7F...0x9F).contains(u.value) {
+            out += u == "\n" ? "\\n" : u == "\t" ? "\\t" : "\\u{\(String(u.value, radix: 16))}"
+        } else {
+            out.unicodeScalars.append(u)
+        }
+    }
+    return out
 }

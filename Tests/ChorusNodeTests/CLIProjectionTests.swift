@@ -250,6 +250,48 @@ struct CLIProjectionTests {
         #expect(missing.status == 2 && missing.stderr.contains("--text, --picture, --image"))
     }
 
+    @Test func controlCharactersFromStoredTextNeverReachTheTerminalRaw() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a"), b = tmp.store("b")
+        // ESC sequences that clear the screen, retitle the terminal, colour
+        // text; BEL; CR; a C1 control (CSI).
+        let evil = "\u{1b}[2J\u{1b}]0;pwned\u{07}\r\u{9b}31m"
+        _ = try ok("init", "--store", a, "--name", "Alice" + evil, "--device-name", "phone" + evil)
+        _ = try ok("init", "--store", b, "--name", "Bob")
+        _ = try ok("profile", "set", "--store", a, "bio", "bio" + evil)
+        _ = try ok("profile", "set", "--store", a, "city", "city" + evil)
+        let file = tmp.path + "/p.png"
+        try png(file, width: 3, height: 4)
+        let picture = try addPicture(a, file, caption: "caption" + evil)
+        try move(b, to: a, via: tmp.path)
+        let chat = try ok("chat", "create", "--store", a, "--title", "title" + evil, "--member", try user(b))
+            .split(separator: "\n").first.map(String.init) ?? ""
+        _ = try ok("chat", "send", "--store", a, chat, "--text", "message" + evil)
+        #expect(try run("coins", "spend", "--store", a, "1", "--for", "for" + evil).status == 1)  // refused: no rights
+        try move(a, to: b, via: tmp.path)
+        _ = try ok("follow", "--store", b, try user(a))
+        for store in [a, b] {
+            let commands: [[String]] = [
+                ["query", "profile", "--store", store, try user(a)], ["query", "pictures", "--store", store, try user(a)],
+                ["query", "picture", "--store", store, picture], ["query", "feed", "--store", store],
+                ["query", "chats", "--store", store], ["query", "chat", "--store", store, chat],
+                ["query", "devices", "--store", store, try user(a)], ["query", "no-effect", "--store", store],
+                ["log", "--store", store], ["whoami", "--store", store],
+            ]
+            for command in commands {
+                let r = try runCommand(chorus, command)
+                let bytes = Array((r.stdout + r.stderr).utf8)
+                for raw: [UInt8] in [[0x1b], [0x07], [0x0d], [0xc2, 0x9b]] {
+                    let found = bytes.indices.contains { i in bytes[i...].starts(with: raw) }
+                    #expect(!found, "chorus \(command.joined(separator: " ")) printed \(raw) raw")
+                }
+            }
+        }
+        // The text is kept, escaped for display: the members still read it.
+        #expect(try ok("query", "chat", "--store", b, chat).contains("message\\u{1b}[2J"))
+    }
+
     @Test func issuerCreditsOnceSpendsWithinRightsGivesAndUnlocksSlots() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
