@@ -9,7 +9,7 @@ public enum BlobError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .tooLarge(let size, let limit):
-            "the file is \(size) bytes, over this node's blob limit of \(limit) bytes; shrink it or raise the limit"
+            "the blob is \(size) bytes; blobs may be at most \(limit) bytes (a picture over the limit must be shrunk or recompressed)"
         case .empty: "the file is empty"
         case .damaged(let hash, let reason): "blob \(hash.hex) is damaged: \(reason)"
         }

@@ -35,11 +35,32 @@ struct PictureAdd: AsyncParsableCommand {
     }
 }
 
-/// Reads an image file, refusing a missing or unreadable one.
+/// Reads an image file, refusing a missing, unreadable or oversized one.
+/// The size is checked with `stat` before anything is read, and at most one
+/// byte past the limit is ever read (a file that grows, a device file), so
+/// memory stays bounded whatever the file.
 func readImageFile(_ path: String) throws -> [UInt8] {
-    guard let data = FileManager.default.contents(atPath: path) else {
+    let limit = NodeOptions().maxBlobBytes
+    func tooLarge(_ size: UInt64) -> CommandFailure {
+        CommandFailure(message: "\(path) is \(size) bytes; a picture may be at most \(limit) bytes (16 MiB): shrink or recompress it")
+    }
+    guard let attributes = try? FileManager.default.attributesOfItem(atPath: path) else {
         throw CommandFailure(message: "cannot read \(path): no such file or not readable")
     }
+    if attributes[.type] as? FileAttributeType == .typeDirectory {
+        throw CommandFailure(message: "\(path) is a directory, not an image file")
+    }
+    let size = (attributes[.size] as? NSNumber)?.uint64Value ?? 0
+    if size > UInt64(limit) { throw tooLarge(size) }
+    guard let handle = FileHandle(forReadingAtPath: path) else {
+        throw CommandFailure(message: "cannot read \(path): not readable")
+    }
+    defer { try? handle.close() }
+    let data: Data
+    do { data = try handle.read(upToCount: limit + 1) ?? Data() } catch {
+        throw CommandFailure(message: "cannot read \(path): \(error.localizedDescription)")
+    }
+    if data.count > limit { throw tooLarge(UInt64(data.count)) }
     return Array(data)
 }
 

@@ -79,7 +79,7 @@ extension Node {
         guard !bytes.isEmpty else { throw NodeError.refused("the picture file is empty") }
         guard bytes.count <= options.maxBlobBytes else {
             throw NodeError.refused(
-                "the picture is \(bytes.count) bytes, over this node's limit of \(options.maxBlobBytes) bytes; shrink it or raise the limit")
+                "the picture is \(bytes.count) bytes; a picture may be at most \(options.maxBlobBytes) bytes: shrink or recompress it")
         }
         let sniffed = ImageSniffer.sniff(bytes)
         guard let mime = mime ?? sniffed?.mime else {

@@ -250,6 +250,27 @@ struct CLIProjectionTests {
         #expect(missing.status == 2 && missing.stderr.contains("--text, --picture, --image"))
     }
 
+    @Test func anOversizedPictureIsRefusedFromItsSizeBeforeItIsRead() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        _ = try ok("init", "--store", a)
+        // A 2 GiB sparse file: reading it would take seconds and gigabytes.
+        let big = tmp.path + "/huge.jpg"
+        #expect(FileManager.default.createFile(atPath: big, contents: Data([0xFF, 0xD8, 0xFF, 0xE0])))
+        let handle = try #require(FileHandle(forWritingAtPath: big))
+        try handle.truncate(atOffset: 2 << 30)
+        try handle.close()
+        let r = try run("picture", "add", "--store", a, big)
+        #expect(r.status == 2 && r.stderr.contains("2147483648 bytes") && r.stderr.contains("at most 16777216 bytes"), "\(r.stderr)")
+        let chat = try ok("chat", "create", "--store", a).split(separator: "\n").first.map(String.init) ?? ""
+        let send = try run("chat", "send", "--store", a, chat, "--image", big)
+        #expect(send.status == 2 && send.stderr.contains("at most 16777216 bytes"), "\(send.stderr)")
+        let dir = try run("picture", "add", "--store", a, tmp.path)
+        #expect(dir.status == 2 && dir.stderr.contains("is a directory"))
+        #expect(try array(try ok("query", "pictures", "--store", a, "--json")).isEmpty)
+    }
+
     @Test func controlCharactersFromStoredTextNeverReachTheTerminalRaw() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
