@@ -83,27 +83,46 @@ struct Export: AsyncParsableCommand {
     func run() async throws {
         let node = try await store.open(readOnly: true)
         let fileFormat: EventFileFormat = format == .cbor ? .cbor : .jsonl
-        var out: [UInt8] = []
-        var count = 0
-        var since: UInt64 = 0
-        while true {
-            let page = try node.arrivals(since: since, limit: 4096)
-            guard let last = page.last else { break }
-            for stored in page { EventFile.append(stored, format: fileFormat, to: &out) }
-            count += page.count
-            since = last.arrival
-        }
-        if file == "-" {
-            FileHandle.standardOutput.write(Data(out))
-        } else {
-            guard FileManager.default.createFile(atPath: file, contents: Data(out)) else {
+        // Written page by page (bounded memory), into a temporary file that
+        // is renamed at the end: a failed export leaves no half-written file.
+        let temporary = file == "-" ? nil : file + ".partial-" + UUID().uuidString
+        let handle: FileHandle
+        if let temporary {
+            guard FileManager.default.createFile(atPath: temporary, contents: nil), let h = FileHandle(forWritingAtPath: temporary) else {
                 throw CommandFailure(message: "cannot write \(file): check the directory exists and is writable")
             }
+            handle = h
+        } else {
+            handle = FileHandle.standardOutput
         }
+        var count = 0
+        var bytes = 0
+        var since: UInt64 = 0
+        do {
+            while true {
+                let page = try node.arrivals(since: since, limit: 4096)
+                guard let last = page.last else { break }
+                var out: [UInt8] = []
+                for stored in page { EventFile.append(stored, format: fileFormat, to: &out) }
+                try handle.write(contentsOf: out)
+                bytes += out.count
+                count += page.count
+                since = last.arrival
+            }
+            if let temporary {
+                try handle.close()
+                if FileManager.default.fileExists(atPath: file) { try FileManager.default.removeItem(atPath: file) }
+                try FileManager.default.moveItem(atPath: temporary, toPath: file)
+            }
+        } catch {
+            if let temporary { try? FileManager.default.removeItem(atPath: temporary) }
+            throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
+        }
+        await node.close()
         if output.json {
-            printJSON(.object([("events", .int(Int64(count))), ("bytes", .int(Int64(out.count))), ("format", .string(format.rawValue))]))
+            printJSON(.object([("events", .int(Int64(count))), ("bytes", .int(Int64(bytes))), ("format", .string(format.rawValue))]))
         } else if file != "-" {
-            print("Exported \(count) events (\(out.count) bytes, \(format.rawValue)) to \(file)")
+            print("Exported \(count) events (\(bytes) bytes, \(format.rawValue)) to \(file)")
         }
     }
 }
@@ -123,44 +142,153 @@ struct Import: AsyncParsableCommand {
     @Argument(help: "An export file (CBOR sequence or JSON lines; - for standard input).") var file: String
     @Flag(help: "Store the valid events even if others in the file are damaged.") var partial = false
 
+    /// Events checked or ingested per slice: memory stays bounded whatever the file.
+    static let slice = 2048
+
     func run() async throws {
-        let data: Data?
-        if file == "-" {
-            data = FileHandle.standardInput.readDataToEndOfFile()
-        } else {
-            data = FileManager.default.contents(atPath: file)
+        let (handle, spooled) = try openInput()
+        defer {
+            try? handle.close()
+            if let spooled { try? FileManager.default.removeItem(atPath: spooled) }
         }
-        guard let data else { throw CommandFailure(message: "cannot read \(file): no such file or not readable") }
-        let contents = EventFile.read(Array(data))
+        var summary = ImportSummary()
+        var envelopes = 0  // items shaped like an envelope, damaged or not
+        // Pass 1 (all-or-nothing): is any event damaged in itself? Nothing is stored.
+        if !partial {
+            let reader = EventFileReader(handle: handle)
+            var damaged = false
+            while true {
+                let items = try reader.next(limit: Self.slice)
+                if items.isEmpty { break }
+                let base = reader.count - items.count
+                envelopes += items.count { Self.looksLikeEnvelope($0) }
+                for (i, error) in await Node.check(items).enumerated() {
+                    if let error {
+                        damaged = true
+                        summary.record(index: base + i, .refused(error))
+                    } else {
+                        summary.record(index: base + i, .withheld)
+                    }
+                }
+            }
+            if let unreadable = reader.unreadable {
+                damaged = true
+                summary.record(index: unreadable.index, .refused(.malformedEnvelope(unreadable.reason)))
+            }
+            if damaged, envelopes == 0 { try notAnEventFile(summary.errors.first?.reason) }
+            if damaged { return try finish(summary) }
+            try handle.seek(toOffset: 0)
+            summary = ImportSummary()
+        }
+        // Pass 2: ingest slice by slice, each through the one ingest path.
         let node = try await store.open()
-        var report: IngestReport
-        if let unreadable = contents.unreadable, !partial {
-            // The file is damaged at a point after which nothing can be read: store nothing.
-            report = IngestReport(results: Array(repeating: .withheld, count: contents.envelopes.count))
-            report.results.append(.refused(.malformedEnvelope(unreadable.reason)))
-        } else {
-            report = partial ? await node.ingest(contents.envelopes) : await node.ingestAllOrNothing(contents.envelopes)
-            if let unreadable = contents.unreadable { report.results.append(.refused(.malformedEnvelope(unreadable.reason))) }
+        let reader = EventFileReader(handle: handle)
+        do {
+            while true {
+                let items = try reader.next(limit: Self.slice)
+                if items.isEmpty { break }
+                let base = reader.count - items.count
+                envelopes += items.count { Self.looksLikeEnvelope($0) }
+                let report = await node.ingest(items)
+                for (i, r) in report.results.enumerated() { summary.record(index: base + i, r) }
+            }
+            if let unreadable = reader.unreadable {
+                summary.record(index: unreadable.index, .refused(.malformedEnvelope(unreadable.reason)))
+            }
+            if envelopes == 0, summary.errorCount > 0 { try notAnEventFile(summary.errors.first?.reason) }
+        } catch {
+            await node.close()
+            throw error
         }
         await node.close()
+        try finish(summary)
+    }
 
+    /// The input as a seekable file: standard input is first copied to a
+    /// temporary file (read twice, never held in memory).
+    func openInput() throws -> (FileHandle, spooled: String?) {
+        guard file == "-" else {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue,
+                let handle = FileHandle(forReadingAtPath: file)
+            else { throw CommandFailure(message: "cannot read \(file): no such file, a directory, or not readable") }
+            return (handle, nil)
+        }
+        let path = NSTemporaryDirectory() + "chorus-import-" + UUID().uuidString
+        guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
+            let out = FileHandle(forWritingAtPath: path)
+        else { throw CommandFailure(message: "cannot create a temporary file for standard input in \(NSTemporaryDirectory())") }
+        while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty { try out.write(contentsOf: chunk) }
+        try out.close()
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandFailure(message: "cannot reopen \(path)") }
+        return (handle, path)
+    }
+
+    /// A file whose very first item is not an event is not an export at all:
+    /// one clear error (exit 2) instead of millions of refusals.
+    /// An item that is a CBOR array of three items, as every envelope is
+    /// (Specs/events.md §3.1), whatever damage it has inside.
+    static func looksLikeEnvelope(_ item: [UInt8]) -> Bool {
+        guard let value = try? CBORDecoder.decode(item), let array = value.arrayValue else { return false }
+        return array.count == 3
+    }
+
+    /// Nothing in the file is even shaped like an event: one clear error
+    /// (exit 2) instead of one refusal per item.
+    func notAnEventFile(_ firstReason: String?) throws -> Never {
+        throw CommandFailure(
+            message: "\(file == "-" ? "standard input" : file) is not a Chorus event file (a CBOR sequence or JSON lines written by `chorus export`): no item in it is an event\(firstReason.map { " (first problem: \($0))" } ?? "")")
+    }
+
+    func finish(_ summary: ImportSummary) throws {
         if output.json {
             printJSON(.object([
-                ("accepted", .int(Int64(report.accepted))),
-                ("duplicate", .int(Int64(report.duplicates))),
-                ("refused", .int(Int64(report.refused))),
-                ("errors", .array(report.errors.map { e in
+                ("accepted", .int(Int64(summary.accepted))),
+                ("duplicate", .int(Int64(summary.duplicates))),
+                ("refused", .int(Int64(summary.refused))),
+                ("withheld", .int(Int64(summary.withheld))),
+                ("errors", .array(summary.errors.map { e in
                     .object([("index", .int(Int64(e.index))), ("code", .string(e.code)), ("reason", .string(e.reason))])
                 })),
+                ("errors_total", .int(Int64(summary.errorCount))),
             ]))
         } else {
-            print("\(report.accepted) accepted, \(report.duplicates) duplicate, \(report.refused) refused")
-            for e in report.errors.prefix(20) { print("  event \(e.index): \(terminalSafe(e.reason)) [\(e.code)]") }
-            if report.errors.count > 20 { print("  … and \(report.errors.count - 20) more (use --json for all)") }
-            if report.withheld > 0 {
+            print("\(summary.accepted) accepted, \(summary.duplicates) duplicate, \(summary.refused) refused")
+            for e in summary.errors.prefix(20) { print("  event \(e.index): \(terminalSafe(e.reason)) [\(e.code)]") }
+            if summary.errorCount > 20 { print("  … and \(summary.errorCount - 20) more (use --json for the first \(ImportSummary.keptErrors))") }
+            if summary.withheld > 0 {
                 print("Nothing was imported because the file holds damaged events; use --partial to import the valid ones.")
             }
         }
-        if report.refused > 0 { throw ExitCode(Exit.refused) }
+        if summary.refused > 0 { throw ExitCode(Exit.refused) }
+    }
+}
+
+/// Counts of an import and its first errors, kept small whatever the file's size.
+struct ImportSummary {
+    static let keptErrors = 1000
+    var accepted = 0, duplicates = 0, withheld = 0, notStored = 0, refusedOnly = 0
+    var errors: [(index: Int, code: String, reason: String)] = []
+    var errorCount = 0
+    /// Everything not stored: refused, withheld or failed to write (as `IngestReport.refused`).
+    var refused: Int { refusedOnly + withheld + notStored }
+
+    mutating func record(index: Int, _ result: IngestResult) {
+        switch result {
+        case .accepted: accepted += 1
+        case .duplicate: duplicates += 1
+        case .withheld: withheld += 1
+        case .refused(let e):
+            refusedOnly += 1
+            error(index, e.code, e.description)
+        case .notStored(let why):
+            notStored += 1
+            error(index, "not_stored", why)
+        }
+    }
+
+    private mutating func error(_ index: Int, _ code: String, _ reason: String) {
+        errorCount += 1
+        if errors.count < Self.keptErrors { errors.append((index, code, reason)) }
     }
 }

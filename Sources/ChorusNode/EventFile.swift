@@ -72,3 +72,112 @@ public enum EventFile {
         return EventFileContents(envelopes: envelopes, unreadable: nil)
     }
 }
+
+/// Reads an event file in slices with bounded memory (Specs/events.md §8):
+/// at most one buffered megabyte plus the envelopes of one slice.
+public final class EventFileReader {
+    private let handle: FileHandle
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var atEOF = false
+    private var format: EventFileFormat? = nil
+    private var lineNumber = 0
+    /// Envelopes handed out so far.
+    public private(set) var count = 0
+    /// Set once the file stops being readable (the index of the first
+    /// unreadable event and why); nothing after it is returned.
+    public private(set) var unreadable: (index: Int, reason: String)? = nil
+
+    static let chunkBytes = 1 << 20
+    /// No envelope is larger (Specs/events.md §3.4); a longer item or line
+    /// means the file is not an event file, so reading stops there.
+    static let maxItemBytes = 65_867 + 64
+
+    public init(handle: FileHandle) { self.handle = handle }
+
+    /// The next envelopes, at most `limit`; empty at the end of the file or
+    /// once it became unreadable.
+    public func next(limit: Int) throws -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        while out.count < limit, unreadable == nil {
+            guard let envelope = try nextEnvelope() else { break }
+            out.append(envelope)
+            count += 1
+        }
+        return out
+    }
+
+    private func fill() throws -> Bool {
+        guard !atEOF else { return false }
+        if start > Self.chunkBytes {
+            buffer.removeFirst(start)
+            start = 0
+        }
+        let data = try handle.read(upToCount: Self.chunkBytes) ?? Data()
+        if data.isEmpty {
+            atEOF = true
+            return false
+        }
+        buffer.append(contentsOf: data)
+        return true
+    }
+
+    private func nextEnvelope() throws -> [UInt8]? {
+        if format == nil {
+            while true {
+                if let first = buffer[start...].first(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
+                    format = first == UInt8(ascii: "{") ? .jsonl : .cbor
+                    break
+                }
+                if try !fill() { return nil }
+            }
+        }
+        return format == .jsonl ? try nextLine() : try nextItem()
+    }
+
+    private func nextItem() throws -> [UInt8]? {
+        while true {
+            if start == buffer.count, try !fill() { return nil }
+            var decoder = CBORDecoder(buffer, offset: start)
+            do {
+                let (_, range) = try decoder.nextItemBytes()
+                guard range.count <= Self.maxItemBytes else {
+                    unreadable = (count, "item \(count) is \(range.count) bytes, larger than any event; the rest of the file is unreadable")
+                    return nil
+                }
+                start = range.upperBound
+                return Array(buffer[range])
+            } catch {
+                if case .truncated = error, buffer.count - start <= Self.maxItemBytes, try fill() { continue }
+                // Without a readable item boundary the rest of the sequence cannot be found.
+                unreadable = (count, "event \(count) cannot be read, \(error); the rest of the file is unreadable")
+                return nil
+            }
+        }
+    }
+
+    private func nextLine() throws -> [UInt8]? {
+        while true {
+            if let newline = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) ?? (atEOF && start < buffer.count ? buffer.count : nil) {
+                let line = buffer[start..<newline]
+                start = min(buffer.count, newline + 1)
+                lineNumber += 1
+                if line.allSatisfy({ $0 == 0x20 || $0 == 0x0d || $0 == 0x09 }) { continue }
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
+                    let raw = object["raw"] as? String, let bytes = Hex.decode(raw)
+                else {
+                    unreadable = (count, "line \(lineNumber) is not a JSON object with a hex \"raw\" envelope")
+                    return nil
+                }
+                return bytes
+            }
+            if buffer.count - start > 4 * Self.maxItemBytes {
+                unreadable = (count, "line \(lineNumber + 1) is longer than any event; the rest of the file is unreadable")
+                return nil
+            }
+            if try !fill() {
+                if start >= buffer.count { return nil }
+            }
+        }
+    }
+}

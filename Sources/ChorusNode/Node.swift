@@ -454,6 +454,14 @@ public actor Node {
         return await ingest(decoded: decoded, verified: true)
     }
 
+    /// Decodes and verifies envelopes on all cores without storing anything
+    /// (Specs/events.md §7.1): nil for a well-formed event, else its error.
+    public static func check(_ envelopes: [[UInt8]]) async -> [EventError?] {
+        await parallel(envelopes, ParallelVerifier.check).map { r in
+            if case .failure(let e) = r { e } else { nil }
+        }
+    }
+
     /// Ingests events already decoded (their signatures are still verified).
     public func ingest(events: [Event]) async -> IngestReport {
         await ingest(decoded: events.map { .success($0) })

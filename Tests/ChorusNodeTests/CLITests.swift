@@ -106,6 +106,42 @@ struct CLITests {
         #expect(try events(b) == before)
     }
 
+    @Test func importSaysWhenAFileIsNotAnEventFileAndReadsStandardInput() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a"), b = tmp.store("b")
+        #expect(try run("init", "--store", a, "--name", "Alice").status == 0)
+        #expect(try run("init", "--store", b).status == 0)
+        // Three megabytes of noise, and a text file: one clear error each, exit 2.
+        var g = SystemRandomNumberGenerator()
+        let noise = tmp.path + "/noise.bin"
+        try Data((0..<(3 << 20)).map { _ in UInt8.random(in: 0...255, using: &g) }).write(to: URL(fileURLWithPath: noise))
+        let text = tmp.path + "/notes.txt"
+        try Data(String(repeating: "hello world\n", count: 10_000).utf8).write(to: URL(fileURLWithPath: text))
+        for file in [noise, text] {
+            let r = try run("import", "--store", b, file)
+            #expect(r.status == 2 && r.stderr.contains("is not a Chorus event file"), "\(file): \(r.stdout) \(r.stderr)")
+            #expect(!r.stdout.contains("refused"))
+        }
+        let dir = try run("import", "--store", b, tmp.path)
+        #expect(dir.status == 2 && dir.stderr.contains("a directory"))
+        // Standard input: an export piped in is imported like a file.
+        let export = tmp.path + "/a.cbor"
+        #expect(try run("export", "--store", a, export).status == 0)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: chorus)
+        process.arguments = ["import", "--store", b, "-", "--json"]
+        process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: export))
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let report = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        #expect(report["accepted"] as? Int == 3 && report["withheld"] as? Int == 0)  // device.added, device.key, name
+    }
+
     @Test func logFiltersByAuthorKindAndArrival() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
