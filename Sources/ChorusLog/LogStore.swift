@@ -397,6 +397,11 @@ public struct LogStore: Sendable {
 public struct StoredEvent: Sendable, Hashable {
     public let event: Event
     public let arrival: UInt64
+
+    public init(event: Event, arrival: UInt64) {
+        self.event = event
+        self.arrival = arrival
+    }
 }
 
 extension LogStore {

@@ -148,7 +148,14 @@ public final class EventFileReader {
                 start = range.upperBound
                 return Array(buffer[range])
             } catch {
-                if case .truncated = error, buffer.count - start <= Self.maxItemBytes, try fill() { continue }
+                // The item runs past what is buffered: read on, up to the
+                // largest an event can be.
+                let needsMore: Bool
+                switch error {
+                case .truncated, .lengthBeyondInput: needsMore = true
+                default: needsMore = false
+                }
+                if needsMore, buffer.count - start <= Self.maxItemBytes, try fill() { continue }
                 // Without a readable item boundary the rest of the sequence cannot be found.
                 unreadable = (count, "event \(count) cannot be read, \(error); the rest of the file is unreadable")
                 return nil

@@ -134,3 +134,54 @@ struct IngestTests {
         await node.close()
     }
 }
+
+@Suite("Event files read in slices")
+struct EventFileReaderTests {
+    /// 3,000 events of about 1 KB: files of 3 MB, across several of the reader's 1 MiB chunks.
+    func events() throws -> [Event] {
+        let key = SigningKey.generate()
+        var out: [Event] = []
+        for seq in 1...3000 {
+            out.append(try Event.sign(
+                with: key, seq: UInt64(seq), prev: out.last?.id, hlc: HLC(physicalMillis: 1_700_000_000_000 + UInt64(seq), logical: 0),
+                kind: .profileSet, object: key.publicKey,
+                payload: ProfileSetPayload(field: .bio, value: .text("\(seq) " + String(repeating: "z", count: 900))).cbor))
+        }
+        return out
+    }
+
+    func read(_ bytes: [UInt8], limit: Int) throws -> (envelopes: [[UInt8]], unreadable: (index: Int, reason: String)?) {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let path = tmp.path + "/file"
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let handle = try #require(FileHandle(forReadingAtPath: path))
+        defer { try? handle.close() }
+        let reader = EventFileReader(handle: handle)
+        var out: [[UInt8]] = []
+        while true {
+            let slice = try reader.next(limit: limit)
+            if slice.isEmpty { break }
+            #expect(slice.count <= limit)
+            out += slice
+        }
+        return (out, reader.unreadable)
+    }
+
+    @Test func bothFormatsReadBackEveryEnvelopeAcrossChunkBoundaries() throws {
+        let all = try events()
+        for format in EventFileFormat.allCases {
+            var file: [UInt8] = []
+            for (i, e) in all.enumerated() {
+                EventFile.append(StoredEvent(event: e, arrival: UInt64(i + 1)), format: format, to: &file)
+            }
+            #expect(file.count > 3 << 20)
+            let (envelopes, unreadable) = try read(file, limit: 700)
+            #expect(unreadable == nil, "\(format)")
+            #expect(envelopes == all.map { $0.encoded() }, "\(format)")
+            // Cut in the middle of the last event: everything before it reads.
+            let (cut, why) = try read(Array(file.dropLast(300)), limit: 700)
+            #expect(cut.count == all.count - 1 && why?.index == all.count - 1, "\(format)")
+        }
+    }
+}
