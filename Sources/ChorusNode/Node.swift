@@ -146,6 +146,13 @@ public actor Node {
         -> Node
     {
         guard FileManager.default.fileExists(atPath: KeyStore.deviceKeyPath(path)) else {
+            // Data without its device key is not an uninitialised store:
+            // `init` would refuse it, and the fix is to restore the key.
+            if FileManager.default.fileExists(atPath: path + "/data.mdb") {
+                throw NodeError.keyFile(
+                    path: KeyStore.deviceKeyPath(path),
+                    problem: "missing, although the store holds data: restore the store's keys/ directory from a backup; without its device key this store cannot be opened (a new device needs a new store: chorus init --store NEW_DIR)")
+            }
             throw NodeError.notInitialized(path: path)
         }
         var fd: Int32 = -1

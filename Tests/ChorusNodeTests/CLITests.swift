@@ -142,6 +142,18 @@ struct CLITests {
         #expect(report["accepted"] as? Int == 3 && report["withheld"] as? Int == 0)  // device.added, device.key, name
     }
 
+    @Test func aStoreWhoseDeviceKeyIsGoneSaysToRestoreItNotToInit() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        #expect(try run("init", "--store", a).status == 0)
+        try FileManager.default.removeItem(atPath: a + "/keys/device.secret")
+        let r = try run("query", "profile", "--store", a)
+        #expect(r.status == 2 && r.stderr.contains("restore") && !r.stderr.contains("run chorus init"), "\(r.stderr)")
+        let none = try run("query", "profile", "--store", tmp.store("nowhere"))
+        #expect(none.status == 2 && none.stderr.contains("init"))
+    }
+
     @Test func logFiltersByAuthorKindAndArrival() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
