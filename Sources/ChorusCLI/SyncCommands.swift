@@ -28,9 +28,19 @@ struct Serve: AsyncParsableCommand {
             "A file holding the network key (64 hex digits) to use instead of the store's network.json key.",
             valueName: "file"))
     var networkKey: String?
+    @Option(help: "Most connections open at once (default: half the file-descriptor limit, at most 4096).")
+    var maxConnections: Int?
+    @Option(help: "Most connections still in their handshake; the oldest is dropped for a new one.")
+    var maxUnauthenticated = 128
+    @Option(help: "Most authenticated connections from one address.")
+    var maxPerAddress = 64
 
     func validate() throws {
         guard SyncNetwork.parseAddress(listen) != nil else { throw ValidationError("--listen must be HOST:PORT, got \"\(listen)\"") }
+        if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
+        if maxUnauthenticated < 1 || maxPerAddress < 1 {
+            throw ValidationError("--max-unauthenticated and --max-per-address must be at least 1")
+        }
         if let networkKey {
             do { _ = try SyncNetwork.readNetworkKey(path: networkKey) } catch let e as SyncError {
                 if case .local(let why) = e { throw ValidationError("--network-key: \(why)") }
@@ -45,7 +55,10 @@ struct Serve: AsyncParsableCommand {
         let node = try await store.open()
         let server = try SyncServer(node: node, log: { printError("chorus serve: " + $0) })
         let listener: SecureListener
-        do { listener = try await server.listen(host: host, port: port, networkKey: key) } catch {
+        let limits = ConnectionLimits(
+            total: maxConnections, unauthenticated: maxUnauthenticated, unauthenticatedPerAddress: maxUnauthenticated,
+            perAddress: maxPerAddress)
+        do { listener = try await server.listen(host: host, port: port, networkKey: key, limits: limits) } catch {
             await node.close()
             throw error
         }

@@ -3,9 +3,41 @@ import Foundation
 import NIOCore
 import NIOPosix
 
+/// Limits on a listener's connections (Specs/sync-transport.md §6): file
+/// descriptors are finite, and a client without the network key must not
+/// be able to lock honest peers out by opening idle connections.
+public struct ConnectionLimits: Sendable, Hashable {
+    /// Open connections in all; a new one over it evicts the oldest one not
+    /// yet authenticated, or is refused when every open one is.
+    public var total: Int
+    /// Connections still in their handshake; the oldest is evicted for a new one.
+    public var unauthenticated: Int
+    /// Connections still in their handshake from one remote address.
+    public var unauthenticatedPerAddress: Int
+    /// Authenticated connections from one remote address.
+    public var perAddress: Int
+
+    public init(total: Int? = nil, unauthenticated: Int = 128, unauthenticatedPerAddress: Int = 64, perAddress: Int = 64) {
+        self.total = total ?? Self.defaultTotal()
+        self.unauthenticated = unauthenticated
+        self.unauthenticatedPerAddress = unauthenticatedPerAddress
+        self.perAddress = perAddress
+    }
+
+    /// Half the process's file-descriptor limit (at most 4096), so the
+    /// store, the log and outgoing syncs always have descriptors left.
+    static func defaultTotal() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 512 }
+        let soft = limit.rlim_cur > 1 << 20 ? 8192 : Int(limit.rlim_cur)
+        return max(16, min(4096, soft / 2))
+    }
+}
+
 /// Accepts encrypted connections on one address (Specs/sync-transport.md).
 /// Each connection runs its handshake in its own task; only authenticated
-/// connections reach `connections`. A slow or failing peer holds up no other.
+/// connections reach `connections`. A slow or failing peer holds up no other,
+/// and `ConnectionLimits` bound what idle or hostile clients can hold.
 public final class SecureListener: Sendable {
     public let host: String
     /// The bound port (the one picked by the system when asked for port 0).
@@ -37,7 +69,7 @@ public final class SecureListener: Sendable {
     /// authenticated: the peer's address and the error.
     public static func bind(
         host: String, port: Int, configuration: SecureTransportConfiguration,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, limits: ConnectionLimits = ConnectionLimits(),
         onFailure: (@Sendable (String, SecureChannelError) -> Void)? = nil
     ) async throws -> SecureListener {
         let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>
@@ -61,16 +93,23 @@ public final class SecureListener: Sendable {
         }
         let (stream, continuation) = AsyncStream.makeStream(
             of: SecureConnection.self, bufferingPolicy: .bufferingOldest(acceptedBacklog))
-        let children = ChildChannels()
+        let children = ChildChannels(limits: limits)
         let acceptLoop = Task {
             do {
                 try await server.executeThenClose { inbound in
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await child in inbound {
-                            let id = children.insert(child.channel)
+                            let address = child.channel.remoteAddress?.ipAddress ?? "?"
+                            guard let id = children.admit(child.channel, address: address) else {
+                                // Every slot holds an authenticated peer: refuse at once.
+                                child.channel.close(promise: nil)
+                                onFailure?(address, .refusedAtCapacity)
+                                continue
+                            }
                             group.addTask {
                                 await serve(
-                                    child, configuration: configuration, continuation: continuation, onFailure: onFailure)
+                                    child, configuration: configuration, continuation: continuation, onFailure: onFailure,
+                                    onAuthenticated: { children.authenticated(id) })
                                 children.remove(id)
                             }
                         }
@@ -89,11 +128,12 @@ public final class SecureListener: Sendable {
     private static func serve(
         _ child: NIOAsyncChannel<ByteBuffer, ByteBuffer>, configuration: SecureTransportConfiguration,
         continuation: AsyncStream<SecureConnection>.Continuation,
-        onFailure: (@Sendable (String, SecureChannelError) -> Void)?
+        onFailure: (@Sendable (String, SecureChannelError) -> Void)?, onAuthenticated: @escaping @Sendable () -> Void
     ) async {
         let core = SecureConnectionCore(
             configuration: configuration, isInitiator: false, channel: child.channel,
             onEstablished: { connection in
+                onAuthenticated()
                 if case .dropped = continuation.yield(connection) {
                     // Nobody is taking connections (or the listener shut down): refuse this one.
                     Task { await connection.close() }
@@ -118,29 +158,62 @@ public final class SecureListener: Sendable {
     }
 }
 
-/// The accepted channels still open, for shutdown.
+/// The accepted channels still open: for shutdown, and to hold the
+/// connection limits (oldest unauthenticated evicted first).
 private final class ChildChannels: @unchecked Sendable {
+    private struct Entry {
+        let channel: any Channel
+        let address: String
+        var authenticated = false
+    }
     private let lock = NSLock()
-    private var channels: [Int: any Channel] = [:]
+    private var channels: [Int: Entry] = [:]
     private var next = 0
+    private let limits: ConnectionLimits
 
-    func insert(_ channel: any Channel) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        next += 1
-        channels[next] = channel
-        return next
+    init(limits: ConnectionLimits) { self.limits = limits }
+
+    /// Admits a new connection, closing the oldest unauthenticated ones the
+    /// limits require; nil when it cannot be admitted.
+    func admit(_ channel: any Channel, address: String) -> Int? {
+        var evict: [any Channel] = []
+        let id: Int? = lock.withLock {
+            func oldestUnauthenticated(from address: String? = nil) -> Int? {
+                channels.filter { !$0.value.authenticated && (address == nil || $0.value.address == address) }.keys.min()
+            }
+            func evictOne(from address: String? = nil) -> Bool {
+                guard let victim = oldestUnauthenticated(from: address), let entry = channels.removeValue(forKey: victim) else { return false }
+                evict.append(entry.channel)
+                return true
+            }
+            let fromAddress = channels.values.filter { $0.address == address }
+            if fromAddress.filter(\.authenticated).count >= limits.perAddress { return nil }
+            while channels.values.filter({ !$0.authenticated && $0.address == address }).count >= limits.unauthenticatedPerAddress {
+                if !evictOne(from: address) { break }
+            }
+            while channels.values.filter({ !$0.authenticated }).count >= limits.unauthenticated {
+                if !evictOne() { break }
+            }
+            while channels.count >= limits.total {
+                if !evictOne() { return nil }
+            }
+            next += 1
+            channels[next] = Entry(channel: channel, address: address)
+            return next
+        }
+        for c in evict { c.close(promise: nil) }
+        return id
+    }
+
+    func authenticated(_ id: Int) {
+        lock.withLock { channels[id]?.authenticated = true }
     }
 
     func remove(_ id: Int) {
-        lock.lock()
-        channels[id] = nil
-        lock.unlock()
+        lock.withLock { _ = channels.removeValue(forKey: id) }
     }
 
     func all() -> [any Channel] {
-        lock.lock()
-        defer { lock.unlock() }
-        return Array(channels.values)
+        lock.withLock { channels.values.map(\.channel) }
     }
 }

@@ -32,6 +32,8 @@ public enum SecureChannelError: Error, Sendable, Hashable, CustomStringConvertib
     case concurrentReceive
     case connectFailed(String)
     case bindFailed(String)
+    /// The listener holds as many authenticated connections as its limits allow.
+    case refusedAtCapacity
     case keyFile(path: String, problem: String)
 
     public var description: String {
@@ -51,6 +53,7 @@ public enum SecureChannelError: Error, Sendable, Hashable, CustomStringConvertib
         case .connectFailed(let why): return "connect failed: \(why)"
         case .bindFailed(let why): return "bind failed: \(why)"
         case .keyFile(let path, let problem): return "\(path): \(problem)"
+        case .refusedAtCapacity: return "refused: the listener holds as many authenticated connections as its limits allow"
         }
     }
 }

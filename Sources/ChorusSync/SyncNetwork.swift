@@ -68,10 +68,12 @@ extension SyncServer {
     /// Binds `host:port` (0 picks a free port) and serves every
     /// authenticated connection in the background until `listener.shutdown()`.
     /// `networkKey` overrides the store's network key for this listener.
-    public func listen(host: String, port: Int, networkKey: Bytes32? = nil) async throws -> SecureListener {
+    public func listen(
+        host: String, port: Int, networkKey: Bytes32? = nil, limits: ConnectionLimits = ConnectionLimits()
+    ) async throws -> SecureListener {
         let log = self.logLine
         let listener = try await SecureListener.bind(
-            host: host, port: port, configuration: try SyncNetwork.configuration(for: node, networkKey: networkKey),
+            host: host, port: port, configuration: try SyncNetwork.configuration(for: node, networkKey: networkKey), limits: limits,
             onFailure: { address, error in log("connection from \(address) failed before authentication: \(error)") })
         Task { [self] in
             for await connection in listener.connections { accept(connection) }

@@ -41,3 +41,60 @@ struct SyncTCPTests {
         await client.close()
     }
 }
+
+@Suite("Connection limits")
+struct ConnectionLimitTests {
+    /// An idle TCP connection to 127.0.0.1:`port` that never handshakes.
+    static func idleConnection(port: Int) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    @Test func idleUnauthenticatedConnectionsCannotLockAnHonestPeerOut() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let server = try await makeNode(dir, "server", network: net)
+        let client = try await makeNode(dir, "client", network: net)
+        _ = try await server.setProfile(.bio, .text("served"))
+        let sync = try SyncServer(node: server)
+        // Room for 16 connections, 8 of them in their handshake.
+        let limits = ConnectionLimits(total: 16, unauthenticated: 8, unauthenticatedPerAddress: 8, perAddress: 8)
+        let listener = try await sync.listen(host: "127.0.0.1", port: 0, limits: limits)
+        // Forty idle connections that never say a word, like a client without the network key.
+        var idle: [Int32] = []
+        for _ in 0..<40 { if let fd = Self.idleConnection(port: listener.port) { idle.append(fd) } }
+        defer { for fd in idle { close(fd) } }
+        #expect(idle.count == 40)
+        // The honest peer still completes its sync: it evicts the oldest idle one.
+        let report = try await bounded(.seconds(60), "an honest sync beside idle connections") {
+            try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port)
+        }
+        #expect(report.complete)
+        #expect(try client.head(of: server.identity.device) != nil)
+        // The server holds at most 8 of them: the others were closed (EOF here).
+        func closedByServer() -> Int {
+            idle.filter { fd in
+                var byte: UInt8 = 0
+                return recv(fd, &byte, 1, Int32(MSG_DONTWAIT)) == 0
+            }.count
+        }
+        #expect(try await eventually(.seconds(30)) { closedByServer() >= 40 - 8 }, "only \(closedByServer()) closed")
+        await listener.shutdown()
+        await sync.shutdown()
+        await server.close()
+        await client.close()
+    }
+}
