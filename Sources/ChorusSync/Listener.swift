@@ -3,7 +3,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 
-/// Limits on a listener's connections (Specs/sync-transport.md §6): file
+/// Limits on a listener's connections (Specs/sync-transport.md §6a): file
 /// descriptors are finite, and a client without the network key must not
 /// be able to lock honest peers out by opening idle connections.
 public struct ConnectionLimits: Sendable, Hashable {
