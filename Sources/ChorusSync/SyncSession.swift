@@ -120,6 +120,10 @@ public actor SyncSession {
     /// Feeds the peer said concern this node's user (`invite`), added to a
     /// limited scope for this session (Specs/sync.md §4.8).
     private var invited: Set<PublicKey> = []
+    /// Whether an event received could entitle a member device to a chat
+    /// key (a binding, a device key, a membership change, a key event, a
+    /// message): only then does the session end with key sharing.
+    private var receivedKeyRelevantEvents = false
     /// Ranges requested and not yet fully received: next expected seq, last seq,
     /// and the seq of a fork-evidence answer the server may send instead.
     private var expected: [PublicKey: (next: UInt64, to: UInt64, forkSeq: UInt64?)] = [:]
@@ -201,8 +205,22 @@ public actor SyncSession {
         // Events just received may entitle member devices to chat keys this
         // device holds (a user's new device, a new member): share them now,
         // so the next session carries them (Specs/encryption.md §6 rule 5).
-        if report.eventsReceived > 0 { report.keyEventsWritten = (try? await node.shareChatKeys()) ?? 0 }
+        if receivedKeyRelevantEvents { report.keyEventsWritten = (try? await node.shareChatKeys()) ?? 0 }
         return report
+    }
+
+    /// Kinds whose arrival can change who is entitled to which chat key
+    /// (Specs/encryption.md §6 rule 5). An exhaustive switch: a new kind
+    /// must say.
+    static func affectsChatKeys(_ kind: EventKind) -> Bool {
+        switch kind {
+        case .deviceAdded, .deviceRemoved, .deviceKey, .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey, .messageSent:
+            true
+        case .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved, .likeAdded,
+            .likeRemoved, .blockAdded, .blockRemoved, .messageEdited, .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinGiven,
+            .coinRightsMoved, .slotUnlocked, .slotSet, .unknown:
+            false
+        }
     }
 
     private func runSession() async throws -> SyncReport {
@@ -507,6 +525,7 @@ public actor SyncSession {
             } else {
                 throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq), expected #\(range.next)")
             }
+            if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
             events.append(event)
         }
         return (events, payloadRefills)
