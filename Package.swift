@@ -16,6 +16,8 @@ let package = Package(
     name: "Chorus",
     platforms: [.macOS(.v14)],
     products: [
+        // What an app embeds: `import Chorus` (node, queries, ids, payloads, sync).
+        .library(name: "Chorus", targets: ["Chorus"]),
         .library(name: "ChorusNode", targets: ["ChorusNode"]),
         .executable(name: "chorus", targets: ["ChorusCLI"]),
         .executable(name: "chorus-replay", targets: ["ChorusReplayCLI"]),
@@ -61,6 +63,9 @@ let package = Package(
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
+            name: "Chorus",
+            dependencies: ["ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusProjections", "ChorusSync"]),
+        .target(
             name: "ChorusCommandLine",
             dependencies: ["ChorusNode", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
@@ -83,6 +88,7 @@ let package = Package(
 
         // Helpers the test targets share (seeded randomness, vector files).
         .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto"], path: "Tests/ChorusTestSupport"),
+        .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
