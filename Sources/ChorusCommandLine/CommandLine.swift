@@ -22,7 +22,7 @@ extension ChorusCommandLineTool {
     public static func runAndExit() async {
         let name = configuration.commandName ?? "chorus"
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(try negativeNumbersResolved(Array(CommandLine.arguments.dropFirst())))
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
@@ -133,6 +133,41 @@ public func terminalSafe(_ s: String, keepingNewlines: Bool = false) -> String {
         } else {
             out.unicodeScalars.append(u)
         }
+    }
+    return out
+}
+
+/// Flags of both tools: options that take no value.
+let valuelessOptions: Set<String> = [
+    "--json", "--admin", "--clear", "--decrypt", "--empty", "--first", "--last", "--live", "--partial", "--help", "--version",
+]
+
+/// ArgumentParser reads `-5` as an option. After an option that takes a
+/// value, a negative number is that option's value (`--text -5` becomes
+/// `--text=-5`); anywhere else it is refused with a message that says what
+/// to do, instead of "Missing expected argument". Nothing after `--` changes.
+func negativeNumbersResolved(_ arguments: [String]) throws -> [String] {
+    func isNegativeNumber(_ s: String) -> Bool {
+        s.count > 1 && s.first == "-" && s.dropFirst().allSatisfy { $0.isNumber || $0 == "." }
+    }
+    var out: [String] = []
+    var rest = false
+    for argument in arguments {
+        if rest || argument == "--" {
+            rest = true
+            out.append(argument)
+            continue
+        }
+        guard isNegativeNumber(argument) else {
+            out.append(argument)
+            continue
+        }
+        if let previous = out.last, previous.hasPrefix("--"), !previous.contains("="), !valuelessOptions.contains(previous) {
+            out[out.count - 1] = previous + "=" + argument
+            continue
+        }
+        throw ValidationError(
+            "\(argument) is a negative number: amounts, slots, counts and limits are 0 or more. To pass text that starts with '-', write --text=\(argument) or put it after --.")
     }
     return out
 }

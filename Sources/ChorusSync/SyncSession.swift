@@ -980,6 +980,10 @@ public actor SyncSession {
         }
         await transport.close()
         for t in tasks { await t.value }
+        // Frames already received are committed before the session ends,
+        // failed or not: when `run` returns, the store holds all of them
+        // (and the next session asks only for what follows).
+        if let task = ingestTask { await task.value }
         writer?.cancel()
         report.seconds = seconds
         if let firstError { throw firstError }

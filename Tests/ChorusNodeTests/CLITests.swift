@@ -154,6 +154,22 @@ struct CLITests {
         #expect(none.status == 2 && none.stderr.contains("init"))
     }
 
+    @Test func negativeNumbersGetAClearMessageAndOptionValuesMayBeNegative() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        #expect(try run("init", "--store", a).status == 0)
+        let spend = try run("coins", "spend", "--store", a, "-5", "--for", "x")
+        #expect(spend.status == 2 && spend.stderr.contains("-5 is a negative number") && !spend.stderr.contains("Missing expected"))
+        // As an option's value, a negative number is that value; after --, a positional one.
+        #expect(try run("profile", "set", "--store", a, "bio", "--", "-5").status == 0)
+        let chat = try run("chat", "create", "--store", a).stdout.split(separator: "\n").first.map(String.init) ?? ""
+        #expect(try run("chat", "send", "--store", a, chat, "--text", "-5").status == 0)
+        let page = try run("query", "chat", "--store", a, chat, "--json").stdout
+        #expect(page.contains("\"text\":\"-5\""), "\(page)")
+        #expect(try run("query", "profile", "--store", a, "--json").stdout.contains("\"-5\""))
+    }
+
     @Test func logFiltersByAuthorKindAndArrival() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
