@@ -1,0 +1,136 @@
+// chorus-bench peers: one serving node and many honest peers syncing at once.
+import ArgumentParser
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusParallel
+import ChorusProjections
+import ChorusSync
+import Foundation
+
+struct PeersBenchOptions: ParsableArguments {
+    @Option(help: "Peers syncing at once.") var peers = 200
+    @Option(help: "New events each peer brings.") var eventsPerPeer = 1_000
+    @Option(help: "Seconds of the verify-rate measurement.") var seconds = 2.0
+    @Flag(help: "Print machine-readable JSON.") var json = false
+    func validate() throws {
+        if peers < 1 || eventsPerPeer < 1 { throw ValidationError("--peers and --events-per-peer must be at least 1") }
+    }
+}
+
+struct PeersBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "peers",
+        abstract: "One serving node and N peers each syncing M new events at once over loopback.",
+        discussion: """
+            Builds N peer nodes, each holding M new events of its own (signed and ingested before any \\
+            timing), and one serving node in the same network. Measures the all-core verify rate, then \\
+            starts every peer's sync with the server at once over 127.0.0.1 and reports the events the \\
+            server received per second as a ratio to verify, the p50/p99 session time, and the \\
+            process's peak anonymous memory (sampled) with its growth per connection.
+            """)
+    @OptionGroup var options: PeersBenchOptions
+    func run() async throws { try await runPeersBenchmark(options) }
+}
+
+/// The process's anonymous resident memory now, from /proc (0 elsewhere).
+func anonymousMemory() -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+        let line = text.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }),
+        let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    else { return 0 }
+    return kb * 1024
+}
+
+func runPeersBenchmark(_ options: PeersBenchOptions) async throws {
+    let cores = ProcessInfo.processInfo.activeProcessorCount
+    let dir = temporaryDirectory("peers")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let network = NetworkConfig(networkKey: Random.bytes32())
+    let server = try await Node.create(at: dir + "/server", deviceName: "server", network: network)
+
+    Bench.note("building \(options.peers) peers with \(options.eventsPerPeer) events each...")
+    var peers: [Node] = []
+    for p in 0..<options.peers {
+        let node = try await Node.create(at: dir + "/peer\(p)", deviceName: "peer\(p)", network: network)
+        let items = (0..<options.eventsPerPeer).map { i in
+            PendingEvent(ProfileSetPayload(field: .bio, value: .text("peer \(p) event \(i) " + String(repeating: "p", count: 120))),
+                object: node.identity.user)
+        }
+        try await node.appendBatch(items)
+        peers.append(node)
+    }
+    let before = try server.log.eventCount()
+    let expected = try peers.reduce(0) { $0 + (try $1.log.eventCount()) }
+
+    Bench.note("raw Ed25519 verify on \(cores) cores...")
+    let keys = (0..<max(cores, 1)).map { _ in SigningKey.generate() }
+    let message = [UInt8](repeating: 0x42, count: 200)
+    let signatures = keys.map { $0.sign(message) }
+    let verifyAll = rate(threads: cores, seconds: options.seconds) { t in
+        _ = Ed25519.verify(signature: signatures[t], message: message, publicKey: keys[t].publicKey)
+    }
+
+    let sync = try SyncServer(node: server, options: SyncOptions())
+    // Every peer connects from 127.0.0.1: the per-address limits must allow them all.
+    let limits = ConnectionLimits(
+        total: options.peers + 64, unauthenticated: options.peers + 16, unauthenticatedPerAddress: options.peers + 16,
+        perAddress: options.peers + 16)
+    let listener = try await sync.listen(host: "127.0.0.1", port: 0, limits: limits)
+    let baseline = anonymousMemory()
+    let peak = PeakSampler()
+    let sampling = Task { while !Task.isCancelled { peak.sample(anonymousMemory()); try? await Task.sleep(for: .milliseconds(20)) } }
+
+    Bench.note("\(options.peers) peers sync at once...")
+    let start = Bench.clock()
+    let durations = try await withThrowingTaskGroup(of: Double.self) { group in
+        for peer in peers {
+            group.addTask {
+                let s = Bench.clock()
+                let report = try await SyncNetwork.sync(peer, host: "127.0.0.1", port: listener.port)
+                guard report.complete else { throw ExitCode(1) }
+                return Bench.clock() - s
+            }
+        }
+        return try await group.reduce(into: []) { $0.append($1) }
+    }
+    let elapsed = Bench.clock() - start
+    sampling.cancel()
+    let received = try server.log.eventCount() - before
+    guard received >= expected else {
+        FileHandle.standardError.write(Data("the server holds \(received) new events, expected \(expected)\n".utf8))
+        throw ExitCode(1)
+    }
+    await listener.shutdown()
+    await sync.shutdown()
+    for p in peers { await p.close() }
+    await server.close()
+
+    let rateReceived = Double(received) / elapsed
+    let (p50, p99) = percentiles(durations)
+    let growth = max(0, peak.value - baseline)
+    if options.json {
+        print(JSONValue.object([
+            ("peers", .uint(UInt64(options.peers))), ("events_received", .uint(UInt64(received))),
+            ("seconds", .string(String(format: "%.2f", elapsed))), ("events_per_second", .uint(UInt64(rateReceived))),
+            ("verify_all_cores", .uint(UInt64(verifyAll))), ("ratio", .string(String(format: "%.3f", rateReceived / verifyAll))),
+            ("session_p50_ms", .string(String(format: "%.1f", p50))), ("session_p99_ms", .string(String(format: "%.1f", p99))),
+            ("peak_anonymous_bytes", .uint(UInt64(peak.value))), ("growth_per_connection_bytes", .uint(UInt64(growth / options.peers))),
+        ]).rendered())
+        return
+    }
+    print("chorus-bench peers on \(cores) cores: \(options.peers) peers × \(options.eventsPerPeer) events into one server")
+    print("Ed25519 verify, \(cores) cores (limit): \(Int(verifyAll))/s")
+    print(String(format: "server received %d events in %.2f s: %d/s, %.2f of verify", received, elapsed, Int(rateReceived), rateReceived / verifyAll))
+    print(String(format: "session time p50 %.0f ms, p99 %.0f ms", p50, p99))
+    print("peak anonymous memory \(peak.value / 1_000_000) MB (all \(options.peers + 1) nodes in this process), "
+        + "\(growth / options.peers / 1000) KB more per connection than before the syncs")
+}
+
+/// The largest value sampled, from any task.
+final class PeakSampler: @unchecked Sendable {
+    private let lock = NSLock()
+    private var peak = 0
+    func sample(_ v: Int) { lock.withLock { peak = max(peak, v) } }
+    var value: Int { lock.withLock { peak } }
+}
