@@ -192,7 +192,11 @@ struct TransportTests {
             }
             let server = try await nextConnection(listener)
             let garbage = round == 0 ? [0, 150] + Random.bytes(150) : Random.bytes(1000)
-            try await client.sendRawForTesting(garbage)
+            do { try await client.sendRawForTesting(garbage) } catch let error as SecureChannelError where round == 1 {
+                // On a slow machine the 1 s idle timeout may end the
+                // connection before the garbage is written: also an end.
+                #expect(error == .connectionLost || error == .closed, "\(error)")
+            }
             do {
                 let got = try await within(30) { try await server.receive() }
                 Issue.record("garbage produced \(String(describing: got))")
