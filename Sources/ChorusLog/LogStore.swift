@@ -5,6 +5,7 @@ import ChorusStorage
 
 public enum LogError: Error, Sendable, CustomStringConvertible {
     case newerFormat(found: UInt64, supported: UInt64)
+    case olderFormat(found: UInt64, supported: UInt64, path: String)
     case notAStore(path: String)
     case corrupt(String)
 
@@ -12,6 +13,8 @@ public enum LogError: Error, Sendable, CustomStringConvertible {
         switch self {
         case .newerFormat(let found, let supported):
             "this store has format version \(found), newer than the \(supported) this build understands; upgrade Chorus to open it"
+        case .olderFormat(let found, let supported, let path):
+            "the store \(path) has format version \(found), older than the \(supported) this build uses; upgrade it with `chorus upgrade --store \(path)` (it keeps every event), then run the command again"
         case .notAStore(let path): "\(path) is not a Chorus store (no format version recorded)"
         case .corrupt(let what): "store damaged: \(what)"
         }
@@ -51,49 +54,62 @@ public struct ForkEvidence: Sendable {
     public let refused: Event
 }
 
-/// The event log inside one LMDB environment: events by id, feeds by
-/// (author, seq), feed heads, the local arrival log, fork evidence and
-/// metadata (layout in Specs/storage.md). It validates every event against
-/// its feed before storing it; a refused event changes nothing.
+/// The event log inside one LMDB environment: envelopes by local arrival
+/// position (appended, so the bulk bytes lie in key order), small index
+/// entries from ids and feed positions to arrivals, feed heads, fork
+/// evidence and metadata (layout in Specs/storage.md). It validates every
+/// event against its feed before storing it; a refused event changes nothing.
 public struct LogStore: Sendable {
-    public static let formatVersion: UInt64 = 1
+    public static let formatVersion: UInt64 = 2
 
     public let env: Environment
-    let events: Database
-    let feeds: Database
+    let envelopes: Database
+    let ids: Database
+    let positions: Database
     let heads: Database
-    let arrivals: Database
     let forks: Database
     let meta: Database
 
     static let formatKey = Array("format".utf8)
     static let maxHLCKey = Array("max_hlc".utf8)
 
-    public static let databaseNames = ["events", "feeds", "heads", "arrivals", "forks", "meta"]
+    public static let databaseNames = ["envelopes", "ids", "positions", "heads", "forks", "meta"]
 
     /// Opens the log in `env`, creating its databases on first use and
-    /// refusing a store written by a newer format.
+    /// refusing a store written by another format (an older one is upgraded
+    /// by `LogStore.upgrade`).
     public init(env: Environment) throws {
         self.env = env
-        // The format is checked before anything else is created, so a newer
-        // store is refused without being written to.
+        // The format is checked before anything else is created, so a store
+        // of another format is refused without being written to.
         let meta = try env.openDatabase("meta")
         self.meta = meta
-        let stored = try env.read { txn in try txn.get(meta, Self.formatKey) }
+        let stored = try Self.storedFormat(env: env, meta: meta)
         if let stored {
-            let version = try Self.decodeU64(stored, what: "format version")
-            if version > Self.formatVersion { throw LogError.newerFormat(found: version, supported: Self.formatVersion) }
-            if version == 0 { throw LogError.corrupt("format version 0 recorded") }
+            if stored > Self.formatVersion { throw LogError.newerFormat(found: stored, supported: Self.formatVersion) }
+            if stored < Self.formatVersion { throw LogError.olderFormat(found: stored, supported: Self.formatVersion, path: env.path) }
         } else if env.readOnly {
             throw LogError.notAStore(path: env.path)
         } else {
             try env.write { txn in try txn.put(meta, Self.formatKey, Self.encodeU64(Self.formatVersion)) }
         }
-        events = try env.openDatabase("events")
-        feeds = try env.openDatabase("feeds")
+        envelopes = try env.openDatabase("envelopes")
+        ids = try env.openDatabase("ids")
+        positions = try env.openDatabase("positions")
         heads = try env.openDatabase("heads")
-        arrivals = try env.openDatabase("arrivals")
         forks = try env.openDatabase("forks")
+    }
+
+    static func storedFormat(env: Environment, meta: Database) throws -> UInt64? {
+        guard let raw = try env.read({ txn in try txn.get(meta, Self.formatKey) }) else { return nil }
+        let version = try Self.decodeU64(raw, what: "format version")
+        if version == 0 { throw LogError.corrupt("format version 0 recorded") }
+        return version
+    }
+
+    /// The format version recorded in `env` (nil for an empty environment).
+    public static func format(of env: Environment) throws -> UInt64? {
+        try storedFormat(env: env, meta: try env.openDatabase("meta", create: !env.readOnly))
     }
 
     // MARK: Writing
@@ -111,7 +127,7 @@ public struct LogStore: Sendable {
     /// Starts appending inside the caller's write transaction. `nowMillis`
     /// and `driftMillis` bound future timestamps.
     public func appendContext(in txn: Transaction, nowMillis: UInt64, driftMillis: UInt64) throws -> AppendContext {
-        let last = try txn.last(arrivals).map { try Self.decodeU64($0.key, what: "arrival position") } ?? 0
+        let last = try txn.last(envelopes).map { try Self.decodeU64($0.key, what: "arrival position") } ?? 0
         let maxHLC = try txn.get(meta, Self.maxHLCKey).map { try Self.decodeU64($0, what: "max hlc") } ?? 0
         return AppendContext(
             nextArrival: last + 1, maxHLC: maxHLC, storedMaxHLC: maxHLC, nowMillis: nowMillis, driftMillis: driftMillis)
@@ -125,26 +141,28 @@ public struct LogStore: Sendable {
     /// write transaction. The signature must already have been verified.
     public func append(_ event: Event, in txn: Transaction, context: inout AppendContext) throws -> AppendOutcome {
         let idKey = event.id.bytes
-        if let stored = try txn.get(events, idKey) {
+        if let stored = try txn.get(ids, idKey) {
             guard event.payloadBytes != nil, event.kind.payloadIsPurgeable else { return .duplicate }
-            let existing = try Self.decodeStored(stored, id: event.id)
-            guard existing.event.payloadBytes == nil else { return .duplicate }
-            try txn.put(events, idKey, Self.encodeU64(existing.arrival) + event.encoded())
+            let arrival = try Self.decodeU64(stored, what: "arrival of \(event.id.hex)")
+            let existing = try readEnvelope(at: arrival, in: txn)
+            guard existing.payloadBytes == nil else { return .duplicate }
+            try txn.put(envelopes, Self.encodeU64(arrival), event.encoded())
             return .refilled
         }
 
         let author = event.header.author
         let seq = event.header.seq
         let feedKey = Self.feedKey(author, seq)
-        if let existing = try txn.get(feeds, feedKey) {
+        if let existing = try txn.get(positions, feedKey) {
             // A different event at a position the feed already holds: keep the evidence.
             try txn.put(forks, feedKey + idKey, event.encoded())
-            return .refused(.fork(seq: seq, existing: try Self.id32(existing)))
+            let kept = try readEnvelope(at: try Self.decodeU64(existing, what: "feed position"), in: txn)
+            return .refused(.fork(seq: seq, existing: kept.id))
         }
         let head = try readHead(author, in: txn)
         let expected = (head?.seq ?? 0) + 1
         if seq != expected {
-            // seq < expected is impossible here: that position would exist in `feeds`.
+            // seq < expected is impossible here: that position would exist in `positions`.
             return .refused(.sequenceGap(expected: expected, got: seq))
         }
         if event.header.prev != head?.id { return .refused(.wrongPrevious(seq: seq)) }
@@ -157,10 +175,11 @@ public struct LogStore: Sendable {
         let arrival = context.nextArrival
         context.nextArrival += 1
         context.maxHLC = max(context.maxHLC, event.hlc.rawValue)
-        try txn.put(events, idKey, Self.encodeU64(arrival) + event.encoded())
-        try txn.put(feeds, feedKey, idKey)
+        let arrivalKey = Self.encodeU64(arrival)
+        try txn.put(envelopes, arrivalKey, event.encoded(), append: true)
+        try txn.put(ids, idKey, arrivalKey)
+        try txn.put(positions, feedKey, arrivalKey)
         try txn.put(heads, author.bytes, Self.encodeU64(seq) + idKey + Self.encodeU64(event.hlc.rawValue))
-        try txn.put(arrivals, Self.encodeU64(arrival), idKey, append: true)
         return .accepted(arrival: arrival)
     }
 
@@ -168,13 +187,19 @@ public struct LogStore: Sendable {
     /// (brief decision 8). Returns false when it was already purged or absent.
     @discardableResult
     public func purgePayload(_ id: EventID, in txn: Transaction) throws -> Bool {
-        guard let raw = try txn.get(events, id.bytes) else { return false }
-        let stored = try Self.decodeStored(raw, id: id)
-        guard stored.event.payloadBytes != nil else { return false }
-        guard stored.event.kind.payloadIsPurgeable else {
-            throw LogError.corrupt("asked to purge event \(id.hex) of kind \(stored.event.kind.name), which is not purgeable")
+        guard let arrival = try readArrival(of: id, in: txn) else { return false }
+        return try purgePayload(atArrival: arrival, in: txn)
+    }
+
+    /// Removes the payload of the event at `arrival`.
+    @discardableResult
+    public func purgePayload(atArrival arrival: UInt64, in txn: Transaction) throws -> Bool {
+        let event = try readEnvelope(at: arrival, in: txn)
+        guard event.payloadBytes != nil else { return false }
+        guard event.kind.payloadIsPurgeable else {
+            throw LogError.corrupt("asked to purge event \(event.id.hex) of kind \(event.kind.name), which is not purgeable")
         }
-        try txn.put(events, id.bytes, Self.encodeU64(stored.arrival) + stored.event.purged().encoded())
+        try txn.put(envelopes, Self.encodeU64(arrival), event.purged().encoded())
         return true
     }
 
@@ -202,9 +227,24 @@ public struct LogStore: Sendable {
         }
     }
 
+    /// The arrival position of a stored event.
+    public func readArrival(of id: EventID, in txn: Transaction) throws -> UInt64? {
+        try txn.get(ids, id.bytes).map { try Self.decodeU64($0, what: "arrival of \(id.hex)") }
+    }
+
+    /// The event stored at `arrival`; a missing or undecodable one is damage.
+    public func readEnvelope(at arrival: UInt64, in txn: Transaction) throws -> Event {
+        guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else {
+            throw LogError.corrupt("no event at arrival \(arrival)")
+        }
+        return try Self.decodeEnvelope(raw, arrival: arrival)
+    }
+
     public func readEvent(_ id: EventID, in txn: Transaction) throws -> StoredEvent? {
-        guard let raw = try txn.get(events, id.bytes) else { return nil }
-        return try Self.decodeStored(raw, id: id)
+        guard let arrival = try readArrival(of: id, in: txn) else { return nil }
+        let event = try readEnvelope(at: arrival, in: txn)
+        guard event.id == id else { throw LogError.corrupt("ids lists \(id.hex) at arrival \(arrival), which holds \(event.id.hex)") }
+        return StoredEvent(event: event, arrival: arrival)
     }
 
     public func event(_ id: EventID) throws -> StoredEvent? {
@@ -216,30 +256,25 @@ public struct LogStore: Sendable {
         try env.read { txn in
             var out: [StoredEvent] = []
             guard limit > 0 else { return out }
-            try txn.scan(feeds, from: Self.feedKey(author, fromSeq)) { key, value in
+            try txn.scan(positions, from: Self.feedKey(author, fromSeq)) { key, value in
                 guard key.count == 40, key.starts(with: author.bytes) else { return false }
-                let id = try Self.id32(value)
-                guard let stored = try readEvent(id, in: txn) else {
-                    throw LogError.corrupt("feed \(author.short) lists event \(id.hex) that is not stored")
-                }
-                out.append(stored)
+                let arrival = try Self.decodeU64(value, what: "feed position")
+                out.append(StoredEvent(event: try readEnvelope(at: arrival, in: txn), arrival: arrival))
                 return out.count < limit
             }
             return out
         }
     }
 
-    /// Events that arrived after position `since`, in arrival order.
+    /// Events that arrived after position `since`, in arrival order: one
+    /// sequential read of the envelopes.
     public func arrivals(since: UInt64, limit: Int = .max) throws -> [StoredEvent] {
         try env.read { txn in
             var out: [StoredEvent] = []
             guard limit > 0 else { return out }
-            try txn.scan(arrivals, from: Self.encodeU64(since &+ 1)) { _, value in
-                let id = try Self.id32(value)
-                guard let stored = try readEvent(id, in: txn) else {
-                    throw LogError.corrupt("arrival log lists event \(id.hex) that is not stored")
-                }
-                out.append(stored)
+            try txn.scan(envelopes, from: Self.encodeU64(since &+ 1)) { key, value in
+                let arrival = try Self.decodeU64(key, what: "arrival position")
+                out.append(StoredEvent(event: try Self.decodeEnvelope(value, arrival: arrival), arrival: arrival))
                 return out.count < limit
             }
             return out
@@ -247,67 +282,63 @@ public struct LogStore: Sendable {
     }
 
     /// Like `arrivals(since:limit:)`, but an event that cannot be read is
-    /// returned as its id with the error instead of ending the read (for
-    /// audits of damaged stores).
-    public func arrivalsTolerant(since: UInt64, limit: Int) throws -> [(position: UInt64, id: EventID, stored: Result<StoredEvent, LogError>)] {
-        try env.read { txn in
-            var out: [(UInt64, EventID, Result<StoredEvent, LogError>)] = []
-            guard limit > 0 else { return out }
-            try txn.scan(arrivals, from: Self.encodeU64(since &+ 1)) { key, value in
-                let position = try Self.decodeU64(key, what: "arrival position")
-                let id = try Self.id32(value)
+    /// returned with the error instead of ending the read (for audits of
+    /// damaged stores).
+    public func arrivalsTolerant(since: UInt64, limit: Int) throws -> [(position: UInt64, stored: Result<StoredEvent, LogError>)] {
+        var out: [(UInt64, Result<StoredEvent, LogError>)] = []
+        try rawEnvelopes(since: since, sliceSize: limit) { slice in
+            for (arrival, raw) in slice {
                 do {
-                    if let stored = try readEvent(id, in: txn) {
-                        out.append((position, id, .success(stored)))
-                    } else {
-                        out.append((position, id, .failure(.corrupt("arrival log lists event \(id.hex) that is not stored"))))
-                    }
+                    out.append((arrival, .success(StoredEvent(event: try Self.decodeEnvelope(raw, arrival: arrival), arrival: arrival))))
                 } catch let error as LogError {
-                    out.append((position, id, .failure(error)))
+                    out.append((arrival, .failure(error)))
                 }
-                return out.count < limit
             }
-            return out
+            return false
         }
+        return out
     }
 
     /// The position of the newest arrival (0 for an empty log).
     public func lastArrival() throws -> UInt64 {
         try env.read { txn in
-            guard let last = try txn.last(arrivals) else { return 0 }
+            guard let last = try txn.last(envelopes) else { return 0 }
             return try Self.decodeU64(last.key, what: "arrival position")
         }
     }
 
-    public func eventCount() throws -> Int { try env.read { txn in try txn.count(events) } }
+    public func eventCount() throws -> Int { try env.read { txn in try txn.count(envelopes) } }
 
-    /// Every stored record in id order, in slices of `sliceSize`: the raw
-    /// key and value as they are on disk (for audits that must see damage
-    /// that a decoding reader would reject).
-    public func rawEventRecords(sliceSize: Int = 10_000, _ body: ([(key: [UInt8], value: [UInt8])]) throws -> Void) throws {
-        var from: [UInt8]? = nil
+    /// The stored envelopes after `since` in arrival order, in slices of
+    /// `sliceSize`, as raw bytes (for audits that must see damage a decoding
+    /// reader would reject). `body` returns whether to go on.
+    public func rawEnvelopes(
+        since: UInt64 = 0, sliceSize: Int = 10_000, _ body: ([(arrival: UInt64, bytes: [UInt8])]) throws -> Bool
+    ) throws {
+        var from = since
         while true {
-            var slice: [([UInt8], [UInt8])] = []
+            var slice: [(UInt64, [UInt8])] = []
             try env.read { txn in
-                try txn.scan(events, from: from) { key, value in
-                    if let from, key == from { return true }
-                    slice.append((key, value))
+                try txn.scan(envelopes, from: Self.encodeU64(from &+ 1)) { key, value in
+                    slice.append((try Self.decodeU64(key, what: "arrival position"), value))
                     return slice.count < sliceSize
                 }
             }
             guard let last = slice.last else { return }
-            try body(slice)
+            guard try body(slice), slice.count == sliceSize else { return }
             from = last.0
-            if slice.count < sliceSize { return }
         }
     }
 
-    /// Decodes a stored record (u64be arrival || envelope).
-    public static func decodeRecord(_ raw: [UInt8], id: EventID) throws -> StoredEvent { try decodeStored(raw, id: id) }
+    /// Decodes a stored envelope, re-applying the checks of
+    /// Specs/events.md §7.1 (decoding); damage is reported as `corrupt`.
+    public static func decodeEnvelope(_ raw: [UInt8], arrival: UInt64) throws -> Event {
+        do { return try Event.decode(raw) } catch { throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)") }
+    }
 
     /// Database sizes in bytes (pages in use), by name.
     public func databaseSizes() throws -> [(name: String, bytes: Int)] {
-        [("events", events), ("feeds", feeds), ("heads", heads), ("arrivals", arrivals), ("forks", forks), ("meta", meta)].map {
+        [("envelopes", envelopes), ("ids", ids), ("positions", positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
             ($0.0, (try? env.pageCount(of: $0.1)) ?? 0)
         }
     }
@@ -317,10 +348,10 @@ public struct LogStore: Sendable {
     public func unsafeWrite(database name: String, key: [UInt8], value: [UInt8]?) throws {
         let db: Database
         switch name {
-        case "events": db = events
-        case "feeds": db = feeds
+        case "envelopes": db = envelopes
+        case "ids": db = ids
+        case "positions": db = positions
         case "heads": db = heads
-        case "arrivals": db = arrivals
         case "forks": db = forks
         default: db = meta
         }
@@ -344,12 +375,13 @@ public struct LogStore: Sendable {
                     throw LogError.corrupt("fork evidence key of \(key.count) bytes")
                 }
                 let seq = try Self.decodeU64(Array(key[32..<40]), what: "fork sequence")
-                guard let keptRaw = try txn.get(feeds, Array(key[0..<40])) else {
+                guard let keptRaw = try txn.get(positions, Array(key[0..<40])) else {
                     throw LogError.corrupt("fork evidence for \(author.short)#\(seq) without a kept event")
                 }
+                let kept = try readEnvelope(at: try Self.decodeU64(keptRaw, what: "feed position"), in: txn).id
                 let refused: Event
                 do { refused = try Event.decode(value) } catch { throw LogError.corrupt("fork evidence: \(error)") }
-                out.append(ForkEvidence(author: author, seq: seq, kept: try Self.id32(keptRaw), refused: refused))
+                out.append(ForkEvidence(author: author, seq: seq, kept: kept, refused: refused))
                 return true
             }
             return out
@@ -379,17 +411,6 @@ public struct LogStore: Sendable {
         return FeedHead(
             seq: try decodeU64(Array(raw[0..<8]), what: "head seq"), id: id,
             hlc: HLC(rawValue: try decodeU64(Array(raw[40..<48]), what: "head hlc")))
-    }
-
-    static func decodeStored(_ raw: [UInt8], id: EventID) throws -> StoredEvent {
-        guard raw.count > 8 else { throw LogError.corrupt("event \(id.hex) record of \(raw.count) bytes") }
-        let arrival = try decodeU64(Array(raw[0..<8]), what: "arrival position")
-        let event: Event
-        do { event = try Event.decode(Array(raw[8...])) } catch {
-            throw LogError.corrupt("event \(id.hex) does not decode: \(error)")
-        }
-        guard event.id == id else { throw LogError.corrupt("event stored under \(id.hex) has id \(event.id.hex)") }
-        return StoredEvent(event: event, arrival: arrival)
     }
 }
 
@@ -427,26 +448,20 @@ extension LogStore {
                 }
                 var prev: (id: EventID, hlc: HLC)? = nil
                 for seq in 1...max(head.seq, 1) where head.seq > 0 {
-                    guard let idRaw = try txn.get(feeds, Self.feedKey(author, seq)), let id = Bytes32(idRaw) else {
+                    guard let raw = try txn.get(positions, Self.feedKey(author, seq)), raw.count == 8 else {
                         problems.append("feed \(author.hex): position \(seq) missing (head is \(head.seq))")
                         prev = nil
                         continue
                     }
                     eventsInFeeds += 1
-                    let stored: StoredEvent
-                    do {
-                        guard let s = try readEvent(id, in: txn) else {
-                            problems.append("feed \(author.hex) #\(seq): event \(id.hex) not stored")
-                            prev = nil
-                            continue
-                        }
-                        stored = s
-                    } catch {
+                    let arrival = raw.reduce(0) { $0 << 8 | UInt64($1) }
+                    let e: Event
+                    do { e = try readEnvelope(at: arrival, in: txn) } catch {
                         problems.append("feed \(author.hex) #\(seq): \(error)")
                         prev = nil
                         continue
                     }
-                    let e = stored.event
+                    let id = e.id
                     if e.author != author || e.seq != seq { problems.append("feed \(author.hex) #\(seq): holds \(e.author.short)#\(e.seq)") }
                     if verifySignatures && !e.verifySignature() { problems.append("feed \(author.hex) #\(seq): bad signature") }
                     if seq == 1 {
@@ -455,10 +470,8 @@ extension LogStore {
                         if e.header.prev != prev.id { problems.append("feed \(author.hex) #\(seq): does not chain to #\(seq - 1)") }
                         if e.hlc <= prev.hlc { problems.append("feed \(author.hex) #\(seq): timestamp not increasing") }
                     }
-                    guard let arrivalID = try txn.get(arrivals, Self.encodeU64(stored.arrival)), arrivalID == id.bytes else {
-                        problems.append("feed \(author.hex) #\(seq): arrival \(stored.arrival) does not list it")
-                        prev = (id, e.hlc)
-                        continue
+                    if try readArrival(of: id, in: txn) != arrival {
+                        problems.append("feed \(author.hex) #\(seq): the id index does not map \(id.hex) to arrival \(arrival)")
                     }
                     if seq == head.seq && (id != head.id || e.hlc != head.hlc) {
                         problems.append("feed \(author.hex): head does not match its last event")
@@ -467,10 +480,10 @@ extension LogStore {
                 }
                 return true
             }
-            let stored = try txn.count(events)
-            let arrived = try txn.count(arrivals)
+            let stored = try txn.count(envelopes)
+            let indexed = try txn.count(ids)
             if stored != eventsInFeeds { problems.append("\(stored) events stored but \(eventsInFeeds) in feeds") }
-            if stored != arrived { problems.append("\(stored) events stored but \(arrived) in the arrival log") }
+            if stored != indexed { problems.append("\(stored) events stored but \(indexed) in the id index") }
             return problems
         }
     }

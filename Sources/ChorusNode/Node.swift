@@ -214,6 +214,33 @@ public actor Node {
         }
     }
 
+    /// The store format this build writes (Specs/storage.md §4).
+    public static let storeFormat = LogStore.formatVersion
+
+    /// Upgrades a store written by an older format to the current one
+    /// (Specs/storage.md §4.1), keeping every event, blob and key; returns
+    /// false when it is already current. Takes the writer lock, so it never
+    /// runs beside a node that writes the store. The projections are folded
+    /// again on the next read-write `open` (with its progress). Runs on a
+    /// thread of its own and can be cancelled; an interrupted upgrade
+    /// resumes where it stopped.
+    public static func upgrade(
+        at path: String, options: NodeOptions = NodeOptions(), progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
+    ) async throws -> Bool {
+        guard FileManager.default.fileExists(atPath: path + "/data.mdb") else { throw NodeError.notInitialized(path: path) }
+        let fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
+        defer { Foundation.close(fd) }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 { throw NodeError.storeInUse(path: path) }
+        let mapSize = options.initialMapSize
+        return try await runOnOwnThread("chorus-upgrade") { cancelled in
+            let env = try Environment(path: path, initialMapSize: mapSize)
+            guard try LogStore.upgrade(env: env, progress: progress, isCancelled: cancelled) else { return false }
+            try Projections.markStale(env: env)
+            return true
+        }
+    }
+
     private init(
         path: String, projections: Projections, blobs: BlobStore, user: PublicKey, userKey: SigningKey?, device: SigningKey,
         issuer: SigningKey?, agreement: AgreementKey?, lockFD: Int32, readOnly: Bool, options: NodeOptions

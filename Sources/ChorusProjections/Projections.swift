@@ -153,6 +153,13 @@ public struct Projections: Sendable {
         try log.env.write { txn in _ = try txn.delete(index, Self.builtKey) }
     }
 
+    /// Marks the projections of `env` stale without opening them (after a
+    /// store format upgrade): the next read-write open folds the log again.
+    public static func markStale(env: Environment) throws {
+        let index = try env.openDatabase("index")
+        try env.write { txn in _ = try txn.delete(index, builtKey) }
+    }
+
     public func rebuildIfNeeded(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Bool {
         if try isCurrent() { return false }
         try rebuild(progress: progress)

@@ -73,7 +73,7 @@ public struct ReplayStore: Sendable {
     /// ending the copy.
     public func copy(
         to output: String, include: @escaping (StoredEvent) -> Bool = { _ in true }, tolerant: Bool = false,
-        skipped: ((_ id: EventID, _ why: String) -> Void)? = nil,
+        skipped: ((_ what: String, _ why: String) -> Void)? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws -> ReplayStore {
         let fm = FileManager.default
@@ -103,7 +103,7 @@ public struct ReplayStore: Sendable {
                 case .success(let stored): if include(stored) { events.append(stored.event) }
                 case .failure(let error):
                     guard tolerant else { throw error }
-                    skipped?(item.id, "\(error)")
+                    skipped?("arrival \(item.position)", "\(error)")
                 }
             }
             // Clock checks off: a copy keeps what the original accepted.
@@ -111,7 +111,7 @@ public struct ReplayStore: Sendable {
                 for e in events {
                     if case .refused(let why) = try commit.append(e) {
                         guard tolerant else { throw ReplayError.io("event \(e.id.hex) does not fit its feed in the copy: \(why)") }
-                        skipped?(e.id, "does not fit its feed: \(why)")
+                        skipped?("event \(e.id.hex)", "does not fit its feed: \(why)")
                     }
                 }
             }

@@ -23,14 +23,15 @@ extension ReplayStore {
     /// of every database.
     public func stats() throws -> StoreStats {
         var s = StoreStats()
-        try log.rawEventRecords { slice in
+        try log.rawEnvelopes { slice in
             for record in slice {
-                guard let id = Bytes32(record.key), let stored = try? LogStore.decodeRecord(record.value, id: id) else { continue }
+                guard let event = try? LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) else { continue }
                 s.events += 1
-                s.perKind[stored.event.kind.name, default: 0] += 1
-                if stored.event.payloadBytes == nil { s.purged[stored.event.kind.name, default: 0] += 1 }
-                if !stored.event.kind.isKnown { s.unknownKinds[stored.event.kind.code, default: 0] += 1 }
+                s.perKind[event.kind.name, default: 0] += 1
+                if event.payloadBytes == nil { s.purged[event.kind.name, default: 0] += 1 }
+                if !event.kind.isKnown { s.unknownKinds[event.kind.code, default: 0] += 1 }
             }
+            return true
         }
         s.perAuthor = try log.allHeads().map { ($0.author, Int($0.head.seq), $0.head.seq) }
             .sorted { ($0.events, $1.author) > ($1.events, $0.author) }

@@ -44,37 +44,33 @@ extension ReplayStore {
         let total = try log.eventCount()
 
         // 1. Every record: decode strictly and verify the signature, on all cores.
-        try log.rawEventRecords { slice in
-            let checked = parallelMap(slice, chunk: 64) { record -> Result<StoredEvent, Finding> in
-                guard let id = Bytes32(record.key) else {
-                    return .failure(
-                        Finding(code: "undecodable", message: "an events key of \(record.key.count) bytes", event: nil,
-                            location: "events[\(Hex.encode(record.key))]"))
+        try log.rawEnvelopes { slice in
+            let checked = parallelMap(slice, chunk: 64) { record -> Result<Event, Finding> in
+                let location = "envelopes[\(record.arrival)]"
+                let event: Event
+                do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
+                    return .failure(Finding(code: "undecodable", message: "\(error)", event: nil, location: location))
                 }
-                let stored: StoredEvent
-                do { stored = try LogStore.decodeRecord(record.value, id: id) } catch {
-                    let code = "\(error)".contains("has id") ? "wrong_id" : "undecodable"
-                    return .failure(Finding(code: code, message: "\(error)", event: id, location: "events[\(id.hex)]"))
-                }
-                guard stored.event.verifySignature() else {
+                guard event.verifySignature() else {
                     return .failure(
                         Finding(
-                            code: "bad_signature", message: "the signature does not verify for author \(stored.event.author.hex)",
-                            event: id, location: "events[\(id.hex)] (\(stored.event.author.short)#\(stored.event.seq))"))
+                            code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
+                            event: event.id, location: "\(location) (\(event.id.hex), \(event.author.short)#\(event.seq))"))
                 }
-                return .success(stored)
+                return .success(event)
             }
             for r in checked {
                 report.events += 1
                 switch r {
-                case .success(let stored):
-                    report.perKind[stored.event.kind.name, default: 0] += 1
-                    if stored.event.payloadBytes == nil { report.purged[stored.event.kind.name, default: 0] += 1 }
+                case .success(let event):
+                    report.perKind[event.kind.name, default: 0] += 1
+                    if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
                 case .failure(let finding):
                     report.findings.append(finding)
                 }
             }
             progress?("events", report.events, total)
+            return true
         }
 
         // 2. Feeds: every position present and chained, heads and arrivals agree.
@@ -149,13 +145,12 @@ extension ReplayStore {
             epochs[chat] = set
             return set
         }
-        try log.rawEventRecords { slice in
+        try log.rawEnvelopes { slice in
             for record in slice {
-                guard let id = Bytes32(record.key), let stored = try? LogStore.decodeRecord(record.value, id: id),
-                    let payload = stored.event.payload
+                guard let e = try? LogStore.decodeEnvelope(record.bytes, arrival: record.arrival), let payload = e.payload
                 else { continue }
-                let e = stored.event
-                let location = "events[\(id.hex)] (\(e.author.short)#\(e.seq))"
+                let id = e.id
+                let location = "envelopes[\(record.arrival)] (\(id.hex), \(e.author.short)#\(e.seq))"
                 switch e.kind {
                 case .chatKey:
                     if let problem = EventKind.chatKey.schema?.violation(in: payload) {
@@ -177,6 +172,7 @@ extension ReplayStore {
                 default: continue
                 }
             }
+            return true
         }
         return findings
     }

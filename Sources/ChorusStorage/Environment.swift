@@ -335,6 +335,12 @@ public struct Transaction {
         try StorageError.check(mdb_drop(txn, db.dbi, 0), "mdb_drop")
     }
 
+    /// Deletes a database and its name from the environment (its handle is
+    /// closed: do not use it again).
+    public func drop(_ db: Database) throws(StorageError) {
+        try StorageError.check(mdb_drop(txn, db.dbi, 1), "mdb_drop")
+    }
+
     public func count(_ db: Database) throws(StorageError) -> Int {
         var stat = MDB_stat()
         try StorageError.check(mdb_stat(txn, db.dbi, &stat), "mdb_stat")

@@ -107,16 +107,18 @@ struct ReplayTests {
     @Test func damageIsFoundWithItsLocation() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
-        // A flipped byte inside a stored event's signature.
+        // A flipped byte inside a stored event's payload.
+        var arrival: UInt64 = 0
         do {
             let s = try ReplayStore.open(h.store, writable: true)
             let stored = try #require(try s.log.event(h.secondName))
-            var bytes = LogStore.encodeU64(stored.arrival) + stored.event.encoded()
+            var bytes = stored.event.encoded()
             bytes[bytes.count - 20] ^= 0x01  // inside the payload: its hash no longer matches
-            try s.log.unsafeWrite(database: "events", key: h.secondName.bytes, value: bytes)
+            try s.log.unsafeWrite(database: "envelopes", key: LogStore.encodeU64(stored.arrival), value: bytes)
+            arrival = stored.arrival
         }
         var findings = try ReplayStore.open(h.store).verify().findings
-        #expect(findings.contains { $0.code == "undecodable" && $0.event == h.secondName && $0.location.contains(h.secondName.hex) })
+        #expect(findings.contains { $0.code == "undecodable" && $0.location == "envelopes[\(arrival)]" && $0.message.contains("payload") })
 
         // A projection entry edited behind the log's back.
         do {
@@ -129,7 +131,7 @@ struct ReplayTests {
         // A missing feed entry.
         do {
             let s = try ReplayStore.open(h.store, writable: true)
-            try s.log.unsafeWrite(database: "feeds", key: h.anaDevice.bytes + LogStore.encodeU64(1), value: nil)
+            try s.log.unsafeWrite(database: "positions", key: h.anaDevice.bytes + LogStore.encodeU64(1), value: nil)
         }
         findings = try ReplayStore.open(h.store).verify().findings
         #expect(findings.contains { $0.code == "feed" && $0.message.contains("position 1 missing") })
