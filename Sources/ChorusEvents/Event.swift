@@ -256,3 +256,48 @@ public struct UnsignedEvent: Sendable {
             payloadBytes: payloadBytes, id: id)
     }
 }
+
+extension Event {
+    /// The payload bytes of an envelope this node stored itself (nil when
+    /// purged), found by reading the three CBOR heads of §3.1 without
+    /// decoding or re-checking anything: the projections read payloads this
+    /// way, and `chorus-replay verify` re-checks every stored envelope in
+    /// full. Throws on bytes that are not shaped like an envelope.
+    public static func storedPayload(ofEnvelope bytes: [UInt8]) throws(EventError) -> [UInt8]? {
+        var i = 0
+        func head() throws(EventError) -> (major: UInt8, argument: Int) {
+            guard i < bytes.count else { throw .malformedEnvelope("stored envelope is truncated") }
+            let first = bytes[i]
+            i += 1
+            let info = first & 0x1f
+            let width: Int
+            switch info {
+            case 0..<24: return (first >> 5, Int(info))
+            case 24: width = 1
+            case 25: width = 2
+            case 26: width = 4
+            default: throw .malformedEnvelope("stored envelope has an item of unexpected length")
+            }
+            guard i + width <= bytes.count else { throw .malformedEnvelope("stored envelope is truncated") }
+            var n = 0
+            for _ in 0..<width {
+                n = n << 8 | Int(bytes[i])
+                i += 1
+            }
+            return (first >> 5, n)
+        }
+        func skipBytes() throws(EventError) {
+            let h = try head()
+            guard h.major == 2, i + h.argument <= bytes.count else { throw .malformedEnvelope("stored envelope item is not a byte string") }
+            i += h.argument
+        }
+        guard try head() == (4, 3) else { throw .malformedEnvelope("stored envelope is not a 3-item array") }
+        try skipBytes()
+        try skipBytes()
+        guard i < bytes.count else { throw .malformedEnvelope("stored envelope is truncated") }
+        if bytes[i] == 0xf6 { return nil }
+        let h = try head()
+        guard h.major == 2, i + h.argument == bytes.count else { throw .malformedEnvelope("stored payload is not a byte string") }
+        return Array(bytes[i...])
+    }
+}

@@ -41,7 +41,7 @@ public enum AppendOutcome: Hashable, Sendable {
     /// Already stored without its payload (purged, or received from a peer
     /// that had purged it); the payload was put back. The projections decide
     /// whether it stays: a deletion purges it again in the same transaction.
-    case refilled
+    case refilled(arrival: UInt64)
     case refused(EventError)
 }
 
@@ -147,7 +147,7 @@ public struct LogStore: Sendable {
             let existing = try readEnvelope(at: arrival, in: txn)
             guard existing.payloadBytes == nil else { return .duplicate }
             try txn.put(envelopes, Self.encodeU64(arrival), event.encoded())
-            return .refilled
+            return .refilled(arrival: arrival)
         }
 
         let author = event.header.author
@@ -238,6 +238,15 @@ public struct LogStore: Sendable {
             throw LogError.corrupt("no event at arrival \(arrival)")
         }
         return try Self.decodeEnvelope(raw, arrival: arrival)
+    }
+
+    /// The payload bytes of the event at `arrival` (nil when purged), read
+    /// without decoding the event (`Event.storedPayload`).
+    public func readPayload(at arrival: UInt64, in txn: Transaction) throws -> [UInt8]? {
+        guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else {
+            throw LogError.corrupt("no event at arrival \(arrival)")
+        }
+        do { return try Event.storedPayload(ofEnvelope: raw) } catch { throw LogError.corrupt("event at arrival \(arrival): \(error)") }
     }
 
     public func readEvent(_ id: EventID, in txn: Transaction) throws -> StoredEvent? {

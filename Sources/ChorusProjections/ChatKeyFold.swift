@@ -165,7 +165,7 @@ extension Projections {
         try log.env.read { txn in
             var out: [(PublicKey, ChatKeyPayload)] = []
             try txn.scan(facts, prefix: [ObjectClass.chatKeys.rawValue] + chat.bytes) { key, value in
-                let fact = try Fact.decode(order: try MergeOrder(bytes: key[33...]), value)
+                let fact = try Fact.load(key: key, value: value, log: log, in: txn)
                 guard let payload = fact.payload, let k = try? ChatKeyPayload(reading: payload), k.epoch == epoch else { return true }
                 out.append((fact.author, k))
                 return true

@@ -83,7 +83,7 @@ extension FoldRun {
         var pending: [Fact] = []
         try txn.scan(p.facts, from: prefix + start.bytes) { key, value in
             guard key.starts(with: prefix) else { return false }
-            pending.append(try Fact.decode(order: try MergeOrder(bytes: key[33...]), value))
+            pending.append(try Fact.load(key: key, value: value, log: p.log, in: txn))
             return true
         }
         for f in pending {

@@ -49,10 +49,45 @@ struct FoldRun {
     /// cannot be undone, then wait for `Projections.purgeDeleted` at the end.
     let purging: Bool
 
-    init(projections: Projections, txn: Transaction, purging: Bool = true) {
+    /// A bulk fold (a rebuild from empty state, Specs/projections.md §8.2):
+    /// every object is folded once, after every object it depends on, so
+    /// nothing is marked for folding again and no decision needs clearing.
+    let bulk: Bool
+
+    init(projections: Projections, txn: Transaction, purging: Bool = true, bulk: Bool = false) {
         self.p = projections
         self.txn = txn
         self.purging = purging
+        self.bulk = bulk
+    }
+
+    /// Folds each of `objects` of class `cls` once, from all of its facts,
+    /// without marking anything else: the bulk rebuild calls this class by
+    /// class in `ObjectClass.foldOrder`, so what a fold reads (device
+    /// bindings, chat memberships, pictures) is already final.
+    mutating func foldInBulk(_ cls: ObjectClass, _ objects: [Bytes32]) throws {
+        for object in objects {
+            switch cls {
+            case .device: _ = try foldDevice(object)
+            case .deviceKey: try foldDeviceKey(object)
+            case .profile: try foldProfile(object)
+            case .picture: try foldPicture(object)
+            case .follow, .like, .block: try foldRelationship(cls, object)
+            case .slots: try foldSlots(object)
+            case .chat: _ = try foldChat(object)
+            case .reads: try foldReads(object)
+            case .chatKeys: try foldChatKeys(object)
+            case .message: try foldMessage(object)
+            case .coins:
+                var first: MergeOrder? = nil
+                try txn.scan(p.facts, prefix: [ObjectClass.coins.rawValue] + object.bytes) { key, _ in
+                    first = try MergeOrder(bytes: key[33...])
+                    return false
+                }
+                if let first { try foldCoins(from: first) }
+            }
+        }
+        try writeMessageCounts()
     }
 
     mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
@@ -118,7 +153,7 @@ struct FoldRun {
         var out: [Fact] = []
         let prefix = [cls.rawValue] + object.bytes
         try txn.scan(p.facts, prefix: prefix) { key, value in
-            out.append(try Fact.decode(order: try MergeOrder(bytes: key[33...]), value))
+            out.append(try Fact.load(key: key, value: value, log: p.log, in: txn))
             return true
         }
         return out
@@ -151,7 +186,7 @@ struct FoldRun {
         if let reason {
             try txn.put(p.state, key, Codec.cbor(.array([.text(reason.code), .text(reason.detail)])))
             decidedNoEffect.insert(id)
-        } else if !newEvents.contains(id) || decidedNoEffect.contains(id) {
+        } else if !(bulk || newEvents.contains(id)) || decidedNoEffect.contains(id) {
             try txn.delete(p.state, key)
         }
     }
@@ -194,10 +229,7 @@ struct FoldRun {
     /// Purges the payload of a fact and of its logged event (brief decision 8).
     func purge(_ cls: ObjectClass, _ object: Bytes32, _ fact: Fact) throws {
         guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }
-        try txn.put(
-            p.facts, Projections.factKey(cls, object, fact.order),
-            [UInt8(truncatingIfNeeded: fact.kind.code)] + fact.object.bytes + [0])
-        try p.log.purgePayload(fact.id, in: txn)
+        try p.log.purgePayload(atArrival: fact.arrival, in: txn)
     }
 }
 

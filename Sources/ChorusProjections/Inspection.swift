@@ -46,7 +46,7 @@ extension Projections {
             var out: [FiledEvent] = []
             for cls in ObjectClass.allCases where cls != .coins {
                 try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
-                    let f = try Fact.decode(order: try MergeOrder(bytes: key[33...]), value)
+                    let f = try Fact.load(key: key, value: value, log: log, in: txn)
                     out.append(
                         FiledEvent(
                             objectClass: Self.className(cls), object: object, order: f.order, kind: f.kind, headerObject: f.object,
@@ -62,7 +62,7 @@ extension Projections {
             for order in coinOrders {
                 let key = Self.factKey(.coins, .zero, order)
                 guard let raw = try txn.get(facts, key) else { continue }
-                let f = try Fact.decode(order: order, raw)
+                let f = try Fact.load(order: order, value: raw, log: log, in: txn)
                 out.append(
                     FiledEvent(objectClass: "coins", object: .zero, order: order, kind: f.kind, headerObject: f.object, payload: f.payload))
             }
@@ -172,7 +172,7 @@ extension Projections {
             var out: [EventID] = []
             for (cls, object) in objects {
                 try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
-                    let fact = try Fact.decode(order: try MergeOrder(bytes: key[33...]), value)
+                    let fact = try Fact.load(key: key, value: value, log: log, in: txn)
                     if fact.payload == nil && fact.kind.payloadIsPurgeable { out.append(fact.id) }
                     return out.count < limit
                 }

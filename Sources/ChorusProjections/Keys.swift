@@ -2,6 +2,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusStorage
 
 /// The merge order of events: (HLC, author, event id), compared as the
 /// 72-byte big-endian concatenation (Specs/projections.md §2).
@@ -51,6 +52,30 @@ public enum ProjectionError: Error, Sendable, CustomStringConvertible {
 enum ObjectClass: UInt8, CaseIterable {
     case device = 1, profile, picture, follow, like, block, chat, reads, message, slots, coins, deviceKey, chatKeys
 
+    /// The fold registry's order: a class is folded after every class its
+    /// rules read (Specs/projections.md §8). The switch has no default, so
+    /// a new class does not compile until it has a place here, and
+    /// `FoldRun.foldInBulk` must name it too.
+    var foldRank: Int {
+        switch self {
+        case .device: 0  // every rule reads device bindings
+        case .profile: 1
+        case .picture: 2
+        case .follow: 3
+        case .like: 4
+        case .block: 5
+        case .slots: 6  // slots name pictures
+        case .deviceKey: 7
+        case .chat: 8  // memberships, read by what follows
+        case .reads: 9
+        case .chatKeys: 10  // reads memberships and device bindings
+        case .message: 11  // reads memberships and epochs
+        case .coins: 12  // reads device bindings; last, as in every run
+        }
+    }
+
+    static let foldOrder: [ObjectClass] = allCases.sorted { $0.foldRank < $1.foldRank }
+
     static func targets(of event: Event) -> [(ObjectClass, Bytes32)] {
         switch event.kind {
         case .deviceAdded, .deviceRemoved: [(.device, event.object)]
@@ -73,11 +98,14 @@ enum ObjectClass: UInt8, CaseIterable {
     }
 }
 
-/// One event as a projection sees it, read back from the `facts` database.
+/// One event as a projection sees it: its `facts` entry (merge order, kind,
+/// header object, arrival position) with the payload read from the log.
 struct Fact {
     let order: MergeOrder
     let kind: EventKind
     let object: Bytes32
+    /// Where the log holds the event (its payload, and the purge target).
+    let arrival: UInt64
     /// nil when the payload is purged.
     let payload: CBORValue?
 
@@ -93,28 +121,42 @@ struct Fact {
         do { return try P(reading: payload) } catch { throw ProjectionError.corrupt("\(kind.name) fact: \(error)") }
     }
 
-    static func encode(_ event: Event) -> [UInt8] {
-        var out: [UInt8] = [UInt8(truncatingIfNeeded: event.kind.code)] + event.object.bytes
-        if let p = event.payloadBytes {
-            out.append(1)
-            out += p
-        } else {
-            out.append(0)
-        }
-        return out
+    init(order: MergeOrder, kind: EventKind, object: Bytes32, arrival: UInt64, payload: CBORValue?) {
+        self.order = order
+        self.kind = kind
+        self.object = object
+        self.arrival = arrival
+        self.payload = payload
     }
 
-    static func decode(order: MergeOrder, _ raw: [UInt8]) throws -> Fact {
-        guard raw.count >= 34, let kind = EventKind(knownCode: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
+    init(_ stored: StoredEvent) {
+        self.init(
+            order: MergeOrder(stored.event), kind: stored.event.kind, object: stored.event.object, arrival: stored.arrival,
+            payload: stored.event.payload)
+    }
+
+    /// The `facts` value: u8(kind) ‖ header object (32) ‖ u64be(arrival).
+    static func encode(_ stored: StoredEvent) -> [UInt8] {
+        [UInt8(truncatingIfNeeded: stored.event.kind.code)] + stored.event.object.bytes + Codec.u64(stored.arrival)
+    }
+
+    /// Reads a `facts` entry and its payload from the log.
+    static func load(key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction) throws -> Fact {
+        try load(order: try MergeOrder(bytes: key[33...]), value: raw, log: log, in: txn)
+    }
+
+    static func load(order: MergeOrder, value raw: [UInt8], log: LogStore, in txn: Transaction) throws -> Fact {
+        guard raw.count == 41, let kind = EventKind(knownCode: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
             throw ProjectionError.corrupt("fact of \(raw.count) bytes")
         }
+        let arrival = Codec.readU64(raw[33...])
         var payload: CBORValue? = nil
-        if raw[33] == 1 {
-            do { payload = try CBORDecoder.decode(Array(raw[34...])) } catch {
-                throw ProjectionError.corrupt("fact payload does not decode: \(error)")
+        if let bytes = try log.readPayload(at: arrival, in: txn) {
+            do { payload = try CBORDecoder.decode(bytes) } catch {
+                throw ProjectionError.corrupt("payload of the event at arrival \(arrival) does not decode: \(error)")
             }
         }
-        return Fact(order: order, kind: kind, object: object, payload: payload)
+        return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: payload)
     }
 }
 

@@ -35,79 +35,134 @@ public struct Projections: Sendable {
     /// inside the caller's write transaction.
     /// `purging: false` defers purges to `purgeDeleted` (whole-log folds in
     /// slices: see `FoldRun.purging`).
-    public func apply(_ events: [Event], in txn: Transaction, purging: Bool = true) throws {
+    public func apply(_ events: [StoredEvent], in txn: Transaction, purging: Bool = true) throws {
         guard !events.isEmpty else { return }
         var run = FoldRun(projections: self, txn: txn, purging: purging)
-        for event in events {
-            let value = Fact.encode(event)
-            let order = MergeOrder(event)
-            for (cls, object) in ObjectClass.targets(of: event) {
-                try txn.put(facts, Self.factKey(cls, object, order), value)
-                try txn.put(index, IndexTable.authored.key(event.author.bytes, [cls.rawValue], object.bytes), [])
-                switch cls {
-                case .coins:
-                    for party in Self.coinParties(event) {
-                        try txn.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
-                    }
-                    run.markCoins(from: order)
-                case .follow, .like, .block:
-                    // Relationships fold incrementally (one edge per event)
-                    // unless a device binding change forces a full re-fold.
-                    if FoldRun.isAdd(event.kind) {
-                        try txn.put(index, IndexTable.relationshipAdd.key([cls.rawValue], object.bytes, event.id.bytes), order.bytes)
-                    } else {
-                        for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
-                            try txn.put(
-                                index, IndexTable.relationshipCancel.key([cls.rawValue], object.bytes, named.bytes, order.bytes), [])
-                        }
-                    }
-                    run.addRelationshipFact(cls, object, Fact(order: order, kind: event.kind, object: event.object, payload: event.payload))
-                case .reads:
-                    // Read markers fold one fact at a time unless the chat's
-                    // membership (or a device binding) changes in this run.
-                    run.addReadFact(object, Fact(order: order, kind: event.kind, object: event.object, payload: event.payload))
-                default:
-                    run.mark(cls, object)
-                }
-            }
-            run.newEvents.insert(event.id)
-            if event.kind == .messageSent {
-                try txn.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
-            }
+        for stored in events {
+            try file(stored, in: txn, run: &run)
+            run.newEvents.insert(stored.event.id)
         }
         try run.execute()
     }
 
-    /// Drops every projection and folds the whole log again, in slices of
-    /// `sliceSize` events per write transaction. Because folding is
-    /// order-independent, the result equals the incrementally built state.
-    /// `isCancelled` is polled between slices: a cancelled rebuild throws
-    /// `CancellationError` and leaves the state marked stale (the built
-    /// marker is written last), so the next open rebuilds again.
+    /// Files an event under every object it touches (its `facts` entries
+    /// and index entries) and, with a run, marks what must be folded again.
+    func file(_ stored: StoredEvent, in txn: Transaction, run: inout FoldRun) throws {
+        let event = stored.event
+        let value = Fact.encode(stored)
+        let order = MergeOrder(event)
+        for (cls, object) in ObjectClass.targets(of: event) {
+            try txn.put(facts, Self.factKey(cls, object, order), value)
+            try txn.put(index, IndexTable.authored.key(event.author.bytes, [cls.rawValue], object.bytes), [])
+            switch cls {
+            case .coins:
+                for party in Self.coinParties(event) {
+                    try txn.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
+                }
+                run.markCoins(from: order)
+            case .follow, .like, .block:
+                // Relationships fold incrementally (one edge per event)
+                // unless a device binding change forces a full re-fold.
+                if FoldRun.isAdd(event.kind) {
+                    try txn.put(index, IndexTable.relationshipAdd.key([cls.rawValue], object.bytes, event.id.bytes), order.bytes)
+                } else {
+                    for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
+                        try txn.put(
+                            index, IndexTable.relationshipCancel.key([cls.rawValue], object.bytes, named.bytes, order.bytes), [])
+                    }
+                }
+                if !run.bulk { run.addRelationshipFact(cls, object, Fact(stored)) }
+            case .reads:
+                // Read markers fold one fact at a time unless the chat's
+                // membership (or a device binding) changes in this run.
+                if !run.bulk { run.addReadFact(object, Fact(stored)) }
+            default:
+                if !run.bulk { run.mark(cls, object) }
+            }
+        }
+        if event.kind == .messageSent {
+            try txn.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
+        }
+    }
+
+    /// Drops every projection and folds the whole log again, in bulk
+    /// (Specs/projections.md §8.2): first every event is filed, reading the
+    /// log once in arrival order, then every object is folded once, class
+    /// by class in fold order (`ObjectClass.foldOrder`), each class's
+    /// objects in key order, `sliceSize` objects per write transaction.
+    /// Because folding is order-independent, the result equals the
+    /// incrementally built state. `isCancelled` is polled between slices: a
+    /// cancelled rebuild throws `CancellationError` and leaves the state
+    /// marked stale (the built marker is written last), so the next open
+    /// rebuilds again. `progress` counts events filed, then objects folded.
     public func rebuild(
         sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
+            _ = try txn.delete(index, Self.builtKey)
             try txn.clear(facts)
             try txn.clear(index)
             try txn.clear(state)
         }
+        // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
+        let filingShare = total / 3
+        var filed = 0
         var since: UInt64 = 0
-        var done = 0
         while true {
             if isCancelled?() == true { throw CancellationError() }
-            let slice = try log.arrivals(since: since, limit: sliceSize)
+            let slice = try log.arrivals(since: since, limit: sliceSize * 2)
             guard let last = slice.last else { break }
-            // Merge order, so the coin ledger mostly appends instead of re-folding.
-            let events = slice.map(\.event).sorted { MergeOrder($0) < MergeOrder($1) }
-            try log.env.write { txn in try apply(events, in: txn, purging: false) }
+            try log.env.write { txn in
+                var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                for stored in slice { try file(stored, in: txn, run: &run) }
+            }
             since = last.arrival
-            done += slice.count
-            progress?(done, total)
+            filed += slice.count
+            progress?(filingShare * filed / max(1, total), total)
+        }
+        let factTotal = try log.env.read { txn in try txn.count(facts) }
+        var folded = 0
+        for cls in ObjectClass.foldOrder {
+            var from: Bytes32? = nil
+            while true {
+                if isCancelled?() == true { throw CancellationError() }
+                let (objects, facts) = try objectsToFold(cls, after: from, limit: sliceSize)
+                guard let lastObject = objects.last else { break }
+                try log.env.write { txn in
+                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                    try run.foldInBulk(cls, objects)
+                }
+                from = lastObject
+                folded += facts
+                progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
+                if objects.count < sliceSize { break }
+            }
         }
         try log.env.write { txn in try purgeDeleted(in: txn) }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
+        progress?(total, total)
+    }
+
+    /// Up to `limit` objects of class `cls` after `after`, in key order, and
+    /// how many facts they hold.
+    func objectsToFold(_ cls: ObjectClass, after: Bytes32?, limit: Int) throws -> (objects: [Bytes32], facts: Int) {
+        try log.env.read { txn in
+            var objects: [Bytes32] = []
+            var facts = 0
+            let start = after.map { [cls.rawValue] + $0.bytes + [UInt8](repeating: 0xFF, count: 73) } ?? [cls.rawValue]
+            try txn.scan(self.facts, from: start) { key, _ in
+                guard key.first == cls.rawValue, key.count == 105 else { return false }
+                let object = try Codec.b32(key[1..<33], "object")
+                if objects.last != object {
+                    if objects.count == limit { return false }
+                    objects.append(object)
+                }
+                facts += 1
+                return true
+            }
+            return (objects, facts)
+        }
     }
 
     /// Purges the payloads (and unused blobs) of every picture and message
@@ -134,8 +189,9 @@ public struct Projections: Sendable {
     /// configuration the state was built with.
     static let builtKey: [UInt8] = [0xFF] + Array("built".utf8)
     /// 2: chat encryption (device and chat keys, sealed chat content) and
-    /// the retired profile field `visibility`.
-    public static let formatVersion: UInt64 = 2
+    /// the retired profile field `visibility`. 3: facts reference the log by
+    /// arrival position instead of copying payloads.
+    public static let formatVersion: UInt64 = 3
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

@@ -55,7 +55,7 @@ public struct CommitBatch {
     public let transaction: Transaction
     var context: LogStore.AppendContext
     /// The events stored or refilled so far, folded at the end.
-    public private(set) var stored: [Event] = []
+    public private(set) var stored: [StoredEvent] = []
 
     init(store: Store, transaction: Transaction, context: LogStore.AppendContext) {
         self.store = store
@@ -68,7 +68,7 @@ public struct CommitBatch {
     public mutating func append(_ event: Event) throws -> AppendOutcome {
         let outcome = try store.log.append(event, in: transaction, context: &context)
         switch outcome {
-        case .accepted, .refilled: stored.append(event)
+        case .accepted(let arrival), .refilled(let arrival): stored.append(StoredEvent(event: event, arrival: arrival))
         case .duplicate, .refused: break
         }
         return outcome

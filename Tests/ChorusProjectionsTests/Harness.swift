@@ -111,12 +111,12 @@ final class Replica {
             }
             // Blobs travel with the pictures that reference them (sync
             // fetches the blobs projections reference).
-            for e in commit.stored where e.kind == .pictureCreated {
+            for e in commit.stored.map(\.event) where e.kind == .pictureCreated {
                 if let hash = e.payload?[text: "blob"]?.bytesValue.flatMap({ Bytes32($0) }), let bytes = blobSource[hash] {
                     try commit.putBlob(bytes)
                 }
             }
-            return (commit.stored, waiting.filter { !$0.value.isEmpty })
+            return (commit.stored.map(\.event), waiting.filter { !$0.value.isEmpty })
         }
         waiting = waitingAfter
         deliveries += 1
