@@ -258,12 +258,10 @@ public struct UnsignedEvent: Sendable {
 }
 
 extension Event {
-    /// The payload bytes of an envelope this node stored itself (nil when
-    /// purged), found by reading the three CBOR heads of §3.1 without
-    /// decoding or re-checking anything: the projections read payloads this
-    /// way, and `chorus-replay verify` re-checks every stored envelope in
-    /// full. Throws on bytes that are not shaped like an envelope.
-    public static func storedPayload(ofEnvelope bytes: [UInt8]) throws(EventError) -> [UInt8]? {
+    /// The three items of an envelope this node stored itself, found by
+    /// reading its CBOR heads without decoding or re-checking anything.
+    /// Throws on bytes that are not shaped like an envelope.
+    static func storedParts(_ bytes: [UInt8]) throws(EventError) -> (header: Range<Int>, signature: Range<Int>, payload: Range<Int>?) {
         var i = 0
         func head() throws(EventError) -> (major: UInt8, argument: Int) {
             guard i < bytes.count else { throw .malformedEnvelope("stored envelope is truncated") }
@@ -286,18 +284,43 @@ extension Event {
             }
             return (first >> 5, n)
         }
-        func skipBytes() throws(EventError) {
+        func byteString() throws(EventError) -> Range<Int> {
             let h = try head()
             guard h.major == 2, i + h.argument <= bytes.count else { throw .malformedEnvelope("stored envelope item is not a byte string") }
-            i += h.argument
+            defer { i += h.argument }
+            return i..<(i + h.argument)
         }
         guard try head() == (4, 3) else { throw .malformedEnvelope("stored envelope is not a 3-item array") }
-        try skipBytes()
-        try skipBytes()
+        let header = try byteString()
+        let signature = try byteString()
         guard i < bytes.count else { throw .malformedEnvelope("stored envelope is truncated") }
-        if bytes[i] == 0xf6 { return nil }
-        let h = try head()
-        guard h.major == 2, i + h.argument == bytes.count else { throw .malformedEnvelope("stored payload is not a byte string") }
-        return Array(bytes[i...])
+        if bytes[i] == 0xf6 {
+            guard i + 1 == bytes.count else { throw .malformedEnvelope("stored envelope has trailing bytes") }
+            return (header, signature, nil)
+        }
+        let payload = try byteString()
+        guard payload.upperBound == bytes.count else { throw .malformedEnvelope("stored envelope has trailing bytes") }
+        return (header, signature, payload)
+    }
+
+    /// The payload bytes of an envelope this node stored itself (nil when
+    /// purged): the projections read payloads this way, and
+    /// `chorus-replay verify` re-checks every stored envelope in full.
+    public static func storedPayload(ofEnvelope bytes: [UInt8]) throws(EventError) -> [UInt8]? {
+        try storedParts(bytes).payload.map { Array(bytes[$0]) }
+    }
+
+    /// Decodes an envelope this node stored itself after checking it in
+    /// full (`decode`) when it arrived: the header is parsed and the id
+    /// computed, but the payload's hash and schema are not checked again
+    /// (a whole-log fold reads every event this way; `chorus-replay verify`
+    /// re-checks everything).
+    public static func decodeStored(_ bytes: [UInt8]) throws(EventError) -> Event {
+        let parts = try storedParts(bytes)
+        let headerBytes = Array(bytes[parts.header])
+        guard parts.signature.count == 64 else { throw .malformedEnvelope("signature must be a 64-byte byte string") }
+        return Event(
+            header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: Array(bytes[parts.signature]),
+            payloadBytes: parts.payload.map { Array(bytes[$0]) })
     }
 }

@@ -136,12 +136,6 @@ extension Projections {
         [("facts", facts), ("index", index), ("state", state)].map { ($0.0, (try? log.env.pageCount(of: $0.1)) ?? 0) }
     }
 
-    /// Records that the state is current for this format and configuration
-    /// (after folding a whole log incrementally, as a copy does).
-    public func markBuilt() throws {
-        try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
-    }
-
     /// Writes one raw state entry (tests use it to damage a store behind
     /// the log's back; nothing else should).
     public func unsafePutStateEntry(key: [UInt8], value: [UInt8]?) throws {

@@ -106,8 +106,9 @@ public struct ReplayStore: Sendable {
                     skipped?("arrival \(item.position)", "\(error)")
                 }
             }
-            // Clock checks off: a copy keeps what the original accepted.
-            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, purging: false) { commit in
+            // Clock checks off: a copy keeps what the original accepted. The
+            // projections are folded in bulk at the end.
+            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, fold: false) { commit in
                 for e in events {
                     if case .refused(let why) = try commit.append(e) {
                         guard tolerant else { throw ReplayError.io("event \(e.id.hex) does not fit its feed in the copy: \(why)") }
@@ -122,12 +123,11 @@ public struct ReplayStore: Sendable {
         // Fork evidence: appending the losing event again records it.
         let forks = try log.forkEvidence()
         if !forks.isEmpty {
-            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, purging: false) { commit in
+            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, fold: false) { commit in
                 for f in forks { _ = try commit.append(f.refused) }
             }
         }
-        try target.env.write { txn in try target.projections.purgeDeleted(in: txn) }
-        try target.projections.markBuilt()
+        try target.projections.rebuild()
         return target
     }
 

@@ -33,15 +33,17 @@ public struct Store: Sendable {
     /// stored (or refilled) into the projections in the same transaction:
     /// either all of it is durable or none. `now` and `drift` are the feed
     /// checks' clock (Specs/events.md §7.2); `purging: false` leaves purges
-    /// to a whole-log pass (a rebuild or a copy).
+    /// to a whole-log pass (a rebuild or a copy); `fold: false` only appends,
+    /// for a copy that rebuilds its projections in bulk afterwards (the
+    /// projections are stale until then: `Projections.rebuild`).
     public func commit<T>(
-        nowMillis: UInt64, driftMillis: UInt64, purging: Bool = true, _ body: (inout CommitBatch) throws -> T
+        nowMillis: UInt64, driftMillis: UInt64, purging: Bool = true, fold: Bool = true, _ body: (inout CommitBatch) throws -> T
     ) throws -> T {
         try env.write { txn in
             var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
             let result = try body(&batch)
             try log.finish(batch.context, in: txn)
-            try projections.apply(batch.stored, in: txn, purging: purging)
+            if fold { try projections.apply(batch.stored, in: txn, purging: purging) }
             return result
         }
     }
