@@ -49,7 +49,7 @@ struct FoldRun {
     /// cannot be undone, then wait for `Projections.purgeDeleted` at the end.
     let purging: Bool
 
-    /// A bulk fold (a rebuild from empty state, Specs/projections.md §8.2):
+    /// A bulk fold (a rebuild from empty state, Specs/projections.md §9.2):
     /// every object is folded once, after every object it depends on, so
     /// nothing is marked for folding again and no decision needs clearing.
     let bulk: Bool

@@ -53,7 +53,7 @@ enum ObjectClass: UInt8, CaseIterable {
     case device = 1, profile, picture, follow, like, block, chat, reads, message, slots, coins, deviceKey, chatKeys
 
     /// The fold registry's order: a class is folded after every class its
-    /// rules read (Specs/projections.md §8). The switch has no default, so
+    /// rules read (Specs/projections.md §9.3). The switch has no default, so
     /// a new class does not compile until it has a place here, and
     /// `FoldRun.foldInBulk` must name it too.
     var foldRank: Int {

@@ -86,7 +86,7 @@ public struct Projections: Sendable {
     }
 
     /// Drops every projection and folds the whole log again, in bulk
-    /// (Specs/projections.md §8.2): first every event is filed, reading the
+    /// (Specs/projections.md §9.2): first every event is filed, reading the
     /// log once in arrival order, then every object is folded once, class
     /// by class in fold order (`ObjectClass.foldOrder`), each class's
     /// objects in key order, `sliceSize` objects per write transaction.

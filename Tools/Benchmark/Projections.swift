@@ -590,6 +590,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         exit(1)
     }
     let projections = node.projections
+    // Store size right after the ingest: the file, and the pages in use.
+    let storeFileBytes = ((try? FileManager.default.attributesOfItem(atPath: dir + "/store/data.mdb"))?[.size] as? Int) ?? 0
+    let storePageBytes = try node.log.databaseSizes().reduce(0) { $0 + $1.bytes } + projections.databaseSizes().reduce(0) { $0 + $1.bytes }
     let noEffects = try projections.noEffects().count
     let digestIngested = try projections.digest()
 
@@ -672,6 +675,15 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("met", .bool(ingestRate / verifyAll >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
             ]))),
     ]
+    let sizeRatio = Double(storeFileBytes) / Double(max(1, bytes))
+    rows.append(Row(
+        name: "store size after ingest", value: "\(storeFileBytes >> 20) MiB (\(storePageBytes >> 20) MiB in use)",
+        ratio: sizeRatio, target: "≤ 3 × envelope bytes", met: sizeRatio <= 3,
+        json: ("store_size", .object([
+            ("file_bytes", .uint(UInt64(storeFileBytes))), ("pages_in_use_bytes", .uint(UInt64(storePageBytes))),
+            ("envelope_bytes", .uint(UInt64(bytes))), ("ratio", .string(String(format: "%.2f", sizeRatio))), ("target", .string("3")),
+            ("met", .bool(sizeRatio <= 3)),
+        ]))))
     if !options.skipRebuild {
         rows.append(Row(
             name: "projection rebuild", value: "\(Int(rebuildRate))/s", ratio: rebuildRate / lmdbAppend, target: "≥ 0.25 × LMDB append",
