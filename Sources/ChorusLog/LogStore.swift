@@ -275,6 +275,19 @@ public struct LogStore: Sendable {
         }
     }
 
+    /// Every event of `author`'s feed in sequence order, inside the caller's
+    /// transaction, decoded without re-checking payloads (`Event.decodeStored`).
+    public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (Event) throws -> Void) throws {
+        try txn.scan(positions, prefix: author.bytes) { _, value in
+            let arrival = try Self.decodeU64(value, what: "feed position")
+            guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }
+            do { try body(try Event.decodeStored(raw)) } catch let error as EventError {
+                throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
+            }
+            return true
+        }
+    }
+
     /// Events that arrived after position `since`, in arrival order: one
     /// sequential read of the envelopes. `trusted` skips re-checking each
     /// payload's hash and schema (`Event.decodeStored`), for whole-log folds.

@@ -25,7 +25,11 @@ final class GroupCommitWriter: Sendable {
 
     /// The most events one transaction takes: LMDB keeps a write
     /// transaction's dirty pages in memory, so huge imports commit in slices.
-    static let maxEventsPerTransaction = 8192
+    /// Large, because a commit's cost is mostly the pages it dirties: in a
+    /// big store, index entries under random keys (ids, facts) touch a page
+    /// each, so the more events share a commit the more share a page; the
+    /// batch grows by itself when commits get slower (Specs/storage.md §5.1).
+    static let maxEventsPerTransaction = 65_536
 
     private let thread: BatchingThread<Request>
     private let stats = CommitStatistics()

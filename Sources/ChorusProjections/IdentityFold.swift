@@ -71,13 +71,13 @@ extension FoldRun {
     /// Re-folds everything the device signed: its events now act for
     /// another user, or stop acting at another time.
     mutating func deviceChanged(_ device: Bytes32) throws {
-        try txn.scan(p.index, prefix: IndexTable.authored.key(device.bytes)) { key, _ in
-            guard key.count == 66, let cls = ObjectClass(rawValue: key[33]) else {
-                throw ProjectionError.corrupt("authored index key of \(key.count) bytes")
-            }
-            if cls != .device && cls != .coins { mark(cls, try Codec.b32(key[34...], "object")) }
-            return true
+        // Everything the device signed: its feed (no index of its own, so
+        // an event costs no extra write for this rare case).
+        var touched: [(ObjectClass, Bytes32)] = []
+        try p.log.forEachEvent(of: device, in: txn) { event in
+            for (cls, object) in ObjectClass.targets(of: event) where cls != .device && cls != .coins { touched.append((cls, object)) }
         }
+        for (cls, object) in touched { mark(cls, object) }
         try markCoinsOf(device)
     }
 

@@ -199,7 +199,7 @@ enum Table: UInt8 {
 /// Key prefixes of the `index` database: lookups the folds need, derived
 /// from the log but not part of the projected state.
 enum IndexTable: UInt8 {
-    case authored = 0x01  // author || class || object -> ()
+    // 0x01 (author || class || object) is retired: a device's feed lists what it signed.
     case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
     case chatMessage = 0x03  // chat || message id -> ()
     case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add

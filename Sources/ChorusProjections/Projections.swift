@@ -53,7 +53,6 @@ public struct Projections: Sendable {
         let order = MergeOrder(event)
         for (cls, object) in ObjectClass.targets(of: event) {
             try txn.put(facts, Self.factKey(cls, object, order), value)
-            try txn.put(index, IndexTable.authored.key(event.author.bytes, [cls.rawValue], object.bytes), [])
             switch cls {
             case .coins:
                 for party in Self.coinParties(event) {
