@@ -614,11 +614,14 @@ public actor Node {
     public nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
     public nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
 
-    /// Group-commit statistics of this node's writer: transactions committed
-    /// and the most events committed in one.
-    public nonisolated var writerStatistics: (commits: Int, largestBatch: Int) {
-        writer?.statistics ?? (0, 0)
+    /// Group-commit statistics of this node's writer.
+    public nonisolated var writerStatistics: WriterStatistics {
+        writer?.statistics ?? WriterStatistics()
     }
+
+    /// Seconds this node's store has spent writing and flushing committed
+    /// pages (`mdb_txn_commit`).
+    public nonisolated var secondsInDurableCommits: Double { log.env.secondsInDurableCommits }
 }
 
 enum ParallelVerifier {

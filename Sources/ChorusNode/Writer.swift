@@ -61,12 +61,14 @@ final class GroupCommitWriter: Sendable {
     /// Finishes every queued request, then stops the thread.
     func close() { thread.close() }
 
-    var statistics: (commits: Int, largestBatch: Int) { stats.value }
+    var statistics: WriterStatistics { stats.value }
 
     private static func commit(
         _ batch: [Request], store: Store, now: UInt64, driftMillis: UInt64,
         stats: CommitStatistics, notifier: ArrivalNotifier
     ) {
+        let started = DispatchTime.now().uptimeNanoseconds
+        defer { stats.addBusy(nanoseconds: DispatchTime.now().uptimeNanoseconds - started) }
         do {
             // The log, the blobs and every projection they touch commit in
             // one transaction, so they can never disagree (brief decision 9).
@@ -88,11 +90,25 @@ final class GroupCommitWriter: Sendable {
     }
 }
 
-/// Transactions committed and the most events committed in one.
+/// What a node's writer has done: transactions committed, the most events
+/// committed in one, and the seconds it spent committing (the whole
+/// transaction: feed checks, fold, page writes and flush).
+public struct WriterStatistics: Sendable {
+    public var commits = 0
+    public var largestBatch = 0
+    public var events = 0
+    public var busySeconds = 0.0
+}
+
 final class CommitStatistics: Sendable {
-    private let state = Mutex<(commits: Int, largestBatch: Int)>((0, 0))
-    var value: (commits: Int, largestBatch: Int) { state.withLock { $0 } }
+    private let state = Mutex(WriterStatistics())
+    var value: WriterStatistics { state.withLock { $0 } }
     func record(batchSize: Int) {
-        state.withLock { $0 = (commits: $0.commits + 1, largestBatch: max($0.largestBatch, batchSize)) }
+        state.withLock {
+            $0.commits += 1
+            $0.events += batchSize
+            $0.largestBatch = max($0.largestBatch, batchSize)
+        }
     }
+    func addBusy(nanoseconds: UInt64) { state.withLock { $0.busySeconds += Double(nanoseconds) / 1e9 } }
 }

@@ -2,6 +2,7 @@ import ChorusBlobs
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusParallel
 import ChorusProjections
 import ChorusStorage
 import ChorusStore
@@ -92,18 +93,25 @@ public struct ReplayStore: Sendable {
             try target.env.write { txn in _ = try target.blobs.put(bytes, in: txn) }
         }
         let total = try log.eventCount()
-        var since: UInt64 = 0
         var done = 0
-        while true {
-            let slice = try log.arrivalsTolerant(since: since, limit: 10_000)
-            guard let last = slice.last else { break }
+        var failure: (any Error)? = nil
+        // Envelopes are decoded and checked in full on all cores, then
+        // appended in arrival order.
+        try log.rawEnvelopes { raw in
+            let decoded = parallelMap(raw, chunk: 256) { record -> Result<StoredEvent, LogError> in
+                do { return .success(StoredEvent(event: try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival), arrival: record.arrival)) }
+                catch let error as LogError { return .failure(error) } catch { return .failure(.corrupt("\(error)")) }
+            }
             var events: [Event] = []
-            for item in slice {
-                switch item.stored {
+            for (record, item) in zip(raw, decoded) {
+                switch item {
                 case .success(let stored): if include(stored) { events.append(stored.event) }
                 case .failure(let error):
-                    guard tolerant else { throw error }
-                    skipped?("arrival \(item.position)", "\(error)")
+                    guard tolerant else {
+                        failure = error
+                        return false
+                    }
+                    skipped?("arrival \(record.arrival)", "\(error)")
                 }
             }
             // Clock checks off: a copy keeps what the original accepted. The
@@ -116,10 +124,11 @@ public struct ReplayStore: Sendable {
                     }
                 }
             }
-            since = last.position
-            done += slice.count
+            done += raw.count
             progress?(done, total)
+            return true
         }
+        if let failure { throw failure }
         // Fork evidence: appending the losing event again records it.
         let forks = try log.forkEvidence()
         if !forks.isEmpty {

@@ -147,7 +147,8 @@ extension ReplayStore {
         }
         try log.rawEnvelopes { slice in
             for record in slice {
-                guard let e = try? LogStore.decodeEnvelope(record.bytes, arrival: record.arrival), let payload = e.payload
+                // Step 1 checked every envelope in full; damage is a finding already.
+                guard let e = try? Event.decodeStored(record.bytes), let payload = e.payload
                 else { continue }
                 let id = e.id
                 let location = "envelopes[\(record.arrival)] (\(id.hex), \(e.author.short)#\(e.seq))"

@@ -1,5 +1,6 @@
 import CLMDB
 import Foundation
+import Synchronization
 
 public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     case lmdb(code: Int32, operation: String, message: String)
@@ -47,6 +48,14 @@ public final class Environment: @unchecked Sendable {
     // `mdb_env_set_mapsize` requires.
     private let env: OpaquePointer
     private let resizeLock = ReadWriteLock()
+    private let durableNanos = Atomic<UInt64>(0)
+
+    /// Seconds spent in `mdb_txn_commit` (writing and flushing pages) since
+    /// the environment was opened: with the writer's busy time, it tells
+    /// page writes from the work that prepares them.
+    public var secondsInDurableCommits: Double {
+        Double(durableNanos.load(ordering: .relaxed)) / 1e9
+    }
     public let path: String
     public let readOnly: Bool
 
@@ -126,7 +135,10 @@ public final class Environment: @unchecked Sendable {
                     mdb_txn_abort(txn)
                     throw error
                 }
-                try StorageError.check(mdb_txn_commit(txn), "mdb_txn_commit")
+                let started = DispatchTime.now().uptimeNanoseconds
+                let rc = mdb_txn_commit(txn)
+                durableNanos.add(DispatchTime.now().uptimeNanoseconds - started, ordering: .relaxed)
+                try StorageError.check(rc, "mdb_txn_commit")
                 return result
             } catch StorageError.lmdb(let code, _, _) where code == MDB_MAP_FULL {
                 try grow()

@@ -585,6 +585,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let ingestSeconds = Bench.clock() - t0
     let ingestRate = Double(envelopes.count) / ingestSeconds
     let writer = node.writerStatistics
+    let durableSeconds = node.secondsInDurableCommits
     guard accepted == envelopes.count else {
         FileHandle.standardError.write(Data("ingest accepted only \(accepted) of \(envelopes.count) events\n".utf8))
         exit(1)
@@ -673,6 +674,8 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("per_second", .uint(UInt64(ingestRate))), ("seconds", .string(String(format: "%.1f", ingestSeconds))),
                 ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / verifyAll))), ("target", .string("0.70")),
                 ("met", .bool(ingestRate / verifyAll >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
+                ("writer_busy_seconds", .string(String(format: "%.1f", writer.busySeconds))),
+                ("durable_commit_seconds", .string(String(format: "%.1f", durableSeconds))),
             ]))),
     ]
     let sizeRatio = Double(storeFileBytes) / Double(max(1, bytes))
@@ -736,7 +739,8 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     print("mix: " + mix.prefix(12).map { "\($0.key.name) \(String(format: "%.1f", 100 * Double($0.value) / Double(envelopes.count)))%" }
         .joined(separator: ", ") + ", ...")
     print("ingest: \(envelopes.count / options.batch + (envelopes.count % options.batch == 0 ? 0 : 1)) calls of ≤ \(options.batch) envelopes, "
-        + "\(writer.commits) commits, \(String(format: "%.1f", ingestSeconds)) s; \(noEffects) events took no effect by the rules"
+        + "\(writer.commits) commits, \(String(format: "%.1f", ingestSeconds)) s (writer busy \(String(format: "%.1f", writer.busySeconds)) s, "
+        + "of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages); \(noEffects) events took no effect by the rules"
         + (options.skipRebuild ? "" : "; rebuild \(String(format: "%.1f", rebuildSeconds)) s, digest "
             + (digestsAgree ? "equals" : "DIFFERS FROM") + " the ingested state"))
     print("")
