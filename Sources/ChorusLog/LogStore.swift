@@ -275,6 +275,23 @@ public struct LogStore: Sendable {
         }
     }
 
+    /// The stored envelopes of one feed from `fromSeq`, in sequence order, as
+    /// bytes (for serving them to a peer: no decoding and re-encoding).
+    public func feedEnvelopes(_ author: PublicKey, fromSeq: UInt64, limit: Int) throws -> [(seq: UInt64, envelope: [UInt8])] {
+        try env.read { txn in
+            var out: [(UInt64, [UInt8])] = []
+            guard limit > 0 else { return out }
+            try txn.scan(positions, from: Self.feedKey(author, fromSeq)) { key, value in
+                guard key.count == 40, key.starts(with: author.bytes) else { return false }
+                let arrival = try Self.decodeU64(value, what: "feed position")
+                guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }
+                out.append((key[32..<40].reduce(0) { $0 << 8 | UInt64($1) }, raw))
+                return out.count < limit
+            }
+            return out
+        }
+    }
+
     /// Every event of `author`'s feed in sequence order, inside the caller's
     /// transaction, decoded without re-checking payloads (`Event.decodeStored`).
     public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (Event) throws -> Void) throws {

@@ -612,6 +612,10 @@ public actor Node {
         try log.arrivals(since: since, limit: limit)
     }
     public nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
+    /// A feed's stored envelopes from `fromSeq` as bytes, for serving.
+    public nonisolated func feedEnvelopes(_ author: PublicKey, fromSeq: UInt64, limit: Int) throws -> [(seq: UInt64, envelope: [UInt8])] {
+        try log.feedEnvelopes(author, fromSeq: fromSeq, limit: limit)
+    }
     public nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
 
     /// Group-commit statistics of this node's writer.

@@ -673,10 +673,11 @@ public actor SyncSession {
                     }
                     var next = r.from
                     while next <= r.to {
-                        let page = try node.feed(r.author, fromSeq: next, limit: Int(min(512, r.to - next + 1)))
+                        // Served as stored: no decoding and re-encoding.
+                        let page = try node.feedEnvelopes(r.author, fromSeq: next, limit: Int(min(512, r.to - next + 1)))
                         guard let last = page.last else { break }
-                        for s in page { try await addToBatch(s.event) }
-                        next = last.event.seq + 1
+                        for s in page { try await addToBatch(envelope: s.envelope) }
+                        next = last.seq + 1
                     }
                     if next > r.from { peerKnown[r.author] = max(peerKnown[r.author] ?? 0, next - 1) }
                 }
@@ -727,8 +728,9 @@ public actor SyncSession {
         batchBytes = 0
     }
 
-    private func addToBatch(_ event: Event) async throws {
-        let bytes = event.encoded()
+    private func addToBatch(_ event: Event) async throws { try await addToBatch(envelope: event.encoded()) }
+
+    private func addToBatch(envelope bytes: [UInt8]) async throws {
         if batchBytes + bytes.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount {
             try await flushBatch()
         }
