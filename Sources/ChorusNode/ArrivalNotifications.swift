@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// Wakes whoever waits for new events in a store (live sync pushes them to
@@ -6,7 +7,7 @@ import Synchronization
 /// themselves, so a notification carries nothing and many commits coalesce
 /// into one wake-up.
 public final class ArrivalNotifier: Sendable {
-    private let subscribers = Mutex<(next: Int, all: [Int: AsyncStream<Void>.Continuation])>((0, [:]))
+    private let subscribers = Mutex<(next: Int, all: [Int: AsyncStream<Void>.Continuation], finished: Bool)>((0, [:], false))
 
     init() {}
 
@@ -14,11 +15,16 @@ public final class ArrivalNotifier: Sendable {
     /// is buffered). It ends when the consuming task is cancelled.
     public func subscribe() -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let id = subscribers.withLock { s in
+        let id = subscribers.withLock { s -> Int? in
+            if s.finished { return nil }
             let id = s.next
             s.next += 1
             s.all[id] = continuation
             return id
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
         }
         continuation.onTermination = { [weak self] _ in
             _ = self?.subscribers.withLock { $0.all.removeValue(forKey: id) }
@@ -26,9 +32,28 @@ public final class ArrivalNotifier: Sendable {
         return stream
     }
 
+    private let lastNotified = Atomic<UInt64>(0)
+
+    /// When the last commit was announced (`DispatchTime` uptime nanoseconds;
+    /// 0 before the first): observation latency is measured from it.
+    public var lastCommitUptimeNanoseconds: UInt64 { lastNotified.load(ordering: .acquiring) }
+
     func notify() {
+        lastNotified.store(DispatchTime.now().uptimeNanoseconds, ordering: .releasing)
         let all = subscribers.withLock { Array($0.all.values) }
         for c in all { c.yield() }
+    }
+
+    /// Ends every subscription (the node closed).
+    func finishAll() {
+        let all = subscribers.withLock { s in
+            defer {
+                s.all.removeAll()
+                s.finished = true
+            }
+            return Array(s.all.values)
+        }
+        for c in all { c.finish() }
     }
 }
 

@@ -271,6 +271,7 @@ public actor Node {
     public func close() {
         signer?.close()
         writer?.close()
+        writerNotifier.finishAll()
         if lockFD >= 0 {
             Foundation.close(lockFD)
             lockFD = -1

@@ -34,6 +34,13 @@ struct EmbeddingTests {
         let balance = try node.projections.balance(of: me)
         let digest = try node.projections.digest()
 
+        var rendered: [ReadableChatPage] = []
+        func render(_ page: ReadableChatPage) { rendered.append(page) }
+        for try await page in node.observe({ try $0.readableChatPage(chat, limit: 50) }) {
+            render(page)
+            break  // (not in the README: the test stops after the first page)
+        }
+
         // Sync: one node serves, the other connects.
         let server = try SyncServer(node: bobNode)
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
@@ -41,6 +48,7 @@ struct EmbeddingTests {
         // --- end of the README example ---
 
         #expect(profile.field("city") == .text("Lisbon"))
+        #expect(rendered == [page])
         #expect(page.messages.first?.content.value?.text == "look")
         #expect(page.chat.title == .content("trip"))
         #expect(balance.total == 0)
