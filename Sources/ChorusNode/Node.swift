@@ -272,6 +272,9 @@ public actor Node {
         signer?.close()
         writer?.close()
         writerNotifier.finishAll()
+        // Every queued write is durable now; reads still in flight finish
+        // first. Later calls fail with "the store is closed".
+        log.env.close()
         if lockFD >= 0 {
             Foundation.close(lockFD)
             lockFD = -1

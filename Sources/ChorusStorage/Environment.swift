@@ -10,6 +10,7 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     case writeFailed(operation: String)
     case cannotCreateDirectory(path: String, reason: String)
     case readOnly
+    case closed
 
     public var description: String {
         switch self {
@@ -21,6 +22,7 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
                 + "this write was acknowledged and what was acknowledged before is intact. Free some space or check the disk, then retry"
         case .cannotCreateDirectory(let path, let reason): "cannot create store directory \(path): \(reason)"
         case .readOnly: "the store was opened read-only"
+        case .closed: "the store is closed (the node was closed); open it again to read or write"
         }
     }
 
@@ -49,6 +51,8 @@ public final class Environment: @unchecked Sendable {
     private let env: OpaquePointer
     private let resizeLock = ReadWriteLock()
     private let durableNanos = Atomic<UInt64>(0)
+    /// Set by `close`, under the exclusive `resizeLock`; read under it.
+    private nonisolated(unsafe) var isClosed = false
 
     /// Seconds spent in `mdb_txn_commit` (writing and flushing pages) since
     /// the environment was opened: with the writer's busy time, it tells
@@ -82,9 +86,22 @@ public final class Environment: @unchecked Sendable {
         }
     }
 
-    deinit { mdb_env_close(env) }
+    deinit { if !isClosed { mdb_env_close(env) } }
+
+    /// Closes the environment once every transaction in flight has ended;
+    /// later transactions fail with `StorageError.closed`. After this the
+    /// same store may be opened again in this process (LMDB forbids two
+    /// open environments on one file in a process). Idempotent.
+    public func close() {
+        resizeLock.lockExclusive()
+        defer { resizeLock.unlock() }
+        guard !isClosed else { return }
+        isClosed = true
+        mdb_env_close(env)
+    }
 
     public var mapSize: Int {
+        guard !isClosed else { return 0 }
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
         return info.me_mapsize
@@ -147,6 +164,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     private func begin(flags: UInt32) throws(StorageError) -> OpaquePointer {
+        if isClosed { throw .closed }
         var txn: OpaquePointer?
         var rc = mdb_txn_begin(env, nil, flags, &txn)
         if rc == MDB_MAP_RESIZED {
@@ -156,6 +174,7 @@ public final class Environment: @unchecked Sendable {
             mdb_env_set_mapsize(env, 0)
             resizeLock.unlock()
             resizeLock.lockShared()
+            if isClosed { throw .closed }
             rc = mdb_txn_begin(env, nil, flags, &txn)
         }
         try StorageError.check(rc, "mdb_txn_begin")
@@ -166,6 +185,7 @@ public final class Environment: @unchecked Sendable {
     private func grow() throws(StorageError) {
         resizeLock.lockExclusive()
         defer { resizeLock.unlock() }
+        if isClosed { throw .closed }
         let next = mapSize * 2
         try StorageError.check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize(\(next))")
     }

@@ -329,3 +329,26 @@ struct StaleOpenTests {
         await reopened.close()
     }
 }
+
+@Suite("Node: closing")
+struct NodeClosingTests {
+    @Test func closeReleasesTheStoreSoItReopensInTheSameProcessAndLaterReadsSaySo() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let path = dir.store("a")
+        let node = try await Node.create(at: path)
+        _ = try await node.setProfile(.bio, .text("before closing"))
+        let me = node.identity.user
+        await node.close()
+        await node.close()  // idempotent
+        #expect(throws: StorageError.closed) { _ = try node.projections.profile(me) }
+        await #expect(throws: (any Error).self) { _ = try await node.setProfile(.bio, .text("after closing")) }
+
+        // The same path opens again in this process (one LMDB environment per file) and holds what was written.
+        let again = try await Node.open(at: path)
+        #expect(try again.projections.profile(me).field("bio") == .text("before closing"))
+        _ = try await again.setProfile(.bio, .text("reopened"))
+        #expect(try again.projections.profile(me).field("bio") == .text("reopened"))
+        await again.close()
+    }
+}
