@@ -16,10 +16,12 @@ struct Init: AsyncParsableCommand {
             the user key binding the device (device.added). With --name, also \
             sets the user's profile name.
 
-            Every node of one network must share its configuration (issuer keys \
-            and slot prices, stored as network.json): give --issuer and \
-            --slot-prices the same way everywhere, or copy a node's file with \
-            --network FILE to join its network.
+            Every node of one network must share its configuration (network key, \
+            issuer keys and slot prices, stored as network.json): create it once, \
+            then join every other node with --network INVITE (printed by \
+            `chorus network invite` on a member) or --network FILE (a member's \
+            network.json). Options given the same way on two nodes do not make one \
+            network: each new configuration has its own network key.
 
             With --user HEX, creates a second device of an existing user instead: \
             only a device key is made here, and the command prints the \
@@ -35,7 +37,9 @@ struct Init: AsyncParsableCommand {
     @Option(name: .customLong("issuer"), help: ArgumentHelp(
         "A public key whose coin credits take effect in this network (repeatable).", valueName: "hex"))
     var issuers: [String] = []
-    @Option(help: ArgumentHelp("Copy this network configuration (another node's network.json).", valueName: "file"))
+    @Option(help: ArgumentHelp(
+        "Join this network: an invite (`chorus network invite` on a member node) or a copy of a member's network.json.",
+        valueName: "invite|file"))
     var network: String?
     @Option(name: .customLong("slot-prices"), help: ArgumentHelp(
         "Lock slot prices in coins, comma-separated; the first must be 0 (default \(NetworkConfig.defaultSlotPrices.map(String.init).joined(separator: ","))).",
@@ -67,7 +71,9 @@ struct Init: AsyncParsableCommand {
 
     func networkConfig() throws -> NetworkConfig {
         var base = NetworkConfig()
-        if let network { base = try NetworkConfig.load(from: network) }
+        if let network {
+            base = network.hasPrefix("chorus-network") ? try NetworkConfig(invite: network) : try NetworkConfig.load(from: network)
+        }
         var keys = base.issuers
         for text in issuers {
             let key = try parseKey(text, what: "--issuer")

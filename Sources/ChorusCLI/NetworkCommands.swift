@@ -142,7 +142,31 @@ struct IssuerCreate: AsyncParsableCommand {
 
 struct Network: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show the network configuration.", subcommands: [NetworkShow.self])
+        abstract: "Show the network configuration, or the invite that joins a node to it.",
+        subcommands: [NetworkShow.self, NetworkInvite.self])
+}
+
+struct NetworkInvite: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "invite",
+        abstract: "Print this network's invite: one line that joins a new node to it.",
+        discussion: """
+            The invite holds the whole configuration: the network key, the issuer keys and the slot prices \
+            (Specs/projections.md §1.1). A new node joins with `chorus init --network INVITE`. It carries the \
+            network key, which keeps outsiders from connecting: share it like a password, with members only.
+            """)
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let config = try await withNode(store, readOnly: true) { node in node.network }
+        if output.json {
+            printJSON(.object([("invite", .string(config.invite)), ("fingerprint", .string(config.fingerprint.hex))]))
+        } else {
+            print(config.invite)
+        }
+    }
 }
 
 struct NetworkShow: AsyncParsableCommand {

@@ -46,6 +46,68 @@ public struct NetworkConfig: Sendable, Hashable {
         return Blake2b.hash256(bytes)
     }
 
+    // MARK: Invite (Specs/projections.md §1.1)
+
+    static let invitePrefix = "chorus-network1:"
+
+    /// The whole configuration, network key included, as one line to hand to
+    /// whoever joins the network (`chorus init --network INVITE`,
+    /// `NetworkConfig(invite:)`). It carries the network key: share it like
+    /// a password, only with the network's members.
+    public var invite: String {
+        var bytes: [UInt8] = [1] + networkKey.bytes + [UInt8(issuers.count)]
+        for key in issuers.sorted() { bytes += key.bytes }
+        bytes.append(UInt8(slotPrices.count))
+        for price in slotPrices { bytes += Codec.u64(price) }
+        bytes += Blake2b.hash256(bytes).bytes.prefix(4)
+        return Self.invitePrefix + Self.base64URL(bytes)
+    }
+
+    /// The configuration an invite carries (whitespace around it ignored).
+    public init(invite text: String) throws {
+        func bad(_ why: String) -> NetworkConfigError { .invalid(source: "from the invite", reason: why) }
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard trimmed.hasPrefix(Self.invitePrefix) else { throw bad("it does not start with \"\(Self.invitePrefix)\"") }
+        guard let bytes = Self.fromBase64URL(String(trimmed.dropFirst(Self.invitePrefix.count))), bytes.count >= 1 + 32 + 1 + 1 + 4 else {
+            throw bad("it is not base64url text of an invite (cut short or mistyped?)")
+        }
+        let body = Array(bytes.dropLast(4))
+        guard Array(Blake2b.hash256(body).bytes.prefix(4)) == Array(bytes.suffix(4)) else {
+            throw bad("its checksum does not match (cut short or mistyped?)")
+        }
+        guard body[0] == 1 else { throw bad("invite version \(body[0]) is not supported; upgrade Chorus") }
+        var i = 1
+        guard let key = Bytes32(body[i..<i + 32]) else { throw bad("no network key") }
+        i += 32
+        let issuerCount = Int(body[i])
+        i += 1
+        guard body.count >= i + issuerCount * 32 + 1 else { throw bad("it is cut short") }
+        var issuers: [PublicKey] = []
+        for _ in 0..<issuerCount {
+            guard let issuer = Bytes32(body[i..<i + 32]) else { throw bad("an issuer key is cut short") }
+            issuers.append(issuer)
+            i += 32
+        }
+        let slotCount = Int(body[i])
+        i += 1
+        guard body.count == i + slotCount * 8 else { throw bad("its slot prices are cut short or followed by extra bytes") }
+        let prices = (0..<slotCount).map { n in Codec.readU64(body[(i + n * 8)..<(i + n * 8 + 8)]) }
+        self.init(issuers: issuers, slotPrices: prices, networkKey: key)
+        if let problem = problems.first { throw bad(problem) }
+    }
+
+    static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func fromBase64URL(_ text: String) -> [UInt8]? {
+        guard text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else { return nil }
+        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while s.count % 4 != 0 { s += "=" }
+        return Data(base64Encoded: s).map { Array($0) }
+    }
+
     // MARK: File form (network.json in the store directory)
 
     public static let fileName = "network.json"

@@ -66,7 +66,7 @@ struct CLIProjectionTests {
             ["coins", "give"], ["coins", "move"], ["slot", "unlock"], ["slot", "set"], ["query"], ["query", "profile"],
             ["query", "pictures"], ["query", "picture"], ["query", "followers"], ["query", "following"], ["query", "likes"],
             ["query", "feed"], ["query", "chats"], ["query", "chat"], ["query", "balance"], ["query", "slots"],
-            ["query", "devices"], ["query", "digest"], ["query", "no-effect"], ["rebuild"],
+            ["query", "devices"], ["query", "digest"], ["query", "no-effect"], ["rebuild"], ["upgrade"], ["network", "invite"],
         ]
         for command in commands {
             let result = try runCommand(chorus, command + ["--help"])

@@ -1,0 +1,49 @@
+import ChorusCrypto
+import ChorusProjections
+import ChorusTestSupport
+import Foundation
+import Testing
+
+@Suite("Network configuration: the invite (Specs/projections.md §1.1)")
+struct NetworkConfigTests {
+    @Test func anInviteCarriesTheWholeConfigurationNetworkKeyIncluded() throws {
+        let issuers = [SigningKey.generate().publicKey, SigningKey.generate().publicKey]
+        let config = NetworkConfig(issuers: issuers, slotPrices: [0, 10, 20])
+        let joined = try NetworkConfig(invite: config.invite)
+        #expect(joined == config)
+        #expect(joined.networkKey == config.networkKey)
+        #expect(joined.fingerprint == config.fingerprint)
+        #expect(try NetworkConfig(invite: "  \(config.invite)\n") == config)
+        // Two fresh configurations are two networks: they never share a key.
+        #expect(NetworkConfig(issuers: issuers).networkKey != NetworkConfig(issuers: issuers).networkKey)
+    }
+
+    @Test func theInviteBytesAreSpecified() throws {
+        // §1.1: u8(1) ‖ network key ‖ u8(n) ‖ issuers ‖ u8(m) ‖ u64be prices ‖ first 4 bytes of BLAKE2b-256 of the rest.
+        let key = Bytes32([UInt8](repeating: 0x11, count: 32))!
+        let issuer = Bytes32([UInt8](repeating: 0x22, count: 32))!
+        let config = NetworkConfig(issuers: [issuer], slotPrices: [0, 50], networkKey: key)
+        var body: [UInt8] = [1] + key.bytes + [1] + issuer.bytes + [2]
+        body += [0, 0, 0, 0, 0, 0, 0, 0] + [0, 0, 0, 0, 0, 0, 0, 50]
+        let bytes = body + Blake2b.hash256(body).bytes.prefix(4)
+        let b64 = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        #expect(config.invite == "chorus-network1:" + b64)
+    }
+
+    @Test func aDamagedInviteIsRefusedWithTheReason() throws {
+        let invite = NetworkConfig(issuers: [SigningKey.generate().publicKey]).invite
+        func reason(_ text: String) -> String {
+            do {
+                _ = try NetworkConfig(invite: text)
+                return "accepted"
+            } catch { return "\(error)" }
+        }
+        #expect(reason(String(invite.dropLast(3))).contains("checksum"))
+        var chars = Array(invite)
+        chars[30] = chars[30] == "A" ? "B" : "A"
+        #expect(reason(String(chars)).contains("checksum"))
+        #expect(reason("network.json").contains("does not start with"))
+        #expect(reason("chorus-network1:***").contains("not base64url"))
+    }
+}
