@@ -154,10 +154,10 @@ struct PictureGet: AsyncParsableCommand {
         let bytes: [UInt8] = try await withNode(store, readOnly: true) { node in
             switch try node.projections.picture(picture) {
             case .unknown: throw CommandFailure(message: "this node holds no picture \(picture.hex); import its owner's events first")
-            case .deleted: throw NodeError.refused("picture \(picture.short) was deleted; its bytes are purged")
+            case .deleted: throw NodeError.refused(.pictureDeleted(picture))
             case .live(let view):
                 guard let blob = view.blob, let bytes = try node.blobs.read(blob) else {
-                    throw NodeError.refused("this node does not hold the bytes of picture \(picture.short) (not received yet, or purged)")
+                    throw NodeError.refused(.pictureBytesUnavailable(picture))
                 }
                 return bytes
             }

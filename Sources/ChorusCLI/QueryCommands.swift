@@ -291,7 +291,7 @@ struct QueryChat: QueryCommand {
         do {
             page = try node.readableChatPage(try parseKey(id, what: "ID"), limit: limit, before: before)
         } catch let error as QueryError {
-            throw NodeError.refused(error.description)
+            throw NodeError.refused(.chatUnreadable(error.description))
         }
         if output.json {
             printJSON(.object([

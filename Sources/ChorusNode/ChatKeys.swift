@@ -217,7 +217,7 @@ extension Node {
             start += part.count
             let ephemeral = AgreementKey.generate()
             guard let wraps = ChatCrypto.wrap(epochKey: key, chat: chat, epoch: epoch, to: part, ephemeral: ephemeral) else {
-                throw NodeError.refused("a member device published an unusable encryption key")
+                throw NodeError.refused(.unusableMemberKey)
             }
             try await append(ChatKeyPayload(epoch: epoch, wraps: wraps, ephemeral: ephemeral.publicKey), object: chat)
         }

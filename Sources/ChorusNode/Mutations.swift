@@ -27,7 +27,7 @@ extension Node {
     @discardableResult
     public func addDevice(_ device: PublicKey, proof: [UInt8], name: String? = nil) async throws -> Event {
         guard Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: identity.user), publicKey: device) else {
-            throw NodeError.refused("the proof is not \(device.short)'s signature consenting to user \(identity.user.short)")
+            throw NodeError.refused(.invalidDeviceProof(device: device, user: identity.user))
         }
         let shortName = name.flatMap { $0.isEmpty ? nil : String(decoding: $0.utf8.prefix(64), as: UTF8.self) }
         let event = try await appendAsUser(DeviceAddedPayload(name: shortName, proof: proof), object: device)
@@ -53,7 +53,7 @@ extension Node {
     @discardableResult
     public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Event {
         guard !field.isRetired else {
-            throw NodeError.refused("the profile field \(field.rawValue) is retired: every profile field is public to the network")
+            throw NodeError.refused(.retiredProfileField(field.rawValue))
         }
         return try await append(ProfileSetPayload(field: field, value: value), object: identity.user)
     }
@@ -76,14 +76,13 @@ extension Node {
     /// Checks picture bytes against the size cap and recognises their type;
     /// width and height only when both are in the schema's range.
     func checkedImage(_ bytes: [UInt8], mime: String? = nil) throws -> (mime: String, width: UInt64?, height: UInt64?) {
-        guard !bytes.isEmpty else { throw NodeError.refused("the picture file is empty") }
+        guard !bytes.isEmpty else { throw NodeError.refused(.emptyPicture) }
         guard bytes.count <= options.maxBlobBytes else {
-            throw NodeError.refused(
-                "the picture is \(bytes.count) bytes; a picture may be at most \(options.maxBlobBytes) bytes: shrink or recompress it")
+            throw NodeError.refused(.pictureTooLarge(bytes: bytes.count, limit: options.maxBlobBytes))
         }
         let sniffed = ImageSniffer.sniff(bytes)
         guard let mime = mime ?? sniffed?.mime else {
-            throw NodeError.refused("not a JPEG, PNG, GIF, WebP, HEIC or AVIF image")
+            throw NodeError.refused(.notAnImage)
         }
         guard let w = sniffed?.width, let h = sniffed?.height, (1...65535).contains(w), (1...65535).contains(h) else {
             return (mime, nil, nil)
@@ -95,10 +94,10 @@ extension Node {
     private func ownLivePicture(_ id: ObjectID) throws -> PictureView {
         switch try projections.picture(id) {
         case .live(let view):
-            guard view.owner == identity.user else { throw NodeError.refused("picture \(id.short) belongs to \(view.owner.short)") }
+            guard view.owner == identity.user else { throw NodeError.refused(.pictureNotYours(picture: id, owner: view.owner)) }
             return view
-        case .deleted: throw NodeError.refused("picture \(id.short) was deleted")
-        case .unknown: throw NodeError.refused("this node holds no picture \(id.short)")
+        case .deleted: throw NodeError.refused(.pictureDeleted(id))
+        case .unknown: throw NodeError.refused(.unknownPicture(id))
         }
     }
 
@@ -118,7 +117,7 @@ extension Node {
         let positions = gallery.map(\.position)
         func index(of other: ObjectID) throws -> Int {
             guard let i = gallery.firstIndex(where: { $0.id == other }) else {
-                throw NodeError.refused("picture \(other.short) is not in your gallery")
+                throw NodeError.refused(.pictureNotInGallery(other))
             }
             return i
         }
@@ -135,7 +134,7 @@ extension Node {
             (low, high) = (positions[i], i + 1 < positions.count ? positions[i + 1] : nil)
         }
         guard let position = GalleryPosition.between(low, high) else {
-            throw NodeError.refused("no room between those pictures' positions; move one of them first")
+            throw NodeError.refused(.noRoomBetweenPictures)
         }
         return try await append(PictureMovedPayload(position: position), object: id)
     }
@@ -149,7 +148,7 @@ extension Node {
     // MARK: Relationships
 
     @discardableResult public func follow(_ user: PublicKey) async throws -> Event {
-        guard user != identity.user else { throw NodeError.refused("you cannot follow yourself") }
+        guard user != identity.user else { throw NodeError.refused(.cannotFollowYourself) }
         return try await append(FollowAddedPayload(), object: user)
     }
     @discardableResult public func unfollow(_ user: PublicKey) async throws -> Event {
@@ -162,7 +161,7 @@ extension Node {
         try await remove(LikeRemovedPayload.self, added: .likeAdded, target: object, what: "like")
     }
     @discardableResult public func block(_ user: PublicKey) async throws -> Event {
-        guard user != identity.user else { throw NodeError.refused("you cannot block yourself") }
+        guard user != identity.user else { throw NodeError.refused(.cannotBlockYourself) }
         return try await append(BlockAddedPayload(), object: user)
     }
     @discardableResult public func unblock(_ user: PublicKey) async throws -> Event {
@@ -173,7 +172,7 @@ extension Node {
     /// adds made concurrently elsewhere survive it.
     private func remove<P: RemovalPayload>(_ removal: P.Type, added: EventKind, target: Bytes32, what: String) async throws -> Event {
         let seen = try projections.liveAdds(added, from: identity.user, to: target)
-        guard !seen.isEmpty else { throw NodeError.refused("there is no \(what) of \(target.short) by you to remove") }
+        guard !seen.isEmpty else { throw NodeError.refused(.nothingToRemove(what: what, target: target)) }
         return try await append(P(seen: Array(seen.prefix(PayloadLimits.maxSeenTags))), object: target)
     }
 
@@ -240,9 +239,9 @@ extension Node {
         -> EventID
     {
         guard text != nil || picture != nil || image != nil else {
-            throw NodeError.refused("a message needs text, a picture or both")
+            throw NodeError.refused(.emptyMessage)
         }
-        guard try projections.chatView(chat) != nil else { throw NodeError.refused("this node holds no chat \(chat.short)") }
+        guard try projections.chatView(chat) != nil else { throw NodeError.refused(.unknownChat(chat)) }
         var content = MessageContent(text: text, picture: picture)
         var blobs: [[UInt8]] = []
         var payload = MessageSentPayload(body: [])
@@ -259,8 +258,8 @@ extension Node {
     }
 
     private func ownMessage(_ id: EventID) throws -> MessageView {
-        guard let m = try projections.message(id) else { throw NodeError.refused("this node holds no message \(id.short)") }
-        guard m.sender == identity.user else { throw NodeError.refused("message \(id.short) was sent by \(m.sender.short)") }
+        guard let m = try projections.message(id) else { throw NodeError.refused(.unknownMessage(id)) }
+        guard m.sender == identity.user else { throw NodeError.refused(.notYourMessage(message: id, sender: m.sender)) }
         return m
     }
 
@@ -281,7 +280,7 @@ extension Node {
     @discardableResult
     public func markRead(_ chat: ObjectID, upTo message: EventID) async throws -> Event {
         guard let m = try projections.message(message), m.chat == chat else {
-            throw NodeError.refused("message \(message.short) is not a message of chat \(chat.short) here")
+            throw NodeError.refused(.messageNotInChat(message: message, chat: chat))
         }
         return try await append(ChatReadPayload(message: message, hlc: m.hlc.rawValue), object: chat)
     }
@@ -301,7 +300,7 @@ extension Node {
         } else if let first = try projections.devices(of: user).first(where: { $0.removedHLC == nil }) {
             target = first.device
         } else {
-            throw NodeError.refused("this node knows no device of user \(user.short); import its events first or pass the device")
+            throw NodeError.refused(.noKnownDevice(user: user))
         }
         return try await appendAsIssuer(
             CoinCreditedPayload(user: user, amount: amount, receipt: receipt, product: product), object: target)
@@ -334,7 +333,7 @@ extension Node {
             } else if let first = try projections.devices(of: c.user).first(where: { $0.removedHLC == nil }) {
                 target = first.device
             } else {
-                throw NodeError.refused("this node knows no device of user \(c.user.short); import its events first or pass the device")
+                throw NodeError.refused(.noKnownDevice(user: c.user))
             }
             items.append(PendingEvent(
                 CoinCreditedPayload(user: c.user, amount: c.amount, receipt: c.receipt, product: c.product), object: target))
@@ -345,7 +344,7 @@ extension Node {
     private func requireRights(_ amount: UInt64) throws {
         let held = try projections.rights(of: identity.device)
         guard held >= amount else {
-            throw NodeError.refused("this device holds rights to \(held) coins; \(amount) are needed")
+            throw NodeError.refused(.insufficientRights(held: held, needed: amount))
         }
     }
 
@@ -377,7 +376,7 @@ extension Node {
     public func unlockSlot(_ slot: Int) async throws -> Event {
         let prices = network.slotPrices
         guard slot > 0, slot < prices.count else {
-            throw NodeError.refused("slots are numbered 1...\(prices.count - 1) (slot 0 is always unlocked)")
+            throw NodeError.refused(.noSuchSlot(slot: slot, lowest: 1, highest: prices.count - 1))
         }
         try requireRights(prices[slot])
         return try await append(SlotUnlockedPayload(slot: UInt64(slot), price: prices[slot]), object: identity.user)
@@ -387,7 +386,7 @@ extension Node {
     @discardableResult
     public func setSlot(_ slot: Int, picture: ObjectID?) async throws -> Event {
         guard slot >= 0, slot < network.slotCount else {
-            throw NodeError.refused("slots are numbered 0...\(network.slotCount - 1)")
+            throw NodeError.refused(.noSuchSlot(slot: slot, lowest: 0, highest: network.slotCount - 1))
         }
         if let picture { _ = try ownLivePicture(picture) }
         return try await append(SlotSetPayload(slot: UInt64(slot), picture: picture), object: identity.user)

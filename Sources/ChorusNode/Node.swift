@@ -442,7 +442,7 @@ public actor Node {
     /// references them any more or they are stored already. The caller has
     /// checked the bytes against `hash`. Returns whether they were stored.
     public func storeReceivedBlob(_ bytes: [UInt8], hash: Hash32) async throws -> Bool {
-        guard let writer else { throw NodeError.refused("the store is open read-only") }
+        guard let writer else { throw NodeError.readOnly }
         let stored = Mutex(false)
         let projections = self.projections
         let blobs = self.blobs

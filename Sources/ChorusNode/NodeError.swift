@@ -1,6 +1,6 @@
 import ChorusEvents
 
-public enum NodeError: Error, Sendable, CustomStringConvertible {
+public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     case notInitialized(path: String)
     case alreadyInitialized(path: String)
     case storeInUse(path: String)
@@ -11,7 +11,8 @@ public enum NodeError: Error, Sendable, CustomStringConvertible {
     case ownEventRefused(EventError)
     case noIssuerKey
     case projectionsStale(path: String)
-    case refused(String)
+    /// The node refused the mutation before signing anything (`Refusal`).
+    case refused(Refusal)
 
     public var description: String {
         switch self {
@@ -30,7 +31,7 @@ public enum NodeError: Error, Sendable, CustomStringConvertible {
             "this store holds no issuer key; only a network's issuer credits coins (create one with `chorus issuer create`)"
         case .projectionsStale(let path):
             "the projections in \(path) were built by another version or network configuration; open the store once for writing (any `chorus` command that writes, or `chorus rebuild`) to rebuild them"
-        case .refused(let why): why
+        case .refused(let why): why.description
         }
     }
 }

@@ -352,3 +352,24 @@ struct NodeClosingTests {
         await again.close()
     }
 }
+
+@Suite("Node: typed refusals")
+struct RefusalTests {
+    @Test func anAppBranchesOnWhyAMutationWasRefused() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("a"))
+        let me = node.identity.user
+        await #expect(throws: NodeError.refused(.insufficientRights(held: 0, needed: 30))) {
+            _ = try await node.spendCoins(30, for: "sticker pack")
+        }
+        await #expect(throws: NodeError.refused(.cannotFollowYourself)) { _ = try await node.follow(me) }
+        await #expect(throws: NodeError.refused(.notAnImage)) { _ = try await node.addPicture([1, 2, 3]) }
+        await #expect(throws: NodeError.refused(.noSuchSlot(slot: 9, lowest: 1, highest: 5))) { _ = try await node.unlockSlot(9) }
+        let stranger = SigningKey.generate().publicKey
+        await #expect(throws: NodeError.refused(.nothingToRemove(what: "follow", target: stranger))) { _ = try await node.unfollow(stranger) }
+        // Nothing was signed for any of them.
+        #expect(try node.lastArrival() == 2)  // device.added and device.key from create
+        await node.close()
+    }
+}

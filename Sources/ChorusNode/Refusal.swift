@@ -1,0 +1,80 @@
+import ChorusCrypto
+import ChorusEvents
+
+/// Why the node refused a mutation before signing anything: the cases an
+/// app branches on (`catch NodeError.refused(.insufficientRights(let held, let needed))`).
+/// Each has a sentence for people (`description`).
+public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
+    /// `addDevice`: the proof is not the device's signature consenting to this user.
+    case invalidDeviceProof(device: PublicKey, user: PublicKey)
+    /// `setProfile` of a retired field (Specs/projections.md §6.2).
+    case retiredProfileField(String)
+    case emptyPicture
+    case pictureTooLarge(bytes: Int, limit: Int)
+    /// The bytes are none of the image formats pictures may hold.
+    case notAnImage
+    case pictureNotYours(picture: ObjectID, owner: PublicKey)
+    case pictureDeleted(ObjectID)
+    case unknownPicture(ObjectID)
+    /// The picture's bytes are not held (not received yet, or purged).
+    case pictureBytesUnavailable(ObjectID)
+    case pictureNotInGallery(ObjectID)
+    /// `movePicture` between two pictures whose positions leave no room.
+    case noRoomBetweenPictures
+    case cannotFollowYourself
+    case cannotBlockYourself
+    /// `unfollow`, `unlike`, `unblock` with nothing of yours to withdraw.
+    case nothingToRemove(what: String, target: Bytes32)
+    /// A message needs text, a picture or both.
+    case emptyMessage
+    case unknownChat(ObjectID)
+    case unknownMessage(EventID)
+    case notYourMessage(message: EventID, sender: PublicKey)
+    case messageNotInChat(message: EventID, chat: ObjectID)
+    /// A gift to a user none of whose devices this node knows.
+    case noKnownDevice(user: PublicKey)
+    /// A debit beyond this device's spending rights (brief, decision 7).
+    case insufficientRights(held: UInt64, needed: UInt64)
+    /// A slot number outside the network's slots (`lowest...highest`).
+    case noSuchSlot(slot: Int, lowest: Int, highest: Int)
+    /// A member device's published encryption key is unusable, so the chat
+    /// key cannot be wrapped to it.
+    case unusableMemberKey
+    /// Reading a chat this node cannot show (not held, or not readable here).
+    case chatUnreadable(String)
+
+    public var description: String {
+        switch self {
+        case .invalidDeviceProof(let device, let user): "the proof is not \(device.short)'s signature consenting to user \(user.short)"
+        case .retiredProfileField(let field): "the profile field \(field) is retired: every profile field is public to the network"
+        case .emptyPicture: "the picture file is empty"
+        case .pictureTooLarge(let bytes, let limit):
+            "the picture is \(bytes) bytes; a picture may be at most \(limit) bytes: shrink or recompress it"
+        case .notAnImage: "not a JPEG, PNG, GIF, WebP, HEIC or AVIF image"
+        case .pictureNotYours(let picture, let owner): "picture \(picture.short) belongs to \(owner.short)"
+        case .pictureDeleted(let picture): "picture \(picture.short) was deleted; its bytes are purged"
+        case .unknownPicture(let picture): "this node holds no picture \(picture.short)"
+        case .pictureBytesUnavailable(let picture):
+            "this node does not hold the bytes of picture \(picture.short) (not received yet, or purged)"
+        case .pictureNotInGallery(let picture): "picture \(picture.short) is not in your gallery"
+        case .noRoomBetweenPictures: "no room between those pictures' positions; move one of them first"
+        case .cannotFollowYourself: "you cannot follow yourself"
+        case .cannotBlockYourself: "you cannot block yourself"
+        case .nothingToRemove(let what, let target): "there is no \(what) of \(target.short) by you to remove"
+        case .emptyMessage: "a message needs text, a picture or both"
+        case .unknownChat(let chat): "this node holds no chat \(chat.short)"
+        case .unknownMessage(let message): "this node holds no message \(message.short)"
+        case .notYourMessage(let message, let sender): "message \(message.short) was sent by \(sender.short)"
+        case .messageNotInChat(let message, let chat): "message \(message.short) is not a message of chat \(chat.short) here"
+        case .noKnownDevice(let user):
+            "this node knows no device of user \(user.short); sync or import the user's events first, or name the device"
+        case .insufficientRights(let held, let needed): "this device holds rights to \(held) coins; \(needed) are needed"
+        case .noSuchSlot(let slot, let lowest, let highest):
+            lowest == 1
+                ? "slot \(slot) does not exist: slots are numbered 1...\(highest) (slot 0 is always unlocked)"
+                : "slot \(slot) does not exist: slots are numbered \(lowest)...\(highest)"
+        case .unusableMemberKey: "a member device published an unusable encryption key"
+        case .chatUnreadable(let why): why
+        }
+    }
+}
