@@ -48,8 +48,23 @@ public struct BlobStore: Sendable {
             start = end
         }
         try txn.put(blobs, hash.bytes, Self.u64(UInt64(bytes.count)))
+        try txn.put(blobs, Self.serialKey, Self.u64(try serial(in: txn) + 1))
         return hash
     }
+
+    /// The key of the blob serial: 6 bytes, so it is never a hash (32) or a
+    /// chunk key (36).
+    static let serialKey = Array("serial".utf8)
+
+    /// How many blobs this store has ever stored: it grows with each new
+    /// blob and never shrinks, so a peer that saw the same serial knows no
+    /// blob arrived since (Specs/sync.md §4.4).
+    public func serial(in txn: Transaction) throws -> UInt64 {
+        guard let raw = try txn.get(blobs, Self.serialKey), raw.count == 8 else { return 0 }
+        return raw.reduce(0) { $0 << 8 | UInt64($1) }
+    }
+
+    public func serial() throws -> UInt64 { try env.read { try serial(in: $0) } }
 
     public func contains(_ hash: Hash32, in txn: Transaction) throws -> Bool {
         try txn.get(blobs, hash.bytes) != nil

@@ -16,6 +16,9 @@ struct BlobAccess: Sendable {
         self.node = node
     }
 
+    /// This node's blob serial (Specs/sync.md §4.4).
+    func serial() throws -> UInt64 { try node.blobs.serial() }
+
     /// Blobs that live pictures reference and this node lacks, with the size
     /// the picture declares.
     func missing() throws -> [(hash: Hash32, size: UInt64?)] {

@@ -20,6 +20,10 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// Tells a scoped peer which feeds concern it (its chats' members) with
     /// an `invite` message (Specs/sync.md §4.8).
     public static let invitations = SyncCapabilities(rawValue: 8)
+    /// Tells the peer this node's blob serial (`blobSerial`), so a peer that
+    /// remembers which blobs this node lacked asks for them again only after
+    /// this node stored a new blob (Specs/sync.md §4.4).
+    public static let blobSerial = SyncCapabilities(rawValue: 16)
 }
 
 public struct SyncHello: Hashable, Sendable {
@@ -102,10 +106,13 @@ public enum SyncMessage: Hashable, Sendable {
     /// user: the feeds of the members of every chat it is in, as the sender
     /// folds them (Specs/sync.md §4.8).
     case invite([PublicKey])
+    /// The sender's blob serial: how many blobs it has ever stored
+    /// (Specs/sync.md §4.4); sent once, after the hellos.
+    case blobSerial(UInt64)
 
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
-            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite
+            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial
     }
 
     public var code: Code {
@@ -128,6 +135,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .payloadWant: .payloadWant
         case .payloadWantEnd: .payloadWantEnd
         case .invite: .invite
+        case .blobSerial: .blobSerial
         }
     }
 
@@ -168,6 +176,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .error(let code, let message): items = [t, .text(code), .text(message)]
         case .payloadWant(let ids): items = [t, .array(ids.map { .bytes($0.bytes) })]
         case .invite(let feeds): items = [t, .array(feeds.map { .bytes($0.bytes) })]
+        case .blobSerial(let serial): items = [t, .unsigned(serial)]
         case .done(let position): items = [t, .unsigned(position)]
         case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd: items = [t]
         }
@@ -279,6 +288,9 @@ public enum SyncMessage: Hashable, Sendable {
             var out: [PublicKey] = []
             for entry in try list(items[1], "invite") { out.append(try b32(entry, "feed key")) }
             return .invite(out)
+        case .blobSerial:
+            try count(2)
+            return .blobSerial(try u64(items[1], "blob serial"))
         case .wantEnd: try count(1); return .wantEnd
         case .eventsEnd: try count(1); return .eventsEnd
         case .blobWantEnd: try count(1); return .blobWantEnd

@@ -22,6 +22,10 @@ public struct PeerRecord: Hashable, Sendable {
     public var eventsReceived: UInt64
     public var eventsSent: UInt64
     public var sessions: UInt64
+    /// The peer's blob serial when it last said which blobs it lacked, and
+    /// those blobs: not asked again until its serial changes (sync.md §4.4).
+    public var blobSerial: UInt64?
+    public var lackedBlobs: Set<Hash32>
 
     public init(key: PublicKey, address: String) {
         self.key = key
@@ -33,6 +37,8 @@ public struct PeerRecord: Hashable, Sendable {
         self.eventsReceived = 0
         self.eventsSent = 0
         self.sessions = 0
+        self.blobSerial = nil
+        self.lackedBlobs = []
     }
 
     func encoded() -> [UInt8] {
@@ -46,6 +52,8 @@ public struct PeerRecord: Hashable, Sendable {
                 CBORMapEntry(.unsigned(5), .unsigned(eventsSent)),
                 CBORMapEntry(.unsigned(6), .unsigned(sessions)),
                 CBORMapEntry(.unsigned(7), user.map { .bytes($0.bytes) } ?? .null),
+                CBORMapEntry(.unsigned(8), blobSerial.map { .unsigned($0) } ?? .null),
+                CBORMapEntry(.unsigned(9), .array(lackedBlobs.sorted().map { .bytes($0.bytes) })),
             ]))
     }
 
@@ -59,6 +67,8 @@ public struct PeerRecord: Hashable, Sendable {
         r.eventsSent = v[int: 5]?.unsignedValue ?? 0
         r.sessions = v[int: 6]?.unsignedValue ?? 0
         r.user = v[int: 7]?.bytesValue.flatMap { Bytes32($0) }
+        r.blobSerial = v[int: 8]?.unsignedValue
+        r.lackedBlobs = Set(v[int: 9]?.arrayValue?.compactMap { $0.bytesValue.flatMap { Bytes32($0) } } ?? [])
         return r
     }
 }

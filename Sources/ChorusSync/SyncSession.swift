@@ -50,6 +50,8 @@ public struct SyncReport: Sendable, Hashable {
     public var eventsSent = 0
     public var blobsReceived = 0
     public var blobsSent = 0
+    /// Blob hashes this side asked the peer for.
+    public var blobsRequested = 0
     public var forksSeen = 0
     /// `chat.key` events this device wrote after the session to share the
     /// chat keys the received events entitle member devices to.
@@ -132,6 +134,13 @@ public actor SyncSession {
     private var sessionIncomplete = false
     private var blobsWanted: [Hash32: UInt64?] = [:]
     private var blobsGivenUp: Set<Hash32> = []
+    /// The peer's blob serial from this session, and what this node
+    /// remembered: the serial of the last session and the blobs the peer
+    /// lacked then (Specs/sync.md §4.4).
+    private var peerBlobSerial: UInt64? = nil
+    private var rememberedBlobs: (serial: UInt64, lacked: Set<Hash32>)? = nil
+    /// Blobs not asked for this session because the peer lacked them at the same serial.
+    private var blobsSkipped: Set<Hash32> = []
     private var assembly: (hash: Hash32, total: UInt64, bytes: [UInt8])? = nil
     private var payloadsWanted: Set<EventID> = []
     private var payloadsAsked: Set<EventID> = []
@@ -316,13 +325,15 @@ public actor SyncSession {
         let scopeFeeds = try options.scope.feeds(of: node)
         let tag = ReplicationScope.tag(scopeFeeds)
         var since: UInt64 = 0
-        if let record = try peers?.record(peerKey), record.scopeTag == tag { since = record.position }
+        let record = try peers?.record(peerKey)
+        if let record, record.scopeTag == tag { since = record.position }
+        rememberedBlobs = record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } }
         startTag = tag
         startSince = since
         var caps: SyncCapabilities = [.refill]
         if options.invitations { caps.insert(.invitations) }
         if options.live { caps.insert(.live) }
-        if options.blobs { caps.insert(.blobs) }
+        if options.blobs { caps.formUnion([.blobs, .blobSerial]) }
         send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
         let frame: [UInt8]?
@@ -338,6 +349,7 @@ public actor SyncSession {
         }
         peerHello = hello
         report.peerUser = hello.user
+        if options.blobs, hello.capabilities.contains(.blobSerial) { send(.blobSerial(try blobs.serial())) }
         isLive = options.live && hello.capabilities.contains(.live)
         report.live = isLive
     }
@@ -415,6 +427,11 @@ public actor SyncSession {
             try queue(.payloads(ids), items: ids.count)
         case .payloadWantEnd:
             try queue(.payloadEnd, items: 1)
+        case .blobSerial(let serial):
+            guard options.blobs, peerHello?.capabilities.contains(.blobSerial) == true, peerBlobSerial == nil else {
+                throw SyncError.unexpected("a blob serial without the blobSerial capability, or a second one")
+            }
+            peerBlobSerial = serial
         case .invite(let feeds):
             guard options.scope.hops != nil, options.invitations else {
                 throw SyncError.unexpected("an invite to a node that replicates every feed or did not offer invitations")
@@ -771,8 +788,16 @@ public actor SyncSession {
             }
             try await refillPayloads()
             if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
-                let missing = try blobs.missing().filter { !blobsGivenUp.contains($0.hash) }
+                var missing = try blobs.missing().filter { !blobsGivenUp.contains($0.hash) }
+                // The peer stored no blob since it last lacked these: asking
+                // again would cost a want and a miss each (§4.4).
+                if let remembered = rememberedBlobs, let serial = peerBlobSerial, serial == remembered.serial {
+                    let skipped = missing.filter { remembered.lacked.contains($0.hash) }
+                    blobsSkipped.formUnion(skipped.map(\.hash))
+                    missing.removeAll { remembered.lacked.contains($0.hash) }
+                }
                 if !missing.isEmpty {
+                    report.blobsRequested += missing.count
                     for m in missing { blobsWanted[m.hash] = m.size }
                     for chunk in missing.map(\.hash).chunked(SyncLimits.listBatch) { send(.blobWant(chunk)) }
                     send(.blobWantEnd)
@@ -893,6 +918,8 @@ public actor SyncSession {
         // A scope that grew during a session that skipped unchanged feeds
         // may miss feeds the peer did not announce: ask for all next time.
         let forceFull = startSince > 0 && tag != startTag
+        let blobSerial = peerBlobSerial
+        let lacked = blobsSkipped.union(blobsGivenUp)
         do {
             try peers.update(transport.peer.key, address: transport.peer.address) { r in
                 if forceFull {
@@ -904,6 +931,13 @@ public actor SyncSession {
                 }
                 r.lastSynced = UInt64(Date().timeIntervalSince1970 * 1000)
                 guard final else { return }
+                if let serial = blobSerial {
+                    r.blobSerial = serial
+                    r.lackedBlobs = lacked
+                } else {
+                    r.blobSerial = nil
+                    r.lackedBlobs = []
+                }
                 r.user = user
                 r.eventsReceived += received
                 r.eventsSent += sentCount

@@ -32,6 +32,8 @@ struct SyncVectorTests {
         ("payload_want_end", .payloadWantEnd),
         ("hello_invitations", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .invitations], hops: 1, since: 0))),
         ("invite", .invite([k(0x22), k(0x44)])),
+        ("hello_blob_serial", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .blobSerial], hops: nil, since: 0))),
+        ("blob_serial", .blobSerial(70_000)),
     ]
 
     static var vectorPath: String {
