@@ -42,9 +42,9 @@ struct EmbeddingTests {
         }
 
         // Sync: one node serves, the other connects.
-        let server = try SyncServer(node: bobNode)
-        let listener = try await server.listen(host: "127.0.0.1", port: 0)
-        let report = try await SyncNetwork.sync(node, host: "127.0.0.1", port: listener.port)
+        let serving = try await bobNode.serve(port: 0)
+        let report = try await node.sync(with: "127.0.0.1", port: serving.port)
+        await serving.shutdown()
         // --- end of the README example ---
 
         #expect(profile.field("city") == .text("Lisbon"))
@@ -55,8 +55,6 @@ struct EmbeddingTests {
         #expect(report.complete)
         #expect(try bobNode.readableChatPage(chat, limit: 50).messages.first?.content.value?.text == "look")
         #expect(try bobNode.projections.digest() == node.projections.digest() && digest == node.projections.digest())
-        await listener.shutdown()
-        await server.shutdown()
         await node.close()
         await bobNode.close()
     }

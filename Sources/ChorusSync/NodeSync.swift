@@ -1,0 +1,42 @@
+import ChorusNode
+
+extension Node {
+    /// Syncs both ways with the node serving at `host:port` over Noise-
+    /// encrypted TCP and returns once both sides said the sync is complete
+    /// (with `options.live`, once the connection ends; cancel the task to
+    /// end it). The same as `SyncNetwork.sync(node, host:port:)`.
+    public nonisolated func sync(with host: String, port: Int, options: SyncOptions = SyncOptions()) async throws -> SyncReport {
+        try await SyncNetwork.sync(self, host: host, port: port, options: options)
+    }
+
+    /// Serves sync to peers on `host:port` (port 0: a free one, see
+    /// `Serving.port`) in the background until `shutdown()`.
+    public nonisolated func serve(
+        host: String = "127.0.0.1", port: Int, limits: ConnectionLimits = ConnectionLimits(),
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) async throws -> Serving {
+        let server = try SyncServer(node: self, log: log)
+        do {
+            let listener = try await server.listen(host: host, port: port, limits: limits)
+            return Serving(server: server, listener: listener)
+        } catch {
+            await server.shutdown()
+            throw error
+        }
+    }
+}
+
+/// A node serving sync (`Node.serve`): its port, and how to stop.
+public struct Serving: Sendable {
+    let server: SyncServer
+    let listener: SecureListener
+
+    /// The TCP port it listens on.
+    public var port: Int { listener.port }
+
+    /// Stops accepting connections and ends the sessions in progress.
+    public func shutdown() async {
+        await listener.shutdown()
+        await server.shutdown()
+    }
+}
