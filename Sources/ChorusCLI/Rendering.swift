@@ -31,7 +31,7 @@ struct MutationResult {
 }
 
 /// Runs one mutation and reports it. An event that was stored but took no
-/// effect (brief decision 6) is reported with its reason and exit status 1.
+/// effect (Specs/projections.md §4) is reported with its reason and exit status 1.
 func mutate(
     _ store: StoreOptions, _ output: OutputOptions, _ body: (Node) async throws -> MutationResult
 ) async throws {

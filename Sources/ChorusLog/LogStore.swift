@@ -184,7 +184,7 @@ public struct LogStore: Sendable {
     }
 
     /// Removes the payload of a stored event, keeping its signed header
-    /// (brief decision 8). Returns false when it was already purged or absent.
+    /// (Specs/events.md §6, projections.md §6.3). Returns false when it was already purged or absent.
     @discardableResult
     public func purgePayload(_ id: EventID, in txn: Transaction) throws -> Bool {
         guard let arrival = try readArrival(of: id, in: txn) else { return false }

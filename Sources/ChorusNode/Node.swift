@@ -11,7 +11,7 @@ import Foundation
 import Synchronization
 
 public struct NodeOptions: Sendable {
-    /// How far ahead of this node's clock an event's timestamp may be (brief decision 3).
+    /// How far ahead of this node's clock an event's timestamp may be (Specs/events.md §7.2).
     public var driftMillis: UInt64 = 60_000
     /// The LMDB map size to start from; it doubles whenever it fills.
     public var initialMapSize: Int = 256 << 20
@@ -61,8 +61,8 @@ public struct IngestReport: Sendable {
     }
 }
 
-/// A Chorus node on one store: the embeddable library API (brief, "App
-/// developers"). It signs this device's events, ingests remote ones and reads
+/// A Chorus node on one store: the embeddable library API (README,
+/// "Embedding the library"). It signs this device's events, ingests remote ones and reads
 /// the log. Writes go through one group-commit writer; reads are
 /// `nonisolated` and run concurrently in LMDB read transactions.
 public actor Node {
@@ -438,7 +438,7 @@ public actor Node {
     }
 
     /// Stores blob bytes received from a peer, in the writer's next group
-    /// commit (one writer, brief decision 9), unless no live picture
+    /// commit (one writer, Specs/storage.md §5.1), unless no live picture
     /// references them any more or they are stored already. The caller has
     /// checked the bytes against `hash`. Returns whether they were stored.
     public func storeReceivedBlob(_ bytes: [UInt8], hash: Hash32) async throws -> Bool {

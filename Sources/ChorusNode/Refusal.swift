@@ -33,7 +33,7 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case messageNotInChat(message: EventID, chat: ObjectID)
     /// A gift to a user none of whose devices this node knows.
     case noKnownDevice(user: PublicKey)
-    /// A debit beyond this device's spending rights (brief, decision 7).
+    /// A debit beyond this device's spending rights (Specs/projections.md §6.9).
     case insufficientRights(held: UInt64, needed: UInt64)
     /// A slot number outside the network's slots (`lowest...highest`).
     case noSuchSlot(slot: Int, lowest: Int, highest: Int)

@@ -6,7 +6,7 @@ import ChorusStore
 import Foundation
 import Synchronization
 
-/// The single writer (brief decision 9). Requests queue up while a commit is
+/// The single writer (Specs/storage.md §5.1). Requests queue up while a commit is
 /// in flight and the next transaction takes all of them at once (group
 /// commit). A request's completion runs only after its transaction is
 /// durable. No write transaction spans a suspension point: each runs start
@@ -71,7 +71,7 @@ final class GroupCommitWriter: Sendable {
         defer { stats.addBusy(nanoseconds: DispatchTime.now().uptimeNanoseconds - started) }
         do {
             // The log, the blobs and every projection they touch commit in
-            // one transaction, so they can never disagree (brief decision 9).
+            // one transaction, so they can never disagree (Specs/storage.md §5).
             let outcomes: [[AppendOutcome]] = try store.commit(nowMillis: now, driftMillis: driftMillis) { commit in
                 try batch.map { request in
                     for blob in request.blobs { try commit.putBlob(blob) }

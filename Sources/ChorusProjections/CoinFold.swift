@@ -45,7 +45,7 @@ public struct LedgerEntry: Hashable, Sendable {
 }
 
 extension FoldRun {
-    /// The escrow counter (brief decision 7): every coin event is decided in
+    /// The escrow counter (Specs/projections.md §6.9): every coin event is decided in
     /// merge order against the spending rights of the device that signed
     /// it. Decisions from `start` on are undone and taken again, so a late
     /// event re-decides exactly the part of the ledger it can influence.

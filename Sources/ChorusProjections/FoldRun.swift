@@ -226,7 +226,7 @@ struct FoldRun {
         }
     }
 
-    /// Purges the payload of a fact and of its logged event (brief decision 8).
+    /// Purges the payload of a fact and of its logged event (Specs/projections.md §6.3, §6.6).
     func purge(_ cls: ObjectClass, _ object: Bytes32, _ fact: Fact) throws {
         guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }
         try p.log.purgePayload(atArrival: fact.arrival, in: txn)

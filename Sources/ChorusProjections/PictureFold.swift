@@ -115,7 +115,7 @@ extension FoldRun {
 
 extension FoldRun {
     /// Purges a deleted picture's payloads and, unless a live picture still
-    /// uses them, its blob bytes (brief decision 8).
+    /// uses them, its blob bytes (Specs/projections.md §6.3).
     func purgeContent(of picture: ObjectID, _ all: [Fact]) throws {
         let blob = all.first { $0.kind == .pictureCreated && $0.payload != nil }?.payload?[text: "blob"]?.id32
         for f in all { try purge(.picture, picture, f) }

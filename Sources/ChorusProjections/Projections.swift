@@ -7,8 +7,8 @@ import ChorusStorage
 
 /// The projected state of a node: profiles, pictures, relationships, chats,
 /// coins and slots, kept in the same LMDB environment as the log and updated
-/// in the same write transaction as the append that causes it (brief,
-/// decision 9). The state is a pure function of the set of events held:
+/// in the same write transaction as the append that causes it (Specs/storage.md,
+/// "Projection and blob databases"). The state is a pure function of the set of events held:
 /// every event is filed as a fact under the objects it touches, and each
 /// touched object is re-folded from all of its facts in merge order, so
 /// delivery order never matters (Specs/projections.md).
