@@ -1,0 +1,179 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusStorage
+
+public struct MemberView: Hashable, Sendable {
+    public let user: PublicKey
+    public let admin: Bool
+    public let since: HLC
+}
+
+public struct ChatView: Hashable, Sendable {
+    public let id: ObjectID
+    /// The title, sealed to the chat's members (Specs/encryption.md §7);
+    /// `Node` opens it on a member's device.
+    public let sealedTitle: [UInt8]?
+    public let creator: PublicKey
+    public let createdHLC: HLC
+    /// The `chat.created` event (its device sealed the title).
+    public let createdBy: EventID
+    public let members: [MemberView]
+    public let messageCount: Int
+}
+
+public struct MessageView: Hashable, Sendable {
+    public let id: EventID
+    public let chat: ObjectID
+    public let sender: PublicKey
+    public let device: PublicKey
+    public let hlc: HLC
+    /// The sealed body (Specs/encryption.md §7): text, picture reference and
+    /// attachment, readable on a member's device through `Node`. nil when
+    /// deleted or purged.
+    public let body: [UInt8]?
+    /// The encrypted picture sent with the message: hash and size of its
+    /// ciphertext blob.
+    public let blob: Hash32?
+    public let blobSize: UInt64?
+    public let edited: HLC?
+    /// The device that signed the winning edit (its body is sealed by it).
+    public let editor: PublicKey?
+    public let deleted: HLC?
+    public let purged: Bool
+    /// The epoch the body is sealed under (its first 32 bytes).
+    public var epoch: Hash32? { body.flatMap { $0.count >= 32 ? Bytes32($0[0..<32]) : nil } }
+    /// Pass as `before` to get the page of older messages.
+    public var cursor: String { Hex.encode(Codec.u64(hlc.rawValue) + id.bytes) }
+}
+
+public struct ChatPage: Hashable, Sendable {
+    public let chat: ChatView
+    /// Oldest first.
+    public let messages: [MessageView]
+    /// The cursor for the next (older) page, nil when this is the first message.
+    public let older: String?
+    public let readMarkers: [PublicKey: HLC]
+}
+
+extension Projections {
+    // MARK: Chats
+
+    /// Chats `user` is a member of now.
+    public func chats(of user: PublicKey) throws -> [ChatView] {
+        try log.env.read { txn in
+            var ids: [ObjectID] = []
+            try txn.scan(state, prefix: Table.userChat.key(user.bytes)) { key, _ in
+                ids.append(try Codec.b32(key.suffix(32), "chat id"))
+                return true
+            }
+            return try ids.compactMap { try chatView($0, in: txn) }.sorted { ($0.createdHLC, $0.id) < ($1.createdHLC, $1.id) }
+        }
+    }
+
+    /// A chat's record and current members, nil when this node holds no creation.
+    public func chatView(_ id: ObjectID) throws -> ChatView? {
+        try log.env.read { txn in try chatView(id, in: txn) }
+    }
+
+    func chatView(_ id: ObjectID, in txn: Transaction) throws -> ChatView? {
+        guard let raw = try txn.get(state, Table.chat.key(id.bytes)) else { return nil }
+        let v = try Codec.decode(raw, "chat record")
+        guard let creator = v[text: "creator"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue, let by = v[text: "created_by"]?.id32
+        else { throw ProjectionError.corrupt("chat record") }
+        var members: [MemberView] = []
+        try txn.scan(state, prefix: Table.member.key(id.bytes)) { key, value in
+            let m = try Membership.decode(value)
+            if m.isCurrent, let since = m.intervals.last?.from {
+                members.append(MemberView(user: try Codec.b32(key[33...], "member"), admin: m.admin, since: since))
+            }
+            return true
+        }
+        let count = try txn.get(state, Table.messageCount.key(id.bytes)).map { Int(Codec.readU64($0[...])) } ?? 0
+        return ChatView(
+            id: id, sealedTitle: v[text: "title"]?.bytesValue, creator: creator, createdHLC: HLC(rawValue: hlc), createdBy: by, members: members,
+            messageCount: count)
+    }
+
+    /// A page of a chat's messages, oldest first: the `limit` newest
+    /// messages before `before` (a cursor from an earlier page). Messages
+    /// from users `viewer` blocked are left out.
+    public func chat(_ id: ObjectID, viewer: PublicKey? = nil, limit: Int = 50, before: String? = nil) throws -> ChatPage {
+        try log.env.read { txn in
+            guard let chat = try chatView(id, in: txn) else { throw QueryError.unknownChat(id) }
+            let blocked = Set(try viewer.map { try targets(.block, of: $0, in: txn) } ?? [])
+            let prefix = Table.message.key(id.bytes)
+            var upper: [UInt8]? = nil
+            if let before {
+                guard let raw = Hex.decode(before), raw.count == 40 else { throw QueryError.badCursor(before) }
+                upper = prefix + raw
+            }
+            var messages: [MessageView] = []
+            var more = false
+            try txn.scanBackward(state, prefix: prefix, before: upper) { key, value in
+                if messages.count == limit {
+                    more = true
+                    return false
+                }
+                let m = try messageView(key: key, value: value, chat: id, in: txn)
+                if !blocked.contains(m.sender) { messages.append(m) }
+                return true
+            }
+            messages.reverse()
+            var markers: [PublicKey: HLC] = [:]
+            try txn.scan(state, prefix: Table.read.key(id.bytes)) { key, value in
+                let v = try Codec.decode(value, "read marker")
+                if let a = v.arrayValue, let hlc = a.first?.unsignedValue {
+                    markers[try Codec.b32(key[33...], "reader")] = HLC(rawValue: hlc)
+                }
+                return true
+            }
+            return ChatPage(chat: chat, messages: messages, older: more ? messages.first?.cursor : nil, readMarkers: markers)
+        }
+    }
+
+    func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, in txn: Transaction) throws -> MessageView {
+        let v = try Codec.decode(value, "message record")
+        guard let sender = v[text: "sender"]?.id32, let device = v[text: "device"]?.id32,
+            let hlc = v[text: "hlc"]?.unsignedValue
+        else { throw ProjectionError.corrupt("message record") }
+        return MessageView(
+            id: try Codec.b32(key.suffix(32), "message id"), chat: chat, sender: sender, device: device,
+            hlc: HLC(rawValue: hlc), body: v[text: "body"]?.bytesValue, blob: v[text: "blob"]?.id32,
+            blobSize: v[text: "size"]?.unsignedValue, edited: v[text: "edited"]?.unsignedValue.map(HLC.init(rawValue:)),
+            editor: v[text: "editor"]?.id32,
+            deleted: v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:)), purged: v[text: "purged"]?.boolValue ?? false)
+    }
+
+    /// The chat a message belongs to, when it took effect here.
+    public func message(_ id: EventID) throws -> MessageView? {
+        try log.env.read { txn in
+            guard let raw = try firstFact(.message, id, in: txn),
+                raw.count >= 33, let chat = Bytes32(raw[1..<33])
+            else { return nil }
+            var found: MessageView? = nil
+            try txn.scan(state, prefix: Table.message.key(chat.bytes)) { key, value in
+                if key.suffix(32).elementsEqual(id.bytes) {
+                    found = try messageView(key: key, value: value, chat: chat, in: txn)
+                    return false
+                }
+                return true
+            }
+            return found
+        }
+    }
+
+    static func factKeyPrefix(_ cls: ObjectClass, _ object: Bytes32) -> [UInt8] { [cls.rawValue] + object.bytes }
+
+    func firstFact(_ cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> [UInt8]? {
+        var found: [UInt8]? = nil
+        try txn.scan(facts, prefix: Self.factKeyPrefix(cls, object)) { _, value in
+            if value.first == UInt8(EventKind.messageSent.code) {
+                found = value
+                return false
+            }
+            return true
+        }
+        return found
+    }
+}

@@ -1,0 +1,129 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusStorage
+
+/// How a projection shows a reference to a picture. References are resolved
+/// when read, so a deleted picture disappears from everything that points at
+/// it, and a picture not received yet shows as unresolved until it arrives.
+public enum PictureReference: Hashable, Sendable {
+    case picture(PictureView)
+    /// The picture was deleted (or is not one the reference may show).
+    case removed(ObjectID)
+    /// This node has not received the picture yet.
+    case unresolved(ObjectID)
+
+    public var id: ObjectID {
+        switch self {
+        case .picture(let p): p.id
+        case .removed(let id), .unresolved(let id): id
+        }
+    }
+}
+
+public struct PictureView: Hashable, Sendable {
+    public let id: ObjectID
+    public let owner: PublicKey
+    public let createdBy: EventID
+    public let hlc: HLC
+    public let caption: String?
+    public let mime: String?
+    public let blob: Hash32?
+    public let size: UInt64?
+    public let width: UInt64?
+    public let height: UInt64?
+    public let position: [UInt8]
+    /// The creation's payload was purged although no deletion is known here.
+    public let contentPurged: Bool
+}
+
+public enum PictureLookup: Hashable, Sendable {
+    case live(PictureView)
+    case deleted(id: ObjectID, owner: PublicKey, at: HLC, by: EventID)
+    case unknown(ObjectID)
+}
+
+extension Projections {
+    // MARK: Pictures
+
+    public func picture(_ id: ObjectID) throws -> PictureLookup {
+        try log.env.read { txn in try lookup(id, in: txn) }
+    }
+
+    func lookup(_ id: ObjectID, in txn: Transaction) throws -> PictureLookup {
+        guard let raw = try txn.get(state, Table.picture.key(id.bytes)) else { return .unknown(id) }
+        let r = try PictureRecord.decode(raw)
+        if let deleted = r.deleted { return .deleted(id: id, owner: r.owner, at: deleted, by: r.deletedBy ?? .zero) }
+        return .live(Self.view(id, r))
+    }
+
+    static func view(_ id: ObjectID, _ r: PictureRecord) -> PictureView {
+        PictureView(
+            id: id, owner: r.owner, createdBy: r.createdBy, hlc: r.hlc, caption: r.caption, mime: r.mime, blob: r.blob,
+            size: r.size, width: r.width, height: r.height, position: r.position ?? GalleryPosition.initial(r.hlc),
+            contentPurged: r.purged)
+    }
+
+    /// Resolves a picture reference. A picture owned by someone other than
+    /// `requiredOwner` shows as removed: an avatar or slot shows only the
+    /// owner's own pictures.
+    func reference(_ id: ObjectID, requiredOwner: PublicKey? = nil, in txn: Transaction) throws -> PictureReference {
+        switch try lookup(id, in: txn) {
+        case .live(let view):
+            if let requiredOwner, view.owner != requiredOwner { return .removed(id) }
+            return .picture(view)
+        case .deleted: return .removed(id)
+        case .unknown: return .unresolved(id)
+        }
+    }
+
+    /// A reference to a picture resolved now (Specs/projections.md §7.1):
+    /// what a decrypted message's `picture` shows.
+    public func reference(to id: ObjectID) throws -> PictureReference {
+        try log.env.read { txn in try reference(id, in: txn) }
+    }
+
+    /// A user's gallery in its user-defined order.
+    public func pictures(of user: PublicKey, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
+        try log.env.read { txn in
+            var ids: [ObjectID] = []
+            var skipped = 0
+            try txn.scan(state, prefix: Table.gallery.key(user.bytes)) { key, _ in
+                if skipped < offset {
+                    skipped += 1
+                    return true
+                }
+                ids.append(try Codec.b32(key.suffix(32), "picture id"))
+                return ids.count < limit
+            }
+            return try ids.compactMap { id in
+                if case .live(let v) = try lookup(id, in: txn) { return v }
+                return nil
+            }
+        }
+    }
+
+    /// Pictures of the users `viewer` follows, newest first, leaving out
+    /// users the viewer blocked. `before` is an HLC to page back from.
+    public func feed(for viewer: PublicKey, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
+        try log.env.read { txn in
+            let blocked = Set(try targets(.block, of: viewer, in: txn))
+            var candidates: [(hlc: HLC, id: ObjectID)] = []
+            for followed in try targets(.follow, of: viewer, in: txn) where !blocked.contains(followed) {
+                let prefix = Table.picturesByTime.key(followed.bytes)
+                let upper = before.map { prefix + Codec.u64($0.rawValue) }
+                var taken = 0
+                try txn.scanBackward(state, prefix: prefix, before: upper) { key, _ in
+                    candidates.append((HLC(rawValue: Codec.readU64(key[33..<41])), try Codec.b32(key.suffix(32), "picture id")))
+                    taken += 1
+                    return taken < limit
+                }
+            }
+            candidates.sort { ($0.hlc, $0.id) > ($1.hlc, $1.id) }
+            return try candidates.prefix(limit).compactMap { c in
+                if case .live(let v) = try lookup(c.id, in: txn) { return v }
+                return nil
+            }
+        }
+    }
+}

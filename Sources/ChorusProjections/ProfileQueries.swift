@@ -1,0 +1,84 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusStorage
+
+public struct ProfileFieldValue: Hashable, Sendable {
+    public let name: String
+    public let value: CBORValue
+    public let hlc: HLC
+    public let author: PublicKey
+    public let event: EventID
+}
+
+public struct DeviceView: Hashable, Sendable {
+    public let device: PublicKey
+    public let name: String?
+    public let addedHLC: HLC
+    public let removedHLC: HLC?
+    public let rights: UInt64
+}
+
+public struct ProfileView: Hashable, Sendable {
+    public let user: PublicKey
+    /// The fields set (a cleared field holds `null`), by name.
+    public let fields: [ProfileFieldValue]
+    /// The avatar field resolved: nil when unset or cleared.
+    public let avatar: PictureReference?
+    public let devices: [DeviceView]
+
+    public func field(_ name: String) -> CBORValue? { fields.first { $0.name == name }?.value }
+}
+
+extension Projections {
+    public func profile(_ user: PublicKey) throws -> ProfileView {
+        try log.env.read { txn in
+            var fields: [ProfileFieldValue] = []
+            try txn.scan(state, prefix: Table.profile.key(user.bytes)) { key, value in
+                let name = String(decoding: key[33...], as: UTF8.self)
+                let v = try Codec.decode(value, "profile register")
+                guard let a = v.arrayValue, a.count == 4, let hlc = a[1].unsignedValue, let author = a[2].id32,
+                    let id = a[3].id32
+                else { throw ProjectionError.corrupt("profile register") }
+                fields.append(ProfileFieldValue(name: name, value: a[0], hlc: HLC(rawValue: hlc), author: author, event: id))
+                return true
+            }
+            let avatar = fields.first { $0.name == "avatar" }?.value.id32
+            return ProfileView(
+                user: user, fields: fields,
+                avatar: try avatar.map { try reference($0, requiredOwner: user, in: txn) },
+                devices: try devices(of: user, in: txn))
+        }
+    }
+
+    public func devices(of user: PublicKey) throws -> [DeviceView] {
+        try log.env.read { txn in try devices(of: user, in: txn) }
+    }
+
+    func devices(of user: PublicKey, in txn: Transaction) throws -> [DeviceView] {
+        var out: [DeviceView] = []
+        var keys: [PublicKey] = []
+        try txn.scan(state, prefix: Table.userDevice.key(user.bytes)) { key, _ in
+            keys.append(try Codec.b32(key[33...], "device"))
+            return true
+        }
+        for d in keys {
+            guard let raw = try txn.get(state, Table.device.key(d.bytes)) else { continue }
+            let b = try DeviceBinding.decode(raw)
+            out.append(
+                DeviceView(device: d, name: b.name, addedHLC: b.addedHLC, removedHLC: b.removedHLC, rights: try rights(d, in: txn)))
+        }
+        return out.sorted { ($0.addedHLC, $0.device) < ($1.addedHLC, $1.device) }
+    }
+
+    /// The user a key acts for now (itself unless it is a bound device).
+    public func user(of key: PublicKey) throws -> PublicKey {
+        try log.env.read { txn in
+            try txn.get(state, Table.device.key(key.bytes)).map { try DeviceBinding.decode($0).user } ?? key
+        }
+    }
+
+    public func binding(of device: PublicKey) throws -> DeviceBinding? {
+        try log.env.read { txn in try txn.get(state, Table.device.key(device.bytes)).map(DeviceBinding.decode) }
+    }
+}

@@ -1,0 +1,65 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusStorage
+
+extension Projections {
+    // MARK: Relationships
+
+    func targets(_ cls: ObjectClass, of actor: PublicKey, in txn: Transaction) throws -> [PublicKey] {
+        var out: [PublicKey] = []
+        try txn.scan(state, prefix: Table.edgeOut.key([cls.rawValue], actor.bytes)) { key, _ in
+            out.append(try Codec.b32(key.suffix(32), "edge target"))
+            return true
+        }
+        return out
+    }
+
+    func actors(_ cls: ObjectClass, on target: Bytes32, in txn: Transaction) throws -> [PublicKey] {
+        var out: [PublicKey] = []
+        try txn.scan(state, prefix: Table.edge.key([cls.rawValue], target.bytes)) { key, _ in
+            out.append(try Codec.b32(key.suffix(32), "edge actor"))
+            return true
+        }
+        return out
+    }
+
+    /// Users following `user`, leaving out those `user` blocked.
+    public func followers(of user: PublicKey) throws -> [PublicKey] {
+        try log.env.read { txn in
+            let blocked = Set(try targets(.block, of: user, in: txn))
+            return try actors(.follow, on: user, in: txn).filter { !blocked.contains($0) }
+        }
+    }
+
+    public func following(_ user: PublicKey) throws -> [PublicKey] {
+        try log.env.read { txn in try targets(.follow, of: user, in: txn) }
+    }
+
+    public func blocked(by user: PublicKey) throws -> [PublicKey] {
+        try log.env.read { txn in try targets(.block, of: user, in: txn) }
+    }
+
+    /// Users who like a picture or message; empty once a picture is deleted.
+    public func likes(of object: Bytes32) throws -> [PublicKey] {
+        try log.env.read { txn in
+            if case .deleted = try lookup(object, in: txn) { return [] }
+            return try actors(.like, on: object, in: txn)
+        }
+    }
+
+    /// The live add events of `actor`'s edge to `target`: what a removal
+    /// must name to cancel it.
+    public func liveAdds(_ kind: EventKind, from actor: PublicKey, to target: Bytes32) throws -> [EventID] {
+        let cls: ObjectClass =
+            switch kind {
+            case .followAdded, .followRemoved: .follow
+            case .likeAdded, .likeRemoved: .like
+            default: .block
+            }
+        return try log.env.read { txn in
+            guard let raw = try txn.get(state, Table.edge.key([cls.rawValue], target.bytes, actor.bytes)) else { return [] }
+            return stride(from: 0, to: raw.count, by: 32).compactMap { Bytes32(raw[$0..<min(raw.count, $0 + 32)]) }
+        }
+    }
+}
