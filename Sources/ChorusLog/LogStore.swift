@@ -156,7 +156,8 @@ public struct LogStore: Sendable {
         if let existing = try txn.get(positions, feedKey) {
             // A different event at a position the feed already holds: keep the evidence.
             try txn.put(forks, feedKey + idKey, event.encoded())
-            let kept = try readEnvelope(at: try Self.decodeU64(existing, what: "feed position"), in: txn)
+            let keptArrival = try Self.decodeU64(existing, what: "feed position")
+            let kept = try Self.decodeTrusted(try rawEnvelope(at: keptArrival, in: txn), arrival: keptArrival)
             return .refused(.fork(seq: seq, existing: kept.id))
         }
         let head = try readHead(author, in: txn)
@@ -232,20 +233,21 @@ public struct LogStore: Sendable {
         try txn.get(ids, id.bytes).map { try Self.decodeU64($0, what: "arrival of \(id.hex)") }
     }
 
+    /// The stored bytes at `arrival`; a missing position is damage.
+    func rawEnvelope(at arrival: UInt64, in txn: Transaction) throws -> [UInt8] {
+        guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }
+        return raw
+    }
+
     /// The event stored at `arrival`; a missing or undecodable one is damage.
     public func readEnvelope(at arrival: UInt64, in txn: Transaction) throws -> Event {
-        guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else {
-            throw LogError.corrupt("no event at arrival \(arrival)")
-        }
-        return try Self.decodeEnvelope(raw, arrival: arrival)
+        try Self.decodeEnvelope(try rawEnvelope(at: arrival, in: txn), arrival: arrival)
     }
 
     /// The payload bytes of the event at `arrival` (nil when purged), read
     /// without decoding the event (`Event.storedPayload`).
     public func readPayload(at arrival: UInt64, in txn: Transaction) throws -> [UInt8]? {
-        guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else {
-            throw LogError.corrupt("no event at arrival \(arrival)")
-        }
+        let raw = try rawEnvelope(at: arrival, in: txn)
         do { return try Event.storedPayload(ofEnvelope: raw) } catch { throw LogError.corrupt("event at arrival \(arrival): \(error)") }
     }
 
@@ -284,8 +286,7 @@ public struct LogStore: Sendable {
             try txn.scan(positions, from: Self.feedKey(author, fromSeq)) { key, value in
                 guard key.count == 40, key.starts(with: author.bytes) else { return false }
                 let arrival = try Self.decodeU64(value, what: "feed position")
-                guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }
-                out.append((key[32..<40].reduce(0) { $0 << 8 | UInt64($1) }, raw))
+                out.append((key[32..<40].reduce(0) { $0 << 8 | UInt64($1) }, try rawEnvelope(at: arrival, in: txn)))
                 return out.count < limit
             }
             return out
@@ -297,10 +298,7 @@ public struct LogStore: Sendable {
     public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (Event) throws -> Void) throws {
         try txn.scan(positions, prefix: author.bytes) { _, value in
             let arrival = try Self.decodeU64(value, what: "feed position")
-            guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }
-            do { try body(try Event.decodeStored(raw)) } catch let error as EventError {
-                throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
-            }
+            try body(try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival))
             return true
         }
     }
@@ -314,14 +312,7 @@ public struct LogStore: Sendable {
             guard limit > 0 else { return out }
             try txn.scan(envelopes, from: Self.encodeU64(since &+ 1)) { key, value in
                 let arrival = try Self.decodeU64(key, what: "arrival position")
-                let event: Event
-                if trusted {
-                    do { event = try Event.decodeStored(value) } catch {
-                        throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
-                    }
-                } else {
-                    event = try Self.decodeEnvelope(value, arrival: arrival)
-                }
+                let event = trusted ? try Self.decodeTrusted(value, arrival: arrival) : try Self.decodeEnvelope(value, arrival: arrival)
                 out.append(StoredEvent(event: event, arrival: arrival))
                 return out.count < limit
             }
@@ -358,6 +349,12 @@ public struct LogStore: Sendable {
             guard try body(slice), slice.count == sliceSize else { return }
             from = last.0
         }
+    }
+
+    /// Decodes a stored envelope without re-checking its payload
+    /// (`Event.decodeStored`); damage is reported as `corrupt`.
+    static func decodeTrusted(_ raw: [UInt8], arrival: UInt64) throws -> Event {
+        do { return try Event.decodeStored(raw) } catch { throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)") }
     }
 
     /// Decodes a stored envelope, re-applying the checks of
@@ -431,11 +428,6 @@ public struct LogStore: Sendable {
         return b.reduce(0) { $0 << 8 | UInt64($1) }
     }
 
-    static func id32(_ b: [UInt8]) throws -> EventID {
-        guard let id = Bytes32(b) else { throw LogError.corrupt("event id of \(b.count) bytes") }
-        return id
-    }
-
     static func decodeHead(_ raw: [UInt8]) throws -> FeedHead {
         guard raw.count == 48, let id = Bytes32(raw[8..<40]) else { throw LogError.corrupt("feed head of \(raw.count) bytes") }
         return FeedHead(
@@ -490,14 +482,8 @@ extension LogStore {
                     do {
                         // Without signatures the caller has checked every
                         // envelope in full already (chorus-replay verify).
-                        if verifySignatures {
-                            e = try readEnvelope(at: arrival, in: txn)
-                        } else {
-                            guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else {
-                                throw LogError.corrupt("no event at arrival \(arrival)")
-                            }
-                            e = try Event.decodeStored(raw)
-                        }
+                        let raw = try rawEnvelope(at: arrival, in: txn)
+                        e = verifySignatures ? try Self.decodeEnvelope(raw, arrival: arrival) : try Self.decodeTrusted(raw, arrival: arrival)
                     } catch {
                         problems.append("feed \(author.hex) #\(seq): \(error)")
                         prev = nil
