@@ -26,6 +26,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
     ],
     targets: [
         .systemLibrary(
@@ -45,7 +46,8 @@ let package = Package(
         .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
         .target(
             name: "ChorusProjections",
-            dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
+            dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
+                           .product(name: "HeapModule", package: "swift-collections")]),
         .target(
             name: "ChorusStore", dependencies: ["ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage"]),
         .target(

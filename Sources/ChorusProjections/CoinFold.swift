@@ -1,6 +1,8 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
+import ChorusStorage
+import HeapModule
 
 /// The decision the ledger recorded for one coin event (Specs/projections.md §6.9).
 public struct LedgerEntry: Hashable, Sendable {
@@ -15,6 +17,18 @@ public struct LedgerEntry: Hashable, Sendable {
     public let noEffect: NoEffect?
 
     public var isEffective: Bool { noEffect == nil }
+
+    /// The keys whose rights this entry reads or changes.
+    var parties: [PublicKey] { [from, to].compactMap { $0 } }
+
+    /// What the entry adds to `key`'s rights.
+    func effect(on key: PublicKey) -> Int64 {
+        guard isEffective else { return 0 }
+        var d: Int64 = 0
+        if to == key { d += Int64(amount) }
+        if from == key { d -= Int64(amount) }
+        return d
+    }
 
     public static func == (a: LedgerEntry, b: LedgerEntry) -> Bool { a.encoded() == b.encoded() }
     public func hash(into h: inout Hasher) { h.combine(encoded()) }
@@ -44,76 +58,200 @@ public struct LedgerEntry: Hashable, Sendable {
     }
 }
 
+/// What an incremental ledger walk knows (Specs/projections.md §6.9.1).
+struct LedgerWalk {
+    /// Rights of the *activated* keys just before the walk's position; the
+    /// others hold their stored (final) rights, which no entry of this walk
+    /// changes.
+    var rights: [PublicKey: Int64] = [:]
+    var queue = Heap<MergeOrder>()
+    var queued: Set<MergeOrder> = []
+    /// Entries whose rules must be applied again (new events, entries whose
+    /// inputs changed); other queued entries are re-decided only when their
+    /// debited key is activated.
+    var dirty: Set<MergeOrder> = []
+
+    mutating func add(_ delta: Int64, to key: PublicKey) throws {
+        let (sum, overflow) = (rights[key] ?? 0).addingReportingOverflow(delta)
+        guard !overflow else { throw ProjectionError.corrupt("coin rights of \(key.short) overflow") }
+        rights[key] = sum
+    }
+
+    mutating func push(_ order: MergeOrder, dirty isDirty: Bool) {
+        if isDirty { dirty.insert(order) }
+        if queued.insert(order).inserted { queue.insert(order) }
+    }
+}
+
 extension FoldRun {
-    /// The escrow counter (Specs/projections.md §6.9): every coin event is decided in
-    /// merge order against the spending rights of the device that signed
-    /// it. Decisions from `start` on are undone and taken again, so a late
-    /// event re-decides exactly the part of the ledger it can influence.
-    mutating func foldCoins(from start: MergeOrder) throws {
-        var rights: [PublicKey: UInt64] = [:]
-        func load(_ key: PublicKey) throws -> UInt64 {
-            if let r = rights[key] { return r }
-            let r = try txn.get(p.state, Table.rights.key(key.bytes)).map { Codec.readU64($0[...]) } ?? 0
-            rights[key] = r
-            return r
-        }
-
-        // Undo, newest first, so rights never pass through a negative value.
-        var undone: [([UInt8], LedgerEntry)] = []
-        try txn.scan(p.state, from: Table.ledger.key(start.bytes)) { key, value in
-            guard key.first == Table.ledger.rawValue else { return false }
-            undone.append((key, try LedgerEntry.decode(value)))
-            return true
-        }
-        for (key, entry) in undone.reversed() {
-            if entry.isEffective {
-                if let from = entry.from { rights[from] = try load(from) + entry.amount }
-                if let to = entry.to {
-                    let held = try load(to)
-                    guard held >= entry.amount else { throw ProjectionError.corrupt("coin rights of \(to.short) below a credit") }
-                    rights[to] = held - entry.amount
-                }
-                if let receipt = entry.receipt { try txn.delete(p.state, Table.receipt.key(Array(receipt.utf8))) }
-                if let s = entry.slot { try txn.delete(p.state, Table.slotUnlock.key(s.user.bytes, [UInt8(s.slot)])) }
-            }
-            try txn.delete(p.state, key)
-        }
-
+    /// The whole ledger from empty state (a bulk rebuild, Specs/projections.md
+    /// §9.2): every coin event decided once, in merge order.
+    mutating func foldCoinsInBulk() throws {
+        var walk = LedgerWalk()
+        var orders: [MergeOrder] = []
         let prefix = [ObjectClass.coins.rawValue] + Bytes32.zero.bytes
-        var pending: [Fact] = []
-        try txn.scan(p.facts, from: prefix + start.bytes) { key, value in
-            guard key.starts(with: prefix) else { return false }
-            pending.append(try Fact.load(key: key, value: value, log: p.log, in: txn))
+        try txn.scan(p.facts, prefix: prefix) { key, _ in
+            orders.append(try MergeOrder(bytes: key[33...]))
             return true
         }
-        for f in pending {
-            var entry = try decideCoin(f)
-            if entry.isEffective, let from = entry.from {
-                let held = try load(from)
-                if held < entry.amount {
-                    entry = LedgerEntry(
-                        kind: f.kind, amount: entry.amount, from: from, to: entry.to, receipt: nil, slot: nil,
-                        noEffect: NoEffect(
-                            "beyond_rights", "device \(from.short) holds rights to \(held) coins and this needs \(entry.amount)"))
-                } else {
-                    rights[from] = held - entry.amount
-                }
-            }
-            if entry.isEffective {
-                if let to = entry.to { rights[to] = try load(to) + entry.amount }
-                if let receipt = entry.receipt { try txn.put(p.state, Table.receipt.key(Array(receipt.utf8)), f.id.bytes) }
-                if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user.bytes, [UInt8(s.slot)]), f.id.bytes) }
-            }
-            try txn.put(p.state, Table.ledger.key(f.order.bytes), entry.encoded())
-            try decide(f.id, entry.noEffect)
+        // Nothing is stored yet, so every key starts at zero rights and
+        // "activating" one never reads a later entry.
+        for order in orders { try processLedgerEntry(order, dirty: true, walk: &walk) }
+        try storeRights(walk)
+    }
+
+    /// The escrow counter, incrementally (Specs/projections.md §6.9.1): only
+    /// the entries a change can influence are decided again. `dirty` holds
+    /// the merge orders of new coin events and of events whose rule inputs
+    /// (device bindings) changed.
+    mutating func foldCoins(dirty: Set<MergeOrder>) throws {
+        var walk = LedgerWalk()
+        for order in dirty { walk.push(order, dirty: true) }
+        while let order = walk.queue.popMin() {
+            try processLedgerEntry(order, dirty: walk.dirty.contains(order), walk: &walk)
         }
-        for (key, amount) in rights {
+        try storeRights(walk)
+    }
+
+    private func storeRights(_ walk: LedgerWalk) throws {
+        for (key, amount) in walk.rights {
+            guard amount >= 0 else { throw ProjectionError.corrupt("coin rights of \(key.short) below zero") }
             if amount == 0 {
                 try txn.delete(p.state, Table.rights.key(key.bytes))
             } else {
-                try txn.put(p.state, Table.rights.key(key.bytes), Codec.u64(amount))
+                try txn.put(p.state, Table.rights.key(key.bytes), Codec.u64(UInt64(amount)))
             }
         }
+    }
+
+    /// Decides (or re-applies) the ledger entry at `order`: every entry
+    /// before it is final.
+    private mutating func processLedgerEntry(_ order: MergeOrder, dirty: Bool, walk: inout LedgerWalk) throws {
+        let old = try txn.get(p.state, Table.ledger.key(order.bytes)).map { try LedgerEntry.decode($0) }
+        var redecide = dirty || old == nil
+        if !redecide, let from = old?.from, walk.rights[from] != nil { redecide = true }
+        guard redecide else {
+            // Same decision: carry its effect on the activated keys.
+            if let old { for key in old.parties where walk.rights[key] != nil { try walk.add(old.effect(on: key), to: key) } }
+            return
+        }
+        guard let raw = try txn.get(p.facts, Projections.factKey(.coins, .zero, order)) else {
+            throw ProjectionError.corrupt("ledger entry without its coin fact")
+        }
+        let f = try Fact.load(order: order, value: raw, log: p.log, in: txn)
+        var entry = try decideCoin(f)
+        if entry.isEffective, let from = entry.from {
+            try activate(from, at: order, walk: &walk)
+            let held = walk.rights[from] ?? 0
+            if held < Int64(entry.amount) {
+                entry = LedgerEntry(
+                    kind: f.kind, amount: entry.amount, from: from, to: entry.to, receipt: nil, slot: nil,
+                    noEffect: NoEffect("beyond_rights", "device \(from.short) holds rights to \(held) coins and this needs \(entry.amount)"))
+            }
+        }
+        for key in Set((old?.parties ?? []) + entry.parties) {
+            let before = old?.effect(on: key) ?? 0
+            let after = entry.effect(on: key)
+            if walk.rights[key] == nil {
+                guard before != after else { continue }
+                try activate(key, at: order, walk: &walk)
+            }
+            try walk.add(after, to: key)
+        }
+        guard entry != old else { return }
+        try writeLedgerEntry(order, old: old, new: entry)
+        try decide(f.id, entry.noEffect)
+        // A credit or unlock that starts or stops counting changes what
+        // the later members of its group (same receipt, same slot) decide.
+        if (old?.isEffective ?? false) != entry.isEffective, let group = Self.coinGroup(f) {
+            try txn.scan(p.index, from: IndexTable.coinGroup.key(group.bytes, order.bytes)) { key, _ in
+                guard key.starts(with: IndexTable.coinGroup.key(group.bytes)) else { return false }
+                let later = try MergeOrder(bytes: key[33...])
+                if later != order { walk.push(later, dirty: true) }
+                return true
+            }
+        }
+    }
+
+    /// Makes `key`'s rights those just before `order` (its stored rights
+    /// minus the effect of every recorded entry at or after `order`), and
+    /// queues those entries so the walk decides or re-applies them.
+    private func activate(_ key: PublicKey, at order: MergeOrder, walk: inout LedgerWalk) throws {
+        guard walk.rights[key] == nil else { return }
+        var held = try txn.get(p.state, Table.rights.key(key.bytes)).map { Int64(Codec.readU64($0[...])) } ?? 0
+        let prefix = IndexTable.ledgerParty.key(key.bytes)
+        var later: [MergeOrder] = []
+        try txn.scan(p.index, from: prefix + order.bytes) { k, _ in
+            guard k.starts(with: prefix) else { return false }
+            later.append(try MergeOrder(bytes: k[33...]))
+            return true
+        }
+        for o in later {
+            guard let raw = try txn.get(p.state, Table.ledger.key(o.bytes)) else {
+                throw ProjectionError.corrupt("ledger index names a missing entry")
+            }
+            held -= try LedgerEntry.decode(raw).effect(on: key)
+            walk.push(o, dirty: false)
+        }
+        guard held >= 0 else { throw ProjectionError.corrupt("coin rights of \(key.short) below zero before an entry") }
+        walk.rights[key] = held
+    }
+
+    private func writeLedgerEntry(_ order: MergeOrder, old: LedgerEntry?, new entry: LedgerEntry) throws {
+        try txn.put(p.state, Table.ledger.key(order.bytes), entry.encoded())
+        let oldParties = Set(old?.parties ?? []), newParties = Set(entry.parties)
+        for key in oldParties.subtracting(newParties) { _ = try txn.delete(p.index, IndexTable.ledgerParty.key(key.bytes, order.bytes)) }
+        for key in newParties.subtracting(oldParties) { try txn.put(p.index, IndexTable.ledgerParty.key(key.bytes, order.bytes), []) }
+        let id = order.id.bytes
+        if let old, old.isEffective {
+            // Only the record this entry made: a credit earlier in merge
+            // order may already have taken the receipt over in this walk.
+            if let receipt = old.receipt, !(entry.isEffective && entry.receipt == receipt) {
+                let key = Table.receipt.key(Array(receipt.utf8))
+                if try txn.get(p.state, key) == id { _ = try txn.delete(p.state, key) }
+            }
+            if let s = old.slot, !(entry.isEffective && entry.slot?.user == s.user && entry.slot?.slot == s.slot) {
+                let key = Table.slotUnlock.key(s.user.bytes, [UInt8(s.slot)])
+                if try txn.get(p.state, key) == id { _ = try txn.delete(p.state, key) }
+            }
+        }
+        if entry.isEffective {
+            if let receipt = entry.receipt { try txn.put(p.state, Table.receipt.key(Array(receipt.utf8)), id) }
+            if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user.bytes, [UInt8(s.slot)]), id) }
+        }
+    }
+
+    /// The group whose members exclude each other (Specs/projections.md
+    /// §6.9.1): credits of one receipt, unlocks of one slot.
+    static func coinGroup(kind: EventKind, object: Bytes32, payload: CBORValue?) -> Hash32? {
+        switch kind {
+        case .coinCredited:
+            guard let receipt = payload?[text: "receipt"]?.textValue else { return nil }
+            return Blake2b.hash256(parts: [Array("chorus/receipt".utf8), [0], Array(receipt.utf8)])
+        case .slotUnlocked:
+            guard let slot = payload?[text: "slot"]?.unsignedValue, slot < 256 else { return nil }
+            return Blake2b.hash256(parts: [Array("chorus/slot".utf8), [0], object.bytes, [UInt8(slot)]])
+        default:
+            return nil
+        }
+    }
+
+    static func coinGroup(_ f: Fact) -> Hash32? { coinGroup(kind: f.kind, object: f.object, payload: f.payload) }
+
+    /// The first effective entry of `group` before `order`, if any.
+    func effectiveGroupMember(_ group: Hash32, before order: MergeOrder) throws -> MergeOrder? {
+        var found: MergeOrder? = nil
+        let prefix = IndexTable.coinGroup.key(group.bytes)
+        try txn.scan(p.index, prefix: prefix) { key, _ in
+            let member = try MergeOrder(bytes: key[33...])
+            guard member < order else { return false }
+            if let raw = try txn.get(p.state, Table.ledger.key(member.bytes)), try LedgerEntry.decode(raw).isEffective {
+                found = member
+                return false
+            }
+            return true
+        }
+        return found
     }
 
     /// Every rule of a coin event except the rights check, which the ledger
@@ -129,8 +267,8 @@ extension FoldRun {
                 return none("not_issuer", "\(f.author.short) is not an issuer of this network")
             }
             guard let receipt = payload[text: "receipt"]?.textValue else { throw ProjectionError.corrupt("credit without receipt") }
-            if let earlier = try txn.get(p.state, Table.receipt.key(Array(receipt.utf8))) {
-                return none("duplicate_receipt", "receipt \(receipt) was already credited by event \(Bytes32(earlier)?.short ?? "?")")
+            if let group = Self.coinGroup(f), let earlier = try effectiveGroupMember(group, before: f.order) {
+                return none("duplicate_receipt", "receipt \(receipt) was already credited by event \(earlier.id.short)")
             }
             return LedgerEntry(kind: f.kind, amount: amount, from: nil, to: f.object, receipt: receipt, slot: nil, noEffect: nil)
         }
@@ -179,7 +317,7 @@ extension FoldRun {
             guard slot > 0 else { return slotNone("slot_free", "slot 0 is always unlocked") }
             let expected = p.config.slotPrices[Int(slot)]
             guard price == expected else { return slotNone("wrong_price", "slot \(slot) costs \(expected) coins, not \(price)") }
-            if try txn.get(p.state, Table.slotUnlock.key(user.bytes, [UInt8(slot)])) != nil {
+            if let group = Self.coinGroup(f), try effectiveGroupMember(group, before: f.order) != nil {
                 return slotNone("already_unlocked", "slot \(slot) is already unlocked")
             }
             return LedgerEntry(kind: f.kind, amount: price, from: f.author, to: nil, receipt: nil, slot: (user, slot), noEffect: nil)

@@ -12,7 +12,9 @@ struct FoldRun {
     let p: Projections
     let txn: Transaction
     var dirty: [ObjectClass: Set<Bytes32>] = [:]
-    var coinsFrom: MergeOrder? = nil
+    /// Coin events to decide again: new ones, and those whose rule inputs
+    /// changed (Specs/projections.md §6.9.1).
+    var coinsDirty: Set<MergeOrder> = []
     var bindings: [Bytes32: DeviceBinding?] = [:]
     /// Users whose device bindings changed in this run: their chats' key
     /// wraps are decided again (Specs/projections.md §6.11).
@@ -78,13 +80,7 @@ struct FoldRun {
             case .reads: try foldReads(object)
             case .chatKeys: try foldChatKeys(object)
             case .message: try foldMessage(object)
-            case .coins:
-                var first: MergeOrder? = nil
-                try txn.scan(p.facts, prefix: [ObjectClass.coins.rawValue] + object.bytes) { key, _ in
-                    first = try MergeOrder(bytes: key[33...])
-                    return false
-                }
-                if let first { try foldCoins(from: first) }
+            case .coins: try foldCoinsInBulk()
             }
         }
         try writeMessageCounts()
@@ -98,10 +94,7 @@ struct FoldRun {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
     }
 
-    mutating func markCoins(from order: MergeOrder) {
-        if let current = coinsFrom, current <= order { return }
-        coinsFrom = order
-    }
+    mutating func markCoins(_ order: MergeOrder) { coinsDirty.insert(order) }
 
     mutating func execute() throws {
         for device in (dirty[.device] ?? []).sorted() {
@@ -144,7 +137,7 @@ struct FoldRun {
         for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
         for message in (dirty[.message] ?? []).sorted() { try foldMessage(message) }
         try writeMessageCounts()
-        if let from = coinsFrom { try foldCoins(from: from) }
+        if !coinsDirty.isEmpty { try foldCoins(dirty: coinsDirty) }
     }
 
     // MARK: Shared helpers

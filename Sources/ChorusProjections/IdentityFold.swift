@@ -81,12 +81,13 @@ extension FoldRun {
         try markCoinsOf(device)
     }
 
-    /// Re-decides the coin ledger from the first coin event naming `key`.
+    /// Decides again every coin event naming `key`: a binding change can
+    /// change who acts, and where a gift lands.
     mutating func markCoinsOf(_ key: Bytes32) throws {
         let prefix = IndexTable.coinParty.key(key.bytes)
         try txn.scan(p.index, prefix: prefix) { k, _ in
-            markCoins(from: try MergeOrder(bytes: k[33...]))
-            return false
+            markCoins(try MergeOrder(bytes: k[33...]))
+            return true
         }
     }
 

@@ -205,6 +205,8 @@ enum IndexTable: UInt8 {
     case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add
     case relationshipCancel = 0x05  // class || target || add event id || merge order of a removal naming it -> ()
     case memberOf = 0x06  // user || chat -> () (every chat the user was ever a member of)
+    case ledgerParty = 0x07  // key || merge order -> () (ledger entries debiting or crediting the key)
+    case coinGroup = 0x08  // group hash || merge order -> () (credits of one receipt, unlocks of one slot)
 
     func key(_ parts: [UInt8]...) -> [UInt8] {
         var out: [UInt8] = [rawValue]

@@ -58,7 +58,10 @@ public struct Projections: Sendable {
                 for party in Self.coinParties(event) {
                     try txn.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
                 }
-                run.markCoins(from: order)
+                if let group = FoldRun.coinGroup(kind: event.kind, object: event.object, payload: event.payload) {
+                    try txn.put(index, IndexTable.coinGroup.key(group.bytes, order.bytes), [])
+                }
+                if !run.bulk { run.markCoins(order) }
             case .follow, .like, .block:
                 // Relationships fold incrementally (one edge per event)
                 // unless a device binding change forces a full re-fold.
@@ -190,7 +193,7 @@ public struct Projections: Sendable {
     /// 2: chat encryption (device and chat keys, sealed chat content) and
     /// the retired profile field `visibility`. 3: facts reference the log by
     /// arrival position instead of copying payloads.
-    public static let formatVersion: UInt64 = 3
+    public static let formatVersion: UInt64 = 4
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
