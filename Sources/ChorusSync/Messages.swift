@@ -24,6 +24,10 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// remembers which blobs this node lacked asks for them again only after
     /// this node stored a new blob (Specs/sync.md §4.4).
     public static let blobSerial = SyncCapabilities(rawValue: 16)
+    /// Finds the feeds two nodes hold differently with range-based set
+    /// reconciliation (`reconcile` rounds) instead of announcing every feed,
+    /// when either side has no remembered position (Specs/sync.md §4.2.1).
+    public static let reconcile = SyncCapabilities(rawValue: 32)
 }
 
 public struct SyncHello: Hashable, Sendable {
@@ -109,10 +113,12 @@ public enum SyncMessage: Hashable, Sendable {
     /// The sender's blob serial: how many blobs it has ever stored
     /// (Specs/sync.md §4.4); sent once, after the hellos.
     case blobSerial(UInt64)
+    /// One round of reconciliation over feed heads (Specs/sync.md §4.2.1).
+    case reconcile(ReconcileRound)
 
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
-            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial
+            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile
     }
 
     public var code: Code {
@@ -136,6 +142,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .payloadWantEnd: .payloadWantEnd
         case .invite: .invite
         case .blobSerial: .blobSerial
+        case .reconcile: .reconcile
         }
     }
 
@@ -177,6 +184,11 @@ public enum SyncMessage: Hashable, Sendable {
         case .payloadWant(let ids): items = [t, .array(ids.map { .bytes($0.bytes) })]
         case .invite(let feeds): items = [t, .array(feeds.map { .bytes($0.bytes) })]
         case .blobSerial(let serial): items = [t, .unsigned(serial)]
+        case .reconcile(let r):
+            items = [
+                t, .unsigned(r.count), .array(r.splits.map { .array([.bytes($0.prefix), .bytes($0.fingerprints)]) }),
+                .array(r.leaves.map { .array([.bytes($0.prefix), $0.digests.map { .bytes($0) } ?? .null]) }),
+            ]
         case .done(let position): items = [t, .unsigned(position)]
         case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd: items = [t]
         }
@@ -291,6 +303,34 @@ public enum SyncMessage: Hashable, Sendable {
         case .blobSerial:
             try count(2)
             return .blobSerial(try u64(items[1], "blob serial"))
+        case .reconcile:
+            try count(4)
+            func prefix(_ v: CBORValue, depths: ClosedRange<Int>) throws(SyncError) -> [UInt8] {
+                guard let p = v.bytesValue, depths.contains(p.count), p.allSatisfy({ $0 < 16 }) else {
+                    throw .malformed("a reconcile bucket prefix is \(depths) nibbles, one per byte, each below 16")
+                }
+                return p
+            }
+            var splits: [ReconcileSplit] = []
+            for entry in try list(items[2], "reconcile splits") {
+                guard let e = entry.arrayValue, e.count == 2, let f = e[1].bytesValue, f.count == 16 * Reconciler.digestBytes else {
+                    throw .malformed("a reconcile split is [prefix, 16 fingerprints of 8 bytes]")
+                }
+                splits.append(ReconcileSplit(prefix: try prefix(e[0], depths: 0...63), fingerprints: f))
+            }
+            var leaves: [ReconcileLeaf] = []
+            for entry in try list(items[3], "reconcile leaves") {
+                guard let e = entry.arrayValue, e.count == 2 else { throw .malformed("a reconcile leaf is [prefix, digests or null]") }
+                var digests: [UInt8]? = nil
+                if !e[1].isNull {
+                    guard let d = e[1].bytesValue, d.count % Reconciler.digestBytes == 0,
+                        d.count <= Reconciler.maxLeafItems * Reconciler.digestBytes
+                    else { throw .malformed("reconcile leaf digests are at most \(Reconciler.maxLeafItems) values of 8 bytes") }
+                    digests = d
+                }
+                leaves.append(ReconcileLeaf(prefix: try prefix(e[0], depths: 1...64), digests: digests))
+            }
+            return .reconcile(ReconcileRound(count: try u64(items[1], "feed count"), splits: splits, leaves: leaves))
         case .wantEnd: try count(1); return .wantEnd
         case .eventsEnd: try count(1); return .eventsEnd
         case .blobWantEnd: try count(1); return .blobWantEnd

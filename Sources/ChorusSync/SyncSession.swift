@@ -28,6 +28,9 @@ public struct SyncOptions: Sendable {
     /// Offers and accepts invitations: feeds that concern this node's user
     /// (Specs/sync.md §4.8). Off only to test an older peer.
     public var invitations = true
+    /// Offers range-based reconciliation of feed heads for first contact
+    /// (Specs/sync.md §4.2.1); off, every feed is announced instead.
+    public var reconcile = true
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
@@ -64,6 +67,10 @@ public struct SyncReport: Sendable, Hashable {
     /// Both sides said "done".
     public var complete = false
     public var live = false
+    /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
+    /// in this many rounds sent.
+    public var reconciled = false
+    public var reconcileRounds = 0
 
     public init(peer: PeerIdentity) { self.peer = peer }
 
@@ -187,6 +194,12 @@ public actor SyncSession {
     private var peerDonePosition: UInt64 = 0
     private var announcedSnapshot: (position: UInt64, accepted: Int)? = nil
     private var startSince: UInt64 = 0
+    /// Whether this session's first announcement is a reconciliation, and
+    /// the peer's rounds on their way to it (Specs/sync.md §4.2.1).
+    private var reconciling = false
+    private var reconcileFinished = false
+    private let reconcileRounds: AsyncStream<ReconcileRound>.Continuation
+    private let reconcileStream: AsyncStream<ReconcileRound>
 
     public init(node: Node, transport: any FrameTransport, options: SyncOptions = SyncOptions(), peers: PeerStore? = nil) throws {
         self.node = node
@@ -198,6 +211,7 @@ public actor SyncSession {
         self.credits = max(1, options.window)
         (outboxStream, outbox) = AsyncStream.makeStream(of: [UInt8].self)
         (serveStream, serveJobs) = AsyncStream.makeStream(of: ServeJob.self)
+        (reconcileStream, reconcileRounds) = AsyncStream.makeStream(of: ReconcileRound.self)
     }
 
     /// Runs the session to its end: returns the report when both sides said
@@ -334,6 +348,7 @@ public actor SyncSession {
         if options.invitations { caps.insert(.invitations) }
         if options.live { caps.insert(.live) }
         if options.blobs { caps.formUnion([.blobs, .blobSerial]) }
+        if options.reconcile { caps.insert(.reconcile) }
         send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
         let frame: [UInt8]?
@@ -352,6 +367,11 @@ public actor SyncSession {
         if options.blobs, hello.capabilities.contains(.blobSerial) { send(.blobSerial(try blobs.serial())) }
         isLive = options.live && hello.capabilities.contains(.live)
         report.live = isLive
+        // Both sides decide alike from the two hellos (Specs/sync.md §4.2.1).
+        reconciling =
+            caps.contains(.reconcile) && hello.capabilities.contains(.reconcile) && options.scope.hops == nil && hello.hops == nil
+            && (since == 0 || hello.since == 0)
+        report.reconciled = reconciling
     }
 
     private func countReceived(_ frame: [UInt8]) {
@@ -402,6 +422,9 @@ public actor SyncSession {
         switch message {
         case .hello:
             throw SyncError.unexpected("a second hello")
+        case .reconcile(let round):
+            guard reconciling, !reconcileFinished else { throw SyncError.unexpected("a reconcile round outside a reconciliation") }
+            reconcileRounds.yield(round)
         case .have(let list):
             incoming += list
             if incoming.count > 10_000_000 { throw SyncError.unexpected("over 10 million feed announcements in one round") }
@@ -629,16 +652,20 @@ public actor SyncSession {
         }
         var position = try node.lastArrival()
         announcedSnapshot = (position, report.eventsReceived)
-        var heads = try changedHeads(since: hello.since, upTo: position, initial: true)
-        if hello.since > 0, !invitation.isEmpty {
-            // The peer's remembered position predates the invitation: its
-            // invited feeds are announced whether or not they changed since.
-            let listed = Set(heads.map(\.author))
-            for a in invitation where !listed.contains(a) {
-                if let h = try node.head(of: a) { heads.append(FeedAnnouncement(author: a, seq: h.seq, head: h.id)) }
+        if reconciling {
+            try await reconcileHeads()
+        } else {
+            var heads = try changedHeads(since: hello.since, upTo: position, initial: true)
+            if hello.since > 0, !invitation.isEmpty {
+                // The peer's remembered position predates the invitation: its
+                // invited feeds are announced whether or not they changed since.
+                let listed = Set(heads.map(\.author))
+                for a in invitation where !listed.contains(a) {
+                    if let h = try node.head(of: a) { heads.append(FeedAnnouncement(author: a, seq: h.seq, head: h.id)) }
+                }
             }
+            for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         }
-        for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         send(.haveEnd(position: position))
         guard let wakeups else { return }
         for await _ in wakeups {
@@ -652,6 +679,28 @@ public actor SyncSession {
             for chunk in fresh.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
             send(.haveEnd(position: now))
         }
+    }
+
+    /// Announces the feeds the peer holds differently, found round by round
+    /// (Specs/sync.md §4.2.1), instead of every feed. Live mode needs no
+    /// reconciliation: it announces only what arrives after.
+    private func reconcileHeads() async throws {
+        var reconciler = Reconciler(heads: try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) })
+        send(.reconcile(reconciler.firstRound()))
+        report.reconcileRounds = 1
+        var rounds = reconcileStream.makeAsyncIterator()
+        while true {
+            guard let peerRound = await rounds.next() else { throw SyncError.connectionClosed }
+            let (announce, next) = try reconciler.receive(peerRound)
+            for chunk in announce.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+            guard let next else { break }
+            report.reconcileRounds += 1
+            send(.reconcile(next))
+        }
+        // The peer ends in the same round; one more from it is out of step.
+        reconcileFinished = true
+        reconcileRounds.finish()
+        if await rounds.next() != nil { throw SyncError.unexpected("a reconcile round after the reconciliation ended") }
     }
 
     /// Heads of the feeds that received events after arrival position

@@ -34,6 +34,18 @@ struct SyncVectorTests {
         ("invite", .invite([k(0x22), k(0x44)])),
         ("hello_blob_serial", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .blobSerial], hops: nil, since: 0))),
         ("blob_serial", .blobSerial(70_000)),
+        ("hello_reconcile", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .blobSerial, .reconcile], hops: nil, since: 0))),
+        (
+            "reconcile",
+            .reconcile(
+                ReconcileRound(
+                    count: 10_000,
+                    splits: [ReconcileSplit(prefix: [0x0a, 0x03], fingerprints: Array(0..<128))],
+                    leaves: [
+                        ReconcileLeaf(prefix: [0x01, 0x0f, 0x00], digests: Array(repeating: 0xab, count: 8) + Array(repeating: 0xcd, count: 8)),
+                        ReconcileLeaf(prefix: [0x02, 0x02, 0x02], digests: nil),
+                    ]))
+        ),
     ]
 
     static var vectorPath: String {

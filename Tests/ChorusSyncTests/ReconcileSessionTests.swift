@@ -1,0 +1,97 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusSync
+import Foundation
+import Testing
+
+/// First contact through sessions (Specs/sync.md §4.2.1).
+@Suite("First contact by reconciliation")
+struct ReconcileSessionTests {
+    /// `count` single-event feeds signed by fresh keys.
+    static func feeds(_ count: Int, offset: Int = 0) throws -> [Event] {
+        let now = UInt64(Date().timeIntervalSince1970 * 1000) - 100_000
+        return try (0..<count).map { i in
+            let k = SigningKey.generate()
+            return try Event.sign(
+                with: k, seq: 1, prev: nil, hlc: HLC(physicalMillis: now + UInt64(offset + i), logical: 0), kind: .profileSet,
+                object: k.publicKey, payload: .textMap([("field", .text("bio")), ("value", .text("feed \(offset + i)"))]))
+        }
+    }
+
+    @Test("nodes holding the same 2,000 feeds that never met agree in one round and under 1 KB; without reconcile they announce every feed")
+    func identicalStores() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        let c = try await makeNode(dir, "c", network: net)
+        let shared = try Self.feeds(2000)
+        for node in [a, b, c] { #expect(await node.ingest(events: shared).accepted == 2000) }
+        // The nodes' own feeds (device bindings) differ; make them equal too.
+        _ = try await syncPair(a, b, remember: false)
+        _ = try await syncPair(b, c, remember: false)
+        _ = try await syncPair(a, b, remember: false)
+        #expect(try feedHeads(a) == feedHeads(c))
+
+        let (ra, rb) = try await syncPair(a, c, remember: false)
+        #expect(ra.complete && rb.complete && ra.reconciled && rb.reconciled)
+        #expect(ra.reconcileRounds == 1 && ra.eventsReceived == 0 && ra.eventsSent == 0)
+        let reconciledBytes = ra.bytesSent + ra.bytesReceived
+        #expect(reconciledBytes < 1024)
+
+        var off = SyncOptions()
+        off.reconcile = false
+        let (fa, fc) = try await syncPair(a, c, optionsA: off, remember: false)
+        #expect(fa.complete && fc.complete && !fa.reconciled && !fc.reconciled)
+        let announcedBytes = fa.bytesSent + fa.bytesReceived
+        #expect(announcedBytes > 100 * reconciledBytes)
+        print("first contact, 2,000+ identical feeds: \(reconciledBytes) bytes reconciled, \(announcedBytes) bytes announced")
+        for n in [a, b, c] { await n.close() }
+    }
+
+    @Test("differences found by reconciliation are fetched both ways and the nodes converge")
+    func differences() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        let shared = try Self.feeds(1500)
+        let onlyA = try Self.feeds(12, offset: 5000)
+        let onlyB = try Self.feeds(7, offset: 6000)
+        #expect(await a.ingest(events: shared + onlyA).accepted == 1512)
+        #expect(await b.ingest(events: shared + onlyB).accepted == 1507)
+        // B is behind on two feeds A extended.
+        _ = try await a.setProfile(.bio, .text("a later edit"))
+        let (ra, rb) = try await syncPair(a, b)
+        #expect(ra.complete && rb.complete && ra.reconciled)
+        #expect(try feedHeads(a) == feedHeads(b))
+        #expect(try digest(a) == digest(b))
+        #expect(ra.eventsReceived == rb.eventsSent && rb.eventsReceived == ra.eventsSent)
+        #expect(ra.bytesSent + ra.bytesReceived < 40_000)
+        // Remembered now: the next sync announces by position, not by reconciliation.
+        let (again, _) = try await syncPair(a, b)
+        #expect(again.complete && !again.reconciled)
+        await a.close()
+        await b.close()
+    }
+
+    @Test("a peer without reconcile (an older node) still syncs by announcing every feed")
+    func olderPeer() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        #expect(await a.ingest(events: try Self.feeds(50)).accepted == 50)
+        var old = SyncOptions()
+        old.reconcile = false
+        let (ra, rb) = try await syncPair(a, b, optionsB: old)
+        #expect(ra.complete && rb.complete && !ra.reconciled && !rb.reconciled)
+        #expect(try feedHeads(a) == feedHeads(b))
+        await a.close()
+        await b.close()
+    }
+}
