@@ -29,7 +29,8 @@ struct SyncBenchOptions: ParsableArguments {
     @Option(help: "Users writing them (a user-key feed and a device feed each).") var authors = 1_000
     @Option(help: "Pictures among them, each with real blob bytes of 2-20 KB.") var pictures = 3_000
     @Option(help: "Feeds of the already-in-sync measurement.") var feedsInSync = 10_000
-    @Option(help: "Events per feed of the already-in-sync measurement.") var eventsPerFeed = 3
+    @Option(help: "Events per feed of the already-in-sync measurement.") var eventsPerFeed = 10
+    @Option(help: "Events one side lacks (the last event of as many feeds) at the first-contact measurement.") var missing = 100
     @Option(help: "Seconds of the verify-rate measurement.") var seconds = 2.0
     @Option(help: "Seed of the workload.") var seed: UInt64 = 1
     @Flag(inversion: .prefixedNo, help: "Pass the traffic through a byte-counting TCP relay (--no-relay: connect directly).")
@@ -44,6 +45,7 @@ struct SyncBenchOptions: ParsableArguments {
         if authors < 2 { throw ValidationError("--authors must be at least 2") }
         if pictures < 0 { throw ValidationError("--pictures must not be negative") }
         if feedsInSync < 1 || eventsPerFeed < 1 { throw ValidationError("--feeds-in-sync and --events-per-feed must be at least 1") }
+        if missing < 0 || missing > feedsInSync { throw ValidationError("--missing must be between 0 and --feeds-in-sync") }
         if seconds <= 0 { throw ValidationError("--seconds must be positive") }
     }
 }
@@ -393,7 +395,11 @@ struct MeasuredSync {
 /// the one `SyncNetwork.sync` runs (connect with the store's transport
 /// configuration, a `SyncSession` with the node's peer store), with its
 /// transport wrapped to tally frames.
-func measuredSync(client: Node, server: Node, relay useRelay: Bool) async throws -> MeasuredSync {
+/// `remember: false` gives the client no peer records, so it asks for every
+/// feed as at first contact (the server still remembers its peers).
+func measuredSync(
+    client: Node, server: Node, relay useRelay: Bool, remember: Bool = true, options: SyncOptions = SyncOptions()
+) async throws -> MeasuredSync {
     let sync = try SyncServer(node: server, options: SyncOptions())
     let listener = try await sync.listen(host: "127.0.0.1", port: 0)
     let relay = useRelay ? try CountingRelay(target: listener.port) : nil
@@ -402,7 +408,8 @@ func measuredSync(client: Node, server: Node, relay useRelay: Bool) async throws
     let connection = try await SecureConnection.connect(
         host: "127.0.0.1", port: port, configuration: try SyncNetwork.configuration(for: client))
     let transport = TallyingTransport(connection)
-    let session = try SyncSession(node: client, transport: transport, options: SyncOptions(), peers: try PeerStore(env: client.log.env))
+    let session = try SyncSession(
+        node: client, transport: transport, options: options, peers: remember ? try PeerStore(env: client.log.env) : nil)
     let report = try await session.run()
     let seconds = Bench.clock() - t0
     await transport.close()
@@ -531,8 +538,35 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     let secondComputed = second.tally.wireBytes + handshakeWireBytes + closeNotifyWireBytes
     let secondWire = second.relayBytes ?? secondComputed
     let inSyncDigests = try c.projections.digest() == d.projections.digest()
+
+    // First contact (no remembered position on the client): the same feeds
+    // on both sides, by reconciliation and by announcing every feed; then a
+    // node lacking the last event of `missing` feeds (Specs/sync.md §4.2.1).
+    func wire(_ m: MeasuredSync) -> Int { m.relayBytes ?? (m.tally.wireBytes + handshakeWireBytes + closeNotifyWireBytes) }
+    Bench.note("  first contact, identical stores...")
+    let contact = try await measuredSync(client: d, server: c, relay: options.relay, remember: false)
+    var announceAll = SyncOptions()
+    announceAll.reconcile = false
+    let contactAnnounced = try await measuredSync(client: d, server: c, relay: options.relay, remember: false, options: announceAll)
+    Bench.note("  first contact, \(options.missing) events missing on one side...")
+    let e = try await Node.create(at: scratch + "/e", deviceName: "E", network: network2)
+    var dropped = Set<Int>()
+    for f in stride(from: 0, to: options.feedsInSync, by: max(1, options.feedsInSync / max(1, options.missing))).prefix(options.missing) {
+        dropped.insert(f * options.eventsPerFeed + options.eventsPerFeed - 1)
+    }
+    let partial = small.enumerated().filter { !dropped.contains($0.offset) }.map(\.element)
+    guard await e.ingest(partial).accepted == partial.count else { throw SyncBenchError.check("E refused part of the workload") }
+    let missingRun = try await measuredSync(client: e, server: c, relay: options.relay, remember: false)
+    let missingEventBytes = dropped.reduce(0) { $0 + small[$1].count }
+    guard missingRun.report.complete, missingRun.report.eventsReceived >= dropped.count, try c.log.eventCount() == e.log.eventCount() else {
+        throw SyncBenchError.check("the first contact with missing events did not converge")
+    }
+    let contactWire = wire(contact), announcedWire = wire(contactAnnounced), missingWire = wire(missingRun)
+    // Round trips of the session's messages: hello, the reconcile rounds, done.
+    let contactTrips = 2 + contact.report.reconcileRounds
     await c.close()
     await d.close()
+    await e.close()
     // Naive: every feed's (author 32, seq 8, head 32) sent once, in frames of
     // `SyncLimits.listBatch` entries, each frame with its 4-byte length in
     // one Noise message (16-byte tag, 2-byte length).
@@ -564,6 +598,11 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
             target: "", met: nil),
         Row(name: "second sync, \(options.feedsInSync) feeds in sync", value: "\(secondWire) B vs \(naiveBytes) B naive",
             ratio: pct(inSyncShare), target: "< 2 % of naive", met: inSyncShare < 0.02),
+        Row(name: "first contact, same \(options.feedsInSync) feeds", value: "\(contactWire) B, \(contactTrips) round trips",
+            ratio: "", target: "≤ 2 KB, ≤ 4 trips", met: contactWire <= 2048 && contactTrips <= 4),
+        Row(name: "  same, announcing every feed", value: "\(announcedWire) B", ratio: "", target: "(context)", met: nil),
+        Row(name: "first contact, \(dropped.count) events missing", value: "\(missingWire) B (events \(missingEventBytes) B)",
+            ratio: "", target: "≤ 30 KB in all", met: missingWire <= 30 * 1024),
     ]
     let allMet = converged && inSyncDigests
 
@@ -602,6 +641,14 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
                 ("second_sync_frames", .uint(UInt64(second.tally.frames))), ("second_sync_frame_bytes", .uint(UInt64(second.tally.frameBytes))),
                 ("naive_bytes", .uint(UInt64(naiveBytes))), ("share", s(inSyncShare, "%.5f")), ("target", .string("0.02")),
                 ("met", .bool(inSyncShare < 0.02)), ("digests_equal", .bool(inSyncDigests)),
+            ])),
+            ("first_contact", .object([
+                ("identical_wire_bytes", .uint(UInt64(contactWire))), ("identical_round_trips", .uint(UInt64(contactTrips))),
+                ("identical_reconcile_rounds", .uint(UInt64(contact.report.reconcileRounds))),
+                ("identical_announcing_every_feed_wire_bytes", .uint(UInt64(announcedWire))),
+                ("missing_events", .uint(UInt64(dropped.count))), ("missing_wire_bytes", .uint(UInt64(missingWire))),
+                ("missing_event_bytes", .uint(UInt64(missingEventBytes))),
+                ("missing_reconcile_rounds", .uint(UInt64(missingRun.report.reconcileRounds))),
             ])),
         ]
         print(JSONValue.object(fields).rendered())
