@@ -49,9 +49,15 @@ final class ChorusProcess: @unchecked Sendable {
     private let reader: Thread
     private let stdout = Pipe()
 
-    init(_ arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: try chorusExecutable())
-        process.arguments = arguments
+    /// `fileLimit` runs the command under `ulimit -n` (through /bin/sh).
+    init(_ arguments: [String], fileLimit: Int? = nil) throws {
+        if let fileLimit {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", try chorusExecutable()] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: try chorusExecutable())
+            process.arguments = arguments
+        }
         var env = ProcessInfo.processInfo.environment
         env["CHORUS_STORE"] = nil
         process.environment = env
@@ -77,8 +83,8 @@ final class ChorusProcess: @unchecked Sendable {
     }
 
     /// `chorus serve` on `store`, once it listens: its port.
-    static func serve(store: String, extra: [String] = []) async throws -> (ChorusProcess, Int) {
-        let p = try ChorusProcess(["serve", "--store", store, "--listen", "127.0.0.1:0"] + extra)
+    static func serve(store: String, extra: [String] = [], fileLimit: Int? = nil) async throws -> (ChorusProcess, Int) {
+        let p = try ChorusProcess(["serve", "--store", store, "--listen", "127.0.0.1:0"] + extra, fileLimit: fileLimit)
         var port: Int? = nil
         _ = try await eventually(.seconds(20)) {
             for line in p.lines.all {
