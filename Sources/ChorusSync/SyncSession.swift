@@ -6,94 +6,6 @@ import ChorusParallel
 import Dispatch
 import Foundation
 
-public struct SyncOptions: Sendable {
-    /// Stay connected after the sync completes and exchange new events as
-    /// they arrive. Live mode runs only when both hellos ask for it; a
-    /// server sets it to offer live mode to clients that want it.
-    public var live = false
-    public var scope = ReplicationScope.all
-    /// Unacknowledged data frames in flight towards the peer.
-    public var window = SyncLimits.window
-    public var blobs = true
-    /// How long to wait for the peer's hello.
-    public var helloTimeout: Duration = .seconds(10)
-    /// How long the session may go without progress (no frame received,
-    /// none handed to the network, no local ingest finishing) while it
-    /// waits for something: before both "done"s, or in live mode while a
-    /// request or a send is outstanding. Then it ends with `idle_timeout`.
-    public var idleTimeout: Duration = .seconds(60)
-    /// Ask the peer for the payloads of events held here without one
-    /// although no deletion covers them (Specs/sync.md §4.7).
-    public var refill = true
-    /// Offers and accepts invitations: feeds that concern this node's user
-    /// (Specs/sync.md §4.8). Off only to test an older peer.
-    public var invitations = true
-    /// Offers range-based reconciliation of feed heads for first contact
-    /// (Specs/sync.md §4.2.1); off, every feed is announced instead.
-    public var reconcile = true
-    /// Called once when both sides have said "done" (before live mode goes on).
-    public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
-
-    public init(live: Bool = false, scope: ReplicationScope = .all) {
-        self.live = live
-        self.scope = scope
-    }
-}
-
-/// What a session did. Counts are of this session only.
-public struct SyncReport: Sendable, Hashable {
-    public var peer: PeerIdentity
-    public var peerUser: PublicKey? = nil
-    /// Events stored here for the first time.
-    public var eventsReceived = 0
-    /// Events received that this node already held.
-    public var duplicatesReceived = 0
-    /// Events received to restore a payload this node held purged (refill).
-    public var payloadsRefilled = 0
-    public var eventsSent = 0
-    public var blobsReceived = 0
-    public var blobsSent = 0
-    /// Blob hashes this side asked the peer for.
-    public var blobsRequested = 0
-    public var forksSeen = 0
-    /// `chat.key` events this device wrote after the session to share the
-    /// chat keys the received events entitle member devices to.
-    public var keyEventsWritten = 0
-    public var framesSent = 0
-    public var framesReceived = 0
-    public var bytesSent = 0
-    public var bytesReceived = 0
-    public var seconds = 0.0
-    /// Both sides said "done".
-    public var complete = false
-    public var live = false
-    /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
-    /// in this many rounds sent.
-    public var reconciled = false
-    public var reconcileRounds = 0
-
-    public init(peer: PeerIdentity) { self.peer = peer }
-
-    /// Adds a follow-up session's counts to this one (one `sync` that took
-    /// two sessions reports as one).
-    public mutating func add(_ other: SyncReport) {
-        eventsReceived += other.eventsReceived
-        duplicatesReceived += other.duplicatesReceived
-        payloadsRefilled += other.payloadsRefilled
-        eventsSent += other.eventsSent
-        blobsReceived += other.blobsReceived
-        blobsSent += other.blobsSent
-        forksSeen += other.forksSeen
-        keyEventsWritten += other.keyEventsWritten
-        framesSent += other.framesSent
-        framesReceived += other.framesReceived
-        bytesSent += other.bytesSent
-        bytesReceived += other.bytesReceived
-        seconds += other.seconds
-        complete = complete && other.complete
-    }
-}
-
 /// One symmetric sync with one peer over a `FrameTransport`
 /// (Specs/sync.md): each side announces its feeds, requests the ranges it
 /// lacks, streams what the other requested, fetches missing blobs, and says
@@ -123,22 +35,11 @@ public actor SyncSession {
 
     // Fetching (what this node asked for).
     private enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd }
-    private var incoming: [FeedAnnouncement] = []
-    /// The peer's heads as announced, by author.
-    private var announced: [PublicKey: FeedAnnouncement] = [:]
-    /// Feeds the peer said concern this node's user (`invite`), added to a
-    /// limited scope for this session (Specs/sync.md §4.8).
-    private var invited: Set<PublicKey> = []
+    private var fetch = FetchState()
     /// Whether an event received could entitle a member device to a chat
     /// key (a binding, a device key, a membership change, a key event, a
     /// message): only then does the session end with key sharing.
     private var receivedKeyRelevantEvents = false
-    /// Ranges requested and not yet fully received: next expected seq, last seq,
-    /// and the seq of a fork-evidence answer the server may send instead.
-    private var expected: [PublicKey: (next: UInt64, to: UInt64, forkSeq: UInt64?)] = [:]
-    private var transientAuthors: Set<PublicKey> = []
-    private var roundIncomplete = false
-    private var sessionIncomplete = false
     private var blobsWanted: [Hash32: UInt64?] = [:]
     private var blobsGivenUp: Set<Hash32> = []
     /// The peer's blob serial from this session, and what this node
@@ -149,8 +50,6 @@ public actor SyncSession {
     /// Blobs not asked for this session because the peer lacked them at the same serial.
     private var blobsSkipped: Set<Hash32> = []
     private var assembly: (hash: Hash32, total: UInt64, bytes: [UInt8])? = nil
-    private var payloadsWanted: Set<EventID> = []
-    private var payloadsAsked: Set<EventID> = []
     /// Events received when the last refill ran (refill runs again only when more arrived).
     private var refillCheckedAt: Int? = nil
 
@@ -426,14 +325,9 @@ public actor SyncSession {
             guard reconciling, !reconcileFinished else { throw SyncError.unexpected("a reconcile round outside a reconciliation") }
             reconcileRounds.yield(round)
         case .have(let list):
-            incoming += list
-            if incoming.count > 10_000_000 { throw SyncError.unexpected("over 10 million feed announcements in one round") }
+            try fetch.have(list)
         case .haveEnd(let position):
-            for a in incoming {
-                announced[a.author] = a
-                peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq)
-            }
-            incoming = []
+            for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
             signal(.announced(position))
         case .want(let ranges):
             try queue(.ranges(ranges), items: ranges.count)
@@ -456,13 +350,7 @@ public actor SyncSession {
             }
             peerBlobSerial = serial
         case .invite(let feeds):
-            guard options.scope.hops != nil, options.invitations else {
-                throw SyncError.unexpected("an invite to a node that replicates every feed or did not offer invitations")
-            }
-            invited.formUnion(feeds)
-            if invited.count > SyncLimits.maxInvitedFeeds {
-                throw SyncError.unexpected("invited to over \(SyncLimits.maxInvitedFeeds) feeds")
-            }
+            try fetch.invite(feeds, scoped: options.scope.hops != nil && options.invitations)
         case .events(let envelopes):
             if let error = ingestError { throw error }
             let (events, refills) = try checkEvents(envelopes)
@@ -479,12 +367,7 @@ public actor SyncSession {
                 w.resume()
             }
         case .eventsEnd:
-            if !expected.isEmpty {
-                // The peer sent less than it announced: not an attack we can
-                // prove, but this round is not complete.
-                expected = [:]
-                roundIncomplete = true
-            }
+            fetch.eventsEnd()
             signal(.eventsEnd)
         case .blobData(let hash, let offset, let total, let bytes):
             try await receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
@@ -550,20 +433,9 @@ public actor SyncSession {
             case .success(let e): event = e
             case .failure(let e): throw SyncError.badEvent(code: e.code, detail: e.description)
             }
-            if payloadsWanted.remove(event.id) != nil {
+            if try fetch.accept(event) {
                 payloadRefills.append(event)
                 continue
-            }
-            guard var range = expected[event.author] else {
-                throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq)")
-            }
-            if event.seq == range.next {
-                range.next += 1
-                if range.next > range.to { expected.removeValue(forKey: event.author) } else { expected[event.author] = range }
-            } else if let fork = range.forkSeq, event.seq == fork, range.next == fork + 1 {
-                expected.removeValue(forKey: event.author)  // the server's answer: its different event there
-            } else {
-                throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq), expected #\(range.next)")
             }
             if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
             events.append(event)
@@ -578,30 +450,7 @@ public actor SyncSession {
         ingesting = false
         lastProgress = .now
         for (index, (event, r)) in zip(all, result.results).enumerated() {
-            let isRefill = index >= events.count
-            switch r {
-            case .accepted:
-                report.eventsReceived += 1
-            case .duplicate:
-                // A refill is stored as a duplicate whose payload comes back.
-                if isRefill { report.payloadsRefilled += 1 } else { report.duplicatesReceived += 1 }
-            case .refused(let e):
-                switch e {
-                case .fork:
-                    report.forksSeen += 1  // the log keeps the evidence
-                case .timestampInFuture:
-                    transientAuthors.insert(event.author)
-                    roundIncomplete = true
-                case .sequenceGap where transientAuthors.contains(event.author):
-                    break  // an earlier event of this feed waits for our clock
-                default:
-                    throw SyncError.badEvent(code: e.code, detail: "\(event.author.short)#\(event.seq): \(e.description)")
-                }
-            case .notStored(let why):
-                throw SyncError.local("could not store received events: \(why)")
-            case .withheld:
-                roundIncomplete = true
-            }
+            try fetch.ingested(event, r, refill: index >= events.count, report: &report)
         }
     }
 
@@ -818,15 +667,12 @@ public actor SyncSession {
         var firstRound = true
         while let signal = await nextSignal() {
             guard case .announced(let position) = signal else { throw SyncError.unexpected("\(signal) before any request") }
-            roundIncomplete = false
+            fetch.startRound()
             var feeds = try scopeFeeds()
             var asked: [PublicKey: UInt64] = [:]
             while true {
-                let wants = try computeWants(in: feeds, asked: &asked)
+                let wants = try fetch.wants(in: feeds, asked: &asked, store: node)
                 if wants.isEmpty { break }
-                for w in wants {
-                    expected[w.author] = (w.from, w.to, w.prev == nil ? nil : w.from - 1)
-                }
                 for chunk in wants.chunked(SyncLimits.listBatch) { send(.want(chunk)) }
                 send(.wantEnd)
                 try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
@@ -853,14 +699,14 @@ public actor SyncSession {
                     try await expect("blob end") { if case .blobEnd = $0 { true } else { false } }
                 }
             }
-            if roundIncomplete { sessionIncomplete = true }
+            fetch.endRound()
             if firstRound {
                 firstRound = false
                 iAmDone = true
                 finalFeeds = feeds
                 send(.done(position: try donePosition()))
                 completeIfReady()
-            } else if !sessionIncomplete {
+            } else if !fetch.sessionIncomplete {
                 try remember(position: position, final: false)
             }
         }
@@ -873,16 +719,12 @@ public actor SyncSession {
         guard options.refill, peerHello?.capabilities.contains(.refill) == true else { return }
         if let checked = refillCheckedAt, checked == report.eventsReceived { return }
         refillCheckedAt = report.eventsReceived
-        let ids = try node.projections.eventsMissingPayload(limit: SyncLimits.maxRefill).filter { !payloadsAsked.contains($0) }
+        let ids = fetch.refills(among: try node.projections.eventsMissingPayload(limit: SyncLimits.maxRefill))
         guard !ids.isEmpty else { return }
-        for id in ids {
-            payloadsAsked.insert(id)
-            payloadsWanted.insert(id)
-        }
         for chunk in ids.chunked(SyncLimits.listBatch) { send(.payloadWant(chunk)) }
         send(.payloadWantEnd)
         try await expect("events end after payload wants") { if case .eventsEnd = $0 { true } else { false } }
-        payloadsWanted = []  // the peer lacks the rest; they are not asked again in this session
+        fetch.refillsAnswered()
     }
 
     private func expect(_ wanted: String, _ matches: (FetchSignal) -> Bool) async throws {
@@ -918,31 +760,7 @@ public actor SyncSession {
 
     /// The feeds in scope now, with those the peer invited this node to.
     private func scopeFeeds() throws -> Set<PublicKey>? {
-        try options.scope.feeds(of: node)?.union(invited)
-    }
-
-    /// Ranges of announced feeds in scope that this node lacks.
-    private func computeWants(in feeds: Set<PublicKey>?, asked: inout [PublicKey: UInt64]) throws -> [FeedRange] {
-        var out: [FeedRange] = []
-        for (author, a) in announced.sorted(by: { $0.key < $1.key }) {
-            if let feeds, !feeds.contains(author) { continue }
-            if let done = asked[author], done >= a.seq { continue }
-            if transientAuthors.contains(author) { continue }
-            let head = try node.head(of: author)
-            let have = head?.seq ?? 0
-            if have >= a.seq {
-                if have == a.seq, let head, head.id != a.head {
-                    // Same height, different head: ask for the peer's event there (fork evidence).
-                    let before = a.seq > 1 ? try node.feed(author, fromSeq: a.seq - 1, limit: 1).first?.event.id : nil
-                    out.append(FeedRange(author: author, from: a.seq, prev: before, to: a.seq))
-                    asked[author] = a.seq
-                }
-                continue
-            }
-            out.append(FeedRange(author: author, from: have + 1, prev: head?.id, to: a.seq))
-            asked[author] = a.seq
-        }
-        return out
+        try options.scope.feeds(of: node)?.union(fetch.invited)
     }
 
     /// The position to send in "done": the current arrival position when
@@ -959,7 +777,7 @@ public actor SyncSession {
     /// feeds that changed since (request skipping).
     private func remember(position: UInt64, final: Bool = true) throws {
         guard let peers else { return }
-        let complete = !sessionIncomplete
+        let complete = !fetch.sessionIncomplete
         let tag = ReplicationScope.tag(finalFeeds)
         let user = peerHello?.user
         let received = UInt64(report.eventsReceived)
@@ -1077,28 +895,3 @@ public actor SyncSession {
     }
 }
 
-extension Array {
-    func chunked(_ size: Int) -> [[Element]] {
-        stride(from: 0, to: count, by: size).map { Array(self[$0..<Swift.min(count, $0 + size)]) }
-    }
-}
-
-/// Runs `body`, failing with `SyncError.timeout` after `limit`; then
-/// `onTimeout` must make `body` return (by closing its transport).
-func withTimeout<T: Sendable>(
-    _ limit: Duration, _ what: String, onTimeout: @escaping @Sendable () async -> Void,
-    _ body: @escaping @Sendable () async throws -> T
-) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            await onTimeout()
-            return nil
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next() else { throw SyncError.timeout(what) }
-        guard let value = first else { throw SyncError.timeout(what) }
-        return value
-    }
-}

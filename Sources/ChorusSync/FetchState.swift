@@ -1,0 +1,156 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+
+/// What the fetcher reads of its own store to decide what to ask for.
+public protocol FeedLookup {
+    func head(of author: PublicKey) throws -> FeedHead?
+    /// The id of `author`'s event at `seq`, if held.
+    func eventID(of author: PublicKey, at seq: UInt64) throws -> EventID?
+}
+
+extension Node: FeedLookup {
+    public nonisolated func eventID(of author: PublicKey, at seq: UInt64) throws -> EventID? {
+        guard let e = try feed(author, fromSeq: seq, limit: 1).first?.event, e.seq == seq else { return nil }
+        return e.id
+    }
+}
+
+/// The fetcher's side of a session (Specs/sync.md §4.2–4.3, §4.7–4.8): what
+/// the peer announced, which ranges were asked for, and whether a received
+/// event fits them. Pure state: the session feeds it messages and ingest
+/// results and sends what it decides.
+public struct FetchState: Sendable {
+    /// The peer's heads as announced, by author.
+    public private(set) var announced: [PublicKey: FeedAnnouncement] = [:]
+    private var incoming: [FeedAnnouncement] = []
+    /// Ranges requested and not yet fully received: next expected seq, last
+    /// seq, and the seq of a fork-evidence answer the server may send instead.
+    private var expected: [PublicKey: (next: UInt64, to: UInt64, forkSeq: UInt64?)] = [:]
+    /// Feeds whose events wait for this node's clock (§4.3): not asked again this round.
+    private var transientAuthors: Set<PublicKey> = []
+    /// Feeds the peer said concern this node's user (`invite`, §4.8).
+    public private(set) var invited: Set<PublicKey> = []
+    private var payloadsWanted: Set<EventID> = []
+    private var payloadsAsked: Set<EventID> = []
+    /// The current round lacks something (§4.5); then the session does too.
+    public var roundIncomplete = false
+    public private(set) var sessionIncomplete = false
+
+    public init() {}
+
+    public mutating func have(_ list: [FeedAnnouncement]) throws(SyncError) {
+        incoming += list
+        if incoming.count > 10_000_000 { throw .unexpected("over 10 million feed announcements in one round") }
+    }
+
+    /// Ends an announcement: returns the heads it held.
+    public mutating func haveEnd() -> [FeedAnnouncement] {
+        let list = incoming
+        for a in list { announced[a.author] = a }
+        incoming = []
+        return list
+    }
+
+    public mutating func invite(_ feeds: [PublicKey], scoped: Bool) throws(SyncError) {
+        guard scoped else { throw .unexpected("an invite to a node that replicates every feed or did not offer invitations") }
+        invited.formUnion(feeds)
+        if invited.count > SyncLimits.maxInvitedFeeds { throw .unexpected("invited to over \(SyncLimits.maxInvitedFeeds) feeds") }
+    }
+
+    public mutating func startRound() { roundIncomplete = false }
+
+    public mutating func endRound() { if roundIncomplete { sessionIncomplete = true } }
+
+    /// Ranges of announced feeds in `feeds` (nil: every feed) that `store`
+    /// lacks, not yet asked for in this round (`asked`); records them as
+    /// expected. Equal heights with different heads ask for that one
+    /// position: the peer's event there is fork evidence.
+    public mutating func wants(in feeds: Set<PublicKey>?, asked: inout [PublicKey: UInt64], store: some FeedLookup) throws -> [FeedRange] {
+        var out: [FeedRange] = []
+        for (author, a) in announced.sorted(by: { $0.key < $1.key }) {
+            if let feeds, !feeds.contains(author) { continue }
+            if let done = asked[author], done >= a.seq { continue }
+            if transientAuthors.contains(author) { continue }
+            let head = try store.head(of: author)
+            let have = head?.seq ?? 0
+            if have >= a.seq {
+                if have == a.seq, let head, head.id != a.head {
+                    let before = a.seq > 1 ? try store.eventID(of: author, at: a.seq - 1) : nil
+                    out.append(FeedRange(author: author, from: a.seq, prev: before, to: a.seq))
+                    asked[author] = a.seq
+                }
+                continue
+            }
+            out.append(FeedRange(author: author, from: have + 1, prev: head?.id, to: a.seq))
+            asked[author] = a.seq
+        }
+        for w in out { expected[w.author] = (w.from, w.to, w.prev == nil ? nil : w.from - 1) }
+        return out
+    }
+
+    /// Payload refills to ask for (§4.7): each event once per session.
+    public mutating func refills(among missing: [EventID]) -> [EventID] {
+        let ids = missing.filter { !payloadsAsked.contains($0) }
+        payloadsAsked.formUnion(ids)
+        payloadsWanted.formUnion(ids)
+        return ids
+    }
+
+    /// The peer answered the refill request: it lacks the rest.
+    public mutating func refillsAnswered() { payloadsWanted = [] }
+
+    /// Whether a received event is a requested refill (true) or the next
+    /// event of a requested range (false); anything else ends the session.
+    public mutating func accept(_ event: Event) throws(SyncError) -> Bool {
+        if payloadsWanted.remove(event.id) != nil { return true }
+        guard var range = expected[event.author] else { throw .unrequestedEvent("\(event.author.short)#\(event.seq)") }
+        if event.seq == range.next {
+            range.next += 1
+            if range.next > range.to { expected.removeValue(forKey: event.author) } else { expected[event.author] = range }
+        } else if let fork = range.forkSeq, event.seq == fork, range.next == fork + 1 {
+            expected.removeValue(forKey: event.author)  // the server's answer: its different event there
+        } else {
+            throw .unrequestedEvent("\(event.author.short)#\(event.seq), expected #\(range.next)")
+        }
+        return false
+    }
+
+    /// `eventsEnd`: ranges still open mean the peer sent less than it
+    /// announced, not an attack one can prove, but the round is incomplete.
+    public mutating func eventsEnd() {
+        if !expected.isEmpty {
+            expected = [:]
+            roundIncomplete = true
+        }
+    }
+
+    /// Applies one ingest result of a received event to the report; throws
+    /// for a refusal that ends the session (§4.3).
+    public mutating func ingested(_ event: Event, _ result: IngestResult, refill: Bool, report: inout SyncReport) throws(SyncError) {
+        switch result {
+        case .accepted:
+            report.eventsReceived += 1
+        case .duplicate:
+            // A refill is stored as a duplicate whose payload comes back.
+            if refill { report.payloadsRefilled += 1 } else { report.duplicatesReceived += 1 }
+        case .refused(let e):
+            switch e {
+            case .fork:
+                report.forksSeen += 1  // the log keeps the evidence
+            case .timestampInFuture:
+                transientAuthors.insert(event.author)
+                roundIncomplete = true
+            case .sequenceGap where transientAuthors.contains(event.author):
+                break  // an earlier event of this feed waits for our clock
+            default:
+                throw .badEvent(code: e.code, detail: "\(event.author.short)#\(event.seq): \(e.description)")
+            }
+        case .notStored(let why):
+            throw .local("could not store received events: \(why)")
+        case .withheld:
+            roundIncomplete = true
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import ChorusCrypto
+
+public struct SyncOptions: Sendable {
+    /// Stay connected after the sync completes and exchange new events as
+    /// they arrive. Live mode runs only when both hellos ask for it; a
+    /// server sets it to offer live mode to clients that want it.
+    public var live = false
+    public var scope = ReplicationScope.all
+    /// Unacknowledged data frames in flight towards the peer.
+    public var window = SyncLimits.window
+    public var blobs = true
+    /// How long to wait for the peer's hello.
+    public var helloTimeout: Duration = .seconds(10)
+    /// How long the session may go without progress (no frame received,
+    /// none handed to the network, no local ingest finishing) while it
+    /// waits for something: before both "done"s, or in live mode while a
+    /// request or a send is outstanding. Then it ends with `idle_timeout`.
+    public var idleTimeout: Duration = .seconds(60)
+    /// Ask the peer for the payloads of events held here without one
+    /// although no deletion covers them (Specs/sync.md §4.7).
+    public var refill = true
+    /// Offers and accepts invitations: feeds that concern this node's user
+    /// (Specs/sync.md §4.8). Off only to test an older peer.
+    public var invitations = true
+    /// Offers range-based reconciliation of feed heads for first contact
+    /// (Specs/sync.md §4.2.1); off, every feed is announced instead.
+    public var reconcile = true
+    /// Called once when both sides have said "done" (before live mode goes on).
+    public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
+
+    public init(live: Bool = false, scope: ReplicationScope = .all) {
+        self.live = live
+        self.scope = scope
+    }
+}
+
+/// What a session did. Counts are of this session only.
+public struct SyncReport: Sendable, Hashable {
+    public var peer: PeerIdentity
+    public var peerUser: PublicKey? = nil
+    /// Events stored here for the first time.
+    public var eventsReceived = 0
+    /// Events received that this node already held.
+    public var duplicatesReceived = 0
+    /// Events received to restore a payload this node held purged (refill).
+    public var payloadsRefilled = 0
+    public var eventsSent = 0
+    public var blobsReceived = 0
+    public var blobsSent = 0
+    /// Blob hashes this side asked the peer for.
+    public var blobsRequested = 0
+    public var forksSeen = 0
+    /// `chat.key` events this device wrote after the session to share the
+    /// chat keys the received events entitle member devices to.
+    public var keyEventsWritten = 0
+    public var framesSent = 0
+    public var framesReceived = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    public var seconds = 0.0
+    /// Both sides said "done".
+    public var complete = false
+    public var live = false
+    /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
+    /// in this many rounds sent.
+    public var reconciled = false
+    public var reconcileRounds = 0
+
+    public init(peer: PeerIdentity) { self.peer = peer }
+
+    /// Adds a follow-up session's counts to this one (one `sync` that took
+    /// two sessions reports as one).
+    public mutating func add(_ other: SyncReport) {
+        eventsReceived += other.eventsReceived
+        duplicatesReceived += other.duplicatesReceived
+        payloadsRefilled += other.payloadsRefilled
+        eventsSent += other.eventsSent
+        blobsReceived += other.blobsReceived
+        blobsSent += other.blobsSent
+        forksSeen += other.forksSeen
+        keyEventsWritten += other.keyEventsWritten
+        framesSent += other.framesSent
+        framesReceived += other.framesReceived
+        bytesSent += other.bytesSent
+        bytesReceived += other.bytesReceived
+        seconds += other.seconds
+        complete = complete && other.complete
+    }
+}
+
