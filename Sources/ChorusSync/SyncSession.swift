@@ -40,16 +40,7 @@ public actor SyncSession {
     /// key (a binding, a device key, a membership change, a key event, a
     /// message): only then does the session end with key sharing.
     private var receivedKeyRelevantEvents = false
-    private var blobsWanted: [Hash32: UInt64?] = [:]
-    private var blobsGivenUp: Set<Hash32> = []
-    /// The peer's blob serial from this session, and what this node
-    /// remembered: the serial of the last session and the blobs the peer
-    /// lacked then (Specs/sync.md §4.4).
-    private var peerBlobSerial: UInt64? = nil
-    private var rememberedBlobs: (serial: UInt64, lacked: Set<Hash32>)? = nil
-    /// Blobs not asked for this session because the peer lacked them at the same serial.
-    private var blobsSkipped: Set<Hash32> = []
-    private var assembly: (hash: Hash32, total: UInt64, bytes: [UInt8])? = nil
+    private var blobFetch = BlobFetchState(remembered: nil)
     /// Events received when the last refill ran (refill runs again only when more arrived).
     private var refillCheckedAt: Int? = nil
 
@@ -75,16 +66,13 @@ public actor SyncSession {
     private enum ServeJob: Sendable { case ranges([FeedRange]), eventsEnd, blobs([Hash32]), blobEnd, payloads([EventID]), payloadEnd }
     private let serveJobs: AsyncStream<ServeJob>.Continuation
     private let serveStream: AsyncStream<ServeJob>
-    private var queuedJobItems = 0
-    private var credits: Int
+    private var serving: ServeState
     private var creditWaiter: CheckedContinuation<Void, any Error>? = nil
     /// The highest seq per author the peer is known to hold (from its
     /// announcements and what was sent), so live announcements skip them.
     private var peerKnown: [PublicKey: UInt64] = [:]
 
     private var tasks: [Task<Void, Never>] = []
-    private var batch: [[UInt8]] = []
-    private var batchBytes = 0
     private var signalQueue: [FetchSignal] = []
     private var signalWaiter: CheckedContinuation<FetchSignal?, Never>? = nil
     private var signalsFinished = false
@@ -107,7 +95,7 @@ public actor SyncSession {
         self.peers = peers
         self.blobs = try BlobAccess(node: node)
         self.report = SyncReport(peer: transport.peer)
-        self.credits = max(1, options.window)
+        self.serving = ServeState(window: options.window)
         (outboxStream, outbox) = AsyncStream.makeStream(of: [UInt8].self)
         (serveStream, serveJobs) = AsyncStream.makeStream(of: ServeJob.self)
         (reconcileStream, reconcileRounds) = AsyncStream.makeStream(of: ReconcileRound.self)
@@ -240,7 +228,7 @@ public actor SyncSession {
         var since: UInt64 = 0
         let record = try peers?.record(peerKey)
         if let record, record.scopeTag == tag { since = record.position }
-        rememberedBlobs = record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } }
+        blobFetch = BlobFetchState(remembered: record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } })
         startTag = tag
         startSince = since
         var caps: SyncCapabilities = [.refill]
@@ -345,10 +333,10 @@ public actor SyncSession {
         case .payloadWantEnd:
             try queue(.payloadEnd, items: 1)
         case .blobSerial(let serial):
-            guard options.blobs, peerHello?.capabilities.contains(.blobSerial) == true, peerBlobSerial == nil else {
-                throw SyncError.unexpected("a blob serial without the blobSerial capability, or a second one")
+            guard options.blobs, peerHello?.capabilities.contains(.blobSerial) == true else {
+                throw SyncError.unexpected("a blob serial without the blobSerial capability")
             }
-            peerBlobSerial = serial
+            try blobFetch.serial(serial)
         case .invite(let feeds):
             try fetch.invite(feeds, scoped: options.scope.hops != nil && options.invitations)
         case .events(let envelopes):
@@ -359,9 +347,7 @@ public actor SyncSession {
             ingestBuffer.frames += 1
             if ingestTask == nil { ingestTask = Task { await self.drainIngestBuffer() } }
         case .ack(let n):
-            guard n <= UInt64(options.window) else { throw SyncError.unexpected("ack of \(n) frames") }
-            credits += Int(n)
-            if credits > options.window { throw SyncError.unexpected("more acknowledgements than data frames sent") }
+            try serving.acknowledge(n)
             if let w = creditWaiter {
                 creditWaiter = nil
                 w.resume()
@@ -373,14 +359,10 @@ public actor SyncSession {
             try await receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
             send(.ack(1))
         case .blobMissing(let hash):
-            guard blobsWanted.removeValue(forKey: hash) != nil else { throw SyncError.badBlob("\(hash.short) was not requested") }
-            blobsGivenUp.insert(hash)
-            if assembly?.hash == hash { assembly = nil }
+            try blobFetch.missing(hash)
             send(.ack(1))
         case .blobEnd:
-            assembly = nil
-            for h in blobsWanted.keys { blobsGivenUp.insert(h) }
-            blobsWanted = [:]
+            blobFetch.end()
             signal(.blobEnd)
         case .done(let position):
             guard !peerDone else { throw SyncError.unexpected("a second done") }
@@ -393,8 +375,7 @@ public actor SyncSession {
     }
 
     private func queue(_ job: ServeJob, items: Int) throws {
-        queuedJobItems += items
-        if queuedJobItems > 1_000_000 { throw SyncError.unexpected("over a million requests queued") }
+        try serving.queue(items)
         serveJobs.yield(job)
     }
 
@@ -455,27 +436,10 @@ public actor SyncSession {
     }
 
     private func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) async throws {
-        guard let declared = blobsWanted[hash] else { throw SyncError.badBlob("\(hash.short) was not requested") }
         let limit = UInt64(node.options.maxBlobBytes)
-        if offset == 0 {
-            guard total > 0, total <= limit else { throw SyncError.badBlob("\(hash.short) is \(total) bytes (limit \(limit))") }
-            if let declared, declared != total { throw SyncError.badBlob("\(hash.short) is \(total) bytes, the picture says \(declared)") }
-            assembly = (hash, total, [])
-            assembly?.bytes.reserveCapacity(Int(total))
-        }
-        guard var a = assembly, a.hash == hash, a.total == total, UInt64(a.bytes.count) == offset,
-            offset + UInt64(bytes.count) <= total
-        else { throw SyncError.badBlob("chunk of \(hash.short) at \(offset) out of order or beyond its size") }
-        assembly = nil
-        a.bytes += bytes
-        if UInt64(a.bytes.count) < total {
-            assembly = a
-            return
-        }
-        guard Blake2b.hash256(a.bytes) == hash else { throw SyncError.badBlob("bytes of \(hash.short) do not match its hash") }
-        blobsWanted.removeValue(forKey: hash)
+        guard let blob = try blobFetch.chunk(hash: hash, offset: offset, total: total, bytes: bytes, limit: limit) else { return }
         do {
-            if try await node.storeReceivedBlob(a.bytes, hash: hash) { report.blobsReceived += 1 }
+            if try await node.storeReceivedBlob(blob, hash: hash) { report.blobsReceived += 1 }
         } catch { throw SyncError.local("could not store blob \(hash.short): \(error)") }
     }
 
@@ -577,7 +541,7 @@ public actor SyncSession {
         for await job in serveStream {
             switch job {
             case .ranges(let ranges):
-                queuedJobItems -= ranges.count
+                serving.served(ranges.count)
                 for r in ranges {
                     if let prev = r.prev {
                         let before = try node.feed(r.author, fromSeq: r.from - 1, limit: 1).first
@@ -597,20 +561,20 @@ public actor SyncSession {
                     if next > r.from { peerKnown[r.author] = max(peerKnown[r.author] ?? 0, next - 1) }
                 }
             case .eventsEnd:
-                queuedJobItems -= 1
+                serving.served(1)
                 try await flushBatch()
                 send(.eventsEnd)
             case .payloads(let ids):
-                queuedJobItems -= ids.count
+                serving.served(ids.count)
                 for id in ids {
                     if let stored = try node.event(id), stored.event.payloadBytes != nil { try await addToBatch(stored.event) }
                 }
             case .payloadEnd:
-                queuedJobItems -= 1
+                serving.served(1)
                 try await flushBatch()
                 send(.eventsEnd)
             case .blobs(let hashes):
-                queuedJobItems -= hashes.count
+                serving.served(hashes.count)
                 try await flushBatch()
                 for hash in hashes {
                     guard let bytes = try blobs.servable(hash) else {
@@ -628,37 +592,34 @@ public actor SyncSession {
                     report.blobsSent += 1
                 }
             case .blobEnd:
-                queuedJobItems -= 1
+                serving.served(1)
                 send(.blobEnd)
             }
         }
     }
 
     private func flushBatch() async throws {
-        guard !batch.isEmpty else { return }
-        try await acquireCredit()
-        report.eventsSent += batch.count
-        send(.events(batch))
-        batch = []
-        batchBytes = 0
+        guard let frame = serving.flush() else { return }
+        try await sendEvents(frame)
     }
 
     private func addToBatch(_ event: Event) async throws { try await addToBatch(envelope: event.encoded()) }
 
     private func addToBatch(envelope bytes: [UInt8]) async throws {
-        if batchBytes + bytes.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount {
-            try await flushBatch()
-        }
-        batch.append(bytes)
-        batchBytes += bytes.count
+        if let full = serving.add(bytes) { try await sendEvents(full) }
+    }
+
+    private func sendEvents(_ frame: [[UInt8]]) async throws {
+        try await acquireCredit()
+        report.eventsSent += frame.count
+        send(.events(frame))
     }
 
     private func acquireCredit() async throws {
-        while credits == 0 {
+        while !serving.takeCredit() {
             if firstError != nil || closing { throw CancellationError() }
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in creditWaiter = c }
         }
-        credits -= 1
     }
 
     // MARK: Fetching
@@ -683,18 +644,10 @@ public actor SyncSession {
             }
             try await refillPayloads()
             if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
-                var missing = try blobs.missing().filter { !blobsGivenUp.contains($0.hash) }
-                // The peer stored no blob since it last lacked these: asking
-                // again would cost a want and a miss each (§4.4).
-                if let remembered = rememberedBlobs, let serial = peerBlobSerial, serial == remembered.serial {
-                    let skipped = missing.filter { remembered.lacked.contains($0.hash) }
-                    blobsSkipped.formUnion(skipped.map(\.hash))
-                    missing.removeAll { remembered.lacked.contains($0.hash) }
-                }
+                let missing = blobFetch.request(try blobs.missing())
                 if !missing.isEmpty {
                     report.blobsRequested += missing.count
-                    for m in missing { blobsWanted[m.hash] = m.size }
-                    for chunk in missing.map(\.hash).chunked(SyncLimits.listBatch) { send(.blobWant(chunk)) }
+                    for chunk in missing.chunked(SyncLimits.listBatch) { send(.blobWant(chunk)) }
                     send(.blobWantEnd)
                     try await expect("blob end") { if case .blobEnd = $0 { true } else { false } }
                 }
@@ -785,8 +738,8 @@ public actor SyncSession {
         // A scope that grew during a session that skipped unchanged feeds
         // may miss feeds the peer did not announce: ask for all next time.
         let forceFull = startSince > 0 && tag != startTag
-        let blobSerial = peerBlobSerial
-        let lacked = blobsSkipped.union(blobsGivenUp)
+        let blobSerial = blobFetch.peerSerial
+        let lacked = blobFetch.lacked
         do {
             try peers.update(transport.peer.key, address: transport.peer.address) { r in
                 if forceFull {

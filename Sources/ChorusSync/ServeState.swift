@@ -1,0 +1,62 @@
+/// The server's side of a session (Specs/sync.md §4.3, §5): requests queued
+/// and not yet served, received events gathered into frames, and the window
+/// of data frames sent and not yet acknowledged. Pure state: the session
+/// reads the store, sends the frames and waits when the window is shut.
+public struct ServeState: Sendable {
+    /// Data frames this side may still send before an `ack`.
+    public private(set) var credits: Int
+    let window: Int
+    private var batch: [[UInt8]] = []
+    private var batchBytes = 0
+    /// Requested items (ranges, ids, hashes) queued and not yet served.
+    private var queuedItems = 0
+
+    public static let maxQueuedItems = 1_000_000
+
+    public init(window: Int) {
+        self.window = max(1, window)
+        credits = self.window
+    }
+
+    /// An `ack(n)`: n more data frames may go.
+    public mutating func acknowledge(_ n: UInt64) throws(SyncError) {
+        guard n <= UInt64(window) else { throw .unexpected("ack of \(n) frames") }
+        credits += Int(n)
+        if credits > window { throw .unexpected("more acknowledgements than data frames sent") }
+    }
+
+    /// Takes one unit of the window for a data frame; false when it is shut.
+    public mutating func takeCredit() -> Bool {
+        guard credits > 0 else { return false }
+        credits -= 1
+        return true
+    }
+
+    public mutating func queue(_ items: Int) throws(SyncError) {
+        queuedItems += items
+        if queuedItems > Self.maxQueuedItems { throw .unexpected("over a million requests queued") }
+    }
+
+    public mutating func served(_ items: Int) { queuedItems -= items }
+
+    /// Adds one envelope to the events frame being gathered. Returns the
+    /// frame to send first when this one does not fit in it (§4.3: at most
+    /// 512 events or 256 KiB, a larger event alone).
+    public mutating func add(_ envelope: [UInt8]) -> [[UInt8]]? {
+        var full: [[UInt8]]? = nil
+        if batchBytes + envelope.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount { full = flush() }
+        batch.append(envelope)
+        batchBytes += envelope.count
+        return full
+    }
+
+    /// The frame gathered so far, if any, emptied.
+    public mutating func flush() -> [[UInt8]]? {
+        guard !batch.isEmpty else { return nil }
+        defer {
+            batch = []
+            batchBytes = 0
+        }
+        return batch
+    }
+}
