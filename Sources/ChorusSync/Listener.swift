@@ -68,9 +68,9 @@ public final class SecureListener: Sendable {
     /// `onFailure` hears about every connection that failed before it was
     /// authenticated: the peer's address and the error.
     public static func bind(
-        host: String, port: Int, configuration: SecureTransportConfiguration,
+        host: String, port: Int, configuration: SecureConnectionConfiguration,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, limits: ConnectionLimits = ConnectionLimits(),
-        onFailure: (@Sendable (String, SecureChannelError) -> Void)? = nil
+        onFailure: (@Sendable (String, SecureConnectionError) -> Void)? = nil
     ) async throws -> SecureListener {
         let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>
         do {
@@ -85,11 +85,11 @@ public final class SecureListener: Sendable {
                     }
                 }
         } catch {
-            throw SecureChannelError.bindFailed("\(host):\(port): \(error)")
+            throw SecureConnectionError.bindFailed("\(host):\(port): \(error)")
         }
         guard let boundPort = server.channel.localAddress?.port else {
             server.channel.close(promise: nil)
-            throw SecureChannelError.bindFailed("\(host):\(port): no local address")
+            throw SecureConnectionError.bindFailed("\(host):\(port): no local address")
         }
         let (stream, continuation) = AsyncStream.makeStream(
             of: SecureConnection.self, bufferingPolicy: .bufferingOldest(acceptedBacklog))
@@ -126,9 +126,9 @@ public final class SecureListener: Sendable {
     }
 
     private static func serve(
-        _ child: NIOAsyncChannel<ByteBuffer, ByteBuffer>, configuration: SecureTransportConfiguration,
+        _ child: NIOAsyncChannel<ByteBuffer, ByteBuffer>, configuration: SecureConnectionConfiguration,
         continuation: AsyncStream<SecureConnection>.Continuation,
-        onFailure: (@Sendable (String, SecureChannelError) -> Void)?, onAuthenticated: @escaping @Sendable () -> Void
+        onFailure: (@Sendable (String, SecureConnectionError) -> Void)?, onAuthenticated: @escaping @Sendable () -> Void
     ) async {
         let core = SecureConnectionCore(
             configuration: configuration, isInitiator: false, channel: child.channel,

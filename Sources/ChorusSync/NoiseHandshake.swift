@@ -3,7 +3,7 @@ import ChorusNoise
 import Foundation
 
 /// Constants and byte layouts of the encrypted transport (Specs/sync-transport.md).
-public enum SecureTransportProtocol {
+public enum SecureConnectionProtocol {
     public static let pattern = NoisePattern.XXpsk3
     /// `Noise_XXpsk3_25519_ChaChaPoly_BLAKE2b`.
     public static var protocolName: String { pattern.protocolName }
@@ -57,14 +57,14 @@ public enum NoiseStaticKeyFile {
         guard fd >= 0 else {
             // Another process created it first: use theirs.
             if errno == EEXIST { return try load(file) }
-            throw SecureChannelError.keyFile(path: file, problem: String(cString: strerror(errno)))
+            throw SecureConnectionError.keyFile(path: file, problem: String(cString: strerror(errno)))
         }
         defer { close(fd) }
         var text = Array((pair.privateKey.withUnsafeBytes { Hex.encode($0) } + "\n").utf8)
         defer { text.withUnsafeMutableBytes { buf in for i in buf.indices { buf[i] = 0 } } }
         let written = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard written == text.count, fsync(fd) == 0 else {
-            throw SecureChannelError.keyFile(path: file, problem: "could not write: \(String(cString: strerror(errno)))")
+            throw SecureConnectionError.keyFile(path: file, problem: "could not write: \(String(cString: strerror(errno)))")
         }
         return pair
     }
@@ -72,18 +72,18 @@ public enum NoiseStaticKeyFile {
     static func load(_ file: String) throws -> NoiseKeyPair {
         var st = stat()
         guard stat(file, &st) == 0 else {
-            throw SecureChannelError.keyFile(path: file, problem: String(cString: strerror(errno)))
+            throw SecureConnectionError.keyFile(path: file, problem: String(cString: strerror(errno)))
         }
         if st.st_mode & 0o077 != 0 {
-            throw SecureChannelError.keyFile(
+            throw SecureConnectionError.keyFile(
                 path: file, problem: "readable by others (mode \(String(st.st_mode & 0o777, radix: 8))); run chmod 600 on it")
         }
         guard let data = FileManager.default.contents(atPath: file) else {
-            throw SecureChannelError.keyFile(path: file, problem: "unreadable")
+            throw SecureConnectionError.keyFile(path: file, problem: "unreadable")
         }
         let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard var secret = Hex.decode(text), secret.count == 32, let pair = try? NoiseKeyPair(privateKey: secret) else {
-            throw SecureChannelError.keyFile(path: file, problem: "not 64 hex digits of an X25519 private key")
+            throw SecureConnectionError.keyFile(path: file, problem: "not 64 hex digits of an X25519 private key")
         }
         for i in secret.indices { secret[i] = 0 }
         return pair

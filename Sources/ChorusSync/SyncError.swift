@@ -77,3 +77,19 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         }
     }
 }
+
+extension SyncError {
+    /// The session error for a transport failure: an oversized frame or
+    /// bytes that are not transport messages are the peer's fault; a
+    /// transport idle timeout is an idle session; anything else is a
+    /// closed connection.
+    static func fromTransport(_ error: any Error) -> SyncError {
+        switch error as? SecureConnectionError {
+        case .frameTooLarge(let size, let limit): .frameTooLarge(size: size, limit: limit)
+        case .decryptionFailed: .malformed("bytes that are not an authentic transport message")
+        case .malformedMessage(let why): .malformed("transport: \(why)")
+        case .idleTimeout: .idle("the connection made no progress for the transport's idle timeout")
+        default: .connectionClosed
+        }
+    }
+}

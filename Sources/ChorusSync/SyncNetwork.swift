@@ -12,10 +12,10 @@ public enum SyncNetwork {
     /// as `chorus serve --network-key FILE` does.
     public static func configuration(
         for node: Node, networkKey: Bytes32? = nil, idleTimeout: Duration = .seconds(120)
-    ) throws -> SecureTransportConfiguration {
+    ) throws -> SecureConnectionConfiguration {
         let identity: SigningKey
         do { identity = try node.deviceSigningKey() } catch { throw SyncError.local("cannot use the device key: \(error)") }
-        return SecureTransportConfiguration(
+        return SecureConnectionConfiguration(
             networkKey: networkKey ?? node.network.networkKey, staticKey: try NoiseStaticKeyFile.loadOrCreate(store: node.storePath),
             identity: identity, maxFrameSize: SyncLimits.maxFrameBytes, idleTimeout: idleTimeout)
     }

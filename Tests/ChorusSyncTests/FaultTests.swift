@@ -181,8 +181,8 @@ struct TrackingTransport: FrameTransport {
 
 func peerConfiguration(
     _ network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SyncLimits.maxFrameBytes
-) -> SecureTransportConfiguration {
-    SecureTransportConfiguration(
+) -> SecureConnectionConfiguration {
+    SecureConnectionConfiguration(
         networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize, idleTimeout: .seconds(60))
 }
 

@@ -24,10 +24,10 @@ private func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable 
 }
 
 private func configuration(
-    network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SecureTransportProtocol.defaultMaxFrameSize,
+    network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SecureConnectionProtocol.defaultMaxFrameSize,
     handshakeTimeout: Duration = .seconds(30), idleTimeout: Duration = .seconds(60)
-) -> SecureTransportConfiguration {
-    SecureTransportConfiguration(
+) -> SecureConnectionConfiguration {
+    SecureConnectionConfiguration(
         networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize,
         handshakeTimeout: handshakeTimeout, idleTimeout: idleTimeout)
 }
@@ -39,7 +39,7 @@ private func nextConnection(_ listener: SecureListener, seconds: Double = 30) as
     }
 }
 
-private func firstFailure(_ failures: AsyncStream<SecureChannelError>, seconds: Double = 30) async throws -> SecureChannelError {
+private func firstFailure(_ failures: AsyncStream<SecureConnectionError>, seconds: Double = 30) async throws -> SecureConnectionError {
     try await within(seconds) {
         for await failure in failures { return failure }
         throw TransportTestTimeout()
@@ -109,11 +109,11 @@ struct TransportTests {
     }
 
     @Test func wrongNetworkKeyFailsOnBothSides() async throws {
-        let (failures, sink) = AsyncStream.makeStream(of: SecureChannelError.self)
+        let (failures, sink) = AsyncStream.makeStream(of: SecureConnectionError.self)
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: Random.bytes32()),
             onFailure: { _, error in sink.yield(error) })
-        await #expect(throws: SecureChannelError.self) {
+        await #expect(throws: SecureConnectionError.self) {
             _ = try await within(30) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: listener.port, configuration: configuration(network: Random.bytes32()))
@@ -129,7 +129,7 @@ struct TransportTests {
     @Test func forgedIdentityProofIsRejected() async throws {
         let network = Random.bytes32()
         let victim = SigningKey.generate()
-        let (failures, sink) = AsyncStream.makeStream(of: SecureChannelError.self)
+        let (failures, sink) = AsyncStream.makeStream(of: SecureConnectionError.self)
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network),
             onFailure: { _, error in sink.yield(error) })
@@ -141,9 +141,9 @@ struct TransportTests {
             let connection = try await within(30) {
                 try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: forger)
             }
-            await #expect(throws: SecureChannelError.self) { _ = try await within(30) { try await connection.receive() } }
+            await #expect(throws: SecureConnectionError.self) { _ = try await within(30) { try await connection.receive() } }
         } catch {
-            #expect(error is SecureChannelError)
+            #expect(error is SecureConnectionError)
         }
         guard case .identityRejected = try await firstFailure(failures) else {
             Issue.record("expected identityRejected")
@@ -163,17 +163,17 @@ struct TransportTests {
         }
         let server = try await nextConnection(listener)
         // Over the sender's own limit: refused locally.
-        await #expect(throws: SecureChannelError.frameTooLarge(size: 5000, limit: 4096)) {
+        await #expect(throws: SecureConnectionError.frameTooLarge(size: 5000, limit: 4096)) {
             try await client.send([UInt8](repeating: 1, count: 5000))
         }
         try await client.send([UInt8](repeating: 2, count: 1024))
         #expect(try await within(30) { try await server.receive() }?.count == 1024)
         // Over the receiver's limit: the receiver disconnects.
         try await client.send([UInt8](repeating: 3, count: 2000))
-        await #expect(throws: SecureChannelError.frameTooLarge(size: 2000, limit: 1024)) {
+        await #expect(throws: SecureConnectionError.frameTooLarge(size: 2000, limit: 1024)) {
             _ = try await within(30) { try await server.receive() }
         }
-        await #expect(throws: SecureChannelError.self) { _ = try await within(30) { try await client.receive() } }
+        await #expect(throws: SecureConnectionError.self) { _ = try await within(30) { try await client.receive() } }
         await listener.shutdown()
     }
 
@@ -192,7 +192,7 @@ struct TransportTests {
             }
             let server = try await nextConnection(listener)
             let garbage = round == 0 ? [0, 150] + Random.bytes(150) : Random.bytes(1000)
-            do { try await client.sendRawForTesting(garbage) } catch let error as SecureChannelError where round == 1 {
+            do { try await client.sendRawForTesting(garbage) } catch let error as SecureConnectionError where round == 1 {
                 // On a slow machine the 1 s idle timeout may end the
                 // connection before the garbage is written: also an end.
                 #expect(error == .connectionLost || error == .closed, "\(error)")
@@ -200,7 +200,7 @@ struct TransportTests {
             do {
                 let got = try await within(30) { try await server.receive() }
                 Issue.record("garbage produced \(String(describing: got))")
-            } catch let error as SecureChannelError {
+            } catch let error as SecureConnectionError {
                 if round == 0 { #expect(error == .decryptionFailed) }
             }
             await client.close()
@@ -209,7 +209,7 @@ struct TransportTests {
     }
 
     @Test func silentPeerHitsTheHandshakeTimeout() async throws {
-        let (failures, sink) = AsyncStream.makeStream(of: SecureChannelError.self)
+        let (failures, sink) = AsyncStream.makeStream(of: SecureConnectionError.self)
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0,
             configuration: configuration(network: Random.bytes32(), handshakeTimeout: .milliseconds(300)),
@@ -226,7 +226,7 @@ struct TransportTests {
             .childChannelInitializer { channel in channel.eventLoop.makeSucceededVoidFuture() }
             .bind(host: "127.0.0.1", port: 0).get()
         let mutePort = try #require(mute.localAddress?.port)
-        await #expect(throws: SecureChannelError.handshakeTimeout) {
+        await #expect(throws: SecureConnectionError.handshakeTimeout) {
             _ = try await within(30) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: mutePort,
@@ -289,7 +289,7 @@ struct TransportTests {
         let mode = try FileManager.default.attributesOfItem(atPath: NoiseStaticKeyFile.path(store: store))[.posixPermissions] as? Int
         #expect(mode == 0o600)
         chmod(NoiseStaticKeyFile.path(store: store), 0o644)
-        #expect(throws: SecureChannelError.self) { try NoiseStaticKeyFile.loadOrCreate(store: store) }
+        #expect(throws: SecureConnectionError.self) { try NoiseStaticKeyFile.loadOrCreate(store: store) }
     }
 }
 

@@ -226,7 +226,7 @@ struct WireTally: Sendable {
 
     static func wire(frame n: Int) -> Int {
         let plain = n + 4
-        let messages = max(1, (plain + SecureTransportProtocol.maxNoisePlaintext - 1) / SecureTransportProtocol.maxNoisePlaintext)
+        let messages = max(1, (plain + SecureConnectionProtocol.maxNoisePlaintext - 1) / SecureConnectionProtocol.maxNoisePlaintext)
         return plain + messages * 18
     }
 

@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 
 /// Why an encrypted connection failed (Specs/sync-transport.md §7).
-public enum SecureChannelError: Error, Sendable, Hashable, CustomStringConvertible {
+public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A handshake message did not verify: almost always a different network
     /// key (PSK), otherwise tampering.
     case handshakeFailed(NoiseError)
@@ -59,7 +59,7 @@ public enum SecureChannelError: Error, Sendable, Hashable, CustomStringConvertib
 }
 
 /// Keys and limits of the encrypted transport.
-public struct SecureTransportConfiguration: Sendable {
+public struct SecureConnectionConfiguration: Sendable {
     /// The PSK: `NetworkConfig.networkKey`.
     public var networkKey: Bytes32
     /// This node's static X25519 key (`NoiseStaticKeyFile`).
@@ -80,7 +80,7 @@ public struct SecureTransportConfiguration: Sendable {
 
     public init(
         networkKey: Bytes32, staticKey: NoiseKeyPair, identity: SigningKey,
-        maxFrameSize: Int = SecureTransportProtocol.defaultMaxFrameSize, handshakeTimeout: Duration = .seconds(10),
+        maxFrameSize: Int = SecureConnectionProtocol.defaultMaxFrameSize, handshakeTimeout: Duration = .seconds(10),
         idleTimeout: Duration = .seconds(120)
     ) {
         self.networkKey = networkKey
@@ -130,7 +130,7 @@ public final class SecureConnection: FrameTransport {
     /// Connects to `host:port`, runs the handshake and identity proofs, and
     /// returns the authenticated connection.
     public static func connect(
-        host: String, port: Int, configuration: SecureTransportConfiguration,
+        host: String, port: Int, configuration: SecureConnectionConfiguration,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> SecureConnection {
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
@@ -145,7 +145,7 @@ public final class SecureConnection: FrameTransport {
                     }
                 }
         } catch {
-            throw SecureChannelError.connectFailed("\(host):\(port): \(error)")
+            throw SecureConnectionError.connectFailed("\(host):\(port): \(error)")
         }
         let core = SecureConnectionCore(
             configuration: configuration, isInitiator: true, channel: channel.channel, onEstablished: nil)
@@ -165,15 +165,15 @@ public final class SecureConnection: FrameTransport {
 /// First error wins; shared with event-loop timers.
 final class SecureFailureBox: @unchecked Sendable {
     private let lock = NSLock()
-    private var stored: SecureChannelError?
+    private var stored: SecureConnectionError?
 
-    func set(_ error: SecureChannelError) {
+    func set(_ error: SecureConnectionError) {
         lock.lock()
         if stored == nil { stored = error }
         lock.unlock()
     }
 
-    var error: SecureChannelError? {
+    var error: SecureConnectionError? {
         lock.lock()
         defer { lock.unlock() }
         return stored
@@ -191,7 +191,7 @@ actor SecureConnectionCore {
     enum Phase { case handshake, awaitingProof, established, finished }
     enum Step { case proceed, stop }
 
-    let configuration: SecureTransportConfiguration
+    let configuration: SecureConnectionConfiguration
     let isInitiator: Bool
     let channel: any Channel
     let address: String
@@ -220,10 +220,10 @@ actor SecureConnectionCore {
     private var pending: [UInt8]?
     private var consumer: CheckedContinuation<[UInt8]?, any Error>?
     private var producer: CheckedContinuation<Void, Never>?
-    private var end: Result<Void, SecureChannelError>?
+    private var end: Result<Void, SecureConnectionError>?
 
     // Connect waiter.
-    private var established: Result<SecureConnection, SecureChannelError>?
+    private var established: Result<SecureConnection, SecureConnectionError>?
     private var establishedWaiter: CheckedContinuation<SecureConnection, any Error>?
 
     // Send queue.
@@ -231,7 +231,7 @@ actor SecureConnectionCore {
     private var sendWaiters: [CheckedContinuation<Void, Never>] = []
 
     init(
-        configuration: SecureTransportConfiguration, isInitiator: Bool, channel: any Channel,
+        configuration: SecureConnectionConfiguration, isInitiator: Bool, channel: any Channel,
         onEstablished: (@Sendable (SecureConnection) -> Void)?
     ) {
         self.configuration = configuration
@@ -245,7 +245,7 @@ actor SecureConnectionCore {
         }
     }
 
-    var failureBeforeEstablished: SecureChannelError? {
+    var failureBeforeEstablished: SecureConnectionError? {
         if case .failure(let e) = established { return e }
         return nil
     }
@@ -262,7 +262,7 @@ actor SecureConnectionCore {
         }
         do {
             let hs = try HandshakeState(
-                pattern: SecureTransportProtocol.pattern, initiator: isInitiator, prologue: SecureTransportProtocol.prologue,
+                pattern: SecureConnectionProtocol.pattern, initiator: isInitiator, prologue: SecureConnectionProtocol.prologue,
                 staticKey: configuration.staticKey, psk: configuration.networkKey.bytes)
             handshake = hs
             if isInitiator { try await writeMessages([hs.writeMessage()]) }
@@ -282,7 +282,7 @@ actor SecureConnectionCore {
             if phase != .finished {
                 throw failure.error ?? (phase == .established ? .connectionLost : .closedDuringHandshake)
             }
-        } catch let error as SecureChannelError {
+        } catch let error as SecureConnectionError {
             fail(failure.error ?? error)
         } catch let error as NoiseError {
             fail(failure.error ?? .handshakeFailed(error))
@@ -294,7 +294,7 @@ actor SecureConnectionCore {
     }
 
     /// One 2-byte-length-prefixed Noise message out of the buffer, if complete.
-    private func nextMessage(_ buffer: inout ByteBuffer) throws(SecureChannelError) -> [UInt8]? {
+    private func nextMessage(_ buffer: inout ByteBuffer) throws(SecureConnectionError) -> [UInt8]? {
         guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self) else { return nil }
         let minimum = phase == .handshake ? 1 : 16
         guard Int(length) >= minimum else { throw .malformedMessage("a Noise message of \(length) bytes") }
@@ -306,7 +306,7 @@ actor SecureConnectionCore {
     private func handle(_ message: [UInt8]) async throws -> Step {
         switch phase {
         case .handshake:
-            guard let hs = handshake else { throw SecureChannelError.malformedMessage("no handshake in progress") }
+            guard let hs = handshake else { throw SecureConnectionError.malformedMessage("no handshake in progress") }
             _ = try hs.readMessage(message)  // payloads are empty and ignored
             if !hs.isComplete, hs.isMyTurn { try await writeMessages([hs.writeMessage()]) }
             if hs.isComplete {
@@ -317,7 +317,7 @@ actor SecureConnectionCore {
                 sendCipher = ciphers.send
                 receiveCipher = ciphers.receive
                 phase = .awaitingProof
-                var proof = SecureTransportProtocol.identityProof(
+                var proof = SecureConnectionProtocol.identityProof(
                     signer: configuration.identity, handshakeHash: handshakeHash, signerIsInitiator: isInitiator)
                 if let forged = configuration.forgedIdentityKey { proof.replaceSubrange(0..<32, with: forged.bytes) }
                 try await writeMessages([encrypt(proof)])
@@ -325,13 +325,13 @@ actor SecureConnectionCore {
             return .proceed
         case .awaitingProof:
             let proof = try decrypt(message)
-            guard proof.count == SecureTransportProtocol.identityProofLength else {
-                throw SecureChannelError.identityRejected("proof of \(proof.count) bytes, expected 96")
+            guard proof.count == SecureConnectionProtocol.identityProofLength else {
+                throw SecureConnectionError.identityRejected("proof of \(proof.count) bytes, expected 96")
             }
             guard
-                let key = SecureTransportProtocol.verifyIdentityProof(
+                let key = SecureConnectionProtocol.verifyIdentityProof(
                     proof, handshakeHash: handshakeHash, signerIsInitiator: !isInitiator)
-            else { throw SecureChannelError.identityRejected("the signature does not verify for the key it names") }
+            else { throw SecureConnectionError.identityRejected("the signature does not verify for the key it names") }
             phase = .established
             handshakeTimer?.cancel()
             handshakeTimer = nil
@@ -356,7 +356,7 @@ actor SecureConnectionCore {
     }
 
     /// Feeds transport plaintext into frame reassembly; delivers whole frames.
-    private func consume(_ plaintext: [UInt8]) async throws(SecureChannelError) -> Step {
+    private func consume(_ plaintext: [UInt8]) async throws(SecureConnectionError) -> Step {
         var i = 0
         while i < plaintext.count {
             if let left = remaining {
@@ -394,12 +394,12 @@ actor SecureConnectionCore {
         return .proceed
     }
 
-    private func encrypt(_ plaintext: [UInt8]) throws(SecureChannelError) -> [UInt8] {
+    private func encrypt(_ plaintext: [UInt8]) throws(SecureConnectionError) -> [UInt8] {
         guard let cipher = sendCipher else { throw .closed }
         do { return try cipher.encrypt(plaintext: plaintext) } catch { throw .noise(error) }
     }
 
-    private func decrypt(_ message: [UInt8]) throws(SecureChannelError) -> [UInt8] {
+    private func decrypt(_ message: [UInt8]) throws(SecureConnectionError) -> [UInt8] {
         guard let cipher = receiveCipher else { throw .malformedMessage("no receive cipher") }
         do { return try cipher.decrypt(ciphertext: message) } catch {
             throw error == .decryptionFailed ? .decryptionFailed : .noise(error)
@@ -470,12 +470,12 @@ actor SecureConnectionCore {
             case .failure(let error): throw error
             }
         }
-        guard consumer == nil else { throw SecureChannelError.concurrentReceive }
+        guard consumer == nil else { throw SecureConnectionError.concurrentReceive }
         return try await withCheckedThrowingContinuation { consumer = $0 }
     }
 
     /// Ends the connection with `result` (first call wins) and wakes every waiter.
-    private func finish(_ result: Result<Void, SecureChannelError>) {
+    private func finish(_ result: Result<Void, SecureConnectionError>) {
         if end == nil { end = result }
         phase = .finished
         if let waiting = consumer {
@@ -488,7 +488,7 @@ actor SecureConnectionCore {
         producer?.resume()
         producer = nil
         if established == nil {
-            let error: SecureChannelError
+            let error: SecureConnectionError
             if case .failure(let e) = result { error = e } else { error = .closedDuringHandshake }
             established = .failure(error)
             establishedWaiter?.resume(throwing: error)
@@ -504,7 +504,7 @@ actor SecureConnectionCore {
         sendWaiters = []
     }
 
-    func fail(_ error: SecureChannelError) {
+    func fail(_ error: SecureConnectionError) {
         let alreadyEnded = end != nil
         finish(.failure(error))
         if !alreadyEnded || error != .closed { channel.close(promise: nil) }
@@ -535,12 +535,12 @@ actor SecureConnectionCore {
 
     func send(_ frame: [UInt8]) async throws {
         guard frame.count <= configuration.maxFrameSize else {
-            throw SecureChannelError.frameTooLarge(size: frame.count, limit: configuration.maxFrameSize)
+            throw SecureConnectionError.frameTooLarge(size: frame.count, limit: configuration.maxFrameSize)
         }
         await acquireSend()
         defer { releaseSend() }
         try checkOpen()
-        let maxPlain = SecureTransportProtocol.maxNoisePlaintext
+        let maxPlain = SecureConnectionProtocol.maxNoisePlaintext
         var offset = 0
         var first = true
         var batch: [[UInt8]] = []
@@ -565,7 +565,7 @@ actor SecureConnectionCore {
         if !batch.isEmpty { try await writeMessages(batch) }
     }
 
-    private func checkOpen() throws(SecureChannelError) {
+    private func checkOpen() throws(SecureConnectionError) {
         guard phase == .established else {
             if case .failure(let error) = end { throw error }
             throw .closed
@@ -601,8 +601,8 @@ actor SecureConnectionCore {
     private func writeMessages(_ messages: [[UInt8]]) async throws {
         var buffer = channel.allocator.buffer(capacity: messages.reduce(0) { $0 + $1.count + 2 })
         for message in messages {
-            guard message.count <= SecureTransportProtocol.maxNoiseMessage else {
-                throw SecureChannelError.malformedMessage("outgoing Noise message of \(message.count) bytes")
+            guard message.count <= SecureConnectionProtocol.maxNoiseMessage else {
+                throw SecureConnectionError.malformedMessage("outgoing Noise message of \(message.count) bytes")
             }
             buffer.writeInteger(UInt16(message.count))
             buffer.writeBytes(message)
@@ -615,7 +615,7 @@ actor SecureConnectionCore {
     }
 
     private func writeBuffer(_ buffer: ByteBuffer) async throws {
-        guard let outbound else { throw SecureChannelError.closed }
+        guard let outbound else { throw SecureConnectionError.closed }
         let box = failure
         let channel = self.channel
         let timer = channel.eventLoop.scheduleTask(in: configuration.idleTimeout.timeAmount) {
@@ -629,7 +629,7 @@ actor SecureConnectionCore {
         } catch {
             if let e = failure.error { throw e }
             if case .failure(let e) = end { throw e }
-            throw SecureChannelError.connectionLost
+            throw SecureConnectionError.connectionLost
         }
     }
 }

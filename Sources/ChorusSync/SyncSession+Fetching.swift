@@ -1,0 +1,154 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusParallel
+import Foundation
+
+/// Asking for what this node lacks, round by round, then recording the peer
+/// (Specs/sync.md §4.3–4.5, §4.7); the decisions are `FetchState`'s.
+extension SyncSession {
+    // MARK: Fetching
+
+    func fetchLoop() async throws {
+        var firstRound = true
+        while let signal = await nextSignal() {
+            guard case .announced(let position) = signal else { throw SyncError.unexpected("\(signal) before any request") }
+            fetch.startRound()
+            var feeds = try scopeFeeds()
+            var asked: [PublicKey: UInt64] = [:]
+            while true {
+                let wants = try fetch.wants(in: feeds, asked: &asked, store: node)
+                if wants.isEmpty { break }
+                for chunk in wants.chunked(SyncLimits.listBatch) { send(.want(chunk)) }
+                send(.wantEnd)
+                try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
+                guard feeds != nil else { break }
+                let grown = try scopeFeeds()
+                if grown == feeds { break }
+                feeds = grown
+            }
+            try await refillPayloads()
+            if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
+                let missing = blobFetch.request(try blobs.missing())
+                if !missing.isEmpty {
+                    report.blobsRequested += missing.count
+                    for chunk in missing.chunked(SyncLimits.listBatch) { send(.blobWant(chunk)) }
+                    send(.blobWantEnd)
+                    try await expect("blob end") { if case .blobEnd = $0 { true } else { false } }
+                }
+            }
+            fetch.endRound()
+            if firstRound {
+                firstRound = false
+                iAmDone = true
+                finalFeeds = feeds
+                send(.done(position: try donePosition()))
+                completeIfReady()
+            } else if !fetch.sessionIncomplete {
+                try remember(position: position, final: false)
+            }
+        }
+    }
+
+    /// Asks the peer for the full events of payloads held here purged
+    /// although no deletion covers them (Specs/sync.md §4.7), once per
+    /// session per event, and again only after new events arrived.
+    func refillPayloads() async throws {
+        guard options.refill, peerHello?.capabilities.contains(.refill) == true else { return }
+        if let checked = refillCheckedAt, checked == report.eventsReceived { return }
+        refillCheckedAt = report.eventsReceived
+        let ids = fetch.refills(among: try node.projections.eventsMissingPayload(limit: SyncLimits.maxRefill))
+        guard !ids.isEmpty else { return }
+        for chunk in ids.chunked(SyncLimits.listBatch) { send(.payloadWant(chunk)) }
+        send(.payloadWantEnd)
+        try await expect("events end after payload wants") { if case .eventsEnd = $0 { true } else { false } }
+        fetch.refillsAnswered()
+    }
+
+    func expect(_ wanted: String, _ matches: (FetchSignal) -> Bool) async throws {
+        fetchWaiting = true
+        let next = await nextSignal()
+        fetchWaiting = false
+        guard let s = next else { throw CancellationError() }
+        guard matches(s) else { throw SyncError.unexpected("\(s) while waiting for \(wanted)") }
+    }
+
+    func signal(_ s: FetchSignal) {
+        if let w = signalWaiter {
+            signalWaiter = nil
+            w.resume(returning: s)
+        } else {
+            signalQueue.append(s)
+        }
+    }
+
+    func nextSignal() async -> FetchSignal? {
+        if !signalQueue.isEmpty { return signalQueue.removeFirst() }
+        if signalsFinished { return nil }
+        return await withCheckedContinuation { signalWaiter = $0 }
+    }
+
+    func finishSignals() {
+        signalsFinished = true
+        if let w = signalWaiter {
+            signalWaiter = nil
+            w.resume(returning: nil)
+        }
+    }
+
+    /// The feeds in scope now, with those the peer invited this node to.
+    func scopeFeeds() throws -> Set<PublicKey>? {
+        try options.scope.feeds(of: node)?.union(fetch.invited)
+    }
+
+    /// The position to send in "done": the current arrival position when
+    /// every arrival since the announced snapshot came from this peer (so
+    /// the peer never hears back about its own events), else the snapshot.
+    func donePosition() throws -> UInt64 {
+        guard let snapshot = announcedSnapshot else { return 0 }
+        let now = try node.lastArrival()
+        if now >= snapshot.position, now - snapshot.position == UInt64(report.eventsReceived - snapshot.accepted) { return now }
+        return snapshot.position
+    }
+
+    /// Records what the peer announced, so the next sync asks only for
+    /// feeds that changed since (request skipping).
+    func remember(position: UInt64, final: Bool = true) throws {
+        guard let peers else { return }
+        let complete = !fetch.sessionIncomplete
+        let tag = ReplicationScope.tag(finalFeeds)
+        let user = peerHello?.user
+        let received = UInt64(report.eventsReceived)
+        let sentCount = UInt64(report.eventsSent)
+        // A scope that grew during a session that skipped unchanged feeds
+        // may miss feeds the peer did not announce: ask for all next time.
+        let forceFull = startSince > 0 && tag != startTag
+        let blobSerial = blobFetch.peerSerial
+        let lacked = blobFetch.lacked
+        do {
+            try peers.update(transport.peer.key, address: transport.peer.address) { r in
+                if forceFull {
+                    r.position = 0
+                    r.scopeTag = tag
+                } else if complete {
+                    r.position = final ? position : max(r.position, position)
+                    r.scopeTag = tag
+                }
+                r.lastSynced = UInt64(Date().timeIntervalSince1970 * 1000)
+                guard final else { return }
+                if let serial = blobSerial {
+                    r.blobSerial = serial
+                    r.lackedBlobs = lacked
+                } else {
+                    r.blobSerial = nil
+                    r.lackedBlobs = []
+                }
+                r.user = user
+                r.eventsReceived += received
+                r.eventsSent += sentCount
+                r.sessions += 1
+            }
+        } catch { throw SyncError.local("could not record the peer: \(error)") }
+    }
+}

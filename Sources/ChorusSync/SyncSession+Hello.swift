@@ -1,0 +1,53 @@
+import ChorusCrypto
+import ChorusNode
+import Foundation
+
+/// The hellos (Specs/sync.md §4.1): what this side offers and remembers of
+/// the peer, and what the two hellos decide (live mode, reconciliation).
+extension SyncSession {
+    func handshake() async throws {
+        let peerKey = transport.peer.key
+        let scopeFeeds = try options.scope.feeds(of: node)
+        let tag = ReplicationScope.tag(scopeFeeds)
+        var since: UInt64 = 0
+        let record = try peers?.record(peerKey)
+        if let record, record.scopeTag == tag { since = record.position }
+        blobFetch = BlobFetchState(remembered: record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } })
+        startTag = tag
+        startSince = since
+        var caps: SyncCapabilities = [.refill]
+        if options.invitations { caps.insert(.invitations) }
+        if options.live { caps.insert(.live) }
+        if options.blobs { caps.formUnion([.blobs, .blobSerial]) }
+        if options.reconcile { caps.insert(.reconcile) }
+        send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
+        let transport = self.transport
+        let frame: [UInt8]?
+        do {
+            frame = try await withTimeout(options.helloTimeout, "waiting for the peer's hello", onTimeout: { await transport.close() }) {
+                try await transport.receive()
+            }
+        } catch let error as SyncError { throw error } catch { throw SyncError.fromTransport(error) }
+        guard let frame else { throw SyncError.connectionClosed }
+        countReceived(frame)
+        guard case .hello(let hello) = try SyncMessage.decode(frame) else {
+            throw SyncError.unexpected("the first message must be a hello")
+        }
+        peerHello = hello
+        report.peerUser = hello.user
+        if options.blobs, hello.capabilities.contains(.blobSerial) { send(.blobSerial(try blobs.serial())) }
+        isLive = options.live && hello.capabilities.contains(.live)
+        report.live = isLive
+        // Both sides decide alike from the two hellos (Specs/sync.md §4.2.1).
+        reconciling =
+            caps.contains(.reconcile) && hello.capabilities.contains(.reconcile) && options.scope.hops == nil && hello.hops == nil
+            && (since == 0 || hello.since == 0)
+        report.reconciled = reconciling
+    }
+
+    func countReceived(_ frame: [UInt8]) {
+        report.framesReceived += 1
+        report.bytesReceived += frame.count
+        lastProgress = .now
+    }
+}

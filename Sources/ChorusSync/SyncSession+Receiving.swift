@@ -1,0 +1,102 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusParallel
+import Foundation
+
+/// Received events and blobs on their way into the store: checked against
+/// the requests, committed in batches, acknowledged once durable (Specs/sync.md §4.3–4.4).
+extension SyncSession {
+    func queue(_ job: ServeJob, items: Int) throws {
+        try serving.queue(items)
+        serveJobs.yield(job)
+    }
+
+    /// Commits buffered frames until none are left, acknowledging each
+    /// commit's frames once it is durable.
+    func drainIngestBuffer() async {
+        while ingestBuffer.frames > 0, ingestError == nil {
+            let batch = ingestBuffer
+            ingestBuffer = ([], [], 0)
+            do {
+                try await commitEvents(batch.events, refills: batch.refills)
+                send(.ack(UInt64(batch.frames)))
+            } catch {
+                ingestError = error
+            }
+        }
+        ingestTask = nil
+    }
+
+    /// Waits until every received event frame is committed.
+    func finishIngest() async throws {
+        if let task = ingestTask { await task.value }
+        if let error = ingestError { throw error }
+    }
+
+    /// Checks a frame's events against what was requested (feed order, no
+    /// unrequested events); returns them and the refilled payloads.
+    func checkEvents(_ envelopes: [[UInt8]]) throws -> (events: [Event], refills: [Event]) {
+        let decoded = Self.decodeAll(envelopes)
+        var events: [Event] = []
+        events.reserveCapacity(decoded.count)
+        var payloadRefills: [Event] = []
+        for r in decoded {
+            let event: Event
+            switch r {
+            case .success(let e): event = e
+            case .failure(let e): throw SyncError.badEvent(code: e.code, detail: e.description)
+            }
+            if try fetch.accept(event) {
+                payloadRefills.append(event)
+                continue
+            }
+            if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
+            events.append(event)
+        }
+        return (events, payloadRefills)
+    }
+
+    func commitEvents(_ events: [Event], refills payloadRefills: [Event]) async throws {
+        ingesting = true
+        let all = events + payloadRefills
+        let result = await node.ingest(events: all)
+        ingesting = false
+        lastProgress = .now
+        for (index, (event, r)) in zip(all, result.results).enumerated() {
+            try fetch.ingested(event, r, refill: index >= events.count, report: &report)
+        }
+    }
+
+    func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) async throws {
+        let limit = UInt64(node.options.maxBlobBytes)
+        guard let blob = try blobFetch.chunk(hash: hash, offset: offset, total: total, bytes: bytes, limit: limit) else { return }
+        do {
+            if try await node.storeReceivedBlob(blob, hash: hash) { report.blobsReceived += 1 }
+        } catch { throw SyncError.local("could not store blob \(hash.short): \(error)") }
+    }
+
+    /// Decodes envelopes on all cores (decoding checks canonical encoding,
+    /// header, payload hash and schema; ingest verifies signatures).
+    static func decodeAll(_ envelopes: [[UInt8]]) -> [Result<Event, EventError>] {
+        let decode: @Sendable ([UInt8]) -> Result<Event, EventError> = { env in
+            do throws(EventError) { return .success(try Event.decode(env)) } catch { return .failure(error) }
+        }
+        return parallelMap(envelopes, decode)
+    }
+
+    /// Kinds whose arrival can change who is entitled to which chat key
+    /// (Specs/encryption.md §6 rule 5). An exhaustive switch: a new kind
+    /// must say.
+    static func affectsChatKeys(_ kind: EventKind) -> Bool {
+        switch kind {
+        case .deviceAdded, .deviceRemoved, .deviceKey, .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey, .messageSent:
+            true
+        case .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved, .likeAdded,
+            .likeRemoved, .blockAdded, .blockRemoved, .messageEdited, .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinGiven,
+            .coinRightsMoved, .slotUnlocked, .slotSet, .unknown:
+            false
+        }
+    }
+}

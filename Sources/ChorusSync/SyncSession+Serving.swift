@@ -1,0 +1,97 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusParallel
+import Foundation
+
+/// Answering the peer's requests: event ranges, payloads and blobs, within
+/// the window of unacknowledged data frames (Specs/sync.md §4.3–4.4, §5).
+extension SyncSession {
+    // MARK: Serving
+
+    func serveLoop() async throws {
+        for await job in serveStream {
+            switch job {
+            case .ranges(let ranges):
+                serving.served(ranges.count)
+                for r in ranges {
+                    if let prev = r.prev {
+                        let before = try node.feed(r.author, fromSeq: r.from - 1, limit: 1).first
+                        if let before, before.event.seq == r.from - 1, before.event.id != prev {
+                            try await addToBatch(before.event)  // fork evidence instead of the range
+                            continue
+                        }
+                    }
+                    var next = r.from
+                    while next <= r.to {
+                        // Served as stored: no decoding and re-encoding.
+                        let page = try node.feedEnvelopes(r.author, fromSeq: next, limit: Int(min(512, r.to - next + 1)))
+                        guard let last = page.last else { break }
+                        for s in page { try await addToBatch(envelope: s.envelope) }
+                        next = last.seq + 1
+                    }
+                    if next > r.from { peerKnown[r.author] = max(peerKnown[r.author] ?? 0, next - 1) }
+                }
+            case .eventsEnd:
+                serving.served(1)
+                try await flushBatch()
+                send(.eventsEnd)
+            case .payloads(let ids):
+                serving.served(ids.count)
+                for id in ids {
+                    if let stored = try node.event(id), stored.event.payloadBytes != nil { try await addToBatch(stored.event) }
+                }
+            case .payloadEnd:
+                serving.served(1)
+                try await flushBatch()
+                send(.eventsEnd)
+            case .blobs(let hashes):
+                serving.served(hashes.count)
+                try await flushBatch()
+                for hash in hashes {
+                    guard let bytes = try blobs.servable(hash) else {
+                        try await acquireCredit()
+                        send(.blobMissing(hash))
+                        continue
+                    }
+                    var offset = 0
+                    while offset < bytes.count {
+                        let end = min(bytes.count, offset + SyncLimits.blobChunkBytes)
+                        try await acquireCredit()
+                        send(.blobData(hash: hash, offset: UInt64(offset), total: UInt64(bytes.count), bytes: Array(bytes[offset..<end])))
+                        offset = end
+                    }
+                    report.blobsSent += 1
+                }
+            case .blobEnd:
+                serving.served(1)
+                send(.blobEnd)
+            }
+        }
+    }
+
+    func flushBatch() async throws {
+        guard let frame = serving.flush() else { return }
+        try await sendEvents(frame)
+    }
+
+    func addToBatch(_ event: Event) async throws { try await addToBatch(envelope: event.encoded()) }
+
+    func addToBatch(envelope bytes: [UInt8]) async throws {
+        if let full = serving.add(bytes) { try await sendEvents(full) }
+    }
+
+    func sendEvents(_ frame: [[UInt8]]) async throws {
+        try await acquireCredit()
+        report.eventsSent += frame.count
+        send(.events(frame))
+    }
+
+    func acquireCredit() async throws {
+        while !serving.takeCredit() {
+            if firstError != nil || closing { throw CancellationError() }
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in creditWaiter = c }
+        }
+    }
+}
