@@ -34,12 +34,19 @@ struct Serve: AsyncParsableCommand {
     var maxUnauthenticated = 128
     @Option(help: "Most authenticated connections from one address.")
     var maxPerAddress = 64
+    @Option(help: "Most events served to one peer in one session; the peer syncs again for the rest.")
+    var maxEventsPerSession = SessionBudget().events
+    @Option(help: "Most bytes of events served to one peer in one session.")
+    var maxBytesPerSession = SessionBudget().bytes
 
     func validate() throws {
         guard SyncNetwork.parseAddress(listen) != nil else { throw ValidationError("--listen must be HOST:PORT, got \"\(listen)\"") }
         if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
         if maxUnauthenticated < 1 || maxPerAddress < 1 {
             throw ValidationError("--max-unauthenticated and --max-per-address must be at least 1")
+        }
+        if maxEventsPerSession < 1 || maxBytesPerSession < 1 {
+            throw ValidationError("--max-events-per-session and --max-bytes-per-session must be at least 1")
         }
         if let networkKey {
             do { _ = try SyncNetwork.readNetworkKey(path: networkKey) } catch let e as SyncError {
@@ -53,7 +60,9 @@ struct Serve: AsyncParsableCommand {
         guard let (host, port) = SyncNetwork.parseAddress(listen) else { throw ExitCode(Exit.failure) }
         let key = try networkKey.map { try SyncNetwork.readNetworkKey(path: $0) }
         let node = try await store.open()
-        let server = try SyncServer(node: node, log: { printError("chorus serve: " + $0) })
+        var options = SyncOptions(live: true)
+        options.budget = SessionBudget(events: maxEventsPerSession, bytes: maxBytesPerSession)
+        let server = try SyncServer(node: node, options: options, log: { printError("chorus serve: " + $0) })
         let listener: SecureListener
         let limits = ConnectionLimits(
             total: maxConnections, unauthenticated: maxUnauthenticated, unauthenticatedPerAddress: maxUnauthenticated,

@@ -10,10 +10,20 @@ public struct ServeState: Sendable {
     private var batchBytes = 0
     /// Requested items (ranges, ids, hashes) queued and not yet served.
     private var queuedItems = 0
+    let budget: SessionBudget
+    /// Events and their bytes served in this session.
+    public private(set) var servedEvents = 0
+    public private(set) var servedBytes = 0
+
+    /// Whether this session served its budget: the rest of the peer's
+    /// ranges go unanswered (Specs/sync.md §5.1).
+    public var budgetSpent: Bool { servedEvents >= budget.events || servedBytes >= budget.bytes }
+    public var eventsLeft: Int { max(0, budget.events - servedEvents) }
 
     public static let maxQueuedItems = 1_000_000
 
-    public init(window: Int) {
+    public init(window: Int, budget: SessionBudget = SessionBudget()) {
+        self.budget = budget
         self.window = max(1, window)
         credits = self.window
     }
@@ -47,6 +57,8 @@ public struct ServeState: Sendable {
         if batchBytes + envelope.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount { full = flush() }
         batch.append(envelope)
         batchBytes += envelope.count
+        servedEvents += 1
+        servedBytes += envelope.count
         return full
     }
 

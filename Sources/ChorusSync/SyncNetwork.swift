@@ -47,12 +47,24 @@ public enum SyncNetwork {
             return try await SyncSession(node: node, transport: connection, options: options, peers: peers).run()
         }
         var report = try await session()
+        // A peer that served its budget (Specs/sync.md §5.1) left the rest
+        // for another session: continue while sessions still bring events.
+        var last = report
+        var followUps = 0
+        while !report.live, last.partial, last.eventsReceived > 0, followUps < Self.maxFollowUpSessions {
+            last = try await session()
+            report.add(last)
+            followUps += 1
+        }
         if report.keyEventsWritten > 0, !report.live {
             let delivery = try await session()
             report.add(delivery)
         }
         return report
     }
+
+    /// Sessions a sync runs after a partial one, at most.
+    public static let maxFollowUpSessions = 1000
 
     /// Parses `HOST:PORT` (an IPv6 host in brackets: `[::1]:7800`).
     public static func parseAddress(_ text: String) -> (host: String, port: Int)? {

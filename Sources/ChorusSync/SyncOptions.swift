@@ -25,12 +25,27 @@ public struct SyncOptions: Sendable {
     /// Offers range-based reconciliation of feed heads for first contact
     /// (Specs/sync.md §4.2.1); off, every feed is announced instead.
     public var reconcile = true
+    /// The most events and bytes of events this side serves the peer in one
+    /// session (Specs/sync.md §5.1): past it, the rest of the peer's ranges
+    /// go unanswered this session, so one peer cannot hold a server for an
+    /// unbounded time; the peer syncs again for the rest.
+    public var budget = SessionBudget()
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
     public init(live: Bool = false, scope: ReplicationScope = .all) {
         self.live = live
         self.scope = scope
+    }
+}
+
+/// Per-session limits on what one side serves (Specs/sync.md §5.1).
+public struct SessionBudget: Sendable, Hashable {
+    public var events: Int
+    public var bytes: Int
+    public init(events: Int = 1_000_000, bytes: Int = 1 << 30) {
+        self.events = events
+        self.bytes = bytes
     }
 }
 
@@ -65,6 +80,11 @@ public struct SyncReport: Sendable, Hashable {
     /// in this many rounds sent.
     public var reconciled = false
     public var reconcileRounds = 0
+    /// The peer sent less than was asked (its budget, or events stamped
+    /// ahead of this node's clock): another session fetches the rest.
+    public var partial = false
+    /// Sessions this report covers (a sync that continued after a partial one).
+    public var sessions = 1
 
     public init(peer: PeerIdentity) { self.peer = peer }
 
@@ -85,6 +105,9 @@ public struct SyncReport: Sendable, Hashable {
         bytesReceived += other.bytesReceived
         seconds += other.seconds
         complete = complete && other.complete
+        partial = other.partial
+        sessions += other.sessions
+        blobsRequested += other.blobsRequested
     }
 }
 

@@ -43,6 +43,7 @@ extension SyncSession {
                 firstRound = false
                 iAmDone = true
                 finalFeeds = feeds
+                report.partial = fetch.sessionIncomplete
                 send(.done(position: try donePosition()))
                 completeIfReady()
             } else if !fetch.sessionIncomplete {

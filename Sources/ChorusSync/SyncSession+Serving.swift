@@ -16,6 +16,9 @@ extension SyncSession {
             case .ranges(let ranges):
                 serving.served(ranges.count)
                 for r in ranges {
+                    // Past the budget the rest goes unanswered: the peer's
+                    // round ends incomplete and it asks again next session.
+                    if serving.budgetSpent { break }
                     if let prev = r.prev {
                         let before = try node.feed(r.author, fromSeq: r.from - 1, limit: 1).first
                         if let before, before.event.seq == r.from - 1, before.event.id != prev {
@@ -24,9 +27,9 @@ extension SyncSession {
                         }
                     }
                     var next = r.from
-                    while next <= r.to {
+                    while next <= r.to, !serving.budgetSpent {
                         // Served as stored: no decoding and re-encoding.
-                        let page = try node.feedEnvelopes(r.author, fromSeq: next, limit: Int(min(512, r.to - next + 1)))
+                        let page = try node.feedEnvelopes(r.author, fromSeq: next, limit: min(512, Int(min(r.to - next + 1, 512)), serving.eventsLeft))
                         guard let last = page.last else { break }
                         for s in page { try await addToBatch(envelope: s.envelope) }
                         next = last.seq + 1
@@ -39,7 +42,7 @@ extension SyncSession {
                 send(.eventsEnd)
             case .payloads(let ids):
                 serving.served(ids.count)
-                for id in ids {
+                for id in ids where !serving.budgetSpent {
                     if let stored = try node.event(id), stored.event.payloadBytes != nil { try await addToBatch(stored.event) }
                 }
             case .payloadEnd:

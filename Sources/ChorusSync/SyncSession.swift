@@ -95,7 +95,7 @@ public actor SyncSession {
         self.peers = peers
         self.blobs = try BlobAccess(node: node)
         self.report = SyncReport(peer: transport.peer)
-        self.serving = ServeState(window: options.window)
+        self.serving = ServeState(window: options.window, budget: options.budget)
         (outboxStream, outbox) = AsyncStream.makeStream(of: [UInt8].self)
         (serveStream, serveJobs) = AsyncStream.makeStream(of: ServeJob.self)
         (reconcileStream, reconcileRounds) = AsyncStream.makeStream(of: ReconcileRound.self)

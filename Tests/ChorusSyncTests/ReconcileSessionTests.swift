@@ -95,3 +95,53 @@ struct ReconcileSessionTests {
         await b.close()
     }
 }
+
+/// Specs/sync.md §5.1: what one side serves one peer per session is bounded.
+@Suite("Per-session budgets")
+struct BudgetTests {
+    @Test("a server with a budget of 100 events serves 250 in three sessions; the client's sync continues by itself; another peer is served meanwhile")
+    func budgetSplitsAFetchIntoSessions() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let server = try await makeNode(dir, "server", network: net)
+        let hungry = try await makeNode(dir, "hungry", network: net)
+        let other = try await makeNode(dir, "other", network: net)
+        let events = try manyEvents(feeds: 5, perFeed: 50, seed: 4)
+        #expect(await server.ingest(events: events).accepted == 250)
+        var options = SyncOptions(live: false)
+        options.budget = SessionBudget(events: 100, bytes: 1 << 30)
+        let sync = try SyncServer(node: server, options: options)
+        let listener = try await sync.listen(host: "127.0.0.1", port: 0)
+
+        // One session alone: 100 events, reported partial, the rest unasked.
+        let (ta, tb) = MemoryTransport.pair(hungry.identity.device, server.identity.device)
+        let client = try SyncSession(node: hungry, transport: ta, options: SyncOptions(), peers: nil)
+        let serving = try SyncSession(node: server, transport: tb, options: options, peers: nil)
+        let (one, _) = try await bounded(.seconds(60), "one budgeted session") {
+            async let c = client.run()
+            async let s = serving.run()
+            return (try await c, try await s)
+        }
+        #expect(one.complete && one.partial)
+        #expect(one.eventsReceived == 100)
+
+        // The library's sync continues until nothing is missing.
+        let port = listener.port
+        let (report, otherReport) = try await bounded(.seconds(120), "budgeted syncs") {
+            async let full = SyncNetwork.sync(hungry, host: "127.0.0.1", port: port)
+            async let meanwhile = SyncNetwork.sync(other, host: "127.0.0.1", port: port)
+            return (try await full, try await meanwhile)
+        }
+        #expect(report.complete && !report.partial)
+        #expect(report.sessions >= 2)
+        #expect(otherReport.complete && !otherReport.partial && otherReport.sessions >= 3)
+        for author in Set(events.map(\.author)) {
+            #expect(try hungry.head(of: author)?.seq == 50)
+            #expect(try other.head(of: author)?.seq == 50)
+        }
+        await listener.shutdown()
+        await sync.shutdown()
+        for n in [server, hungry, other] { await n.close() }
+    }
+}
