@@ -14,7 +14,8 @@ import PackageDescription
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
 let package = Package(
     name: "Chorus",
-    platforms: [.macOS(.v14)],
+    // Synchronization's Mutex and Atomic need macOS 15 / iOS 18; on Linux any Swift 6.
+    platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         // What an app embeds: `import Chorus` (node, queries, ids, payloads, sync).
         .library(name: "Chorus", targets: ["Chorus"]),

@@ -29,9 +29,10 @@ struct ChatCreate: AsyncParsableCommand {
     func run() async throws {
         let users = try members.map { try parseKey($0, what: "--member") }
         try await mutate(store, output) { node in
-            let id = try await node.createChat(title: title, members: users)
+            let created = try await node.createChat(title: title, members: users)
+            let id = created.object
             if !output.json { print(id.hex) }
-            return MutationResult(event: try lastOwnEvent(node), summary: "Created chat \(id.short)", fields: [("chat", .string(id.hex))])
+            return MutationResult(event: created.id, summary: "Created chat \(id.short)", fields: [("chat", .string(id.hex))])
         }
     }
 }
@@ -125,7 +126,7 @@ struct ChatSend: AsyncParsableCommand {
         let pictureID = try picture.map { try parseKey($0, what: "--picture") }
         let imageBytes = try image.map { try readImageFile($0) }
         try await mutate(store, output) { node in
-            let id = try await node.sendMessage(chatID, text: text, picture: pictureID, image: imageBytes)
+            let id = try await node.sendMessage(chatID, text: text, picture: pictureID, image: imageBytes).id
             if !output.json { print(id.hex) }
             return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chatID.short)", fields: [("message", .string(id.hex))])
         }

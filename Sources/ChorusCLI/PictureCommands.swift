@@ -26,10 +26,11 @@ struct PictureAdd: AsyncParsableCommand {
     func run() async throws {
         let data = try readImageFile(file)
         try await mutate(store, output) { node in
-            let id = try await node.addPicture(Array(data), mime: mime, caption: caption)
+            let added = try await node.addPicture(Array(data), mime: mime, caption: caption)
+            let id = added.object
             if !output.json { print(id.hex) }
             return MutationResult(
-                event: try lastOwnEvent(node), summary: "Added picture \(id.short) (\(data.count) bytes)",
+                event: added.id, summary: "Added picture \(id.short) (\(data.count) bytes)",
                 fields: [("picture", .string(id.hex)), ("size", .int(Int64(data.count)))])
         }
     }

@@ -56,15 +56,6 @@ func mutate(
     if noEffect != nil { throw ExitCode(Exit.refused) }
 }
 
-/// The event this node signed last with its device key (for mutations
-/// whose library call returns the id of the object it created).
-func lastOwnEvent(_ node: Node) throws -> EventID {
-    guard let head = try node.head(of: node.identity.device) else {
-        throw CommandFailure(message: "the event just written is missing from this device's feed")
-    }
-    return head.id
-}
-
 /// USER arguments default to this node's user.
 func userOrSelf(_ text: String?, _ node: Node, what: String = "USER") throws -> PublicKey {
     guard let text else { return node.identity.user }

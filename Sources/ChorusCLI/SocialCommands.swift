@@ -11,7 +11,7 @@ protocol RelationshipCommand: AsyncParsableCommand {
     var target: String { get }
     static var targetName: String { get }
     static var verb: String { get }
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation
 }
 
 extension RelationshipCommand {
@@ -32,7 +32,7 @@ struct Follow: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user to follow (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Followed"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.follow(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.follow(target) }
 }
 
 struct Unfollow: RelationshipCommand {
@@ -42,7 +42,7 @@ struct Unfollow: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Unfollowed"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.unfollow(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.unfollow(target) }
 }
 
 struct Like: RelationshipCommand {
@@ -51,7 +51,7 @@ struct Like: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id (64 hex digits).") var target: String
     static let targetName = "OBJECT", verb = "Liked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.like(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.like(target) }
 }
 
 struct Unlike: RelationshipCommand {
@@ -60,7 +60,7 @@ struct Unlike: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id (64 hex digits).") var target: String
     static let targetName = "OBJECT", verb = "Unliked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.unlike(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.unlike(target) }
 }
 
 struct Block: RelationshipCommand {
@@ -70,7 +70,7 @@ struct Block: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user to block (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Blocked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.block(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.block(target) }
 }
 
 struct Unblock: RelationshipCommand {
@@ -79,5 +79,5 @@ struct Unblock: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Unblocked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Event { try await node.unblock(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.unblock(target) }
 }

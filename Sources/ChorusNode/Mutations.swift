@@ -15,17 +15,26 @@ public enum GalleryPlacement: Sendable, Hashable {
 
 /// The typed mutations of the library API: each signs one event with this
 /// device's key (or the user or issuer key where the rules require it) and
-/// returns it once it and the projections it changed are durable. The
+/// returns a `Mutation` once it and the projections it changed are durable:
+/// the event, the object it targets (the new picture or chat for
+/// `addPicture` and `createChat`) and whether it took effect. The
 /// checks made here before signing only give clear errors early; the rules
 /// themselves are applied by the projections, identically on every replica.
 extension Node {
+    /// A committed event and whether the rules let it take effect.
+    func outcome(_ event: Event) throws -> Mutation {
+        Mutation(event: event, effect: try projections.noEffect(event.id).map { .noEffect($0) } ?? .applied)
+    }
+
+    func outcomes(_ events: [Event]) throws -> [Mutation] { try events.map(outcome) }
+
     // MARK: Identity
 
     /// Binds a device to this node's user (user key required). `proof` is
     /// the device's signature from `DeviceBinding.proof(device:user:)`,
     /// printed by `chorus init --user` on the new device.
     @discardableResult
-    public func addDevice(_ device: PublicKey, proof: [UInt8], name: String? = nil) async throws -> Event {
+    public func addDevice(_ device: PublicKey, proof: [UInt8], name: String? = nil) async throws -> Mutation {
         guard Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: identity.user), publicKey: device) else {
             throw NodeError.refused(.invalidDeviceProof(device: device, user: identity.user))
         }
@@ -34,7 +43,7 @@ extension Node {
         // If the new device's encryption key is already here, it gets the
         // user's chat keys now; otherwise after a sync brings it.
         try await shareChatKeys()
-        return event
+        return try outcome(event)
     }
 
     /// The signature a new device gives its user so the user can bind it.
@@ -43,19 +52,19 @@ extension Node {
     }
 
     @discardableResult
-    public func removeDevice(_ device: PublicKey, reason: String? = nil) async throws -> Event {
+    public func removeDevice(_ device: PublicKey, reason: String? = nil) async throws -> Mutation {
         let reason = reason.map { String(decoding: $0.utf8.prefix(200), as: UTF8.self) }
-        return try await appendAsUser(DeviceRemovedPayload(reason: reason), object: device)
+        return try await outcome(appendAsUser(DeviceRemovedPayload(reason: reason), object: device))
     }
 
     // MARK: Profile
 
     @discardableResult
-    public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Event {
+    public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Mutation {
         guard !field.isRetired else {
             throw NodeError.refused(.retiredProfileField(field.rawValue))
         }
-        return try await append(ProfileSetPayload(field: field, value: value), object: identity.user)
+        return try await outcome(append(ProfileSetPayload(field: field, value: value), object: identity.user))
     }
 
     // MARK: Pictures
@@ -63,14 +72,13 @@ extension Node {
     /// Stores the image bytes as a blob and creates a picture owned by this
     /// user, atomically. The id is chosen here, so it works offline.
     @discardableResult
-    public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> ObjectID {
+    public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> Mutation {
         let sniffed = try checkedImage(bytes, mime: mime)
         let mime = sniffed.mime
         let id = Random.bytes32()
         var payload = PictureCreatedPayload(blob: Blake2b.hash256(bytes), size: UInt64(bytes.count), mime: mime, caption: caption)
         if let w = sniffed.width, let h = sniffed.height { (payload.width, payload.height) = (w, h) }
-        try await append(payload, object: id, blobs: [bytes])
-        return id
+        return try await outcome(append(payload, object: id, blobs: [bytes]))
     }
 
     /// Checks picture bytes against the size cap and recognises their type;
@@ -102,16 +110,16 @@ extension Node {
     }
 
     @discardableResult
-    public func captionPicture(_ id: ObjectID, _ caption: String) async throws -> Event {
+    public func captionPicture(_ id: ObjectID, _ caption: String) async throws -> Mutation {
         _ = try ownLivePicture(id)
-        return try await append(PictureCaptionedPayload(caption: caption), object: id)
+        return try await outcome(append(PictureCaptionedPayload(caption: caption), object: id))
     }
 
     /// Moves a picture within the gallery. Positions are fractional, so a
     /// move changes one picture only and concurrent moves merge (each picture
     /// lands where its last move put it; ties break by picture id).
     @discardableResult
-    public func movePicture(_ id: ObjectID, to placement: GalleryPlacement) async throws -> Event {
+    public func movePicture(_ id: ObjectID, to placement: GalleryPlacement) async throws -> Mutation {
         _ = try ownLivePicture(id)
         let gallery = try projections.pictures(of: identity.user).filter { $0.id != id }
         let positions = gallery.map(\.position)
@@ -136,44 +144,44 @@ extension Node {
         guard let position = GalleryPosition.between(low, high) else {
             throw NodeError.refused(.noRoomBetweenPictures)
         }
-        return try await append(PictureMovedPayload(position: position), object: id)
+        return try await outcome(append(PictureMovedPayload(position: position), object: id))
     }
 
     @discardableResult
-    public func deletePicture(_ id: ObjectID) async throws -> Event {
+    public func deletePicture(_ id: ObjectID) async throws -> Mutation {
         _ = try ownLivePicture(id)
-        return try await append(PictureDeletedPayload(), object: id)
+        return try await outcome(append(PictureDeletedPayload(), object: id))
     }
 
     // MARK: Relationships
 
-    @discardableResult public func follow(_ user: PublicKey) async throws -> Event {
+    @discardableResult public func follow(_ user: PublicKey) async throws -> Mutation {
         guard user != identity.user else { throw NodeError.refused(.cannotFollowYourself) }
-        return try await append(FollowAddedPayload(), object: user)
+        return try await outcome(append(FollowAddedPayload(), object: user))
     }
-    @discardableResult public func unfollow(_ user: PublicKey) async throws -> Event {
+    @discardableResult public func unfollow(_ user: PublicKey) async throws -> Mutation {
         try await remove(FollowRemovedPayload.self, added: .followAdded, target: user, what: "follow")
     }
-    @discardableResult public func like(_ object: Bytes32) async throws -> Event {
-        try await append(LikeAddedPayload(), object: object)
+    @discardableResult public func like(_ object: Bytes32) async throws -> Mutation {
+        try await outcome(append(LikeAddedPayload(), object: object))
     }
-    @discardableResult public func unlike(_ object: Bytes32) async throws -> Event {
+    @discardableResult public func unlike(_ object: Bytes32) async throws -> Mutation {
         try await remove(LikeRemovedPayload.self, added: .likeAdded, target: object, what: "like")
     }
-    @discardableResult public func block(_ user: PublicKey) async throws -> Event {
+    @discardableResult public func block(_ user: PublicKey) async throws -> Mutation {
         guard user != identity.user else { throw NodeError.refused(.cannotBlockYourself) }
-        return try await append(BlockAddedPayload(), object: user)
+        return try await outcome(append(BlockAddedPayload(), object: user))
     }
-    @discardableResult public func unblock(_ user: PublicKey) async throws -> Event {
+    @discardableResult public func unblock(_ user: PublicKey) async throws -> Mutation {
         try await remove(BlockRemovedPayload.self, added: .blockAdded, target: user, what: "block")
     }
 
     /// A removal names every add of this user it has seen (observed-remove):
     /// adds made concurrently elsewhere survive it.
-    private func remove<P: RemovalPayload>(_ removal: P.Type, added: EventKind, target: Bytes32, what: String) async throws -> Event {
+    private func remove<P: RemovalPayload>(_ removal: P.Type, added: EventKind, target: Bytes32, what: String) async throws -> Mutation {
         let seen = try projections.liveAdds(added, from: identity.user, to: target)
         guard !seen.isEmpty else { throw NodeError.refused(.nothingToRemove(what: what, target: target)) }
-        return try await append(P(seen: Array(seen.prefix(PayloadLimits.maxSeenTags))), object: target)
+        return try await outcome(append(P(seen: Array(seen.prefix(PayloadLimits.maxSeenTags))), object: target))
     }
 
     // MARK: Chats
@@ -183,7 +191,7 @@ extension Node {
     /// the creation is followed by the first epoch's key, wrapped to every
     /// member device this node knows.
     @discardableResult
-    public func createChat(title: String? = nil, members: [PublicKey] = []) async throws -> ObjectID {
+    public func createChat(title: String? = nil, members: [PublicKey] = []) async throws -> Mutation {
         let id = Random.bytes32()
         let key = Random.bytes(32)
         let epoch = ChatCrypto.epochID(chat: id, key: key)
@@ -192,16 +200,16 @@ extension Node {
                 TitleContent.encode($0), epochKey: key, epoch: epoch, kind: .chatCreated, chat: id, object: id, author: identity.device)
         }
         let others = Array(Set(members.filter { $0 != identity.user })).sorted()
-        try await append(ChatCreatedPayload(title: sealedTitle, members: others), object: id)
+        let created = try await append(ChatCreatedPayload(title: sealedTitle, members: others), object: id)
         keyRing.put(id, epoch, key)
         try await shareEpoch(id, epoch: epoch, key: key, to: currentMemberDevices(id))
-        return id
+        return try outcome(created)
     }
 
     /// Adds a member (admin only) and wraps the current epoch key to the
     /// member's devices: they read from now on, not the earlier history.
     @discardableResult
-    public func addChatMember(_ chat: ObjectID, _ user: PublicKey, admin: Bool = false) async throws -> Event {
+    public func addChatMember(_ chat: ObjectID, _ user: PublicKey, admin: Bool = false) async throws -> Mutation {
         let event = try await append(ChatMemberAddedPayload(user: user, admin: admin), object: chat)
         if try projections.noEffect(event.id) == nil {
             let (epoch, key) = try await sendingEpoch(chat)
@@ -209,34 +217,35 @@ extension Node {
             let missing = try currentDevices(of: user).filter { !holders.contains($0.device) }
             if !missing.isEmpty { try await shareEpoch(chat, epoch: epoch, key: key, to: missing) }
         }
-        return event
+        return try outcome(event)
     }
 
     /// Removes a member (admin) or leaves (oneself). A remover who stays a
     /// member starts a new epoch at once, so nothing sent from here on is
     /// readable by the removed member (Specs/encryption.md §6 rule 3).
     @discardableResult
-    public func removeChatMember(_ chat: ObjectID, _ user: PublicKey) async throws -> Event {
+    public func removeChatMember(_ chat: ObjectID, _ user: PublicKey) async throws -> Mutation {
         let event = try await append(ChatMemberRemovedPayload(user: user), object: chat)
         if user != identity.user, try projections.noEffect(event.id) == nil,
             try projections.membership(of: identity.user, in: chat)?.isCurrent == true
         {
             try await rotate(chat)
         }
-        return event
+        return try outcome(event)
     }
 
     @discardableResult
-    public func leaveChat(_ chat: ObjectID) async throws -> Event { try await removeChatMember(chat, identity.user) }
+    public func leaveChat(_ chat: ObjectID) async throws -> Mutation { try await removeChatMember(chat, identity.user) }
 
-    /// Sends a message sealed to the chat's members; its id is the event id.
+    /// Sends a message sealed to the chat's members; the message's id is the
+    /// mutation's `id` (its event id).
     /// `image` is a picture sent inside the chat: its bytes are encrypted
     /// with a key of their own, carried in the sealed body; the blob stored
     /// and synced is the ciphertext (Specs/encryption.md §7). `picture`
     /// refers to an existing picture by id.
     @discardableResult
     public func sendMessage(_ chat: ObjectID, text: String? = nil, picture: ObjectID? = nil, image: [UInt8]? = nil) async throws
-        -> EventID
+        -> Mutation
     {
         guard text != nil || picture != nil || image != nil else {
             throw NodeError.refused(.emptyMessage)
@@ -254,7 +263,7 @@ extension Node {
             (payload.blob, payload.size) = (Blake2b.hash256(sealedImage), UInt64(sealedImage.count))
         }
         payload.body = try await seal(content.encoded(), in: chat, kind: .messageSent, object: chat)
-        return try await append(payload, object: chat, blobs: blobs).id
+        return try await outcome(append(payload, object: chat, blobs: blobs))
     }
 
     private func ownMessage(_ id: EventID) throws -> MessageView {
@@ -264,25 +273,25 @@ extension Node {
     }
 
     @discardableResult
-    public func editMessage(_ id: EventID, text: String) async throws -> Event {
+    public func editMessage(_ id: EventID, text: String) async throws -> Mutation {
         let m = try ownMessage(id)
         let body = try await seal(MessageContent(text: text).encoded(), in: m.chat, kind: .messageEdited, object: id)
-        return try await append(MessageEditedPayload(chat: m.chat, body: body), object: id)
+        return try await outcome(append(MessageEditedPayload(chat: m.chat, body: body), object: id))
     }
 
     @discardableResult
-    public func deleteMessage(_ id: EventID) async throws -> Event {
+    public func deleteMessage(_ id: EventID) async throws -> Mutation {
         let m = try ownMessage(id)
-        return try await append(MessageDeletedPayload(chat: m.chat), object: id)
+        return try await outcome(append(MessageDeletedPayload(chat: m.chat), object: id))
     }
 
     /// Marks a chat read up to `message` (markers never move backwards).
     @discardableResult
-    public func markRead(_ chat: ObjectID, upTo message: EventID) async throws -> Event {
+    public func markRead(_ chat: ObjectID, upTo message: EventID) async throws -> Mutation {
         guard let m = try projections.message(message), m.chat == chat else {
             throw NodeError.refused(.messageNotInChat(message: message, chat: chat))
         }
-        return try await append(ChatReadPayload(message: message, hlc: m.hlc.rawValue), object: chat)
+        return try await outcome(append(ChatReadPayload(message: message, hlc: m.hlc.rawValue), object: chat))
     }
 
     // MARK: Coins and slots
@@ -293,7 +302,7 @@ extension Node {
     @discardableResult
     public func creditCoins(
         user: PublicKey, amount: UInt64, receipt: String, device: PublicKey? = nil, product: String? = nil
-    ) async throws -> Event {
+    ) async throws -> Mutation {
         let target: PublicKey
         if let device {
             target = device
@@ -302,8 +311,8 @@ extension Node {
         } else {
             throw NodeError.refused(.noKnownDevice(user: user))
         }
-        return try await appendAsIssuer(
-            CoinCreditedPayload(user: user, amount: amount, receipt: receipt, product: product), object: target)
+        return try await outcome(appendAsIssuer(
+            CoinCreditedPayload(user: user, amount: amount, receipt: receipt, product: product), object: target))
     }
 
     /// One purchase to credit (`creditCoins(_:)`).
@@ -323,7 +332,7 @@ extension Node {
     /// A receipt already credited is stored and takes no effect, as with
     /// `creditCoins(user:amount:receipt:)`.
     @discardableResult
-    public func creditCoins(_ credits: [Credit]) async throws -> [Event] {
+    public func creditCoins(_ credits: [Credit]) async throws -> [Mutation] {
         var items: [PendingEvent] = []
         items.reserveCapacity(credits.count)
         for c in credits {
@@ -338,7 +347,8 @@ extension Node {
             items.append(PendingEvent(
                 CoinCreditedPayload(user: c.user, amount: c.amount, receipt: c.receipt, product: c.product), object: target))
         }
-        return try await appendBatch(items, signedBy: .issuer)
+        let events = try await appendBatch(items, signedBy: .issuer)
+        return try outcomes(events)
     }
 
     private func requireRights(_ amount: UInt64) throws {
@@ -349,47 +359,47 @@ extension Node {
     }
 
     @discardableResult
-    public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Event {
+    public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Mutation {
         try requireRights(amount)
-        return try await append(CoinSpentPayload(amount: amount, purpose: purpose), object: identity.user)
+        return try await outcome(append(CoinSpentPayload(amount: amount, purpose: purpose), object: identity.user))
     }
 
     /// Gives coins to another user; they land on `device` or on the
     /// recipient's first device.
     @discardableResult
     public func giveCoins(to user: PublicKey, _ amount: UInt64, device: PublicKey? = nil, note: String? = nil) async throws
-        -> Event
+        -> Mutation
     {
         try requireRights(amount)
         let device = try device ?? projections.devices(of: user).first(where: { $0.removedHLC == nil })?.device
-        return try await append(CoinGivenPayload(amount: amount, device: device, note: note), object: user)
+        return try await outcome(append(CoinGivenPayload(amount: amount, device: device, note: note), object: user))
     }
 
     /// Moves spending rights to another device of this user.
     @discardableResult
-    public func moveRights(to device: PublicKey, _ amount: UInt64) async throws -> Event {
+    public func moveRights(to device: PublicKey, _ amount: UInt64) async throws -> Mutation {
         try requireRights(amount)
-        return try await append(CoinRightsMovedPayload(amount: amount), object: device)
+        return try await outcome(append(CoinRightsMovedPayload(amount: amount), object: device))
     }
 
     @discardableResult
-    public func unlockSlot(_ slot: Int) async throws -> Event {
+    public func unlockSlot(_ slot: Int) async throws -> Mutation {
         let prices = network.slotPrices
         guard slot > 0, slot < prices.count else {
             throw NodeError.refused(.noSuchSlot(slot: slot, lowest: 1, highest: prices.count - 1))
         }
         try requireRights(prices[slot])
-        return try await append(SlotUnlockedPayload(slot: UInt64(slot), price: prices[slot]), object: identity.user)
+        return try await outcome(append(SlotUnlockedPayload(slot: UInt64(slot), price: prices[slot]), object: identity.user))
     }
 
     /// Puts one of this user's pictures in a slot (nil empties it).
     @discardableResult
-    public func setSlot(_ slot: Int, picture: ObjectID?) async throws -> Event {
+    public func setSlot(_ slot: Int, picture: ObjectID?) async throws -> Mutation {
         guard slot >= 0, slot < network.slotCount else {
             throw NodeError.refused(.noSuchSlot(slot: slot, lowest: 0, highest: network.slotCount - 1))
         }
         if let picture { _ = try ownLivePicture(picture) }
-        return try await append(SlotSetPayload(slot: UInt64(slot), picture: picture), object: identity.user)
+        return try await outcome(append(SlotSetPayload(slot: UInt64(slot), picture: picture), object: identity.user))
     }
 
     // MARK: Network configuration

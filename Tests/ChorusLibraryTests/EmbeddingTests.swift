@@ -23,9 +23,9 @@ struct EmbeddingTests {
         let node = try await Node.create(at: storeDirectory, deviceName: "iPhone", network: network)  // or Node.open(at:)
         _ = await node.ingest(try bobNode.arrivals().map { $0.event.encoded() })  // Bob's device key, to seal the chat to him
         try await node.setProfile(.city, .text("Lisbon"))
-        let picture = try await node.addPicture(jpegBytes, caption: "rooftop")
+        let picture = try await node.addPicture(jpegBytes, caption: "rooftop").object
         try await node.follow(bob)
-        let chat = try await node.createChat(title: "trip", members: [bob])
+        let chat = try await node.createChat(title: "trip", members: [bob]).object
         try await node.sendMessage(chat, text: "look", picture: picture)
 
         let me = node.identity.user

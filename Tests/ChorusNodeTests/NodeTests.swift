@@ -164,7 +164,7 @@ struct NodeTests {
         let a = try await Node.create(at: tmp.store("a"))
         let b = try await Node.create(at: tmp.store("b"))
         let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
-        let picture = try await a.addPicture(bytes, mime: "image/png")
+        let picture = try await a.addPicture(bytes, mime: "image/png").object
         // B learns of the picture without its bytes, as a sync delivers events before blobs.
         let events = try a.arrivals().map(\.event)
         #expect(await b.ingest(events: events).accepted == events.count)
@@ -217,7 +217,7 @@ struct NodeTests {
         for i in 0..<40 {
             let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) }
             do {
-                acknowledged.append(try await node.addPicture(bytes, mime: "image/png"))
+                acknowledged.append(try await node.addPicture(bytes, mime: "image/png").object)
             } catch {
                 failure = error
                 break
@@ -290,7 +290,44 @@ struct BatchAppendTests {
         let events = try await shop.creditCoins(credits)
         #expect(events.count == 201)
         #expect(try shop.projections.noEffect(events[200].id)?.code == "duplicate_receipt")
+        #expect(events[200].effect.code == "duplicate_receipt" && events.prefix(200).allSatisfy(\.isApplied))
         #expect(try shop.projections.balance(of: buyer.identity.user).total == 1000)
+        await shop.close()
+        await buyer.close()
+    }
+
+    @Test("every mutation says whether it took effect, and what it created")
+    func mutationsReportTheirEffect() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let shopStore = tmp.store("shop")
+        await (try await Node.create(at: shopStore)).close()
+        let issuer = try Node.createIssuer(at: shopStore)
+        let network = NetworkConfig(issuers: [issuer])
+        let shop = try await Node.open(at: shopStore)
+        let buyer = try await Node.create(at: tmp.store("buyer"), network: network)
+        _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
+
+        let first = try await shop.creditCoins(user: buyer.identity.user, amount: 30, receipt: "GPA.0001")
+        let again = try await shop.creditCoins(user: buyer.identity.user, amount: 30, receipt: "GPA.0001")
+        #expect(first.effect == .applied && first.kind == .coinCredited)
+        guard case .noEffect(let why) = again.effect else {
+            Issue.record("a redelivered receipt took effect")
+            return
+        }
+        #expect(why.code == "duplicate_receipt" && why.detail.contains("GPA.0001"))
+        #expect(again.id != first.id && again.object == first.object)
+
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 100)
+        let picture = try await buyer.addPicture(png)
+        #expect(picture.isApplied && picture.kind == .pictureCreated)
+        if case .live = try buyer.projections.picture(picture.object) {} else { Issue.record("the new picture is not live") }
+        let chat = try await buyer.createChat(title: "t")
+        let view = try buyer.projections.chatView(chat.object)
+        #expect(chat.kind == .chatCreated && chat.isApplied && view != nil)
+        let message = try await buyer.sendMessage(chat.object, text: "hello")
+        let stored = try buyer.projections.message(message.id)
+        #expect(message.object == chat.object && stored != nil)
         await shop.close()
         await buyer.close()
     }
@@ -364,7 +401,7 @@ struct RefusalTests {
             _ = try await node.spendCoins(30, for: "sticker pack")
         }
         await #expect(throws: NodeError.refused(.cannotFollowYourself)) { _ = try await node.follow(me) }
-        await #expect(throws: NodeError.refused(.notAnImage)) { _ = try await node.addPicture([1, 2, 3]) }
+        await #expect(throws: NodeError.refused(.notAnImage)) { _ = try await node.addPicture([1, 2, 3]).object }
         await #expect(throws: NodeError.refused(.noSuchSlot(slot: 9, lowest: 1, highest: 5))) { _ = try await node.unlockSlot(9) }
         let stranger = SigningKey.generate().publicKey
         await #expect(throws: NodeError.refused(.nothingToRemove(what: "follow", target: stranger))) { _ = try await node.unfollow(stranger) }

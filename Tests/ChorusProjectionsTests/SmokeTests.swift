@@ -20,8 +20,8 @@ struct SmokeTests {
         let me = a.identity.user
         try await a.setProfile(.name, .text("Alice"))
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13] + Array("IHDR".utf8) + [0, 0, 0, 4, 0, 0, 0, 3, 8]
-        let p1 = try await a.addPicture(png, caption: "one")
-        let p2 = try await a.addPicture(png + [1], caption: "two")
+        let p1 = try await a.addPicture(png, caption: "one").object
+        let p2 = try await a.addPicture(png + [1], caption: "two").object
         try await a.setProfile(.avatar, .bytes(p1.bytes))
         #expect(try a.projections.pictures(of: me).map(\.id) == [p1, p2])
         try await a.movePicture(p2, to: .first)
@@ -31,8 +31,8 @@ struct SmokeTests {
             return
         }
         #expect(avatar.id == p1 && avatar.width == 4 && avatar.height == 3)
-        let chat = try await a.createChat(title: "hello")
-        let m = try await a.sendMessage(chat, text: "hi", picture: p1)
+        let chat = try await a.createChat(title: "hello").object
+        let m = try await a.sendMessage(chat, text: "hi", picture: p1).id
         try await a.deletePicture(p1)
         guard case .removed? = try a.projections.profile(me).avatar else {
             Issue.record("avatar still shows a deleted picture")

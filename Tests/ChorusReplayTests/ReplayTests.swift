@@ -45,8 +45,8 @@ struct KnownHistory {
         let firstName = try await ana.setProfile(.name, .text("Ana")).id
         let secondName = try await ana.setProfile(.name, .text("Ana Lima")).id
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2, 3]
-        let kept = try await ana.addPicture(png, caption: "kept")
-        let deleted = try await ana.addPicture(png + [4], caption: "to delete")
+        let kept = try await ana.addPicture(png, caption: "kept").object
+        let deleted = try await ana.addPicture(png + [4], caption: "to delete").object
         try await ana.deletePicture(deleted)
 
         let benEdit = try await ben.append(
@@ -76,7 +76,7 @@ struct KnownHistory {
         let history = KnownHistory(
             dir: dir, ana: ana.identity.user, anaDevice: ana.identity.device, ben: ben.identity.user, keptPicture: kept,
             deletedPicture: deleted, firstName: firstName, secondName: secondName, benEdit: benEdit, credit: credit,
-            duplicateCredit: duplicate, spend: spend.id, spendHLC: spend.hlc, beyondRights: beyond)
+            duplicateCredit: duplicate, spend: spend.id, spendHLC: spend.event.hlc, beyondRights: beyond)
         await ana.close()
         await ben.close()
         await issuer.close()
@@ -211,8 +211,8 @@ struct ReplayTests {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
         let ana = try await Node.open(at: h.store)
-        let chat = try await ana.createChat(title: "t", members: [h.ben])
-        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch")
+        let chat = try await ana.createChat(title: "t", members: [h.ben]).object
+        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").id
         // A body that names an epoch no key event introduced.
         let bogus = try await ana.append(.messageSent, object: chat, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
         // An event of a kind from a newer version.

@@ -19,7 +19,7 @@ struct BlobResyncTests {
         // Pictures whose bytes only the author holds; the relay gets their
         // events without the bytes, as an export and import carries them.
         for i in 0..<40 {
-            _ = try await author.addPicture([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: UInt8(i), count: 200), caption: "p\(i)")
+            _ = try await author.addPicture([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: UInt8(i), count: 200), caption: "p\(i)").object
         }
         _ = await relay.ingest(try author.arrivals().map { $0.event.encoded() })
 

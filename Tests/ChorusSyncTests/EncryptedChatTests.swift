@@ -45,14 +45,14 @@ struct EncryptedChatTests {
         let relay = try await makeNode(dir, "relay", network: net)
         try await syncPair(bob, relay)
         try await syncPair(phone, relay)
-        let chat = try await phone.createChat(title: "climbing", members: [bob.identity.user])
+        let chat = try await phone.createChat(title: "climbing", members: [bob.identity.user]).object
         try await syncPair(phone, relay)
         try await syncPair(bob, relay)
         var sent: [(EventID, String)] = []
         for i in 0..<50 {
             let sender = i % 3 == 0 ? bob : phone
             let text = "message \(i) from \(sender === bob ? "bob" : "alice")"
-            sent.append((try await sender.sendMessage(chat, text: text), text))
+            sent.append((try await sender.sendMessage(chat, text: text).id, text))
             if i % 10 == 9 {
                 try await syncPair(phone, relay)
                 try await syncPair(bob, relay)
@@ -91,16 +91,16 @@ struct EncryptedChatTests {
         let carol = try await makeNode(dir, "carol", network: net)
         let relay = try await makeNode(dir, "relay", network: net)
         for n in [alice, bob, carol, alice] { try await syncPair(n, relay) }
-        let chat = try await alice.createChat(title: "plans", members: [bob.identity.user, carol.identity.user])
-        let before = try await alice.sendMessage(chat, text: "before the removal")
+        let chat = try await alice.createChat(title: "plans", members: [bob.identity.user, carol.identity.user]).object
+        let before = try await alice.sendMessage(chat, text: "before the removal").id
         for n in [alice, bob, carol] { try await syncPair(n, relay) }
         #expect(try readText(carol, before) == "before the removal")
 
         try await alice.removeChatMember(chat, carol.identity.user)
-        let afterAlice = try await alice.sendMessage(chat, text: "carol is gone")
+        let afterAlice = try await alice.sendMessage(chat, text: "carol is gone").id
         try await syncPair(alice, relay)
         try await syncPair(bob, relay)
-        let afterBob = try await bob.sendMessage(chat, text: "good riddance")
+        let afterBob = try await bob.sendMessage(chat, text: "good riddance").id
         try await syncPair(bob, relay)
         // Carol keeps syncing every event of the chat.
         try await syncPair(carol, relay)
@@ -133,10 +133,10 @@ struct EncryptedChatTests {
         var scoped = SyncOptions()
         scoped.scope = ReplicationScope(hops: 1)
         // Carol follows nobody; Bob has never seen her key when he creates the chat.
-        let chat = try await bob.createChat(title: "surprise", members: [carol.identity.user])
-        let hello = try await bob.sendMessage(chat, text: "hi Carol, it's Bob")
+        let chat = try await bob.createChat(title: "surprise", members: [carol.identity.user]).object
+        let hello = try await bob.sendMessage(chat, text: "hi Carol, it's Bob").id
         try await syncPair(bob, relay)
-        _ = try await dave.sendMessage(try await dave.createChat(title: "unrelated", members: [bob.identity.user]), text: "x")
+        _ = try await dave.sendMessage(try await dave.createChat(title: "unrelated", members: [bob.identity.user]).object, text: "x").id
         try await syncPair(dave, relay)
         try await syncPair(carol, relay, optionsA: scoped)
         // Carol holds the chat and Bob's feeds, not Dave's.
@@ -154,7 +154,7 @@ struct EncryptedChatTests {
 
         // Without invitations (an older node), the same scope misses the chat.
         let erin = try await makeNode(dir, "erin", network: net)
-        let chat2 = try await bob.createChat(title: "second", members: [erin.identity.user])
+        let chat2 = try await bob.createChat(title: "second", members: [erin.identity.user]).object
         try await syncPair(bob, relay)
         var old = scoped
         old.invitations = false

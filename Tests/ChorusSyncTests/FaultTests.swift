@@ -368,7 +368,7 @@ struct FaultTests {
         let p1 = try await makeNode(dir, "p1", network: net)
         let p2 = try await makeNode(dir, "p2", network: net)
         #expect(await p1.ingest(events: try manyEvents(feeds: 3, perFeed: 300, seed: 4)).accepted == 900)
-        _ = try await p1.addPicture(pictureBytes(9, size: 100_000), mime: "image/png")
+        _ = try await p1.addPicture(pictureBytes(9, size: 100_000), mime: "image/png").object
         #expect(await p2.ingest(events: try manyEvents(feeds: 2, perFeed: 300, seed: 5)).accepted == 600)
         let started = ContinuousClock.now
         try await bounded(.seconds(90), "honest syncs") {

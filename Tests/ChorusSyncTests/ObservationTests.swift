@@ -54,7 +54,7 @@ struct ObservationTests {
         // Commits that do not change the bio are read but not yielded.
         _ = try await node.setProfile(.city, .text("Lisbon"))
         try await readsReach(3)
-        _ = try await node.createChat(title: "nothing to do with the bio")
+        _ = try await node.createChat(title: "nothing to do with the bio").object
         try await readsReach(4)
         _ = try await node.setProfile(.bio, .text("climber"))  // the same value again
         try await readsReach(5)
@@ -75,7 +75,7 @@ struct ObservationTests {
         let alice = try await makeNode(dir, "alice", network: net)
         let bob = try await makeNode(dir, "bob", network: net)
         try await syncPair(alice, bob)
-        let chat = try await alice.createChat(title: "rooftops", members: [bob.identity.user])
+        let chat = try await alice.createChat(title: "rooftops", members: [bob.identity.user]).object
         try await syncPair(alice, bob)
 
         var pages = alice.observe { node in try node.readableChatPage(chat, limit: 50) }.makeAsyncIterator()
@@ -83,7 +83,7 @@ struct ObservationTests {
         #expect(first.messages.isEmpty)
         #expect(first.chat.title?.value == "rooftops")
 
-        let sent = try await bob.sendMessage(chat, text: "which roof?")
+        let sent = try await bob.sendMessage(chat, text: "which roof?").id
         try await syncPair(alice, bob)
         // Alice's node receives it by sync and her open chat shows it, decrypted.
         var page = try #require(try await next(&pages, "the page with Bob's message"))

@@ -15,7 +15,7 @@ struct RefillTests {
         let net = testNetwork()
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
-        let picture = try await a.addPicture(pictureBytes(5, size: 20_000), mime: "image/png", caption: "kept")
+        let picture = try await a.addPicture(pictureBytes(5, size: 20_000), mime: "image/png", caption: "kept").object
         _ = try await a.setProfile(.name, .text("Alice"))
         // B receives A's log with the picture's creation stripped of its
         // payload (as a relay or a lost deletion would leave it).
@@ -58,7 +58,7 @@ struct RefillTests {
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
         let c = try await makeNode(dir, "c", network: net)
-        _ = try await a.addPicture(pictureBytes(6), mime: "image/png")
+        _ = try await a.addPicture(pictureBytes(6), mime: "image/png").object
         let all = try a.arrivals().map(\.event)
         let stripped = all.map { $0.kind == .pictureCreated ? $0.purged() : $0 }
         #expect(await b.ingest(events: stripped).accepted == all.count)

@@ -34,7 +34,7 @@ struct RotationPropertyTests {
         let users = nodes.map(\.identity.user)
         // Everyone knows everyone's keys before the chat starts.
         for _ in 0..<2 { for i in 1..<nodes.count { try await syncPair(nodes[0], nodes[i]) } }
-        let chat = try await nodes[0].createChat(title: "seed \(seed)", members: [users[1], users[2]])
+        let chat = try await nodes[0].createChat(title: "seed \(seed)", members: [users[1], users[2]]).object
         _ = try await nodes[0].addChatMember(chat, users[1], admin: true)
         for i in 1..<nodes.count { try await syncPair(nodes[0], nodes[i]) }
 
@@ -58,7 +58,7 @@ struct RotationPropertyTests {
                     if let end = try node.projections.membership(of: u, in: chat)?.intervals.last?.to { removed[u] = end }
                 }
                 let sawDeviceRemoval = try doomed.map { try node.projections.binding(of: $0.identity.device)?.removedHLC != nil } ?? false
-                let id = try await node.sendMessage(chat, text: "s\(seed) step \(step) from \(actor)")
+                let id = try await node.sendMessage(chat, text: "s\(seed) step \(step) from \(actor)").id
                 sent.append(Sent(id: id, removedInSendersView: removed, sawDeviceRemoval: sawDeviceRemoval))
             } else if roll < 58, isAdmin {
                 let candidates = users.filter { !members.contains($0) }

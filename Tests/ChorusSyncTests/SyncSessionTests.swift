@@ -19,11 +19,11 @@ struct SyncSessionTests {
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
         _ = try await a.setProfile(.name, .text("Alice"))
-        let pic = try await a.addPicture(pictureBytes(1, size: 150_000), mime: "image/jpeg", caption: "big")
-        let gone = try await a.addPicture(pictureBytes(2), mime: "image/jpeg")
+        let pic = try await a.addPicture(pictureBytes(1, size: 150_000), mime: "image/jpeg", caption: "big").object
+        let gone = try await a.addPicture(pictureBytes(2), mime: "image/jpeg").object
         _ = try await a.deletePicture(gone)
         _ = try await b.setProfile(.name, .text("Bob"))
-        let bpic = try await b.addPicture(pictureBytes(3), mime: "image/png")
+        let bpic = try await b.addPicture(pictureBytes(3), mime: "image/png").object
         try await a.follow(b.identity.user)
         try await b.like(pic)
 
@@ -105,7 +105,7 @@ struct SyncSessionTests {
                     group.addTask {
                         _ = try await node.setProfile(.bio, .text("round \(round) node \(i)"))
                         if r % 3 == 0, target != node.identity.user { try await node.follow(target) }
-                        if r % 5 == 1 { return try await node.addPicture(pictureBytes(Int(r % 1000) + 10), mime: "image/png") }
+                        if r % 5 == 1 { return try await node.addPicture(pictureBytes(Int(r % 1000) + 10), mime: "image/png").object }
                         return nil
                     }
                 }
@@ -215,8 +215,8 @@ struct SyncSessionTests {
             await device.close()
         }
         // Chat members are in scope at hops 0; blocked users never.
-        let chat = try await users[0].createChat(title: "c", members: [users[3].identity.user])
-        _ = try await users[0].sendMessage(chat, text: "hi")
+        let chat = try await users[0].createChat(title: "c", members: [users[3].identity.user]).object
+        _ = try await users[0].sendMessage(chat, text: "hi").id
         try await syncPair(users[0], hub)
         let d2 = SyncTempDir()
         defer { d2.cleanup() }

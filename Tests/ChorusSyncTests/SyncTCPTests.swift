@@ -13,7 +13,7 @@ struct SyncTCPTests {
         let net = testNetwork()
         let server = try await makeNode(dir, "server", network: net)
         let client = try await makeNode(dir, "client", network: net)
-        _ = try await server.addPicture(pictureBytes(42, size: 200_000), mime: "image/png")
+        _ = try await server.addPicture(pictureBytes(42, size: 200_000), mime: "image/png").object
         _ = try await client.setProfile(.name, .text("client"))
         let lines = LogLines()
         let sync = try SyncServer(node: server, log: { lines.append($0) })

@@ -96,7 +96,7 @@ struct ObserveBench: AsyncParsableCommand {
         let dir = temporaryDirectory("observe-latency")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let node = try await Node.create(at: dir + "/store", network: NetworkConfig())
-        let chat = try await node.createChat(title: "latency")
+        let chat = try await node.createChat(title: "latency").object
         let notifier = node.arrivalNotifier
         let latencies = Mutex<[Double]>([])
         let stream = node.observe { node in try node.readableChatPage(chat, limit: 50) }
@@ -108,7 +108,7 @@ struct ObserveBench: AsyncParsableCommand {
             }
         }
         for i in 0..<messages {
-            _ = try await node.sendMessage(chat, text: "message \(i)")
+            _ = try await node.sendMessage(chat, text: "message \(i)").id
             // One commit at a time: wait until the observer has seen it.
             let deadline = Bench.clock() + 10
             while latencies.withLock({ $0.count }) < i + 1, Bench.clock() < deadline { try await Task.sleep(for: .milliseconds(1)) }

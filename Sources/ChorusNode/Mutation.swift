@@ -1,0 +1,44 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusProjections
+
+/// Whether a stored event took effect. Every validly signed event that fits
+/// its feed is stored; the projections decide, identically on every
+/// replica, whether it changes anything (Specs/projections.md §2), and say
+/// why not with a stable code (`duplicate_receipt`, `beyond_rights`, …).
+public enum Effect: Hashable, Sendable {
+    case applied
+    case noEffect(NoEffect)
+
+    public var isApplied: Bool { self == .applied }
+
+    /// The no-effect code, or nil when the event took effect.
+    public var code: String? {
+        if case .noEffect(let why) = self { return why.code }
+        return nil
+    }
+}
+
+/// What a mutation did: the signed event, durable with the projections it
+/// changed, and its effect as of that commit. An event that took no effect
+/// here can take effect later (an event it depends on arrives by sync), and
+/// the reverse; `Projections.noEffect(_:)` answers for the current state.
+public struct Mutation: Hashable, Sendable {
+    public let event: Event
+    public let effect: Effect
+
+    public init(event: Event, effect: Effect) {
+        self.event = event
+        self.effect = effect
+    }
+
+    /// The event id; for `sendMessage`, the message's id.
+    public var id: EventID { event.id }
+    /// The object the event targets: the new picture of `addPicture`, the
+    /// new chat of `createChat`, the chat of `sendMessage`, the user of a
+    /// profile edit.
+    public var object: ObjectID { event.object }
+    public var seq: UInt64 { event.seq }
+    public var kind: EventKind { event.kind }
+    public var isApplied: Bool { effect.isApplied }
+}
