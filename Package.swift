@@ -70,7 +70,7 @@ let package = Package(
             dependencies: ["ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusProjections", "ChorusSync"]),
         .target(
             name: "ChorusCommandLine",
-            dependencies: ["ChorusNode", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusNode", "ChorusLog", "ChorusProjections", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
             dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",

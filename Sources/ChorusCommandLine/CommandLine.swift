@@ -1,6 +1,8 @@
 import ArgumentParser
 import ChorusCrypto
+import ChorusLog
 import ChorusNode
+import ChorusProjections
 import Foundation
 import Synchronization
 
@@ -41,10 +43,25 @@ extension ChorusCommandLineTool {
                 printError("Run `\(name) --help` (or `\(name) COMMAND --help`) for usage.")
             } else {
                 // Our errors describe themselves; `fullMessage` would add type names.
-                printError("error: \(error)")
+                printError("error: \(error)" + (commandLineHint(for: error).map { "; " + $0 } ?? ""))
             }
             Foundation.exit(Exit.failure)
         }
+    }
+}
+
+/// What to type about a library error: the library's messages speak of the
+/// library, the tools add their commands and flags.
+func commandLineHint(for error: any Error) -> String? {
+    switch error {
+    case NodeError.notInitialized: "run `chorus init` to create one, or pass --store DIR (or set CHORUS_STORE)"
+    case NodeError.alreadyInitialized: "pick another directory with --store"
+    case NodeError.noIssuerKey: "create one with `chorus issuer create`"
+    case NodeError.projectionsStale: "any `chorus` command that writes does, or `chorus rebuild`"
+    case NodeError.keyFile: "a new device needs a new store: chorus init --store NEW_DIR"
+    case LogError.olderFormat(_, _, let path): "run `chorus upgrade --store \(path)`"
+    case ProjectionError.corrupt: "run `chorus rebuild`"
+    default: nil
     }
 }
 

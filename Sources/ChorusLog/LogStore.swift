@@ -14,7 +14,7 @@ public enum LogError: Error, Sendable, CustomStringConvertible {
         case .newerFormat(let found, let supported):
             "this store has format version \(found), newer than the \(supported) this build understands; upgrade Chorus to open it"
         case .olderFormat(let found, let supported, let path):
-            "the store \(path) has format version \(found), older than the \(supported) this build uses; upgrade it with `chorus upgrade --store \(path)` (it keeps every event), then run the command again"
+            "the store \(path) has format version \(found), older than the \(supported) this build uses; upgrade it (it keeps every event), then open it again"
         case .notAStore(let path): "\(path) is not a Chorus store (no format version recorded)"
         case .corrupt(let what): "store damaged: \(what)"
         }

@@ -126,7 +126,7 @@ public actor Node {
         return try await open(at: path, options: options)
     }
 
-    private static func prepareDirectory(_ path: String, network: NetworkConfig) throws {
+    static func prepareDirectory(_ path: String, network: NetworkConfig) throws {
         let fm = FileManager.default
         if fm.fileExists(atPath: KeyStore.deviceKeyPath(path)) { throw NodeError.alreadyInitialized(path: path) }
         if let problem = network.problems.first { throw NetworkConfigError.invalid(source: "the given configuration", reason: problem) }
@@ -151,7 +151,7 @@ public actor Node {
             if FileManager.default.fileExists(atPath: path + "/data.mdb") {
                 throw NodeError.keyFile(
                     path: KeyStore.deviceKeyPath(path),
-                    problem: "missing, although the store holds data: restore the store's keys/ directory from a backup; without its device key this store cannot be opened (a new device needs a new store: chorus init --store NEW_DIR)")
+                    problem: "missing, although the store holds data: restore the store's keys/ directory from a backup; without its device key this store cannot be opened (a new device needs a new store)")
             }
             throw NodeError.notInitialized(path: path)
         }

@@ -1,5 +1,8 @@
 import ChorusEvents
 
+/// Errors of the node's own: the store, its keys, and refusals. Messages
+/// say what is wrong in the library's terms; the command-line tools add
+/// what to type.
 public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     case notInitialized(path: String)
     case alreadyInitialized(path: String)
@@ -13,13 +16,15 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     case projectionsStale(path: String)
     /// The node refused the mutation before signing anything (`Refusal`).
     case refused(Refusal)
+    /// A store location given as a URL that is not a file URL.
+    case notAFileURL(String)
 
     public var description: String {
         switch self {
         case .notInitialized(let path):
-            "no Chorus store at \(path); run `chorus init` to create one, or pass --store DIR (or set CHORUS_STORE)"
+            "no Chorus store at \(path)"
         case .alreadyInitialized(let path):
-            "\(path) already holds a Chorus store; pick another directory with --store to create a new one"
+            "\(path) already holds a Chorus store; create a new one in another directory"
         case .storeInUse(let path):
             "the store at \(path) is in use by another process that writes to it; stop it, or read without writing"
         case .readOnly: "this node was opened read-only and cannot write"
@@ -28,10 +33,11 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
         case .noUserKey: "this store holds no user key, so it cannot sign user-level events (device added or removed)"
         case .ownEventRefused(let e): "the log refused this node's own event: \(e)"
         case .noIssuerKey:
-            "this store holds no issuer key; only a network's issuer credits coins (create one with `chorus issuer create`)"
+            "this store holds no issuer key; only a network's issuer credits coins"
         case .projectionsStale(let path):
-            "the projections in \(path) were built by another version or network configuration; open the store once for writing (any `chorus` command that writes, or `chorus rebuild`) to rebuild them"
+            "the projections in \(path) were built by another version or network configuration; open the store once for writing to rebuild them"
         case .refused(let why): why.description
+        case .notAFileURL(let url): "\(url) is not a file URL; a store is a directory on this device"
         }
     }
 }

@@ -42,7 +42,7 @@ public enum ProjectionError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .corrupt(let what): "projection state damaged: \(what); run `chorus rebuild` to rebuild it from the log"
+        case .corrupt(let what): "projection state damaged: \(what); rebuild the projections from the log"
         }
     }
 }

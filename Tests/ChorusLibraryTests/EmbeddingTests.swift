@@ -9,24 +9,30 @@ struct EmbeddingTests {
     @Test func theReadmeExampleRunsWithOnlyImportChorus() async throws {
         let root = NSTemporaryDirectory() + "chorus-embed-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: root) }
-        // One network, created once and shared by every node of it.
         let shopStore = root + "/shop"
-        await (try await Node.create(at: shopStore)).close()
-        let shopIssuerKey = try Node.createIssuer(at: shopStore)
-        let network = NetworkConfig(issuers: [shopIssuerKey])
-        let bobNode = try await Node.create(at: root + "/bob", deviceName: "laptop", network: network)
-        let bob = bobNode.identity.user
         let storeDirectory = root + "/alice"
-        let jpegBytes: [UInt8] = [0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 7, count: 64)
+        let photoData = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 7, count: 64))
 
         // --- README: Embedding the library ---
-        let node = try await Node.create(at: storeDirectory, deviceName: "iPhone", network: network)  // or Node.open(at:)
+        let (shop, network) = try await Node.createNetwork(at: shopStore)   // the network and its coin issuer, once
+        let invite = network.invite                                          // share this string; never rebuild the network
+        let bobNode = try await Node.create(at: root + "/bob", deviceName: "laptop", network: try NetworkConfig(invite: invite))
+        let bob = bobNode.identity.user
+        let node = try await Node.create(at: storeDirectory, deviceName: "iPhone", network: try NetworkConfig(invite: invite))  // or Node.open(at:)
         _ = await node.ingest(try bobNode.arrivals().map { $0.event.encoded() })  // Bob's device key, to seal the chat to him
-        try await node.setProfile(.city, .text("Lisbon"))
-        let picture = try await node.addPicture(jpegBytes, caption: "rooftop").object
+        try await node.setProfile(.city, .text("Lisbon"))                 // returns once durable
+        let picture = try await node.addPicture(photoData, caption: "rooftop").object   // Data or [UInt8]
         try await node.follow(bob)
-        let chat = try await node.createChat(title: "trip", members: [bob]).object
+        let chat = try await node.createChat(title: "trip", members: [bob]).object   // sealed to the members' devices
         try await node.sendMessage(chat, text: "look", picture: picture)
+
+        // A purchase the store delivers twice is credited once; the second
+        // credit is stored and says why it took no effect.
+        _ = await shop.ingest(try node.arrivals().map { $0.event.encoded() })
+        let credit = try await shop.creditCoins(user: node.identity.user, amount: 100, receipt: "GPA.3372")
+        let again = try await shop.creditCoins(user: node.identity.user, amount: 100, receipt: "GPA.3372")
+        if case .noEffect(let why) = again.effect, why.code == "duplicate_receipt" { print("redelivered: \(why.detail)") }
+        _ = await node.ingest(try shop.arrivals().map { $0.event.encoded() })
 
         let me = node.identity.user
         let profile = try node.projections.profile(me)
@@ -51,11 +57,13 @@ struct EmbeddingTests {
         #expect(rendered == [page])
         #expect(page.messages.first?.content.value?.text == "look")
         #expect(page.chat.title == .content("trip"))
-        #expect(balance.total == 0)
+        #expect(balance.total == 100)
+        #expect(credit.isApplied && again.effect.code == "duplicate_receipt")
         #expect(report.complete)
         #expect(try bobNode.readableChatPage(chat, limit: 50).messages.first?.content.value?.text == "look")
         #expect(try bobNode.projections.digest() == node.projections.digest() && digest == node.projections.digest())
         await node.close()
         await bobNode.close()
+        await shop.close()
     }
 }

@@ -109,12 +109,14 @@ struct NodeTests {
         }
     }
 
-    @Test func missingStoreSaysHowToCreateOne() async throws {
+    @Test("a missing store is a typed error whose message speaks of the library, not of CLI commands (the CLI adds those)")
+    func missingStoreIsATypedError() async throws {
         do {
             _ = try await Node.open(at: "/nonexistent/chorus")
             Issue.record("opened a missing store")
         } catch let error as NodeError {
-            #expect("\(error)".contains("chorus init"))
+            #expect(error == .notInitialized(path: "/nonexistent/chorus"))
+            #expect(!"\(error)".contains("chorus init") && !"\(error)".contains("--store"))
         }
     }
 
@@ -294,6 +296,33 @@ struct BatchAppendTests {
         #expect(try shop.projections.balance(of: buyer.identity.user).total == 1000)
         await shop.close()
         await buyer.close()
+    }
+
+    @Test("a network and its issuer in one call; nodes join from the invite; stores at file URLs; pictures from Data")
+    func oneCallNetworkURLsAndData() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let (shop, network) = try await Node.createNetwork(at: URL(fileURLWithPath: tmp.store("shop")), slotPrices: [0, 40])
+        #expect(network.issuers.count == 1 && network.slotPrices == [0, 40])
+        let joined = try NetworkConfig(invite: network.invite)
+        #expect(joined.fingerprint == network.fingerprint)
+        let buyerURL = URL(fileURLWithPath: tmp.store("buyer"))
+        let buyer = try await Node.create(at: buyerURL, network: joined)
+        _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
+        let credit = try await shop.creditCoins(user: buyer.identity.user, amount: 50, receipt: "r-1")
+        #expect(credit.isApplied)
+        _ = await buyer.ingest(try shop.arrivals().map { $0.event.encoded() })
+        #expect(try buyer.projections.balance(of: buyer.identity.user).total == 50)
+        let picture = try await buyer.addPicture(Data([0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3]))
+        #expect(picture.isApplied)
+        await buyer.close()
+        let reopened = try await Node.open(at: buyerURL)
+        #expect(try reopened.projections.pictures(of: reopened.identity.user).map(\.id) == [picture.object])
+        await #expect(throws: NodeError.notAFileURL("https://example.com/store")) {
+            _ = try await Node.create(at: URL(string: "https://example.com/store")!)
+        }
+        await reopened.close()
+        await shop.close()
     }
 
     @Test("every mutation says whether it took effect, and what it created")

@@ -1,0 +1,61 @@
+import ChorusCrypto
+import ChorusProjections
+import Foundation
+
+extension Node {
+    /// Creates a network and its first node, which holds the network's coin
+    /// issuer key (a shop's or operator's node), in one call. Share
+    /// `network.invite` with every other node of the network
+    /// (`NetworkConfig(invite:)`); never build a second `NetworkConfig` for
+    /// the same network: a fresh one has a fresh network key.
+    public static func createNetwork(
+        at path: String, deviceName: String? = nil, slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices,
+        options: NodeOptions = NodeOptions()
+    ) async throws -> (node: Node, network: NetworkConfig) {
+        let issuer = SigningKey.generate()
+        let network = NetworkConfig(issuers: [issuer.publicKey], slotPrices: slotPrices, networkKey: Random.bytes32())
+        try prepareDirectory(path, network: network)
+        try KeyStore.write(issuer, to: KeyStore.issuerKeyPath(path))
+        let user = SigningKey.generate()
+        let device = SigningKey.generate()
+        try KeyStore.write(user, to: KeyStore.userKeyPath(path))
+        try KeyStore.write(device, to: KeyStore.deviceKeyPath(path))
+        let node = try await open(at: path, options: options)
+        _ = try await node.addDevice(
+            device.publicKey, proof: DeviceBinding.proof(device: device, user: user.publicKey), name: deviceName)
+        return (node, network)
+    }
+
+    // MARK: File URLs and Data
+
+    /// `create(at:)` for a file URL.
+    public static func create(
+        at url: URL, deviceName: String? = nil, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+    ) async throws -> Node {
+        try await create(at: try path(of: url), deviceName: deviceName, network: network, options: options)
+    }
+
+    /// `open(at:)` for a file URL.
+    public static func open(at url: URL, readOnly: Bool = false, options: NodeOptions = NodeOptions()) async throws -> Node {
+        try await open(at: try path(of: url), readOnly: readOnly, options: options)
+    }
+
+    /// `createNetwork(at:)` for a file URL.
+    public static func createNetwork(
+        at url: URL, deviceName: String? = nil, slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices,
+        options: NodeOptions = NodeOptions()
+    ) async throws -> (node: Node, network: NetworkConfig) {
+        try await createNetwork(at: try path(of: url), deviceName: deviceName, slotPrices: slotPrices, options: options)
+    }
+
+    /// `addPicture` for image bytes in `Data` (a photo picker's, a file's).
+    @discardableResult
+    public func addPicture(_ data: Data, mime: String? = nil, caption: String? = nil) async throws -> Mutation {
+        try await addPicture([UInt8](data), mime: mime, caption: caption)
+    }
+
+    private static func path(of url: URL) throws -> String {
+        guard url.isFileURL else { throw NodeError.notAFileURL(url.absoluteString) }
+        return url.path
+    }
+}
