@@ -125,8 +125,18 @@ struct Sync: AsyncParsableCommand {
         guard let (host, port) = SyncNetwork.parseAddress(address) else { throw ExitCode(Exit.failure) }
         var options = SyncOptions(live: live, scope: ReplicationScope(hops: hops))
         let json = output.json
+        // On a terminal only (ProgressBar checks), after the first half second.
+        let bar = ProgressBar()
+        options.onProgress = { p in
+            if p.blobsRequested > p.blobsReceived, p.eventsReceived >= p.eventsRequested {
+                bar.update("sync: pictures", p.blobsReceived, p.blobsRequested)
+            } else {
+                bar.update("sync: events", p.eventsReceived, p.eventsRequested)
+            }
+        }
         if live {
             options.onComplete = { report in
+                bar.finish()
                 printError("chorus sync: initial sync complete; staying connected (Ctrl-C to stop)")
                 printReport(report, json: json)
             }
@@ -149,6 +159,7 @@ struct Sync: AsyncParsableCommand {
             }
             return await task.value
         }
+        bar.finish()
         switch result {
         case .success(let report):
             if !live { printReport(report, json: json) }

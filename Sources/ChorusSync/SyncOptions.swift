@@ -30,6 +30,10 @@ public struct SyncOptions: Sendable {
     /// go unanswered this session, so one peer cannot hold a server for an
     /// unbounded time; the peer syncs again for the rest.
     public var budget = SessionBudget()
+    /// Called as the session fetches: after each committed batch of events,
+    /// each blob stored, and each new request (on the session's executor:
+    /// keep it short).
+    public var onProgress: (@Sendable (SyncProgress) -> Void)? = nil
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
@@ -37,6 +41,16 @@ public struct SyncOptions: Sendable {
         self.live = live
         self.scope = scope
     }
+}
+
+/// How far a session's fetching has come: what it asked the peer for so far
+/// and what arrived. Totals grow while a limited scope widens.
+public struct SyncProgress: Sendable, Hashable {
+    public var eventsRequested: Int
+    public var eventsReceived: Int
+    public var blobsRequested: Int
+    public var blobsReceived: Int
+    public var bytesReceived: Int
 }
 
 /// Per-session limits on what one side serves (Specs/sync.md §5.1).
@@ -60,6 +74,8 @@ public struct SyncReport: Sendable, Hashable {
     /// Events received to restore a payload this node held purged (refill).
     public var payloadsRefilled = 0
     public var eventsSent = 0
+    /// Events this side asked the peer for (the sum of its requested ranges).
+    public var eventsRequested = 0
     public var blobsReceived = 0
     public var blobsSent = 0
     /// Blob hashes this side asked the peer for.
@@ -95,6 +111,7 @@ public struct SyncReport: Sendable, Hashable {
         duplicatesReceived += other.duplicatesReceived
         payloadsRefilled += other.payloadsRefilled
         eventsSent += other.eventsSent
+        eventsRequested += other.eventsRequested
         blobsReceived += other.blobsReceived
         blobsSent += other.blobsSent
         forksSeen += other.forksSeen

@@ -20,6 +20,8 @@ extension SyncSession {
             while true {
                 let wants = try fetch.wants(in: feeds, asked: &asked, store: node)
                 if wants.isEmpty { break }
+                report.eventsRequested += wants.reduce(0) { $0 + Int($1.to - $1.from + 1) }
+                reportProgress()
                 for chunk in wants.chunked(SyncLimits.listBatch) { send(.want(chunk)) }
                 send(.wantEnd)
                 try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
@@ -33,6 +35,7 @@ extension SyncSession {
                 let missing = blobFetch.request(try blobs.missing())
                 if !missing.isEmpty {
                     report.blobsRequested += missing.count
+                    reportProgress()
                     for chunk in missing.chunked(SyncLimits.listBatch) { send(.blobWant(chunk)) }
                     send(.blobWantEnd)
                     try await expect("blob end") { if case .blobEnd = $0 { true } else { false } }

@@ -67,6 +67,15 @@ extension SyncSession {
         for (index, (event, r)) in zip(all, result.results).enumerated() {
             try fetch.ingested(event, r, refill: index >= events.count, report: &report)
         }
+        reportProgress()
+    }
+
+    func reportProgress() {
+        guard let onProgress = options.onProgress else { return }
+        onProgress(
+            SyncProgress(
+                eventsRequested: report.eventsRequested, eventsReceived: report.eventsReceived + report.duplicatesReceived,
+                blobsRequested: report.blobsRequested, blobsReceived: report.blobsReceived, bytesReceived: report.bytesReceived))
     }
 
     func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) async throws {
@@ -74,6 +83,7 @@ extension SyncSession {
         guard let blob = try blobFetch.chunk(hash: hash, offset: offset, total: total, bytes: bytes, limit: limit) else { return }
         do {
             if try await node.storeReceivedBlob(blob, hash: hash) { report.blobsReceived += 1 }
+            reportProgress()
         } catch { throw SyncError.local("could not store blob \(hash.short): \(error)") }
     }
 

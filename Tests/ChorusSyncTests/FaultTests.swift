@@ -275,7 +275,9 @@ struct FaultTests {
         let events = try manyEvents(feeds: 8, perFeed: 500, padding: 900, seed: 3)  // about 4 MB
         #expect(await node.ingest(events: events).accepted == events.count)
         var options = SyncOptions(live: true)
-        options.idleTimeout = .seconds(4)
+        // Applies to the honest session too: long enough that a loaded
+        // machine (the whole suite runs in parallel) never idles it out.
+        options.idleTimeout = .seconds(10)
         let lines = LogLines()
         let server = try SyncServer(node: node, options: options, log: { lines.append($0) })
         let listener = try await server.listen(host: "127.0.0.1", port: 0)

@@ -3,6 +3,7 @@ import ChorusEvents
 import ChorusNode
 import ChorusSync
 import Foundation
+import Synchronization
 import Testing
 
 /// First contact through sessions (Specs/sync.md §4.2.1).
@@ -143,5 +144,27 @@ struct BudgetTests {
         await listener.shutdown()
         await sync.shutdown()
         for n in [server, hungry, other] { await n.close() }
+    }
+}
+
+@Suite("Sync progress")
+struct SyncProgressTests {
+    @Test("a session reports what it requested and what arrived, batch by batch, ending with every requested event received")
+    func progressIsReported() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        #expect(await a.ingest(events: try manyEvents(feeds: 4, perFeed: 600, seed: 9)).accepted == 2400)
+        let seen = Mutex<[SyncProgress]>([])
+        var options = SyncOptions()
+        options.onProgress = { p in seen.withLock { $0.append(p) } }
+        let (_, rb) = try await syncPair(a, b, optionsB: options)
+        let steps = seen.withLock { $0 }
+        #expect(steps.count >= 3)
+        #expect(zip(steps, steps.dropFirst()).allSatisfy { $0.eventsReceived <= $1.eventsReceived && $0.eventsRequested <= $1.eventsRequested })
+        #expect(steps.last?.eventsReceived == rb.eventsReceived + rb.duplicatesReceived)
+        #expect(steps.last?.eventsRequested == rb.eventsRequested && rb.eventsRequested >= 2400)
     }
 }
