@@ -9,6 +9,8 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidDeviceProof(device: PublicKey, user: PublicKey)
     /// `setProfile` of a retired field (Specs/projections.md §6.2).
     case retiredProfileField(String)
+    /// A birthday without a year, a month and a day.
+    case incompleteDate
     case emptyPicture
     case pictureTooLarge(bytes: Int, limit: Int)
     /// The bytes are none of the image formats pictures may hold.
@@ -47,6 +49,7 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .invalidDeviceProof(let device, let user): "the proof is not \(device.short)'s signature consenting to user \(user.short)"
         case .retiredProfileField(let field): "the profile field \(field) is retired: every profile field is public to the network"
+        case .incompleteDate: "a birthday needs a year, a month and a day"
         case .emptyPicture: "the picture file is empty"
         case .pictureTooLarge(let bytes, let limit):
             "the picture is \(bytes) bytes; a picture may be at most \(limit) bytes: shrink or recompress it"

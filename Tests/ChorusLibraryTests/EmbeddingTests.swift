@@ -20,7 +20,7 @@ struct EmbeddingTests {
         let bob = bobNode.identity.user
         let node = try await Node.create(at: storeDirectory, deviceName: "iPhone", network: try NetworkConfig(invite: invite))  // or Node.open(at:)
         _ = await node.ingest(try bobNode.arrivals().map { $0.event.encoded() })  // Bob's device key, to seal the chat to him
-        try await node.setProfile(.city, .text("Lisbon"))                 // returns once durable
+        try await node.setProfile(.city("Lisbon"))                         // returns once durable
         let picture = try await node.addPicture(photoData, caption: "rooftop").object   // Data or [UInt8]
         try await node.follow(bob)
         let chat = try await node.createChat(title: "trip", members: [bob]).object   // sealed to the members' devices
@@ -53,7 +53,7 @@ struct EmbeddingTests {
         await serving.shutdown()
         // --- end of the README example ---
 
-        #expect(profile.field("city") == .text("Lisbon"))
+        #expect(profile.city == "Lisbon")
         #expect(rendered == [page])
         #expect(page.messages.first?.content.value?.text == "look")
         #expect(page.chat.title == .content("trip"))

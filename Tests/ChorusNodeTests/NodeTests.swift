@@ -325,6 +325,28 @@ struct BatchAppendTests {
         await shop.close()
     }
 
+    @Test("typed profile edits and reads: text fields, a birthday, an avatar, clearing; an incomplete date is refused")
+    func typedProfile() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 3, count: 40)
+        let picture = try await node.addPicture(png).object
+        try await node.setProfile(.name("Ana"))
+        try await node.setProfile(.city("Lisbon"))
+        try await node.setProfile(.birthday(DateComponents(year: 1990, month: 2, day: 3)))
+        try await node.setProfile(.avatar(picture))
+        var profile = try node.projections.profile(node.identity.user)
+        #expect(profile.name == "Ana" && profile.city == "Lisbon")
+        #expect(profile.birthday == DateComponents(year: 1990, month: 2, day: 3))
+        #expect(profile.avatar?.id == picture)
+        try await node.setProfile(.clear(.city))
+        profile = try node.projections.profile(node.identity.user)
+        #expect(profile.city == nil && profile.name == "Ana")
+        await #expect(throws: NodeError.refused(.incompleteDate)) { try await node.setProfile(.birthday(DateComponents(month: 2))) }
+        await node.close()
+    }
+
     @Test("every mutation says whether it took effect, and what it created")
     func mutationsReportTheirEffect() async throws {
         let tmp = TempDir()
