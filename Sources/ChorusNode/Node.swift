@@ -155,6 +155,8 @@ public actor Node {
             }
             throw NodeError.notInitialized(path: path)
         }
+        // Before the writer lock, which would blame another process.
+        if Environment.isOpenInProcess(path) { throw StorageError.alreadyOpenInProcess(path: path) }
         var fd: Int32 = -1
         if !readOnly {
             fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)

@@ -11,6 +11,9 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     case cannotCreateDirectory(path: String, reason: String)
     case readOnly
     case closed
+    /// This process already has the store open: LMDB forbids a second
+    /// environment on one file in a process (its locks are per process).
+    case alreadyOpenInProcess(path: String)
 
     public var description: String {
         switch self {
@@ -23,6 +26,8 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .cannotCreateDirectory(let path, let reason): "cannot create store directory \(path): \(reason)"
         case .readOnly: "the store was opened read-only"
         case .closed: "the store is closed (the node was closed); open it again to read or write"
+        case .alreadyOpenInProcess(let path):
+            "the store at \(path) is already open in this process; use the node that has it open, or close it first"
         }
     }
 
@@ -62,15 +67,41 @@ public final class Environment: @unchecked Sendable {
     }
     public let path: String
     public let readOnly: Bool
+    /// The directory's device and inode, registered while open.
+    private let identity: FileIdentity?
+
+    /// A directory as the file system knows it, whatever path names it.
+    struct FileIdentity: Hashable {
+        let device: UInt64
+        let inode: UInt64
+        init?(_ path: String) {
+            var st = stat()
+            guard stat(path, &st) == 0 else { return nil }
+            device = UInt64(st.st_dev)
+            inode = UInt64(st.st_ino)
+        }
+    }
+    /// Stores open in this process.
+    private static let openStores = Mutex<Set<FileIdentity>>([])
 
     public init(path: String, maxDatabases: UInt32 = 32, initialMapSize: Int = 64 << 20, readOnly: Bool = false)
         throws(StorageError)
     {
         self.path = path
         self.readOnly = readOnly
+        let identity = FileIdentity(path)
+        if let identity {
+            let fresh = Self.openStores.withLock { $0.insert(identity).inserted }
+            guard fresh else { throw .alreadyOpenInProcess(path: path) }
+        }
+        self.identity = identity
         var handle: OpaquePointer?
-        try StorageError.check(mdb_env_create(&handle), "mdb_env_create")
-        guard let handle else { throw .lmdb(code: -1, operation: "mdb_env_create", message: "no environment") }
+        let created = mdb_env_create(&handle)
+        guard created == 0, let handle else {
+            Self.release(identity)
+            try StorageError.check(created, "mdb_env_create")
+            throw .lmdb(code: -1, operation: "mdb_env_create", message: "no environment")
+        }
         env = handle
         do {
             try StorageError.check(mdb_env_set_maxdbs(env, maxDatabases), "mdb_env_set_maxdbs")
@@ -82,11 +113,29 @@ public final class Environment: @unchecked Sendable {
             try StorageError.check(mdb_env_open(env, path, flags, 0o600), "mdb_env_open(\(path))")
         } catch {
             mdb_env_close(env)
+            isClosed = true
+            Self.release(identity)
             throw error
         }
     }
 
-    deinit { if !isClosed { mdb_env_close(env) } }
+    deinit {
+        if !isClosed {
+            mdb_env_close(env)
+            Self.release(identity)
+        }
+    }
+
+    /// Whether this process has the store at `path` open.
+    public static func isOpenInProcess(_ path: String) -> Bool {
+        guard let identity = FileIdentity(path) else { return false }
+        return openStores.withLock { $0.contains(identity) }
+    }
+
+    private static func release(_ identity: FileIdentity?) {
+        guard let identity else { return }
+        _ = openStores.withLock { $0.remove(identity) }
+    }
 
     /// Closes the environment once every transaction in flight has ended;
     /// later transactions fail with `StorageError.closed`. After this the
@@ -98,6 +147,7 @@ public final class Environment: @unchecked Sendable {
         guard !isClosed else { return }
         isClosed = true
         mdb_env_close(env)
+        Self.release(identity)
     }
 
     public var mapSize: Int {

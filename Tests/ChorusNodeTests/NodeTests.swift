@@ -78,15 +78,21 @@ struct NodeTests {
         await node.close()
     }
 
-    @Test func aSecondWriterIsRefusedButReadersAreNot() async throws {
+    @Test("another process that writes is refused while this one writes the store; one that reads is not")
+    func aSecondWriterIsRefusedButReadersAreNot() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let node = try await Node.create(at: tmp.store("a"))
-        await #expect(throws: NodeError.self) { _ = try await Node.open(at: tmp.store("a")) }
-        let reader = try await Node.open(at: tmp.store("a"), readOnly: true)
-        #expect(try reader.feed(node.identity.user).count == 1)
-        await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: node.identity.user, payload: bio("x")) }
+        _ = try await node.setProfile(.bio, .text("held"))
+        let chorus = try productPath("chorus")
+        let write = try runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")])
+        #expect(write.status == 2 && write.stderr.contains("in use by another process"), "\(write.stderr)")
+        let read = try runCommand(chorus, ["query", "profile", "--store", tmp.store("a"), "--json"])
+        #expect(read.status == 0 && read.stdout.contains("held"), "\(read.stderr)")
         await node.close()
+        let reader = try await Node.open(at: tmp.store("a"), readOnly: true)
+        await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: reader.identity.user, payload: bio("x")) }
+        await reader.close()
         let reopened = try await Node.open(at: tmp.store("a"))
         await reopened.close()
     }
@@ -323,6 +329,22 @@ struct BatchAppendTests {
         }
         await reopened.close()
         await shop.close()
+    }
+
+    @Test("a store already open in this process is refused, read-only or not, until the node holding it closes")
+    func secondOpenInTheSameProcess() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let path = tmp.store("a")
+        let node = try await Node.create(at: path)
+        await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.open(at: path) }
+        await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.open(at: path, readOnly: true) }
+        // Another path to the same directory is the same store.
+        await #expect(throws: StorageError.alreadyOpenInProcess(path: path + "/.")) { _ = try await Node.open(at: path + "/.", readOnly: true) }
+        await node.close()
+        let again = try await Node.open(at: path, readOnly: true)
+        #expect(try again.log.eventCount() >= 1)
+        await again.close()
     }
 
     @Test("typed profile edits and reads: text fields, a birthday, an avatar, clearing; an incomplete date is refused")
