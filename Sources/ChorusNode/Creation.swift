@@ -16,14 +16,7 @@ extension Node {
         let network = NetworkConfig(issuers: [issuer.publicKey], slotPrices: slotPrices, networkKey: Random.bytes32())
         try prepareDirectory(path, network: network)
         try KeyStore.write(issuer, to: KeyStore.issuerKeyPath(path))
-        let user = SigningKey.generate()
-        let device = SigningKey.generate()
-        try KeyStore.write(user, to: KeyStore.userKeyPath(path))
-        try KeyStore.write(device, to: KeyStore.deviceKeyPath(path))
-        let node = try await open(at: path, options: options)
-        _ = try await node.addDevice(
-            device.publicKey, proof: DeviceBinding.proof(device: device, user: user.publicKey), name: deviceName)
-        return (node, network)
+        return (try await createIdentity(at: path, deviceName: deviceName, options: options), network)
     }
 
     // MARK: File URLs and Data

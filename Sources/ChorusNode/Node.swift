@@ -104,6 +104,11 @@ public actor Node {
         options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try prepareDirectory(path, network: network)
+        return try await createIdentity(at: path, deviceName: deviceName, options: options)
+    }
+
+    /// A prepared directory's user and device keys, and the device bound.
+    static func createIdentity(at path: String, deviceName: String?, options: NodeOptions) async throws -> Node {
         let user = SigningKey.generate()
         let device = SigningKey.generate()
         try KeyStore.write(user, to: KeyStore.userKeyPath(path))
