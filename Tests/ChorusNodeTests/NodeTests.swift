@@ -373,11 +373,7 @@ struct BatchAppendTests {
     func mutationsReportTheirEffect() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let shopStore = tmp.store("shop")
-        await (try await Node.create(at: shopStore)).close()
-        let issuer = try Node.createIssuer(at: shopStore)
-        let network = NetworkConfig(issuers: [issuer])
-        let shop = try await Node.open(at: shopStore)
+        let (shop, network) = try await Node.createNetwork(at: tmp.store("shop"))
         let buyer = try await Node.create(at: tmp.store("buyer"), network: network)
         _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
 
