@@ -187,6 +187,7 @@ func printReport(_ r: SyncReport, json: Bool) {
                 ("forks_seen", .uint(UInt64(r.forksSeen))), ("chat_keys_shared", .uint(UInt64(r.keyEventsWritten))),
                 ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
                 ("frames_received", .uint(UInt64(r.framesReceived))), ("frames_sent", .uint(UInt64(r.framesSent))),
+                ("sessions", .uint(UInt64(r.sessions))), ("reconciled", .bool(r.reconciled)), ("partial", .bool(r.partial)),
                 ("seconds", .string(String(format: "%.3f", r.seconds))),
             ]))
     } else {
@@ -199,6 +200,10 @@ func printReport(_ r: SyncReport, json: Bool) {
             """)
         if r.keyEventsWritten > 0 {
             print("  keys:     wrote \(r.keyEventsWritten) chat.key events for member devices that lacked a chat key")
+        }
+        if r.sessions > 1 { print("  sessions: \(r.sessions) (the peer serves a budget of events per session)") }
+        if r.partial {
+            print("  partial:  the peer sent less than was asked (events stamped ahead of this node's clock, or its budget); sync again later for the rest")
         }
     }
 }
