@@ -163,7 +163,8 @@ extension FoldRun {
         try decide(f.id, entry.noEffect)
         // A credit or unlock that starts or stops counting changes what
         // the later members of its group (same receipt, same slot) decide.
-        if (old?.isEffective ?? false) != entry.isEffective, let group = Self.coinGroup(f) {
+        // A bulk fold decides every entry in order anyway.
+        if !bulk, (old?.isEffective ?? false) != entry.isEffective, let group = Self.coinGroup(f) {
             try txn.scan(p.index, from: IndexTable.coinGroup.key(group.bytes, order.bytes)) { key, _ in
                 guard key.starts(with: IndexTable.coinGroup.key(group.bytes)) else { return false }
                 let later = try MergeOrder(bytes: key[33...])

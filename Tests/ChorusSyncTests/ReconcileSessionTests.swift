@@ -9,17 +9,6 @@ import Testing
 /// First contact through sessions (Specs/sync.md §4.2.1).
 @Suite("First contact by reconciliation")
 struct ReconcileSessionTests {
-    /// `count` single-event feeds signed by fresh keys.
-    static func feeds(_ count: Int, offset: Int = 0) throws -> [Event] {
-        let now = UInt64(Date().timeIntervalSince1970 * 1000) - 100_000
-        return try (0..<count).map { i in
-            let k = SigningKey.generate()
-            return try Event.sign(
-                with: k, seq: 1, prev: nil, hlc: HLC(physicalMillis: now + UInt64(offset + i), logical: 0), kind: .profileSet,
-                object: k.publicKey, payload: .textMap([("field", .text("bio")), ("value", .text("feed \(offset + i)"))]))
-        }
-    }
-
     @Test("nodes holding the same 2,000 feeds that never met agree in one round and under 1 KB; without reconcile they announce every feed")
     func identicalStores() async throws {
         let dir = SyncTempDir()
@@ -28,7 +17,7 @@ struct ReconcileSessionTests {
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
         let c = try await makeNode(dir, "c", network: net)
-        let shared = try Self.feeds(2000)
+        let shared = try manyEvents(feeds: 2000, perFeed: 1, padding: 0, seed: 1)
         for node in [a, b, c] { #expect(await node.ingest(events: shared).accepted == 2000) }
         // The nodes' own feeds (device bindings) differ; make them equal too.
         _ = try await syncPair(a, b, remember: false)
@@ -59,9 +48,9 @@ struct ReconcileSessionTests {
         let net = testNetwork()
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
-        let shared = try Self.feeds(1500)
-        let onlyA = try Self.feeds(12, offset: 5000)
-        let onlyB = try Self.feeds(7, offset: 6000)
+        let shared = try manyEvents(feeds: 1500, perFeed: 1, padding: 0, seed: 1)
+        let onlyA = try manyEvents(feeds: 12, perFeed: 1, padding: 0, seed: 2)
+        let onlyB = try manyEvents(feeds: 7, perFeed: 1, padding: 0, seed: 3)
         #expect(await a.ingest(events: shared + onlyA).accepted == 1512)
         #expect(await b.ingest(events: shared + onlyB).accepted == 1507)
         // B is behind on two feeds A extended.
@@ -86,7 +75,7 @@ struct ReconcileSessionTests {
         let net = testNetwork()
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
-        #expect(await a.ingest(events: try Self.feeds(50)).accepted == 50)
+        #expect(await a.ingest(events: try manyEvents(feeds: 50, perFeed: 1, padding: 0, seed: 1)).accepted == 50)
         var old = SyncOptions()
         old.reconcile = false
         let (ra, rb) = try await syncPair(a, b, optionsB: old)
