@@ -1,4 +1,4 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
 
 // Dependency arrows point one way:
@@ -28,6 +28,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        // Without its default traits: no swift-configuration (our config file is JSON read by Foundation).
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.5.0", traits: []),
     ],
     targets: [
         .systemLibrary(
@@ -66,6 +72,16 @@ let package = Package(
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
+            name: "ChorusService",
+            dependencies: ["ChorusNode", "ChorusSync",
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "NIOHTTP1", package: "swift-nio"),
+                           .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Metrics", package: "swift-metrics"),
+                           .product(name: "Prometheus", package: "swift-prometheus"),
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
+        .target(
             name: "Chorus",
             dependencies: ["ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusProjections", "ChorusSync"]),
         .target(
@@ -77,7 +93,10 @@ let package = Package(
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusCLI",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusEncryption", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusService", "ChorusEncryption",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
@@ -92,6 +111,7 @@ let package = Package(
         // Helpers the test targets share (seeded randomness, vector files).
         .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto"], path: "Tests/ChorusTestSupport"),
         .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
+        .testTarget(name: "ChorusServiceTests", dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCLI"]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),

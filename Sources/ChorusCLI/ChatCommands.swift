@@ -31,7 +31,7 @@ struct ChatCreate: AsyncParsableCommand {
         try await mutate(store, output) { node in
             let created = try await node.createChat(title: title, members: users)
             let id = created.object
-            if !output.json { print(id.hex) }
+            if !output.json { emit(id.hex) }
             return MutationResult(event: created.id, summary: "Created chat \(id.short)", fields: [("chat", .string(id.hex))])
         }
     }
@@ -127,7 +127,7 @@ struct ChatSend: AsyncParsableCommand {
         let imageBytes = try image.map { try readImageFile($0) }
         try await mutate(store, output) { node in
             let id = try await node.sendMessage(chatID, text: text, picture: pictureID, image: imageBytes).id
-            if !output.json { print(id.hex) }
+            if !output.json { emit(id.hex) }
             return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chatID.short)", fields: [("message", .string(id.hex))])
         }
     }
@@ -224,13 +224,13 @@ struct ChatAttachment: AsyncParsableCommand {
             }
             return (bytes, attachment.mime)
         }
-        do { try Data(bytes).write(to: URL(fileURLWithPath: file)) } catch {
+        do { try Data(bytes).write(to: URL(fileURLWithPath: Console.path(file))) } catch {
             throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
         }
         if output.json {
             printJSON(.object([("message", .string(id.hex)), ("file", .string(file)), ("mime", .string(mime)), ("bytes", .uint(UInt64(bytes.count)))]))
         } else {
-            print("Saved the picture of message \(id.short) (\(mime), \(bytes.count) bytes) to \(file)")
+            emit("Saved the picture of message \(id.short) (\(mime), \(bytes.count) bytes) to \(file)")
         }
     }
 }

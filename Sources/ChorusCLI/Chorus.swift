@@ -17,5 +17,7 @@ struct Chorus: ChorusCommandLineTool {
             Slot.self, Query.self, Rebuild.self, Upgrade.self, Log.self, Export.self, Import.self, Serve.self, Sync.self, Peers.self,
         ])
 
-    static func main() async { await runAndExit() }
+    static func main() async {
+        Foundation.exit(await Forwarding.execute(Array(CommandLine.arguments.dropFirst())))
+    }
 }

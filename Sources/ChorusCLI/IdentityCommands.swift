@@ -99,9 +99,9 @@ struct Init: AsyncParsableCommand {
         if output.json {
             printJSON(identityJSON(node.identity))
         } else {
-            print("Created a Chorus store at \(store.path)")
-            print("user    \(node.identity.user.hex)")
-            print("device  \(node.identity.device.hex)")
+            emit("Created a Chorus store at \(store.path)")
+            emit("user    \(node.identity.user.hex)")
+            emit("device  \(node.identity.device.hex)")
         }
     }
 
@@ -117,13 +117,13 @@ struct Init: AsyncParsableCommand {
                 ("command", .string(command)),
             ]))
         } else {
-            print("Created a device-only Chorus store at \(store.path)")
-            print("user    \(user.hex)")
-            print("device  \(node.identity.device.hex)")
-            print("")
-            print("This device acts for the user once the user binds it. On a node holding the user key, run:")
-            print("  \(command)")
-            print("then move that node's events here (chorus export / chorus import).")
+            emit("Created a device-only Chorus store at \(store.path)")
+            emit("user    \(user.hex)")
+            emit("device  \(node.identity.device.hex)")
+            emit("")
+            emit("This device acts for the user once the user binds it. On a node holding the user key, run:")
+            emit("  \(command)")
+            emit("then move that node's events here (chorus export / chorus import).")
         }
     }
 }
@@ -139,8 +139,8 @@ struct Whoami: AsyncParsableCommand {
         if output.json {
             printJSON(identityJSON(node.identity))
         } else {
-            print("user    \(node.identity.user.hex)")
-            print("device  \(node.identity.device.hex)")
+            emit("user    \(node.identity.user.hex)")
+            emit("device  \(node.identity.device.hex)")
         }
     }
 }
@@ -195,11 +195,11 @@ struct ProfileSet: AsyncParsableCommand {
         }
         let node = try await store.open()
         let event = try await node.setProfile(field, cborValue)
-        await node.close()
+        await release(node)
         if output.json {
             printJSON(.object([("id", .string(event.id.hex)), ("seq", .uint(event.seq))]))
         } else {
-            print("Set \(field.rawValue) (event \(event.id.short), seq \(event.seq))")
+            emit("Set \(field.rawValue) (event \(event.id.short), seq \(event.seq))")
         }
     }
 }

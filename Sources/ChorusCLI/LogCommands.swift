@@ -46,7 +46,7 @@ struct Log: AsyncParsableCommand {
             return
         }
         if events.isEmpty {
-            print("No events.")
+            emit("No events.")
             return
         }
         let rows = events.map { s -> [String] in
@@ -54,7 +54,7 @@ struct Log: AsyncParsableCommand {
             return [String(s.arrival), e.author.short, String(e.seq), e.kind.name, e.object.short,
                     e.hlc.description, summary(e)]
         }
-        print(table(rows, header: ["ARRIVAL", "AUTHOR", "SEQ", "KIND", "OBJECT", "TIME", "PAYLOAD"]))
+        emit(table(rows, header: ["ARRIVAL", "AUTHOR", "SEQ", "KIND", "OBJECT", "TIME", "PAYLOAD"]))
     }
 
     func summary(_ event: Event) -> String {
@@ -85,15 +85,16 @@ struct Export: AsyncParsableCommand {
         let fileFormat: EventFileFormat = format == .cbor ? .cbor : .jsonl
         // Written page by page (bounded memory), into a temporary file that
         // is renamed at the end: a failed export leaves no half-written file.
-        let temporary = file == "-" ? nil : file + ".partial-" + UUID().uuidString
-        let handle: FileHandle
+        let target = Console.path(file)
+        let temporary = file == "-" ? nil : target + ".partial-" + UUID().uuidString
+        let handle: FileHandle?
         if let temporary {
             guard FileManager.default.createFile(atPath: temporary, contents: nil), let h = FileHandle(forWritingAtPath: temporary) else {
                 throw CommandFailure(message: "cannot write \(file): check the directory exists and is writable")
             }
             handle = h
         } else {
-            handle = FileHandle.standardOutput
+            handle = nil  // standard output
         }
         var count = 0
         var bytes = 0
@@ -104,25 +105,25 @@ struct Export: AsyncParsableCommand {
                 guard let last = page.last else { break }
                 var out: [UInt8] = []
                 for stored in page { EventFile.append(stored, format: fileFormat, to: &out) }
-                try handle.write(contentsOf: out)
+                if let handle { try handle.write(contentsOf: out) } else { Console.write(Data(out)) }
                 bytes += out.count
                 count += page.count
                 since = last.arrival
             }
-            if let temporary {
+            if let temporary, let handle {
                 try handle.close()
-                if FileManager.default.fileExists(atPath: file) { try FileManager.default.removeItem(atPath: file) }
-                try FileManager.default.moveItem(atPath: temporary, toPath: file)
+                if FileManager.default.fileExists(atPath: target) { try FileManager.default.removeItem(atPath: target) }
+                try FileManager.default.moveItem(atPath: temporary, toPath: target)
             }
         } catch {
             if let temporary { try? FileManager.default.removeItem(atPath: temporary) }
             throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
         }
-        await node.close()
+        await release(node)
         if output.json {
             printJSON(.object([("events", .int(Int64(count))), ("bytes", .int(Int64(bytes))), ("format", .string(format.rawValue))]))
         } else if file != "-" {
-            print("Exported \(count) events (\(bytes) bytes, \(format.rawValue)) to \(file)")
+            emit("Exported \(count) events (\(bytes) bytes, \(format.rawValue)) to \(file)")
         }
     }
 }
@@ -197,20 +198,26 @@ struct Import: AsyncParsableCommand {
             }
             if envelopes == 0, summary.errorCount > 0 { try notAnEventFile(summary.errors.first?.reason) }
         } catch {
-            await node.close()
+            await release(node)
             throw error
         }
-        await node.close()
+        await release(node)
         try finish(summary)
     }
 
     /// The input as a seekable file: standard input is first copied to a
     /// temporary file (read twice, never held in memory).
     func openInput() throws -> (FileHandle, spooled: String?) {
+        if file == "-", let received = Console.streams?.standardInputFile {
+            // The client's standard input, already spooled by the client.
+            guard let handle = FileHandle(forReadingAtPath: received) else { throw CommandFailure(message: "cannot read the standard input the client sent") }
+            return (handle, nil)
+        }
         guard file == "-" else {
             var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue,
-                let handle = FileHandle(forReadingAtPath: file)
+            let path = Console.path(file)
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue,
+                let handle = FileHandle(forReadingAtPath: path)
             else { throw CommandFailure(message: "cannot read \(file): no such file, a directory, or not readable") }
             return (handle, nil)
         }
@@ -253,11 +260,11 @@ struct Import: AsyncParsableCommand {
                 ("errors_total", .int(Int64(summary.errorCount))),
             ]))
         } else {
-            print("\(summary.accepted) accepted, \(summary.duplicates) duplicate, \(summary.refused) refused")
-            for e in summary.errors.prefix(20) { print("  event \(e.index): \(terminalSafe(e.reason)) [\(e.code)]") }
-            if summary.errorCount > 20 { print("  … and \(summary.errorCount - 20) more (use --json for the first \(ImportSummary.keptErrors))") }
+            emit("\(summary.accepted) accepted, \(summary.duplicates) duplicate, \(summary.refused) refused")
+            for e in summary.errors.prefix(20) { emit("  event \(e.index): \(terminalSafe(e.reason)) [\(e.code)]") }
+            if summary.errorCount > 20 { emit("  … and \(summary.errorCount - 20) more (use --json for the first \(ImportSummary.keptErrors))") }
             if summary.withheld > 0 {
-                print("Nothing was imported because the file holds damaged events; use --partial to import the valid ones.")
+                emit("Nothing was imported because the file holds damaged events; use --partial to import the valid ones.")
             }
         }
         if summary.refused > 0 { throw ExitCode(Exit.refused) }

@@ -92,9 +92,9 @@ func printDevices(_ store: StoreOptions, _ output: OutputOptions, _ userText: St
     if output.json {
         printJSON(.array(devices.map(deviceJSON)))
     } else if devices.isEmpty {
-        print("No devices known for this user.")
+        emit("No devices known for this user.")
     } else {
-        print(deviceRows(devices))
+        emit(deviceRows(devices))
     }
 }
 
@@ -127,16 +127,16 @@ struct IssuerCreate: AsyncParsableCommand {
         if !existed {
             // The configuration changed: open once for writing so the
             // projections are rebuilt now and read-only queries work at once.
-            await (try store.open()).close()
+            await release(try store.open())
         }
         if output.json {
             printJSON(.object([("issuer", .string(key.hex)), ("created", .bool(!existed))]))
             return
         }
-        print(key.hex)
-        print(existed ? "This store already holds this issuer key." : "Created this issuer key and added it to this store's network configuration.")
-        print("Other nodes of this network pass it at creation: chorus init --issuer \(key.hex)")
-        print("(or copy \(store.path)/\(NetworkConfig.fileName) with `chorus init --network FILE`).")
+        emit(key.hex)
+        emit(existed ? "This store already holds this issuer key." : "Created this issuer key and added it to this store's network configuration.")
+        emit("Other nodes of this network pass it at creation: chorus init --issuer \(key.hex)")
+        emit("(or copy \(store.path)/\(NetworkConfig.fileName) with `chorus init --network FILE`).")
     }
 }
 
@@ -164,7 +164,7 @@ struct NetworkInvite: AsyncParsableCommand {
         if output.json {
             printJSON(.object([("invite", .string(config.invite)), ("fingerprint", .string(config.fingerprint.hex))]))
         } else {
-            print(config.invite)
+            emit(config.invite)
         }
     }
 }
@@ -188,8 +188,8 @@ struct NetworkShow: AsyncParsableCommand {
             ]))
             return
         }
-        print("issuers      \(config.issuers.isEmpty ? "(none: no coins can be credited)" : config.issuers.map(\.hex).joined(separator: "\n             "))")
-        print("slot prices  \(config.slotPrices.map(String.init).joined(separator: ", "))")
-        print("fingerprint  \(config.fingerprint.hex)")
+        emit("issuers      \(config.issuers.isEmpty ? "(none: no coins can be credited)" : config.issuers.map(\.hex).joined(separator: "\n             "))")
+        emit("slot prices  \(config.slotPrices.map(String.init).joined(separator: ", "))")
+        emit("fingerprint  \(config.fingerprint.hex)")
     }
 }

@@ -28,7 +28,7 @@ struct PictureAdd: AsyncParsableCommand {
         try await mutate(store, output) { node in
             let added = try await node.addPicture(Array(data), mime: mime, caption: caption)
             let id = added.object
-            if !output.json { print(id.hex) }
+            if !output.json { emit(id.hex) }
             return MutationResult(
                 event: added.id, summary: "Added picture \(id.short) (\(data.count) bytes)",
                 fields: [("picture", .string(id.hex)), ("size", .int(Int64(data.count)))])
@@ -45,7 +45,8 @@ func readImageFile(_ path: String) throws -> [UInt8] {
     func tooLarge(_ size: UInt64) -> CommandFailure {
         CommandFailure(message: "\(path) is \(size) bytes; a picture may be at most \(limit) bytes (16 MiB): shrink or recompress it")
     }
-    guard let attributes = try? FileManager.default.attributesOfItem(atPath: path) else {
+    let file = Console.path(path)
+    guard let attributes = try? FileManager.default.attributesOfItem(atPath: file) else {
         throw CommandFailure(message: "cannot read \(path): no such file or not readable")
     }
     if attributes[.type] as? FileAttributeType == .typeDirectory {
@@ -53,7 +54,7 @@ func readImageFile(_ path: String) throws -> [UInt8] {
     }
     let size = (attributes[.size] as? NSNumber)?.uint64Value ?? 0
     if size > UInt64(limit) { throw tooLarge(size) }
-    guard let handle = FileHandle(forReadingAtPath: path) else {
+    guard let handle = FileHandle(forReadingAtPath: file) else {
         throw CommandFailure(message: "cannot read \(path): not readable")
     }
     defer { try? handle.close() }
@@ -164,16 +165,16 @@ struct PictureGet: AsyncParsableCommand {
             }
         }
         if out == "-" {
-            FileHandle.standardOutput.write(Data(bytes))
+            Console.write(Data(bytes))
             return
         }
-        guard FileManager.default.createFile(atPath: out, contents: Data(bytes)) else {
+        guard FileManager.default.createFile(atPath: Console.path(out), contents: Data(bytes)) else {
             throw CommandFailure(message: "cannot write \(out): check the directory exists and is writable")
         }
         if output.json {
             printJSON(.object([("picture", .string(picture.hex)), ("bytes", .int(Int64(bytes.count))), ("file", .string(out))]))
         } else {
-            print("Wrote \(bytes.count) bytes to \(out)")
+            emit("Wrote \(bytes.count) bytes to \(out)")
         }
     }
 }

@@ -56,7 +56,7 @@ struct QueryProfile: QueryCommand {
         rows += fields.map { [$0.name, fieldText($0.value)] }
         rows.append(["avatar", referenceText(p.avatar)])
         rows.append(["devices", p.devices.isEmpty ? "-" : p.devices.map { "\($0.device.short)\($0.name.map { " (\($0))" } ?? "")\($0.removedHLC == nil ? "" : " removed")" }.joined(separator: ", ")])
-        print(table(rows, header: ["FIELD", "VALUE"]))
+        emit(table(rows, header: ["FIELD", "VALUE"]))
     }
 }
 
@@ -64,9 +64,9 @@ func printPictures(_ pictures: [PictureView], json: Bool, empty: String) {
     if json {
         printJSON(.array(pictures.map(pictureJSON)))
     } else if pictures.isEmpty {
-        print(empty)
+        emit(empty)
     } else {
-        print(table(pictures.map { [$0.id.hex, $0.owner.short, $0.caption ?? "-", $0.mime ?? "-", $0.size.map(String.init) ?? "-", $0.hlc.description] },
+        emit(table(pictures.map { [$0.id.hex, $0.owner.short, $0.caption ?? "-", $0.mime ?? "-", $0.size.map(String.init) ?? "-", $0.hlc.description] },
             header: ["PICTURE", "OWNER", "CAPTION", "TYPE", "BYTES", "TIME"]))
     }
 }
@@ -107,20 +107,20 @@ struct QueryPicture: QueryCommand {
                     ["blob", p.blob?.hex ?? "-"], ["created", p.hlc.description],
                     ["likes", String(try node.projections.likes(of: p.id).count)],
                 ]
-                print(table(rows, header: ["FIELD", "VALUE"]))
+                emit(table(rows, header: ["FIELD", "VALUE"]))
             }
         case .deleted(let id, let owner, let at, let by):
             if output.json {
                 printJSON(.object([("status", .string("deleted")), ("id", .string(id.hex)), ("owner", .string(owner.hex)),
                     ("deleted", .uint(at.rawValue)), ("deleted_by", .string(by.hex))]))
             } else {
-                print("Picture \(id.hex) of \(owner.short) was deleted at \(at) (event \(by.short)); its bytes are purged.")
+                emit("Picture \(id.hex) of \(owner.short) was deleted at \(at) (event \(by.short)); its bytes are purged.")
             }
         case .unknown(let id):
             if output.json {
                 printJSON(.object([("status", .string("unknown")), ("id", .string(id.hex))]))
             } else {
-                print("This node holds no picture \(id.hex) (unresolved: not received yet).")
+                emit("This node holds no picture \(id.hex) (unresolved: not received yet).")
             }
         }
     }
@@ -216,9 +216,9 @@ struct QueryChats: QueryCommand {
         if output.json {
             printJSON(.array(chats.map(chatJSON)))
         } else if chats.isEmpty {
-            print("No chats.")
+            emit("No chats.")
         } else {
-            print(table(chats.map { [$0.view.id.hex, titleText($0.title), String($0.view.members.count), String($0.view.messageCount)] },
+            emit(table(chats.map { [$0.view.id.hex, titleText($0.title), String($0.view.members.count), String($0.view.messageCount)] },
                 header: ["CHAT", "TITLE", "MEMBERS", "MESSAGES"]))
         }
     }
@@ -302,16 +302,16 @@ struct QueryChat: QueryCommand {
             return
         }
         let title = page.chat.title.map { " " + ($0.value.map { "\"\(terminalSafe($0))\"" } ?? titleText($0)) } ?? ""
-        print("chat \(page.chat.view.id.hex)\(title)")
-        print("members: \(page.chat.view.members.map { $0.user.short + ($0.admin ? " (admin)" : "") }.joined(separator: ", "))")
+        emit("chat \(page.chat.view.id.hex)\(title)")
+        emit("members: \(page.chat.view.members.map { $0.user.short + ($0.admin ? " (admin)" : "") }.joined(separator: ", "))")
         if page.messages.isEmpty {
-            print("No messages.")
+            emit("No messages.")
         } else {
-            print(table(page.messages.map { r in
+            emit(table(page.messages.map { r in
                 [r.view.id.hex, r.view.sender.short, r.view.hlc.description, messageText(r), messagePicture(r)]
             }, header: ["MESSAGE", "SENDER", "TIME", "TEXT", "PICTURE"]))
         }
-        if let older = page.older { print("older messages: --before \(older)") }
+        if let older = page.older { emit("older messages: --before \(older)") }
     }
 }
 
@@ -328,9 +328,9 @@ struct QueryBalance: QueryCommand {
                 ("user_key_rights", .uint(b.userKeyRights))]))
             return
         }
-        print("balance \(b.total) coins (user \(b.user.short))")
-        if !b.devices.isEmpty { print(deviceRows(b.devices)) }
-        if b.userKeyRights > 0 { print("held by the user key itself: \(b.userKeyRights)") }
+        emit("balance \(b.total) coins (user \(b.user.short))")
+        if !b.devices.isEmpty { emit(deviceRows(b.devices)) }
+        if b.userKeyRights > 0 { emit("held by the user key itself: \(b.userKeyRights)") }
     }
 }
 
@@ -348,7 +348,7 @@ struct QuerySlots: QueryCommand {
             }))
             return
         }
-        print(table(slots.map { [String($0.slot), String($0.price), $0.unlocked ? "unlocked" : "locked", $0.unlocked ? ($0.picture == nil ? "(empty)" : referenceText($0.picture)) : "-"] },
+        emit(table(slots.map { [String($0.slot), String($0.price), $0.unlocked ? "unlocked" : "locked", $0.unlocked ? ($0.picture == nil ? "(empty)" : referenceText($0.picture)) : "-"] },
             header: ["SLOT", "PRICE", "STATE", "PICTURE"]))
     }
 }
@@ -372,7 +372,7 @@ struct QueryDigest: QueryCommand {
         if output.json {
             printJSON(.object([("digest", .string(digest.hex)), ("events", .uint(try node.lastArrival()))]))
         } else {
-            print(digest.hex)
+            emit(digest.hex)
         }
     }
 }
@@ -392,9 +392,9 @@ struct QueryNoEffect: QueryCommand {
                 .object([("event", .string(r.event.hex)), ("kind", .string(kind)), ("code", .string(r.reason.code)), ("reason", .string(r.reason.detail))])
             }))
         } else if records.isEmpty {
-            print("Every stored event took effect.")
+            emit("Every stored event took effect.")
         } else {
-            print(table(zip(records, kinds).map { r, kind in [r.event.short, kind, r.reason.code, r.reason.detail] },
+            emit(table(zip(records, kinds).map { r, kind in [r.event.short, kind, r.reason.code, r.reason.detail] },
                 header: ["EVENT", "KIND", "CODE", "REASON"]))
         }
     }
@@ -423,10 +423,10 @@ struct Upgrade: AsyncParsableCommand {
                 ("digest", .string(digest.hex)),
             ]))
         } else if upgraded {
-            print("Upgraded \(store.path) to store format \(Node.storeFormat): \(events) events kept, projections folded again.")
-            print("digest  \(digest.hex)")
+            emit("Upgraded \(store.path) to store format \(Node.storeFormat): \(events) events kept, projections folded again.")
+            emit("digest  \(digest.hex)")
         } else {
-            print("\(store.path) already has store format \(Node.storeFormat) (\(events) events); nothing to do.")
+            emit("\(store.path) already has store format \(Node.storeFormat) (\(events) events); nothing to do.")
         }
     }
 }
@@ -449,9 +449,9 @@ struct Rebuild: AsyncParsableCommand {
         if output.json {
             printJSON(.object([("before", .string(before.hex)), ("after", .string(after.hex)), ("events", .int(Int64(events))), ("equal", .bool(before == after))]))
         } else {
-            print("before  \(before.hex)")
-            print("after   \(after.hex)")
-            print(before == after ? "Rebuilt \(events) events; the digest is unchanged." : "Rebuilt \(events) events; the digest CHANGED: the old projections differed from the log.")
+            emit("before  \(before.hex)")
+            emit("after   \(after.hex)")
+            emit(before == after ? "Rebuilt \(events) events; the digest is unchanged." : "Rebuilt \(events) events; the digest CHANGED: the old projections differed from the log.")
         }
     }
 }

@@ -14,10 +14,10 @@ func withNode<T>(_ store: StoreOptions, readOnly: Bool = false, _ body: (Node) a
     let node = try await store.open(readOnly: readOnly)
     do {
         let result = try await body(node)
-        await node.close()
+        await release(node)
         return result
     } catch {
-        await node.close()
+        await release(node)
         throw error
     }
 }
@@ -49,9 +49,9 @@ func mutate(
         }
         printJSON(.object(fields))
     } else if let noEffect {
-        print("\(result.summary): stored as event \(result.event.short), but it took no effect: \(terminalSafe(noEffect.detail)) [\(noEffect.code)]")
+        emit("\(result.summary): stored as event \(result.event.short), but it took no effect: \(terminalSafe(noEffect.detail)) [\(noEffect.code)]")
     } else {
-        print("\(result.summary) (event \(result.event.short))")
+        emit("\(result.summary) (event \(result.event.short))")
     }
     if noEffect != nil { throw ExitCode(Exit.refused) }
 }
@@ -130,9 +130,9 @@ func keyList(_ keys: [PublicKey], json: Bool, empty: String) {
     if json {
         printJSON(.array(keys.map { .string($0.hex) }))
     } else if keys.isEmpty {
-        print(empty)
+        emit(empty)
     } else {
-        for k in keys { print(k.hex) }
+        for k in keys { emit(k.hex) }
     }
 }
 

@@ -13,14 +13,41 @@ struct StoreOptions: ParsableArguments {
 
     var path: String { storePath(store) }
 
+    /// How long a command waits for another process that writes the store:
+    /// `$CHORUS_WRITER_WAIT` seconds, 60 by default (README "Several writers").
+    static var writerLockWait: Duration {
+        let text = ProcessInfo.processInfo.environment["CHORUS_WRITER_WAIT"] ?? ""
+        return .seconds(Int(text).map { max(0, $0) } ?? 60)
+    }
+
+    /// The node a command works on: the serving process's own when it runs
+    /// the command for a client (Specs/api.md §4), else the store opened now.
     func open(readOnly: Bool = false) async throws -> Node {
+        if let served = ServedStore.node { return served }
         var options = NodeOptions()
         // Opening an older store folds its whole log into projections first.
         let bar = ProgressBar()
         options.rebuildProgress = { done, total in bar.update("rebuilding projections", done, total) }
+        // Another command writing the same store finishes in moments: queue behind it.
+        let wait = Self.writerLockWait
+        options.writerLockWait = wait
+        let path = self.path
+        options.onWaitingForWriterLock = {
+            printError("chorus: waiting for another process writing to \(path) (up to \(wait.components.seconds) s; CHORUS_WRITER_WAIT sets it)")
+        }
         defer { bar.finish() }
         return try await Node.open(at: path, readOnly: readOnly, options: options)
     }
+}
+
+/// Closes a node `open` returned, unless it is the serving process's, which stays open.
+func release(_ node: Node) async {
+    if node !== ServedStore.node { await node.close() }
+}
+
+/// The node of the `chorus serve` process, while it runs a command for a client.
+enum ServedStore {
+    @TaskLocal static var node: Node?
 }
 
 /// An error that has already been explained to the user.

@@ -5,6 +5,9 @@ import ChorusNode
 import ChorusSync
 import Dispatch
 import Foundation
+import Logging
+import ServiceLifecycle
+import ChorusService
 
 // MARK: serve
 
@@ -34,6 +37,11 @@ struct Serve: AsyncParsableCommand {
     var maxUnauthenticated = 128
     @Option(help: "Most authenticated connections from one address.")
     var maxPerAddress = 64
+    @Option(
+        help: ArgumentHelp(
+            "Also serve the local API on this TCP address (every request needs the bearer token in keys/api.token).",
+            valueName: "host:port"))
+    var apiListen: String?
     @Option(help: "Most events served to one peer in one session; the peer syncs again for the rest.")
     var maxEventsPerSession = SessionBudget().events
     @Option(help: "Most bytes of events served to one peer in one session.")
@@ -41,6 +49,9 @@ struct Serve: AsyncParsableCommand {
 
     func validate() throws {
         guard SyncNetwork.parseAddress(listen) != nil else { throw ValidationError("--listen must be HOST:PORT, got \"\(listen)\"") }
+        if let apiListen, SyncNetwork.parseAddress(apiListen) == nil {
+            throw ValidationError("--api-listen must be HOST:PORT, got \"\(apiListen)\"")
+        }
         if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
         if maxUnauthenticated < 1 || maxPerAddress < 1 {
             throw ValidationError("--max-unauthenticated and --max-per-address must be at least 1")
@@ -58,6 +69,7 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         guard let (host, port) = SyncNetwork.parseAddress(listen) else { throw ExitCode(Exit.failure) }
+        let apiAddress = apiListen.flatMap(SyncNetwork.parseAddress)
         let key = try networkKey.map { try SyncNetwork.readNetworkKey(path: $0) }
         let node = try await store.open()
         var options = SyncOptions(live: true)
@@ -67,17 +79,53 @@ struct Serve: AsyncParsableCommand {
         let limits = ConnectionLimits(
             total: maxConnections, unauthenticated: maxUnauthenticated, unauthenticatedPerAddress: maxUnauthenticated,
             perAddress: maxPerAddress)
-        do { listener = try await server.listen(host: host, port: port, networkKey: key, limits: limits) } catch {
+        let services: [any Service]
+        do {
+            listener = try await server.listen(host: host, port: port, networkKey: key, limits: limits)
+            var api = APIConfiguration(socketPath: APIPaths.socket(inStore: store.path))
+            if let apiAddress {
+                api.tcp = (apiAddress.host, apiAddress.port)
+                api.token = try APIToken.loadOrCreate(at: APIPaths.token(inStore: store.path))
+            }
+            var logger = Logger(label: "chorus.api")
+            logger.logLevel = .warning
+            let apiServer = APIServer(
+                node: node, configuration: api, logger: logger, runCommand: Forwarding.runner(node: node),
+                onListening: { endpoint in
+                    if case .tcp = endpoint { printError("chorus serve: local API on \(endpoint) (bearer token in \(APIPaths.token(inStore: store.path)))") }
+                })
+            services = [SyncListenerService(listener: listener, server: server)] + (try apiServer.services())
+        } catch {
             await node.close()
             throw error
         }
         printError("chorus serve: listening on \(host):\(listener.port) as device \(node.identity.device.hex)")
-        await waitForTermination()
+        printError("chorus serve: local API on \(APIPaths.socket(inStore: store.path))")
+        var groupLogger = Logger(label: "chorus.serve")
+        groupLogger.logLevel = .warning
+        let group = ServiceGroup(
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: groupLogger))
+        var failure: (any Error)?
+        do { try await group.run() } catch { failure = error }
         printError("chorus serve: shutting down")
         await listener.shutdown()
         await server.shutdown()
+        try? FileManager.default.removeItem(atPath: APIPaths.socket(inStore: store.path))
         await node.close()
         printError("chorus serve: stopped")
+        if let failure { throw failure }
+    }
+}
+
+/// The sync listener as a service: it serves until the group shuts down.
+struct SyncListenerService: Service {
+    let listener: SecureListener
+    let server: SyncServer
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        await listener.shutdown()
+        await server.shutdown()
     }
 }
 
@@ -191,7 +239,7 @@ func printReport(_ r: SyncReport, json: Bool) {
                 ("seconds", .string(String(format: "%.3f", r.seconds))),
             ]))
     } else {
-        print(
+        emit(
             """
             Synced with \(r.peer.key.short) (\(r.peer.address)) in \(String(format: "%.3f", r.seconds)) s
               received: \(r.eventsReceived) events, \(r.blobsReceived) blobs
@@ -199,11 +247,11 @@ func printReport(_ r: SyncReport, json: Bool) {
               wire:     \(r.bytesReceived) bytes in, \(r.bytesSent) bytes out (\(r.framesReceived + r.framesSent) frames)
             """)
         if r.keyEventsWritten > 0 {
-            print("  keys:     wrote \(r.keyEventsWritten) chat.key events for member devices that lacked a chat key")
+            emit("  keys:     wrote \(r.keyEventsWritten) chat.key events for member devices that lacked a chat key")
         }
-        if r.sessions > 1 { print("  sessions: \(r.sessions) (the peer serves a budget of events per session)") }
+        if r.sessions > 1 { emit("  sessions: \(r.sessions) (the peer serves a budget of events per session)") }
         if r.partial {
-            print("  partial:  the peer sent less than was asked (events stamped ahead of this node's clock, or its budget); sync again later for the rest")
+            emit("  partial:  the peer sent less than was asked (events stamped ahead of this node's clock, or its budget); sync again later for the rest")
         }
     }
 }
@@ -236,10 +284,10 @@ struct Peers: AsyncParsableCommand {
             return
         }
         if sorted.isEmpty {
-            print("No known peers yet: run `chorus sync HOST:PORT` or let peers connect to `chorus serve`.")
+            emit("No known peers yet: run `chorus sync HOST:PORT` or let peers connect to `chorus serve`.")
             return
         }
-        print(
+        emit(
             table(
                 sorted.map { [$0.key.short, $0.address, iso($0.lastSynced), "\($0.sessions)", "\($0.eventsReceived)", "\($0.eventsSent)"] },
                 header: ["PEER", "ADDRESS", "LAST SYNCED", "SESSIONS", "RECEIVED", "SENT"]))

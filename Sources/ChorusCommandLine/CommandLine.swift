@@ -22,22 +22,39 @@ public protocol ChorusCommandLineTool: AsyncParsableCommand {}
 
 extension ChorusCommandLineTool {
     public static func runAndExit() async {
+        Foundation.exit(await execute(Array(CommandLine.arguments.dropFirst())))
+    }
+
+    /// Runs one command line and returns its exit status; everything it
+    /// prints goes through `Console`. `forward`, given the parsed command,
+    /// may run it elsewhere (a serving process) and return that status
+    /// instead; nil runs it here.
+    public static func execute(
+        _ arguments: [String], forward: ((any ParsableCommand) async throws -> Int32?)? = nil
+    ) async -> Int32 {
         let name = configuration.commandName ?? "chorus"
         do {
-            var command = try parseAsRoot(try negativeNumbersResolved(Array(CommandLine.arguments.dropFirst())))
+            var command = try parseAsRoot(try negativeNumbersResolved(arguments))
+            if let forward, let status = try await forward(command) { return status }
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
                 try command.run()
             }
+            return 0
         } catch let exit as ExitCode {
-            Foundation.exit(exit.rawValue)
+            return exit.rawValue
         } catch NodeError.refused(let why) {
             // The command was understood but the node refused it (misuse).
             printError("refused: \(why)")
-            Foundation.exit(Exit.refused)
+            return Exit.refused
         } catch {
-            if exitCode(for: error) == .success { self.exit(withError: error) }  // --help, --version
+            if exitCode(for: error) == .success {
+                // --help: the text goes to standard output.
+                let text = fullMessage(for: error)
+                if !text.isEmpty { emit(text) }
+                return 0
+            }
             if error is ValidationError || exitCode(for: error) == .validationFailure {
                 printError(fullMessage(for: error))
                 printError("Run `\(name) --help` (or `\(name) COMMAND --help`) for usage.")
@@ -45,7 +62,7 @@ extension ChorusCommandLineTool {
                 // Our errors describe themselves; `fullMessage` would add type names.
                 printError("error: \(error)" + (commandLineHint(for: error).map { "; " + $0 } ?? ""))
             }
-            Foundation.exit(Exit.failure)
+            return Exit.failure
         }
     }
 }
@@ -56,6 +73,8 @@ func commandLineHint(for error: any Error) -> String? {
     switch error {
     case NodeError.notInitialized: "run `chorus init` to create one, or pass --store DIR (or set CHORUS_STORE)"
     case NodeError.alreadyInitialized: "pick another directory with --store"
+    case NodeError.storeInUse:
+        "if `chorus serve` runs on it, this command needs it stopped (init, serve, issuer create, upgrade and rebuild do; others run through the server)"
     case NodeError.noIssuerKey: "create one with `chorus issuer create`"
     case NodeError.projectionsStale: "any `chorus` command that writes does, or `chorus rebuild`"
     case NodeError.keyFile: "a new device needs a new store: chorus init --store NEW_DIR"
@@ -69,7 +88,7 @@ func commandLineHint(for error: any Error) -> String? {
 /// else `./chorus-data`.
 public func storePath(_ explicit: String?) -> String {
     if let explicit { return explicit }
-    if let env = ProcessInfo.processInfo.environment["CHORUS_STORE"], !env.isEmpty { return env }
+    if let env = Console.storeVariable, !env.isEmpty { return env }
     return "./chorus-data"
 }
 
@@ -81,16 +100,16 @@ public struct OutputOptions: ParsableArguments {
 }
 
 public func printJSON(_ value: JSONValue) {
-    print(value.rendered())
+    emit(value.rendered())
 }
 
 /// Writes text to stderr (progress and warnings stay out of piped output).
 /// Error messages may quote stored or received text: escaped like output.
 public func printError(_ text: String) {
-    FileHandle.standardError.write(Data((terminalSafe(text, keepingNewlines: true) + "\n").utf8))
+    Console.writeError(Data((terminalSafe(text, keepingNewlines: true) + "\n").utf8))
 }
 
-public var stderrIsTerminal: Bool { isatty(2) == 1 }
+public var stderrIsTerminal: Bool { Console.errorIsTerminal }
 
 /// Parses a 32-byte key or id given as 64 hex digits; `what` names the
 /// argument in the error.
@@ -110,6 +129,8 @@ public final class ProgressBar: Sendable {
         var lastDraw = Date.distantPast
     }
     private let enabled = stderrIsTerminal
+    // Captured here: a rebuild reports from the writer's thread, outside the command's task.
+    private let streams = Console.streams
     private let start = Date()
     private let state = Mutex(State())
 
@@ -127,12 +148,16 @@ public final class ProgressBar: Sendable {
         let width = 30
         let filled = total > 0 ? min(width, done * width / total) : 0
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-        FileHandle.standardError.write(Data("\r\(stage) [\(bar)] \(done)/\(total)   ".utf8))
+        write("\r\(stage) [\(bar)] \(done)/\(total)   ")
     }
 
     /// Clears the bar's line, if one was drawn.
     public func finish() {
-        if state.withLock({ $0.shown }) { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if state.withLock({ $0.shown }) { write("\r\u{1B}[K") }
+    }
+
+    private func write(_ text: String) {
+        if let streams { streams.writeError(Data(text.utf8)) } else { FileHandle.standardError.write(Data(text.utf8)) }
     }
 }
 

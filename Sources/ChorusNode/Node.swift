@@ -23,6 +23,11 @@ public struct NodeOptions: Sendable {
     /// store whose projections are stale (an older store, or a changed
     /// network configuration) has to fold the whole log again.
     public var rebuildProgress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
+    /// How long a read-write `open` waits for another process that holds the
+    /// store's writer lock before it fails with `NodeError.storeInUse`.
+    public var writerLockWait: Duration = .zero
+    /// Called once when `open` has waited a second for the writer lock.
+    public var onWaitingForWriterLock: (@Sendable () -> Void)? = nil
 
     public init() {}
 }
@@ -166,9 +171,9 @@ public actor Node {
         if !readOnly {
             fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
-            if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            do { try await takeWriterLock(fd, path: path, options: options) } catch {
                 Foundation.close(fd)
-                throw NodeError.storeInUse(path: path)
+                throw error
             }
         }
         do {
@@ -219,6 +224,29 @@ public actor Node {
             if fd >= 0 { Foundation.close(fd) }
             throw error
         }
+    }
+
+    /// Takes the store's writer lock, waiting up to `options.writerLockWait`
+    /// for another process to release it (polling: a blocking `flock` would
+    /// hold a cooperative thread). Tells `options.onWaitingForWriterLock` once
+    /// when the wait passes a second.
+    private static func takeWriterLock(_ fd: Int32, path: String, options: NodeOptions) async throws {
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 { return }
+        let clock = ContinuousClock()
+        let start = clock.now
+        var told = false
+        var pause = Duration.milliseconds(2)
+        while clock.now - start < options.writerLockWait {
+            if !told, clock.now - start > .seconds(1) {
+                told = true
+                options.onWaitingForWriterLock?()
+            }
+            // Short, growing, jittered pauses: many waiting writers do not wake in step.
+            try await Task.sleep(for: pause * Double.random(in: 0.5...1.5))
+            pause = min(pause * 2, .milliseconds(50))
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return }
+        }
+        throw NodeError.storeInUse(path: path)
     }
 
     /// The store format this build writes (Specs/storage.md §4).

@@ -1,4 +1,5 @@
 import Foundation
+import ChorusTestSupport
 import Testing
 
 /// End-to-end tests of the projection commands of the `chorus` executable:

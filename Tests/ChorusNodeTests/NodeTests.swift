@@ -6,6 +6,7 @@ import ChorusNode
 import ChorusProjections
 import Foundation
 import Synchronization
+import ChorusTestSupport
 import Testing
 
 @testable import ChorusStorage
@@ -85,11 +86,20 @@ struct NodeTests {
         let node = try await Node.create(at: tmp.store("a"))
         _ = try await node.setProfile(.bio, .text("held"))
         let chorus = try productPath("chorus")
-        let write = try runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")])
+        let write = try runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")], environment: ["CHORUS_WRITER_WAIT": "0"])
         #expect(write.status == 2 && write.stderr.contains("in use by another process"), "\(write.stderr)")
         let read = try runCommand(chorus, ["query", "profile", "--store", tmp.store("a"), "--json"])
         #expect(read.status == 0 && read.stdout.contains("held"), "\(read.stderr)")
+        // By default a writer waits its turn: it goes through once this one closes.
+        let waited = Mutex<CommandResult?>(nil)
+        let store = tmp.store("a")
+        let waiter = Thread { waited.withLock { $0 = try? runCommand(chorus, ["profile", "set", "bio", "after the wait", "--store", store]) } }
+        waiter.start()
+        try await Task.sleep(for: .milliseconds(300))
         await node.close()
+        for _ in 0..<600 where waited.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(100)) }
+        let after = try #require(waited.withLock { $0 })
+        #expect(after.status == 0, "\(after.stderr)")
         let reader = try await Node.open(at: tmp.store("a"), readOnly: true)
         await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: reader.identity.user, payload: bio("x")) }
         await reader.close()

@@ -2,6 +2,7 @@ import ChorusLog
 import ChorusStorage
 import ChorusNode
 import Foundation
+import ChorusTestSupport
 import Testing
 
 /// `Tests/Fixtures/store-format-1` is Alice's phone store at the end of

@@ -1,0 +1,143 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// Where a node's local API listens (Specs/api.md §2).
+public enum APIEndpoint: Sendable, Equatable, CustomStringConvertible {
+    case unixSocket(path: String)
+    case tcp(host: String, port: Int)
+
+    /// The socket a serving node opens inside its store directory.
+    public static func socket(inStore store: String) -> APIEndpoint { .unixSocket(path: APIPaths.socket(inStore: store)) }
+
+    public var description: String {
+        switch self {
+        case .unixSocket(let path): "unix:\(path)"
+        case .tcp(let host, let port): "\(host):\(port)"
+        }
+    }
+}
+
+public enum APIPaths {
+    /// The local API's Unix socket (Specs/api.md §2).
+    public static func socket(inStore store: String) -> String { store + "/api.sock" }
+    /// The bearer token for the API over TCP (Specs/api.md §3).
+    public static func token(inStore store: String) -> String { store + "/keys/api.token" }
+}
+
+public enum APIClientError: Error, CustomStringConvertible, Equatable {
+    /// Nothing listens there (no server, or a socket left by one that crashed).
+    case notServing(String)
+    case connection(String)
+    case protocolError(String)
+
+    public var description: String {
+        switch self {
+        case .notServing(let endpoint): "no node serves the local API at \(endpoint)"
+        case .connection(let why): "the local API connection failed: \(why)"
+        case .protocolError(let why): "the local API answered something unexpected: \(why)"
+        }
+    }
+}
+
+/// A small HTTP/1.1 client for a node's local API, over its Unix socket or
+/// TCP: what `chorus` uses to reach a serving node, and what the tests use.
+public struct APIClient: Sendable {
+    public let endpoint: APIEndpoint
+    public let token: String?
+
+    public init(_ endpoint: APIEndpoint, token: String? = nil) {
+        self.endpoint = endpoint
+        self.token = token
+    }
+
+    public struct Response: Sendable {
+        public let status: Int
+        public let headers: [(String, String)]
+        public let body: [UInt8]
+
+        public var text: String { String(decoding: body, as: UTF8.self) }
+        public func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+    }
+
+    /// Sends one request and collects the whole response.
+    public func send(_ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil) async throws -> Response {
+        var collected: [UInt8] = []
+        let (status, headers) = try await stream(method, path, body: body, contentType: contentType) { collected += $0 }
+        return Response(status: status, headers: headers, body: collected)
+    }
+
+    /// Sends one request and hands the response body to `onBody` as it arrives.
+    public func stream(
+        _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil,
+        onBody: (ByteBufferView) async throws -> Void
+    ) async throws -> (status: Int, headers: [(String, String)]) {
+        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
+        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
+        let initializer: @Sendable (any Channel) -> EventLoopFuture<NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>> = {
+            channel in
+            channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                return try NIOAsyncChannel(wrappingChannelSynchronously: channel)
+            }
+        }
+        do {
+            switch endpoint {
+            case .unixSocket(let path): channel = try await bootstrap.connect(unixDomainSocketPath: path, channelInitializer: initializer)
+            case .tcp(let host, let port): channel = try await bootstrap.connect(host: host, port: port, channelInitializer: initializer)
+            }
+        } catch let error as IOError where [ECONNREFUSED, ENOENT].contains(error.errnoCode) {
+            throw APIClientError.notServing(endpoint.description)
+        } catch {
+            throw APIClientError.connection("\(error)")
+        }
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: "localhost")
+        headers.add(name: "Connection", value: "close")
+        if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let contentType { headers.add(name: "Content-Type", value: contentType) }
+        headers.add(name: "Content-Length", value: String(body?.count ?? 0))
+        let head = HTTPRequestHead(version: .http1_1, method: method, uri: path, headers: headers)
+        return try await channel.executeThenClose { inbound, outbound in
+            try await outbound.write(.head(head))
+            if let body, !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
+            try await outbound.write(.end(nil))
+            var response: (Int, [(String, String)])?
+            for try await part in inbound {
+                switch part {
+                case .head(let h): response = (Int(h.status.code), h.headers.map { ($0.name, $0.value) })
+                case .body(let buffer): try await onBody(buffer.readableBytesView)
+                case .end:
+                    guard let response else { throw APIClientError.protocolError("a response without a head") }
+                    return response
+                }
+            }
+            throw APIClientError.connection("the server closed the connection before the response ended")
+        }
+    }
+
+    /// Runs a command line in the serving process (Specs/api.md §4): its
+    /// output and error reach the two functions as they are written; returns
+    /// the command's exit status.
+    public func run(
+        _ request: CommandRequest, output: (Data) -> Void, error: (Data) -> Void
+    ) async throws -> Int32 {
+        let body = try JSONEncoder().encode(request)
+        var pending = Data()
+        var status: Int32?
+        let (code, _) = try await stream(.POST, "/v1/run", body: Array(body), contentType: "application/json") { chunk in
+            pending.append(contentsOf: chunk)
+            for frame in try CommandFrame.decode(from: &pending) {
+                switch frame {
+                case .output(let d): output(d)
+                case .error(let d): error(d)
+                case .exit(let s): status = s
+                }
+            }
+        }
+        guard code == 200 else { throw APIClientError.protocolError("HTTP status \(code) for a command") }
+        guard let status else { throw APIClientError.connection("the serving process ended before the command finished") }
+        return status
+    }
+}

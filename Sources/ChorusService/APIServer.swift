@@ -1,0 +1,272 @@
+import ChorusNode
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+import Synchronization
+
+/// Where the local API listens and who may use it (Specs/api.md §2–3).
+public struct APIConfiguration: Sendable {
+    /// The Unix socket inside the store directory: owner-only, no token.
+    public var socketPath: String
+    /// An optional TCP address; every request on it except `/health` needs the bearer token.
+    public var tcp: (host: String, port: Int)?
+    /// The bearer token for TCP.
+    public var token: String?
+    /// The largest request body (a picture, an import) accepted.
+    public var maxBodyBytes = 64 << 20
+
+    public init(socketPath: String, tcp: (host: String, port: Int)? = nil, token: String? = nil) {
+        self.socketPath = socketPath
+        self.tcp = tcp
+        self.token = token
+    }
+}
+
+/// The node's local HTTP API (Specs/api.md): the REST endpoints of
+/// `CommandRoute.all`, `/v1/run` for the `chorus` command line (Unix socket
+/// only), `/health`. Each listener is a `Service` for a service group.
+public struct APIServer: Sendable {
+    let node: Node
+    let configuration: APIConfiguration
+    let runCommand: CommandRunner
+    let logger: Logger
+    let onListening: @Sendable (APIEndpoint) -> Void
+
+    public init(
+        node: Node, configuration: APIConfiguration, logger: Logger, runCommand: @escaping CommandRunner,
+        onListening: @escaping @Sendable (APIEndpoint) -> Void = { _ in }
+    ) {
+        self.node = node
+        self.configuration = configuration
+        self.logger = logger
+        self.runCommand = runCommand
+        self.onListening = onListening
+    }
+
+    /// One service per listener: the Unix socket, and TCP when configured.
+    public func services() throws -> [any Service] {
+        let socketPath = configuration.socketPath
+        let onListening = self.onListening
+        var services: [any Service] = [
+            Application(
+                router: router(local: true),
+                configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "chorus"),
+                onServerRunning: { _ in
+                    // Owner-only, as the store directory that holds it.
+                    chmod(socketPath, 0o600)
+                    onListening(.unixSocket(path: socketPath))
+                },
+                logger: logger)
+        ]
+        if let (host, port) = configuration.tcp {
+            guard configuration.token != nil else { throw APIServerError.tokenRequired }
+            services.append(
+                Application(
+                    router: router(local: false),
+                    configuration: .init(address: .hostname(host, port: port), serverName: "chorus"),
+                    onServerRunning: { channel in onListening(.tcp(host: host, port: channel.localAddress?.port ?? port)) },
+                    logger: logger))
+        }
+        return services
+    }
+
+    func router(local: Bool) -> Router<APIRequestContext> {
+        let router = Router(context: APIRequestContext.self)
+        if !local, let token = configuration.token { router.add(middleware: BearerTokenMiddleware(token: token)) }
+        router.get("/health") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
+        }
+        if local {
+            // Runs any command line on this node: it may read and write
+            // files as the serving user, so only on the owner-only socket.
+            let runCommand = self.runCommand
+            router.post("/v1/run") { request, context in
+                let body = try await request.body.collect(upTo: 1 << 20)
+                let command = try JSONDecoder().decode(CommandRequest.self, from: Data(buffer: body))
+                return Self.streamCommand(command, runCommand)
+            }
+        }
+        for route in CommandRoute.all { add(route, to: router) }
+        return router
+    }
+
+    private func add(_ route: CommandRoute, to router: Router<APIRequestContext>) {
+        let runCommand = self.runCommand
+        let maxBody = configuration.maxBodyBytes
+        let handler: @Sendable (Request, APIRequestContext) async throws -> Response = { request, context in
+            try await Self.respond(route, request, context, runCommand: runCommand, maxBody: maxBody)
+        }
+        let path = RouterPath(route.path)
+        switch route.method {
+        case .get: router.get(path, use: handler)
+        case .post: router.post(path, use: handler)
+        case .delete: router.delete(path, use: handler)
+        }
+    }
+
+    /// Runs the route's command line with the request's values and answers
+    /// its output (Specs/api.md §5: 200, 422 when refused or without effect, 400 otherwise).
+    static func respond(
+        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, runCommand: @escaping CommandRunner, maxBody: Int
+    ) async throws -> Response {
+        var parameters: [String: String] = [:]
+        for name in route.path.split(separator: "/").filter({ $0.hasPrefix("{") }).map({ String($0.dropFirst().dropLast()) }) {
+            parameters[name] = context.parameters.get(name)
+        }
+        var query: [String: String] = [:]
+        for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
+        var body: [String: Any] = [:]
+        var uploaded: String?
+        defer { if let uploaded { try? FileManager.default.removeItem(atPath: uploaded) } }
+        do {
+            if route.needsUpload {
+                let bytes = try await request.body.collect(upTo: maxBody)
+                uploaded = try Self.spool(Data(buffer: bytes))
+            } else if route.readsBody {
+                let bytes = try await request.body.collect(upTo: 1 << 20)
+                if bytes.readableBytes > 0 {
+                    guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: bytes)) as? [String: Any] else {
+                        throw CommandRoute.InputError.badBody("not a JSON object")
+                    }
+                    body = object
+                }
+            }
+            let arguments = try route.commandLine(parameters: parameters, query: query, body: body, uploaded: uploaded)
+            let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
+            if !route.json { return try await streamBinary(command, runCommand) }
+            let output = OutputBuffer()
+            let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
+            return output.response(status: status)
+        } catch let error as CommandRoute.InputError {
+            return errorResponse(.badRequest, "\(error)")
+        }
+    }
+
+    static func errorResponse(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        let json = try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json ?? Data())))
+    }
+
+    /// A request body as a file the command reads (owner-only, removed after the request).
+    static func spool(_ data: Data) throws -> String {
+        let path = NSTemporaryDirectory() + "chorus-api-" + UUID().uuidString
+        guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+            throw APIServerError.cannotSpool(path)
+        }
+        return path
+    }
+
+    /// `/v1/run`: the command's output, error and exit status as frames, as they are written.
+    static func streamCommand(_ command: CommandRequest, _ runCommand: @escaping CommandRunner) -> Response {
+        let (stream, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
+        Task {
+            let status = await runCommand(
+                command,
+                { data in for f in CommandFrame.split(data, CommandFrame.output) { continuation.yield(ByteBuffer(bytes: f.encoded)) } },
+                { data in for f in CommandFrame.split(data, CommandFrame.error) { continuation.yield(ByteBuffer(bytes: f.encoded)) } })
+            continuation.yield(ByteBuffer(bytes: CommandFrame.exit(status).encoded))
+            continuation.finish()
+        }
+        return Response(status: .ok, headers: [.contentType: CommandFrame.mediaType], body: ResponseBody(asyncSequence: stream))
+    }
+
+    /// A command that writes bytes (an image, an export): streamed once its
+    /// first bytes show it succeeded; an error before any byte is answered as an error.
+    static func streamBinary(_ command: CommandRequest, _ runCommand: @escaping CommandRunner) async throws -> Response {
+        enum Event: Sendable { case output(Data), error(Data), exit(Int32) }
+        let (events, continuation) = AsyncStream.makeStream(of: Event.self)
+        Task {
+            let status = await runCommand(command, { continuation.yield(.output($0)) }, { continuation.yield(.error($0)) })
+            continuation.yield(.exit(status))
+            continuation.finish()
+        }
+        var iterator = events.makeAsyncIterator()
+        var errorText = Data()
+        while let event = await iterator.next() {
+            switch event {
+            case .error(let d): errorText.append(d)
+            case .exit(let status):
+                let output = OutputBuffer()
+                output.append(err: errorText)
+                return output.response(status: status)
+            case .output(let first):
+                // Success so far: the rest streams as it comes.
+                let (body, bodyContinuation) = AsyncStream.makeStream(of: ByteBuffer.self)
+                bodyContinuation.yield(ByteBuffer(bytes: first))
+                Task { [iterator] in
+                    var iterator = iterator
+                    while let event = await iterator.next() {
+                        if case .output(let d) = event { bodyContinuation.yield(ByteBuffer(bytes: d)) }
+                    }
+                    bodyContinuation.finish()
+                }
+                return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: ResponseBody(asyncSequence: body))
+            }
+        }
+        return errorResponse(.internalServerError, "the command ended without an exit status")
+    }
+}
+
+public enum APIServerError: Error, CustomStringConvertible {
+    case tokenRequired
+    case cannotSpool(String)
+
+    public var description: String {
+        switch self {
+        case .tokenRequired: "the local API on TCP needs a bearer token"
+        case .cannotSpool(let path): "cannot write the request body to \(path)"
+        }
+    }
+}
+
+/// A command's output and error text, gathered for a JSON answer.
+final class OutputBuffer: Sendable {
+    private let state = Mutex((out: Data(), err: Data()))
+
+    func append(out data: Data) { state.withLock { $0.out.append(data) } }
+    func append(err data: Data) { state.withLock { $0.err.append(data) } }
+
+    func response(status: Int32) -> Response {
+        let (out, err) = state.withLock { ($0.out, $0.err) }
+        let httpStatus: HTTPResponse.Status = status == 0 ? .ok : status == 1 ? .unprocessableContent : .badRequest
+        if !out.isEmpty, status != 2 {
+            return Response(status: httpStatus, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: out)))
+        }
+        let message = String(decoding: err, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return APIServer.errorResponse(httpStatus, message.isEmpty ? "the command failed with exit status \(status)" : message)
+    }
+}
+
+/// The request context of the local API.
+public struct APIRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
+    /// Pictures and imports are larger than the default.
+    public var maxUploadSize: Int { 64 << 20 }
+}
+
+/// Every request on TCP except `/health` carries `Authorization: Bearer TOKEN` (Specs/api.md §3).
+struct BearerTokenMiddleware: RouterMiddleware {
+    typealias Context = APIRequestContext
+    let token: [UInt8]
+
+    init(token: String) { self.token = Array(token.utf8) }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if request.uri.path == "/health" { return try await next(request, context) }
+        let given = request.headers[.authorization].map { Array($0.utf8) } ?? []
+        let expected = Array("Bearer ".utf8) + token
+        // Constant time in the token's length: no timing hint of how much matched.
+        var difference = UInt8(given.count == expected.count ? 0 : 1)
+        for i in expected.indices { difference |= expected[i] ^ (i < given.count ? given[i] : 0) }
+        guard difference == 0 else {
+            var headers = HTTPFields()
+            headers[.wwwAuthenticate] = "Bearer"
+            headers[.contentType] = "application/json"
+            return Response(status: .unauthorized, headers: headers, body: .init(byteBuffer: ByteBuffer(string: #"{"error":"this endpoint needs Authorization: Bearer TOKEN (the token file is keys/api.token in the store)"}"#)))
+        }
+        return try await next(request, context)
+    }
+}

@@ -1,0 +1,33 @@
+import Foundation
+
+/// The bearer token of the local API over TCP (Specs/api.md §3): 32 random
+/// bytes as 64 hex digits in `keys/api.token`, owner-only like the keys.
+public enum APIToken {
+    public static func loadOrCreate(at path: String) throws -> String {
+        if let data = FileManager.default.contents(atPath: path) {
+            let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard token.count >= 32 else { throw APITokenError.tooShort(path) }
+            return token
+        }
+        var generator = SystemRandomNumberGenerator()
+        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        let directory = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        guard FileManager.default.createFile(atPath: path, contents: Data((token + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw APITokenError.cannotWrite(path)
+        }
+        return token
+    }
+}
+
+public enum APITokenError: Error, CustomStringConvertible {
+    case tooShort(String)
+    case cannotWrite(String)
+
+    public var description: String {
+        switch self {
+        case .tooShort(let path): "the API token in \(path) is shorter than 32 characters: delete the file and a new token is made"
+        case .cannotWrite(let path): "cannot write the API token to \(path)"
+        }
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+
+/// One REST endpoint of the local API (Specs/api.md §5): the `chorus`
+/// command line it runs, so that every endpoint answers exactly what the
+/// command prints with `--json`, and the API and the command line can never
+/// drift apart.
+public struct CommandRoute: Sendable {
+    public enum Method: String, Sendable { case get = "GET", post = "POST", delete = "DELETE" }
+
+    /// Where a command-line argument comes from.
+    public enum Argument: Sendable {
+        /// Fixed text (the command's words).
+        case word(String)
+        /// A path parameter, `{name}` in the path: a positional argument.
+        case path(String)
+        /// An optional query parameter given as a positional argument.
+        case query(String)
+        /// An optional query parameter given as `--option=value`.
+        case queryOption(String, String)
+        /// A required field of the JSON body, as a positional argument.
+        case field(String)
+        /// An optional field of the JSON body, as a positional argument.
+        case optionalField(String)
+        /// An optional field of the JSON body given as `--option=value` (a list repeats it).
+        case fieldOption(String, String)
+        /// A boolean field of the JSON body: `--flag` when true.
+        case fieldFlag(String, String)
+        /// A boolean query parameter: `--flag` when "true" or "1".
+        case queryFlag(String, String)
+        /// The request body, saved to a temporary file whose path is the argument.
+        case upload
+        /// `-`: standard output or input.
+        case dash
+    }
+
+    public let method: Method
+    /// The path, with `{name}` for parameters.
+    public let path: String
+    public let summary: String
+    public let arguments: [Argument]
+    /// The command prints JSON with `--json`; otherwise it writes bytes (an image, an export).
+    public let json: Bool
+
+    init(_ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true) {
+        self.method = method
+        self.path = path
+        self.summary = summary
+        self.arguments = arguments
+        self.json = json
+    }
+
+    public enum InputError: Error, CustomStringConvertible, Equatable {
+        case missingField(String)
+        case badField(String)
+        case badBody(String)
+
+        public var description: String {
+            switch self {
+            case .missingField(let f): "the JSON body needs the field \"\(f)\""
+            case .badField(let f): "the field \"\(f)\" must be a string, a whole number, a boolean or a list of strings"
+            case .badBody(let why): "the body must be a JSON object: \(why)"
+            }
+        }
+    }
+
+    /// The command line for one request. Options come first as
+    /// `--option=value` and positional values after `--`, so that no value
+    /// from a request (text starting with `-`) can be read as an option.
+    func commandLine(
+        parameters: [String: String], query: [String: String], body: [String: Any], uploaded: String?
+    ) throws -> [String] {
+        var words: [String] = []
+        var options: [String] = json ? ["--json"] : []
+        var positionals: [String] = []
+        func text(_ value: Any, _ name: String) throws -> [String] {
+            switch value {
+            case let s as String: return [s]
+            case let b as Bool: return [b ? "true" : "false"]
+            case let n as NSNumber: return [n.stringValue]
+            case let list as [Any]: return try list.flatMap { try text($0, name) }
+            default: throw InputError.badField(name)
+            }
+        }
+        for argument in arguments {
+            switch argument {
+            case .word(let w): words.append(w)
+            case .path(let name): positionals.append(parameters[name] ?? "")
+            case .query(let name): if let v = query[name] { positionals.append(v) }
+            case .queryOption(let name, let option): if let v = query[name] { options.append("\(option)=\(v)") }
+            case .queryFlag(let name, let flag): if let v = query[name], v == "true" || v == "1" { options.append(flag) }
+            case .field(let name):
+                guard let v = body[name] else { throw InputError.missingField(name) }
+                positionals += try text(v, name)
+            case .optionalField(let name): if let v = body[name] { positionals += try text(v, name) }
+            case .fieldOption(let name, let option):
+                if let v = body[name] { options += try text(v, name).map { "\(option)=\($0)" } }
+            case .fieldFlag(let name, let flag):
+                if let v = body[name] {
+                    guard let b = v as? Bool else { throw InputError.badField(name) }
+                    if b { options.append(flag) }
+                }
+            case .upload: positionals.append(uploaded ?? "")
+            case .dash: positionals.append("-")
+            }
+        }
+        return words + options + (positionals.isEmpty ? [] : ["--"] + positionals)
+    }
+
+    var needsUpload: Bool { arguments.contains { if case .upload = $0 { true } else { false } } }
+    var readsBody: Bool {
+        arguments.contains {
+            switch $0 {
+            case .field, .optionalField, .fieldOption, .fieldFlag: true
+            default: false
+            }
+        }
+    }
+
+    /// Every endpoint (Specs/api.md §5; Specs/api.openapi.json lists the same).
+    public static let all: [CommandRoute] = [
+        // Identity and network
+        .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")]),
+        .init(.get, "/v1/network", "The network configuration: issuers and slot prices", [.word("network"), .word("show")]),
+        .init(.get, "/v1/network/invite", "The invite that joins a node to this network", [.word("network"), .word("invite")]),
+        .init(.get, "/v1/devices", "A user's devices with their coin rights", [.word("query"), .word("devices"), .query("user")]),
+        .init(.post, "/v1/devices", "Bind a device to this user", [.word("device"), .word("add"), .field("device"), .fieldOption("proof", "--proof"), .fieldOption("name", "--name")]),
+        .init(.delete, "/v1/devices/{device}", "Unbind a device from this user", [.word("device"), .word("remove"), .path("device"), .queryOption("reason", "--reason")]),
+        // Profiles
+        .init(.get, "/v1/profile", "A user's profile", [.word("query"), .word("profile"), .query("user")]),
+        .init(.post, "/v1/profile", "Set or clear one profile field", [.word("profile"), .word("set"), .field("field"), .optionalField("value"), .fieldFlag("clear", "--clear")]),
+        // Pictures
+        .init(.get, "/v1/pictures", "A user's gallery in its order", [.word("query"), .word("pictures"), .query("user"), .queryOption("limit", "--limit"), .queryOption("offset", "--offset")]),
+        .init(.post, "/v1/pictures", "Add a picture: the body is the image", [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")]),
+        .init(.get, "/v1/pictures/{id}", "One picture", [.word("query"), .word("picture"), .path("id")]),
+        .init(.get, "/v1/pictures/{id}/bytes", "A picture's image bytes", [.word("picture"), .word("get"), .path("id"), .word("--out=-")], json: false),
+        .init(.post, "/v1/pictures/{id}/caption", "Set a picture's caption", [.word("picture"), .word("caption"), .path("id"), .field("caption")]),
+        .init(.post, "/v1/pictures/{id}/move", "Move a picture in the gallery", [.word("picture"), .word("move"), .path("id"), .fieldOption("before", "--before"), .fieldOption("after", "--after"), .fieldFlag("first", "--first"), .fieldFlag("last", "--last")]),
+        .init(.delete, "/v1/pictures/{id}", "Delete a picture and purge its bytes", [.word("picture"), .word("delete"), .path("id")]),
+        .init(.get, "/v1/feed", "Pictures of the users this user follows, newest first", [.word("query"), .word("feed"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
+        // Relationships
+        .init(.get, "/v1/followers", "Users following a user", [.word("query"), .word("followers"), .query("user")]),
+        .init(.get, "/v1/following", "Users a user follows", [.word("query"), .word("following"), .query("user")]),
+        .init(.post, "/v1/following/{user}", "Follow a user", [.word("follow"), .path("user")]),
+        .init(.delete, "/v1/following/{user}", "Stop following a user", [.word("unfollow"), .path("user")]),
+        .init(.get, "/v1/likes/{object}", "Users who like a picture or message", [.word("query"), .word("likes"), .path("object")]),
+        .init(.post, "/v1/likes/{object}", "Like a picture or message", [.word("like"), .path("object")]),
+        .init(.delete, "/v1/likes/{object}", "Withdraw a like", [.word("unlike"), .path("object")]),
+        .init(.post, "/v1/blocks/{user}", "Block a user", [.word("block"), .path("user")]),
+        .init(.delete, "/v1/blocks/{user}", "Unblock a user", [.word("unblock"), .path("user")]),
+        // Chats
+        .init(.get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")]),
+        .init(.post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")]),
+        .init(.get, "/v1/chats/{id}", "A page of a chat's messages, oldest first", [.word("query"), .word("chat"), .path("id"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
+        .init(.post, "/v1/chats/{id}/members", "Add a member (administrators only)", [.word("chat"), .word("add"), .path("id"), .field("user"), .fieldFlag("admin", "--admin")]),
+        .init(.delete, "/v1/chats/{id}/members/{user}", "Remove a member (administrators only)", [.word("chat"), .word("remove"), .path("id"), .path("user")]),
+        .init(.post, "/v1/chats/{id}/leave", "Leave a chat", [.word("chat"), .word("leave"), .path("id")]),
+        .init(.post, "/v1/chats/{id}/messages", "Send a message", [.word("chat"), .word("send"), .path("id"), .fieldOption("text", "--text"), .fieldOption("picture", "--picture")]),
+        .init(.post, "/v1/chats/{id}/read", "Mark the chat read up to a message", [.word("chat"), .word("read"), .path("id"), .field("message")]),
+        .init(.post, "/v1/messages/{id}/edit", "Edit the text of one of your messages", [.word("chat"), .word("edit"), .path("id"), .field("text")]),
+        .init(.delete, "/v1/messages/{id}", "Delete one of your messages", [.word("chat"), .word("delete"), .path("id")]),
+        // Coins and slots
+        .init(.get, "/v1/balance", "A user's coin balance, by device", [.word("query"), .word("balance"), .query("user")]),
+        .init(.post, "/v1/coins/credit", "Credit a purchase (issuer key required)", [.word("coins"), .word("credit"), .field("user"), .field("amount"), .fieldOption("receipt", "--receipt"), .fieldOption("device", "--device"), .fieldOption("product", "--product")]),
+        .init(.post, "/v1/coins/spend", "Spend coins from this device's rights", [.word("coins"), .word("spend"), .field("amount"), .fieldOption("for", "--for")]),
+        .init(.post, "/v1/coins/give", "Give coins to another user", [.word("coins"), .word("give"), .field("user"), .field("amount"), .fieldOption("device", "--device"), .fieldOption("note", "--note")]),
+        .init(.post, "/v1/coins/move", "Move spending rights to a sibling device", [.word("coins"), .word("move"), .field("device"), .field("amount")]),
+        .init(.get, "/v1/slots", "A user's lock slots", [.word("query"), .word("slots"), .query("user")]),
+        .init(.post, "/v1/slots/{slot}/unlock", "Unlock a slot, spending its price", [.word("slot"), .word("unlock"), .path("slot")]),
+        .init(.post, "/v1/slots/{slot}", "Put a picture in an unlocked slot, or empty it", [.word("slot"), .word("set"), .path("slot"), .optionalField("picture"), .fieldFlag("empty", "--empty")]),
+        // The log and the node
+        .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")]),
+        .init(.get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")]),
+        .init(.get, "/v1/log", "Stored events in arrival order", [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit")]),
+        .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
+        .init(.post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")]),
+        .init(.post, "/v1/sync", "Sync both ways with a peer", [.word("sync"), .field("address"), .fieldOption("hops", "--hops")]),
+        .init(.get, "/v1/peers", "Known sync peers", [.word("peers")]),
+    ]
+}

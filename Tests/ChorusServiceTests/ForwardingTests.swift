@@ -1,0 +1,152 @@
+import ChorusService
+import ChorusTestSupport
+import Foundation
+import Testing
+
+/// Replaces what legitimately differs between two stores that are copies of
+/// one another (event ids and clock values, which depend on the time of
+/// writing, and the times they show) with tokens numbered by first appearance, so that two
+/// transcripts compare equal exactly when they say the same things.
+struct Normalizer {
+    private var tokens: [String: String] = [:]
+
+    mutating func callAsFunction(_ text: String) -> String {
+        var out = ""
+        var rest = Substring(text)
+        let pattern = /[0-9a-f]{16,}|[0-9]{12,}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\+[0-9]+/
+        while let match = rest.firstMatch(of: pattern) {
+            out += rest[..<match.range.lowerBound]
+            let value = String(match.output)
+            if tokens[value] == nil { tokens[value] = "<\(tokens.count)>" }
+            out += tokens[value] ?? ""
+            rest = rest[match.range.upperBound...]
+        }
+        return out + rest
+    }
+}
+
+@Suite("the command line through a serving node")
+struct ForwardingTests {
+    /// A tiny PNG header of the given size: enough to be recognised as an image.
+    static func png(_ w: UInt8, _ h: UInt8) -> Data {
+        Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0x0D, 0x49, 0x48, 0x44, 0x52, 0, 0, 0, w, 0, 0, 0, h, 8, 2, 0, 0, 0])
+    }
+
+    /// One step of the script: arguments with `$name` placeholders, and the
+    /// variable its first output line sets.
+    struct Step {
+        let arguments: [String]
+        var capture: String? = nil
+        var input: Data? = nil
+        /// Binary output: only its length is compared.
+        var binary = false
+    }
+
+    @Test("mutations and queries run through `chorus serve` print exactly what they print without it")
+    func servedEqualsDirect() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let fm = FileManager.default
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("template"), "--name", "Ann"]).status == 0)
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("bob"), "--name", "Bob"]).status == 0)
+        let bob = try #require(try runCommand(chorus, ["whoami", "--store", dir.store("bob")]).stdout.split(separator: "\n").first?
+            .split(separator: " ").last.map(String.init))
+        // Two identical stores and working directories: A is used directly, B through its server.
+        for side in ["a", "b"] {
+            try fm.createDirectory(atPath: dir.store(side), withIntermediateDirectories: true)
+            try fm.copyItem(atPath: dir.store("template"), toPath: dir.store(side) + "/store")
+            _ = fm.createFile(atPath: dir.store(side) + "/roof.png", contents: Self.png(4, 3))
+            _ = fm.createFile(atPath: dir.store(side) + "/bridge.png", contents: Self.png(5, 3))
+            _ = fm.createFile(atPath: dir.store(side) + "/notes.txt", contents: Data("not an image".utf8))
+        }
+        let server = try ServerProcess(chorus: chorus, store: dir.store("b") + "/store")
+        defer { server.stop() }
+
+        let s = ["--store", "store"]  // relative: the client's working directory decides
+        let steps: [Step] = [
+            Step(arguments: ["whoami"] + s), Step(arguments: ["whoami", "--json"] + s),
+            Step(arguments: ["profile", "set", "bio", "Rooftops, mostly"] + s),
+            Step(arguments: ["profile", "set", "city", "Lisbon", "--json"] + s),
+            Step(arguments: ["profile", "set", "bio", "--text=-5"] + s),
+            Step(arguments: ["picture", "add", "roof.png", "--caption", "Roof"] + s, capture: "roof"),
+            Step(arguments: ["picture", "add", "bridge.png"] + s, capture: "bridge"),
+            Step(arguments: ["picture", "add", "missing.png"] + s),
+            Step(arguments: ["picture", "add", "notes.txt"] + s),
+            Step(arguments: ["picture", "move", "$roof", "--first"] + s),
+            Step(arguments: ["picture", "caption", "$bridge", "Bridge in the fog", "--json"] + s),
+            Step(arguments: ["profile", "set", "avatar", "$roof"] + s),
+            Step(arguments: ["query", "pictures"] + s), Step(arguments: ["query", "pictures", "--json"] + s),
+            Step(arguments: ["query", "profile"] + s), Step(arguments: ["query", "profile", "--json"] + s),
+            Step(arguments: ["picture", "get", "$roof", "--out", "copy.png"] + s),
+            Step(arguments: ["picture", "get", "$roof", "--out", "-"] + s, binary: true),
+            Step(arguments: ["follow", bob] + s), Step(arguments: ["like", "$roof", "--json"] + s),
+            Step(arguments: ["query", "likes", "$roof", "--json"] + s),
+            Step(arguments: ["chat", "create", "--title", "Roofs", "--member", bob] + s, capture: "chat"),
+            Step(arguments: ["chat", "send", "$chat", "--text", "Look", "--picture", "$roof"] + s, capture: "message"),
+            Step(arguments: ["query", "chat", "$chat"] + s), Step(arguments: ["query", "chats", "--json"] + s),
+            Step(arguments: ["coins", "spend", "5", "--for", "a slot"] + s),
+            Step(arguments: ["query", "balance"] + s), Step(arguments: ["query", "no-effect"] + s),
+            Step(arguments: ["picture", "delete", "$bridge"] + s),
+            Step(arguments: ["query", "picture", "$bridge", "--json"] + s),
+            Step(arguments: ["export", "events.cbor", "--json"] + s),
+            Step(arguments: ["export", "-", "--format", "jsonl"] + s),
+            Step(arguments: ["import", "events.cbor"] + s),
+            Step(arguments: ["import", "-", "--json"] + s, input: Data("not an export".utf8)),
+            Step(arguments: ["log", "--limit", "3"] + s),
+            Step(arguments: ["query", "digest", "--json"] + s),
+            Step(arguments: ["follow", "12"] + s),
+            Step(arguments: ["picture", "--help"]),
+            Step(arguments: ["query", "feed", "--limit", "-3"] + s),
+        ]
+        var normalize = (a: Normalizer(), b: Normalizer())
+        var variables = (a: [String: String](), b: [String: String]())
+        for step in steps {
+            var results: [CommandResult] = []
+            for side in ["a", "b"] {
+                let vars = side == "a" ? variables.a : variables.b
+                let arguments = step.arguments.map { $0.hasPrefix("$") ? vars[String($0.dropFirst())] ?? $0 : $0 }
+                let result = try runCommand(chorus, arguments, input: step.input, directory: dir.store(side))
+                if let name = step.capture {
+                    let first = result.stdout.split(separator: "\n").first.map(String.init) ?? ""
+                    if side == "a" { variables.a[name] = first } else { variables.b[name] = first }
+                }
+                results.append(result)
+            }
+            let (a, b) = (results[0], results[1])
+            #expect(a.status == b.status, "\(step.arguments): exit \(a.status) directly, \(b.status) served; \(b.stderr)")
+            if step.binary {
+                #expect(a.stdout.utf8.count == b.stdout.utf8.count, "\(step.arguments)")
+            } else {
+                #expect(normalize.a(a.stdout) == normalize.b(b.stdout), "\(step.arguments)")
+            }
+            #expect(normalize.a(a.stderr) == normalize.b(b.stderr), "\(step.arguments)")
+        }
+        // The server really ran them: its store holds B's events, and the
+        // files the commands wrote are in B's directory, not the server's.
+        #expect(fm.fileExists(atPath: dir.store("b") + "/copy.png"))
+        #expect(fm.fileExists(atPath: dir.store("b") + "/events.cbor"))
+        let served = try runCommand(chorus, ["log", "--json", "--store", dir.store("b") + "/store"])
+        #expect(served.status == 0 && served.stdout.contains("picture.created"))
+        #expect(server.stop() == 0)
+    }
+
+    @Test("a command that needs the store to itself says a server runs on it, at once")
+    func storeToItselfRefusedWhileServing() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
+        let server = try ServerProcess(chorus: chorus, store: dir.store("s"))
+        defer { server.stop() }
+        for arguments in [["rebuild"], ["upgrade"], ["issuer", "create"], ["serve", "--listen", "127.0.0.1:0"]] {
+            let r = try runCommand(chorus, arguments + ["--store", dir.store("s")])
+            #expect(r.status == 2, "\(arguments)")
+            #expect(r.stderr.contains("`chorus serve` is running on"), "\(arguments): \(r.stderr)")
+        }
+        // After the server stops, the store is free again.
+        #expect(server.stop() == 0)
+        #expect(!FileManager.default.fileExists(atPath: APIPaths.socket(inStore: dir.store("s"))))
+        #expect(try runCommand(chorus, ["rebuild", "--store", dir.store("s")]).status == 0)
+    }
+}

@@ -1,0 +1,78 @@
+import ChorusService
+import ChorusTestSupport
+import Foundation
+import Synchronization
+
+/// A `chorus serve` child process, stopped with SIGTERM.
+final class ServerProcess: Sendable {
+    let process: Process
+    private let log: LogBuffer
+    let syncPort: Int
+    let apiPort: Int?
+
+    init(chorus: String, store: String, apiListen: Bool = false) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: chorus)
+        process.arguments = ["serve", "--store", store, "--listen", "127.0.0.1:0"] + (apiListen ? ["--api-listen", "127.0.0.1:0"] : [])
+        var env = ProcessInfo.processInfo.environment
+        env["CHORUS_STORE"] = nil
+        process.environment = env
+        let err = Pipe()
+        process.standardError = err
+        process.standardOutput = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        let log = LogBuffer()
+        self.log = log
+        Thread {
+            // `availableData`: `read(upToCount:)` waits for the whole count.
+            while case let chunk = err.fileHandleForReading.availableData, !chunk.isEmpty {
+                log.append(String(decoding: chunk, as: UTF8.self))
+            }
+        }.start()
+        // Bounded wait for the listening lines.
+        let deadline = Date().addingTimeInterval(30)
+        func port(after marker: String) -> Int? {
+            let text = log.text
+            guard let range = text.range(of: marker) else { return nil }
+            return Int(text[range.upperBound...].prefix { $0.isNumber })
+        }
+        while Date() < deadline {
+            let text = log.text
+            if let sync = port(after: "listening on 127.0.0.1:"), text.contains("local API on"),
+                !apiListen || port(after: "local API on 127.0.0.1:") != nil
+            {
+                syncPort = sync
+                apiPort = apiListen ? port(after: "local API on 127.0.0.1:") : nil
+                return
+            }
+            guard process.isRunning else { break }
+            usleep(20_000)
+        }
+        process.terminate()
+        throw TestFailure("chorus serve did not start: \(log.text)")
+    }
+
+    var output: String { log.text }
+
+    /// SIGTERM, then a bounded wait for a clean exit; returns its status.
+    @discardableResult
+    func stop() -> Int32? {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(process.processIdentifier, SIGTERM)
+        let deadline = Date().addingTimeInterval(20)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            return nil
+        }
+        return process.terminationStatus
+    }
+}
+
+final class LogBuffer: Sendable {
+    private let state = Mutex("")
+    func append(_ s: String) { state.withLock { $0 += s } }
+    var text: String { state.withLock { $0 } }
+}

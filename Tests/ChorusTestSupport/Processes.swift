@@ -1,0 +1,79 @@
+import Foundation
+import Synchronization
+
+/// A fresh directory under the system temp dir, removed by `cleanup`.
+public struct TempDir: Sendable {
+    public let path: String
+    public init() {
+        path = NSTemporaryDirectory() + "chorus-test-" + UUID().uuidString
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    public func store(_ name: String) -> String { path + "/" + name }
+    public func cleanup() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Where SwiftPM put the executables built with the tests.
+public func productPath(_ name: String) throws -> String {
+    let argv0 = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    var dir = argv0.deletingLastPathComponent()
+    for _ in 0..<4 {
+        let candidate = dir.appendingPathComponent(name).path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        dir = dir.deletingLastPathComponent()
+    }
+    let fallback = repositoryRoot.appendingPathComponent(".build/debug/\(name)").path
+    guard FileManager.default.isExecutableFile(atPath: fallback) else {
+        throw TestFailure("cannot find the \(name) executable next to \(argv0.path)")
+    }
+    return fallback
+}
+
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
+}
+
+public struct CommandResult: Sendable {
+    public let status: Int32
+    public let stdout: String
+    public let stderr: String
+}
+
+/// Runs a command to completion, capturing its output; `input` is its
+/// standard input (none when nil), `directory` its working directory.
+public func runCommand(
+    _ path: String, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil, directory: String? = nil
+) throws -> CommandResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env["CHORUS_STORE"] = nil
+    for (k, v) in environment { env[k] = v }
+    process.environment = env
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let inputPipe = input.map { _ in Pipe() }
+    process.standardInput = inputPipe ?? FileHandle.nullDevice
+    try process.run()
+    if let inputPipe, let input {
+        // Written from a thread of its own: a child that does not read its input cannot block the test.
+        Thread {
+            inputPipe.fileHandleForWriting.write(input)
+            try? inputPipe.fileHandleForWriting.close()
+        }.start()
+    }
+    // Read both pipes to the end before waiting, so a full pipe cannot block the child.
+    let errData = Mutex(Data())
+    let errReader = Thread { errData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() } }
+    errReader.start()
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    while errReader.isExecuting || !errReader.isFinished { usleep(1000) }
+    return CommandResult(
+        status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+        stderr: errData.withLock { String(decoding: $0, as: UTF8.self) })
+}
