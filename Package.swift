@@ -86,14 +86,14 @@ let package = Package(
             dependencies: ["ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusProjections", "ChorusSync"]),
         .target(
             name: "ChorusCommandLine",
-            dependencies: ["ChorusNode", "ChorusLog", "ChorusProjections", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
             dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusCLI",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusService", "ChorusEncryption",
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption",
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
@@ -111,7 +111,9 @@ let package = Package(
         // Helpers the test targets share (seeded randomness, vector files).
         .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto"], path: "Tests/ChorusTestSupport"),
         .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
-        .testTarget(name: "ChorusServiceTests", dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCLI"]),
+        .testTarget(
+            name: "ChorusServiceTests",
+            dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCLI", .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),

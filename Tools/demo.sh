@@ -6,15 +6,21 @@
 # coin events, and sync over encrypted TCP on loopback: through the relay,
 # and once directly between Alice's devices. At the end every node shows the
 # same projections and the same digest, or the demo fails.
+# With CHORUS_DEMO_SERVED=1 every node also runs `chorus serve` from its
+# creation on, so every later command on it goes through its local API; the
+# output is the same (a test compares the two).
 # Usage: demo.sh CHORUS_BIN
 set -euo pipefail
 bin="${1:?usage: demo.sh PATH_TO_CHORUS}"
+served_mode="${CHORUS_DEMO_SERVED:-0}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/chorus-demo.XXXXXX")"
 servers=()
+owners=()                  # served mode: each node's own server
+declare -A owner_port=()   # served mode: the sync port of each node's own server
 cleanup() {
     # SIGTERM: a background job of a script ignores SIGINT.
-    for pid in "${servers[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${servers[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for pid in "${servers[@]}" "${owners[@]}"; do [ "$pid" = owned ] || kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${servers[@]}" "${owners[@]}"; do [ "$pid" = owned ] || wait "$pid" 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -55,6 +61,12 @@ nodes=("$shop" "$relay" "$phone" "$tablet" "$laptop")
 # sets $1 to the port it listens on; the server's log goes to $work/NAME.log.
 serve() {
     local var="$1" store="$2" log="$work/$(basename "$2").log" port="" i
+    if [ -n "${owner_port[$store]:-}" ]; then
+        # Served mode: the node's own server already serves sync.
+        servers+=("owned")
+        printf -v "$var" '%s' "${owner_port[$store]}"
+        return
+    fi
     "$bin" serve --store "$store" --listen 127.0.0.1:0 2>"$log" &
     servers+=("$!")
     for i in $(seq 1 100); do
@@ -68,8 +80,18 @@ serve() {
 # Stops the most recent server (SIGTERM: it finishes its sessions and closes the store).
 stop_server() {
     local pid="${servers[-1]}"
+    unset 'servers[-1]'
+    [ "$pid" = owned ] && return
     kill -TERM "$pid"
     wait "$pid" || fail "chorus serve did not stop cleanly"
+}
+# Served mode: starts the node's own server, which stays up to the end.
+own() {
+    [ "$served_mode" = 1 ] || return 0
+    local owned_port
+    serve owned_port "$1"
+    owner_port[$1]="$owned_port"
+    owners+=("${servers[-1]}")
     unset 'servers[-1]'
 }
 # Syncs each named store with the relay, both ways.
@@ -81,6 +103,7 @@ sync_relay() {
 step "A test network: the shop node creates the coin issuer key"
 run init --store "$shop" --name Shop --device-name shop-server
 capture issuer issuer create --store "$shop"
+own "$shop"
 
 step "An operator's always-on relay joins the shop's network (its network.json: issuer and network key) and serves"
 run init --store "$relay" --device-name relay --network "$shop/network.json"
@@ -91,6 +114,8 @@ step "Alice and Bob join the same network with the shop's invite (one line: netw
 invite="$("$bin" network invite --store "$shop")"
 run init --store "$phone" --name Alice --device-name alice-phone --network "$invite"
 run init --store "$laptop" --name Bob --device-name bob-laptop --network "$invite"
+own "$phone"
+own "$laptop"
 alice="$("$bin" whoami --store "$phone" --json | json_field user)"
 bob="$("$bin" whoami --store "$laptop" --json | json_field user)"
 phone_device="$("$bin" whoami --store "$phone" --json | json_field device)"
@@ -99,6 +124,7 @@ run network show --store "$laptop"
 step "Alice adds her tablet: a device-only store, bound from the phone (which holds the user key)"
 run init --store "$tablet" --user "$alice" --device-name alice-tablet --network "$shop/network.json" | tee "$work/tablet-init.txt"
 tablet_device="$("$bin" whoami --store "$tablet" --json | json_field device)"
+own "$tablet"
 proof="$(grep -o -- '--proof [0-9a-f]*' "$work/tablet-init.txt" | cut -d' ' -f2)"
 run device add --store "$phone" "$tablet_device" --proof "$proof" --name alice-tablet
 sync_relay "$phone" "$tablet"

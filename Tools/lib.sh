@@ -29,6 +29,24 @@ ensure_system_packages() {
     fi
 }
 
+# Installs Chromium (for the web page's browser test) when missing and this
+# user may install packages; otherwise the test says it is skipped.
+ensure_browser() {
+    command -v chromium >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "Installing chromium (apt-get) for the browser test..." >&2
+        { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2 ||
+            { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2; }; } || echo "Could not install chromium; the browser test will be skipped." >&2
+    fi
+}
+
+# Installs the OpenAPI validator from PyPI when missing (skipped if pip cannot).
+ensure_openapi_validator() {
+    python3 -c "import openapi_spec_validator" 2>/dev/null && return 0
+    python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator >&2 2>/dev/null ||
+        echo "Could not install openapi-spec-validator; the OpenAPI document will not be validated." >&2
+}
+
 # Builds the given products in debug mode; prints the build log only on failure.
 build_products() {
     local log

@@ -11,7 +11,6 @@ extension Serve: NeedsStoreToItself {}
 extension Init: NeedsStoreToItself {}
 extension IssuerCreate: NeedsStoreToItself {}
 extension Upgrade: NeedsStoreToItself {}
-extension Rebuild: NeedsStoreToItself {}
 
 /// Commands that may read standard input.
 protocol ReadsStandardInput {

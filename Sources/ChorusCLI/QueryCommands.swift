@@ -5,6 +5,7 @@ import ChorusEncryption
 import ChorusEvents
 import ChorusNode
 import ChorusProjections
+import ChorusReplay
 import Foundation
 
 struct Query: AsyncParsableCommand {
@@ -18,7 +19,7 @@ struct Query: AsyncParsableCommand {
         subcommands: [
             QueryProfile.self, QueryPictures.self, QueryPicture.self, QueryFollowers.self, QueryFollowing.self,
             QueryLikes.self, QueryFeed.self, QueryChats.self, QueryChat.self, QueryBalance.self, QuerySlots.self,
-            QueryDevices.self, QueryDigest.self, QueryNoEffect.self,
+            QueryDevices.self, QueryDigest.self, QueryNoEffect.self, QueryAudit.self,
         ])
 }
 
@@ -362,6 +363,24 @@ struct QueryDevices: AsyncParsableCommand {
     func run() async throws { try await printDevices(store, output, user) }
 }
 
+struct QueryAudit: QueryCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audit",
+        abstract: "Trace every coin from its purchase receipt, checking the escrow counter's invariants (as `chorus-replay audit coins`).",
+        discussion: "Exit status 0 when every invariant holds, 1 with findings.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "Only this user's devices and coins (default: everyone).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
+
+    func query(_ node: Node) throws {
+        let replay = ReplayStore(path: node.storePath, log: node.log, blobs: node.blobs, projections: node.projections)
+        let audit = try replay.auditCoins(user: try user.map { try parseKey($0, what: "USER") })
+        printCoinAudit(audit, json: output.json)
+        if !audit.findings.isEmpty { throw ExitCode(Exit.finding) }
+    }
+}
+
 struct QueryDigest: QueryCommand {
     static let configuration = CommandConfiguration(
         commandName: "digest", abstract: "The projection digest: equal on two nodes exactly when their projected state is.")
@@ -442,7 +461,7 @@ struct Rebuild: AsyncParsableCommand {
         let bar = ProgressBar()
         let (before, after, events) = try await withNode(store) { node in
             let before = try node.projections.digest()
-            try node.projections.rebuild { done, total in bar.update("folding the log", done, total) }
+            try await node.rebuildProjections { done, total in bar.update("folding the log", done, total) }
             bar.finish()
             return (before, try node.projections.digest(), try node.log.eventCount())
         }

@@ -492,6 +492,17 @@ public actor Node {
         return stored.withLock { $0 }
     }
 
+    /// Folds the projections again from the log (Specs/storage.md §5) on the
+    /// writer's thread: writes queued meanwhile wait and commit after it.
+    /// Readers may see the projections partly folded until it returns.
+    public func rebuildProjections(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws {
+        guard let writer else { throw NodeError.readOnly }
+        let projections = self.projections
+        let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in
+            writer.exclusively({ try projections.rebuild(progress: progress) }) { continuation.resume(with: $0) }
+        }
+    }
+
     /// Drops the cached head so the next append reloads it from the store.
     private func forgetSigningHead(_ author: PublicKey, ifGeneration generation: Int? = nil) {
         let current = signingGeneration[author, default: 0]

@@ -20,6 +20,9 @@ final class GroupCommitWriter: Sendable {
         /// Other writes that belong in the same transaction (a blob received
         /// from a peer, stored only if still referenced).
         var work: (@Sendable (Transaction) throws -> Void)? = nil
+        /// Work that makes its own transactions (a rebuild): runs alone on
+        /// the writer's thread, between two group commits.
+        var exclusive: (@Sendable () throws -> Void)? = nil
         let completion: @Sendable (Result<[AppendOutcome], any Error>) -> Void
     }
 
@@ -40,7 +43,9 @@ final class GroupCommitWriter: Sendable {
         let stats = self.stats
         let notifier = self.notifier
         thread = BatchingThread(
-            name: "chorus-writer", maxWeight: Self.maxEventsPerTransaction, weight: { max(1, $0.events.count) }
+            name: "chorus-writer", maxWeight: Self.maxEventsPerTransaction,
+            // An exclusive request weighs a whole batch, so it is always alone in one.
+            weight: { $0.exclusive == nil ? max(1, $0.events.count) : Self.maxEventsPerTransaction }
         ) { batch in
             Self.commit(
                 batch, store: store, now: nowMillis(), driftMillis: driftMillis, stats: stats, notifier: notifier)
@@ -58,6 +63,14 @@ final class GroupCommitWriter: Sendable {
         }
     }
 
+    /// Runs `job` on the writer's thread once everything queued before it is
+    /// committed, with no commit running beside it; completes when it returns.
+    func exclusively(_ job: @escaping @Sendable () throws -> Void, completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void) {
+        if !thread.enqueue(Request(events: [], exclusive: job, completion: completion)) {
+            completion(.failure(NodeError.closed))
+        }
+    }
+
     /// Finishes every queued request, then stops the thread.
     func close() { thread.close() }
 
@@ -69,6 +82,16 @@ final class GroupCommitWriter: Sendable {
     ) {
         let started = DispatchTime.now().uptimeNanoseconds
         defer { stats.addBusy(nanoseconds: DispatchTime.now().uptimeNanoseconds - started) }
+        if batch.count == 1, let job = batch[0].exclusive {
+            do {
+                try job()
+                notifier.notify()
+                batch[0].completion(.success([]))
+            } catch {
+                batch[0].completion(.failure(error))
+            }
+            return
+        }
         do {
             // The log, the blobs and every projection they touch commit in
             // one transaction, so they can never disagree (Specs/storage.md §5).

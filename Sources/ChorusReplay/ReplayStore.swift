@@ -163,3 +163,11 @@ public final class ScratchDirectory: Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }
+
+extension ReplayStore {
+    /// A replay view of a store some node already has open (its reads are
+    /// LMDB read transactions: they never block, nor see half a commit).
+    public init(path: String, log: LogStore, blobs: BlobStore, projections: Projections) {
+        self.init(path: path, env: log.env, log: log, blobs: blobs, projections: projections)
+    }
+}

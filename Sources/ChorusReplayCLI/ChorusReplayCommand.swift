@@ -30,20 +30,3 @@ struct StoreOption: ParsableArguments {
 
 func parseObject(_ text: String) throws -> Bytes32 { try parseKey(text, what: "OBJECT") }
 
-func findingJSON(_ f: Finding) -> JSONValue {
-    .object([
-        ("code", .string(f.code)), ("message", .string(f.message)), ("event", f.event.map { .string($0.hex) } ?? .null),
-        ("location", .string(f.location)),
-    ])
-}
-
-func printFindings(_ findings: [Finding]) {
-    if findings.isEmpty {
-        print("no findings")
-    } else {
-        print("\(findings.count) finding\(findings.count == 1 ? "" : "s"):")
-        for f in findings {
-            print("  [\(f.code)] \(f.location): \(f.message)\(f.event.map { " (event \($0.hex))" } ?? "")")
-        }
-    }
-}

@@ -100,9 +100,16 @@ public struct APIClient: Sendable {
         headers.add(name: "Content-Length", value: String(body?.count ?? 0))
         let head = HTTPRequestHead(version: .http1_1, method: method, uri: path, headers: headers)
         return try await channel.executeThenClose { inbound, outbound in
-            try await outbound.write(.head(head))
-            if let body, !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
-            try await outbound.write(.end(nil))
+            // A server may answer before reading the whole request (a 401)
+            // and close: the answer is still read.
+            var writeError: (any Error)?
+            do {
+                try await outbound.write(.head(head))
+                if let body, !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
+                try await outbound.write(.end(nil))
+            } catch {
+                writeError = error
+            }
             var response: (Int, [(String, String)])?
             for try await part in inbound {
                 switch part {
@@ -113,7 +120,8 @@ public struct APIClient: Sendable {
                     return response
                 }
             }
-            throw APIClientError.connection("the server closed the connection before the response ended")
+            throw APIClientError.connection(
+                "the server closed the connection before the response ended" + (writeError.map { " (sending failed: \($0))" } ?? ""))
         }
     }
 

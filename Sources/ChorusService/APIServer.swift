@@ -75,6 +75,10 @@ public struct APIServer: Sendable {
     func router(local: Bool) -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         if !local, let token = configuration.token { router.add(middleware: BearerTokenMiddleware(token: token)) }
+        router.get("/") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: WebPage.html)))
+        }
+        router.get("/openapi.json") { _, _ in Self.json(try OpenAPIDocument.rendered()) }
         router.get("/health") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
         }
@@ -89,6 +93,11 @@ public struct APIServer: Sendable {
             }
         }
         for route in CommandRoute.all { add(route, to: router) }
+        let node = self.node
+        let runCommand = self.runCommand
+        router.get("/v1/watch") { request, _ in
+            try Self.watch(request, node: node, runCommand: runCommand)
+        }
         return router
     }
 
@@ -144,9 +153,70 @@ public struct APIServer: Sendable {
         }
     }
 
+    /// `/v1/watch?path=…` (Specs/api.md §6): server-sent events carrying the
+    /// JSON of a GET endpoint, first at once and then after every commit that
+    /// changed it, through the node's observation (equal answers are not repeated).
+    static func watch(_ request: Request, node: Node, runCommand: @escaping CommandRunner) throws -> Response {
+        guard let target = request.uri.queryParameters["path"].map(String.init),
+            let components = URLComponents(string: target),
+            let (route, parameters) = CommandRoute.match(.get, components.path), route.json
+        else {
+            return errorResponse(.badRequest, "give path=, a GET endpoint of this API that answers JSON, e.g. path=/v1/chats/ID?limit=50")
+        }
+        var query: [String: String] = [:]
+        for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        let arguments: [String]
+        do { arguments = try route.commandLine(parameters: parameters, query: query, body: [:], uploaded: nil) } catch {
+            return errorResponse(.badRequest, "\(error)")
+        }
+        let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
+        struct Answer: Equatable, Sendable {
+            let status: Int32
+            let output: Data
+        }
+        let answers = node.observe { _ in
+            let output = OutputBuffer()
+            let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
+            return Answer(status: status, output: output.jsonBody(status: status))
+        }
+        let (events, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
+        // Ends when the server shuts down, so a watcher never holds up a graceful shutdown.
+        let task = Task {
+            try? await cancelWhenGracefulShutdown {
+                for try await answer in answers {
+                    // Each answer is one line of JSON: one `data:` line per event.
+                    let name = answer.status == 0 ? "" : "event: error\n"
+                    continuation.yield(ByteBuffer(string: name + "data: " + String(decoding: answer.output, as: UTF8.self) + "\n\n"))
+                }
+            }
+            continuation.finish()
+        }
+        // A comment line now and then: writing it is how a client that went away is noticed.
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: watchHeartbeat)
+                continuation.yield(ByteBuffer(string: ": keep-alive\n\n"))
+            }
+        }
+        continuation.onTermination = { _ in
+            task.cancel()
+            heartbeat.cancel()
+        }
+        var headers = HTTPFields()
+        headers[.contentType] = "text/event-stream"
+        headers[.cacheControl] = "no-cache"
+        return Response(status: .ok, headers: headers, body: ResponseBody(asyncSequence: events))
+    }
+
+    static let watchHeartbeat = Duration.seconds(15)
+
     static func errorResponse(_ status: HTTPResponse.Status, _ message: String) -> Response {
         let json = try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])
         return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json ?? Data())))
+    }
+
+    static func json(_ data: Data) -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
     /// A request body as a file the command reads (owner-only, removed after the request).
@@ -229,13 +299,20 @@ final class OutputBuffer: Sendable {
     func append(err data: Data) { state.withLock { $0.err.append(data) } }
 
     func response(status: Int32) -> Response {
-        let (out, err) = state.withLock { ($0.out, $0.err) }
         let httpStatus: HTTPResponse.Status = status == 0 ? .ok : status == 1 ? .unprocessableContent : .badRequest
+        return Response(status: httpStatus, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: jsonBody(status: status))))
+    }
+
+    /// The command's JSON output, or `{"error": …}` with its message when it printed none or failed.
+    func jsonBody(status: Int32) -> Data {
+        let (out, err) = state.withLock { ($0.out, $0.err) }
         if !out.isEmpty, status != 2 {
-            return Response(status: httpStatus, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: out)))
+            // One line, as the command printed it.
+            return out.last == 0x0A ? out.dropLast() : out
         }
-        let message = String(decoding: err, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        return APIServer.errorResponse(httpStatus, message.isEmpty ? "the command failed with exit status \(status)" : message)
+        let text = String(decoding: err, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let message = text.isEmpty ? "the command failed with exit status \(status)" : text
+        return (try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
     }
 }
 
@@ -247,25 +324,49 @@ public struct APIRequestContext: RequestContext {
     public var maxUploadSize: Int { 64 << 20 }
 }
 
-/// Every request on TCP except `/health` carries `Authorization: Bearer TOKEN` (Specs/api.md §3).
+/// On TCP every request except `/health` and the page at `/` carries the
+/// token (Specs/api.md §3): `Authorization: Bearer TOKEN`, or, for a
+/// browser, the `chorus_token` cookie that opening `/?token=TOKEN` sets.
 struct BearerTokenMiddleware: RouterMiddleware {
     typealias Context = APIRequestContext
+    static let cookie = "chorus_token"
     let token: [UInt8]
 
     init(token: String) { self.token = Array(token.utf8) }
 
+    /// Constant time in the token's length: no timing hint of how much matched.
+    func matches(_ given: Substring?) -> Bool {
+        guard let given else { return false }
+        let bytes = Array(given.utf8)
+        var difference = UInt8(bytes.count == token.count ? 0 : 1)
+        for i in token.indices { difference |= token[i] ^ (i < bytes.count ? bytes[i] : 0) }
+        return difference == 0
+    }
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        if request.uri.path == "/health" { return try await next(request, context) }
-        let given = request.headers[.authorization].map { Array($0.utf8) } ?? []
-        let expected = Array("Bearer ".utf8) + token
-        // Constant time in the token's length: no timing hint of how much matched.
-        var difference = UInt8(given.count == expected.count ? 0 : 1)
-        for i in expected.indices { difference |= expected[i] ^ (i < given.count ? given[i] : 0) }
-        guard difference == 0 else {
+        let path = request.uri.path
+        if path == "/health" { return try await next(request, context) }
+        if path == "/" {
+            // The page holds no data; with a valid ?token= it also logs the browser in.
+            var response = try await next(request, context)
+            if let given = request.uri.queryParameters["token"], matches(given) {
+                response.headers[.setCookie] = "\(Self.cookie)=\(String(decoding: token, as: UTF8.self)); Path=/; HttpOnly; SameSite=Strict"
+            }
+            return response
+        }
+        let header = request.headers[.authorization]
+        let bearer = header.flatMap { $0.hasPrefix("Bearer ") ? $0.dropFirst(7) : nil }
+        let cookie = request.headers[values: .cookie].lazy.flatMap { $0.split(separator: ";") }
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .first { $0.hasPrefix(Self.cookie + "=") }
+            .map { Substring($0.dropFirst(Self.cookie.count + 1)) }
+        guard matches(bearer) || matches(cookie) else {
             var headers = HTTPFields()
             headers[.wwwAuthenticate] = "Bearer"
             headers[.contentType] = "application/json"
-            return Response(status: .unauthorized, headers: headers, body: .init(byteBuffer: ByteBuffer(string: #"{"error":"this endpoint needs Authorization: Bearer TOKEN (the token file is keys/api.token in the store)"}"#)))
+            return Response(
+                status: .unauthorized, headers: headers,
+                body: .init(byteBuffer: ByteBuffer(string: #"{"error":"this endpoint needs Authorization: Bearer TOKEN (the token is in keys/api.token in the store); a browser opens /?token=TOKEN once"}"#)))
         }
         return try await next(request, context)
     }

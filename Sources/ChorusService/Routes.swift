@@ -75,8 +75,10 @@ public struct CommandRoute: Sendable {
         func text(_ value: Any, _ name: String) throws -> [String] {
             switch value {
             case let s as String: return [s]
-            case let b as Bool: return [b ? "true" : "false"]
-            case let n as NSNumber: return [n.stringValue]
+            case let n as NSNumber:
+                // JSON true/false arrive as NSNumber too; only a real boolean is written as one.
+                if String(cString: n.objCType) == "c" { return [n.boolValue ? "true" : "false"] }
+                return [n.stringValue]
             case let list as [Any]: return try list.flatMap { try text($0, name) }
             default: throw InputError.badField(name)
             }
@@ -104,6 +106,28 @@ public struct CommandRoute: Sendable {
             }
         }
         return words + options + (positionals.isEmpty ? [] : ["--"] + positionals)
+    }
+
+    /// The route a concrete path (`/v1/chats/ab12…`) names, with its path parameters.
+    public static func match(_ method: Method, _ path: String) -> (CommandRoute, [String: String])? {
+        let given = path.split(separator: "/", omittingEmptySubsequences: false)
+        for route in all where route.method == method {
+            let pattern = route.path.split(separator: "/", omittingEmptySubsequences: false)
+            guard pattern.count == given.count else { continue }
+            var parameters: [String: String] = [:]
+            var matches = true
+            for (p, g) in zip(pattern, given) {
+                if p.hasPrefix("{") {
+                    guard !g.isEmpty else { matches = false; break }
+                    parameters[String(p.dropFirst().dropLast())] = String(g).removingPercentEncoding ?? String(g)
+                } else if p != g {
+                    matches = false
+                    break
+                }
+            }
+            if matches { return (route, parameters) }
+        }
+        return nil
     }
 
     var needsUpload: Bool { arguments.contains { if case .upload = $0 { true } else { false } } }
@@ -164,6 +188,7 @@ public struct CommandRoute: Sendable {
         .init(.post, "/v1/coins/spend", "Spend coins from this device's rights", [.word("coins"), .word("spend"), .field("amount"), .fieldOption("for", "--for")]),
         .init(.post, "/v1/coins/give", "Give coins to another user", [.word("coins"), .word("give"), .field("user"), .field("amount"), .fieldOption("device", "--device"), .fieldOption("note", "--note")]),
         .init(.post, "/v1/coins/move", "Move spending rights to a sibling device", [.word("coins"), .word("move"), .field("device"), .field("amount")]),
+        .init(.get, "/v1/audit", "Every coin traced from its purchase receipt, with the invariants checked", [.word("query"), .word("audit"), .query("user")]),
         .init(.get, "/v1/slots", "A user's lock slots", [.word("query"), .word("slots"), .query("user")]),
         .init(.post, "/v1/slots/{slot}/unlock", "Unlock a slot, spending its price", [.word("slot"), .word("unlock"), .path("slot")]),
         .init(.post, "/v1/slots/{slot}", "Put a picture in an unlocked slot, or empty it", [.word("slot"), .word("set"), .path("slot"), .optionalField("picture"), .fieldFlag("empty", "--empty")]),

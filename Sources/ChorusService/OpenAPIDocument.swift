@@ -1,0 +1,168 @@
+import Foundation
+
+/// The OpenAPI 3.1 description of the local API, made from the same route
+/// table the server uses, so the two cannot disagree. `Specs/api.openapi.json`
+/// is this document; a test checks it byte for byte.
+public enum OpenAPIDocument {
+    /// Body fields that are lists of strings or whole numbers; every other field is a string.
+    static let listFields: Set<String> = ["members"]
+    static let integerFields: Set<String> = ["amount", "hops"]
+
+    public static func make() -> [String: Any] {
+        var paths: [String: [String: Any]] = [:]
+        for route in CommandRoute.all {
+            paths[route.path, default: [:]][route.method.rawValue.lowercased()] = operation(route)
+        }
+        paths["/v1/run"] = ["post": runOperation()]
+        paths["/health"] = [
+            "get": [
+                "operationId": "health", "summary": "Whether the node serves (no token needed, also on TCP)", "security": [] as [Any],
+                "responses": ["200": jsonResponse("The node serves", schema: ["type": "object", "properties": ["status": ["const": "ok"]]])],
+            ] as [String: Any]
+        ]
+        paths["/metrics"] = [
+            "get": [
+                "operationId": "metrics", "summary": "Prometheus metrics (text exposition format)",
+                "responses": ["200": ["description": "Metrics", "content": ["text/plain": ["schema": ["type": "string"]]]]],
+            ] as [String: Any]
+        ]
+        paths["/v1/watch"] = ["get": watchOperation()]
+        return [
+            "openapi": "3.1.0",
+            "info": [
+                "title": "Chorus node local API", "version": "1",
+                "description":
+                    "The API of a running `chorus serve` (Specs/api.md). Every endpoint under /v1 runs the `chorus` command named in its description and answers exactly what that command prints with --json: 200 when it exits 0, 422 when it exits 1 (refused, or stored without effect), 400 when it exits 2.",
+            ],
+            "servers": [["url": "http://localhost", "description": "the Unix socket api.sock in the store directory, or the TCP address given with --api-listen"]],
+            "components": [
+                "securitySchemes": ["bearer": ["type": "http", "scheme": "bearer", "description": "keys/api.token in the store; needed on TCP only"]],
+                "schemas": [
+                    "Error": ["type": "object", "required": ["error"], "properties": ["error": ["type": "string"]]],
+                    "CommandOutput": ["description": "What the command prints with --json (Specs/api.md §5)"],
+                ],
+            ],
+            "security": [["bearer": [] as [Any]]],
+            "paths": paths,
+        ]
+    }
+
+    /// The document as the committed file holds it: sorted keys, two-space indentation, a final newline.
+    public static func rendered() throws -> Data {
+        let data = try JSONSerialization.data(withJSONObject: make(), options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        return data + Data("\n".utf8)
+    }
+
+    static func operationID(_ route: CommandRoute) -> String {
+        let words = route.arguments.compactMap { if case .word(let w) = $0, !w.hasPrefix("-") { w } else { nil } }
+        return words.enumerated().map { i, w in
+            let parts = w.split(separator: "-").map(String.init)
+            return parts.enumerated().map { j, p in i == 0 && j == 0 ? p : p.prefix(1).uppercased() + p.dropFirst() }.joined()
+        }.joined()
+    }
+
+    static func operation(_ route: CommandRoute) -> [String: Any] {
+        var parameters: [[String: Any]] = []
+        var properties: [String: Any] = [:]
+        var required: [String] = []
+        for argument in route.arguments {
+            switch argument {
+            case .path(let name):
+                parameters.append(["name": name, "in": "path", "required": true, "schema": ["type": "string"]])
+            case .query(let name), .queryOption(let name, _):
+                parameters.append(["name": name, "in": "query", "required": false, "schema": ["type": "string"]])
+            case .queryFlag(let name, _):
+                parameters.append(["name": name, "in": "query", "required": false, "schema": ["type": "boolean"]])
+            case .field(let name):
+                properties[name] = fieldSchema(name)
+                required.append(name)
+            case .optionalField(let name), .fieldOption(let name, _):
+                properties[name] = fieldSchema(name)
+            case .fieldFlag(let name, _):
+                properties[name] = ["type": "boolean"]
+            case .word, .upload, .dash: break
+            }
+        }
+        let command = "chorus " + route.arguments.compactMap { if case .word(let w) = $0, !w.hasPrefix("-") { w } else { nil } }.joined(separator: " ")
+        var operation: [String: Any] = [
+            "operationId": operationID(route), "summary": route.summary,
+            "description": route.json ? "Runs `\(command) --json`." : "Runs `\(command)`; the body is the bytes it writes.",
+            "responses": responses(route),
+        ]
+        if !parameters.isEmpty { operation["parameters"] = parameters }
+        if route.needsUpload {
+            operation["requestBody"] = [
+                "required": true, "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]],
+            ]
+        } else if !properties.isEmpty {
+            var schema: [String: Any] = ["type": "object", "properties": properties, "additionalProperties": false]
+            if !required.isEmpty { schema["required"] = required }
+            operation["requestBody"] = ["required": !required.isEmpty, "content": ["application/json": ["schema": schema]]]
+        }
+        return operation
+    }
+
+    static func fieldSchema(_ name: String) -> [String: Any] {
+        if listFields.contains(name) { return ["type": "array", "items": ["type": "string"]] }
+        if integerFields.contains(name) { return ["type": ["integer", "string"]] }
+        return ["type": "string"]
+    }
+
+    static func jsonResponse(_ description: String, schema: [String: Any]) -> [String: Any] {
+        ["description": description, "content": ["application/json": ["schema": schema]]]
+    }
+
+    static func responses(_ route: CommandRoute) -> [String: Any] {
+        let error = ["$ref": "#/components/schemas/Error"]
+        let ok: [String: Any] =
+            route.json
+            ? jsonResponse("What the command prints with --json", schema: ["$ref": "#/components/schemas/CommandOutput"])
+            : ["description": "The bytes the command writes", "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+        return [
+            "200": ok,
+            "422": jsonResponse("Refused, or stored without effect: the command's --json output, or an error", schema: ["oneOf": [["$ref": "#/components/schemas/CommandOutput"], error]]),
+            "400": jsonResponse("Bad input: the command's error message", schema: error),
+            "401": jsonResponse("On TCP without the bearer token", schema: error),
+        ]
+    }
+
+    static func runOperation() -> [String: Any] {
+        [
+            "operationId": "run", "summary": "Run a chorus command line in this process (Unix socket only; Specs/api.md §4)",
+            "requestBody": [
+                "required": true,
+                "content": [
+                    "application/json": [
+                        "schema": [
+                            "type": "object", "required": ["arguments", "workingDirectory", "errorIsTerminal"],
+                            "properties": [
+                                "arguments": ["type": "array", "items": ["type": "string"]], "workingDirectory": ["type": "string"],
+                                "errorIsTerminal": ["type": "boolean"], "storeVariable": ["type": "string"], "standardInputFile": ["type": "string"],
+                            ],
+                        ] as [String: Any]
+                    ]
+                ],
+            ] as [String: Any],
+            "responses": [
+                "200": [
+                    "description": "Frames: a type byte (1 output, 2 error, 3 exit status), a 4-byte big-endian length, the payload",
+                    "content": [CommandFrame.mediaType: ["schema": ["type": "string", "format": "binary"]]],
+                ]
+            ],
+        ]
+    }
+
+    static func watchOperation() -> [String: Any] {
+        [
+            "operationId": "watch",
+            "summary": "Server-sent events: the JSON of a GET endpoint, sent first and again whenever a commit changes it (Specs/api.md §6)",
+            "parameters": [
+                ["name": "path", "in": "query", "required": true, "schema": ["type": "string"], "description": "A GET endpoint with its query, e.g. /v1/chats/ID?limit=50"]
+            ],
+            "responses": [
+                "200": ["description": "An event stream: `data:` lines, each the endpoint's JSON", "content": ["text/event-stream": ["schema": ["type": "string"]]]],
+                "400": jsonResponse("Not a GET endpoint of this API", schema: ["$ref": "#/components/schemas/Error"]),
+            ],
+        ]
+    }
+}
