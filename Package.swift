@@ -28,7 +28,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
@@ -60,13 +60,14 @@ let package = Package(
         .target(
             name: "ChorusNode",
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",
-                           "ChorusCrypto", "ChorusStorage", "ChorusCBOR"]),
+                           "ChorusCrypto", "ChorusStorage", "ChorusCBOR", .product(name: "Metrics", package: "swift-metrics")]),
         .target(name: "ChorusNoise", dependencies: ["CSodium", "ChorusCrypto"]),
         .target(
             name: "ChorusSync",
             dependencies: ["ChorusParallel", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
                            "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
-                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics")]),
         .target(
             name: "ChorusReplay",
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
@@ -126,7 +127,8 @@ let package = Package(
             name: "ChorusSyncTests",
             dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
                            "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI",
-                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]),
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "Logging", package: "swift-log")]),
         .testTarget(
             name: "ChorusReplayTests",
             dependencies: ["ChorusTestSupport", "ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",

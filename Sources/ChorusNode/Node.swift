@@ -584,7 +584,9 @@ public actor Node {
         }
         guard let writer else {
             for v in valid { results[v.index] = .refused(.malformedEnvelope("store is read-only")) }
-            return IngestReport(results: results)
+            NodeMetrics.record(results)
+            NodeMetrics.record(results)
+        return IngestReport(results: results)
         }
         let (written, sink) = AsyncStream.makeStream(of: (slice: Int, result: Result<[AppendOutcome], any Error>).self)
         var slices: [[(index: Int, event: Event)]] = []
@@ -629,6 +631,7 @@ public actor Node {
             }
         }
         sink.finish()
+        NodeMetrics.record(results)
         return IngestReport(results: results)
     }
 

@@ -104,6 +104,10 @@ final class GroupCommitWriter: Sendable {
             }
             let size = batch.reduce(0) { $0 + $1.events.count }
             stats.record(batchSize: size)
+            NodeMetrics.batchEvents.record(size)
+            NodeMetrics.commitSeconds.recordNanoseconds(Int64(DispatchTime.now().uptimeNanoseconds - started))
+            let stored = outcomes.joined().count { if case .accepted = $0 { true } else if case .refilled = $0 { true } else { false } }
+            if stored > 0 { NodeMetrics.eventsStored.increment(by: stored) }
             notifier.notify()
             for (request, result) in zip(batch, outcomes) { request.completion(.success(result)) }
         } catch {

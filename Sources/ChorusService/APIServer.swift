@@ -32,15 +32,18 @@ public struct APIServer: Sendable {
     let configuration: APIConfiguration
     let runCommand: CommandRunner
     let logger: Logger
+    let metrics: ServiceMetrics?
     let onListening: @Sendable (APIEndpoint) -> Void
 
+    /// `metrics`: what `/metrics` exports (404 without).
     public init(
-        node: Node, configuration: APIConfiguration, logger: Logger, runCommand: @escaping CommandRunner,
+        node: Node, configuration: APIConfiguration, logger: Logger, metrics: ServiceMetrics? = nil, runCommand: @escaping CommandRunner,
         onListening: @escaping @Sendable (APIEndpoint) -> Void = { _ in }
     ) {
         self.node = node
         self.configuration = configuration
         self.logger = logger
+        self.metrics = metrics
         self.runCommand = runCommand
         self.onListening = onListening
     }
@@ -74,11 +77,21 @@ public struct APIServer: Sendable {
 
     func router(local: Bool) -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
+        // Requests, by route and status (Hummingbird's own metrics).
+        if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         if !local, let token = configuration.token { router.add(middleware: BearerTokenMiddleware(token: token)) }
         router.get("/") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: WebPage.html)))
         }
         router.get("/openapi.json") { _, _ in Self.json(try OpenAPIDocument.rendered()) }
+        if let metrics {
+            let node = self.node
+            router.get("/metrics") { _, _ in
+                Response(
+                    status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                    body: .init(byteBuffer: ByteBuffer(bytes: metrics.render(node: node))))
+            }
+        }
         router.get("/health") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
         }

@@ -1,5 +1,6 @@
 import ChorusNoise
 import Foundation
+import Metrics
 import NIOCore
 import NIOPosix
 
@@ -202,7 +203,15 @@ private final class ChildChannels: @unchecked Sendable {
             return next
         }
         for c in evict { c.close(promise: nil) }
+        recordOpen()
         return id
+    }
+
+    /// Connections accepted and not yet closed (Specs/api.md §8).
+    private static let open = Gauge(label: "chorus_sync_connections_open")
+
+    private func recordOpen() {
+        Self.open.record(lock.withLock { channels.count })
     }
 
     func authenticated(_ id: Int) {
@@ -211,6 +220,7 @@ private final class ChildChannels: @unchecked Sendable {
 
     func remove(_ id: Int) {
         lock.withLock { _ = channels.removeValue(forKey: id) }
+        recordOpen()
     }
 
     func all() -> [any Channel] {

@@ -1,4 +1,5 @@
 import ChorusNode
+import Logging
 
 extension Node {
     /// Syncs both ways with the node serving at `host:port` over Noise-
@@ -10,12 +11,13 @@ extension Node {
     }
 
     /// Serves sync to peers on `host:port` (port 0: a free one, see
-    /// `Serving.port`) in the background until `shutdown()`.
+    /// `Serving.port`) in the background until `shutdown()`. Sessions are
+    /// logged to `logger` (one structured line each; nothing by default).
     public nonisolated func serve(
         host: String = "127.0.0.1", port: Int, limits: ConnectionLimits = ConnectionLimits(),
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        logger: Logger = Logger(label: "chorus.sync", factory: { _ in SwiftLogNoOpLogHandler() })
     ) async throws -> Serving {
-        let server = try SyncServer(node: self, log: log)
+        let server = try SyncServer(node: self, logger: logger)
         do {
             let listener = try await server.listen(host: host, port: port, limits: limits)
             return Serving(server: server, listener: listener)

@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusNode
 import Foundation
+import Metrics
 
 /// Sync over the encrypted TCP transport (Specs/sync-transport.md): the
 /// node's network key is the PSK, its device key the proved identity.
@@ -83,10 +84,13 @@ extension SyncServer {
     public func listen(
         host: String, port: Int, networkKey: Bytes32? = nil, limits: ConnectionLimits = ConnectionLimits()
     ) async throws -> SecureListener {
-        let log = self.logLine
+        let failures = failureLog
         let listener = try await SecureListener.bind(
             host: host, port: port, configuration: try SyncNetwork.configuration(for: node, networkKey: networkKey), limits: limits,
-            onFailure: { address, error in log("connection from \(address) failed before authentication: \(error)") })
+            onFailure: { address, error in
+                SyncServer.unauthenticatedFailures.increment()
+                failures.warning("connection failed before authentication: \(error)", metadata: ["address": "\(address)"])
+            })
         Task { [self] in
             for await connection in listener.connections { accept(connection) }
         }

@@ -1,68 +1,98 @@
 import ChorusCrypto
 import ChorusNode
 import Foundation
+import Logging
+import Metrics
 import Synchronization
 
 /// Serves sync sessions for many peers at once on one node (`chorus
 /// serve`). Each connection runs its own session; a peer that breaks the
-/// protocol is disconnected and refused for `bans.duration`. Logging is
-/// one line per session start, end or error.
+/// protocol is disconnected and refused for `bans.duration`. It logs one
+/// structured line per session start, end or error (peer, address, events,
+/// bytes, seconds, outcome) and counts sessions, events and bytes
+/// (Specs/api.md §8).
 public final class SyncServer: Sendable {
     public let node: Node
     public let peers: PeerStore
     public let bans: BanList
     public let options: SyncOptions
-    private let log: @Sendable (String) -> Void
-    /// The log line sink given at init.
-    public var logLine: @Sendable (String) -> Void { log }
+    public let logger: Logger
+    /// Failures before authentication: an attacker causes them at will.
+    let failureLog: RateLimitedLog
     private let active = Mutex<[Int: Task<Void, Never>]>([:])
     private let counter = Atomic<Int>(0)
     private let running = Mutex<[ObjectIdentifier: SyncSession]>([:])
 
     public init(
         node: Node, options: SyncOptions = SyncOptions(live: true), bans: BanList = BanList(),
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        logger: Logger = Logger(label: "chorus.sync", factory: { _ in SwiftLogNoOpLogHandler() })
     ) throws {
         self.node = node
         self.peers = try PeerStore(env: node.log.env)
         self.bans = bans
         self.options = options
-        self.log = log
+        self.logger = logger
+        failureLog = RateLimitedLog(logger: logger, what: "connections that failed before authentication")
     }
+
+    static func sessions(_ outcome: String) -> Counter { Counter(label: "chorus_sync_sessions_total", dimensions: [("outcome", outcome)]) }
+    static let bytesIn = Counter(label: "chorus_sync_bytes_total", dimensions: [("direction", "in")])
+    static let bytesOut = Counter(label: "chorus_sync_bytes_total", dimensions: [("direction", "out")])
+    static let eventsIn = Counter(label: "chorus_sync_events_total", dimensions: [("direction", "received")])
+    static let eventsOut = Counter(label: "chorus_sync_events_total", dimensions: [("direction", "sent")])
+    static let unauthenticatedFailures = Counter(label: "chorus_sync_unauthenticated_failures_total")
 
     /// Runs one session on `transport` to its end and returns its report
     /// (nil when it failed or the peer is refused).
     @discardableResult
     public func serve(_ transport: any FrameTransport) async -> SyncReport? {
         let peer = transport.peer
-        let who = "\(peer.key.short) (\(peer.address))"
+        var logger = self.logger
+        logger[metadataKey: "peer"] = "\(peer.key.hex)"
+        logger[metadataKey: "address"] = "\(peer.address)"
         if let reason = bans.refusal(peer.key) {
-            log("session refused: peer \(who) is banned: \(reason)")
+            logger.notice("session refused: the peer is banned: \(reason)", metadata: ["outcome": "refused"])
+            Self.sessions("refused").increment()
             let frame = SyncMessage.error(code: "peer_refused", message: "refused for now: \(reason)").encoded()
             try? await transport.send(frame)
             await transport.close()
             return nil
         }
-        log("session start: peer \(who)")
+        logger.info("session start")
         do {
             let session = try SyncSession(node: node, transport: transport, options: options, peers: peers)
             let key = ObjectIdentifier(session)
             running.withLock { $0[key] = session }
             defer { _ = running.withLock { $0.removeValue(forKey: key) } }
             let r = try await session.run()
-            log(
-                "session end: peer \(who): received \(r.eventsReceived) events, \(r.blobsReceived) blobs; sent \(r.eventsSent) events, \(r.blobsSent) blobs; \(r.bytesReceived + r.bytesSent) bytes in \(String(format: "%.3f", r.seconds)) s"
-            )
+            let outcome = r.partial ? "partial" : "complete"
+            logger.info(
+                "session end",
+                metadata: [
+                    "outcome": "\(outcome)", "events_received": "\(r.eventsReceived)", "blobs_received": "\(r.blobsReceived)",
+                    "events_sent": "\(r.eventsSent)", "blobs_sent": "\(r.blobsSent)", "bytes_in": "\(r.bytesReceived)",
+                    "bytes_out": "\(r.bytesSent)", "seconds": "\(String(format: "%.3f", r.seconds))",
+                ])
+            Self.sessions(outcome).increment()
+            Self.bytesIn.increment(by: r.bytesReceived)
+            Self.bytesOut.increment(by: r.bytesSent)
+            Self.eventsIn.increment(by: r.eventsReceived)
+            Self.eventsOut.increment(by: r.eventsSent)
             return r
         } catch let error as SyncError {
             if error.isPeerFault {
                 bans.ban(peer.key, reason: error.code)
-                log("session error: peer \(who) disconnected and refused for \(bans.duration): [\(error.code)] \(error)")
+                logger.warning(
+                    "session error: [\(error.code)] \(error); disconnected and refused for \(bans.duration)",
+                    metadata: ["outcome": "banned", "code": "\(error.code)"])
+                Self.sessions("banned").increment()
             } else {
-                log("session error: peer \(who): [\(error.code)] \(error)")
+                logger.warning("session error: [\(error.code)] \(error)", metadata: ["outcome": "error", "code": "\(error.code)"])
+                Self.sessions("error").increment()
             }
         } catch {
-            log("session error: peer \(who): \(error)")
+            logger.warning("session error: \(error)", metadata: ["outcome": "error"])
+            Self.sessions("error").increment()
         }
         return nil
     }
@@ -84,6 +114,8 @@ public final class SyncServer: Sendable {
     /// them. Acknowledged events are durable already: each ack follows the
     /// group commit that stored the batch.
     public func shutdown() async {
+        // What was suppressed is still reported.
+        failureLog.flush()
         let tasks = active.withLock { a in
             let t = Array(a.values)
             a = [:]

@@ -10,10 +10,10 @@ final class ServerProcess: Sendable {
     let syncPort: Int
     let apiPort: Int?
 
-    init(chorus: String, store: String, apiListen: Bool = false) throws {
+    init(chorus: String, store: String, apiListen: Bool = false, extra: [String] = []) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chorus)
-        process.arguments = ["serve", "--store", store, "--listen", "127.0.0.1:0"] + (apiListen ? ["--api-listen", "127.0.0.1:0"] : [])
+        process.arguments = ["serve", "--store", store, "--listen", "127.0.0.1:0"] + (apiListen ? ["--api-listen", "127.0.0.1:0"] : []) + extra
         var env = ProcessInfo.processInfo.environment
         env["CHORUS_STORE"] = nil
         process.environment = env

@@ -281,7 +281,7 @@ struct FaultTests {
         // machine (the whole suite runs in parallel) never idles it out.
         options.idleTimeout = .seconds(10)
         let lines = LogLines()
-        let server = try SyncServer(node: node, options: options, log: { lines.append($0) })
+        let server = try SyncServer(node: node, options: options, logger: collectingLogger(lines))
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
 
         // The stalled peer: hello, nothing to announce, a request for everything, then it never reads.
@@ -340,7 +340,7 @@ struct FaultTests {
         options.helloTimeout = .seconds(120)
         options.idleTimeout = .seconds(120)
         let lines = LogLines()
-        let server = try SyncServer(node: node, options: options, log: { lines.append($0) })
+        let server = try SyncServer(node: node, options: options, logger: collectingLogger(lines))
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
         let port = listener.port
 

@@ -83,7 +83,7 @@ struct HostileTests {
         let (th, tx) = MemoryTransport.pair(honest.identity.device, hostileKey)
         var logged: [String] = []
         let lines = LogLines()
-        let server = try SyncServer(node: honest, options: SyncOptions(), log: { lines.append($0) })
+        let server = try SyncServer(node: honest, options: SyncOptions(), logger: collectingLogger(lines))
         let hostile = Task { await runHostilePeer(tx, user: hostileKey, announce: FeedAnnouncement(author: key.publicKey, seq: 2, head: e2.id), answer: answer) }
         let report = try await bounded(.seconds(20), "hostile session") { await server.serve(th) }
         await hostile.value

@@ -6,6 +6,7 @@ import ChorusProjections
 import ChorusSync
 import ChorusTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// A fresh directory under the system temp dir, removed by `cleanup`.
@@ -100,3 +101,25 @@ func pictureBytes(_ seed: Int, size: Int = 3000) -> [UInt8] {
     return (0..<size).map { _ in UInt8(truncatingIfNeeded: g.next()) }
 }
 
+
+/// A logger whose lines (message, then `key=value` metadata) go to `lines`.
+func collectingLogger(_ lines: LogLines) -> Logger {
+    Logger(label: "test") { _ in CollectingLogHandler(lines: lines) }
+}
+
+struct CollectingLogHandler: LogHandler {
+    let lines: LogLines
+    var metadata: Logger.Metadata = [:]
+    var metadataProvider: Logger.MetadataProvider?
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let all = metadata.merging(event.metadata ?? [:]) { $1 }
+        lines.append(([ "\(event.message)" ] + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }).joined(separator: " "))
+    }
+}

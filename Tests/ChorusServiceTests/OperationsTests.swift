@@ -1,0 +1,119 @@
+import ChorusService
+import ChorusTestSupport
+import Foundation
+import Testing
+
+@Suite("operating a serving node: metrics, logs, configuration")
+struct OperationsTests {
+    /// The value of one sample of the Prometheus text (`name{labels} value`).
+    static func sample(_ text: String, _ series: String) -> Double? {
+        for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
+            return Double(line.dropFirst(series.count + 1))
+        }
+        return nil
+    }
+
+    /// Opens a TCP connection to `port`, writes garbage and closes it: a
+    /// connection that fails before authentication.
+    static func garbageConnection(port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return }
+        let junk = [UInt8](repeating: 0x41, count: 200)
+        _ = junk.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    @Test("after mutations, a sync, a refused import and failed connections, /metrics shows each counter with its value; the log is JSON lines with one structured line per session and the failures rate-limited")
+    func metricsAndLogs() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let store = dir.store("node")
+        #expect(try runCommand(chorus, ["init", "--store", store, "--name", "Node"]).status == 0)
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", store + "/network.json"]).status == 0)
+        // The options come from a config file; the command line adds to it.
+        let config = dir.store("serve.json")
+        try Data(#"{"log-format": "json", "max-per-address": 8, "listen": "127.0.0.1:0"}"#.utf8).write(to: URL(fileURLWithPath: config))
+        let server = try ServerProcess(chorus: chorus, store: store, extra: ["--config", config])
+        defer { server.stop() }
+
+        for i in 0..<5 { #expect(try runCommand(chorus, ["profile", "set", "bio", "edit \(i)", "--store", store]).status == 0) }
+        #expect(try runCommand(chorus, ["profile", "set", "bio", "peer", "--store", dir.store("peer")]).status == 0)
+        let sync = try runCommand(chorus, ["sync", "127.0.0.1:\(server.syncPort)", "--store", dir.store("peer")])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        // A damaged event: its payload ("edit 3" in the raw envelope's hex) no longer matches its hash.
+        let export = try runCommand(chorus, ["export", "-", "--format", "jsonl", "--store", store])
+        let damaged = export.stdout.replacingOccurrences(of: "656469742033", with: "656469742058")
+        #expect(damaged != export.stdout)
+        let imported = try runCommand(chorus, ["import", "-", "--partial", "--store", store], input: Data(damaged.utf8))
+        #expect(imported.status == 1)
+        for _ in 0..<30 { Self.garbageConnection(port: server.syncPort) }
+
+        // The server notices the 30 closed connections in its own time: a bounded wait.
+        var text = ""
+        for _ in 0..<200 {
+            let response = try await APIClient(.socket(inStore: store)).send(.GET, "/metrics")
+            #expect(response.status == 200)
+            text = response.text
+            if Self.sample(text, "chorus_sync_unauthenticated_failures_total") == 30 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        func value(_ series: String) -> Double { Self.sample(text, series) ?? -1 }
+        #expect(value("chorus_events_stored_total") >= 6, "\(text)")
+        #expect(value("chorus_events_duplicate_total") >= 1)
+        #expect(value(#"chorus_events_refused_total{reason="payload_hash_mismatch"}"#) == 1, "\(text)")
+        #expect(value(#"chorus_sync_sessions_total{outcome="complete"}"#) == 1)
+        #expect(value(#"chorus_sync_bytes_total{direction="in"}"#) > 100)
+        #expect(value(#"chorus_sync_bytes_total{direction="out"}"#) > 100)
+        #expect(value(#"chorus_sync_events_total{direction="received"}"#) >= 1)
+        #expect(value("chorus_sync_unauthenticated_failures_total") == 30)
+        #expect(value("chorus_sync_connections_open") >= 0)
+        #expect(value("chorus_writer_batch_events_count") >= 6)
+        #expect(value("chorus_writer_commit_seconds_count") >= 6)
+        #expect(value("chorus_store_file_bytes") > 0)
+        #expect(value("chorus_store_map_bytes") >= value("chorus_store_file_bytes"))
+        #expect(value("chorus_store_events") >= 8)
+        #expect(text.contains("hb_requests"), "Hummingbird's request metrics")
+        #expect(try await APIClient(.socket(inStore: store)).send(.GET, "/health").text == #"{"status":"ok"}"#)
+
+        #expect(server.stop() == 0)
+        let lines = server.output.split(separator: "\n").map(String.init)
+        let entries = lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String] }
+        #expect(entries.count == lines.count, "every log line is one JSON object: \(lines.filter { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) == nil })")
+        let end = try #require(entries.first { $0["message"] == "session end" }, "\(lines)")
+        for key in ["peer", "address", "events_received", "events_sent", "bytes_in", "bytes_out", "seconds", "outcome", "time", "level"] {
+            #expect(end[key] != nil, "session end has no \(key): \(end)")
+        }
+        #expect(end["outcome"] == "complete")
+        let failures = entries.filter { $0["message"]?.hasPrefix("connection failed before authentication") == true }
+        #expect(failures.count == 10, "at most 10 failure lines per window, got \(failures.count)")
+        let suppressed = entries.compactMap { $0["suppressed"].flatMap(Int.init) }.reduce(0, +)
+        #expect(suppressed == 20, "the other 20 are counted: \(entries.filter { $0["suppressed"] != nil })")
+        #expect(entries.contains { $0["message"] == "stopped" })
+    }
+
+    @Test("a config file with an unknown option or a bad value is refused with the reason")
+    func badConfig() throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
+        for (json, expected) in [
+            (#"{"lisen": "127.0.0.1:0"}"#, #"unknown option "lisen""#), (#"{"max-per-address": "many"}"#, "wrong type"),
+            (#"{"log-format": "xml"}"#, "--log-format must be text or json"), ("[1]", "not a JSON object"),
+        ] {
+            let path = dir.store("c.json")
+            try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+            let r = try runCommand(chorus, ["serve", "--store", dir.store("s"), "--config", path])
+            #expect(r.status == 2 && r.stderr.contains(expected), "\(json): \(r.stderr)")
+        }
+    }
+}
