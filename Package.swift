@@ -11,6 +11,7 @@ import PackageDescription
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
 //     -> ChorusNoise (Noise_XXpsk3 on libsodium) -> ChorusSync (peer sync over TCP with SwiftNIO)
 //     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
+//     -> ChorusService (the local HTTP API, metrics, logs) -> ChorusCommands (every `chorus` command)
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
 let package = Package(
     name: "Chorus",
@@ -20,6 +21,8 @@ let package = Package(
         // What an app embeds: `import Chorus` (node, queries, ids, payloads, sync).
         .library(name: "Chorus", targets: ["Chorus"]),
         .library(name: "ChorusNode", targets: ["ChorusNode"]),
+        // A node's local HTTP API for an app that serves one (`node.serveAPI`), with every `chorus` command behind it.
+        .library(name: "ChorusCommands", targets: ["ChorusCommands"]),
         .executable(name: "chorus", targets: ["ChorusCLI"]),
         .executable(name: "chorus-replay", targets: ["ChorusReplayCLI"]),
         .executable(name: "chorus-bench", targets: ["ChorusBench"]),
@@ -92,17 +95,18 @@ let package = Package(
             name: "ChorusReplayCLI",
             dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
-        .executableTarget(
-            name: "ChorusCLI",
+        .target(
+            name: "ChorusCommands",
             dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption",
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
+        .executableTarget(name: "ChorusCLI", dependencies: ["ChorusCommands"]),
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption",
+                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/Benchmark"),
         .executableTarget(
@@ -114,7 +118,7 @@ let package = Package(
         .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
         .testTarget(
             name: "ChorusServiceTests",
-            dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCLI", .product(name: "NIOHTTP1", package: "swift-nio")]),
+            dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),

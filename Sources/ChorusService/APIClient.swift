@@ -73,7 +73,40 @@ public struct APIClient: Sendable {
         _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil,
         onBody: (ByteBufferView) async throws -> Void
     ) async throws -> (status: Int, headers: [(String, String)]) {
-        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
+        try await connect().executeThenClose { inbound, outbound in
+            var responses = inbound.makeAsyncIterator()
+            return try await exchange(
+                method, path, body: body, contentType: contentType, keepAlive: false, responses: &responses, outbound: outbound, onBody: onBody)
+        }
+    }
+
+    /// Runs `body` with one kept-alive connection for many requests in turn
+    /// (as a browser or `curl` with several URLs does): no connection set-up per request.
+    public func withConnection<T>(_ body: (inout Connection) async throws -> T) async throws -> T {
+        try await connect().executeThenClose { inbound, outbound in
+            var connection = Connection(client: self, responses: inbound.makeAsyncIterator(), outbound: outbound)
+            return try await body(&connection)
+        }
+    }
+
+    /// A kept-alive connection (`withConnection`): requests one after another.
+    public struct Connection {
+        let client: APIClient
+        var responses: NIOAsyncChannelInboundStream<HTTPClientResponsePart>.AsyncIterator
+        let outbound: NIOAsyncChannelOutboundWriter<HTTPClientRequestPart>
+
+        public mutating func send(_ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil) async throws
+            -> Response
+        {
+            var collected: [UInt8] = []
+            let (status, headers) = try await client.exchange(
+                method, path, body: body, contentType: contentType, keepAlive: true, responses: &responses, outbound: outbound
+            ) { collected += $0 }
+            return Response(status: status, headers: headers, body: collected)
+        }
+    }
+
+    private func connect() async throws -> NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart> {
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
         let initializer: @Sendable (any Channel) -> EventLoopFuture<NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>> = {
             channel in
@@ -84,45 +117,51 @@ public struct APIClient: Sendable {
         }
         do {
             switch endpoint {
-            case .unixSocket(let path): channel = try await bootstrap.connect(unixDomainSocketPath: path, channelInitializer: initializer)
-            case .tcp(let host, let port): channel = try await bootstrap.connect(host: host, port: port, channelInitializer: initializer)
+            case .unixSocket(let path): return try await bootstrap.connect(unixDomainSocketPath: path, channelInitializer: initializer)
+            case .tcp(let host, let port): return try await bootstrap.connect(host: host, port: port, channelInitializer: initializer)
             }
         } catch let error as IOError where [ECONNREFUSED, ENOENT].contains(error.errnoCode) {
             throw APIClientError.notServing(endpoint.description)
         } catch {
             throw APIClientError.connection("\(error)")
         }
+    }
+
+    /// Sends one request and reads its response, handing the body to `onBody` as it arrives.
+    func exchange(
+        _ method: HTTPMethod, _ path: String, body: [UInt8]?, contentType: String?, keepAlive: Bool,
+        responses: inout NIOAsyncChannelInboundStream<HTTPClientResponsePart>.AsyncIterator,
+        outbound: NIOAsyncChannelOutboundWriter<HTTPClientRequestPart>, onBody: (ByteBufferView) async throws -> Void
+    ) async throws -> (status: Int, headers: [(String, String)]) {
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: "localhost")
-        headers.add(name: "Connection", value: "close")
+        headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let contentType { headers.add(name: "Content-Type", value: contentType) }
         headers.add(name: "Content-Length", value: String(body?.count ?? 0))
         let head = HTTPRequestHead(version: .http1_1, method: method, uri: path, headers: headers)
-        return try await channel.executeThenClose { inbound, outbound in
-            // A server may answer before reading the whole request (a 401)
-            // and close: the answer is still read.
-            var writeError: (any Error)?
-            do {
-                try await outbound.write(.head(head))
-                if let body, !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
-                try await outbound.write(.end(nil))
-            } catch {
-                writeError = error
-            }
-            var response: (Int, [(String, String)])?
-            for try await part in inbound {
-                switch part {
-                case .head(let h): response = (Int(h.status.code), h.headers.map { ($0.name, $0.value) })
-                case .body(let buffer): try await onBody(buffer.readableBytesView)
-                case .end:
-                    guard let response else { throw APIClientError.protocolError("a response without a head") }
-                    return response
-                }
-            }
-            throw APIClientError.connection(
-                "the server closed the connection before the response ended" + (writeError.map { " (sending failed: \($0))" } ?? ""))
+        // A server may answer before reading the whole request (a 401)
+        // and close: the answer is still read.
+        var writeError: (any Error)?
+        do {
+            try await outbound.write(.head(head))
+            if let body, !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
+            try await outbound.write(.end(nil))
+        } catch {
+            writeError = error
         }
+        var response: (Int, [(String, String)])?
+        while let part = try await responses.next() {
+            switch part {
+            case .head(let h): response = (Int(h.status.code), h.headers.map { ($0.name, $0.value) })
+            case .body(let buffer): try await onBody(buffer.readableBytesView)
+            case .end:
+                guard let response else { throw APIClientError.protocolError("a response without a head") }
+                return response
+            }
+        }
+        throw APIClientError.connection(
+            "the server closed the connection before the response ended" + (writeError.map { " (sending failed: \($0))" } ?? ""))
     }
 
     /// Runs a command line in the serving process (Specs/api.md §4): its

@@ -295,11 +295,13 @@ public struct APIServer: Sendable {
 public enum APIServerError: Error, CustomStringConvertible {
     case tokenRequired
     case cannotSpool(String)
+    case notListening(String)
 
     public var description: String {
         switch self {
         case .tokenRequired: "the local API on TCP needs a bearer token"
         case .cannotSpool(let path): "cannot write the request body to \(path)"
+        case .notListening(let path): "the local API did not start listening (\(path)): is the directory writable, the address free?"
         }
     }
 }

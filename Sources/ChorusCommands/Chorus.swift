@@ -1,8 +1,10 @@
 import ArgumentParser
 import ChorusCommandLine
+import ChorusNode
+import ChorusService
 import Foundation
 
-@main
+/// The `chorus` command line (README "The chorus command").
 struct Chorus: ChorusCommandLineTool {
     static let configuration = CommandConfiguration(
         commandName: "chorus",
@@ -16,8 +18,18 @@ struct Chorus: ChorusCommandLineTool {
             Follow.self, Unfollow.self, Like.self, Unlike.self, Block.self, Unblock.self, Chat.self, Coins.self,
             Slot.self, Query.self, Rebuild.self, Upgrade.self, Log.self, Export.self, Import.self, Serve.self, Sync.self, Peers.self,
         ])
+}
 
-    static func main() async {
-        Foundation.exit(await Forwarding.execute(Array(CommandLine.arguments.dropFirst())))
+/// Runs `chorus` command lines: what the `chorus` executable does, and what
+/// a serving node does for its clients.
+public enum ChorusProgram {
+    /// Runs one command line typed by a user (the arguments after `chorus`):
+    /// inside the process serving its store when one does (Specs/api.md §4),
+    /// else here. Returns the exit status.
+    public static func run(_ arguments: [String]) async -> Int32 {
+        await Forwarding.execute(arguments)
     }
+
+    /// How a process serving `node` runs a client's command line on it.
+    public static func runner(node: Node) -> CommandRunner { Forwarding.runner(node: node) }
 }

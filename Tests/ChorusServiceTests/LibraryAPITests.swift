@@ -1,0 +1,41 @@
+import ChorusCommands
+import ChorusNode
+import ChorusService
+import ChorusTestSupport
+import Foundation
+import Testing
+
+@Suite("the local API served by an app's own node")
+struct LibraryAPITests {
+    @Test("node.serveAPI serves the REST endpoints, /v1/run and TCP with a token, on the app's open node, and shuts down cleanly")
+    func serveAPIFromALibrary() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("app"))
+        let token = String(repeating: "7f", count: 32)
+        let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token)
+        #expect(serving.endpoints.first == .socket(inStore: dir.store("app")))
+        guard case .tcp(_, let port) = try #require(serving.endpoints.last) else {
+            Issue.record("no TCP endpoint: \(serving.endpoints)")
+            return
+        }
+        let socket = APIClient(.socket(inStore: dir.store("app")))
+        let set = try await socket.send(.POST, "/v1/profile", body: Array(#"{"field":"bio","value":"from the API"}"#.utf8), contentType: "application/json")
+        #expect(set.status == 200, "\(set.text)")
+        // The app's node itself sees the edit at once.
+        #expect(try node.projections.profile(node.identity.user).fields.first { $0.name == "bio" }?.value == .text("from the API"))
+        let tcp = try await APIClient(.tcp(host: "127.0.0.1", port: port), token: token).send(.GET, "/v1/profile")
+        #expect(tcp.status == 200 && tcp.text.contains("from the API"))
+        #expect(try await APIClient(.tcp(host: "127.0.0.1", port: port)).send(.GET, "/v1/profile").status == 401)
+        var output = Data()
+        let status = try await socket.run(
+            CommandRequest(arguments: ["whoami", "--json"], workingDirectory: dir.path), output: { output.append($0) }, error: { _ in })
+        #expect(status == 0 && String(decoding: output, as: UTF8.self).contains(node.identity.user.hex))
+        await serving.shutdown()
+        #expect(!FileManager.default.fileExists(atPath: APIPaths.socket(inStore: dir.store("app"))))
+        await #expect(throws: APIClientError.self) { _ = try await socket.send(.GET, "/health") }
+        // The node stays the app's: still open and writable.
+        _ = try await node.setProfile(.bio("after the API"))
+        await node.close()
+    }
+}
