@@ -101,7 +101,10 @@ public struct APIServer: Sendable {
             let runCommand = self.runCommand
             router.post("/v1/run") { request, context in
                 let body = try await request.body.collect(upTo: 1 << 20)
-                let command = try JSONDecoder().decode(CommandRequest.self, from: Data(buffer: body))
+                guard let command = try? JSONDecoder().decode(CommandRequest.self, from: Data(buffer: body)) else {
+                    return Self.errorResponse(
+                        .badRequest, "the body must be a JSON object with arguments, workingDirectory and errorIsTerminal (Specs/api.md §4.1)")
+                }
                 return Self.streamCommand(command, runCommand)
             }
         }

@@ -31,6 +31,8 @@ struct LibraryAPITests {
         let status = try await socket.run(
             CommandRequest(arguments: ["whoami", "--json"], workingDirectory: dir.path), output: { output.append($0) }, error: { _ in })
         #expect(status == 0 && String(decoding: output, as: UTF8.self).contains(node.identity.user.hex))
+        let malformed = try await socket.send(.POST, "/v1/run", body: Array("{}".utf8), contentType: "application/json")
+        #expect(malformed.status == 400 && malformed.text.contains("arguments"))
         await serving.shutdown()
         #expect(!FileManager.default.fileExists(atPath: APIPaths.socket(inStore: dir.store("app"))))
         await #expect(throws: APIClientError.self) { _ = try await socket.send(.GET, "/health") }

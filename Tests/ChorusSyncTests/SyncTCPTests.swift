@@ -2,6 +2,7 @@ import ChorusCrypto
 import ChorusNode
 import ChorusSync
 import Foundation
+import ChorusTestSupport
 import Testing
 
 @Suite("Sync over encrypted TCP on 127.0.0.1")
@@ -44,24 +45,6 @@ struct SyncTCPTests {
 
 @Suite("Connection limits")
 struct ConnectionLimitTests {
-    /// An idle TCP connection to 127.0.0.1:`port` that never handshakes.
-    static func idleConnection(port: Int) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
-    }
-
     @Test func idleUnauthenticatedConnectionsCannotLockAnHonestPeerOut() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
@@ -75,7 +58,7 @@ struct ConnectionLimitTests {
         let listener = try await sync.listen(host: "127.0.0.1", port: 0, limits: limits)
         // Forty idle connections that never say a word, like a client without the network key.
         var idle: [Int32] = []
-        for _ in 0..<40 { if let fd = Self.idleConnection(port: listener.port) { idle.append(fd) } }
+        for _ in 0..<40 { if let fd = rawTCPConnection(port: listener.port) { idle.append(fd) } }
         defer { for fd in idle { close(fd) } }
         #expect(idle.count == 40)
         func closedByServer() -> Int {

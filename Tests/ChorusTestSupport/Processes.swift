@@ -77,3 +77,22 @@ public func runCommand(
         status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
         stderr: errData.withLock { String(decoding: $0, as: UTF8.self) })
 }
+
+/// A plain TCP connection to 127.0.0.1:`port` (no handshake): its file
+/// descriptor, or nil when it cannot connect. The caller closes it.
+public func rawTCPConnection(port: Int) -> Int32? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard connected == 0 else {
+        close(fd)
+        return nil
+    }
+    return fd
+}
