@@ -6,18 +6,26 @@ import ChorusSync
 import Dispatch
 import Foundation
 
-/// Suspends until SIGINT or SIGTERM arrives.
+/// Suspends until SIGINT or SIGTERM arrives, or the task is cancelled. A
+/// command a server runs for a client waits only for cancellation (the
+/// client went away, or the server stops): the signals are the server's.
 func waitForTermination() async {
     let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
     var sources: [any DispatchSourceSignal] = []
-    for sig in [SIGINT, SIGTERM] {
-        signal(sig, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-        source.setEventHandler { continuation.yield(sig) }
-        source.resume()
-        sources.append(source)
+    if Console.streams == nil {
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { continuation.yield(sig) }
+            source.resume()
+            sources.append(source)
+        }
     }
-    for await _ in stream { break }
+    await withTaskCancellationHandler {
+        for await _ in stream { break }
+    } onCancel: {
+        continuation.finish()
+    }
     for s in sources { s.cancel() }
 }
 
@@ -78,11 +86,11 @@ struct Sync: AsyncParsableCommand {
                     await waitForTermination()
                     task.cancel()
                 }
-                let r = await task.value
+                let r = await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
                 stopper.cancel()
                 return r
             }
-            return await task.value
+            return await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
         }
         bar.finish()
         switch result {

@@ -180,6 +180,7 @@ public struct APIClient: Sendable {
                 case .output(let d): output(d)
                 case .error(let d): error(d)
                 case .exit(let s): status = s
+                case .heartbeat: break
                 }
             }
         }

@@ -245,9 +245,12 @@ public struct APIServer: Sendable {
     }
 
     /// `/v1/run`: the command's output, error and exit status as frames, as they are written.
+    /// The command is cancelled when its client goes away (as a command run
+    /// directly ends with its process): a heartbeat frame every few seconds
+    /// notices a client that left while the command printed nothing.
     static func streamCommand(_ command: CommandRequest, _ runCommand: @escaping CommandRunner) -> Response {
         let (stream, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
-        Task {
+        let task = Task {
             let status = await runCommand(
                 command,
                 { data in for f in CommandFrame.split(data, CommandFrame.output) { continuation.yield(ByteBuffer(bytes: f.encoded)) } },
@@ -255,8 +258,20 @@ public struct APIServer: Sendable {
             continuation.yield(ByteBuffer(bytes: CommandFrame.exit(status).encoded))
             continuation.finish()
         }
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: commandHeartbeat)
+                continuation.yield(ByteBuffer(bytes: CommandFrame.heartbeat.encoded))
+            }
+        }
+        continuation.onTermination = { reason in
+            heartbeat.cancel()
+            if case .cancelled = reason { task.cancel() }
+        }
         return Response(status: .ok, headers: [.contentType: CommandFrame.mediaType], body: ResponseBody(asyncSequence: stream))
     }
+
+    static let commandHeartbeat = Duration.seconds(2)
 
     /// A command that writes bytes (an image, an export): streamed once its
     /// first bytes show it succeeded; an error before any byte is answered as an error.

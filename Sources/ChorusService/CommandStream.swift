@@ -39,6 +39,8 @@ public enum CommandFrame: Equatable, Sendable {
     case output(Data)
     case error(Data)
     case exit(Int32)
+    /// Sent while a command runs silently, so that a client that went away is noticed; clients ignore it.
+    case heartbeat
 
     public static let mediaType = "application/vnd.chorus.command-stream"
     /// The largest payload a frame may carry; a longer write is split.
@@ -50,6 +52,7 @@ public enum CommandFrame: Equatable, Sendable {
             case .output(let d): (1, d)
             case .error(let d): (2, d)
             case .exit(let status): (3, withUnsafeBytes(of: UInt32(bitPattern: status).bigEndian) { Data($0) })
+            case .heartbeat: (4, Data())
             }
         var out = Data([type])
         withUnsafeBytes(of: UInt32(payload.count).bigEndian) { out.append(contentsOf: $0) }
@@ -87,6 +90,7 @@ public enum CommandFrame: Equatable, Sendable {
             case 3:
                 guard payload.count == 4 else { throw DecodingError.badExit }
                 frames.append(.exit(Int32(bitPattern: payload.reduce(0) { $0 << 8 | UInt32($1) })))
+            case 4: frames.append(.heartbeat)
             default: throw DecodingError.unknownType(type)
             }
             start += 5 + length

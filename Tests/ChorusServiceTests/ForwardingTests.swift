@@ -150,4 +150,38 @@ struct ForwardingTests {
         #expect(!FileManager.default.fileExists(atPath: APIPaths.socket(inStore: dir.store("s"))))
         #expect(try runCommand(chorus, ["rebuild", "--store", dir.store("s")]).status == 0)
     }
+
+    @Test("`chorus sync --live` run through a server ends when its client is interrupted")
+    func liveSyncEndsWithItsClient() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
+        #expect(try runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
+        let server = try ServerProcess(chorus: chorus, store: dir.store("a"))
+        defer { server.stop() }
+        let peer = try ServerProcess(chorus: chorus, store: dir.store("peer"))
+        defer { peer.stop() }
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: chorus)
+        client.arguments = ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"]
+        client.standardOutput = FileHandle.nullDevice
+        client.standardError = FileHandle.nullDevice
+        try client.run()
+        func waitFor(_ what: String, _ condition: () -> Bool) async throws {
+            for _ in 0..<400 where !condition() { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(condition(), "\(what): \(peer.output)")
+        }
+        try await waitFor("the live session starts at the peer") { peer.output.contains("session start") }
+        // The session stays up while the client runs.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(!peer.output.contains("session end") && !peer.output.contains("session error"))
+        kill(client.processIdentifier, SIGINT)
+        client.waitUntilExit()
+        // The server notices the client left and ends the live sync it ran for it.
+        try await waitFor("the live session ends once its client is gone") {
+            peer.output.contains("session end") || peer.output.contains("session error")
+        }
+        #expect(server.stop() == 0)
+    }
 }
