@@ -11,7 +11,8 @@ import PackageDescription
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
 //     -> ChorusNoise (Noise_XXpsk3 on libsodium) -> ChorusSync (peer sync over TCP with SwiftNIO)
 //     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
-//     -> ChorusService (the local HTTP API, metrics, logs) -> ChorusCommands (every `chorus` command)
+//     -> ChorusCommandLine (what both tools share) -> ChorusService (the local HTTP API, metrics, logs)
+//     -> ChorusCommands (every `chorus` command, `node.serveAPI`)
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
 let package = Package(
     name: "Chorus",
