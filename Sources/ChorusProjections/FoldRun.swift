@@ -24,6 +24,8 @@ struct FoldRun {
     var relationshipFacts: [RelationshipKey: [Fact]] = [:]
     /// New read markers of this transaction, by chat, folded the same way.
     var readFacts: [ObjectID: [Fact]] = [:]
+    /// New profile edits of this transaction, by user, folded the same way.
+    var profileFacts: [PublicKey: [Fact]] = [:]
     /// Events first stored in this transaction: they have no decision
     /// recorded yet, so clearing one is a no-op that can be skipped...
     var newEvents: Set<EventID> = []
@@ -90,6 +92,8 @@ struct FoldRun {
 
     mutating func addReadFact(_ chat: ObjectID, _ fact: Fact) { readFacts[chat, default: []].append(fact) }
 
+    mutating func addProfileFact(_ user: PublicKey, _ fact: Fact) { profileFacts[user, default: []].append(fact) }
+
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
     }
@@ -104,6 +108,10 @@ struct FoldRun {
         for (key, facts) in relationshipFacts.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
         where dirty[key.cls]?.contains(key.target) != true {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldRelationshipFact(key.cls, key.target, fact) }
+        }
+        // A profile re-folded whole (its user's device bindings changed) already has its new edits.
+        for (user, facts) in profileFacts.sorted(by: { $0.key < $1.key }) where dirty[.profile]?.contains(user) != true {
+            for fact in facts { try foldProfileFact(user, fact) }
         }
         for cls: ObjectClass in [.profile, .picture, .follow, .like, .block, .slots, .deviceKey] {
             for object in (dirty[cls] ?? []).sorted() {

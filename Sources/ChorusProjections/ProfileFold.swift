@@ -8,28 +8,60 @@ extension FoldRun {
     mutating func foldProfile(_ user: PublicKey) throws {
         var registers: [String: (value: CBORValue, fact: Fact)] = [:]
         for f in try facts(.profile, user) {
-            switch try actor(f) {
-            case .failure(let why): try decide(f.id, why)
-            case .success(let actor) where actor != user:
-                try decide(f.id, NoEffect("not_owner", "only devices of user \(user.short) may edit this profile"))
-            case .success:
-                guard let payload = f.payload, let field = payload[text: "field"]?.textValue,
-                    let value = payload[text: "value"]
-                else { throw ProjectionError.corrupt("profile.set fact without its payload") }
-                if ProfileField(rawValue: field)?.isRetired == true {
-                    try decide(f.id, NoEffect("retired_field", "the profile field \(field) is retired and takes no effect: every profile field is public"))
-                    continue
-                }
-                registers[field] = (value, f)
-                try decide(f.id, nil)
-            }
+            guard let (field, value) = try effectiveProfileEdit(user, f) else { continue }
+            registers[field] = (value, f)
         }
         var entries: [[UInt8]: [UInt8]] = [:]
         for (field, r) in registers {
-            entries[Table.profile.key(user.bytes, Array(field.utf8))] = Codec.cbor(
-                .array([r.value, .unsigned(r.fact.hlc.rawValue), .bytes(r.fact.author.bytes), .bytes(r.fact.id.bytes)]))
+            entries[Table.profile.key(user.bytes, Array(field.utf8))] = Self.profileRegister(r.value, r.fact)
         }
         try replace(prefix: Table.profile.key(user.bytes), with: entries)
+    }
+
+    /// Folds one new `profile.set` into the stored registers, giving the same
+    /// state and decisions as `foldProfile` from all facts (Specs/projections.md
+    /// §9.1): whether an edit takes effect depends on its own actor and field
+    /// only, and a register holds the greatest effective edit, so the new one
+    /// replaces it exactly when it is greater. Without this, every edit would
+    /// re-read all the earlier edits of its profile.
+    mutating func foldProfileFact(_ user: PublicKey, _ f: Fact) throws {
+        guard let (field, value) = try effectiveProfileEdit(user, f) else { return }
+        let key = Table.profile.key(user.bytes, Array(field.utf8))
+        if let stored = try txn.get(p.state, key) {
+            let v = try Codec.decode(stored, "profile register")
+            guard let a = v.arrayValue, a.count == 4, let hlc = a[1].unsignedValue, let author = a[2].id32, let id = a[3].id32 else {
+                throw ProjectionError.corrupt("profile register")
+            }
+            if MergeOrder(hlc: HLC(rawValue: hlc), author: author, id: id) > f.order { return }
+        }
+        try txn.put(p.state, key, Self.profileRegister(value, f))
+    }
+
+    /// Decides one profile edit (Specs/projections.md §6.2): its field and
+    /// value when it takes effect, nil (with the reason recorded) when not.
+    private mutating func effectiveProfileEdit(_ user: PublicKey, _ f: Fact) throws -> (String, CBORValue)? {
+        switch try actor(f) {
+        case .failure(let why):
+            try decide(f.id, why)
+            return nil
+        case .success(let actor) where actor != user:
+            try decide(f.id, NoEffect("not_owner", "only devices of user \(user.short) may edit this profile"))
+            return nil
+        case .success:
+            guard let payload = f.payload, let field = payload[text: "field"]?.textValue, let value = payload[text: "value"] else {
+                throw ProjectionError.corrupt("profile.set fact without its payload")
+            }
+            if ProfileField(rawValue: field)?.isRetired == true {
+                try decide(f.id, NoEffect("retired_field", "the profile field \(field) is retired and takes no effect: every profile field is public"))
+                return nil
+            }
+            try decide(f.id, nil)
+            return (field, value)
+        }
+    }
+
+    static func profileRegister(_ value: CBORValue, _ f: Fact) -> [UInt8] {
+        Codec.cbor(.array([value, .unsigned(f.hlc.rawValue), .bytes(f.author.bytes), .bytes(f.id.bytes)]))
     }
 
     /// Lock slot contents: a register per slot, set by the profile's user

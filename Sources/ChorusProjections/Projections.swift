@@ -78,6 +78,9 @@ public struct Projections: Sendable {
                 // Read markers fold one fact at a time unless the chat's
                 // membership (or a device binding) changes in this run.
                 if !run.bulk { run.addReadFact(object, Fact(stored)) }
+            case .profile:
+                // Profile edits too, unless a device binding of the user changes.
+                if !run.bulk { run.addProfileFact(object, Fact(stored)) }
             default:
                 if !run.bulk { run.mark(cls, object) }
             }
