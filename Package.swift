@@ -78,7 +78,7 @@ let package = Package(
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusService",
-            dependencies: ["ChorusNode", "ChorusSync",
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),

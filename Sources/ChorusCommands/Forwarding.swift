@@ -49,7 +49,7 @@ enum Forwarding {
         var spooled: String?
         defer { if let spooled { try? FileManager.default.removeItem(atPath: spooled) } }
         if let reader = command as? any ReadsStandardInput, reader.readsStandardInput {
-            spooled = try spoolStandardInput()
+            spooled = try spoolStandardInput(prefix: "chorus-stdin-")
         }
         let request = CommandRequest(
             arguments: arguments, workingDirectory: FileManager.default.currentDirectoryPath, errorIsTerminal: isatty(2) == 1,
@@ -70,16 +70,6 @@ enum Forwarding {
             if let group = child.value as? OptionGroup<StoreOptions> { return group.wrappedValue }
         }
         return nil
-    }
-
-    static func spoolStandardInput() throws -> String {
-        let path = NSTemporaryDirectory() + "chorus-stdin-" + UUID().uuidString
-        guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
-            let out = FileHandle(forWritingAtPath: path)
-        else { throw CommandFailure(message: "cannot create a temporary file for standard input in \(NSTemporaryDirectory())") }
-        defer { try? out.close() }
-        while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty { try out.write(contentsOf: chunk) }
-        return path
     }
 
     /// How the serving process runs a command line for a client: with the

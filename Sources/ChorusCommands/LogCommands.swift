@@ -221,12 +221,7 @@ struct Import: AsyncParsableCommand {
             else { throw CommandFailure(message: "cannot read \(file): no such file, a directory, or not readable") }
             return (handle, nil)
         }
-        let path = NSTemporaryDirectory() + "chorus-import-" + UUID().uuidString
-        guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
-            let out = FileHandle(forWritingAtPath: path)
-        else { throw CommandFailure(message: "cannot create a temporary file for standard input in \(NSTemporaryDirectory())") }
-        while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty { try out.write(contentsOf: chunk) }
-        try out.close()
+        let path = try spoolStandardInput(prefix: "chorus-import-")
         guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandFailure(message: "cannot reopen \(path)") }
         return (handle, path)
     }

@@ -27,13 +27,7 @@ extension FoldRun {
     mutating func foldProfileFact(_ user: PublicKey, _ f: Fact) throws {
         guard let (field, value) = try effectiveProfileEdit(user, f) else { return }
         let key = Table.profile.key(user.bytes, Array(field.utf8))
-        if let stored = try txn.get(p.state, key) {
-            let v = try Codec.decode(stored, "profile register")
-            guard let a = v.arrayValue, a.count == 4, let hlc = a[1].unsignedValue, let author = a[2].id32, let id = a[3].id32 else {
-                throw ProjectionError.corrupt("profile register")
-            }
-            if MergeOrder(hlc: HLC(rawValue: hlc), author: author, id: id) > f.order { return }
-        }
+        if let stored = try txn.get(p.state, key), try Projections.profileRegister(stored).order > f.order { return }
         try txn.put(p.state, key, Self.profileRegister(value, f))
     }
 

@@ -36,11 +36,10 @@ extension Projections {
             var fields: [ProfileFieldValue] = []
             try txn.scan(state, prefix: Table.profile.key(user.bytes)) { key, value in
                 let name = String(decoding: key[33...], as: UTF8.self)
-                let v = try Codec.decode(value, "profile register")
-                guard let a = v.arrayValue, a.count == 4, let hlc = a[1].unsignedValue, let author = a[2].id32,
-                    let id = a[3].id32
-                else { throw ProjectionError.corrupt("profile register") }
-                fields.append(ProfileFieldValue(name: name, value: a[0], hlc: HLC(rawValue: hlc), author: author, event: id))
+                let register = try Self.profileRegister(value)
+                fields.append(
+                    ProfileFieldValue(
+                        name: name, value: register.value, hlc: register.order.hlc, author: register.order.author, event: register.order.id))
                 return true
             }
             let avatar = fields.first { $0.name == "avatar" }?.value.id32
@@ -80,5 +79,17 @@ extension Projections {
 
     public func binding(of device: PublicKey) throws -> DeviceBinding? {
         try log.env.read { txn in try txn.get(state, Table.device.key(device.bytes)).map(DeviceBinding.decode) }
+    }
+}
+
+extension Projections {
+    /// A stored profile register (Specs/projections.md §6.2): the winning
+    /// value and the merge order of the edit that wrote it.
+    static func profileRegister(_ bytes: [UInt8]) throws -> (value: CBORValue, order: MergeOrder) {
+        let v = try Codec.decode(bytes, "profile register")
+        guard let a = v.arrayValue, a.count == 4, let hlc = a[1].unsignedValue, let author = a[2].id32, let id = a[3].id32 else {
+            throw ProjectionError.corrupt("profile register")
+        }
+        return (a[0], MergeOrder(hlc: HLC(rawValue: hlc), author: author, id: id))
     }
 }

@@ -208,12 +208,7 @@ public struct APIServer: Sendable {
             continuation.finish()
         }
         // A comment line now and then: writing it is how a client that went away is noticed.
-        let heartbeat = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: watchHeartbeat)
-                continuation.yield(ByteBuffer(string: ": keep-alive\n\n"))
-            }
-        }
+        let heartbeat = Self.heartbeat(every: watchHeartbeat, continuation, ByteBuffer(string: ": keep-alive\n\n"))
         continuation.onTermination = { _ in
             task.cancel()
             heartbeat.cancel()
@@ -227,8 +222,12 @@ public struct APIServer: Sendable {
     static let watchHeartbeat = Duration.seconds(15)
 
     static func errorResponse(_ status: HTTPResponse.Status, _ message: String) -> Response {
-        let json = try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])
-        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json ?? Data())))
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: errorJSON(message))))
+    }
+
+    /// `{"error": message}`, the body of every error answer (Specs/api.md §5).
+    static func errorJSON(_ message: String) -> Data {
+        (try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
     }
 
     static func json(_ data: Data) -> Response {
@@ -258,12 +257,7 @@ public struct APIServer: Sendable {
             continuation.yield(ByteBuffer(bytes: CommandFrame.exit(status).encoded))
             continuation.finish()
         }
-        let heartbeat = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: commandHeartbeat)
-                continuation.yield(ByteBuffer(bytes: CommandFrame.heartbeat.encoded))
-            }
-        }
+        let heartbeat = Self.heartbeat(every: commandHeartbeat, continuation, ByteBuffer(bytes: CommandFrame.heartbeat.encoded))
         continuation.onTermination = { reason in
             heartbeat.cancel()
             if case .cancelled = reason { task.cancel() }
@@ -272,6 +266,19 @@ public struct APIServer: Sendable {
     }
 
     static let commandHeartbeat = Duration.seconds(2)
+
+    /// Yields `beat` every `interval` until cancelled: writing to a client that
+    /// went away is how a long, quiet response notices it.
+    static func heartbeat(
+        every interval: Duration, _ continuation: AsyncStream<ByteBuffer>.Continuation, _ beat: ByteBuffer
+    ) -> Task<Void, Never> {
+        Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                continuation.yield(beat)
+            }
+        }
+    }
 
     /// A command that writes bytes (an image, an export): streamed once its
     /// first bytes show it succeeded; an error before any byte is answered as an error.
@@ -345,7 +352,7 @@ final class OutputBuffer: Sendable {
         }
         let text = String(decoding: err, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         let message = text.isEmpty ? "the command failed with exit status \(status)" : text
-        return (try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        return APIServer.errorJSON(message)
     }
 }
 

@@ -1,3 +1,4 @@
+import ChorusCommandLine
 import Foundation
 import Logging
 import Synchronization
@@ -65,15 +66,5 @@ public struct LineLogHandler: LogHandler {
     }
 
     /// Control characters shown escaped (a peer's text cannot break a line or drive a terminal).
-    static func escaped(_ s: String) -> String {
-        var out = ""
-        for u in s.unicodeScalars {
-            if u.value < 0x20 || (0x7F...0x9F).contains(u.value) {
-                out += u == "\n" ? "\\n" : u == "\t" ? "\\t" : "\\u{\(String(u.value, radix: 16))}"
-            } else {
-                out.unicodeScalars.append(u)
-            }
-        }
-        return out
-    }
+    static func escaped(_ s: String) -> String { terminalSafe(s) }
 }
