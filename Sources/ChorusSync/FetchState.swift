@@ -32,6 +32,13 @@ public struct FetchState: Sendable {
     private var transientAuthors: Set<PublicKey> = []
     /// Feeds the peer said concern this node's user (`invite`, §4.8).
     public private(set) var invited: Set<PublicKey> = []
+    /// Whether the peer is pushing events unasked after a sketch
+    /// reconciliation it decoded (Specs/sync.md §4.2.2), until `eventsEnd`.
+    public private(set) var pushOpen = false
+    private enum PushedFeed { case next(UInt64), ended, dropping }
+    /// Per pushed feed: the next seq expected, or the push ended (fork
+    /// evidence), or it is being dropped (it did not extend this node's head).
+    private var pushed: [PublicKey: PushedFeed] = [:]
     private var payloadsWanted: Set<EventID> = []
     private var payloadsAsked: Set<EventID> = []
     /// The current round lacks something (§4.5); then the session does too.
@@ -60,6 +67,21 @@ public struct FetchState: Sendable {
     }
 
     public mutating func startRound() { roundIncomplete = false }
+
+    /// Heads the sketch decoder learned (Specs/sync.md §4.2.2): requested in
+    /// the next round like announced ones.
+    public mutating func learned(_ heads: [FeedAnnouncement]) {
+        for h in heads { announced[h.author] = h }
+    }
+
+    /// The peer said it pushes events next.
+    public mutating func openPush() {
+        pushOpen = true
+        pushed = [:]
+    }
+
+    /// The pushed events ended (`eventsEnd`).
+    public mutating func closePush() { pushOpen = false }
 
     public mutating func endRound() { if roundIncomplete { sessionIncomplete = true } }
 
@@ -101,20 +123,63 @@ public struct FetchState: Sendable {
     /// The peer answered the refill request: it lacks the rest.
     public mutating func refillsAnswered() { payloadsWanted = [] }
 
-    /// Whether a received event is a requested refill (true) or the next
-    /// event of a requested range (false); anything else ends the session.
-    public mutating func accept(_ event: Event) throws(SyncError) -> Bool {
-        if payloadsWanted.remove(event.id) != nil { return true }
-        guard var range = expected[event.author] else { throw .unrequestedEvent("\(event.author.short)#\(event.seq)") }
+    /// What a received event is to the fetcher.
+    public enum Received: Equatable, Sendable {
+        /// The next event of a requested range, or of a feed being pushed.
+        case event
+        /// A requested refill (§4.7).
+        case refill
+        /// A pushed event that does not extend this node's feed: not
+        /// stored; the next round asks for the peer's event at this node's
+        /// height instead, which settles the fork (§4.2.2).
+        case skipped
+    }
+
+    /// Classifies a received event; anything unrequested ends the session.
+    public mutating func accept(_ event: Event, store: some FeedLookup) throws -> Received {
+        if payloadsWanted.remove(event.id) != nil { return .refill }
+        guard var range = expected[event.author] else {
+            guard pushOpen else { throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq)") }
+            return try acceptPushed(event, store: store)
+        }
         if event.seq == range.next {
             range.next += 1
             if range.next > range.to { expected.removeValue(forKey: event.author) } else { expected[event.author] = range }
         } else if let fork = range.forkSeq, event.seq == fork, range.next == fork + 1 {
             expected.removeValue(forKey: event.author)  // the server's answer: its different event there
         } else {
-            throw .unrequestedEvent("\(event.author.short)#\(event.seq), expected #\(range.next)")
+            throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq), expected #\(range.next)")
         }
-        return false
+        return .event
+    }
+
+    /// A pushed feed starts right after this node's head (and continues in
+    /// order) or is one event at this node's height (fork evidence).
+    mutating func acceptPushed(_ event: Event, store: some FeedLookup) throws -> Received {
+        let author = event.author
+        switch pushed[author] {
+        case .next(let next):
+            guard event.seq == next else { throw SyncError.unrequestedEvent("\(author.short)#\(event.seq), expected #\(next)") }
+            pushed[author] = .next(next + 1)
+            return .event
+        case .dropping: return .skipped
+        case .ended: throw SyncError.unrequestedEvent("\(author.short)#\(event.seq) after its fork evidence")
+        case nil: break
+        }
+        let head = try store.head(of: author)
+        let height = head?.seq ?? 0
+        if event.seq == height + 1 {
+            guard event.header.prev == head?.id else {
+                pushed[author] = .dropping
+                announced[author] = FeedAnnouncement(author: author, seq: height, head: .zero)
+                return .skipped
+            }
+            pushed[author] = .next(height + 2)
+            return .event
+        }
+        guard height > 0, event.seq == height else { throw SyncError.unrequestedEvent("\(author.short)#\(event.seq) pushed, this node holds #\(height)") }
+        pushed[author] = .ended
+        return .event
     }
 
     /// `eventsEnd`: ranges still open mean the peer sent less than it

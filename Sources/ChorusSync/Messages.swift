@@ -28,6 +28,10 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// reconciliation (`reconcile` rounds) instead of announcing every feed,
     /// when either side has no remembered position (Specs/sync.md §4.2.1).
     public static let reconcile = SyncCapabilities(rawValue: 32)
+    /// Finds them with sketches of power sums instead (`sketchInfo`,
+    /// `sketch`, `sketchResult`), at about 16 bytes per differing feed
+    /// (Specs/sync.md §4.2.2).
+    public static let sketch = SyncCapabilities(rawValue: 64)
 }
 
 public struct SyncHello: Hashable, Sendable {
@@ -115,10 +119,17 @@ public enum SyncMessage: Hashable, Sendable {
     case blobSerial(UInt64)
     /// One round of reconciliation over feed heads (Specs/sync.md §4.2.1).
     case reconcile(ReconcileRound)
+    /// Opens sketch reconciliation (Specs/sync.md §4.2.2).
+    case sketchInfo(SketchInfo)
+    /// The sketcher's power sums for one round.
+    case sketch(SketchSums)
+    /// The answer to a round of sums.
+    case sketchResult(SketchResult)
 
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
-            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile
+            blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile, sketchInfo, sketch,
+            sketchResult
     }
 
     public var code: Code {
@@ -143,6 +154,9 @@ public enum SyncMessage: Hashable, Sendable {
         case .invite: .invite
         case .blobSerial: .blobSerial
         case .reconcile: .reconcile
+        case .sketchInfo: .sketchInfo
+        case .sketch: .sketch
+        case .sketchResult: .sketchResult
         }
     }
 
@@ -189,6 +203,9 @@ public enum SyncMessage: Hashable, Sendable {
                 t, .unsigned(r.count), .array(r.splits.map { .array([.bytes($0.prefix), .bytes($0.fingerprints)]) }),
                 .array(r.leaves.map { .array([.bytes($0.prefix), $0.digests.map { .bytes($0) } ?? .null]) }),
             ]
+        case .sketchInfo(let i): items = [t, .unsigned(i.count), .unsigned(i.total), .bytes(i.setHash), .bytes(i.nonce)]
+        case .sketch(let s): items = [t, .unsigned(s.checksum), .bytes(Reconciler.bytes(s.sums))]
+        case .sketchResult(let r): items = [t, .unsigned(r.outcome.rawValue), .array(r.asks.map { .unsigned($0) }), .unsigned(r.push)]
         case .done(let position): items = [t, .unsigned(position)]
         case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd: items = [t]
         }
@@ -331,6 +348,28 @@ public enum SyncMessage: Hashable, Sendable {
                 leaves.append(ReconcileLeaf(prefix: try prefix(e[0], depths: 1...64), digests: digests))
             }
             return .reconcile(ReconcileRound(count: try u64(items[1], "feed count"), splits: splits, leaves: leaves))
+        case .sketchInfo:
+            try count(5)
+            guard let hash = items[3].bytesValue, hash.count == 16, let nonce = items[4].bytesValue, nonce.count == SketchReconciler.nonceBytes else {
+                throw .malformed("sketchInfo is [count, total, 16-byte set hash, 16-byte nonce]")
+            }
+            return .sketchInfo(SketchInfo(count: try u64(items[1], "feed count"), total: try u64(items[2], "height total"), setHash: hash, nonce: nonce))
+        case .sketch:
+            try count(3)
+            guard let raw = items[2].bytesValue, !raw.isEmpty, raw.count % 8 == 0, raw.count <= 16 * SketchReconciler.maxCapacity else {
+                throw .malformed("sketch sums are 1 to \(2 * SketchReconciler.maxCapacity) values of 8 bytes")
+            }
+            return .sketch(SketchSums(checksum: try u64(items[1], "sketch checksum"), sums: Reconciler.words(raw)))
+        case .sketchResult:
+            try count(4)
+            guard let outcome = SketchResult.Outcome(rawValue: try u64(items[1], "sketch outcome")) else {
+                throw .malformed("a sketch outcome is 0 (more), 1 (found) or 2 (give up)")
+            }
+            var asks: [UInt64] = []
+            for entry in try list(items[2], "sketch asks") { asks.append(try u64(entry, "a sketch tag")) }
+            let push = try u64(items[3], "a sketch result's push count")
+            guard outcome == .found || (asks.isEmpty && push == 0) else { throw .malformed("only a found sketch result asks or pushes") }
+            return .sketchResult(SketchResult(outcome: outcome, asks: asks, push: push))
         case .wantEnd: try count(1); return .wantEnd
         case .eventsEnd: try count(1); return .eventsEnd
         case .blobWantEnd: try count(1); return .blobWantEnd

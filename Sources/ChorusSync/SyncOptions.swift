@@ -25,6 +25,10 @@ public struct SyncOptions: Sendable {
     /// Offers range-based reconciliation of feed heads for first contact
     /// (Specs/sync.md §4.2.1); off, every feed is announced instead.
     public var reconcile = true
+    /// Prefers sketch reconciliation (Specs/sync.md §4.2.2) when the peer
+    /// offers it too; it falls back to `reconcile`'s tree when the sets
+    /// differ in too many feeds.
+    public var sketch = true
     /// The most events and bytes of events this side serves the peer in one
     /// session (Specs/sync.md §5.1): past it, the rest of the peer's ranges
     /// go unanswered this session, so one peer cannot hold a server for an
@@ -96,6 +100,9 @@ public struct SyncReport: Sendable, Hashable {
     /// in this many rounds sent.
     public var reconciled = false
     public var reconcileRounds = 0
+    /// The reconciliation was by sketch (Specs/sync.md §4.2.2) and found
+    /// the difference, without falling back to the tree.
+    public var sketched = false
     /// The peer sent less than was asked (its budget, or events stamped
     /// ahead of this node's clock): another session fetches the rest.
     public var partial = false

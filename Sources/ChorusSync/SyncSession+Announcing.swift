@@ -22,7 +22,7 @@ extension SyncSession {
         }
         var position = try node.lastArrival()
         announcedSnapshot = (position, report.eventsReceived)
-        if reconciling {
+        if reconciliation != .none {
             try await reconcileHeads()
         } else {
             var heads = try changedHeads(since: hello.since, upTo: position, initial: true)
@@ -51,26 +51,112 @@ extension SyncSession {
         }
     }
 
-    /// Announces the feeds the peer holds differently, found round by round
-    /// (Specs/sync.md §4.2.1), instead of every feed. Live mode needs no
+    /// Announces the feeds the peer holds differently (Specs/sync.md
+    /// §4.2.1–4.2.2) instead of every feed: by sketch, falling back to the
+    /// tree (or, without it, to every feed). Live mode needs no
     /// reconciliation: it announces only what arrives after.
     func reconcileHeads() async throws {
-        var reconciler = Reconciler(heads: try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) })
+        let heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
+        var settled = false
+        if reconciliation == .sketch { settled = try await sketchHeads(heads) }
+        if !settled {
+            if peerHello?.capabilities.contains(.reconcile) == true, options.reconcile {
+                reconciliation = .tree
+                try await treeHeads(heads)
+            } else {
+                for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+            }
+        }
+        // The peer ends in the same round; one more from it is out of step.
+        reconcileFinished = true
+        if !reconcileQueue.isEmpty { throw SyncError.unexpected("a reconciliation message after the reconciliation ended") }
+    }
+
+    /// Range-based reconciliation, round by round (§4.2.1).
+    func treeHeads(_ heads: [FeedAnnouncement]) async throws {
+        var reconciler = Reconciler(heads: heads)
         send(.reconcile(reconciler.firstRound()))
-        report.reconcileRounds = 1
-        var rounds = reconcileStream.makeAsyncIterator()
+        report.reconcileRounds += 1
         while true {
-            guard let peerRound = await rounds.next() else { throw SyncError.connectionClosed }
+            guard let input = await nextReconcileInput() else { throw SyncError.connectionClosed }
+            guard case .round(let peerRound) = input else { throw SyncError.unexpected("\(input) during a reconcile round") }
             let (announce, next) = try reconciler.receive(peerRound)
             for chunk in announce.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
             guard let next else { break }
             report.reconcileRounds += 1
             send(.reconcile(next))
         }
-        // The peer ends in the same round; one more from it is out of step.
-        reconcileFinished = true
-        reconcileRounds.finish()
-        if await rounds.next() != nil { throw SyncError.unexpected("a reconcile round after the reconciliation ended") }
+    }
+
+    /// Sketch reconciliation (§4.2.2). Returns false when both sides fall
+    /// back. The decoder queues its push and records the heights it lacks;
+    /// the sketcher announces the feeds the decoder asks for.
+    func sketchHeads(_ heads: [FeedAnnouncement]) async throws -> Bool {
+        var sketch = SketchReconciler(
+            heads: heads, nonce: Random.bytes(SketchReconciler.nonceBytes), device: node.identity.device, peerDevice: transport.peer.key)
+        send(.sketchInfo(sketch.info()))
+        report.reconcileRounds = 1
+        func next() async throws -> ReconcileInput {
+            guard let input = await nextReconcileInput() else { throw SyncError.connectionClosed }
+            return input
+        }
+        guard case .info(let peerInfo) = try await next() else { throw SyncError.unexpected("a sketch message before the peer's sketchInfo") }
+        switch sketch.start(peer: peerInfo) {
+        case .identical:
+            report.sketched = true
+            return true
+        case .fallBack:
+            return false
+        case .sketch(nil):
+            send(.sketchResult(SketchResult(outcome: .giveUp)))
+            return false
+        case .sketch(let sums?):
+            sketchRole = .sketcher
+            send(.sketch(sums))
+            while true {
+                guard case .result(let result) = try await next() else { throw SyncError.unexpected("sketch sums to the sketcher") }
+                switch try sketch.receive(result) {
+                case .next(let more):
+                    report.reconcileRounds += 1
+                    send(.sketch(more))
+                case .found(let announce, _):
+                    for a in announce { peerKnown[a.author] = 0 }
+                    for chunk in announce.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+                    report.sketched = true
+                    return true
+                case .giveUp:
+                    return false
+                }
+            }
+        case .decode:
+            sketchRole = .decoder
+            while true {
+                let step: SketchReconciler.DecoderStep
+                switch try await next() {
+                case .sums(let sums): step = try sketch.receive(sums, store: node)
+                case .result(let result):
+                    _ = try sketch.receive(result)  // only "give up" reaches a decoder
+                    return false
+                default: throw SyncError.unexpected("a reconcile round during a sketch reconciliation")
+                }
+                switch step {
+                case .reply(let result):
+                    send(.sketchResult(result))
+                    if result.outcome == .giveUp { return false }
+                    report.reconcileRounds += 1
+                case .found(let result, let plan):
+                    fetch.learned(plan.wants)
+                    for w in plan.wants { peerKnown[w.author] = w.seq }
+                    send(.sketchResult(result))
+                    if !plan.pushes.isEmpty {
+                        try queue(.push(plan.pushes), items: plan.pushes.count)
+                        try queue(.pushEnd, items: 1)
+                    }
+                    report.sketched = true
+                    return true
+                }
+            }
+        }
     }
 
     /// Heads of the feeds that received events after arrival position

@@ -13,7 +13,10 @@ extension SyncSession {
     func fetchLoop() async throws {
         var firstRound = true
         while let signal = await nextSignal() {
+            if case .pushEnd = signal { continue }  // the push ended before the peer's announcement
             guard case .announced(let position) = signal else { throw SyncError.unexpected("\(signal) before any request") }
+            // Events the peer pushes settle what this round asks for.
+            if fetch.pushOpen { try await expect("the end of the pushed events") { if case .pushEnd = $0 { true } else { false } } }
             fetch.startRound()
             var feeds = try scopeFeeds()
             var asked: [PublicKey: UInt64] = [:]
@@ -72,10 +75,17 @@ extension SyncSession {
 
     func expect(_ wanted: String, _ matches: (FetchSignal) -> Bool) async throws {
         fetchWaiting = true
-        let next = await nextSignal()
-        fetchWaiting = false
-        guard let s = next else { throw CancellationError() }
-        guard matches(s) else { throw SyncError.unexpected("\(s) while waiting for \(wanted)") }
+        defer { fetchWaiting = false }
+        // A live announcement (the peer committed meanwhile) may arrive in
+        // the middle of a round: it waits for the next round.
+        var deferred: [FetchSignal] = []
+        defer { signalQueue.insert(contentsOf: deferred, at: 0) }
+        while true {
+            guard let s = await nextSignal() else { throw CancellationError() }
+            if matches(s) { return }
+            guard case .announced = s else { throw SyncError.unexpected("\(s) while waiting for \(wanted)") }
+            deferred.append(s)
+        }
     }
 
     func signal(_ s: FetchSignal) {

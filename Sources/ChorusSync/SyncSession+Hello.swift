@@ -20,6 +20,7 @@ extension SyncSession {
         if options.live { caps.insert(.live) }
         if options.blobs { caps.formUnion([.blobs, .blobSerial]) }
         if options.reconcile { caps.insert(.reconcile) }
+        if options.sketch { caps.insert(.sketch) }
         send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
         let frame: [UInt8]?
@@ -39,10 +40,13 @@ extension SyncSession {
         isLive = options.live && hello.capabilities.contains(.live)
         report.live = isLive
         // Both sides decide alike from the two hellos (Specs/sync.md §4.2.1).
-        reconciling =
-            caps.contains(.reconcile) && hello.capabilities.contains(.reconcile) && options.scope.hops == nil && hello.hops == nil
-            && (since == 0 || hello.since == 0)
-        report.reconciled = reconciling
+        let firstContact = options.scope.hops == nil && hello.hops == nil && (since == 0 || hello.since == 0)
+        if firstContact, caps.contains(.sketch), hello.capabilities.contains(.sketch) {
+            reconciliation = .sketch
+        } else if firstContact, caps.contains(.reconcile), hello.capabilities.contains(.reconcile) {
+            reconciliation = .tree
+        }
+        report.reconciled = reconciliation != .none
     }
 
     func countReceived(_ frame: [UInt8]) {

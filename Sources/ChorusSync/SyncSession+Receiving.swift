@@ -48,11 +48,16 @@ extension SyncSession {
             case .success(let e): event = e
             case .failure(let e): throw SyncError.badEvent(code: e.code, detail: e.description)
             }
-            if try fetch.accept(event) {
+            switch try fetch.accept(event, store: node) {
+            case .refill:
                 payloadRefills.append(event)
                 continue
+            case .skipped: continue
+            case .event: break
             }
             if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
+            // The peer holds what it sends: live announcements skip it.
+            if (peerKnown[event.author] ?? 0) < event.seq { peerKnown[event.author] = event.seq }
             events.append(event)
         }
         return (events, payloadRefills)

@@ -13,12 +13,16 @@ extension SyncSession {
     func serveLoop() async throws {
         for await job in serveStream {
             switch job {
-            case .ranges(let ranges):
+            case .ranges(let ranges), .push(let ranges):
                 serving.served(ranges.count)
+                var unfinished: [PublicKey] = []
                 for r in ranges {
                     // Past the budget the rest goes unanswered: the peer's
                     // round ends incomplete and it asks again next session.
-                    if serving.budgetSpent { break }
+                    if serving.budgetSpent {
+                        unfinished.append(r.author)
+                        continue
+                    }
                     if let prev = r.prev {
                         let before = try node.feed(r.author, fromSeq: r.from - 1, limit: 1).first
                         if let before, before.event.seq == r.from - 1, before.event.id != prev {
@@ -35,8 +39,16 @@ extension SyncSession {
                         next = last.seq + 1
                     }
                     if next > r.from { peerKnown[r.author] = max(peerKnown[r.author] ?? 0, next - 1) }
+                    if next <= r.to { unfinished.append(r.author) }
                 }
-            case .eventsEnd:
+                // A push cut short announces the rest, so the peer asks for
+                // it and sees its round incomplete (Specs/sync.md §4.2.2).
+                if case .push = job, !unfinished.isEmpty {
+                    let heads = try unfinished.compactMap { a in try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) } }
+                    try await flushBatch()
+                    for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+                }
+            case .eventsEnd, .pushEnd:
                 serving.served(1)
                 try await flushBatch()
                 send(.eventsEnd)

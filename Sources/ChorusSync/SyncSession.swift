@@ -34,7 +34,7 @@ public actor SyncSession {
     var closing = false
 
     // Fetching (what this node asked for).
-    enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd }
+    enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd, pushEnd }
     var fetch = FetchState()
     /// Whether an event received could entitle a member device to a chat
     /// key (a binding, a device key, a membership change, a key event, a
@@ -63,7 +63,11 @@ public actor SyncSession {
     public var queuedOutboxBytes: Int { outboxBytes }
 
     // Serving (what the peer asked for).
-    enum ServeJob: Sendable { case ranges([FeedRange]), eventsEnd, blobs([Hash32]), blobEnd, payloads([EventID]), payloadEnd }
+    enum ServeJob: Sendable {
+        case ranges([FeedRange]), eventsEnd, blobs([Hash32]), blobEnd, payloads([EventID]), payloadEnd
+        /// Events the sketch decoder sends unasked (Specs/sync.md §4.2.2), then `eventsEnd`.
+        case push([FeedRange]), pushEnd
+    }
     let serveJobs: AsyncStream<ServeJob>.Continuation
     let serveStream: AsyncStream<ServeJob>
     var serving: ServeState
@@ -81,12 +85,15 @@ public actor SyncSession {
     var peerDonePosition: UInt64 = 0
     var announcedSnapshot: (position: UInt64, accepted: Int)? = nil
     var startSince: UInt64 = 0
-    /// Whether this session's first announcement is a reconciliation, and
-    /// the peer's rounds on their way to it (Specs/sync.md §4.2.1).
-    var reconciling = false
+    /// How this session's first announcement is found (Specs/sync.md
+    /// §4.2.1–4.2.2), and the peer's reconciliation messages on their way.
+    enum Reconciliation: Sendable { case none, tree, sketch }
+    enum ReconcileInput: Sendable { case round(ReconcileRound), info(SketchInfo), sums(SketchSums), result(SketchResult) }
+    var reconciliation = Reconciliation.none
     var reconcileFinished = false
-    let reconcileRounds: AsyncStream<ReconcileRound>.Continuation
-    let reconcileStream: AsyncStream<ReconcileRound>
+    var sketchRole: SketchReconciler.Role? = nil
+    var reconcileQueue: [ReconcileInput] = []
+    var reconcileWaiter: CheckedContinuation<ReconcileInput?, Never>? = nil
 
     public init(node: Node, transport: any FrameTransport, options: SyncOptions = SyncOptions(), peers: PeerStore? = nil) throws {
         self.node = node
@@ -98,7 +105,6 @@ public actor SyncSession {
         self.serving = ServeState(window: options.window, budget: options.budget)
         (outboxStream, outbox) = AsyncStream.makeStream(of: [UInt8].self)
         (serveStream, serveJobs) = AsyncStream.makeStream(of: ServeJob.self)
-        (reconcileStream, reconcileRounds) = AsyncStream.makeStream(of: ReconcileRound.self)
     }
 
     /// Runs the session to its end: returns the report when both sides said
@@ -234,10 +240,22 @@ public actor SyncSession {
         case .hello:
             throw SyncError.unexpected("a second hello")
         case .reconcile(let round):
-            guard reconciling, !reconcileFinished else { throw SyncError.unexpected("a reconcile round outside a reconciliation") }
-            reconcileRounds.yield(round)
+            try reconcileInput(.round(round), "a reconcile round")
+        case .sketchInfo(let info):
+            try reconcileInput(.info(info), "a sketchInfo")
+        case .sketch(let sums):
+            try reconcileInput(.sums(sums), "sketch sums")
+        case .sketchResult(let result):
+            // The push follows at once: open it before its events arrive.
+            if result.outcome == .found, result.push > 0, sketchRole == .sketcher {
+                fetch.openPush()
+                report.eventsRequested += Int(clamping: result.push)
+            }
+            try reconcileInput(.result(result), "a sketch result")
         case .have(let list):
-            try fetch.have(list)
+            // During a push, heads the pusher could not finish within its
+            // budget (Specs/sync.md §4.2.2): asked for like announced ones.
+            if fetch.pushOpen { fetch.learned(list) } else { try fetch.have(list) }
         case .haveEnd(let position):
             for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
             signal(.announced(position))
@@ -277,8 +295,13 @@ public actor SyncSession {
                 w.resume()
             }
         case .eventsEnd:
-            fetch.eventsEnd()
-            signal(.eventsEnd)
+            if fetch.pushOpen {
+                fetch.closePush()
+                signal(.pushEnd)
+            } else {
+                fetch.eventsEnd()
+                signal(.eventsEnd)
+            }
         case .blobData(let hash, let offset, let total, let bytes):
             try await receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
             send(.ack(1))
@@ -296,6 +319,29 @@ public actor SyncSession {
         case .error(let code, let text):
             throw SyncError.peerError(code: code, message: text)
         }
+    }
+
+    func reconcileInput(_ input: ReconcileInput, _ what: String) throws {
+        let allowed: Bool =
+            switch (input, reconciliation) {
+            case (.round, .tree), (.round, .sketch): true  // a sketch may fall back to the tree
+            case (.info, .sketch), (.sums, .sketch), (.result, .sketch): true
+            default: false
+            }
+        guard allowed, !reconcileFinished else { throw SyncError.unexpected("\(what) outside a reconciliation") }
+        if let w = reconcileWaiter {
+            reconcileWaiter = nil
+            w.resume(returning: input)
+        } else {
+            reconcileQueue.append(input)
+        }
+    }
+
+    /// The peer's next reconciliation message; nil once the session ends.
+    func nextReconcileInput() async -> ReconcileInput? {
+        if !reconcileQueue.isEmpty { return reconcileQueue.removeFirst() }
+        if signalsFinished { return nil }
+        return await withCheckedContinuation { reconcileWaiter = $0 }
     }
 
     // MARK: Ending
@@ -356,6 +402,10 @@ public actor SyncSession {
 
     func finish() async throws -> SyncReport {
         finishSignals()
+        if let w = reconcileWaiter {
+            reconcileWaiter = nil
+            w.resume(returning: nil)
+        }
         serveJobs.finish()
         if let w = creditWaiter {
             creditWaiter = nil

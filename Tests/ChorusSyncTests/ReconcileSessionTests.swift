@@ -33,6 +33,7 @@ struct ReconcileSessionTests {
 
         var off = SyncOptions()
         off.reconcile = false
+        off.sketch = false
         let (fa, fc) = try await syncPair(a, c, optionsA: off, remember: false)
         #expect(fa.complete && fc.complete && !fa.reconciled && !fc.reconciled)
         let announcedBytes = fa.bytesSent + fa.bytesReceived
@@ -68,6 +69,81 @@ struct ReconcileSessionTests {
         await b.close()
     }
 
+    static func event(_ key: SigningKey, seq: UInt64, prev: EventID?, text: String) throws -> Event {
+        try Event.sign(
+            with: key, seq: seq, prev: prev, hlc: HLC(physicalMillis: 1_700_000_000_000 + seq, logical: 0), kind: .profileSet,
+            object: key.publicKey, payload: .textMap([("field", .text("bio")), ("value", .text(text))]))
+    }
+
+    @Test("by sketch (Specs/sync.md §4.2.2): feeds on one side only, ahead on either side, forked at the same height and below: the nodes converge and each fork is kept as evidence")
+    func sketchDifferences() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        let keys = (0..<800).map { _ in SigningKey.generate() }
+        var chains: [[Event]] = []
+        for key in keys {
+            let e1 = try Self.event(key, seq: 1, prev: nil, text: "1")
+            let e2 = try Self.event(key, seq: 2, prev: e1.id, text: "2")
+            chains.append([e1, e2, try Self.event(key, seq: 3, prev: e2.id, text: "3")])
+        }
+        let shared = chains.flatMap { $0.prefix(2) }
+        #expect(await a.ingest(events: shared).accepted == 1600)
+        #expect(await b.ingest(events: shared).accepted == 1600)
+        #expect(await a.ingest(events: try manyEvents(feeds: 5, perFeed: 3, padding: 0, seed: 22)).accepted == 15)
+        #expect(await b.ingest(events: try manyEvents(feeds: 4, perFeed: 2, padding: 0, seed: 23)).accepted == 8)
+        // B is ahead on 3 shared feeds, A on 2 (their next events).
+        let extended = chains.map { $0[2] }
+        #expect(await b.ingest(events: Array(extended.prefix(3))).accepted == 3)
+        #expect(await a.ingest(events: Array(extended.suffix(2))).accepted == 2)
+        // Forks: another event at the same height, and one below a longer chain.
+        let same = SigningKey.generate(), below = SigningKey.generate()
+        let s1 = try Self.event(same, seq: 1, prev: nil, text: "one"), s1b = try Self.event(same, seq: 1, prev: nil, text: "other")
+        let b1 = try Self.event(below, seq: 1, prev: nil, text: "1")
+        let b2 = try Self.event(below, seq: 2, prev: b1.id, text: "2"), b3 = try Self.event(below, seq: 3, prev: b2.id, text: "3")
+        let b2x = try Self.event(below, seq: 2, prev: b1.id, text: "2, forked")
+        #expect(await a.ingest(events: [s1, b1, b2, b3]).accepted == 4)
+        #expect(await b.ingest(events: [s1b, b1, b2x]).accepted == 3)
+
+        let (ra, rb) = try await syncPair(a, b)
+        #expect(ra.complete && rb.complete && ra.sketched && rb.sketched)
+        let forked: Set<PublicKey> = [same.publicKey, below.publicKey]
+        let headsA = try a.heads().filter { !forked.contains($0.author) }.map { "\($0.author.hex) \($0.head.seq) \($0.head.id.hex)" }
+        let headsB = try b.heads().filter { !forked.contains($0.author) }.map { "\($0.author.hex) \($0.head.seq) \($0.head.id.hex)" }
+        #expect(headsA == headsB)
+        let evidence = Set(try a.forks().map(\.author)).union(try b.forks().map(\.author))
+        #expect(evidence == forked, "each fork is kept as evidence")
+        // About 20 feeds differ (the nodes' own feeds, 9 one-sided, 5 ahead, 2 forked).
+        let bytes = ra.bytesSent + ra.bytesReceived
+        print("by sketch: \(bytes) frame bytes in all, \(ra.reconcileRounds) rounds, \(ra.eventsReceived + ra.eventsSent) events moved")
+        #expect(ra.reconcileRounds <= 3 && bytes < 20_000)
+        await a.close()
+        await b.close()
+    }
+
+    @Test("sets too far apart for a sketch fall back to the reconciliation tree, and a peer offering only the tree gets the tree")
+    func sketchFallsBack() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        let c = try await makeNode(dir, "c", network: net)
+        let many = try manyEvents(feeds: 1100, perFeed: 1, padding: 0, seed: 31)
+        #expect(await a.ingest(events: many).accepted == 1100)
+        let (ra, rb) = try await syncPair(a, b)
+        #expect(ra.complete && rb.complete && ra.reconciled && !ra.sketched && !rb.sketched)
+        #expect(try feedHeads(a) == feedHeads(b))
+        var treeOnly = SyncOptions()
+        treeOnly.sketch = false
+        let (rc, _) = try await syncPair(c, a, optionsA: treeOnly)
+        #expect(rc.complete && rc.reconciled && !rc.sketched)
+        #expect(try feedHeads(a) == feedHeads(c))
+        for n in [a, b, c] { await n.close() }
+    }
+
     @Test("a peer without reconcile (an older node) still syncs by announcing every feed")
     func olderPeer() async throws {
         let dir = SyncTempDir()
@@ -78,6 +154,7 @@ struct ReconcileSessionTests {
         #expect(await a.ingest(events: try manyEvents(feeds: 50, perFeed: 1, padding: 0, seed: 1)).accepted == 50)
         var old = SyncOptions()
         old.reconcile = false
+        old.sketch = false
         let (ra, rb) = try await syncPair(a, b, optionsB: old)
         #expect(ra.complete && rb.complete && !ra.reconciled && !rb.reconciled)
         #expect(try feedHeads(a) == feedHeads(b))

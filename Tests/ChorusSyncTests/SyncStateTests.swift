@@ -54,6 +54,33 @@ struct SyncStateTests {
         #expect(try fetch.wants(in: nil, asked: &asked, store: store) == [FeedRange(author: outside, from: 1, prev: nil, to: 9)])
     }
 
+    @Test("pushed events continue this node's head in order or are one event at its height; one that does not extend the head is skipped with the rest of its feed and asked at the height next round")
+    func pushed() throws {
+        let a = SigningKey.generate(), b = SigningKey.generate(), c = SigningKey.generate(), d = SigningKey.generate()
+        let zero = HLC(rawValue: 0)
+        var store = Store()
+        store.heads[a.publicKey] = FeedHead(seq: 1, id: Self.key(2), hlc: zero)  // event 2's prev
+        store.heads[b.publicKey] = FeedHead(seq: 2, id: Self.key(9), hlc: zero)  // not event 3's prev
+        store.heads[c.publicKey] = FeedHead(seq: 4, id: Self.key(4), hlc: zero)
+        var fetch = FetchState()
+        #expect(throws: SyncError.self) { try fetch.accept(try Self.event(a, 2), store: store) }
+        fetch.openPush()
+        #expect(try fetch.accept(try Self.event(a, 2), store: store) == .event)
+        #expect(try fetch.accept(try Self.event(a, 3), store: store) == .event)
+        #expect(throws: SyncError.self) { try fetch.accept(try Self.event(a, 5), store: store) }
+        #expect(try fetch.accept(try Self.event(b, 3), store: store) == .skipped)
+        #expect(try fetch.accept(try Self.event(b, 4), store: store) == .skipped)
+        #expect(try fetch.accept(try Self.event(c, 4), store: store) == .event, "fork evidence at this node's height")
+        #expect(throws: SyncError.self) { try fetch.accept(try Self.event(c, 5), store: store) }
+        #expect(throws: SyncError.self) { try fetch.accept(try Self.event(d, 2), store: store) }
+        #expect(try fetch.accept(try Self.event(d, 1), store: store) == .event)
+        fetch.closePush()
+        #expect(throws: SyncError.self) { try fetch.accept(try Self.event(d, 2), store: store) }
+        store.ids[b.publicKey] = [1: Self.key(0x21)]
+        var asked: [PublicKey: UInt64] = [:]
+        #expect(try fetch.wants(in: nil, asked: &asked, store: store) == [FeedRange(author: b.publicKey, from: 2, prev: Self.key(0x21), to: 2)])
+    }
+
     @Test("received events must continue a requested range in order; a fork answer ends it; the rest is refused")
     func accepting() throws {
         let author = SigningKey.generate()
@@ -65,17 +92,17 @@ struct SyncStateTests {
         var asked: [PublicKey: UInt64] = [:]
         #expect(try fetch.wants(in: nil, asked: &asked, store: store).count == 1)
         var skipping = fetch
-        #expect(throws: SyncError.self) { try skipping.accept(try Self.event(author, 3)) }
+        #expect(throws: SyncError.self) { try skipping.accept(try Self.event(author, 3), store: store) }
         var copy = fetch
-        let forkAnswer = try copy.accept(try Self.event(author, 1))
-        #expect(forkAnswer == false, "the server's different event at 1 is fork evidence")
-        #expect(throws: SyncError.self) { try copy.accept(try Self.event(author, 2)) }
-        let second = try fetch.accept(try Self.event(author, 2))
-        let third = try fetch.accept(try Self.event(author, 3))
-        #expect(second == false && third == false)
+        let forkAnswer = try copy.accept(try Self.event(author, 1), store: store)
+        #expect(forkAnswer == .event, "the server's different event at 1 is fork evidence")
+        #expect(throws: SyncError.self) { try copy.accept(try Self.event(author, 2), store: store) }
+        let second = try fetch.accept(try Self.event(author, 2), store: store)
+        let third = try fetch.accept(try Self.event(author, 3), store: store)
+        #expect(second == .event && third == .event)
         var beyond = fetch
-        #expect(throws: SyncError.self) { try beyond.accept(try Self.event(author, 4)) }
-        #expect(throws: SyncError.self) { try beyond.accept(try Self.event(SigningKey.generate(), 1)) }
+        #expect(throws: SyncError.self) { try beyond.accept(try Self.event(author, 4), store: store) }
+        #expect(throws: SyncError.self) { try beyond.accept(try Self.event(SigningKey.generate(), 1), store: store) }
         // A range left open at eventsEnd makes the round (and session) incomplete.
         var open = FetchState()
         try open.have([FeedAnnouncement(author: author.publicKey, seq: 3, head: Self.key(3))])

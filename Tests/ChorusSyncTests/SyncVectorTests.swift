@@ -46,6 +46,12 @@ struct SyncVectorTests {
                         ReconcileLeaf(prefix: [0x02, 0x02, 0x02], digests: nil),
                     ]))
         ),
+        ("hello_sketch", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .blobSerial, .reconcile, .sketch], hops: nil, since: 0))),
+        ("sketch_info", .sketchInfo(SketchInfo(count: 10_000, total: 100_000, setHash: Array(0..<16), nonce: Array(16..<32)))),
+        ("sketch", .sketch(SketchSums(checksum: 0x0123_4567_89AB_CDEF, sums: [1, 0xFFFF_FFFF_FFFF_FFFF, 0x8000_0000_0000_0000]))),
+        ("sketch_result_more", .sketchResult(SketchResult(outcome: .more))),
+        ("sketch_result_found", .sketchResult(SketchResult(outcome: .found, asks: [0xDEAD_BEEF_0000_0001, 7], push: 100))),
+        ("sketch_result_give_up", .sketchResult(SketchResult(outcome: .giveUp))),
     ]
 
     static var vectorPath: String {

@@ -1,0 +1,270 @@
+import ChorusCrypto
+
+/// A side's opening of sketch reconciliation (`sketchInfo`, Specs/sync.md §4.2.2).
+public struct SketchInfo: Hashable, Sendable {
+    /// How many feeds the sender holds.
+    public var count: UInt64
+    /// The sum of their heights (modulo 2^64).
+    public var total: UInt64
+    /// 16 bytes naming the sender's set of heads exactly.
+    public var setHash: [UInt8]
+    /// 16 random bytes; both nonces salt the session's tags.
+    public var nonce: [UInt8]
+    public init(count: UInt64, total: UInt64, setHash: [UInt8], nonce: [UInt8]) {
+        self.count = count
+        self.total = total
+        self.setHash = setHash
+        self.nonce = nonce
+    }
+}
+
+/// The sketcher's power sums for one round (`sketch`).
+public struct SketchSums: Hashable, Sendable {
+    /// The sketcher's checksum of its items (the same in every round).
+    public var checksum: UInt64
+    /// The round's new sums, continuing where the previous round stopped.
+    public var sums: [UInt64]
+    public init(checksum: UInt64, sums: [UInt64]) {
+        self.checksum = checksum
+        self.sums = sums
+    }
+}
+
+/// The answer to a round (`sketchResult`): more sums, the difference found,
+/// or the end of sketching (both sides then fall back).
+public struct SketchResult: Hashable, Sendable {
+    public enum Outcome: UInt64, Sendable { case more = 0, found = 1, giveUp = 2 }
+    public var outcome: Outcome
+    /// Tags of feeds the decoder lacks: the sketcher announces them.
+    public var asks: [UInt64]
+    /// How many events the decoder pushes next (then `eventsEnd`); 0: none.
+    public var push: UInt64
+    public init(outcome: Outcome, asks: [UInt64] = [], push: UInt64 = 0) {
+        self.outcome = outcome
+        self.asks = asks
+        self.push = push
+    }
+}
+
+/// Sketch reconciliation of two nodes' feed heads (Specs/sync.md §4.2.2),
+/// apart from any transport. Both sides send `info()` and pass the peer's to
+/// `start(peer:)`, which settles the roles: the **sketcher** sends power sums
+/// round by round, growing; the **decoder** adds its own, decodes the
+/// difference, and alone decides what moves: it pushes the events the
+/// sketcher lacks, asks for the feeds it lacks entirely, and requests the
+/// heights it lacks. The sketcher's part costs 16 bytes per differing feed,
+/// whatever the number of feeds.
+public struct SketchReconciler: Sendable {
+    public static let maxCapacity = 1024
+    public static let minCapacity = 8
+    public static let nonceBytes = 16
+
+    public enum Role: Sendable { case sketcher, decoder }
+
+    public enum Start: Sendable {
+        /// The two sets are the same: nothing to announce.
+        case identical
+        /// Sketching does not pay or cannot run: fall back (§4.2.2).
+        case fallBack
+        /// This side sketches: send these sums (or, when nil, give up).
+        case sketch(SketchSums?)
+        /// This side decodes: wait for the sums.
+        case decode
+    }
+
+    /// What the decoder does with the difference.
+    public struct Plan: Hashable, Sendable {
+        /// Tags of feeds only the sketcher holds.
+        public var asks: [UInt64] = []
+        /// Ranges to send the sketcher unasked (prev nil: `from` follows the
+        /// sketcher's head, or is fork evidence at its height).
+        public var pushes: [FeedRange] = []
+        /// The sketcher's heights of feeds where it holds more or another
+        /// head; the head id is unknown (zero).
+        public var wants: [FeedAnnouncement] = []
+    }
+
+    public enum DecoderStep: Sendable {
+        case reply(SketchResult)
+        case found(SketchResult, Plan)
+    }
+
+    public enum SketcherStep: Sendable {
+        case next(SketchSums)
+        case found(announce: [FeedAnnouncement], push: UInt64)
+        case giveUp
+    }
+
+    let heads: [FeedAnnouncement]
+    let nonce: [UInt8]
+    let device: PublicKey
+    let peerDevice: PublicKey
+    public private(set) var role: Role? = nil
+    private var sketch: FeedSketch? = nil
+    /// Capacity of the last round sent or received.
+    public private(set) var capacity = 0
+    private var peerSums: [UInt64] = []
+    private var peerChecksum: UInt64? = nil
+    private var finished = false
+
+    public init(heads: [FeedAnnouncement], nonce: [UInt8], device: PublicKey, peerDevice: PublicKey) {
+        self.heads = heads.sorted { $0.author < $1.author }
+        self.nonce = nonce
+        self.device = device
+        self.peerDevice = peerDevice
+    }
+
+    public func info() -> SketchInfo {
+        var data = Array("chorus/sketch/set/v1".utf8) + [0]
+        data.reserveCapacity(data.count + heads.count * 72)
+        for h in heads { data += h.author.bytes + FeedSketch.bytes([h.seq]) + h.head.bytes }
+        return SketchInfo(count: UInt64(heads.count), total: total, setHash: Array(Blake2b.hash256(data).bytes.prefix(16)), nonce: nonce)
+    }
+
+    var total: UInt64 { heads.reduce(0) { $0 &+ $1.seq } }
+
+    /// The first capacity: the count and height differences, plus a margin.
+    static func firstCapacity(_ a: SketchInfo, _ b: SketchInfo) -> Int {
+        let dc = a.count > b.count ? a.count - b.count : b.count - a.count
+        let dt = a.total > b.total ? a.total - b.total : b.total - a.total
+        // No more feeds can differ than the two sides hold together.
+        let (e, overflow) = dc.addingReportingOverflow(dt)
+        let union = a.count &+ b.count
+        let estimate = min(overflow ? UInt64.max : e, union < a.count ? UInt64.max : union, UInt64(maxCapacity))
+        return Int(min(UInt64(maxCapacity), max(UInt64(minCapacity), estimate + (estimate + 15) / 16 + 4)))
+    }
+
+    public mutating func start(peer: SketchInfo) -> Start {
+        let mine = info()
+        if mine.count == peer.count, mine.setHash == peer.setHash {
+            finished = true
+            return .identical
+        }
+        let dc = mine.count > peer.count ? mine.count - peer.count : peer.count - mine.count
+        if dc > UInt64(Self.maxCapacity) {
+            finished = true
+            return .fallBack
+        }
+        let sketcher = (mine.total, device) < (peer.total, peerDevice)
+        let (first, second) = sketcher ? (nonce, peer.nonce) : (peer.nonce, nonce)
+        let salt = Array(Blake2b.hash256(parts: [Array("chorus/sketch/salt/v1".utf8), [0], first, second]).bytes.prefix(16))
+        sketch = FeedSketch(heads: heads, salt: salt)
+        capacity = Self.firstCapacity(mine, peer)
+        guard sketcher else {
+            role = .decoder
+            return .decode
+        }
+        role = .sketcher
+        guard sketch != nil else {
+            finished = true
+            return .sketch(nil)
+        }
+        return .sketch(nextSums(from: 0))
+    }
+
+    private mutating func nextSums(from done: Int) -> SketchSums {
+        guard var s = sketch else { return SketchSums(checksum: 0, sums: []) }
+        s.extend(to: 2 * capacity)
+        sketch = s
+        return SketchSums(checksum: s.checksum, sums: Array(s.syndromes[done..<2 * capacity]))
+    }
+
+    // MARK: Decoder
+
+    /// A round of sums: decode, or ask for more, or give up.
+    public mutating func receive(_ round: SketchSums, store: some FeedLookup) throws -> DecoderStep {
+        guard role == .decoder, !finished else { throw SyncError.unexpected("sketch sums to a side that does not decode") }
+        guard round.sums.count == 2 * capacity - peerSums.count else {
+            throw SyncError.unexpected("\(round.sums.count) sketch sums where \(2 * capacity - peerSums.count) were due")
+        }
+        if let c = peerChecksum, c != round.checksum { throw SyncError.unexpected("a sketch checksum that changed between rounds") }
+        peerChecksum = round.checksum
+        peerSums += round.sums
+        guard var s = sketch else {
+            finished = true
+            return .reply(SketchResult(outcome: .giveUp))
+        }
+        s.extend(to: 2 * capacity)
+        sketch = s
+        let sums = zip(s.syndromes, peerSums).map { $0 ^ $1 }
+        let last = capacity >= Self.maxCapacity
+        if let difference = FeedSketch.decode(sums, candidates: s.items.map(\.tag), last: last), let plan = try plan(difference, sketch: s, store: store) {
+            finished = true
+            let pushed = plan.pushes.reduce(UInt64(0)) { $0 &+ ($1.to - $1.from + 1) }
+            return .found(SketchResult(outcome: .found, asks: plan.asks, push: pushed), plan)
+        }
+        if capacity >= Self.maxCapacity {
+            finished = true
+            return .reply(SketchResult(outcome: .giveUp))
+        }
+        capacity = min(Self.maxCapacity, 2 * capacity)
+        return .reply(SketchResult(outcome: .more))
+    }
+
+    /// The decoder's decisions (§4.2.2 "Acting on the difference"), or nil
+    /// when the difference does not check out against the sketcher's sum.
+    func plan(_ difference: [FeedSketch.Difference], sketch s: FeedSketch, store: some FeedLookup) throws -> Plan? {
+        var check = s.checksum
+        var plan = Plan()
+        for d in difference {
+            let own = s.item(tag: d.tag)
+            let theirs = d.error ^ (own?.value ?? 0)
+            let theirSeq = theirs >> 24
+            guard theirs == 0 || theirSeq >= 1 else { return nil }
+            if let own { check &-= FeedSketch.check(salt: s.salt, tag: d.tag, value: own.value) }
+            if theirs != 0 { check &+= FeedSketch.check(salt: s.salt, tag: d.tag, value: theirs) }
+            guard let own else {
+                plan.asks.append(d.tag)
+                continue
+            }
+            let author = own.author
+            if theirs == 0 {
+                plan.pushes.append(FeedRange(author: author, from: 1, prev: nil, to: own.seq))
+            } else if theirSeq < own.seq {
+                let id = try store.eventID(of: author, at: theirSeq)
+                if let id, FeedSketch.value(seq: theirSeq, head: id) == theirs {
+                    plan.pushes.append(FeedRange(author: author, from: theirSeq + 1, prev: nil, to: own.seq))
+                } else {
+                    plan.pushes.append(FeedRange(author: author, from: theirSeq, prev: nil, to: theirSeq))
+                }
+            } else {
+                if theirSeq == own.seq { plan.pushes.append(FeedRange(author: author, from: own.seq, prev: nil, to: own.seq)) }
+                plan.wants.append(FeedAnnouncement(author: author, seq: theirSeq, head: .zero))
+            }
+        }
+        guard check == peerChecksum else { return nil }
+        plan.pushes.sort { $0.author < $1.author }
+        plan.wants.sort { $0.author < $1.author }
+        return plan
+    }
+
+    // MARK: Sketcher
+
+    /// The decoder's answer (or, on either side, the peer giving up).
+    public mutating func receive(_ result: SketchResult) throws -> SketcherStep {
+        guard !finished || result.outcome == .giveUp, role != nil else { throw SyncError.unexpected("a sketch result out of turn") }
+        if result.outcome == .giveUp {
+            finished = true
+            return .giveUp
+        }
+        guard role == .sketcher else { throw SyncError.unexpected("a sketch result to the decoder") }
+        switch result.outcome {
+        case .more:
+            guard capacity < Self.maxCapacity else { throw SyncError.unexpected("more sketch sums than the largest capacity") }
+            let done = 2 * capacity
+            capacity = min(Self.maxCapacity, 2 * capacity)
+            return .next(nextSums(from: done))
+        case .found:
+            finished = true
+            guard let s = sketch else { throw SyncError.unexpected("a sketch result after giving up") }
+            var announce: [FeedAnnouncement] = []
+            for tag in result.asks {
+                guard let item = s.item(tag: tag) else { throw SyncError.unexpected("a sketch result asking for a feed this side does not hold") }
+                announce.append(FeedAnnouncement(author: item.author, seq: item.seq, head: item.head))
+            }
+            return .found(announce: announce, push: result.push)
+        case .giveUp:
+            return .giveUp
+        }
+    }
+}
