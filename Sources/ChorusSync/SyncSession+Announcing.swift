@@ -9,6 +9,9 @@ import Foundation
 /// position, or those reconciliation finds to differ (Specs/sync.md §4.2),
 /// and in live mode the heads of every commit (§4.6).
 extension SyncSession {
+    enum Reconciliation: Sendable { case none, tree, sketch }
+    enum ReconcileInput: Sendable { case round(ReconcileRound), info(SketchInfo), sums(SketchSums), result(SketchResult) }
+
     // MARK: Announcing
 
     func announceLoop(live: Bool) async throws {
@@ -176,5 +179,30 @@ extension SyncSession {
         return try authors.sorted().compactMap { a in
             try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) }
         }
+    }
+
+    // MARK: The peer's reconciliation messages
+
+    func reconcileInput(_ input: ReconcileInput, _ what: String) throws {
+        let allowed: Bool =
+            switch (input, reconciliation) {
+            case (.round, .tree), (.round, .sketch): true  // a sketch may fall back to the tree
+            case (.info, .sketch), (.sums, .sketch), (.result, .sketch): true
+            default: false
+            }
+        guard allowed, !reconcileFinished else { throw SyncError.unexpected("\(what) outside a reconciliation") }
+        if let w = reconcileWaiter {
+            reconcileWaiter = nil
+            w.resume(returning: input)
+        } else {
+            reconcileQueue.append(input)
+        }
+    }
+
+    /// The peer's next reconciliation message; nil once the session ends.
+    func nextReconcileInput() async -> ReconcileInput? {
+        if !reconcileQueue.isEmpty { return reconcileQueue.removeFirst() }
+        if signalsFinished { return nil }
+        return await withCheckedContinuation { reconcileWaiter = $0 }
     }
 }

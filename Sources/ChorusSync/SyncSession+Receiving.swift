@@ -114,4 +114,23 @@ extension SyncSession {
             false
         }
     }
+
+    // MARK: Idle timeout
+
+    /// Ends the session with `idle_timeout` when it waits for the peer and
+    /// nothing moves for `options.idleTimeout`: no frame arrives, none is
+    /// handed to the network, no local ingest finishes. A live session with
+    /// nothing outstanding is not idle, just quiet.
+    func watchdog() async throws {
+        let limit = options.idleTimeout
+        let tick = min(limit / 4, .milliseconds(500))
+        while !closing, firstError == nil {
+            try await Task.sleep(for: tick)
+            guard !closing, firstError == nil, !ingesting else { continue }
+            let waiting = !report.complete || fetchWaiting || creditWaiter != nil || outboxFrames > 0
+            if waiting, ContinuousClock.now - lastProgress >= limit {
+                throw SyncError.idle("no progress for \(limit) (\(outboxFrames) frames not taken by the peer)")
+            }
+        }
+    }
 }

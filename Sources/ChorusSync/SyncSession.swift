@@ -87,8 +87,6 @@ public actor SyncSession {
     var startSince: UInt64 = 0
     /// How this session's first announcement is found (Specs/sync.md
     /// §4.2.1–4.2.2), and the peer's reconciliation messages on their way.
-    enum Reconciliation: Sendable { case none, tree, sketch }
-    enum ReconcileInput: Sendable { case round(ReconcileRound), info(SketchInfo), sums(SketchSums), result(SketchResult) }
     var reconciliation = Reconciliation.none
     var reconcileFinished = false
     var sketchRole: SketchReconciler.Role? = nil
@@ -190,25 +188,6 @@ public actor SyncSession {
         outboxBytes += frame.count
         peakOutboxBytes = max(peakOutboxBytes, outboxBytes)
         outbox.yield(frame)
-    }
-
-    // MARK: Idle timeout
-
-    /// Ends the session with `idle_timeout` when it waits for the peer and
-    /// nothing moves for `options.idleTimeout`: no frame arrives, none is
-    /// handed to the network, no local ingest finishes. A live session with
-    /// nothing outstanding is not idle, just quiet.
-    func watchdog() async throws {
-        let limit = options.idleTimeout
-        let tick = min(limit / 4, .milliseconds(500))
-        while !closing, firstError == nil {
-            try await Task.sleep(for: tick)
-            guard !closing, firstError == nil, !ingesting else { continue }
-            let waiting = !report.complete || fetchWaiting || creditWaiter != nil || outboxFrames > 0
-            if waiting, ContinuousClock.now - lastProgress >= limit {
-                throw SyncError.idle("no progress for \(limit) (\(outboxFrames) frames not taken by the peer)")
-            }
-        }
     }
 
     // MARK: Receiving
@@ -319,29 +298,6 @@ public actor SyncSession {
         case .error(let code, let text):
             throw SyncError.peerError(code: code, message: text)
         }
-    }
-
-    func reconcileInput(_ input: ReconcileInput, _ what: String) throws {
-        let allowed: Bool =
-            switch (input, reconciliation) {
-            case (.round, .tree), (.round, .sketch): true  // a sketch may fall back to the tree
-            case (.info, .sketch), (.sums, .sketch), (.result, .sketch): true
-            default: false
-            }
-        guard allowed, !reconcileFinished else { throw SyncError.unexpected("\(what) outside a reconciliation") }
-        if let w = reconcileWaiter {
-            reconcileWaiter = nil
-            w.resume(returning: input)
-        } else {
-            reconcileQueue.append(input)
-        }
-    }
-
-    /// The peer's next reconciliation message; nil once the session ends.
-    func nextReconcileInput() async -> ReconcileInput? {
-        if !reconcileQueue.isEmpty { return reconcileQueue.removeFirst() }
-        if signalsFinished { return nil }
-        return await withCheckedContinuation { reconcileWaiter = $0 }
     }
 
     // MARK: Ending
