@@ -34,6 +34,9 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The byte offset, relative to the decoded input, where the problem starts
+    /// (Specs/events.md §2.2). Informative only: implementations must agree on
+    /// ``code``, not on the offset.
     public var offset: Int {
         switch self {
         case .truncated(let o), .nonCanonicalInteger(let o), .indefiniteLength(let o),
@@ -45,6 +48,8 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A human-readable message naming the offset and the violated rule, for
+    /// example `non-canonical CBOR at byte 3: duplicate map key`.
     public var description: String {
         let what: String =
             switch self {
@@ -69,12 +74,19 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
 /// A strict decoder: it accepts exactly the byte strings `CBOREncoder`
 /// produces, so one logical value has one encoding.
 public struct CBORDecoder {
+    /// The deepest nesting allowed: the top-level item has depth 0, and an item
+    /// deeper than 16 fails with ``CBORError/nestingTooDeep(offset:)``
+    /// (Specs/events.md §2.1, rule 6).
     public static let maxDepth = 16
 
     private let bytes: [UInt8]
+    /// The position of the next byte to read; after a successful decode it is the
+    /// offset just past the item returned.
     public private(set) var offset: Int
     private let end: Int
 
+    /// Creates a decoder reading `bytes` from `offset` (0 by default), for
+    /// walking a CBOR sequence item by item with ``decodeNext()``.
     public init(_ bytes: [UInt8], offset: Int = 0) {
         self.bytes = bytes
         self.offset = offset
@@ -89,6 +101,8 @@ public struct CBORDecoder {
         return value
     }
 
+    /// Whether every byte of the input has been consumed; the loop condition
+    /// when reading a CBOR sequence.
     public var isAtEnd: Bool { offset >= end }
 
     /// Decodes the next item of a CBOR sequence.

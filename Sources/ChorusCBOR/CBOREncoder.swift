@@ -2,6 +2,9 @@
 /// definite lengths, shortest argument forms, map keys sorted by the
 /// bytewise order of their own encodings.
 public enum CBOREncoder {
+    /// Returns the single canonical encoding of `value`: definite lengths,
+    /// shortest-form arguments and map entries sorted by the bytes of their
+    /// encoded keys (Specs/events.md §2.1). Never fails.
     public static func encode(_ value: CBORValue) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(64)
@@ -9,6 +12,10 @@ public enum CBOREncoder {
         return out
     }
 
+    /// Appends the canonical encoding of `value` to `out`, as ``encode(_:)``
+    /// would return it; use it to build CBOR sequences without extra copies.
+    /// Map entries are sorted here, so callers may give them in any order;
+    /// duplicate keys are not detected and would make the output non-canonical.
     public static func append(_ value: CBORValue, to out: inout [UInt8]) {
         switch value {
         case .unsigned(let n): appendHead(major: 0, argument: n, to: &out)

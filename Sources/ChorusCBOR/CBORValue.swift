@@ -3,22 +3,32 @@
 /// `false`, `true` and `null`. Floats, tags, `undefined` and other simple
 /// values have no representation here, so they cannot be produced by accident.
 public enum CBORValue: Hashable, Sendable {
+    /// A non-negative integer (CBOR major type 0).
     case unsigned(UInt64)
     /// A negative integer whose value is `-1 - n` (CBOR major type 1).
     case negative(UInt64)
+    /// A byte string (major type 2).
     case bytes([UInt8])
+    /// A UTF-8 text string (major type 3).
     case text(String)
+    /// An array of definite length (major type 4).
     case array([CBORValue])
     /// Entries in the order they were given or decoded; the encoder sorts
     /// them canonically, the decoder only accepts them already sorted.
     case map([CBORMapEntry])
+    /// `false` or `true` (simple values 20 and 21).
     case bool(Bool)
+    /// `null` (simple value 22): an absent or cleared value.
     case null
 }
 
+/// One key-value pair of a CBOR map.
 public struct CBORMapEntry: Hashable, Sendable {
+    /// The entry's key (Chorus uses text or unsigned integer keys).
     public var key: CBORValue
+    /// The entry's value.
     public var value: CBORValue
+    /// An entry of `key` and `value`.
     public init(_ key: CBORValue, _ value: CBORValue) {
         self.key = key
         self.value = value
@@ -26,6 +36,7 @@ public struct CBORMapEntry: Hashable, Sendable {
 }
 
 extension CBORValue {
+    /// The integer `int`: `.unsigned` when it is zero or more, else `.negative`.
     public init(_ int: Int64) {
         self = int >= 0 ? .unsigned(UInt64(int)) : .negative(UInt64(-1 - int))
     }
@@ -35,30 +46,37 @@ extension CBORValue {
         .map(pairs.map { CBORMapEntry(.text($0.0), $0.1) })
     }
 
+    /// The value of an `.unsigned` item, else nil.
     public var unsignedValue: UInt64? {
         if case .unsigned(let v) = self { return v }
         return nil
     }
+    /// The bytes of a `.bytes` item, else nil.
     public var bytesValue: [UInt8]? {
         if case .bytes(let v) = self { return v }
         return nil
     }
+    /// The string of a `.text` item, else nil.
     public var textValue: String? {
         if case .text(let v) = self { return v }
         return nil
     }
+    /// The items of an `.array`, else nil.
     public var arrayValue: [CBORValue]? {
         if case .array(let v) = self { return v }
         return nil
     }
+    /// The entries of a `.map`, in their stored order, else nil.
     public var mapEntries: [CBORMapEntry]? {
         if case .map(let v) = self { return v }
         return nil
     }
+    /// The value of a `.bool` item, else nil.
     public var boolValue: Bool? {
         if case .bool(let v) = self { return v }
         return nil
     }
+    /// Whether this is `null`.
     public var isNull: Bool {
         if case .null = self { return true }
         return false
@@ -69,6 +87,8 @@ extension CBORValue {
         guard case .map(let entries) = self else { return nil }
         return entries.first(where: { $0.key == key })?.value
     }
+    /// Looks a text key up in a map; nil when absent or not a map.
     public subscript(text key: String) -> CBORValue? { self[.text(key)] }
+    /// Looks an unsigned integer key up in a map; nil when absent or not a map.
     public subscript(int key: UInt64) -> CBORValue? { self[.unsigned(key)] }
 }

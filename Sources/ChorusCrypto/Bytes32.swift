@@ -1,12 +1,15 @@
 /// Exactly 32 bytes: a public key, an event id, a payload hash or an object id.
 public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The 32 bytes, in order; always exactly 32 long.
     public let bytes: [UInt8]
 
+    /// Wraps `bytes`, or returns `nil` unless there are exactly 32 of them.
     public init?(_ bytes: [UInt8]) {
         guard bytes.count == 32 else { return nil }
         self.bytes = bytes
     }
 
+    /// Collects any byte sequence, or returns `nil` unless it holds exactly 32 bytes.
     public init?<S: Sequence>(_ bytes: S) where S.Element == UInt8 {
         self.init(Array(bytes))
     }
@@ -24,6 +27,7 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
         self.bytes = raw
     }
 
+    /// All 32 bytes zero; used as a placeholder where no real id or key applies.
     public static let zero = Bytes32(unchecked: [UInt8](repeating: 0, count: 32))
 
     /// One call for all 32 bytes: ids are hashed constantly (sets and
@@ -35,22 +39,33 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     init(unchecked bytes: [UInt8]) { self.bytes = bytes }
 
+    /// The 64-digit lowercase hex form, as used in JSON output and on the command line.
     public var hex: String { Hex.encode(bytes) }
+    /// The same as ``hex``: the full 64-digit lowercase hex.
     public var description: String { hex }
     /// The first 8 bytes as hex, for human-readable tables.
     public var short: String { Hex.encode(bytes.prefix(8)) }
 
+    /// Bytewise lexicographic order of the 32 bytes, which is also the order of
+    /// their hex strings.
     public static func < (a: Bytes32, b: Bytes32) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
 }
 
+/// A 32-byte Ed25519 public key: an event author, a device or a user.
 public typealias PublicKey = Bytes32
+/// An event id: BLAKE2b-256 of the header bytes (Specs/events.md §3.3).
 public typealias EventID = Bytes32
+/// The 32-byte id of the thing an event is about, such as a picture, chat or
+/// user (Specs/events.md §6).
 public typealias ObjectID = Bytes32
+/// A 32-byte BLAKE2b-256 digest, such as a payload hash or a blob hash.
 public typealias Hash32 = Bytes32
 
+/// Hexadecimal conversion of byte strings: lowercase on output, either case on input.
 public enum Hex {
     private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
+    /// Returns two lowercase hex digits per byte, most significant nibble first.
     public static func encode<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.underestimatedCount * 2)
@@ -61,6 +76,9 @@ public enum Hex {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// Parses hex digits of either case into bytes; returns `nil` for an odd
+    /// number of digits or any character that is not a hex digit (no whitespace
+    /// or `0x` prefix is accepted).
     public static func decode(_ text: String) -> [UInt8]? {
         let chars = Array(text.utf8)
         guard chars.count % 2 == 0 else { return nil }

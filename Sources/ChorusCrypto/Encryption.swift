@@ -3,9 +3,14 @@ import CSodium
 /// An X25519 key pair (libsodium `crypto_scalarmult`): a device's encryption
 /// key, or the one-time key of a key event (Specs/encryption.md §2, §3).
 public struct AgreementKey: Sendable {
+    /// The 32-byte X25519 public key, `crypto_scalarmult_base(secret)`; this is
+    /// what a `device.key` or `chat.key` event publishes.
     public let publicKey: Bytes32
+    /// The 32-byte X25519 secret scalar, as given (libsodium clamps it when used).
     public let secret: [UInt8]
 
+    /// Derives the key pair from a 32-byte secret; returns `nil` if `secret` is
+    /// not 32 bytes or libsodium rejects it.
     public init?(secret: [UInt8]) {
         guard secret.count == 32 else { return nil }
         requireSodium()
@@ -15,6 +20,7 @@ public struct AgreementKey: Sendable {
         self.secret = secret
     }
 
+    /// Creates a key pair from 32 fresh random bytes (libsodium `randombytes_buf`).
     public static func generate() -> AgreementKey {
         // Any 32 bytes are an X25519 secret (clamped inside libsodium).
         AgreementKey(secret: Random.bytes(32))!
@@ -32,10 +38,16 @@ public struct AgreementKey: Sendable {
 
 /// XChaCha20-Poly1305-IETF (`crypto_aead_xchacha20poly1305_ietf_*`).
 public enum XChaCha20Poly1305 {
+    /// Key size in bytes: 32.
     public static let keyLength = 32
+    /// Nonce size in bytes: 24, large enough for nonces to be chosen at random.
     public static let nonceLength = 24
+    /// Size in bytes of the Poly1305 authentication tag appended to every ciphertext: 16.
     public static let tagLength = 16
 
+    /// Encrypts `message` under `key` and `nonce`, authenticating `ad` too, and
+    /// returns `ciphertext || tag` (`message.count + 16` bytes). Traps unless the
+    /// key is 32 bytes and the nonce 24; never reuse a nonce with the same key.
     public static func seal(key: [UInt8], nonce: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
         precondition(key.count == keyLength && nonce.count == nonceLength, "XChaCha20-Poly1305 key or nonce of wrong length")
         requireSodium()
@@ -50,7 +62,6 @@ public enum XChaCha20Poly1305 {
         return out
     }
 
-    /// nil unless the tag verifies.
     /// `prefix || nonce || AEAD(key, nonce, ad, message)` in one buffer with
     /// a fresh random nonce: the layout of a sealed value, built without
     /// intermediate copies (sealing sits on every message's hot path).
@@ -77,7 +88,7 @@ public enum XChaCha20Poly1305 {
     }
 
     /// Opens `sealed[nonceOffset...]` laid out as `nonce || ciphertext || tag`,
-    /// without copying the slices out.
+    /// without copying the slices out; nil unless the tag verifies.
     public static func open(key: [UInt8], sealed: [UInt8], nonceOffset: Int, ad: [UInt8]) -> [UInt8]? {
         let start = nonceOffset + nonceLength
         guard key.count == keyLength, nonceOffset >= 0, sealed.count >= start + tagLength else { return nil }
@@ -100,6 +111,9 @@ public enum XChaCha20Poly1305 {
         return ok ? out : nil
     }
 
+    /// Decrypts `ciphertext || tag` made by ``seal(key:nonce:ad:message:)``; returns
+    /// the plaintext, or `nil` unless the tag verifies with this key, nonce and `ad`
+    /// (also `nil` for a wrong-sized key or nonce, or input shorter than the tag).
     public static func open(key: [UInt8], nonce: [UInt8], ad: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
         guard key.count == keyLength, nonce.count == nonceLength, ciphertext.count >= tagLength else { return nil }
         requireSodium()

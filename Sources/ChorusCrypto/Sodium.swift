@@ -8,7 +8,9 @@ private let sodiumReady: Bool = sodium_init() >= 0
     precondition(sodiumReady, "libsodium failed to initialise")
 }
 
+/// Cryptographically secure random bytes from libsodium (`randombytes_buf`).
 public enum Random {
+    /// Returns `count` fresh random bytes, for keys, seeds and nonces.
     public static func bytes(_ count: Int) -> [UInt8] {
         requireSodium()
         var out = [UInt8](repeating: 0, count: count)
@@ -18,9 +20,12 @@ public enum Random {
         return out
     }
 
+    /// Returns 32 fresh random bytes, for example a new object id.
     public static func bytes32() -> Bytes32 { Bytes32(unchecked: bytes(32)) }
 }
 
+/// BLAKE2b hashing with a 32-byte output (libsodium `crypto_generichash`),
+/// the hash behind event ids, payload hashes and blob hashes (Specs/events.md §3.3).
 public enum Blake2b {
     /// BLAKE2b with a 32-byte output and no key (`crypto_generichash`).
     public static func hash256(_ data: [UInt8]) -> Hash32 {
@@ -54,10 +59,15 @@ public enum Blake2b {
 /// An Ed25519 key pair. The secret never leaves this value except through
 /// `seed`, which is what key files store.
 public struct SigningKey: Sendable {
+    /// The 32-byte Ed25519 public key, which identifies this key's events as their author.
     public let publicKey: PublicKey
     private let secretKey: [UInt8]  // libsodium's 64-byte form: seed || public key
+    /// The 32-byte seed the key pair is derived from; the only secret material
+    /// that key files store. Keep it secret.
     public let seed: [UInt8]
 
+    /// Derives the key pair from a 32-byte seed (`crypto_sign_seed_keypair`);
+    /// returns `nil` unless `seed` is exactly 32 bytes.
     public init?(seed: [UInt8]) {
         guard seed.count == 32 else { return nil }
         requireSodium()
@@ -69,11 +79,14 @@ public struct SigningKey: Sendable {
         self.seed = seed
     }
 
+    /// Creates a key pair from a fresh random 32-byte seed.
     public static func generate() -> SigningKey {
         // A fresh 32-byte seed always yields a key pair.
         SigningKey(seed: Random.bytes(32))!
     }
 
+    /// Returns the 64-byte detached Ed25519 signature of `message`
+    /// (`crypto_sign_detached`); signing is deterministic.
     public func sign(_ message: [UInt8]) -> [UInt8] {
         var sig = [UInt8](repeating: 0, count: 64)
         message.withUnsafeBufferPointer { m in
@@ -83,7 +96,9 @@ public struct SigningKey: Sendable {
     }
 }
 
+/// Ed25519 signature verification as Chorus defines it (Specs/events.md §5).
 public enum Ed25519 {
+    /// Size in bytes of a detached Ed25519 signature: 64.
     public static let signatureLength = 64
 
     /// libsodium's `crypto_sign_verify_detached`, the rule that defines
@@ -106,6 +121,7 @@ extension Blake2b {
         private let raw: UnsafeMutableRawPointer
         private var finished = false
 
+        /// Starts an unkeyed BLAKE2b hash with a 32-byte output.
         public init() {
             requireSodium()
             raw = UnsafeMutableRawPointer.allocate(byteCount: crypto_generichash_statebytes(), alignment: 64)
@@ -114,6 +130,7 @@ extension Blake2b {
 
         deinit { raw.deallocate() }
 
+        /// Feeds `bytes` into the hash; traps if ``finish()`` has already been called.
         public func update(_ bytes: [UInt8]) {
             precondition(!finished, "hasher already finished")
             bytes.withUnsafeBufferPointer { p in
@@ -121,6 +138,8 @@ extension Blake2b {
             }
         }
 
+        /// Returns the 32-byte digest of everything passed to ``update(_:)``; call it
+        /// once only, since the hasher cannot be used afterwards (it traps).
         public func finish() -> Hash32 {
             precondition(!finished, "hasher already finished")
             finished = true

@@ -20,8 +20,12 @@ public enum ChatCrypto {
 
     /// A recipient of a key event: a device's Ed25519 key and its published X25519 key.
     public struct Recipient: Hashable, Sendable {
+        /// The recipient device's Ed25519 key; wraps are labelled and ordered by it.
         public let device: PublicKey
+        /// The device's X25519 public key, as published in its `device.key` event
+        /// (Specs/encryption.md §3).
         public let encryptionKey: Bytes32
+        /// Pairs a device with its published encryption key.
         public init(device: PublicKey, encryptionKey: Bytes32) {
             self.device = device
             self.encryptionKey = encryptionKey
@@ -131,6 +135,8 @@ public enum ChatCrypto {
         XChaCha20Poly1305.seal(key: key, nonce: zeroNonce, ad: attachmentContext, message: image)
     }
 
+    /// The image bytes of an attachment blob made by ``encryptAttachment(_:key:)``,
+    /// or `nil` if it does not open with `key` (wrong key, altered or truncated blob).
     public static func decryptAttachment(_ blob: [UInt8], key: [UInt8]) -> [UInt8]? {
         XChaCha20Poly1305.open(key: key, nonce: zeroNonce, ad: attachmentContext, ciphertext: blob)
     }

@@ -5,12 +5,21 @@ import ChorusEvents
 /// A picture sent inside a chat: the key of its encrypted blob and what the
 /// relays must not see (Specs/encryption.md §7).
 public struct Attachment: Hashable, Sendable {
+    /// The random 32-byte key the blob bytes are encrypted with; it travels only
+    /// inside the sealed message body.
     public let key: [UInt8]
+    /// The image's media type, one of those allowed for `picture.created`
+    /// (Specs/events.md §6.2.4).
     public let mime: String
+    /// The length of the plaintext image in bytes (the blob is 16 bytes longer).
     public let size: UInt64
+    /// The image width in pixels (1…65535), if known.
     public let width: UInt64?
+    /// The image height in pixels (1…65535), if known.
     public let height: UInt64?
 
+    /// Creates an attachment description; values are not validated here, but a
+    /// decoded body is rejected unless they fit Specs/encryption.md §7.
     public init(key: [UInt8], mime: String, size: UInt64, width: UInt64? = nil, height: UInt64? = nil) {
         self.key = key
         self.mime = mime
@@ -44,16 +53,23 @@ public struct Attachment: Hashable, Sendable {
 
 /// The plaintext of a sealed `message.sent` body or `message.edited` body.
 public struct MessageContent: Hashable, Sendable {
+    /// The message text (1…4000 UTF-8 bytes), if any; the only field of an edit.
     public var text: String?
+    /// The id of a published picture the message refers to, if any, resolved as in
+    /// Specs/projections.md §7.1.
     public var picture: ObjectID?
+    /// A picture sent inside the chat as an encrypted blob, if any.
     public var attachment: Attachment?
 
+    /// Creates message content; a message body needs at least one of the three fields.
     public init(text: String? = nil, picture: ObjectID? = nil, attachment: Attachment? = nil) {
         self.text = text
         self.picture = picture
         self.attachment = attachment
     }
 
+    /// The plaintext to seal: a deterministic CBOR map holding only the fields
+    /// that are set. Not validated; ``decode(_:edit:)`` rejects bodies that break the rules.
     public func encoded() -> [UInt8] {
         var entries: [(String, CBORValue)] = []
         if let text { entries.append(("text", .text(text))) }
@@ -91,8 +107,12 @@ public struct MessageContent: Hashable, Sendable {
 public enum TitleContent {
     static let schema = PayloadSchema([required("title", .text(minBytes: 0, maxBytes: 200))])
 
+    /// The plaintext to seal for a chat title: the deterministic CBOR map
+    /// `{title: title}`. Not validated; titles must be at most 200 UTF-8 bytes.
     public static func encode(_ title: String) -> [UInt8] { CBOREncoder.encode(.textMap([("title", .text(title))])) }
 
+    /// Decodes a title plaintext; `nil` unless it is canonical CBOR holding
+    /// exactly a `title` text of at most 200 bytes (shown as unreadable otherwise).
     public static func decode(_ plaintext: [UInt8]) -> String? {
         guard let v = try? CBORDecoder.decode(plaintext), schema.violation(in: v) == nil else { return nil }
         return v[text: "title"]?.textValue

@@ -3,23 +3,40 @@ import ChorusCrypto
 
 /// The signed header of an event (Specs/events.md §3.2).
 public struct EventHeader: Hashable, Sendable {
+    /// The header format version this node writes and reads (header key 0);
+    /// a header with any other version is refused with `unsupportedVersion`.
     public static let formatVersion: UInt64 = 1
 
+    /// Header key 0: the format version; always `formatVersion` in a decoded header.
     public var version: UInt64
+    /// Header key 1: the Ed25519 public key that signs the header. Any 32 bytes decode;
+    /// an unusable key only fails signature verification (Specs/events.md §5).
     public var author: PublicKey
+    /// Header key 2: the event's position in its author's feed, starting at 1.
     public var seq: UInt64
     /// The id of the author's event `seq - 1`; nil exactly when `seq == 1`.
     public var prev: EventID?
+    /// Header key 4: the hybrid logical clock timestamp (Specs/events.md §4); positive,
+    /// and strictly increasing within a feed.
     public var hlc: HLC
+    /// Header key 5: what the event does. A code this node does not know decodes as
+    /// `.unknown(code)` (Specs/events.md §6.3).
     public var kind: EventKind
+    /// Header key 6: the 32-byte id of the thing the event is about; its meaning depends
+    /// on the kind (Specs/events.md §6).
     public var object: ObjectID
+    /// Header key 7: BLAKE2b-256 of the payload bytes. It stays in the signed header
+    /// after a purge, so a refilled payload can still be checked.
     public var payloadHash: Hash32
+    /// Header key 8: the payload's length in bytes, at most `EventLimits.maxPayloadBytes`.
     public var payloadLength: UInt64
 
     enum Key: UInt64 {
         case version = 0, author, seq, prev, hlc, kind, object, payloadHash, payloadLength
     }
 
+    /// The header's deterministic CBOR encoding: a map of 9 entries keyed 0...8
+    /// (Specs/events.md §3.2). These bytes are what the author signs and what the id hashes.
     public func encoded() -> [UInt8] {
         CBOREncoder.encode(
             .map([
@@ -35,6 +52,9 @@ public struct EventHeader: Hashable, Sendable {
             ]))
     }
 
+    /// Parses header bytes and checks their fields in the order of Specs/events.md §7.1
+    /// (checks 6–19). Throws `headerTooLarge`, a CBOR error, `malformedHeader`,
+    /// `unsupportedVersion` or `payloadTooLarge`; an unknown kind code is accepted.
     public static func decode(_ bytes: [UInt8]) throws(EventError) -> EventHeader {
         if bytes.count > EventLimits.maxHeaderBytes { throw .headerTooLarge(size: bytes.count) }
         let value: CBORValue
@@ -84,21 +104,33 @@ public struct EventHeader: Hashable, Sendable {
 /// A whole signed event: header bytes, signature and (unless purged) payload
 /// bytes, exactly as they travel and are stored (Specs/events.md §3).
 public struct Event: Hashable, Sendable {
+    /// The decoded header.
     public let header: EventHeader
+    /// The exact header bytes carried in the envelope: the bytes that were signed
+    /// and whose hash is `id`.
     public let headerBytes: [UInt8]
+    /// The 64-byte Ed25519 signature over `Event.signedMessage(headerBytes:)`
+    /// (Specs/events.md §5).
     public let signature: [UInt8]
     /// nil when the payload was purged (only for purgeable kinds).
     public let payloadBytes: [UInt8]?
+    /// The event id: BLAKE2b-256 of `headerBytes` (Specs/events.md §3.3). Purging keeps it,
+    /// and other events refer to this event by it.
     public let id: EventID
 
     /// Domain separation: a Chorus event signature can never be mistaken for
     /// a signature made for another purpose with the same key.
     public static let signingContext: [UInt8] = Array("chorus/event/v1".utf8) + [0]
 
+    /// The signing key (header key 1), taken from `header`.
     public var author: PublicKey { header.author }
+    /// The position in the author's feed (header key 2), taken from `header`.
     public var seq: UInt64 { header.seq }
+    /// The event kind (header key 5), taken from `header`.
     public var kind: EventKind { header.kind }
+    /// The timestamp (header key 4), taken from `header`.
     public var hlc: HLC { header.hlc }
+    /// The id of what the event is about (header key 6), taken from `header`.
     public var object: ObjectID { header.object }
 
     /// The decoded payload; nil when purged. Decoding cannot fail: the bytes
@@ -107,6 +139,8 @@ public struct Event: Hashable, Sendable {
         payloadBytes.flatMap { try? CBORDecoder.decode($0) }
     }
 
+    /// The message an event signature covers: `signingContext` followed by the
+    /// header bytes (Specs/events.md §5).
     public static func signedMessage(headerBytes: [UInt8]) -> [UInt8] { signingContext + headerBytes }
 
     /// The id is the hash of the header bytes alone: the header is what the
@@ -207,9 +241,14 @@ public struct Event: Hashable, Sendable {
 /// An event whose header is complete but not yet signed. Its id is already
 /// final, so the next event of the feed can chain to it.
 public struct UnsignedEvent: Sendable {
+    /// The complete header, as it will be signed.
     public let header: EventHeader
+    /// The header's deterministic CBOR encoding: the bytes `signed(with:)` signs.
     public let headerBytes: [UInt8]
+    /// The payload's deterministic CBOR encoding, at most `EventLimits.maxPayloadBytes`
+    /// bytes; the header commits to its hash and length.
     public let payloadBytes: [UInt8]
+    /// The event id (BLAKE2b-256 of `headerBytes`), final before signing.
     public let id: EventID
 
     /// Checks the payload against its kind's schema and builds the header.

@@ -6,27 +6,54 @@ import ChorusCrypto
 /// words a person can act on.
 public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
     // Encoding (Specs/events.md §2, §3)
+    /// The envelope, header or payload (named by `part`) is not deterministic CBOR;
+    /// `code` is the CBOR error's own code (Specs/events.md §2.2).
     case cbor(CBORError, part: String)
+    /// The envelope is not an array `[bstr, bstr(64), bstr / null]`; the text says what is wrong.
     case malformedEnvelope(String)
+    /// The header is not 9 fields keyed 0...8 of the right types and values
+    /// (Specs/events.md §3.2); the text says which.
     case malformedHeader(String)
+    /// The header's version (key 0) is not `EventHeader.formatVersion`; carries the version found.
     case unsupportedVersion(UInt64)
+    /// The envelope is over `EventLimits.maxEnvelopeBytes`; carries its size in bytes.
     case envelopeTooLarge(size: Int)
+    /// The header is over `EventLimits.maxHeaderBytes`; carries its size in bytes.
     case headerTooLarge(size: Int)
+    /// The payload length is over `EventLimits.maxPayloadBytes`; carries the length in bytes.
     case payloadTooLarge(size: UInt64)
     // Payload (§6)
+    /// The envelope carries `null` instead of the payload of a known kind that is not
+    /// purgeable; carries the kind's name.
     case payloadMissing(kind: String)
+    /// The payload's length (`actual`) differs from the length the header declares (key 8).
     case payloadLengthMismatch(declared: UInt64, actual: Int)
+    /// The payload's BLAKE2b-256 differs from the hash in the signed header (key 7).
     case payloadHashMismatch
+    /// The payload breaks its kind's schema (Specs/events.md §6.1, §6.2); `detail` names
+    /// the first problem. The event builders also throw it for a kind they cannot build.
     case schemaViolation(kind: String, detail: String)
     // Signature (§5)
+    /// The signature does not verify against the author key (Specs/events.md §5),
+    /// including when the key itself is unusable.
     case badSignature
     // Feed (§7), decided against the store
+    /// `got` is not the feed's next sequence number `expected`: the missing events
+    /// must be accepted first (Specs/events.md §7.2).
     case sequenceGap(expected: UInt64, got: UInt64)
+    /// The event at `seq` does not name the feed's event `seq - 1` as its `prev`.
     case wrongPrevious(seq: UInt64)
+    /// The feed already holds a different event, `existing`, at `seq`; the refused
+    /// envelope is kept as evidence.
     case fork(seq: UInt64, existing: EventID)
+    /// The event at `seq` has an HLC not greater than its predecessor's.
     case clockNotIncreasing(seq: UInt64)
+    /// The timestamp's physical part is `aheadMillis` past this node's clock, more than the allowed
+    /// `driftMillis`; the event is accepted if delivered again once the clock catches up.
     case timestampInFuture(aheadMillis: UInt64, driftMillis: UInt64)
 
+    /// The stable, machine-readable error code of Specs/events.md §7.3 (for `.cbor`, the
+    /// §2.2 code), as used by the test vectors and `--json` output.
     public var code: String {
         switch self {
         case .cbor(let e, _): e.code
@@ -49,6 +76,7 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A sentence saying what was wrong, with the numbers involved, for a person to act on.
     public var description: String {
         switch self {
         case .cbor(let e, let part): "\(part): \(e)"
@@ -75,7 +103,11 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
 
 /// Size limits (Specs/events.md §3.4).
 public enum EventLimits {
+    /// The largest header, in bytes (`header_too_large` above it); checked before the
+    /// header is parsed. A valid header is at most 179 bytes.
     public static let maxHeaderBytes = 256
+    /// The largest payload, in bytes (`payload_too_large` above it): bounds both header
+    /// key 8 and the encoded payload of a new event.
     public static let maxPayloadBytes = 65_536
     /// The largest envelope: a 3-item array holding the header, signature
     /// and payload with their byte-string heads.

@@ -4,38 +4,66 @@
 /// §6.3), so adding a kind never splits the network. Every `switch` over
 /// kinds must say what it does with `.unknown`: the compiler checks it.
 public enum EventKind: Sendable, Hashable {
+    /// `device.added` (1): a user key binds the device named by `object` to itself.
     case deviceAdded
+    /// `device.removed` (2): a user key unbinds the device named by `object`.
     case deviceRemoved
+    /// `device.key` (3): a device publishes its X25519 encryption key (Specs/encryption.md §3).
     case deviceKey
 
+    /// `profile.set` (10): sets or clears one field of the profile of the user named by `object`.
     case profileSet
 
+    /// `picture.created` (20, purgeable): creates the picture named by `object`.
     case pictureCreated
+    /// `picture.captioned` (21, purgeable): replaces a picture's caption.
     case pictureCaptioned
+    /// `picture.moved` (22): moves a picture to a new place in its owner's gallery.
     case pictureMoved
+    /// `picture.deleted` (23): deletes a picture for good, purging its payloads and blob.
     case pictureDeleted
 
+    /// `follow.added` (30): follows the user named by `object`.
     case followAdded
+    /// `follow.removed` (31): cancels the `follow.added` events it names.
     case followRemoved
+    /// `like.added` (32): likes the picture or message named by `object`.
     case likeAdded
+    /// `like.removed` (33): cancels the `like.added` events it names.
     case likeRemoved
+    /// `block.added` (34): blocks the user named by `object`.
     case blockAdded
+    /// `block.removed` (35): cancels the `block.added` events it names.
     case blockRemoved
 
+    /// `chat.created` (40): creates the chat named by `object`, with its creator as admin.
     case chatCreated
+    /// `chat.member.added` (41): an admin adds a chat member or sets a member's admin flag.
     case chatMemberAdded
+    /// `chat.member.removed` (42): an admin removes a member from a chat, or a member leaves.
     case chatMemberRemoved
+    /// `message.sent` (43, purgeable): a sealed message in a chat; its event id is the message id.
     case messageSent
+    /// `message.edited` (44, purgeable): replaces the sealed text of the message named by `object`.
     case messageEdited
+    /// `message.deleted` (45): deletes the message named by `object`, purging its payloads.
     case messageDeleted
+    /// `chat.read` (46): moves the author's read marker in a chat forward to a message.
     case chatRead
+    /// `chat.key` (47): wraps a chat epoch key to member devices (Specs/encryption.md §5).
     case chatKey
 
+    /// `coin.credited` (50): an issuer credits bought coins to the device named by `object`.
     case coinCredited
+    /// `coin.spent` (51): a device spends coins of its user's account.
     case coinSpent
+    /// `coin.given` (52): a device gives coins to the user named by `object`.
     case coinGiven
+    /// `coin.rights.moved` (53): moves spending rights to a sibling device of the same user.
     case coinRightsMoved
+    /// `slot.unlocked` (54): pays to unlock a lock slot of the user named by `object`.
     case slotUnlocked
+    /// `slot.set` (55): puts a picture in a lock slot of the user's profile, or empties it.
     case slotSet
 
     /// A code not in this node's table.
@@ -95,6 +123,8 @@ public enum EventKind: Sendable, Hashable {
         self = kind
     }
 
+    /// Whether this node knows the kind (false exactly for `.unknown`): only known kinds
+    /// have a schema, are folded and may be signed (Specs/events.md §6.3).
     public var isKnown: Bool { if case .unknown = self { false } else { true } }
 
     /// The dotted name used by the CLI, JSON output and Specs.

@@ -2,20 +2,32 @@
 /// high 48 bits and a logical counter in the low 16 (Specs/events.md §4).
 /// Comparing the raw values compares (physical, logical) lexicographically.
 public struct HLC: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The 64-bit value carried in header key 4: `physicalMillis << 16 | logical`.
     public let rawValue: UInt64
 
+    /// Wraps a raw 64-bit value as carried in a header; nothing is checked.
     public init(rawValue: UInt64) { self.rawValue = rawValue }
 
+    /// Builds a timestamp from Unix milliseconds and a logical counter. `physicalMillis`
+    /// must fit in 48 bits (`maxPhysicalMillis`): higher bits are lost.
     public init(physicalMillis: UInt64, logical: UInt16) {
         self.rawValue = (physicalMillis << 16) | UInt64(logical)
     }
 
+    /// The value 0: the clock of an empty store. It is never a valid event timestamp,
+    /// which must be positive.
     public static let zero = HLC(rawValue: 0)
+    /// The largest physical part, 2^48 − 1 ms; `HybridClock.tick(nowMillis:)` clamps
+    /// the wall clock to it.
     public static let maxPhysicalMillis: UInt64 = (1 << 48) - 1
 
+    /// The physical part: milliseconds since the Unix epoch (the high 48 bits).
     public var physicalMillis: UInt64 { rawValue >> 16 }
+    /// The logical counter (the low 16 bits): orders timestamps that share a millisecond
+    /// and keeps a node's own timestamps increasing when its wall clock does not.
     public var logical: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
 
+    /// Orders by raw value, i.e. by (physical, logical).
     public static func < (a: HLC, b: HLC) -> Bool { a.rawValue < b.rawValue }
 
     /// `2026-11-22T10:15:30.123Z+4` (the logical counter after the plus sign).
@@ -28,8 +40,11 @@ public struct HLC: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// it stays ahead of every timestamp the node has produced or accepted, so a
 /// feed's timestamps strictly increase even if the wall clock steps back.
 public struct HybridClock: Sendable {
+    /// The latest timestamp the clock has produced or observed; every new tick is after it.
     public private(set) var last: HLC
 
+    /// Starts the clock at `last`; a node passes the largest HLC in its store when it
+    /// opens (Specs/events.md §4).
     public init(last: HLC = .zero) { self.last = last }
 
     /// The timestamp for a new local event.

@@ -6,13 +6,17 @@ public indirect enum FieldType: Sendable {
     case text(minBytes: Int, maxBytes: Int)
     /// A 32-byte byte string: a key, an event id, an object id or a hash.
     case id32
+    /// A byte string of `minCount...maxCount` bytes.
     case bytes(minCount: Int, maxCount: Int)
+    /// An unsigned integer in `min...max`; negative integers are refused.
     case uint(min: UInt64, max: UInt64)
+    /// `true` or `false`.
     case bool
     /// One of a fixed set of text values.
     case oneOf([String])
     /// A calendar date `YYYY-MM-DD` (proleptic Gregorian, year 1900...2999).
     case date
+    /// An array of `minCount...maxCount` items, each of the element type, no two equal.
     case list(of: FieldType, minCount: Int, maxCount: Int)
     /// The inner type or `null`.
     case nullable(FieldType)
@@ -70,19 +74,27 @@ public indirect enum FieldType: Sendable {
     }
 }
 
+/// One field of a payload schema: its text key, the type of its value, and whether
+/// it must be present. Built with `required(_:_:)` and `optional(_:_:)`.
 public struct FieldSpec: Sendable {
+    /// The field's text key in the payload map.
     public let name: String
+    /// The type the field's value must satisfy when the key is present.
     public let type: FieldType
+    /// Whether the key must be present; an optional key may be absent.
     public let required: Bool
 }
 
 /// The schema of one kind's payload: a CBOR map with text keys. Keys not
 /// listed are refused, so every accepted payload has one meaning.
 public struct PayloadSchema: Sendable {
+    /// The fields a payload may hold; any other key is refused.
     public let fields: [FieldSpec]
     /// A rule spanning several fields, checked after the per-field rules.
     let crossCheck: (@Sendable (CBORValue) -> String?)?
 
+    /// Builds a schema from its fields and an optional cross-field rule, which returns
+    /// a description of the violation or nil and runs after the per-field checks.
     public init(_ fields: [FieldSpec], crossCheck: (@Sendable (CBORValue) -> String?)? = nil) {
         self.fields = fields
         self.crossCheck = crossCheck
@@ -103,31 +115,48 @@ public struct PayloadSchema: Sendable {
     }
 }
 
+/// A field whose key must be present, with a value of `type`.
 public func required(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: true) }
+/// A field whose key may be absent; when present, its value must be of `type`.
 public func optional(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: false) }
 
 /// Bounds shared by the schemas; Specs/events.md §6 lists the same numbers.
 public enum PayloadLimits {
+    /// The largest coin `amount` (and slot `price`): 10^12 coins (`AMOUNT`, Specs/events.md §6.1).
     public static let maxCoinAmount: UInt64 = 1_000_000_000_000
+    /// The most add ids one removal's `seen` may name (`SEEN` = `array<id32>[1..1024]`).
     public static let maxSeenTags = 1024
+    /// The most user keys a `chat.created` may list in `members`.
     public static let maxChatMembers = 1024
+    /// The number of slot numbers the schemas accept (`SLOT` = `uint[0..63]`); a network
+    /// configures 1...64 slots (Specs/projections.md §1).
     public static let maxSlots: UInt64 = 64
+    /// The largest blob `size`, 2^40 bytes, of a picture or of a picture sent in a message.
     public static let maxBlobSize: UInt64 = 1 << 40
+    /// The longest message text, in UTF-8 bytes: the `text` inside a sealed body
+    /// (Specs/encryption.md §7).
     public static let messageTextBytes = 4000
+    /// The longest picture caption, in UTF-8 bytes.
     public static let captionBytes = 2000
+    /// The media types a picture's `mime` may name (also those of a picture sent in a chat).
     public static let imageTypes = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/avif"]
     /// A sealed value is epoch id (32) || nonce (24) || ciphertext with its
     /// 16-byte tag (Specs/encryption.md §7): at least 72 bytes.
     public static let sealedOverhead = 72
+    /// The longest sealed chat title (`chat.created` `title`), in bytes.
     public static let sealedTitleBytes = 512
+    /// The longest sealed message body (`message.sent` and `message.edited` `body`), in bytes.
     public static let sealedBodyBytes = 4608
     /// One wrap of an epoch key: device key (32) || wrapped key (48) (Specs/encryption.md §5).
     public static let wrapBytes = 80
+    /// The most wraps one `chat.key` may carry, so `wraps` is at most 768 × 80 = 61 440 bytes.
     public static let maxWraps = 768
 }
 
 /// Profile fields and the type of each one's value (`profile.set`).
 public enum ProfileField: String, CaseIterable, Sendable {
+    /// The fields a `profile.set` may name (Specs/events.md §6.2.3); the raw value is
+    /// the wire name.
     case name, bio, city, birthday, avatar, visibility, gender, website
 
     /// `visibility` is retired: it promised that profile fields could be
@@ -140,6 +169,8 @@ public enum ProfileField: String, CaseIterable, Sendable {
     /// The fields a node may set.
     public static var settable: [ProfileField] { allCases.filter { !$0.isRetired } }
 
+    /// The type a non-null `value` must have for this field (the cross-field rule of
+    /// `profile.set`); `null` always clears the field.
     public var valueType: FieldType {
         switch self {
         case .name: .text(minBytes: 1, maxBytes: 100)

@@ -35,27 +35,43 @@ public enum Readable<Content: Hashable & Sendable>: Hashable, Sendable {
     /// This node has no encryption key at all.
     case sealed
 
+    /// The opened content, or `nil` for `locked`, `unreadable` and `sealed`.
     public var value: Content? { if case .content(let c) = self { c } else { nil } }
 }
 
 /// A message as this device reads it: the projected record and, when this
 /// device holds its epoch key, the content.
 public struct ReadableMessage: Hashable, Sendable {
+    /// The message's projected record: sender, device, HLC, the sealed body and
+    /// its edit or deletion state.
     public let view: MessageView
+    /// The message's content as this device can open it; an edited message shows
+    /// the winning edit's text with the picture and attachment it was first sent with.
     public let content: Readable<MessageContent>
     /// The picture the content refers to, resolved now (Specs/projections.md §7.1).
     public let picture: PictureReference?
 }
 
+/// A chat as this device reads it: the projected record and, when this device
+/// holds the key, the opened title (Specs/encryption.md §8).
 public struct ReadableChat: Hashable, Sendable {
+    /// The chat's projected record: creator, current members and message count.
     public let view: ChatView
+    /// The title as this device can open it, or `nil` when the chat has no title.
     public let title: Readable<String>?
 }
 
+/// One page of a chat as this device reads it, returned by
+/// ``Node/readableChatPage(_:limit:before:)``.
 public struct ReadableChatPage: Hashable, Sendable {
+    /// The chat itself, with its title opened when it can be.
     public let chat: ReadableChat
+    /// The page's messages, oldest first, leaving out senders the viewing user blocks.
     public let messages: [ReadableMessage]
+    /// The cursor to pass as `before` for the next, older page; `nil` when this
+    /// page reaches the chat's first message.
     public let older: String?
+    /// Each member's read marker: the HLC of the last message they marked read.
     public let readMarkers: [PublicKey: HLC]
 }
 

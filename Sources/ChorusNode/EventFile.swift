@@ -14,13 +14,19 @@ public enum EventFileFormat: String, Sendable, CaseIterable {
     case jsonl
 }
 
+/// The envelopes read from a whole event file by ``EventFile/read(_:)``, and
+/// where reading stopped if the file is damaged.
 public struct EventFileContents: Sendable {
+    /// The envelopes in file order, as raw bytes; they are not yet decoded or
+    /// verified (pass them to `Node.ingestAllOrNothing`).
     public var envelopes: [[UInt8]]
     /// Set when the file stops being readable: the index of the first
     /// unreadable event and why. Events before it were read.
     public var unreadable: (index: Int, reason: String)?
 }
 
+/// Writing and reading event files held in memory (Specs/events.md §8);
+/// ``EventFileReader`` reads large files in bounded memory.
 public enum EventFile {
     /// Appends one event in `format` to `out`.
     public static func append(_ stored: StoredEvent, format: EventFileFormat, to out: inout [UInt8]) {
@@ -93,6 +99,8 @@ public final class EventFileReader {
     /// means the file is not an event file, so reading stops there.
     static let maxItemBytes = 65_867 + 64
 
+    /// Reads from `handle`, starting at its current offset; the format is
+    /// recognised from the first non-blank byte.
     public init(handle: FileHandle) { self.handle = handle }
 
     /// The next envelopes, at most `limit`; empty at the end of the file or

@@ -14,8 +14,12 @@ public indirect enum JSONValue: Sendable, Equatable {
     case array([JSONValue])
     case object([(String, JSONValue)])
 
+    /// Two values are equal when they render to the same text, so object key
+    /// order matters and `.int(5) == .uint(5)`.
     public static func == (a: JSONValue, b: JSONValue) -> Bool { a.rendered() == b.rendered() }
 
+    /// Renders compact JSON with no whitespace, object keys in their given order,
+    /// non-ASCII text as UTF-8 and control characters escaped.
     public func rendered() -> String {
         var out = ""
         render(into: &out)

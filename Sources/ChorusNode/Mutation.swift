@@ -10,6 +10,7 @@ public enum Effect: Hashable, Sendable {
     case applied
     case noEffect(NoEffect)
 
+    /// Whether the event took effect.
     public var isApplied: Bool { self == .applied }
 
     /// The no-effect code, or nil when the event took effect.
@@ -24,9 +25,12 @@ public enum Effect: Hashable, Sendable {
 /// here can take effect later (an event it depends on arrives by sync), and
 /// the reverse; `Projections.noEffect(_:)` answers for the current state.
 public struct Mutation: Hashable, Sendable {
+    /// The signed event as committed.
     public let event: Event
+    /// Whether the event took effect as of its commit, or why not.
     public let effect: Effect
 
+    /// Pairs an event with its effect; `Node` builds these after each commit.
     public init(event: Event, effect: Effect) {
         self.event = event
         self.effect = effect
@@ -38,7 +42,10 @@ public struct Mutation: Hashable, Sendable {
     /// new chat of `createChat`, the chat of `sendMessage`, the user of a
     /// profile edit.
     public var object: ObjectID { event.object }
+    /// The event's sequence number in its author's feed.
     public var seq: UInt64 { event.seq }
+    /// The event's kind, such as `picture.created`.
     public var kind: EventKind { event.kind }
+    /// Whether the event took effect as of its commit.
     public var isApplied: Bool { effect.isApplied }
 }

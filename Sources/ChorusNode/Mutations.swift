@@ -51,6 +51,10 @@ extension Node {
         try DeviceBinding.proof(device: KeyStore.read(KeyStore.deviceKeyPath(storePath)), user: identity.user)
     }
 
+    /// Unbinds `device` from this node's user with a `device.removed` event signed
+    /// by the user key; `reason` is cut to its first 200 UTF-8 bytes. The device's
+    /// earlier events still count but it acts no more (Specs/projections.md §6.1).
+    /// Returns once durable; throws ``NodeError/readOnly`` or ``NodeError/noUserKey``.
     @discardableResult
     public func removeDevice(_ device: PublicKey, reason: String? = nil) async throws -> Mutation {
         let reason = reason.map { String(decoding: $0.utf8.prefix(200), as: UTF8.self) }
@@ -59,6 +63,10 @@ extension Node {
 
     // MARK: Profile
 
+    /// Sets one profile field of this user to `value`, or clears it with `nil`
+    /// (Specs/events.md §6.2.3); ``setProfile(_:)`` with a ``ProfileEdit`` is the typed form.
+    /// Returns once durable. Throws `NodeError.refused(.retiredProfileField)` for a
+    /// retired field and `EventError.schemaViolation` if `value` does not fit the field.
     @discardableResult
     public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Mutation {
         guard !field.isRetired else {
@@ -109,6 +117,10 @@ extension Node {
         }
     }
 
+    /// Replaces the caption of one of this user's live pictures (at most 2000
+    /// UTF-8 bytes). Returns once durable. Throws `NodeError.refused` with
+    /// `.unknownPicture`, `.pictureDeleted` or `.pictureNotYours` when the picture
+    /// is not a live picture of this user.
     @discardableResult
     public func captionPicture(_ id: ObjectID, _ caption: String) async throws -> Mutation {
         _ = try ownLivePicture(id)
@@ -147,6 +159,10 @@ extension Node {
         return try await outcome(append(PictureMovedPayload(position: position), object: id))
     }
 
+    /// Deletes one of this user's live pictures. Deletion is final: replicas purge
+    /// its creation and caption payloads and its bytes unless another live picture
+    /// uses them (Specs/projections.md §6.3). Returns once durable; throws
+    /// `NodeError.refused` (`.unknownPicture`, `.pictureDeleted`, `.pictureNotYours`) otherwise.
     @discardableResult
     public func deletePicture(_ id: ObjectID) async throws -> Mutation {
         _ = try ownLivePicture(id)
@@ -155,23 +171,40 @@ extension Node {
 
     // MARK: Relationships
 
+    /// Follows `user` with a `follow.added` event. Returns once durable; throws
+    /// `NodeError.refused(.cannotFollowYourself)` for this node's own user.
     @discardableResult public func follow(_ user: PublicKey) async throws -> Mutation {
         guard user != identity.user else { throw NodeError.refused(.cannotFollowYourself) }
         return try await outcome(append(FollowAddedPayload(), object: user))
     }
+    /// Withdraws every follow of `user` by this user that this node has seen
+    /// (observed-remove: a follow made concurrently elsewhere survives,
+    /// Specs/projections.md §6.4). Returns once durable; throws
+    /// `NodeError.refused(.nothingToRemove)` when there is no follow to withdraw.
     @discardableResult public func unfollow(_ user: PublicKey) async throws -> Mutation {
         try await remove(FollowRemovedPayload.self, added: .followAdded, target: user, what: "follow")
     }
+    /// Likes `object`, usually a picture id, with a `like.added` event. Returns
+    /// once durable; liking twice adds a second like that `unlike` also withdraws.
     @discardableResult public func like(_ object: Bytes32) async throws -> Mutation {
         try await outcome(append(LikeAddedPayload(), object: object))
     }
+    /// Withdraws every like of `object` by this user that this node has seen
+    /// (observed-remove, Specs/projections.md §6.4). Returns once durable; throws
+    /// `NodeError.refused(.nothingToRemove)` when there is no like to withdraw.
     @discardableResult public func unlike(_ object: Bytes32) async throws -> Mutation {
         try await remove(LikeRemovedPayload.self, added: .likeAdded, target: object, what: "like")
     }
+    /// Blocks `user`: this user's followers, feed and chat pages then leave them
+    /// out when read (Specs/projections.md §7.2). Returns once durable; throws
+    /// `NodeError.refused(.cannotBlockYourself)` for this node's own user.
     @discardableResult public func block(_ user: PublicKey) async throws -> Mutation {
         guard user != identity.user else { throw NodeError.refused(.cannotBlockYourself) }
         return try await outcome(append(BlockAddedPayload(), object: user))
     }
+    /// Withdraws every block of `user` by this user that this node has seen
+    /// (observed-remove, Specs/projections.md §6.4). Returns once durable; throws
+    /// `NodeError.refused(.nothingToRemove)` when there is no block to withdraw.
     @discardableResult public func unblock(_ user: PublicKey) async throws -> Mutation {
         try await remove(BlockRemovedPayload.self, added: .blockAdded, target: user, what: "block")
     }
@@ -234,6 +267,9 @@ extension Node {
         return try outcome(event)
     }
 
+    /// Removes this user from `chat` (``removeChatMember(_:_:)`` with oneself).
+    /// It starts no new epoch: the remaining members' next send rotates
+    /// (Specs/encryption.md §6 rule 3). Returns once durable.
     @discardableResult
     public func leaveChat(_ chat: ObjectID) async throws -> Mutation { try await removeChatMember(chat, identity.user) }
 
@@ -272,6 +308,10 @@ extension Node {
         return m
     }
 
+    /// Replaces the text of one of this user's messages (1…4000 UTF-8 bytes),
+    /// sealed to the chat's members; its picture and attachment stay. May first
+    /// write `chat.key` events for a new epoch. Returns once durable; throws
+    /// `NodeError.refused` with `.unknownMessage` or `.notYourMessage`.
     @discardableResult
     public func editMessage(_ id: EventID, text: String) async throws -> Mutation {
         let m = try ownMessage(id)
@@ -279,6 +319,9 @@ extension Node {
         return try await outcome(append(MessageEditedPayload(chat: m.chat, body: body), object: id))
     }
 
+    /// Deletes one of this user's messages: replicas purge the payloads of the
+    /// message and its edits, and its attachment blob (Specs/projections.md §6.6).
+    /// Returns once durable; throws `NodeError.refused` with `.unknownMessage` or `.notYourMessage`.
     @discardableResult
     public func deleteMessage(_ id: EventID) async throws -> Mutation {
         let m = try ownMessage(id)
@@ -317,11 +360,19 @@ extension Node {
 
     /// One purchase to credit (`creditCoins(_:)`).
     public struct Credit: Sendable {
+        /// The user key whose purchase this is.
         public var user: PublicKey
+        /// The number of coins bought.
         public var amount: UInt64
+        /// The app store's transaction id (1…256 UTF-8 bytes); a receipt is credited
+        /// at most once (later credits of it take no effect, `duplicate_receipt`).
         public var receipt: String
+        /// The device whose spending rights receive the coins; `nil` picks the user's
+        /// first device this node knows of that is not removed.
         public var device: PublicKey?
+        /// The store's product id, if any (1…128 UTF-8 bytes).
         public var product: String?
+        /// Describes one purchase to credit; see the properties for each field.
         public init(user: PublicKey, amount: UInt64, receipt: String, device: PublicKey? = nil, product: String? = nil) {
             (self.user, self.amount, self.receipt, self.device, self.product) = (user, amount, receipt, device, product)
         }
@@ -358,6 +409,9 @@ extension Node {
         }
     }
 
+    /// Spends `amount` coins from this device's spending rights; `purpose` (1…200
+    /// UTF-8 bytes) says what they pay for. Returns once durable. Throws
+    /// `NodeError.refused(.insufficientRights)` if the rights this node sees fall short.
     @discardableResult
     public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Mutation {
         try requireRights(amount)
@@ -382,6 +436,10 @@ extension Node {
         return try await outcome(append(CoinRightsMovedPayload(amount: amount), object: device))
     }
 
+    /// Unlocks lock slot `slot` (1 up to the network's last slot; slot 0 is always
+    /// open), paying the price the network configuration sets from this device's
+    /// rights. Returns once durable. Throws `NodeError.refused` with `.noSuchSlot`
+    /// or `.insufficientRights`.
     @discardableResult
     public func unlockSlot(_ slot: Int) async throws -> Mutation {
         let prices = network.slotPrices

@@ -10,6 +10,8 @@ import ChorusStore
 import Foundation
 import Synchronization
 
+/// Settings for creating, opening or upgrading a store. The defaults suit an
+/// app; tests replace the clock and the sizes.
 public struct NodeOptions: Sendable {
     /// How far ahead of this node's clock an event's timestamp may be (Specs/events.md §7.2).
     public var driftMillis: UInt64 = 60_000
@@ -29,6 +31,8 @@ public struct NodeOptions: Sendable {
     /// Called once when `open` has waited a second for the writer lock.
     public var onWaitingForWriterLock: (@Sendable () -> Void)? = nil
 
+    /// The default options: 60 000 ms drift, a 256 MiB initial map, the system
+    /// clock, 16 MiB pictures and no wait for another process's writer lock.
     public init() {}
 }
 
@@ -43,16 +47,24 @@ public enum IngestResult: Hashable, Sendable {
     case notStored(String)
 }
 
+/// What `Node.ingest` did with a batch: one ``IngestResult`` per input, and
+/// counts of each outcome.
 public struct IngestReport: Sendable {
     /// One result per input, in input order.
     public var results: [IngestResult]
 
+    /// Wraps per-input results, which must be in input order.
     public init(results: [IngestResult]) { self.results = results }
 
+    /// How many events were newly stored.
     public var accepted: Int { results.count { if case .accepted = $0 { true } else { false } } }
+    /// How many events the store held already, including purged ones whose
+    /// payload this batch put back.
     public var duplicates: Int { results.count { if case .duplicate = $0 { true } else { false } } }
     /// Everything not stored: refused, withheld or failed to write.
     public var refused: Int { results.count - accepted - duplicates }
+    /// How many valid events were not stored because another event of an
+    /// all-or-nothing batch is damaged (`ingestAllOrNothing`); also counted in ``refused``.
     public var withheld: Int { results.count { $0 == .withheld } }
     /// Every event that was refused or failed to write, with the reason.
     public var errors: [(index: Int, code: String, reason: String)] {
@@ -71,15 +83,26 @@ public struct IngestReport: Sendable {
 /// the log. Writes go through one group-commit writer; reads are
 /// `nonisolated` and run concurrently in LMDB read transactions.
 public actor Node {
+    /// The path of the store directory this node was created or opened at.
     public nonisolated let storePath: String
+    /// The keys this node acts with: its user, its device and, for an issuer, its issuer key.
     public nonisolated let identity: Identity
+    /// The store's event log, for reading raw events and feeds. Write only through
+    /// the node: the store has one writer (Specs/storage.md §5.1).
     public nonisolated let log: LogStore
     /// Profiles, pictures, relationships, chats, coins and slots: the
     /// queries of the library API.
     public nonisolated let projections: Projections
+    /// The store's content-addressed blobs: picture bytes and encrypted chat
+    /// attachments, keyed by their BLAKE2b-256 hash.
     public nonisolated let blobs: BlobStore
+    /// The store's network configuration (issuers, slot prices; `network.json`),
+    /// which the projections apply (Specs/projections.md §1).
     public nonisolated var network: NetworkConfig { projections.config }
+    /// The options this node was opened with.
     public nonisolated let options: NodeOptions
+    /// Whether the node was opened read-only: it then holds no signing key, every
+    /// write throws ``NodeError/readOnly`` and ingested events are refused.
     public nonisolated let isReadOnly: Bool
 
     private let deviceKey: SigningKey?
@@ -341,11 +364,17 @@ public actor Node {
         try await append(P.kind, object: object, payload: payload.cbor, blobs: blobs)
     }
 
+    /// Signs an event of the payload's kind with the user key and returns it once
+    /// durable. Throws ``NodeError/readOnly``, ``NodeError/noUserKey`` on a store
+    /// without the user secret, or ``NodeError/ownEventRefused(_:)`` if the log refuses it.
     @discardableResult
     public func appendAsUser<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
         try await appendAsUser(P.kind, object: object, payload: payload.cbor)
     }
 
+    /// Signs an event of the payload's kind with this node's issuer key and returns
+    /// it once durable. Throws ``NodeError/readOnly``, ``NodeError/noIssuerKey`` on a
+    /// store without an issuer key, or ``NodeError/ownEventRefused(_:)``.
     @discardableResult
     public func appendAsIssuer<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
         try await appendAsIssuer(P.kind, object: object, payload: payload.cbor)
@@ -654,9 +683,17 @@ public actor Node {
 
     // MARK: Reading
 
+    /// The head of `author`'s feed as stored (sequence number, id and HLC of its
+    /// last event), or `nil` if this node holds none of its events. Throws if the store cannot be read.
     public nonisolated func head(of author: PublicKey) throws -> FeedHead? { try log.head(of: author) }
+    /// The head of every feed this node holds, ordered by author key: what sync
+    /// announces to peers. Throws if the store cannot be read.
     public nonisolated func heads() throws -> [(author: PublicKey, head: FeedHead)] { try log.allHeads() }
+    /// The stored event with this id and its local arrival position, or `nil` if
+    /// this node does not hold it. A purged event comes without its payload.
     public nonisolated func event(_ id: EventID) throws -> StoredEvent? { try log.event(id) }
+    /// Up to `limit` events of `author`'s feed from sequence number `fromSeq`, in
+    /// sequence order. Throws if the store cannot be read.
     public nonisolated func feed(_ author: PublicKey, fromSeq: UInt64 = 1, limit: Int = .max) throws -> [StoredEvent] {
         try log.feed(author, fromSeq: fromSeq, limit: limit)
     }
@@ -664,11 +701,15 @@ public actor Node {
     public nonisolated func arrivals(since: UInt64 = 0, limit: Int = .max) throws -> [StoredEvent] {
         try log.arrivals(since: since, limit: limit)
     }
+    /// The local arrival position of the newest stored event (0 for an empty log);
+    /// pass it later to ``arrivals(since:limit:)`` to read only what came after.
     public nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
     /// A feed's stored envelopes from `fromSeq` as bytes, for serving.
     public nonisolated func feedEnvelopes(_ author: PublicKey, fromSeq: UInt64, limit: Int) throws -> [(seq: UInt64, envelope: [UInt8])] {
         try log.feedEnvelopes(author, fromSeq: fromSeq, limit: limit)
     }
+    /// Evidence of every forked feed this node has seen: for an author and
+    /// sequence number, the event kept and the conflicting one refused.
     public nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
 
     /// Group-commit statistics of this node's writer.
@@ -695,11 +736,17 @@ public enum EventSigner: Sendable {
 
 /// One event of a batch to append: built from a typed payload.
 public struct PendingEvent: Sendable {
+    /// The event kind, taken from the payload's type.
     public let kind: EventKind
+    /// The id of the thing the event is about (Specs/events.md §6).
     public let object: ObjectID
+    /// The payload as CBOR; it is checked against the kind's schema by `Node.appendBatch`.
     public let payload: CBORValue
+    /// Blob bytes stored in the same commit as the event (for example a picture's bytes).
     public let blobs: [[UInt8]]
 
+    /// Prepares an event of `P`'s kind about `object`, with any blob bytes that
+    /// must become durable together with it.
     public init<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) {
         self.kind = P.kind
         self.object = object

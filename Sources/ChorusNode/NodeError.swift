@@ -19,6 +19,7 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A store location given as a URL that is not a file URL.
     case notAFileURL(String)
 
+    /// A sentence for people saying what is wrong, in the library's terms.
     public var description: String {
         switch self {
         case .notInitialized(let path):

@@ -18,6 +18,7 @@ public enum ProfileEdit: Sendable, Hashable {
     case avatar(ObjectID)
     case clear(ProfileField)
 
+    /// The profile field this edit sets or clears.
     public var field: ProfileField {
         switch self {
         case .name: .name
@@ -56,10 +57,15 @@ extension Node {
 extension ProfileView {
     private func text(_ field: ProfileField) -> String? { self.field(field.rawValue)?.textValue }
 
+    /// The display name, or `nil` when unset or cleared.
     public var name: String? { text(.name) }
+    /// The bio text, or `nil` when unset or cleared.
     public var bio: String? { text(.bio) }
+    /// The city, or `nil` when unset or cleared.
     public var city: String? { text(.city) }
+    /// The gender as the user wrote it, or `nil` when unset or cleared.
     public var gender: String? { text(.gender) }
+    /// The website, or `nil` when unset or cleared.
     public var website: String? { text(.website) }
     /// The birthday as year, month and day.
     public var birthday: DateComponents? {

@@ -45,6 +45,8 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     /// Reading a chat this node cannot show (not held, or not readable here).
     case chatUnreadable(String)
 
+    /// A sentence for people saying why the mutation was refused and, where it
+    /// helps, what to do instead.
     public var description: String {
         switch self {
         case .invalidDeviceProof(let device, let user): "the proof is not \(device.short)'s signature consenting to user \(user.short)"

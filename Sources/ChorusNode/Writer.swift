@@ -121,9 +121,13 @@ final class GroupCommitWriter: Sendable {
 /// committed in one, and the seconds it spent committing (the whole
 /// transaction: feed checks, fold, page writes and flush).
 public struct WriterStatistics: Sendable {
+    /// Group-commit transactions that committed successfully.
     public var commits = 0
+    /// The most events one committed transaction took.
     public var largestBatch = 0
+    /// Events offered in committed transactions, duplicates and refused ones included.
     public var events = 0
+    /// Seconds the writer's thread spent in commits, failed ones and exclusive work (rebuilds) included.
     public var busySeconds = 0.0
 }
 

@@ -4,8 +4,12 @@ import ChorusEvents
 
 /// A device's published X25519 encryption key (Specs/encryption.md §3).
 public struct EncryptionKeyRecord: Hashable, Sendable {
+    /// The device's X25519 public key, from the effective `device.key`.
     public let key: Bytes32
+    /// HLC of the effective `device.key` (the first in merge order signed by
+    /// the device itself, Specs/projections.md §6.10).
     public let hlc: HLC
+    /// Id of that `device.key` event.
     public let event: EventID
 
     func encoded() -> [UInt8] { Codec.cbor(.array([.bytes(key.bytes), .unsigned(hlc.rawValue), .bytes(event.bytes)])) }
@@ -22,8 +26,12 @@ public struct EncryptionKeyRecord: Hashable, Sendable {
 /// An epoch of a chat as every replica records it: when it started and the
 /// key event that introduced it (Specs/encryption.md §4).
 public struct EpochRecord: Hashable, Sendable {
+    /// The epoch id (Specs/encryption.md §4) named by the key events.
     public let epoch: Hash32
+    /// HLC of the first effective `chat.key` naming the epoch: the epoch's
+    /// start (Specs/projections.md §6.11).
     public let start: HLC
+    /// Id of that first effective `chat.key`.
     public let introducedBy: EventID
 }
 

@@ -3,30 +3,54 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusStorage
 
+/// A current member of a chat, as `ChatView.members` lists it
+/// (Specs/projections.md §6.5).
 public struct MemberView: Hashable, Sendable {
+    /// The member's user key.
     public let user: PublicKey
+    /// Whether the member is an administrator and may add or remove members.
     public let admin: Bool
+    /// Start of the current membership interval: the HLC of the event by which
+    /// the user last joined.
     public let since: HLC
 }
 
+/// A chat as this node projects it: its creation record and current members
+/// (Specs/projections.md §6.5). The title stays sealed here.
 public struct ChatView: Hashable, Sendable {
+    /// The chat id: the object of its `chat.created`, chosen by the creating
+    /// device.
     public let id: ObjectID
     /// The title, sealed to the chat's members (Specs/encryption.md §7);
     /// `Node` opens it on a member's device.
     public let sealedTitle: [UInt8]?
+    /// The acting user of the first `chat.created` (a user key, not the
+    /// device).
     public let creator: PublicKey
+    /// HLC of the first `chat.created`; `chats(of:)` orders by it.
     public let createdHLC: HLC
     /// The `chat.created` event (its device sealed the title).
     public let createdBy: EventID
+    /// Current members only, in user key order (bytewise); former members are
+    /// left out.
     public let members: [MemberView]
+    /// Number of messages that took effect in the chat, deleted ones included
+    /// (the `messageCount` table, Specs/projections.md §5).
     public let messageCount: Int
 }
 
+/// One message as every replica projects it (Specs/projections.md §6.6): who
+/// sent it, when, and its sealed body; nothing here is decrypted.
 public struct MessageView: Hashable, Sendable {
+    /// The message id: the id of its `message.sent` event.
     public let id: EventID
+    /// The chat the message was sent to.
     public let chat: ObjectID
+    /// The acting user of the `message.sent` (a user key).
     public let sender: PublicKey
+    /// The device that signed the `message.sent`.
     public let device: PublicKey
+    /// HLC of the `message.sent`; messages order by (HLC, id).
     public let hlc: HLC
     /// The sealed body (Specs/encryption.md §7): text, picture reference and
     /// attachment, readable on a member's device through `Node`. nil when
@@ -35,11 +59,18 @@ public struct MessageView: Hashable, Sendable {
     /// The encrypted picture sent with the message: hash and size of its
     /// ciphertext blob.
     public let blob: Hash32?
+    /// Length in bytes of that ciphertext blob (the image's length + 16); nil
+    /// when the message carries no picture, or is deleted or purged.
     public let blobSize: UInt64?
+    /// HLC of the winning effective edit; nil when never edited, or deleted or
+    /// purged.
     public let edited: HLC?
     /// The device that signed the winning edit (its body is sealed by it).
     public let editor: PublicKey?
+    /// HLC of the effective `message.deleted`; nil while the message is live.
     public let deleted: HLC?
+    /// True when the message is live but this node holds its payload no more
+    /// (`purged: true`, Specs/projections.md §9.3); `body` is then nil.
     public let purged: Bool
     /// The epoch the body is sealed under (its first 32 bytes).
     public var epoch: Hash32? { body.flatMap { $0.count >= 32 ? Bytes32($0[0..<32]) : nil } }
@@ -47,12 +78,18 @@ public struct MessageView: Hashable, Sendable {
     public var cursor: String { Hex.encode(Codec.u64(hlc.rawValue) + id.bytes) }
 }
 
+/// One page of a chat as `chat(_:viewer:limit:before:)` returns it: the chat, a
+/// run of its messages and everyone's read markers.
 public struct ChatPage: Hashable, Sendable {
+    /// The chat's record and current members.
     public let chat: ChatView
     /// Oldest first.
     public let messages: [MessageView]
     /// The cursor for the next (older) page, nil when this is the first message.
     public let older: String?
+    /// Per user, the HLC of the furthest message their effective `chat.read`
+    /// events reached (Specs/projections.md §6.7); users without one are
+    /// absent.
     public let readMarkers: [PublicKey: HLC]
 }
 

@@ -3,18 +3,31 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusStorage
 
+/// A user's coin balance (Specs/projections.md §6.9): the rights of every
+/// device ever bound to them plus those of the user key.
 public struct BalanceView: Hashable, Sendable {
+    /// The user key the balance belongs to.
     public let user: PublicKey
+    /// The balance in coins: every device's rights plus `userKeyRights`.
     public let total: UInt64
+    /// Every device ever bound to the user, removed ones included (their coins
+    /// are still the user's), oldest binding first, each with its rights.
     public let devices: [DeviceView]
     /// Rights held by the user key itself (gifts to a user with no device).
     public let userKeyRights: UInt64
 }
 
+/// One lock slot of a profile (Specs/projections.md §6.8): its price, whether
+/// it is unlocked and the picture it shows.
 public struct SlotView: Hashable, Sendable {
+    /// The slot number, from 0 (always free and unlocked).
     public let slot: Int
+    /// The configured price of the slot in coins (`NetworkConfig.slotPrices`).
     public let price: UInt64
+    /// True for slot 0 and for a slot an effective `slot.unlocked` unlocked.
     public let unlocked: Bool
+    /// The picture in the slot, resolved when read (Specs/projections.md §7.1);
+    /// nil when the slot is locked or empty.
     public let picture: PictureReference?
 }
 
@@ -41,6 +54,8 @@ extension Projections {
         }
     }
 
+    /// Every lock slot of `user`'s profile, one per configured slot, in slot
+    /// number order. A locked slot shows no picture even when one was set.
     public func slots(of user: PublicKey) throws -> [SlotView] {
         try log.env.read { txn in
             try config.slotPrices.enumerated().map { slot, price in

@@ -236,8 +236,12 @@ struct FoldRun {
 
 /// Why an event takes no effect: a stable code and a sentence.
 public struct NoEffect: Error, Hashable, Sendable {
+    /// The stable reason code (Specs/projections.md §4), e.g. `not_owner`.
     public let code: String
+    /// An informative sentence for people; not stable, not for matching.
     public let detail: String
+    /// A reason from a stable `code` (Specs/projections.md §4) and a `detail`
+    /// sentence.
     public init(_ code: String, _ detail: String) {
         self.code = code
         self.detail = detail
@@ -246,10 +250,18 @@ public struct NoEffect: Error, Hashable, Sendable {
 
 /// A device bound to a user by a `device.added` event (Specs/projections.md §6.1).
 public struct DeviceBinding: Hashable, Sendable {
+    /// The user key that bound the device: the author of the effective
+    /// `device.added`.
     public let user: PublicKey
+    /// HLC of that `device.added`. The binding also covers the device's events
+    /// stamped earlier (Specs/projections.md §3).
     public let addedHLC: HLC
+    /// Id of that `device.added` event.
     public let addedBy: EventID
+    /// HLC of the effective `device.removed`; events at or after it take no
+    /// effect (`device_removed`). nil while the device acts.
     public let removedHLC: HLC?
+    /// The `name` of the `device.added` payload; nil when it has none.
     public let name: String?
 
     func encoded() -> [UInt8] {
@@ -275,6 +287,8 @@ public struct DeviceBinding: Hashable, Sendable {
         Array("chorus/device-binding/v1".utf8) + [0] + user.bytes
     }
 
+    /// The `proof` a `device.added` payload carries: `device`'s signature over
+    /// `proofMessage(user:)` (Specs/projections.md §6.1).
     public static func proof(device: SigningKey, user: PublicKey) -> [UInt8] {
         device.sign(proofMessage(user: user))
     }

@@ -6,16 +6,21 @@ import ChorusStorage
 /// One event as filed under one projected object, for audit tools.
 public struct FiledEvent: Hashable, Sendable {
     /// The object class: device, profile, picture, follow, like, block,
-    /// chat, reads, message, slots or coins.
+    /// chat, reads, message, slots, coins, device-key or chat-keys.
     public let objectClass: String
+    /// The object the event is filed under; all zero for coin events, which
+    /// share one ledger.
     public let object: Bytes32
+    /// The event's merge order (Specs/projections.md §2).
     public let order: MergeOrder
+    /// The event's kind, from its header (key 5, Specs/events.md §6).
     public let kind: EventKind
     /// The event's header object (differs from `object` for messages).
     public let headerObject: Bytes32
     /// nil when the payload is purged.
     public let payload: CBORValue?
 
+    /// The event's id (the last part of `order`).
     public var id: EventID { order.id }
 }
 

@@ -16,6 +16,7 @@ public struct NetworkConfig: Sendable, Hashable {
     /// connect. It does not affect projections and is not in the fingerprint.
     public var networkKey: Bytes32
 
+    /// Slot prices of a network configured without any: six slots, slot 0 free.
     public static let defaultSlotPrices: [UInt64] = [0, 50, 100, 200, 400, 800]
 
     /// Without `networkKey`, a new network: a fresh random key.
@@ -25,6 +26,7 @@ public struct NetworkConfig: Sendable, Hashable {
         self.networkKey = networkKey ?? Random.bytes32()
     }
 
+    /// Number of lock slots per profile (1 … 64 in a usable configuration).
     public var slotCount: Int { slotPrices.count }
 
     /// Problems that make the configuration unusable.
@@ -110,8 +112,11 @@ public struct NetworkConfig: Sendable, Hashable {
 
     // MARK: File form (network.json in the store directory)
 
+    /// Name of the configuration file in the store directory.
     public static let fileName = "network.json"
 
+    /// The file form (`format` 1, `issuers`, `slot_prices`, `network_key`), as
+    /// `write(to:)` stores it (Specs/projections.md §1).
     public func json() -> String {
         let issuers = self.issuers.map { "\"\($0.hex)\"" }.joined(separator: ", ")
         let prices = slotPrices.map(String.init).joined(separator: ", ")
@@ -119,6 +124,10 @@ public struct NetworkConfig: Sendable, Hashable {
             "{\n  \"format\": 1,\n  \"issuers\": [\(issuers)],\n  \"slot_prices\": [\(prices)],\n  \"network_key\": \"\(networkKey.hex)\"\n}\n"
     }
 
+    /// Parses the file form; `source` names it in errors. Throws
+    /// `NetworkConfigError.invalid` for bad JSON or a configuration with
+    /// `problems`; without `network_key` the configuration gets a fresh random
+    /// key.
     public static func parse(json text: String, source: String) throws -> NetworkConfig {
         func bad(_ why: String) -> NetworkConfigError { .invalid(source: source, reason: why) }
         guard let data = text.data(using: .utf8),
@@ -159,6 +168,8 @@ public struct NetworkConfig: Sendable, Hashable {
         return config
     }
 
+    /// Writes `json()` to `path` atomically; throws
+    /// `NetworkConfigError.cannotWrite` when that fails.
     public func write(to path: String) throws {
         do { try Data(json().utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
             throw NetworkConfigError.cannotWrite(path: path, reason: error.localizedDescription)
@@ -166,11 +177,17 @@ public struct NetworkConfig: Sendable, Hashable {
     }
 }
 
+/// Why a network configuration could not be loaded, parsed or written.
 public enum NetworkConfigError: Error, Sendable, CustomStringConvertible {
+    /// The file at `path` is missing or unreadable.
     case missing(path: String)
+    /// The configuration from `source` (a path or an invite) is malformed or
+    /// breaks a rule of Specs/projections.md §1.
     case invalid(source: String, reason: String)
+    /// Writing the file at `path` failed.
     case cannotWrite(path: String, reason: String)
 
+    /// The message shown to people, naming the file or invite.
     public var description: String {
         switch self {
         case .missing(let path): "network configuration \(path) is missing or unreadable"

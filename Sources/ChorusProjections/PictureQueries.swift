@@ -7,12 +7,15 @@ import ChorusStorage
 /// when read, so a deleted picture disappears from everything that points at
 /// it, and a picture not received yet shows as unresolved until it arrives.
 public enum PictureReference: Hashable, Sendable {
+    /// The picture is live (and, for avatars and slots, owned by the referring
+    /// user).
     case picture(PictureView)
     /// The picture was deleted (or is not one the reference may show).
     case removed(ObjectID)
     /// This node has not received the picture yet.
     case unresolved(ObjectID)
 
+    /// The id referred to, whatever the picture's state.
     public var id: ObjectID {
         switch self {
         case .picture(let p): p.id
@@ -21,31 +24,53 @@ public enum PictureReference: Hashable, Sendable {
     }
 }
 
+/// A live picture as queries show it (Specs/projections.md §6.3). Fields of the
+/// creation's payload are nil when it was purged (`contentPurged`).
 public struct PictureView: Hashable, Sendable {
+    /// The picture id, chosen by the creating device.
     public let id: ObjectID
+    /// The user who created the picture and alone may change it.
     public let owner: PublicKey
+    /// Id of the effective `picture.created`.
     public let createdBy: EventID
+    /// HLC of the creation; the feed orders by it, newest first.
     public let hlc: HLC
+    /// The current caption; nil when there is none or `contentPurged`.
     public let caption: String?
+    /// Media type of the blob, e.g. `image/png`; nil when `contentPurged`.
     public let mime: String?
+    /// Hash of the picture's bytes (the blob to fetch or read); nil when
+    /// `contentPurged`.
     public let blob: Hash32?
+    /// Size of the blob in bytes; nil when `contentPurged`.
     public let size: UInt64?
+    /// Width in pixels; nil when the creation gave none or `contentPurged`.
     public let width: UInt64?
+    /// Height in pixels; nil when the creation gave none or `contentPurged`.
     public let height: UInt64?
+    /// Gallery position: the latest effective `picture.moved`, else
+    /// `u64be(created hlc)`; compare with `GalleryPosition.padded`.
     public let position: [UInt8]
     /// The creation's payload was purged although no deletion is known here.
     public let contentPurged: Bool
 }
 
+/// What this node holds of a picture id, without the reference rules of
+/// `PictureReference`.
 public enum PictureLookup: Hashable, Sendable {
+    /// The picture exists and is not deleted.
     case live(PictureView)
+    /// The picture was deleted: its owner, and the HLC and id of the effective
+    /// `picture.deleted`.
     case deleted(id: ObjectID, owner: PublicKey, at: HLC, by: EventID)
+    /// No creation of this id is held (not arrived yet, or never made).
     case unknown(ObjectID)
 }
 
 extension Projections {
     // MARK: Pictures
 
+    /// Looks a picture up by id: live, deleted or unknown.
     public func picture(_ id: ObjectID) throws -> PictureLookup {
         try log.env.read { txn in try lookup(id, in: txn) }
     }

@@ -3,34 +3,57 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusStorage
 
+/// One profile field register (Specs/projections.md §6.2): the value of the
+/// winning `profile.set` and who wrote it.
 public struct ProfileFieldValue: Hashable, Sendable {
+    /// The field name, e.g. `name`, `bio` or `avatar` (Specs/events.md §6.2.3).
     public let name: String
+    /// The winning value; `.null` when the field was cleared.
     public let value: CBORValue
+    /// HLC of the winning `profile.set`.
     public let hlc: HLC
+    /// The device (or user key) that signed the winning `profile.set`.
     public let author: PublicKey
+    /// Id of the winning `profile.set`.
     public let event: EventID
 }
 
+/// A device bound to a user, with its coin rights (Specs/projections.md §6.1,
+/// §6.9).
 public struct DeviceView: Hashable, Sendable {
+    /// The device's public key.
     public let device: PublicKey
+    /// The name its `device.added` gave; nil when none.
     public let name: String?
+    /// HLC of the `device.added` that bound it.
     public let addedHLC: HLC
+    /// HLC of its effective removal; nil while it acts for the user.
     public let removedHLC: HLC?
+    /// Its spending rights in coins; a removed device keeps them.
     public let rights: UInt64
 }
 
+/// A user's profile as this node projects it: field registers, the resolved
+/// avatar and the user's devices.
 public struct ProfileView: Hashable, Sendable {
+    /// The user key the profile belongs to.
     public let user: PublicKey
     /// The fields set (a cleared field holds `null`), by name.
     public let fields: [ProfileFieldValue]
     /// The avatar field resolved: nil when unset or cleared.
     public let avatar: PictureReference?
+    /// Every device ever bound to the user, removed ones included, oldest
+    /// binding first (added HLC, then key).
     public let devices: [DeviceView]
 
+    /// The value of field `name`: nil when it was never set, `.null` when it
+    /// was cleared.
     public func field(_ name: String) -> CBORValue? { fields.first { $0.name == name }?.value }
 }
 
 extension Projections {
+    /// `user`'s profile: fields in name order, the avatar resolved (only the
+    /// user's own picture shows) and devices. Empty when nothing is held.
     public func profile(_ user: PublicKey) throws -> ProfileView {
         try log.env.read { txn in
             var fields: [ProfileFieldValue] = []
@@ -50,6 +73,8 @@ extension Projections {
         }
     }
 
+    /// Every device ever bound to `user`, removed ones included, oldest binding
+    /// first (added HLC, then key), each with its rights.
     public func devices(of user: PublicKey) throws -> [DeviceView] {
         try log.env.read { txn in try devices(of: user, in: txn) }
     }
@@ -77,6 +102,8 @@ extension Projections {
         }
     }
 
+    /// The binding of `device` (Specs/projections.md §6.1); nil when this node
+    /// holds no effective `device.added` for it.
     public func binding(of device: PublicKey) throws -> DeviceBinding? {
         try log.env.read { txn in try txn.get(state, Table.device.key(device.bytes)).map(DeviceBinding.decode) }
     }

@@ -13,15 +13,26 @@ import ChorusStorage
 /// touched object is re-folded from all of its facts in merge order, so
 /// delivery order never matters (Specs/projections.md).
 public struct Projections: Sendable {
+    /// The event log, whose LMDB environment also holds the projection
+    /// databases.
     public let log: LogStore
+    /// The blob store: a deletion's purge removes a picture's or message's
+    /// blob from it unless a live object still references the same bytes.
     public let blobs: BlobStore
+    /// The network configuration folds read (issuers, slot prices); its
+    /// fingerprint is part of the digest.
     public let config: NetworkConfig
     let facts: Database
     let index: Database
     let state: Database
 
+    /// The LMDB databases the projections keep beside the log
+    /// (Specs/projections.md §9.1).
     public static let databaseNames = ["facts", "index", "state"]
 
+    /// Opens the `facts`, `index` and `state` databases in `log`'s environment
+    /// (creating them in a writable one); throws when LMDB cannot. Folds
+    /// nothing: see `rebuildIfNeeded`.
     public init(log: LogStore, blobs: BlobStore, config: NetworkConfig) throws {
         self.log = log
         self.blobs = blobs
@@ -195,7 +206,8 @@ public struct Projections: Sendable {
     static let builtKey: [UInt8] = [0xFF] + Array("built".utf8)
     /// 2: chat encryption (device and chat keys, sealed chat content) and
     /// the retired profile field `visibility`. 3: facts reference the log by
-    /// arrival position instead of copying payloads.
+    /// arrival position instead of copying payloads. 4: the coin ledger's
+    /// incremental decisions and their index entries (§6.9.1).
     public static let formatVersion: UInt64 = 4
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
@@ -207,7 +219,6 @@ public struct Projections: Sendable {
         try log.env.read { txn in try txn.get(index, Self.builtKey) == builtMarker }
     }
 
-    /// Drops and rebuilds the projections unless they are current.
     /// Marks the state stale, so the next read-write open rebuilds it from
     /// the log (after changing fold rules by hand; tests).
     public func markStale() throws {
@@ -221,6 +232,8 @@ public struct Projections: Sendable {
         try env.write { txn in _ = try txn.delete(index, builtKey) }
     }
 
+    /// Rebuilds the projections unless they are current (`isCurrent()`);
+    /// returns whether it rebuilt. `progress` is passed to `rebuild`.
     public func rebuildIfNeeded(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Bool {
         if try isCurrent() { return false }
         try rebuild(progress: progress)
@@ -228,11 +241,13 @@ public struct Projections: Sendable {
     }
 
     /// BLAKE2b-256 over the network configuration and every entry of the
-    /// projected state in key order (Specs/projections.md §5).
+    /// projected state in key order (Specs/projections.md §8).
     public func digest() throws -> Hash32 {
         try log.env.read { txn in try digest(in: txn) }
     }
 
+    /// The digest of `digest()` inside the caller's transaction, so it covers
+    /// state that transaction wrote (Specs/projections.md §8).
     public func digest(in txn: Transaction) throws -> Hash32 {
         let hasher = Blake2b.Hasher()
         hasher.update(Array("chorus/projections/v1".utf8) + [0])

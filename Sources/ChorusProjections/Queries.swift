@@ -3,15 +3,22 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusStorage
 
+/// An event that took no effect and why, as `noEffects(limit:)` lists it.
 public struct NoEffectRecord: Hashable, Sendable {
+    /// The event's id.
     public let event: EventID
+    /// Its reason (Specs/projections.md §4).
     public let reason: NoEffect
 }
 
+/// Errors queries throw for a request they cannot answer.
 public enum QueryError: Error, Sendable, CustomStringConvertible {
+    /// The `before` cursor is not 40 bytes in hex (HLC and message id).
     case badCursor(String)
+    /// This node holds no creation of the chat.
     case unknownChat(ObjectID)
 
+    /// The message shown to people.
     public var description: String {
         switch self {
         case .badCursor(let c): "\"\(c)\" is not a chat cursor; use the cursor printed with the previous page"

@@ -32,10 +32,12 @@ extension Projections {
         }
     }
 
+    /// Users `user` follows now, in key order (bytewise).
     public func following(_ user: PublicKey) throws -> [PublicKey] {
         try log.env.read { txn in try targets(.follow, of: user, in: txn) }
     }
 
+    /// Users `user` blocks now, in key order (bytewise).
     public func blocked(by user: PublicKey) throws -> [PublicKey] {
         try log.env.read { txn in try targets(.block, of: user, in: txn) }
     }

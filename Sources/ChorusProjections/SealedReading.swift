@@ -8,9 +8,13 @@ import ChorusEvents
 /// unwraps it with the device's X25519 secret and checks it against the
 /// epoch id. Shared by the node and the replay tool.
 public struct EpochKeyFinder: Sendable {
+    /// The device whose wraps are looked for (its Ed25519 public key).
     public let device: PublicKey
+    /// The device's X25519 key pair, which opens the wraps addressed to it.
     public let agreement: AgreementKey
 
+    /// A finder that looks up `device`'s wraps and opens them with `agreement`,
+    /// the device's X25519 key pair.
     public init(device: PublicKey, agreement: AgreementKey) {
         self.device = device
         self.agreement = agreement
@@ -42,8 +46,15 @@ public struct EpochKeyFinder: Sendable {
 
 /// Where an event carries a sealed value, and what binds it (§7).
 public struct SealedField: Sendable {
+    /// The sealed bytes: `epoch (32) || nonce (24) || ciphertext`
+    /// (Specs/encryption.md §7).
     public let sealed: [UInt8]
+    /// The chat bound into the associated data: the event's object for
+    /// `chat.created` and `message.sent`, the payload's `chat` for
+    /// `message.edited`.
     public let chat: ObjectID
+    /// The carrying event's object, also bound into the associated data (the
+    /// chat id, or the message id for an edit).
     public let object: ObjectID
 
     /// The sealed value of a `chat.created` title, `message.sent` body or

@@ -17,12 +17,17 @@ public struct BlobFetchState: Sendable {
     /// From the last session: the peer's serial then and the blobs it lacked.
     let remembered: (serial: UInt64, lacked: Set<Hash32>)?
 
+    /// Starts a session's blob state from what the peer record remembers: the
+    /// peer's blob serial at the last complete session and the blobs it lacked
+    /// then (nil: nothing remembered).
     public init(remembered: (serial: UInt64, lacked: Set<Hash32>)?) { self.remembered = remembered }
 
     /// The blobs the peer lacked in this session or was not asked for,
     /// remembered with its serial for the next session.
     public var lacked: Set<Hash32> { skipped.union(givenUp) }
 
+    /// Records the peer's `blobSerial` message (Specs/sync.md §4.4). Throws
+    /// `SyncError.unexpected` for a second one in the same session.
     public mutating func serial(_ serial: UInt64) throws(SyncError) {
         guard peerSerial == nil else { throw .unexpected("a second blob serial") }
         peerSerial = serial

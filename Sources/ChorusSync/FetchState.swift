@@ -5,12 +5,16 @@ import ChorusNode
 
 /// What the fetcher reads of its own store to decide what to ask for.
 public protocol FeedLookup {
+    /// The head (height and id) of `author`'s feed in this store, or nil when
+    /// it holds none of its events.
     func head(of author: PublicKey) throws -> FeedHead?
     /// The id of `author`'s event at `seq`, if held.
     func eventID(of author: PublicKey, at seq: UInt64) throws -> EventID?
 }
 
 extension Node: FeedLookup {
+    /// Reads `author`'s event at `seq` from this node's log: its id, or nil
+    /// when the feed does not hold that event.
     public nonisolated func eventID(of author: PublicKey, at seq: UInt64) throws -> EventID? {
         guard let e = try feed(author, fromSeq: seq, limit: 1).first?.event, e.seq == seq else { return nil }
         return e.id
@@ -43,10 +47,18 @@ public struct FetchState: Sendable {
     private var payloadsAsked: Set<EventID> = []
     /// The current round lacks something (§4.5); then the session does too.
     public var roundIncomplete = false
+    /// Some round of this session was incomplete (set by `endRound()`), so the
+    /// session is partial and the peer's position is not advanced
+    /// (Specs/sync.md §4.3, §4.5).
     public private(set) var sessionIncomplete = false
 
+    /// An empty state for a new session: nothing announced, requested or
+    /// invited yet.
     public init() {}
 
+    /// Collects the entries of one `have` message until `haveEnd`. Throws
+    /// `SyncError.unexpected` once one round's announcements exceed 10 million
+    /// (Specs/sync.md §5).
     public mutating func have(_ list: [FeedAnnouncement]) throws(SyncError) {
         incoming += list
         if incoming.count > 10_000_000 { throw .unexpected("over 10 million feed announcements in one round") }
@@ -60,12 +72,18 @@ public struct FetchState: Sendable {
         return list
     }
 
+    /// Adds the feeds of an `invite` message to this session's scope
+    /// (Specs/sync.md §4.8). `scoped` says whether this node replicates a
+    /// limited scope and offered `invitations`; when it does not, or past
+    /// `SyncLimits.maxInvitedFeeds` feeds in one session, this throws
+    /// `SyncError.unexpected`.
     public mutating func invite(_ feeds: [PublicKey], scoped: Bool) throws(SyncError) {
         guard scoped else { throw .unexpected("an invite to a node that replicates every feed or did not offer invitations") }
         invited.formUnion(feeds)
         if invited.count > SyncLimits.maxInvitedFeeds { throw .unexpected("invited to over \(SyncLimits.maxInvitedFeeds) feeds") }
     }
 
+    /// Starts a round of requests: clears `roundIncomplete`.
     public mutating func startRound() { roundIncomplete = false }
 
     /// Heads the sketch decoder learned (Specs/sync.md §4.2.2): requested in
@@ -83,6 +101,8 @@ public struct FetchState: Sendable {
     /// The pushed events ended (`eventsEnd`).
     public mutating func closePush() { pushOpen = false }
 
+    /// Ends a round of requests: an incomplete round marks the whole session
+    /// incomplete (`sessionIncomplete`).
     public mutating func endRound() { if roundIncomplete { sessionIncomplete = true } }
 
     /// Ranges of announced feeds in `feeds` (nil: every feed) that `store`

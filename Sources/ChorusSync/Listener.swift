@@ -18,6 +18,8 @@ public struct ConnectionLimits: Sendable, Hashable {
     /// Authenticated connections from one remote address.
     public var perAddress: Int
 
+    /// Limits with the defaults of Specs/sync-transport.md §6a. `total` nil
+    /// means half the process's file-descriptor limit (between 16 and 4096).
     public init(total: Int? = nil, unauthenticated: Int = 128, unauthenticatedPerAddress: Int = 64, perAddress: Int = 64) {
         self.total = total ?? Self.defaultTotal()
         self.unauthenticated = unauthenticated
@@ -40,6 +42,7 @@ public struct ConnectionLimits: Sendable, Hashable {
 /// connections reach `connections`. A slow or failing peer holds up no other,
 /// and `ConnectionLimits` bound what idle or hostile clients can hold.
 public final class SecureListener: Sendable {
+    /// The host the listener was bound to, as passed to `bind`.
     public let host: String
     /// The bound port (the one picked by the system when asked for port 0).
     public let port: Int

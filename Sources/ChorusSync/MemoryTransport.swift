@@ -1,6 +1,8 @@
 import ChorusCrypto
 import Synchronization
 
+/// Why a `MemoryTransport` call failed: thrown by `send` and `receive` once the
+/// link is cut, and by `send` once either end closed.
 public enum MemoryTransportError: Error, Sendable, Equatable {
     /// The connection was cut (a simulated network failure).
     case reset
@@ -13,6 +15,8 @@ public enum MemoryTransportError: Error, Sendable, Equatable {
 /// waits while the queue is full, so a slow reader slows its writer exactly
 /// as TCP would. `cut()` simulates a connection failure on both ends.
 public struct MemoryTransport: FrameTransport {
+    /// The node at the other end: the key given to `pair` and the address
+    /// `memory:a` or `memory:b`.
     public let peer: PeerIdentity
     let outgoing: FrameQueue
     let incoming: FrameQueue
@@ -45,6 +49,9 @@ public struct MemoryTransport: FrameTransport {
         )
     }
 
+    /// Queues one frame for the peer, waiting while this direction's queue is
+    /// full. Throws `MemoryTransportError.reset` once the link is cut (or this
+    /// frame passes `cutAfterFrames`), `.closed` once either end closed.
     public func send(_ frame: [UInt8]) async throws {
         if let limit = link.cutAfter {
             let n = link.frames.wrappingAdd(1, ordering: .relaxed).newValue
@@ -56,6 +63,9 @@ public struct MemoryTransport: FrameTransport {
         try await outgoing.push(frame)
     }
 
+    /// The next frame the peer sent; nil once the peer closed and every queued
+    /// frame was read. Throws `MemoryTransportError.reset` once the link is
+    /// cut.
     public func receive() async throws -> [UInt8]? { try await incoming.pop() }
 
     /// Closes this end cleanly: the peer reads what was sent, then nil.

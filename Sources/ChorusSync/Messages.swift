@@ -3,12 +3,17 @@ import ChorusCrypto
 
 /// The protocol version this build speaks (Specs/sync.md §2).
 public enum SyncProtocol {
+    /// The only version this build speaks: a hello with another ends the
+    /// session with `unsupported_version` (Specs/sync.md §4.1).
     public static let version: UInt64 = 1
 }
 
 /// Capability bits of a hello (Specs/sync.md §3.1).
 public struct SyncCapabilities: OptionSet, Hashable, Sendable {
+    /// The capability bits as they travel in the hello (Specs/sync.md §3).
     public let rawValue: UInt64
+    /// Capabilities from a bit set; bits this build does not know are kept but
+    /// ignored, never refused.
     public init(rawValue: UInt64) { self.rawValue = rawValue }
 
     /// Stays connected after "done" and announces new heads as they arrive.
@@ -34,10 +39,17 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     public static let sketch = SyncCapabilities(rawValue: 64)
 }
 
+/// The first message of each side (`hello`, Specs/sync.md §4.1): protocol
+/// version, user key, capabilities, replication scope, and the position from
+/// which the receiver should announce.
 public struct SyncHello: Hashable, Sendable {
+    /// The sync protocol version the sender speaks; a receiver checks it before
+    /// the other items.
     public var version: UInt64
     /// The sender node's user key (its device key is the transport's peer key).
     public var user: PublicKey
+    /// The optional features the sender offers; each runs as Specs/sync.md §4
+    /// describes, most only when both hellos carry it.
     public var capabilities: SyncCapabilities
     /// The sender's replication scope: nil for every feed, else hops.
     public var hops: UInt64?
@@ -45,6 +57,8 @@ public struct SyncHello: Hashable, Sendable {
     /// the receiver to announce changed feeds (0: announce every feed).
     public var since: UInt64
 
+    /// Builds a hello; `version` defaults to this build's
+    /// `SyncProtocol.version`.
     public init(version: UInt64 = SyncProtocol.version, user: PublicKey, capabilities: SyncCapabilities, hops: UInt64?, since: UInt64) {
         self.version = version
         self.user = user
@@ -56,9 +70,15 @@ public struct SyncHello: Hashable, Sendable {
 
 /// One feed's height and head id.
 public struct FeedAnnouncement: Hashable, Sendable {
+    /// The feed, named by its author's key.
     public var author: PublicKey
+    /// The feed's height: the sequence number of its head event (at least 1 on
+    /// the wire).
     public var seq: UInt64
+    /// The id of the head event; zero when unknown (a height learned from a
+    /// sketch, Specs/sync.md §4.2.2).
     public var head: EventID
+    /// Builds the announcement of one feed's head.
     public init(author: PublicKey, seq: UInt64, head: EventID) {
         self.author = author
         self.seq = seq
@@ -70,10 +90,17 @@ public struct FeedAnnouncement: Hashable, Sendable {
 /// id of event `from - 1` (nil when `from == 1`); a server whose event at
 /// `from - 1` differs answers with that event only (fork evidence).
 public struct FeedRange: Hashable, Sendable {
+    /// The feed requested, named by its author's key.
     public var author: PublicKey
+    /// The first sequence number requested (at least 1).
     public var from: UInt64
+    /// The requester's id of event `from - 1`, nil exactly when `from` is 1.
     public var prev: EventID?
+    /// The last sequence number requested (at least `from`); the server sends
+    /// as many as it holds.
     public var to: UInt64
+    /// Builds a request without checking its bounds; `SyncMessage.decode`
+    /// enforces them on received ranges.
     public init(author: PublicKey, from: UInt64, prev: EventID?, to: UInt64) {
         self.author = author
         self.from = from
@@ -86,29 +113,50 @@ public struct FeedRange: Hashable, Sendable {
 /// one frame holding one deterministic CBOR array whose first item is the
 /// message type.
 public enum SyncMessage: Hashable, Sendable {
+    /// The first message each side sends, and only once (Specs/sync.md §4.1).
     case hello(SyncHello)
+    /// Announces feed heads, at most 1024 per message (Specs/sync.md §4.2).
     case have([FeedAnnouncement])
+    /// Ends an announcement; `position` is the sender's arrival position taken
+    /// before it read the heads (Specs/sync.md §4.2).
     case haveEnd(position: UInt64)
+    /// Requests ranges of announced feeds, at most 1024 per message
+    /// (Specs/sync.md §4.3).
     case want([FeedRange])
+    /// Ends a batch of `want`s: the server answers them in order, then sends
+    /// `eventsEnd`.
     case wantEnd
     /// Event envelopes, each exactly as stored (Specs/events.md §3).
     case events([[UInt8]])
     /// The receiver processed (and made durable) this many data frames.
     case ack(UInt64)
+    /// Follows the last `events` answering a `wantEnd` or a `payloadWantEnd`,
+    /// or ends a sketch push.
     case eventsEnd
+    /// Requests blobs by hash (Specs/sync.md §4.4).
     case blobWant([Hash32])
+    /// Ends a blob request: the server answers each hash, then sends `blobEnd`.
     case blobWantEnd
+    /// One chunk of a requested blob starting at `offset`, at most 64 KiB, with
+    /// the blob's `total` size (Specs/sync.md §4.4).
     case blobData(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8])
+    /// The server does not hold this requested blob, or no live picture
+    /// references it.
     case blobMissing(Hash32)
+    /// Ends the server's answer to a blob request.
     case blobEnd
     /// The sender fetched everything it asked for. `position`: every event
     /// at or below it in the sender's arrival log was announced in this
     /// session or received from the receiver, so the next sync may ask the
     /// sender to announce only feeds changed after it.
     case done(position: UInt64)
+    /// Sent, best effort, before closing because of an error: a stable code
+    /// (`SyncError.code`) and a message (Specs/sync.md §7).
     case error(code: String, message: String)
     /// Requests the payloads of these events (held here without one).
     case payloadWant([EventID])
+    /// Ends a refill request: the server answers with `events`, then
+    /// `eventsEnd` (Specs/sync.md §4.7).
     case payloadWantEnd
     /// Feeds the receiver's scope should include because they concern its
     /// user: the feeds of the members of every chat it is in, as the sender
@@ -126,12 +174,15 @@ public enum SyncMessage: Hashable, Sendable {
     /// The answer to a round of sums.
     case sketchResult(SketchResult)
 
+    /// The message type: the first item of every message's CBOR array
+    /// (Specs/sync.md §3).
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
             blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile, sketchInfo, sketch,
             sketchResult
     }
 
+    /// This message's type, as encoded.
     public var code: Code {
         switch self {
         case .hello: .hello
@@ -169,6 +220,8 @@ public enum SyncMessage: Hashable, Sendable {
         }
     }
 
+    /// The message as one frame: its deterministic CBOR encoding (Specs/sync.md
+    /// §2), which `decode(_:)` reads back.
     public func encoded() -> [UInt8] {
         let t = CBORValue.unsigned(code.rawValue)
         let items: [CBORValue]
@@ -391,6 +444,8 @@ public enum SyncLimits {
     /// A sender puts at most this many event bytes in one events frame
     /// (one event larger than this travels alone).
     public static let eventBatchBytes = 256 << 10
+    /// A sender puts at most this many events in one events frame
+    /// (Specs/sync.md §4.3).
     public static let eventBatchCount = 512
     /// Announcements and requests per frame.
     public static let listBatch = 1024

@@ -6,9 +6,12 @@ import Synchronization
 
 /// What this node remembers about one peer (Specs/sync.md §4.2).
 public struct PeerRecord: Hashable, Sendable {
+    /// The peer's device key, under which the record is stored.
     public var key: PublicKey
     /// The peer's user key, from its last hello.
     public var user: PublicKey?
+    /// The address the peer was last seen at; an update with an empty address
+    /// keeps it.
     public var address: String
     /// When the last complete sync ended (Unix milliseconds; 0: never).
     public var lastSynced: UInt64
@@ -20,13 +23,19 @@ public struct PeerRecord: Hashable, Sendable {
     public var scopeTag: Hash32
     /// Totals over every session with this peer.
     public var eventsReceived: UInt64
+    /// Events this node sent the peer, summed over every recorded session.
     public var eventsSent: UInt64
+    /// How many sessions with the peer were recorded.
     public var sessions: UInt64
     /// The peer's blob serial when it last said which blobs it lacked, and
     /// those blobs: not asked again until its serial changes (sync.md §4.4).
     public var blobSerial: UInt64?
+    /// The blobs the peer lacked at `blobSerial` (answered `blobMissing` or
+    /// left unanswered); empty when nothing is remembered.
     public var lackedBlobs: Set<Hash32>
 
+    /// A record of a peer never synced with: position 0, zero scope tag, no
+    /// totals, nothing remembered about its blobs.
     public init(key: PublicKey, address: String) {
         self.key = key
         self.user = nil
@@ -77,18 +86,26 @@ public struct PeerRecord: Hashable, Sendable {
 /// (key: the peer's device key; value: a CBOR map). Losing it costs only a
 /// full height exchange on the next sync.
 public struct PeerStore: Sendable {
+    /// The LMDB environment holding the `peers` database (the node's log
+    /// environment).
     public let env: Environment
     let db: Database
 
+    /// Opens the `peers` database of `env`, creating it unless the environment
+    /// is read-only. Throws when the database cannot be opened.
     public init(env: Environment) throws {
         self.env = env
         db = try env.openDatabase("peers", create: !env.readOnly)
     }
 
+    /// The stored record of the peer with device key `key`, or nil when there
+    /// is none (or it does not decode).
     public func record(_ key: PublicKey) throws -> PeerRecord? {
         try env.read { txn in try txn.get(db, key.bytes).flatMap { PeerRecord.decode(key: key, $0) } }
     }
 
+    /// Every stored peer record, in key order; records that do not decode are
+    /// skipped.
     public func all() throws -> [PeerRecord] {
         try env.read { txn in
             var out: [PeerRecord] = []
@@ -110,6 +127,8 @@ public struct PeerStore: Sendable {
         }
     }
 
+    /// Deletes the peer's record: the next sync with it starts from position 0
+    /// and announces every feed.
     public func forget(_ key: PublicKey) throws {
         try env.write { txn in _ = try txn.delete(db, key.bytes) }
     }
@@ -119,10 +138,14 @@ public struct PeerStore: Sendable {
 /// forgives them).
 public final class BanList: Sendable {
     private let bans = Mutex<[PublicKey: (until: ContinuousClock.Instant, reason: String)]>([:])
+    /// How long a ban lasts; 10 minutes by default (Specs/sync.md §7).
     public let duration: Duration
 
+    /// An empty ban list whose bans last `duration`.
     public init(duration: Duration = .seconds(600)) { self.duration = duration }
 
+    /// Refuses the peer for `duration` from now, replacing any earlier ban;
+    /// `reason` (an error code) is what `refusal(_:)` returns.
     public func ban(_ key: PublicKey, reason: String) {
         bans.withLock { $0[key] = (ContinuousClock.now + duration, reason) }
     }

@@ -9,10 +9,14 @@ import ChorusProjections
 /// key's own feed and every device ever bound to it. Issuer feeds are always
 /// included.
 public struct ReplicationScope: Hashable, Sendable {
+    /// Follow steps from this node's user; nil replicates every feed. A
+    /// negative value counts as 0.
     public var hops: Int?
 
+    /// A scope of `hops` follow steps; nil (the default) is every feed.
     public init(hops: Int? = nil) { self.hops = hops }
 
+    /// Every feed this node hears of (`hops == nil`), the default scope.
     public static let all = ReplicationScope(hops: nil)
 
     /// The feeds in scope now, or nil for every feed. The set grows as the

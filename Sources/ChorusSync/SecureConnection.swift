@@ -12,6 +12,8 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     /// The peer closed the connection before the handshake and identity proofs
     /// completed (a peer with another network key does this).
     case closedDuringHandshake
+    /// The handshake and identity proofs did not complete within the handshake
+    /// timeout (Specs/sync-transport.md §6).
     case handshakeTimeout
     /// Nothing arrived from the peer, or a write could not make progress, for the idle timeout.
     case idleTimeout
@@ -23,6 +25,7 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     case malformedMessage(String)
     /// A transport message failed authentication (garbage or tampered bytes).
     case decryptionFailed
+    /// A Noise failure other than authentication, such as nonce exhaustion.
     case noise(NoiseError)
     /// The connection ended without the peer's close notify.
     case connectionLost
@@ -30,12 +33,17 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     case closed
     /// `receive` called while another `receive` is waiting.
     case concurrentReceive
+    /// The TCP connection to the peer could not be opened.
     case connectFailed(String)
+    /// The listener could not bind its address.
     case bindFailed(String)
     /// The listener holds as many authenticated connections as its limits allow.
     case refusedAtCapacity
+    /// The static key file could not be created, written or read, is readable
+    /// by others, or holds no valid key; `problem` says which.
     case keyFile(path: String, problem: String)
 
+    /// A one-line explanation for logs and error messages.
     public var description: String {
         switch self {
         case .handshakeFailed(let e): return "handshake failed (wrong network key?): \(e)"
@@ -78,6 +86,9 @@ public struct SecureConnectionConfiguration: Sendable {
     /// Test hook: claim this Ed25519 key in the identity proof while signing with `identity`.
     var forgedIdentityKey: PublicKey? = nil
 
+    /// Builds a transport configuration. `maxFrameSize` is clamped to at most
+    /// 2^32 − 2 (0xFFFFFFFF is the close notify); the timeouts default to
+    /// 10 s for the handshake and 120 s idle (Specs/sync-transport.md §6).
     public init(
         networkKey: Bytes32, staticKey: NoiseKeyPair, identity: SigningKey,
         maxFrameSize: Int = SecureConnectionProtocol.defaultMaxFrameSize, handshakeTimeout: Duration = .seconds(10),
@@ -101,11 +112,14 @@ extension Duration {
 
 /// An authenticated, encrypted connection to a peer (Specs/sync-transport.md).
 public final class SecureConnection: FrameTransport {
+    /// The peer's proved device key and remote address.
     public let peer: PeerIdentity
     /// The Noise handshake hash both sides share (channel binding).
     public let handshakeHash: [UInt8]
     /// The peer's static X25519 key from the handshake.
     public let remoteStaticKey: [UInt8]
+    /// Whether this side connected rather than accepted; it fixes the Noise
+    /// roles and the role byte of the identity proofs.
     public let isInitiator: Bool
     let core: SecureConnectionCore
 

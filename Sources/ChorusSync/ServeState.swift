@@ -13,15 +13,23 @@ public struct ServeState: Sendable {
     let budget: SessionBudget
     /// Events and their bytes served in this session.
     public private(set) var servedEvents = 0
+    /// Envelope bytes served in this session, counted against `budget.bytes`.
     public private(set) var servedBytes = 0
 
     /// Whether this session served its budget: the rest of the peer's
     /// ranges go unanswered (Specs/sync.md §5.1).
     public var budgetSpent: Bool { servedEvents >= budget.events || servedBytes >= budget.bytes }
+    /// Events this session may still serve before its event budget is spent (0
+    /// once it is).
     public var eventsLeft: Int { max(0, budget.events - servedEvents) }
 
+    /// The most requested items (ranges, event ids, blob hashes) queued and not
+    /// yet served; more ends the session with `unexpected_message`
+    /// (Specs/sync.md §5).
     public static let maxQueuedItems = 1_000_000
 
+    /// Starts with `window` credits (at least 1) and nothing served; `budget`
+    /// bounds what the session serves (Specs/sync.md §5.1).
     public init(window: Int, budget: SessionBudget = SessionBudget()) {
         self.budget = budget
         self.window = max(1, window)
@@ -42,11 +50,14 @@ public struct ServeState: Sendable {
         return true
     }
 
+    /// Counts `items` newly requested items as queued. Throws
+    /// `SyncError.unexpected` once more than `maxQueuedItems` are queued.
     public mutating func queue(_ items: Int) throws(SyncError) {
         queuedItems += items
         if queuedItems > Self.maxQueuedItems { throw .unexpected("over a million requests queued") }
     }
 
+    /// Counts `items` queued items as served, making room for more requests.
     public mutating func served(_ items: Int) { queuedItems -= items }
 
     /// Adds one envelope to the events frame being gathered. Returns the

@@ -7,7 +7,11 @@ import ChorusEvents
 public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The peer's frame is not the canonical encoding of a known message.
     case malformed(String)
+    /// A frame over `limit` bytes (`SyncLimits.maxFrameBytes`): received, or
+    /// refused by the transport before its body was read.
     case frameTooLarge(size: Int, limit: Int)
+    /// The peer's hello names a protocol version other than
+    /// `SyncProtocol.version`.
     case unsupportedVersion(UInt64)
     /// A message that the state machine does not allow at this point.
     case unexpected(String)
@@ -16,6 +20,9 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     case badEvent(code: String, detail: String)
     /// An event outside every range this node requested.
     case unrequestedEvent(String)
+    /// A blob chunk that was not requested, arrived out of order, exceeds the
+    /// size cap or the declared size, or does not match its hash (Specs/sync.md
+    /// §4.4).
     case badBlob(String)
     /// The peer sent more unacknowledged data frames than the window allows.
     case windowExceeded
@@ -25,12 +32,15 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     case connectionClosed
     /// This node refuses the peer for now (it misbehaved recently).
     case refused(PublicKey)
+    /// The peer's hello did not arrive within `SyncOptions.helloTimeout`.
     case timeout(String)
     /// The session waited for the peer and nothing moved for the idle timeout.
     case idle(String)
     /// A failure on this node (storage, ingest write).
     case local(String)
 
+    /// The stable code of Specs/sync.md §7 (`malformed_message`, `bad_event`,
+    /// ...), sent in the `error` message and logged.
     public var code: String {
         switch self {
         case .malformed: "malformed_message"
@@ -58,6 +68,7 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A one-line human-readable explanation for logs.
     public var description: String {
         switch self {
         case .malformed(let d): "malformed message: \(d)"

@@ -1,13 +1,20 @@
 import ChorusCrypto
 
+/// What a sync session offers and does: live mode, replication scope, window,
+/// optional features, timeouts, serving budget and progress callbacks. The
+/// defaults suit a one-off sync of every feed.
 public struct SyncOptions: Sendable {
     /// Stay connected after the sync completes and exchange new events as
     /// they arrive. Live mode runs only when both hellos ask for it; a
     /// server sets it to offer live mode to clients that want it.
     public var live = false
+    /// Which feeds this side requests (Specs/sync.md §6); every feed by
+    /// default. A limited scope travels as `hops` in the hello.
     public var scope = ReplicationScope.all
     /// Unacknowledged data frames in flight towards the peer.
     public var window = SyncLimits.window
+    /// Fetches and serves picture blobs (capabilities `blobs` and `blobSerial`,
+    /// Specs/sync.md §4.4); on by default.
     public var blobs = true
     /// How long to wait for the peer's hello.
     public var helloTimeout: Duration = .seconds(10)
@@ -41,6 +48,8 @@ public struct SyncOptions: Sendable {
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
+    /// Options with the given live mode and scope, and the defaults for the
+    /// rest.
     public init(live: Bool = false, scope: ReplicationScope = .all) {
         self.live = live
         self.scope = scope
@@ -50,17 +59,26 @@ public struct SyncOptions: Sendable {
 /// How far a session's fetching has come: what it asked the peer for so far
 /// and what arrived. Totals grow while a limited scope widens.
 public struct SyncProgress: Sendable, Hashable {
+    /// Events asked for so far: the sum of the requested ranges, plus events a
+    /// sketch decoder said it pushes.
     public var eventsRequested: Int
+    /// Events received so far, new and duplicate.
     public var eventsReceived: Int
+    /// Blob hashes asked for so far.
     public var blobsRequested: Int
+    /// Blobs received and stored so far.
     public var blobsReceived: Int
+    /// Bytes of every frame received so far.
     public var bytesReceived: Int
 }
 
 /// Per-session limits on what one side serves (Specs/sync.md §5.1).
 public struct SessionBudget: Sendable, Hashable {
+    /// The most events served per session; 1,000,000 by default.
     public var events: Int
+    /// The most envelope bytes served per session; 1 GiB by default.
     public var bytes: Int
+    /// A budget of `events` events and `bytes` envelope bytes per session.
     public init(events: Int = 1_000_000, bytes: Int = 1 << 30) {
         self.events = events
         self.bytes = bytes
@@ -69,7 +87,9 @@ public struct SessionBudget: Sendable, Hashable {
 
 /// What a session did. Counts are of this session only.
 public struct SyncReport: Sendable, Hashable {
+    /// The peer's proved device key and address.
     public var peer: PeerIdentity
+    /// The peer's user key from its hello; nil when no hello arrived.
     public var peerUser: PublicKey? = nil
     /// Events stored here for the first time.
     public var eventsReceived = 0
@@ -77,28 +97,46 @@ public struct SyncReport: Sendable, Hashable {
     public var duplicatesReceived = 0
     /// Events received to restore a payload this node held purged (refill).
     public var payloadsRefilled = 0
+    /// Events sent to the peer: answers to its requests and refills, and pushed
+    /// events.
     public var eventsSent = 0
     /// Events this side asked the peer for (the sum of its requested ranges).
     public var eventsRequested = 0
+    /// Blobs received and stored here (a blob no live picture references any
+    /// more is neither stored nor counted).
     public var blobsReceived = 0
+    /// Blobs sent to the peer in full.
     public var blobsSent = 0
     /// Blob hashes this side asked the peer for.
     public var blobsRequested = 0
+    /// Received events the log refused as forks and kept as evidence
+    /// (Specs/sync.md §4.3).
     public var forksSeen = 0
     /// `chat.key` events this device wrote after the session to share the
     /// chat keys the received events entitle member devices to.
     public var keyEventsWritten = 0
+    /// Frames handed to the network, of every message type.
     public var framesSent = 0
+    /// Frames received, the peer's hello included.
     public var framesReceived = 0
+    /// Bytes of the frames handed to the network (sync messages, without
+    /// transport overhead).
     public var bytesSent = 0
+    /// Bytes of the frames received (sync messages, without transport
+    /// overhead).
     public var bytesReceived = 0
+    /// How long the session ran, in seconds.
     public var seconds = 0.0
     /// Both sides said "done".
     public var complete = false
+    /// Live mode ran: both hellos carried `live` (Specs/sync.md §4.6).
     public var live = false
     /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
     /// in this many rounds sent.
     public var reconciled = false
+    /// Reconciliation rounds this side sent: `reconcile` rounds, or its
+    /// `sketchInfo` and each later sketch round (plus tree rounds after a
+    /// fall-back).
     public var reconcileRounds = 0
     /// The reconciliation was by sketch (Specs/sync.md §4.2.2) and found
     /// the difference, without falling back to the tree.
@@ -109,6 +147,7 @@ public struct SyncReport: Sendable, Hashable {
     /// Sessions this report covers (a sync that continued after a partial one).
     public var sessions = 1
 
+    /// An empty report for a session with `peer`.
     public init(peer: PeerIdentity) { self.peer = peer }
 
     /// Adds a follow-up session's counts to this one (one `sync` that took

@@ -12,10 +12,17 @@ import Synchronization
 /// bytes, seconds, outcome) and counts sessions, events and bytes
 /// (Specs/api.md §8).
 public final class SyncServer: Sendable {
+    /// The node whose store is served.
     public let node: Node
+    /// The peer records in the node's store, updated at the end of each
+    /// session.
     public let peers: PeerStore
+    /// Peers refused for a while after a session they broke.
     public let bans: BanList
+    /// The options every session runs with (live mode offered by default).
     public let options: SyncOptions
+    /// Receives one structured line per session start, end or error; discards
+    /// them by default.
     public let logger: Logger
     /// Failures before authentication: an attacker causes them at will.
     let failureLog: RateLimitedLog
@@ -23,6 +30,9 @@ public final class SyncServer: Sendable {
     private let counter = Atomic<Int>(0)
     private let running = Mutex<[ObjectIdentifier: SyncSession]>([:])
 
+    /// A server for `node` whose sessions run with `options` and refuse the
+    /// peers in `bans`. Throws when the node's `peers` database cannot be
+    /// opened.
     public init(
         node: Node, options: SyncOptions = SyncOptions(live: true), bans: BanList = BanList(),
         logger: Logger = Logger(label: "chorus.sync", factory: { _ in SwiftLogNoOpLogHandler() })
@@ -125,6 +135,7 @@ public final class SyncServer: Sendable {
         for t in tasks { await t.value }
     }
 
+    /// Sessions started with `accept(_:)` that have not ended yet.
     public var activeSessions: Int { active.withLock { $0.count } }
 
     /// The sessions running now (to watch their progress and queues).

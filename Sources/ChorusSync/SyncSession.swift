@@ -11,8 +11,11 @@ import Foundation
 /// lacks, streams what the other requested, fetches missing blobs, and says
 /// "done"; with live mode both stay connected and announce new heads.
 public actor SyncSession {
+    /// The node this side syncs.
     public nonisolated let node: Node
+    /// The authenticated frame stream to the peer.
     public nonisolated let transport: any FrameTransport
+    /// What this side offers and does in the session.
     public nonisolated let options: SyncOptions
     let peers: PeerStore?
     let blobs: BlobAccess
@@ -93,6 +96,9 @@ public actor SyncSession {
     var reconcileQueue: [ReconcileInput] = []
     var reconcileWaiter: CheckedContinuation<ReconcileInput?, Never>? = nil
 
+    /// Prepares a session of `node` with the peer on `transport`; nothing is
+    /// sent before `run()`. `peers`, when given, supplies what was remembered
+    /// of the peer and records it at the end.
     public init(node: Node, transport: any FrameTransport, options: SyncOptions = SyncOptions(), peers: PeerStore? = nil) throws {
         self.node = node
         self.transport = transport

@@ -2,9 +2,10 @@ import Chorus
 import Foundation
 import Testing
 
-/// The README's embedding example, compiled against `import Chorus` alone
-/// and run: if this stops compiling, the README is wrong.
-@Suite("Embedding the library (README)")
+/// The library's main calls, compiled against `import Chorus` alone and
+/// run inside the test suite (the README's own example is
+/// `Examples/ChorusApp`, which `Tools/test` builds and runs).
+@Suite("Embedding the library")
 struct EmbeddingTests {
     @Test func theReadmeExampleRunsWithOnlyImportChorus() async throws {
         let root = NSTemporaryDirectory() + "chorus-embed-" + UUID().uuidString
@@ -13,7 +14,6 @@ struct EmbeddingTests {
         let storeDirectory = root + "/alice"
         let photoData = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 7, count: 64))
 
-        // --- README: Embedding the library ---
         let (shop, network) = try await Node.createNetwork(at: shopStore)   // the network and its coin issuer, once
         let invite = network.invite                                          // share this string; never rebuild the network
         let bobNode = try await Node.create(at: root + "/bob", deviceName: "laptop", network: try NetworkConfig(invite: invite))
@@ -44,14 +44,13 @@ struct EmbeddingTests {
         func render(_ page: ReadableChatPage) { rendered.append(page) }
         for try await page in node.observe({ try $0.readableChatPage(chat, limit: 50) }) {
             render(page)
-            break  // (not in the README: the test stops after the first page)
+            break  // the first page is enough here
         }
 
         // Sync: one node serves, the other connects.
         let serving = try await bobNode.serve(port: 0)
         let report = try await node.sync(with: "127.0.0.1", port: serving.port)
         await serving.shutdown()
-        // --- end of the README example ---
 
         #expect(profile.city == "Lisbon")
         #expect(rendered == [page])

@@ -11,14 +11,25 @@ public struct FeedSketch: Sendable {
     /// Heights at or above 2^40 do not fit a value: such a side gives up.
     public static let maxSeq: UInt64 = 1 << 40
 
+    /// One feed as an element of the sketch: its head, and the tag and value
+    /// derived from it.
     public struct Item: Sendable {
+        /// The feed's author key.
         public var author: PublicKey
+        /// The feed's height (1 ≤ seq < `maxSeq`).
         public var seq: UInt64
+        /// The id of the feed's head event.
         public var head: EventID
+        /// The feed's point in GF(2^64), from the salt and its author
+        /// (`tag(salt:author:)`); nonzero and unique in the set.
         public var tag: UInt64
+        /// The feed's height and head prefix as one element
+        /// (`value(seq:head:)`).
         public var value: UInt64
     }
 
+    /// The session's 16-byte salt, derived from both sides' nonces
+    /// (Specs/sync.md §4.2.2).
     public let salt: [UInt8]
     /// Sorted by author.
     public let items: [Item]
@@ -67,6 +78,7 @@ public struct FeedSketch: Sendable {
     /// with the difference it found applied to its own sum.
     public var checksum: UInt64 { items.reduce(0) { $0 &+ Self.check(salt: salt, tag: $1.tag, value: $1.value) } }
 
+    /// The item with this tag, or nil when this side holds no such feed.
     public func item(tag: UInt64) -> Item? { byTag[tag].map { items[$0] } }
 
     /// Extends the syndromes to s_1 … s_n.
@@ -87,7 +99,10 @@ public struct FeedSketch: Sendable {
     /// One element of the difference: a feed whose values differ, with
     /// `error` = the two values added (XOR).
     public struct Difference: Hashable, Sendable {
+        /// The tag of the feed whose values differ.
         public var tag: UInt64
+        /// The two sides' values added (XOR); a side without the feed counts
+        /// value 0.
         public var error: UInt64
     }
 

@@ -58,6 +58,8 @@ public enum GF64 {
         return lo ^ h ^ h << 1 ^ h << 3 ^ h << 4
     }
 
+    /// The square of `a`, `mul(a, a)`: the step of `inverse`, `power` and
+    /// polynomial squaring.
     public static func square(_ a: UInt64) -> UInt64 { mul(a, a) }
 
     /// a^(2^64 − 2): the inverse of a nonzero element.

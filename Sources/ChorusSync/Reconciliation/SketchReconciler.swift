@@ -10,6 +10,8 @@ public struct SketchInfo: Hashable, Sendable {
     public var setHash: [UInt8]
     /// 16 random bytes; both nonces salt the session's tags.
     public var nonce: [UInt8]
+    /// Builds a `sketchInfo`; `SyncMessage.decode` checks the 16-byte set hash
+    /// and nonce of received ones.
     public init(count: UInt64, total: UInt64, setHash: [UInt8], nonce: [UInt8]) {
         self.count = count
         self.total = total
@@ -24,6 +26,8 @@ public struct SketchSums: Hashable, Sendable {
     public var checksum: UInt64
     /// The round's new sums, continuing where the previous round stopped.
     public var sums: [UInt64]
+    /// Builds one round of sums; the decoder checks their number against the
+    /// round's capacity.
     public init(checksum: UInt64, sums: [UInt64]) {
         self.checksum = checksum
         self.sums = sums
@@ -33,12 +37,17 @@ public struct SketchSums: Hashable, Sendable {
 /// The answer to a round (`sketchResult`): more sums, the difference found,
 /// or the end of sketching (both sides then fall back).
 public struct SketchResult: Hashable, Sendable {
+    /// The decoder's answer to a round: `more` sums needed (0), the difference
+    /// `found` (1), or `giveUp` (2), after which both sides fall back.
     public enum Outcome: UInt64, Sendable { case more = 0, found = 1, giveUp = 2 }
+    /// What the decoder decided for this round.
     public var outcome: Outcome
     /// Tags of feeds the decoder lacks: the sketcher announces them.
     public var asks: [UInt64]
     /// How many events the decoder pushes next (then `eventsEnd`); 0: none.
     public var push: UInt64
+    /// Builds a result; only a `found` result may carry asks or a push
+    /// (`SyncMessage.decode` refuses others).
     public init(outcome: Outcome, asks: [UInt64] = [], push: UInt64 = 0) {
         self.outcome = outcome
         self.asks = asks
@@ -55,12 +64,20 @@ public struct SketchResult: Hashable, Sendable {
 /// heights it lacks. The sketcher's part costs 16 bytes per differing feed,
 /// whatever the number of feeds.
 public struct SketchReconciler: Sendable {
+    /// The largest capacity of a round: at most 1024 differing feeds can be
+    /// decoded, from 2048 sums.
     public static let maxCapacity = 1024
+    /// The smallest first capacity, so that a few differences decode in one
+    /// round.
     public static let minCapacity = 8
+    /// Length in bytes of each side's random nonce in `sketchInfo`.
     public static let nonceBytes = 16
 
+    /// This side's part, settled by `start(peer:)`: the side with the smaller
+    /// height total (then the smaller device key) sketches, the other decodes.
     public enum Role: Sendable { case sketcher, decoder }
 
+    /// What to do once both sides' `sketchInfo` are known.
     public enum Start: Sendable {
         /// The two sets are the same: nothing to announce.
         case identical
@@ -84,14 +101,25 @@ public struct SketchReconciler: Sendable {
         public var wants: [FeedAnnouncement] = []
     }
 
+    /// The decoder's next step after a round of sums.
     public enum DecoderStep: Sendable {
+        /// Send this result: `more` (wait for the next round) or `giveUp` (fall
+        /// back).
         case reply(SketchResult)
+        /// Send this `found` result, then act on the plan: push its ranges and
+        /// request its heights.
         case found(SketchResult, Plan)
     }
 
+    /// The sketcher's next step after the decoder's answer.
     public enum SketcherStep: Sendable {
+        /// Send these further sums, for a capacity twice the last.
         case next(SketchSums)
+        /// The decoder found the difference: announce these heads (its asks),
+        /// then accept `push` pushed events.
         case found(announce: [FeedAnnouncement], push: UInt64)
+        /// Sketching ended without a result: both sides fall back
+        /// (Specs/sync.md §4.2.2).
         case giveUp
     }
 
@@ -99,6 +127,8 @@ public struct SketchReconciler: Sendable {
     let nonce: [UInt8]
     let device: PublicKey
     let peerDevice: PublicKey
+    /// This side's role; nil until `start(peer:)` picks one, and left nil when
+    /// the sets are identical or sketching falls back at once.
     public private(set) var role: Role? = nil
     private var sketch: FeedSketch? = nil
     /// Capacity of the last round sent or received.
@@ -107,6 +137,9 @@ public struct SketchReconciler: Sendable {
     private var peerChecksum: UInt64? = nil
     private var finished = false
 
+    /// Prepares one side's reconciliation of its feed heads with a fresh
+    /// `nonce` of `nonceBytes` random bytes; the two device keys settle the
+    /// roles when the height totals are equal.
     public init(heads: [FeedAnnouncement], nonce: [UInt8], device: PublicKey, peerDevice: PublicKey) {
         self.heads = heads.sorted { $0.author < $1.author }
         self.nonce = nonce
@@ -114,6 +147,8 @@ public struct SketchReconciler: Sendable {
         self.peerDevice = peerDevice
     }
 
+    /// This side's `sketchInfo`: its feed count, height total, set hash and
+    /// nonce.
     public func info() -> SketchInfo {
         var data = Array("chorus/sketch/set/v1".utf8) + [0]
         data.reserveCapacity(data.count + heads.count * 72)
@@ -134,6 +169,9 @@ public struct SketchReconciler: Sendable {
         return Int(min(UInt64(maxCapacity), max(UInt64(minCapacity), estimate + (estimate + 15) / 16 + 4)))
     }
 
+    /// Compares the two `sketchInfo`s and settles what follows: the sets are
+    /// identical, the counts differ by more than `maxCapacity` (fall back), or
+    /// this side sketches (with its first sums) or decodes.
     public mutating func start(peer: SketchInfo) -> Start {
         let mine = info()
         if mine.count == peer.count, mine.setHash == peer.setHash {

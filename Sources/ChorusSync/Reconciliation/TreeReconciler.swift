@@ -6,8 +6,12 @@ import ChorusCrypto
 /// one per byte, and `fingerprints` the sender's 16 children's fingerprints
 /// (8 bytes each, child 0 first).
 public struct ReconcileSplit: Hashable, Sendable {
+    /// The bucket's author-key nibbles, one per byte (0 to 63 of them).
     public var prefix: [UInt8]
+    /// The sender's 16 child fingerprints, 8 bytes each, big-endian (128
+    /// bytes).
     public var fingerprints: [UInt8]
+    /// Builds a split; `SyncMessage.decode` checks the sizes of received ones.
     public init(prefix: [UInt8], fingerprints: [UInt8]) {
         self.prefix = prefix
         self.fingerprints = fingerprints
@@ -18,8 +22,12 @@ public struct ReconcileSplit: Hashable, Sendable {
 /// (8 bytes each, ascending), or nil when it holds more than
 /// `Reconciler.maxLeafItems` feeds there and announces them all instead.
 public struct ReconcileLeaf: Hashable, Sendable {
+    /// The bucket's author-key nibbles, one per byte (1 to 64 of them).
     public var prefix: [UInt8]
+    /// The sender's digests of its items in the bucket, ascending, 8 bytes
+    /// each; nil when it holds more than `Reconciler.maxLeafItems` there.
     public var digests: [UInt8]?
+    /// Builds a leaf; `SyncMessage.decode` checks the sizes of received ones.
     public init(prefix: [UInt8], digests: [UInt8]?) {
         self.prefix = prefix
         self.digests = digests
@@ -30,8 +38,14 @@ public struct ReconcileLeaf: Hashable, Sendable {
 public struct ReconcileRound: Hashable, Sendable {
     /// How many feeds the sender holds.
     public var count: UInt64
+    /// The buckets this round splits into their 16 children, in order.
     public var splits: [ReconcileSplit]
+    /// The buckets at leaf depth this round, with the sender's digests, in
+    /// order.
     public var leaves: [ReconcileLeaf]
+    /// Builds a round (`reconcile`, Specs/sync.md §4.2.1);
+    /// `Reconciler.receive(_:)` checks that the peer's round lists the same
+    /// buckets.
     public init(count: UInt64, splits: [ReconcileSplit], leaves: [ReconcileLeaf]) {
         self.count = count
         self.splits = splits
@@ -54,6 +68,8 @@ public struct Reconciler: Sendable {
     /// feed in those buckets is announced (the sets differ too much for
     /// fingerprints to pay).
     public static let maxBucketsPerRound = 1024
+    /// Bytes of one digest or fingerprint on the wire (a big-endian 64-bit
+    /// number).
     public static let digestBytes = 8
 
     let heads: [FeedAnnouncement]
@@ -62,6 +78,8 @@ public struct Reconciler: Sendable {
     private var leafDepth = 0
     private var sent: ReconcileRound? = nil
 
+    /// Prepares one side's reconciliation of its feed heads (the head of each
+    /// feed it holds).
     public init(heads: [FeedAnnouncement]) {
         self.heads = heads.sorted { $0.author < $1.author }
         self.digests = self.heads.map(Self.digest)
@@ -76,6 +94,8 @@ public struct Reconciler: Sendable {
         return hash.bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
     }
 
+    /// The first round (Specs/sync.md §4.2.1 step 1): this side's feed count
+    /// and one split of the empty prefix, with no leaves.
     public mutating func firstRound() -> ReconcileRound {
         let round = ReconcileRound(
             count: UInt64(heads.count), splits: [ReconcileSplit(prefix: [], fingerprints: childFingerprints([]))], leaves: [])
@@ -177,6 +197,8 @@ public struct Reconciler: Sendable {
         return start..<lo
     }
 
+    /// The words as 8-byte big-endian values, concatenated: the wire form of
+    /// digests, fingerprints and sketch sums.
     public static func bytes(_ words: [UInt64]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(words.count * 8)

@@ -1,0 +1,82 @@
+import Chorus
+import Foundation
+
+// Two people on two devices, in one process: Alice's phone and Bob's laptop.
+let folder = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-app-\(UUID().uuidString)")
+defer { try? FileManager.default.removeItem(at: folder) }
+
+// The network is created once, with its coin issuer (the shop); everyone
+// else joins from its invite. Share the invite string; never rebuild a network.
+let (shop, network) = try await Node.createNetwork(at: folder.appendingPathComponent("shop"))
+let invite = network.invite
+let alice = try await Node.create(at: folder.appendingPathComponent("alice"), deviceName: "iPhone", network: try NetworkConfig(invite: invite))
+let bob = try await Node.create(at: folder.appendingPathComponent("bob"), deviceName: "laptop", network: try NetworkConfig(invite: invite))
+
+// Bob serves sync on a free port of 127.0.0.1; Alice syncs with him.
+let bobServing = try await bob.serve(port: 0)
+func syncAlice() async throws { _ = try await alice.sync(with: "127.0.0.1", port: bobServing.port) }
+try await syncAlice()  // each now knows the other's devices
+
+// Profiles, a picture from Data, a follow. Every mutation returns once durable.
+try await alice.setProfile(.city("Lisbon"))
+try await alice.setProfile(.birthday(DateComponents(year: 1990, month: 4, day: 2)))
+let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 7, count: 64))  // a JPEG's bytes
+let picture = try await alice.addPicture(photo, caption: "rooftop").object
+try await alice.setProfile(.avatar(picture))
+try await alice.follow(bob.identity.user)
+
+// A chat, sealed to its members' devices. Alice's screen observes it: the
+// page now, then a new page whenever a commit changes it.
+let chat = try await alice.createChat(title: "trip", members: [bob.identity.user]).object
+try await alice.sendMessage(chat, text: "look", picture: picture)
+let screen = Task {
+    var seen: [[String]] = []
+    for try await page in alice.observe({ try $0.readableChatPage(chat, limit: 50) }) {
+        let texts = page.messages.compactMap { $0.content.value?.text }
+        seen.append(texts)
+        print("Alice's screen: \(texts)")
+        if texts.contains("lovely") { break }
+    }
+    return seen
+}
+try await syncAlice()  // Bob gets the chat and its key
+try await bob.sendMessage(chat, text: "lovely")
+try await syncAlice()  // Bob's message arrives; Alice's screen updates
+let screens = try await screen.value
+guard screens.last?.contains("lovely") == true else { fatalError("the observed chat did not update") }
+
+// Coins: the shop credits a purchase; the store redelivers it after a
+// crash, and the second credit is stored but takes no effect.
+_ = try await shop.sync(with: "127.0.0.1", port: bobServing.port)
+let credit = try await shop.creditCoins(user: alice.identity.user, amount: 100, receipt: "GPA.3372")
+let again = try await shop.creditCoins(user: alice.identity.user, amount: 100, receipt: "GPA.3372")
+guard credit.isApplied, case .noEffect(let why) = again.effect, why.code == "duplicate_receipt" else {
+    fatalError("a redelivered receipt must not be credited twice")
+}
+print("redelivered receipt: \(why.code) (\(why.detail))")
+_ = try await shop.sync(with: "127.0.0.1", port: bobServing.port)
+try await syncAlice()
+print("Alice's balance: \(try alice.projections.balance(of: alice.identity.user).total) coins")
+
+// Refusals are typed: an app branches on them.
+do {
+    try await alice.spendCoins(1_000, for: "a gift box")
+    fatalError("spending beyond one's coins must be refused")
+} catch NodeError.refused(.insufficientRights(let held, let needed)) {
+    print("refused: holds \(held) coins, \(needed) needed")
+}
+
+// Queries read the projections; two nodes with the same events agree.
+let profile = try alice.projections.profile(alice.identity.user)
+print("Alice: \(profile.city ?? "?"), born \(profile.birthday.map { "\($0.year ?? 0)" } ?? "?"), avatar \(profile.avatar != nil)")
+let bobsView = try bob.readableChatPage(chat, limit: 50).messages.compactMap { $0.content.value?.text }
+print("Bob's screen: \(bobsView)")
+guard try alice.projections.digest() == bob.projections.digest() else { fatalError("the nodes disagree") }
+
+// Close, then reopen the same store: everything acknowledged is there.
+await bobServing.shutdown()
+await alice.close()
+let reopened = try await Node.open(at: folder.appendingPathComponent("alice"))
+guard try reopened.projections.profile(reopened.identity.user).city == "Lisbon" else { fatalError("lost after reopening") }
+print("reopened: \(try reopened.projections.balance(of: reopened.identity.user).total) coins, city Lisbon")
+for node in [reopened, bob, shop] { await node.close() }
