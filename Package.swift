@@ -88,7 +88,10 @@ let package = Package(
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .target(
             name: "Chorus",
-            dependencies: ["ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusProjections", "ChorusSync"]),
+            dependencies: [
+                "ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusProjections", "ChorusSync",
+                "ChorusBlobs", "ChorusLog", "ChorusStorage",
+            ]),
         .target(
             name: "ChorusCommandLine",
             dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),

@@ -126,3 +126,14 @@ public struct BlobStore: Sendable {
 
     static func u64(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }
 }
+
+extension BlobError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .tooLarge: "blob_too_large"
+        case .empty: "blob_empty"
+        case .damaged: "blob_damaged"
+        }
+    }
+}

@@ -46,7 +46,7 @@ extension ChorusCommandLineTool {
             return exit.rawValue
         } catch NodeError.refused(let why) {
             // The command was understood but the node refused it (misuse).
-            printError("refused: \(why)")
+            printError("refused: \(why) [\(why.code)]")
             return Exit.refused
         } catch {
             if exitCode(for: error) == .success {

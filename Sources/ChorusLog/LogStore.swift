@@ -516,3 +516,15 @@ extension LogStore {
         }
     }
 }
+
+extension LogError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .newerFormat: "newer_store_format"
+        case .olderFormat: "older_store_format"
+        case .notAStore: "not_a_store"
+        case .corrupt: "log_corrupt"
+        }
+    }
+}

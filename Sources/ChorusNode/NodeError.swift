@@ -42,3 +42,24 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 }
+
+extension NodeError {
+    /// A stable, machine-readable name of the error, in snake case; for a
+    /// refusal, the refusal's own code (`Refusal.code`).
+    public var code: String {
+        switch self {
+        case .notInitialized: "not_initialized"
+        case .alreadyInitialized: "already_initialized"
+        case .storeInUse: "store_in_use"
+        case .readOnly: "read_only"
+        case .closed: "closed"
+        case .keyFile: "key_file"
+        case .noUserKey: "no_user_key"
+        case .ownEventRefused: "own_event_refused"
+        case .noIssuerKey: "no_issuer_key"
+        case .projectionsStale: "projections_stale"
+        case .refused(let why): why.code
+        case .notAFileURL: "not_a_file_url"
+        }
+    }
+}

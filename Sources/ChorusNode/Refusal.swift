@@ -83,3 +83,39 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 }
+
+extension Refusal {
+    /// A stable, machine-readable name of the reason, in snake case. Where
+    /// the projections decide the same thing about a stored event, it is the
+    /// code they record (Specs/projections.md §4): a spend beyond one's
+    /// rights is `beyond_rights` whether the node refuses it or a replica
+    /// folds it.
+    public var code: String {
+        switch self {
+        case .invalidDeviceProof: "no_device_consent"
+        case .retiredProfileField: "retired_field"
+        case .incompleteDate: "incomplete_date"
+        case .emptyPicture: "empty_picture"
+        case .pictureTooLarge: "picture_too_large"
+        case .notAnImage: "not_an_image"
+        case .pictureNotYours: "not_owner"
+        case .pictureDeleted: "after_deletion"
+        case .unknownPicture: "picture_unknown"
+        case .pictureBytesUnavailable: "picture_bytes_unavailable"
+        case .pictureNotInGallery: "picture_not_in_gallery"
+        case .noRoomBetweenPictures: "no_room_between_pictures"
+        case .cannotFollowYourself, .cannotBlockYourself: "self"
+        case .nothingToRemove: "nothing_to_remove"
+        case .emptyMessage: "empty_message"
+        case .unknownChat: "chat_unknown"
+        case .unknownMessage: "message_unknown"
+        case .notYourMessage: "not_author"
+        case .messageNotInChat: "wrong_chat"
+        case .noKnownDevice: "no_known_device"
+        case .insufficientRights: "beyond_rights"
+        case .noSuchSlot: "no_such_slot"
+        case .unusableMemberKey: "unusable_member_key"
+        case .chatUnreadable: "chat_unreadable"
+        }
+    }
+}

@@ -249,3 +249,12 @@ enum Codec {
 extension CBORValue {
     var id32: Bytes32? { bytesValue.flatMap { Bytes32($0) } }
 }
+
+extension ProjectionError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .corrupt: "projections_corrupt"
+        }
+    }
+}

@@ -196,3 +196,14 @@ public enum NetworkConfigError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+extension NetworkConfigError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .missing: "network_config_missing"
+        case .invalid: "network_config_invalid"
+        case .cannotWrite: "network_config_unwritable"
+        }
+    }
+}

@@ -60,3 +60,13 @@ extension Projections {
         return NoEffect(code, detail)
     }
 }
+
+extension QueryError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .badCursor: "bad_cursor"
+        case .unknownChat: "chat_unknown"
+        }
+    }
+}

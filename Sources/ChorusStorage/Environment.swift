@@ -447,3 +447,18 @@ final class ReadWriteLock: @unchecked Sendable {
     func lockExclusive() { pthread_rwlock_wrlock(lock) }
     func unlock() { pthread_rwlock_unlock(lock) }
 }
+
+extension StorageError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .lmdb: "storage_error"
+        case .diskFull: "disk_full"
+        case .writeFailed: "write_failed"
+        case .cannotCreateDirectory: "cannot_create_directory"
+        case .readOnly: "read_only"
+        case .closed: "closed"
+        case .alreadyOpenInProcess: "already_open_in_process"
+        }
+    }
+}

@@ -189,3 +189,13 @@ final class FrameQueue: Sendable {
         for w in writers { w.resume(throwing: MemoryTransportError.reset) }
     }
 }
+
+extension MemoryTransportError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .reset: "connection_reset"
+        case .closed: "closed"
+        }
+    }
+}

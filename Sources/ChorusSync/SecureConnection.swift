@@ -647,3 +647,27 @@ actor SecureConnectionCore {
         }
     }
 }
+
+extension SecureConnectionError {
+    /// A stable, machine-readable name of the error, in snake case.
+    public var code: String {
+        switch self {
+        case .handshakeFailed: "handshake_failed"
+        case .closedDuringHandshake: "closed_during_handshake"
+        case .handshakeTimeout: "handshake_timeout"
+        case .idleTimeout: "idle_timeout"
+        case .identityRejected: "identity_rejected"
+        case .frameTooLarge: "frame_too_large"
+        case .malformedMessage: "malformed_message"
+        case .decryptionFailed: "decryption_failed"
+        case .noise: "noise_error"
+        case .connectionLost: "connection_lost"
+        case .closed: "closed"
+        case .concurrentReceive: "concurrent_receive"
+        case .connectFailed: "connect_failed"
+        case .bindFailed: "bind_failed"
+        case .refusedAtCapacity: "refused_at_capacity"
+        case .keyFile: "key_file"
+        }
+    }
+}

@@ -58,12 +58,19 @@ _ = try await shop.sync(with: "127.0.0.1", port: bobServing.port)
 try await syncAlice()
 print("Alice's balance: \(try alice.projections.balance(of: alice.identity.user).total) coins")
 
-// Refusals are typed: an app branches on them.
+// Refusals are typed: an app branches on the case, or on the stable code
+// every library error carries (`ChorusError`).
 do {
     try await alice.spendCoins(1_000, for: "a gift box")
     fatalError("spending beyond one's coins must be refused")
 } catch NodeError.refused(.insufficientRights(let held, let needed)) {
     print("refused: holds \(held) coins, \(needed) needed")
+}
+do {
+    try await alice.follow(alice.identity.user)
+    fatalError("following oneself must be refused")
+} catch let error as any ChorusError where error.code == "self" {
+    print("refused [\(error.code)]: \(error.message)")
 }
 
 // Queries read the projections; two nodes with the same events agree.

@@ -1,0 +1,37 @@
+import Chorus
+import Foundation
+import Testing
+
+/// Every error an app meets carries a stable code (`ChorusError`).
+@Suite("Errors an app branches on")
+struct ErrorTests {
+    static func code(_ body: () async throws -> Void) async -> String? {
+        do {
+            try await body()
+            return nil
+        } catch let error as any ChorusError {
+            return error.code
+        } catch {
+            return "not a ChorusError: \(error)"
+        }
+    }
+
+    @Test("refusals, a missing store, a store open twice and a closed node each throw a ChorusError with its code")
+    func codes() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-errors-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = root.appendingPathComponent("a")
+        #expect(await Self.code { _ = try await Node.open(at: root.appendingPathComponent("none")) } == "not_initialized")
+        let node = try await Node.create(at: store, deviceName: "phone")
+        #expect(await Self.code { try await node.spendCoins(30, for: "a gift") } == "beyond_rights")
+        #expect(await Self.code { try await node.follow(node.identity.user) } == "self")
+        #expect(await Self.code { try await node.unlockSlot(99) } == "no_such_slot")
+        #expect(await Self.code { _ = try await node.addPicture(Data("not an image".utf8)) } == "not_an_image")
+        #expect(await Self.code { _ = try await Node.open(at: store) } == "already_open_in_process")
+        await node.close()
+        #expect(await Self.code { try await node.setProfile(.city("Lisbon")) } == "closed")
+        #expect(await Self.code { _ = try await Node.create(at: store) } == "already_initialized")
+        let refusal: any ChorusError = Refusal.insufficientRights(held: 0, needed: 30)
+        #expect(refusal.code == "beyond_rights" && refusal.message.contains("30"))
+    }
+}
