@@ -34,7 +34,8 @@ extension ChorusCommandLineTool {
     ) async -> Int32 {
         let name = configuration.commandName ?? "chorus"
         do {
-            var command = try parseAsRoot(try negativeNumbersResolved(arguments))
+            let resolved = try negativeNumbersResolved(arguments)
+            var command = try CommandTable.parseLeaf(resolved, root: Self.self) ?? parseAsRoot(resolved)
             if let forward, let status = try await forward(command) { return status }
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
@@ -212,4 +213,47 @@ func negativeNumbersResolved(_ arguments: [String]) throws -> [String] {
             "\(argument) is a negative number: amounts, slots, counts and limits are 0 or more. To pass text that starts with '-', write --text=\(argument) or put it after --.")
     }
     return out
+}
+
+/// Parses a command line by its leaf command alone when the words before
+/// the options name one (`follow USER`, `query profile --json`): building
+/// ArgumentParser's tree of every command on each parse cost about half a
+/// millisecond, which a server running its clients' command lines pays per
+/// request. Anything else (help, a mistake, a group without its subcommand)
+/// returns nil and goes through the root, so messages and usage stay
+/// exactly the root's.
+enum CommandTable {
+    private static let leaves = Mutex<[ObjectIdentifier: [[String]: any ParsableCommand.Type]]>([:])
+
+    static func parseLeaf(_ arguments: [String], root: any ParsableCommand.Type) -> (any ParsableCommand)? {
+        guard !arguments.contains(where: { $0 == "-h" || $0 == "--help" || $0 == "help" || $0 == "--version" }) else { return nil }
+        let table = leaves.withLock { cache in
+            if let known = cache[ObjectIdentifier(root)] { return known }
+            var found: [[String]: any ParsableCommand.Type] = [:]
+            collect(root, path: [], into: &found)
+            cache[ObjectIdentifier(root)] = found
+            return found
+        }
+        // The longest run of leading words that names a leaf.
+        var path: [String] = []
+        var leaf: (any ParsableCommand.Type, Int)? = nil
+        for word in arguments.prefix(3) {
+            path.append(word)
+            if let type = table[path] { leaf = (type, path.count) }
+        }
+        guard let (type, used) = leaf else { return nil }
+        return try? type.parseAsRoot(Array(arguments.dropFirst(used)))
+    }
+
+    private static func collect(_ type: any ParsableCommand.Type, path: [String], into table: inout [[String]: any ParsableCommand.Type]) {
+        let configuration = type.configuration
+        if configuration.subcommands.isEmpty {
+            if !path.isEmpty { table[path] = type }
+            return
+        }
+        for sub in configuration.subcommands {
+            let names = [sub.configuration.commandName ?? sub._commandName] + sub.configuration.aliases
+            for name in names { collect(sub, path: path + [name], into: &table) }
+        }
+    }
 }
