@@ -47,6 +47,9 @@ let package = Package(
             name: "CSodium", path: "Sources/CSodium", pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]),
 
+        // GF(2^64) for sync's sketches: the CPU's carry-less multiply where there is one.
+        .target(name: "CGF64", path: "Sources/CGF64"),
+
         .target(name: "ChorusCBOR"),
         .target(name: "ChorusParallel"),
         .target(name: "ChorusCrypto", dependencies: ["CSodium"]),
@@ -69,7 +72,7 @@ let package = Package(
         .target(
             name: "ChorusSync",
             dependencies: ["ChorusParallel", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
-                           "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
+                           "ChorusStorage", "ChorusCrypto", "ChorusCBOR", "CGF64",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics")]),
         .target(
@@ -134,7 +137,7 @@ let package = Package(
         .testTarget(
             name: "ChorusSyncTests",
             dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
-                           "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI",
+                           "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")]),
         .testTarget(

@@ -235,6 +235,7 @@ public actor SyncSession {
             if result.outcome == .found, result.push > 0, sketchRole == .sketcher {
                 fetch.openPush()
                 report.eventsRequested += Int(clamping: result.push)
+                reportProgress()
             }
             try reconcileInput(.result(result), "a sketch result")
         case .have(let list):

@@ -626,9 +626,10 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
         Row(name: "  same, announcing every feed", value: "\(announcedWire) B", ratio: "", target: "(context)", met: nil),
         Row(name: "first contact, \(dropped.count) events missing", value: "\(missingWire) B (events \(missingEventBytes) B)",
             ratio: "", target: "≤ 30 KB in all", met: missingWire <= 30_000),
-        Row(name: "  rounds / round trips", value: "\(missingRun.report.reconcileRounds) / \(2 + missingRun.report.reconcileRounds)",
-            ratio: "", target: "(context)", met: nil),
-        Row(name: "  same, by the reconciliation tree", value: "\(treeWire) B", ratio: "", target: "(context)", met: nil),
+        Row(name: "  rounds / round trips / session time", value: "\(missingRun.report.reconcileRounds) / \(2 + missingRun.report.reconcileRounds) / "
+            + String(format: "%.2f s", missingRun.seconds), ratio: "", target: "(context)", met: nil),
+        Row(name: "  same, by the reconciliation tree", value: "\(treeWire) B in " + String(format: "%.2f s", treeRun.seconds), ratio: "",
+            target: "(context)", met: nil),
     ]
     let allMet = converged && inSyncDigests
 
@@ -676,6 +677,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
                 ("missing_event_bytes", .uint(UInt64(missingEventBytes))),
                 ("missing_reconcile_rounds", .uint(UInt64(missingRun.report.reconcileRounds))),
                 ("missing_by_tree_wire_bytes", .uint(UInt64(treeWire))),
+                ("missing_seconds", s(missingRun.seconds)), ("missing_by_tree_seconds", s(treeRun.seconds)),
             ])),
         ]
         print(JSONValue.object(fields).rendered())

@@ -1,4 +1,7 @@
+import CGF64
 import ChorusCrypto
+import ChorusParallel
+import Foundation
 
 /// One side's feed heads as elements of a sketch (Specs/sync.md §4.2.2): each
 /// feed is a point `tag` (from the session's salt and its author) carrying
@@ -81,19 +84,35 @@ public struct FeedSketch: Sendable {
     /// The item with this tag, or nil when this side holds no such feed.
     public func item(tag: UInt64) -> Item? { byTag[tag].map { items[$0] } }
 
-    /// Extends the syndromes to s_1 … s_n.
+    /// Extends the syndromes to s_1 … s_n, the items split over all cores.
     public mutating func extend(to n: Int) {
         guard n > syndromes.count else { return }
-        syndromes.reserveCapacity(n)
-        for _ in syndromes.count..<n {
-            var s: UInt64 = 0
-            for i in items.indices {
-                let p = GF64.mul(powers[i], items[i].tag)
-                powers[i] = p
-                s ^= GF64.mul(items[i].value, p)
+        let count = n - syndromes.count
+        let tags = items.map(\.tag), values = items.map(\.value), start = powers
+        let parts = max(1, min(ProcessInfo.processInfo.activeProcessorCount, items.count / 256))
+        let ranges = (0..<parts).map { p in (items.count * p / parts)..<(items.count * (p + 1) / parts) }
+        let partial = parallelMap(ranges, chunk: 1) { range -> (sums: [UInt64], powers: [UInt64]) in
+            let t = Array(tags[range]), v = Array(values[range])
+            var p = Array(start[range])
+            var sums = [UInt64](repeating: 0, count: count)
+            t.withUnsafeBufferPointer { tb in
+                v.withUnsafeBufferPointer { vb in
+                    p.withUnsafeMutableBufferPointer { pb in
+                        sums.withUnsafeMutableBufferPointer { sb in
+                            guard let tp = tb.baseAddress, let vp = vb.baseAddress, let pp = pb.baseAddress, let sp = sb.baseAddress else { return }
+                            chorus_gf64_sums(tp, vp, pp, tb.count, sp, count)
+                        }
+                    }
+                }
             }
-            syndromes.append(s)
+            return (sums, p)
         }
+        var total = [UInt64](repeating: 0, count: count)
+        for (range, part) in zip(ranges, partial) {
+            for k in 0..<count { total[k] ^= part.sums[k] }
+            powers.replaceSubrange(range, with: part.powers)
+        }
+        syndromes += total
     }
 
     /// One element of the difference: a feed whose values differ, with
@@ -148,7 +167,7 @@ public struct FeedSketch: Sendable {
         // The tags are the roots of the reversed polynomial Π (x − tag).
         var locator = GF64Polynomial(lambda.reversed())
         var tags: [UInt64] = []
-        for x in candidates where locator.degree >= 1 && locator.evaluate(x) == 0 {
+        for x in locator.zeros(among: candidates) where locator.degree >= 1 {
             tags.append(x)
             locator = locator.quotient(GF64Polynomial([x, 1]))
         }

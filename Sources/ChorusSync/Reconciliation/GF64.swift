@@ -1,65 +1,18 @@
+import CGF64
+import ChorusParallel
+import Foundation
+
 /// Arithmetic in GF(2^64) = GF(2)[x] / (x^64 + x^4 + x^3 + x + 1), the field
 /// of sketch reconciliation (Specs/sync.md §4.2.2): bit i of a `UInt64` is the
 /// coefficient of x^i; addition is XOR.
 public enum GF64 {
-    /// The low terms of the modulus: x^4 + x^3 + x + 1.
-    static let reduction: UInt64 = 0x1B
 
-    /// The product of `a` and `b`: a carry-less multiply, four bits of `b`
-    /// at a time from a table of `a`'s 16 multiples, then reduction.
+    /// The product of `a` and `b`: a carry-less multiply (the CPU's
+    /// instruction where it has one) reduced modulo the field polynomial.
     @inline(__always)
-    public static func mul(_ a: UInt64, _ b: UInt64) -> UInt64 {
-        // The 16 multiples of a by a 4-bit polynomial, each up to 67 bits:
-        // low 64 bits and the 3 bits above.
-        var lo = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0),
-                  UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-        var hi = lo
-        withUnsafeMutableBytes(of: &lo) { l in
-            withUnsafeMutableBytes(of: &hi) { h in
-                let tl = l.bindMemory(to: UInt64.self), th = h.bindMemory(to: UInt64.self)
-                tl[1] = a
-                tl[2] = a << 1
-                th[2] = a >> 63
-                tl[4] = a << 2
-                th[4] = a >> 62
-                tl[8] = a << 3
-                th[8] = a >> 61
-                for i in [3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15] {
-                    let low = i & -i
-                    tl[i] = tl[low] ^ tl[i ^ low]
-                    th[i] = th[low] ^ th[i ^ low]
-                }
-            }
-        }
-        var rl: UInt64 = 0, rh: UInt64 = 0
-        withUnsafeBytes(of: &lo) { l in
-            withUnsafeBytes(of: &hi) { h in
-                let tl = l.bindMemory(to: UInt64.self), th = h.bindMemory(to: UInt64.self)
-                var shift = 60
-                while shift >= 0 {
-                    let n = Int((b >> UInt64(shift)) & 0xF)
-                    rh = rh << 4 | rl >> 60
-                    rl = rl << 4
-                    rl ^= tl[n]
-                    rh ^= th[n]
-                    shift -= 4
-                }
-            }
-        }
-        return reduce(hi: rh, lo: rl)
-    }
+    public static func mul(_ a: UInt64, _ b: UInt64) -> UInt64 { chorus_gf64_mul(a, b) }
 
-    /// hi·x^64 + lo modulo the field polynomial.
-    @inline(__always)
-    static func reduce(hi: UInt64, lo: UInt64) -> UInt64 {
-        // x^64 ≡ x^4 + x^3 + x + 1; the bits shifted past x^63 fold once more.
-        let over = hi >> 60 ^ hi >> 61 ^ hi >> 63
-        let h = hi ^ over
-        return lo ^ h ^ h << 1 ^ h << 3 ^ h << 4
-    }
-
-    /// The square of `a`, `mul(a, a)`: the step of `inverse`, `power` and
-    /// polynomial squaring.
+    /// a².
     public static func square(_ a: UInt64) -> UInt64 { mul(a, a) }
 
     /// a^(2^64 − 2): the inverse of a nonzero element.
@@ -97,6 +50,28 @@ struct GF64Polynomial: Equatable {
     var isZero: Bool { c.isEmpty }
 
     mutating func trim() { while let last = c.last, last == 0 { c.removeLast() } }
+
+    /// The points among `points` where self is zero, evaluated on all cores.
+    func zeros(among points: [UInt64]) -> [UInt64] {
+        guard degree >= 1, !points.isEmpty else { return [] }
+        let coefficients = c
+        let parts = max(1, min(ProcessInfo.processInfo.activeProcessorCount, points.count / 256))
+        let ranges = (0..<parts).map { p in (points.count * p / parts)..<(points.count * (p + 1) / parts) }
+        let found = parallelMap(ranges, chunk: 1) { range -> [UInt64] in
+            let slice = Array(points[range])
+            var values = [UInt64](repeating: 0, count: slice.count)
+            coefficients.withUnsafeBufferPointer { cs in
+                slice.withUnsafeBufferPointer { xs in
+                    values.withUnsafeMutableBufferPointer { out in
+                        guard let c = cs.baseAddress, let x = xs.baseAddress, let o = out.baseAddress else { return }
+                        chorus_gf64_evaluate(c, cs.count - 1, x, xs.count, o)
+                    }
+                }
+            }
+            return zip(slice, values).compactMap { $1 == 0 ? $0 : nil }
+        }
+        return found.flatMap { $0 }
+    }
 
     func evaluate(_ x: UInt64) -> UInt64 {
         var acc: UInt64 = 0
