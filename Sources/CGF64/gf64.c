@@ -23,6 +23,31 @@ static inline uint64_t mul_portable(uint64_t a, uint64_t b) {
     return reduce(hi, lo);
 }
 
+// The two loops a sketch spends its time in, for one multiply: power sums
+// over many items, and one polynomial at many points.
+#define CHORUS_GF64_LOOPS(ATTRIBUTES, NAME, MUL)                                                                          \
+    ATTRIBUTES static void sums_##NAME(const uint64_t *tags, const uint64_t *values, uint64_t *powers, size_t n,        \
+                                       uint64_t *out, size_t count) {                                                  \
+        for (size_t i = 0; i < n; i++) {                                                                                \
+            uint64_t p = powers[i], t = tags[i], v = values[i];                                                         \
+            for (size_t k = 0; k < count; k++) {                                                                        \
+                p = MUL(p, t);                                                                                          \
+                out[k] ^= MUL(v, p);                                                                                    \
+            }                                                                                                           \
+            powers[i] = p;                                                                                              \
+        }                                                                                                               \
+    }                                                                                                                   \
+    ATTRIBUTES static void evaluate_##NAME(const uint64_t *c, size_t degree, const uint64_t *points, size_t n,          \
+                                           uint64_t *out) {                                                            \
+        for (size_t i = 0; i < n; i++) {                                                                                \
+            uint64_t acc = 0, x = points[i];                                                                            \
+            for (size_t k = degree + 1; k-- > 0;) acc = MUL(acc, x) ^ c[k];                                             \
+            out[i] = acc;                                                                                               \
+        }                                                                                                               \
+    }
+
+CHORUS_GF64_LOOPS(, portable, mul_portable)
+
 #ifdef CHORUS_GF64_CLMUL
 __attribute__((target("pclmul,sse2"))) static inline uint64_t mul_clmul(uint64_t a, uint64_t b) {
     __m128i p = _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)a), _mm_cvtsi64_si128((long long)b), 0x00);
@@ -31,24 +56,7 @@ __attribute__((target("pclmul,sse2"))) static inline uint64_t mul_clmul(uint64_t
     return reduce(hi, lo);
 }
 
-__attribute__((target("pclmul,sse2"))) static void sums_clmul(const uint64_t *tags, const uint64_t *values, uint64_t *powers, size_t n, uint64_t *out, size_t count) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t p = powers[i], t = tags[i], v = values[i];
-        for (size_t k = 0; k < count; k++) {
-            p = mul_clmul(p, t);
-            out[k] ^= mul_clmul(v, p);
-        }
-        powers[i] = p;
-    }
-}
-
-__attribute__((target("pclmul,sse2"))) static void evaluate_clmul(const uint64_t *c, size_t degree, const uint64_t *points, size_t n, uint64_t *out) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t acc = 0, x = points[i];
-        for (size_t k = degree + 1; k-- > 0;) acc = mul_clmul(acc, x) ^ c[k];
-        out[i] = acc;
-    }
-}
+CHORUS_GF64_LOOPS(__attribute__((target("pclmul,sse2"))), clmul, mul_clmul)
 
 static int has_clmul(void) { return __builtin_cpu_supports("pclmul"); }
 #else
@@ -71,14 +79,7 @@ void chorus_gf64_sums(const uint64_t *tags, const uint64_t *values, uint64_t *po
         return;
     }
 #endif
-    for (size_t i = 0; i < n; i++) {
-        uint64_t p = powers[i], t = tags[i], v = values[i];
-        for (size_t k = 0; k < count; k++) {
-            p = mul_portable(p, t);
-            out[k] ^= mul_portable(v, p);
-        }
-        powers[i] = p;
-    }
+    sums_portable(tags, values, powers, n, out, count);
 }
 
 void chorus_gf64_evaluate(const uint64_t *c, size_t degree, const uint64_t *points, size_t n, uint64_t *out) {
@@ -88,9 +89,5 @@ void chorus_gf64_evaluate(const uint64_t *c, size_t degree, const uint64_t *poin
         return;
     }
 #endif
-    for (size_t i = 0; i < n; i++) {
-        uint64_t acc = 0, x = points[i];
-        for (size_t k = degree + 1; k-- > 0;) acc = mul_portable(acc, x) ^ c[k];
-        out[i] = acc;
-    }
+    evaluate_portable(c, degree, points, n, out);
 }
