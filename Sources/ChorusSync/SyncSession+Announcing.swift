@@ -123,7 +123,6 @@ extension SyncSession {
                     report.reconcileRounds += 1
                     send(.sketch(more))
                 case .found(let announce, _):
-                    for a in announce { peerKnown[a.author] = 0 }
                     for chunk in announce.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
                     report.sketched = true
                     return true
