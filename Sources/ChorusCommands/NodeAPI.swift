@@ -38,7 +38,9 @@ extension Node {
             await task.value
             throw APIServerError.notListening(configuration.socketPath)
         }
-        return APIServing(endpoints: endpoints, group: group, task: task)
+        // The two listeners start concurrently: report the socket first, as documented.
+        let ordered = endpoints.filter { if case .unixSocket = $0 { true } else { false } } + endpoints.filter { if case .tcp = $0 { true } else { false } }
+        return APIServing(endpoints: ordered, group: group, task: task)
     }
 }
 
