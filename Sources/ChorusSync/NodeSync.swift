@@ -11,13 +11,15 @@ extension Node {
     }
 
     /// Serves sync to peers on `host:port` (port 0: a free one, see
-    /// `Serving.port`) in the background until `shutdown()`. Sessions are
+    /// `Serving.port`) in the background until `shutdown()`, each session
+    /// with `options` (live by default: a peer that asks for live mode stays
+    /// connected; budgets per session, Specs/sync.md §5.1). Sessions are
     /// logged to `logger` (one structured line each; nothing by default).
     public nonisolated func serve(
-        host: String = "127.0.0.1", port: Int, limits: ConnectionLimits = ConnectionLimits(),
+        host: String = "127.0.0.1", port: Int, options: SyncOptions = SyncOptions(live: true), limits: ConnectionLimits = ConnectionLimits(),
         logger: Logger = Logger(label: "chorus.sync", factory: { _ in SwiftLogNoOpLogHandler() })
     ) async throws -> Serving {
-        let server = try SyncServer(node: self, logger: logger)
+        let server = try SyncServer(node: self, options: options, logger: logger)
         do {
             let listener = try await server.listen(host: host, port: port, limits: limits)
             return Serving(server: server, listener: listener)

@@ -36,7 +36,11 @@ final class ServerProcess: Sendable {
         func port(after marker: String) -> Int? {
             let text = log.text
             guard let range = text.range(of: marker) else { return nil }
-            return Int(text[range.upperBound...].prefix { $0.isNumber })
+            // Only a whole number: the log may have arrived up to the middle of it.
+            let rest = text[range.upperBound...]
+            let digits = rest.prefix { $0.isNumber }
+            guard !digits.isEmpty, digits.endIndex < rest.endIndex else { return nil }
+            return Int(digits)
         }
         while Date() < deadline {
             let text = log.text

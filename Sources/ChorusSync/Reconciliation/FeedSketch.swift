@@ -46,18 +46,22 @@ public struct FeedSketch: Sendable {
     /// fit (all but impossible by chance; then the side gives up).
     public init?(heads: [FeedAnnouncement], salt: [UInt8]) {
         self.salt = salt
+        let sorted = heads.sorted(by: { $0.author < $1.author })
+        // Hashing every head is most of a sketch's setup: on all cores.
+        let tags = parallelMap(sorted, chunk: 1024) { Self.tag(salt: salt, author: $0.author) }
         var items: [Item] = []
-        items.reserveCapacity(heads.count)
+        items.reserveCapacity(sorted.count)
         var byTag: [UInt64: Int] = [:]
-        for h in heads.sorted(by: { $0.author < $1.author }) {
+        byTag.reserveCapacity(sorted.count)
+        for (h, tag) in zip(sorted, tags) {
             guard h.seq >= 1, h.seq < Self.maxSeq else { return nil }
-            let tag = Self.tag(salt: salt, author: h.author)
             guard tag != 0, byTag[tag] == nil else { return nil }
             byTag[tag] = items.count
             items.append(Item(author: h.author, seq: h.seq, head: h.head, tag: tag, value: Self.value(seq: h.seq, head: h.head)))
         }
         self.items = items
         self.byTag = byTag
+        checksum = parallelMap(items, chunk: 1024) { Self.check(salt: salt, tag: $0.tag, value: $0.value) }.reduce(0, &+)
         powers = items.map { _ in 1 }
     }
 
@@ -79,7 +83,7 @@ public struct FeedSketch: Sendable {
 
     /// The sum modulo 2^64 of every item's check: what a decoder compares
     /// with the difference it found applied to its own sum.
-    public var checksum: UInt64 { items.reduce(0) { $0 &+ Self.check(salt: salt, tag: $1.tag, value: $1.value) } }
+    public let checksum: UInt64
 
     /// The item with this tag, or nil when this side holds no such feed.
     public func item(tag: UInt64) -> Item? { byTag[tag].map { items[$0] } }
