@@ -199,6 +199,7 @@ public actor Node {
                 throw error
             }
         }
+        var fdOwnedByNode = false
         do {
             let env = try Environment(path: path, initialMapSize: options.initialMapSize, readOnly: readOnly)
             let log = try LogStore(env: env)
@@ -241,10 +242,18 @@ public actor Node {
             let node = Node(
                 path: path, projections: projections, blobs: blobs, user: userPublic, userKey: userSecret, device: device,
                 issuer: issuer, agreement: agreement, lockFD: fd, readOnly: readOnly, options: options)
-            if !readOnly { try await node.publishEncryptionKeyIfNeeded() }
+            // From here the node owns the lock's descriptor: closing it here too
+            // would close whatever file reuses the number next.
+            fdOwnedByNode = true
+            if !readOnly {
+                do { try await node.publishEncryptionKeyIfNeeded() } catch {
+                    await node.close()
+                    throw error
+                }
+            }
             return node
         } catch {
-            if fd >= 0 { Foundation.close(fd) }
+            if fd >= 0, !fdOwnedByNode { Foundation.close(fd) }
             throw error
         }
     }
