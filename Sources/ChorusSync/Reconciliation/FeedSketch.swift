@@ -38,6 +38,8 @@ public struct FeedSketch: Sendable {
     public let items: [Item]
     /// The item index of each tag.
     let byTag: [UInt64: Int]
+    /// The items' tags and values, as the sums read them.
+    private let tags: [UInt64], values: [UInt64]
     /// Syndromes s_1 … s_(count) computed so far, and each item's tag^count.
     public private(set) var syndromes: [UInt64] = []
     private var powers: [UInt64]
@@ -61,6 +63,8 @@ public struct FeedSketch: Sendable {
         }
         self.items = items
         self.byTag = byTag
+        self.tags = items.map(\.tag)
+        values = items.map(\.value)
         checksum = parallelMap(items, chunk: 1024) { Self.check(salt: salt, tag: $0.tag, value: $0.value) }.reduce(0, &+)
         powers = items.map { _ in 1 }
     }
@@ -92,7 +96,7 @@ public struct FeedSketch: Sendable {
     public mutating func extend(to n: Int) {
         guard n > syndromes.count else { return }
         let count = n - syndromes.count
-        let tags = items.map(\.tag), values = items.map(\.value), start = powers
+        let tags = self.tags, values = self.values, start = powers
         let parts = max(1, min(ProcessInfo.processInfo.activeProcessorCount, items.count / 256))
         let ranges = (0..<parts).map { p in (items.count * p / parts)..<(items.count * (p + 1) / parts) }
         let partial = parallelMap(ranges, chunk: 1) { range -> (sums: [UInt64], powers: [UInt64]) in

@@ -125,6 +125,7 @@ public struct SketchReconciler: Sendable {
 
     let heads: [FeedAnnouncement]
     let nonce: [UInt8]
+    let ownInfo: SketchInfo
     let device: PublicKey
     let peerDevice: PublicKey
     /// This side's role; nil until `start(peer:)` picks one, and left nil when
@@ -143,20 +144,23 @@ public struct SketchReconciler: Sendable {
     public init(heads: [FeedAnnouncement], nonce: [UInt8], device: PublicKey, peerDevice: PublicKey) {
         self.heads = heads.sorted { $0.author < $1.author }
         self.nonce = nonce
+        ownInfo = Self.info(of: self.heads, nonce: nonce)
         self.device = device
         self.peerDevice = peerDevice
     }
 
     /// This side's `sketchInfo`: its feed count, height total, set hash and
     /// nonce.
-    public func info() -> SketchInfo {
+    public func info() -> SketchInfo { ownInfo }
+
+    /// Hashes every head once, at construction.
+    static func info(of heads: [FeedAnnouncement], nonce: [UInt8]) -> SketchInfo {
         var data = Array("chorus/sketch/set/v1".utf8) + [0]
         data.reserveCapacity(data.count + heads.count * 72)
         for h in heads { data += h.author.bytes + FeedSketch.bytes([h.seq]) + h.head.bytes }
+        let total = heads.reduce(UInt64(0)) { $0 &+ $1.seq }
         return SketchInfo(count: UInt64(heads.count), total: total, setHash: Array(Blake2b.hash256(data).bytes.prefix(16)), nonce: nonce)
     }
-
-    var total: UInt64 { heads.reduce(0) { $0 &+ $1.seq } }
 
     /// The first capacity: the count and height differences, plus a margin.
     static func firstCapacity(_ a: SketchInfo, _ b: SketchInfo) -> Int {
@@ -173,7 +177,7 @@ public struct SketchReconciler: Sendable {
     /// identical, the counts differ by more than `maxCapacity` (fall back), or
     /// this side sketches (with its first sums) or decodes.
     public mutating func start(peer: SketchInfo) -> Start {
-        let mine = info()
+        let mine = ownInfo
         if mine.count == peer.count, mine.setHash == peer.setHash {
             finished = true
             return .identical
