@@ -1,12 +1,42 @@
 /// Exactly 32 bytes: a public key, an event id, a payload hash or an object id.
 public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
-    /// The 32 bytes, in order; always exactly 32 long.
-    public let bytes: [UInt8]
+    /// The 32 bytes in memory order: ids are compared, hashed and kept in
+    /// sets and dictionaries constantly, and inline words cost no heap
+    /// allocation or reference counting, unlike an array.
+    private let storage: (UInt64, UInt64, UInt64, UInt64)
+
+    /// The 32 bytes, in order; always exactly 32 long (a fresh array).
+    public var bytes: [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: 32) { buffer, count in
+            Swift.withUnsafeBytes(of: storage) { raw in
+                UnsafeMutableRawBufferPointer(buffer).copyMemory(from: raw)
+            }
+            count = 32
+        }
+    }
+
+    /// Calls `body` with the 32 bytes, without copying them into an array.
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try Swift.withUnsafeBytes(of: storage, body)
+    }
+
+    /// Appends the 32 bytes to `out` (building store keys without an
+    /// intermediate array).
+    public func append(to out: inout [UInt8]) {
+        withUnsafeBytes { out.append(contentsOf: $0) }
+    }
+
+    private init(raw: UnsafeRawBufferPointer) {
+        storage = (
+            raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+            raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+        )
+    }
 
     /// Wraps `bytes`, or returns `nil` unless there are exactly 32 of them.
     public init?(_ bytes: [UInt8]) {
         guard bytes.count == 32 else { return nil }
-        self.bytes = bytes
+        self = bytes.withUnsafeBytes { Bytes32(raw: $0) }
     }
 
     /// Collects any byte sequence, or returns `nil` unless it holds exactly 32 bytes.
@@ -18,37 +48,59 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// without the generic sequence path.
     public init?(_ bytes: ArraySlice<UInt8>) {
         guard bytes.count == 32 else { return nil }
-        self.bytes = Array(bytes)
+        self = bytes.withUnsafeBytes { Bytes32(raw: $0) }
+    }
+
+    /// The 32 bytes at `raw` (which must hold at least 32).
+    public init?(_ raw: UnsafeRawBufferPointer) {
+        guard raw.count == 32 else { return nil }
+        self.init(raw: raw)
     }
 
     /// Parses lowercase or uppercase hex of exactly 64 digits.
     public init?(hex: String) {
         guard let raw = Hex.decode(hex), raw.count == 32 else { return nil }
-        self.bytes = raw
+        self.init(unchecked: raw)
     }
 
     /// All 32 bytes zero; used as a placeholder where no real id or key applies.
     public static let zero = Bytes32(unchecked: [UInt8](repeating: 0, count: 32))
 
+    /// Whether all 32 bytes are equal.
+    public static func == (a: Bytes32, b: Bytes32) -> Bool {
+        a.storage.0 == b.storage.0 && a.storage.1 == b.storage.1 && a.storage.2 == b.storage.2
+            && a.storage.3 == b.storage.3
+    }
+
     /// One call for all 32 bytes: ids are hashed constantly (sets and
     /// dictionaries of events, keys and objects), and the synthesized
     /// version feeds the hasher one byte at a time.
     public func hash(into hasher: inout Hasher) {
-        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        hasher.combine(storage.0)
+        hasher.combine(storage.1)
+        hasher.combine(storage.2)
+        hasher.combine(storage.3)
     }
 
-    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
+    init(unchecked bytes: [UInt8]) {
+        precondition(bytes.count == 32, "Bytes32 needs exactly 32 bytes")
+        self = bytes.withUnsafeBytes { Bytes32(raw: $0) }
+    }
 
     /// The 64-digit lowercase hex form, as used in JSON output and on the command line.
-    public var hex: String { Hex.encode(bytes) }
+    public var hex: String { withUnsafeBytes { Hex.encode($0) } }
     /// The same as ``hex``: the full 64-digit lowercase hex.
     public var description: String { hex }
     /// The first 8 bytes as hex, for human-readable tables.
-    public var short: String { Hex.encode(bytes.prefix(8)) }
+    public var short: String { withUnsafeBytes { Hex.encode($0.prefix(8)) } }
 
     /// Bytewise lexicographic order of the 32 bytes, which is also the order of
-    /// their hex strings.
-    public static func < (a: Bytes32, b: Bytes32) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+    /// their hex strings. Words loaded big-endian compare as their bytes do.
+    public static func < (a: Bytes32, b: Bytes32) -> Bool {
+        let x = (a.storage.0.bigEndian, a.storage.1.bigEndian, a.storage.2.bigEndian, a.storage.3.bigEndian)
+        let y = (b.storage.0.bigEndian, b.storage.1.bigEndian, b.storage.2.bigEndian, b.storage.3.bigEndian)
+        return x < y
+    }
 }
 
 /// A 32-byte Ed25519 public key: an event author, a device or a user.

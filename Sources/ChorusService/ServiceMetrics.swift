@@ -29,9 +29,14 @@ public final class ServiceMetrics: Sendable {
 
     init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
-        storeFileBytes = registry.makeGauge(name: "chorus_store_file_bytes", help: "Size of the store's data.mdb")
-        storeMapBytes = registry.makeGauge(name: "chorus_store_map_bytes", help: "The LMDB map size (grows by doubling)")
-        storeEvents = registry.makeGauge(name: "chorus_store_events", help: "Events in the log (the last arrival position)")
+        storeFileBytes = registry.makeGauge(descriptor: Self.gauge("file", "bytes", "Size of the store's data.mdb"))
+        storeMapBytes = registry.makeGauge(descriptor: Self.gauge("map", "bytes", "The LMDB map size (grows by doubling)"))
+        storeEvents = registry.makeGauge(descriptor: Self.gauge("events", "", "Events in the log (the last arrival position)"))
+    }
+
+    /// `chorus_store_<name>_<unit>` (no unit: `chorus_store_<name>`).
+    static func gauge(_ name: String, _ unit: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(namespace: "chorus", subsystem: "store", metricName: name, unitName: unit, helpText: help)
     }
 
     /// The exposition text, with the store's gauges read now.
