@@ -249,11 +249,11 @@ extension FoldRun {
 
     /// Purges a deleted message's payloads and its encrypted picture, unless a
     /// live object still references the same bytes.
-    func purgeContent(ofMessage message: EventID, _ all: [Fact]) throws {
+    mutating func purgeContent(ofMessage message: EventID, _ all: [Fact]) throws {
         let blob = all.first { $0.kind == .messageSent && $0.id == message }?.payload?[text: "blob"]?.id32
         if let blob { try txn.delete(p.state, Table.blobRef.key(blob.bytes, message.bytes)) }
-        for f in all { try purge(.message, message, f) }
-        if let blob, try !p.isBlobReferenced(blob, in: txn) { try p.blobs.delete(blob, in: txn) }
+        for f in all { purge(f) }
+        if let blob { purges.blobs.append(blob) }
     }
 
     /// Keeps the number of effective messages per chat, so listing chats

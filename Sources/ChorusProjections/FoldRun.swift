@@ -36,6 +36,9 @@ struct FoldRun {
     var membershipsForMessages: [MemberKey: Membership?] = [:]
     /// Changes to each chat's message count, written once at the end.
     var messageCountDeltas: [ObjectID: Int] = [:]
+    /// The payloads and blobs this run decided to purge, carried out by the
+    /// store once the fold is done (`Purges`).
+    var purges = Purges()
 
     struct MemberKey: Hashable {
         let chat: ObjectID
@@ -227,10 +230,30 @@ struct FoldRun {
         }
     }
 
-    /// Purges the payload of a fact and of its logged event (Specs/projections.md §6.3, §6.6).
-    func purge(_ cls: ObjectClass, _ object: Bytes32, _ fact: Fact) throws {
+    /// Decides to purge the payload of a fact's logged event (Specs/projections.md §6.3, §6.6).
+    mutating func purge(_ fact: Fact) {
         guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }
-        try p.log.purgePayload(atArrival: fact.arrival, in: txn)
+        purges.payloads.append(fact.arrival)
+    }
+}
+
+/// What a fold decided to purge: the payloads of deleted pictures and
+/// messages (by arrival position) and their blobs. The fold only decides;
+/// `Projections.carryOut` writes it, after the fold, in the same
+/// transaction, so a blob is removed only if no object holds it once every
+/// object of the transaction is folded (Specs/projections.md §6.3, §6.6).
+public struct Purges: Sendable, Equatable {
+    /// Arrival positions of the events whose payloads go.
+    public internal(set) var payloads: [UInt64] = []
+    /// Blobs that go unless a live object still references them.
+    public internal(set) var blobs: [Hash32] = []
+
+    /// Nothing to purge.
+    public var isEmpty: Bool { payloads.isEmpty && blobs.isEmpty }
+
+    mutating func add(_ other: Purges) {
+        payloads += other.payloads
+        blobs += other.blobs
     }
 }
 

@@ -99,7 +99,7 @@ extension FoldRun {
         if let deleted {
             record.deleted = deleted.hlc
             record.deletedBy = deleted.id
-            if purging { try purgeContent(of: picture, all) }
+            if purging { purgeContent(of: picture, all) }
         } else if let payload {
             record.blob = payload[text: "blob"]?.id32
             record.size = payload[text: "size"]?.unsignedValue
@@ -120,10 +120,10 @@ extension FoldRun {
 extension FoldRun {
     /// Purges a deleted picture's payloads and, unless a live picture still
     /// uses them, its blob bytes (Specs/projections.md §6.3).
-    func purgeContent(of picture: ObjectID, _ all: [Fact]) throws {
+    mutating func purgeContent(of picture: ObjectID, _ all: [Fact]) {
         let blob = all.first { $0.kind == .pictureCreated && $0.payload != nil }?.payload?[text: "blob"]?.id32
-        for f in all { try purge(.picture, picture, f) }
-        if let blob, try !p.isBlobReferenced(blob, in: txn) { try p.blobs.delete(blob, in: txn) }
+        for f in all { purge(f) }
+        if let blob { purges.blobs.append(blob) }
     }
 }
 

@@ -43,17 +43,27 @@ public struct Projections: Sendable {
     }
 
     /// Folds newly stored events (accepted or refilled) into the projections,
-    /// inside the caller's write transaction.
-    /// `purging: false` defers purges to `purgeDeleted` (whole-log folds in
-    /// slices: see `FoldRun.purging`).
-    public func apply(_ events: [StoredEvent], in txn: Transaction, purging: Bool = true) throws {
-        guard !events.isEmpty else { return }
+    /// inside the caller's write transaction, and returns the purges the
+    /// fold decided, for the caller to carry out (`carryOut`) in the same
+    /// transaction. `purging: false` decides none (whole-log folds in
+    /// slices leave them to `purgeDeleted`: see `FoldRun.purging`).
+    public func apply(_ events: [StoredEvent], in txn: Transaction, purging: Bool = true) throws -> Purges {
+        guard !events.isEmpty else { return Purges() }
         var run = FoldRun(projections: self, txn: txn, purging: purging)
         for stored in events {
             try file(stored, in: txn, run: &run)
             run.newEvents.insert(stored.event.id)
         }
         try run.execute()
+        return run.purges
+    }
+
+    /// Carries out `purges` after the fold that decided them: strips each
+    /// payload from the log (events.md §6) and removes each blob that no
+    /// live object references in the state as folded.
+    public func carryOut(_ purges: Purges, in txn: Transaction) throws {
+        for arrival in purges.payloads { try log.purgePayload(atArrival: arrival, in: txn) }
+        for blob in Set(purges.blobs) where try !isBlobReferenced(blob, in: txn) { try blobs.delete(blob, in: txn) }
     }
 
     /// Files an event under every object it touches (its `facts` entries
@@ -184,13 +194,13 @@ public struct Projections: Sendable {
     /// Purges the payloads (and unused blobs) of every picture and message
     /// the final state holds as deleted: the end of a whole-log fold.
     public func purgeDeleted(in txn: Transaction) throws {
-        let run = FoldRun(projections: self, txn: txn)
+        var run = FoldRun(projections: self, txn: txn)
         var pictures: [ObjectID] = []
         try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
             if try PictureRecord.decode(value).deleted != nil { pictures.append(try Codec.b32(key[1...], "picture id")) }
             return true
         }
-        for picture in pictures { try run.purgeContent(of: picture, try run.facts(.picture, picture)) }
+        for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
         var messages: [EventID] = []
         try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
             if try Codec.decode(value, "message record")[text: "deleted"] != nil {
@@ -199,6 +209,7 @@ public struct Projections: Sendable {
             return true
         }
         for message in messages { try run.purgeContent(ofMessage: message, try run.facts(.message, message)) }
+        try carryOut(run.purges, in: txn)
     }
 
     /// The index key recording which projection format and network

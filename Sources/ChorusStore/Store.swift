@@ -43,7 +43,7 @@ public struct Store: Sendable {
             var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
             let result = try body(&batch)
             try log.finish(batch.context, in: txn)
-            if fold { try projections.apply(batch.stored, in: txn, purging: purging) }
+            if fold { try projections.carryOut(try projections.apply(batch.stored, in: txn, purging: purging), in: txn) }
             return result
         }
     }
