@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
         .target(
             name: "ChorusProjections",
-            dependencies: ["ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
+            dependencies: ["ChorusParallel", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "HeapModule", package: "swift-collections")]),
         .target(
             name: "ChorusStore", dependencies: ["ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage"]),

@@ -353,7 +353,7 @@ public struct LogStore: Sendable {
 
     /// Decodes a stored envelope without re-checking its payload
     /// (`Event.decodeStored`); damage is reported as `corrupt`.
-    static func decodeTrusted(_ raw: [UInt8], arrival: UInt64) throws -> Event {
+    public static func decodeTrusted(_ raw: [UInt8], arrival: UInt64) throws -> Event {
         do { return try Event.decodeStored(raw) } catch { throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)") }
     }
 

@@ -3,6 +3,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusParallel
 import ChorusStorage
 
 /// The projected state of a node: profiles, pictures, relationships, chats,
@@ -49,11 +50,13 @@ public struct Projections: Sendable {
     /// slices leave them to `purgeDeleted`: see `FoldRun.purging`).
     public func apply(_ events: [StoredEvent], in txn: Transaction, purging: Bool = true) throws -> Purges {
         guard !events.isEmpty else { return Purges() }
-        var run = FoldRun(projections: self, txn: txn, purging: purging)
+        var run: FoldRun? = FoldRun(projections: self, txn: txn, purging: purging)
+        var sink = TransactionSink(txn: txn)
         for stored in events {
-            try file(stored, in: txn, run: &run)
-            run.newEvents.insert(stored.event.id)
+            try file(stored, into: &sink, run: &run)
+            run?.newEvents.insert(stored.event.id)
         }
+        guard var run else { return Purges() }
         try run.execute()
         return run.purges
     }
@@ -67,47 +70,48 @@ public struct Projections: Sendable {
     }
 
     /// Files an event under every object it touches (its `facts` entries
-    /// and index entries) and, with a run, marks what must be folded again.
-    func file(_ stored: StoredEvent, in txn: Transaction, run: inout FoldRun) throws {
+    /// and index entries) and, with a run, marks what must be folded again
+    /// (nil: a rebuild, which folds every object afterwards).
+    func file<Sink: FilingSink>(_ stored: StoredEvent, into sink: inout Sink, run: inout FoldRun?) throws {
         let event = stored.event
         let value = Fact.encode(stored)
         let order = MergeOrder(event)
         for (cls, object) in ObjectClass.targets(of: event) {
-            try txn.put(facts, Self.factKey(cls, object, order), value)
+            try sink.put(facts, Self.factKey(cls, object, order), value)
             switch cls {
             case .coins:
                 for party in Self.coinParties(event) {
-                    try txn.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
+                    try sink.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
                 }
                 if let group = FoldRun.coinGroup(kind: event.kind, object: event.object, payload: event.payload) {
-                    try txn.put(index, IndexTable.coinGroup.key(group.bytes, order.bytes), [])
+                    try sink.put(index, IndexTable.coinGroup.key(group.bytes, order.bytes), [])
                 }
-                if !run.bulk { run.markCoins(order) }
+                run?.markCoins(order)
             case .follow, .like, .block:
                 // Relationships fold incrementally (one edge per event)
                 // unless a device binding change forces a full re-fold.
                 if FoldRun.isAdd(event.kind) {
-                    try txn.put(index, IndexTable.relationshipAdd.key([cls.rawValue], object.bytes, event.id.bytes), order.bytes)
+                    try sink.put(index, IndexTable.relationshipAdd.key([cls.rawValue], object.bytes, event.id.bytes), order.bytes)
                 } else {
                     for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
-                        try txn.put(
+                        try sink.put(
                             index, IndexTable.relationshipCancel.key([cls.rawValue], object.bytes, named.bytes, order.bytes), [])
                     }
                 }
-                if !run.bulk { run.addRelationshipFact(cls, object, Fact(stored)) }
+                run?.addRelationshipFact(cls, object, Fact(stored))
             case .reads:
                 // Read markers fold one fact at a time unless the chat's
                 // membership (or a device binding) changes in this run.
-                if !run.bulk { run.addReadFact(object, Fact(stored)) }
+                run?.addReadFact(object, Fact(stored))
             case .profile:
                 // Profile edits too, unless a device binding of the user changes.
-                if !run.bulk { run.addProfileFact(object, Fact(stored)) }
+                run?.addProfileFact(object, Fact(stored))
             default:
-                if !run.bulk { run.mark(cls, object) }
+                run?.mark(cls, object)
             }
         }
         if event.kind == .messageSent {
-            try txn.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
+            try sink.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
         }
     }
 
@@ -133,18 +137,7 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        var filed = 0
-        var since: UInt64 = 0
-        while true {
-            if isCancelled?() == true { throw CancellationError() }
-            let slice = try log.arrivals(since: since, limit: sliceSize * 2, trusted: true)
-            guard let last = slice.last else { break }
-            try log.env.write { txn in
-                var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                for stored in slice { try file(stored, in: txn, run: &run) }
-            }
-            since = last.arrival
-            filed += slice.count
+        try fileInBulk(sliceSize: sliceSize * 10, isCancelled: isCancelled) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) }
@@ -168,6 +161,53 @@ public struct Projections: Sendable {
         try log.env.write { txn in try purgeDeleted(in: txn) }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
         progress?(total, total)
+    }
+
+    /// The filing pass of a rebuild (Specs/projections.md §9.2): reads the
+    /// log in arrival order, `sliceSize` events at a time, decodes and files
+    /// each slice on all cores into sorted runs, and writes each run to the
+    /// emptied `facts` and `index` in key order. The first run is appended
+    /// (`MDB_APPEND`: pages filled in order, never split); a later run's
+    /// keys interleave with earlier ones and are put in key order.
+    func fileInBulk(sliceSize: Int, isCancelled: (() -> Bool)?, progress: (_ filed: Int) -> Void) throws {
+        var filed = 0
+        var runs = 0
+        try log.rawEnvelopes(since: 0, sliceSize: sliceSize) { slice in
+            if isCancelled?() == true { throw CancellationError() }
+            let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
+            let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<SortedRunSink, Error> in
+                Result {
+                    var sink = SortedRunSink(factsDB: facts, indexDB: index)
+                    var none: FoldRun? = nil
+                    for (arrival, bytes) in chunk {
+                        let event = try LogStore.decodeTrusted(bytes, arrival: arrival)
+                        try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
+                    }
+                    return sink
+                }
+            }
+            var sink = SortedRunSink(factsDB: facts, indexDB: index)
+            for chunk in filedChunks { sink.absorb(try chunk.get()) }
+            sink.facts.sort()
+            sink.index.sort()
+            try writeRun(sink.facts, to: facts, append: runs == 0)
+            try writeRun(sink.index, to: index, append: runs == 0)
+            runs += 1
+            filed += slice.count
+            progress(filed)
+            return true
+        }
+    }
+
+    /// Writes a sorted run in write transactions of at most 100,000 entries
+    /// (a transaction's dirty pages are bounded).
+    private func writeRun(_ entries: SortedEntries, to db: Database, append: Bool) throws {
+        var start = 0
+        while start < entries.count {
+            let end = min(entries.count, start + 100_000)
+            try log.env.write { txn in try entries.write(start..<end, to: db, in: txn, append: append) }
+            start = end
+        }
     }
 
     /// Up to `limit` objects of class `cls` after `after`, in key order, and

@@ -290,6 +290,16 @@ public struct Transaction {
         try StorageError.check(rc, "mdb_put")
     }
 
+    /// `put` from raw buffers (bulk writers that pack many entries into one
+    /// buffer).
+    public func put(
+        _ db: Database, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, append: Bool = false
+    ) throws(StorageError) {
+        var k = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var v = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+        try StorageError.check(mdb_put(txn, db.dbi, &k, &v, append ? UInt32(MDB_APPEND) : 0), "mdb_put")
+    }
+
     @discardableResult
     public func delete(_ db: Database, _ key: [UInt8]) throws(StorageError) -> Bool {
         var k = MDB_val()

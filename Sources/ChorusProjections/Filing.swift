@@ -1,0 +1,129 @@
+import ChorusStorage
+import Foundation
+
+/// Where filing an event (`Projections.file`) writes its `facts` and
+/// `index` entries: straight into a write transaction (the incremental
+/// fold), or into sorted runs that a bulk rebuild appends in key order
+/// (Specs/projections.md §9.2).
+protocol FilingSink {
+    mutating func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws
+}
+
+/// Files into the caller's write transaction.
+struct TransactionSink: FilingSink {
+    let txn: Transaction
+    func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws { try txn.put(db, key, value) }
+}
+
+/// Files into one buffer per database, for a rebuild: the entries of a
+/// whole slice of the log are sorted by key and then appended, so the
+/// B-trees are written page after page instead of at random keys.
+struct SortedRunSink: FilingSink {
+    let factsDB: Database
+    let indexDB: Database
+    var facts = SortedEntries()
+    var index = SortedEntries()
+
+    mutating func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
+        if db == factsDB { facts.add(key, value) } else { index.add(key, value) }
+    }
+
+    mutating func absorb(_ other: SortedRunSink) {
+        facts.absorb(other.facts)
+        index.absorb(other.index)
+    }
+}
+
+/// Key-value entries packed into one byte buffer (no allocation per entry),
+/// written to a database in key order.
+struct SortedEntries {
+    private var bytes: [UInt8] = []
+    /// Each entry's offset in `bytes`, its key and value lengths, and its
+    /// first eight key bytes as a big-endian number, which decides most
+    /// comparisons without reading the buffer.
+    private var records: [Record] = []
+
+    struct Record {
+        var offset: Int
+        var keyCount: Int32
+        var valueCount: Int32
+        var head: UInt64
+    }
+
+    var count: Int { records.count }
+    var byteCount: Int { bytes.count }
+
+    mutating func add(_ key: [UInt8], _ value: [UInt8]) {
+        var head: UInt64 = 0
+        for i in 0..<8 { head = head << 8 | UInt64(i < key.count ? key[i] : 0) }
+        records.append(Record(offset: bytes.count, keyCount: Int32(key.count), valueCount: Int32(value.count), head: head))
+        bytes += key
+        bytes += value
+    }
+
+    mutating func absorb(_ other: SortedEntries) {
+        let shift = bytes.count
+        bytes += other.bytes
+        records += other.records.map { Record(offset: $0.offset + shift, keyCount: $0.keyCount, valueCount: $0.valueCount, head: $0.head) }
+    }
+
+    mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        records.removeAll(keepingCapacity: true)
+    }
+
+    /// Sorts the entries by key (bytewise, a proper prefix first: LMDB's
+    /// default order) and drops repeated keys, keeping the last value
+    /// filed: what repeated puts of one key would leave.
+    mutating func sort() {
+        bytes.withUnsafeBytes { raw in
+            func key(_ r: Record) -> UnsafeRawBufferPointer {
+                UnsafeRawBufferPointer(rebasing: raw[r.offset..<(r.offset + Int(r.keyCount))])
+            }
+            // Stable on equal keys by offset, so the last filed value wins below.
+            records.sort { a, b in
+                if a.head != b.head { return a.head < b.head }
+                let c = compare(key(a), key(b))
+                return c != 0 ? c < 0 : a.offset < b.offset
+            }
+            var kept: [Record] = []
+            kept.reserveCapacity(records.count)
+            for r in records {
+                if let last = kept.last, last.head == r.head, compare(key(last), key(r)) == 0 {
+                    kept[kept.count - 1] = r
+                } else {
+                    kept.append(r)
+                }
+            }
+            records = kept
+        }
+    }
+
+    /// The first key, after `sort()`.
+    var firstKey: [UInt8]? {
+        guard let r = records.first else { return nil }
+        return Array(bytes[r.offset..<(r.offset + Int(r.keyCount))])
+    }
+
+    /// Writes entries `range` (after `sort()`) in key order; with `append`,
+    /// as LMDB appends (every key must then follow the database's last).
+    func write(_ range: Range<Int>, to db: Database, in txn: Transaction, append: Bool) throws {
+        try bytes.withUnsafeBytes { raw in
+            for r in records[range] {
+                let k = UnsafeRawBufferPointer(rebasing: raw[r.offset..<(r.offset + Int(r.keyCount))])
+                let v = UnsafeRawBufferPointer(rebasing: raw[(r.offset + Int(r.keyCount))..<(r.offset + Int(r.keyCount) + Int(r.valueCount))])
+                try txn.put(db, k, v, append: append)
+            }
+        }
+    }
+}
+
+/// Bytewise comparison, a proper prefix first.
+private func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+    let n = min(a.count, b.count)
+    if n > 0, let pa = a.baseAddress, let pb = b.baseAddress {
+        let c = memcmp(pa, pb, n)
+        if c != 0 { return Int(c) }
+    }
+    return a.count - b.count
+}
