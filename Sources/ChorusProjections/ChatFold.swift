@@ -235,16 +235,17 @@ extension FoldRun {
             record.append(("purged", .bool(true)))
         }
         try setBlobReference(attachment, of: message, live: deleted == nil)
-        if try txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
-        try txn.put(p.state, key, Codec.cbor(.textMap(record)))
+        // A bulk fold starts from empty state and folds each message once.
+        if try bulk || txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
+        try putState(key, Codec.cbor(.textMap(record)))
     }
 
     /// The `blobRef` entry of a message's encrypted picture (Specs/
     /// encryption.md §7): present exactly while the message is live.
-    func setBlobReference(_ blob: Hash32?, of message: EventID, live: Bool) throws {
+    mutating func setBlobReference(_ blob: Hash32?, of message: EventID, live: Bool) throws {
         guard let blob else { return }
         let key = Table.blobRef.key(blob.bytes, message.bytes)
-        if live { try txn.put(p.state, key, []) } else { try txn.delete(p.state, key) }
+        if live { try putState(key, []) } else { try txn.delete(p.state, key) }
     }
 
     /// Purges a deleted message's payloads and its encrypted picture, unless a

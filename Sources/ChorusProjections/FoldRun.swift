@@ -36,6 +36,13 @@ struct FoldRun {
     var membershipsForMessages: [MemberKey: Membership?] = [:]
     /// Changes to each chat's message count, written once at the end.
     var messageCountDeltas: [ObjectID: Int] = [:]
+    /// A bulk fold of messages buffers their state entries (records and
+    /// blob references, which nothing reads back during that fold) and
+    /// writes them in key order at the end: message ids are random, their
+    /// state keys are not (`writeBuffered`).
+    var bufferedState: SortedEntries? = nil
+    /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
+    var preloaded: PreloadedPayloads? = nil
     /// The payloads and blobs this run decided to purge, carried out by the
     /// store once the fold is done (`Purges`).
     var purges = Purges()
@@ -73,6 +80,8 @@ struct FoldRun {
     /// class in `ObjectClass.foldOrder`, so what a fold reads (device
     /// bindings, chat memberships, pictures) is already final.
     mutating func foldInBulk(_ cls: ObjectClass, _ objects: [Bytes32]) throws {
+        if cls == .message { bufferedState = SortedEntries() }
+        defer { bufferedState = nil }
         for object in objects {
             switch cls {
             case .device: _ = try foldDevice(object)
@@ -88,7 +97,16 @@ struct FoldRun {
             case .coins: try foldCoinsInBulk()
             }
         }
+        if var buffered = bufferedState {
+            buffered.sort()
+            try buffered.write(0..<buffered.count, to: p.state, in: txn, append: false)
+        }
         try writeMessageCounts()
+    }
+
+    /// Puts a state entry, or buffers it during a bulk fold of messages.
+    mutating func putState(_ key: [UInt8], _ value: [UInt8]) throws {
+        if bufferedState != nil { bufferedState?.add(key, value) } else { try txn.put(p.state, key, value) }
     }
 
     mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
@@ -157,7 +175,7 @@ struct FoldRun {
         var out: [Fact] = []
         let prefix = [cls.rawValue] + object.bytes
         try txn.scan(p.facts, prefix: prefix) { key, value in
-            out.append(try Fact.load(key: key, value: value, log: p.log, in: txn))
+            out.append(try Fact.load(key: key, value: value, log: p.log, in: txn, preloaded: preloaded))
             return true
         }
         return out

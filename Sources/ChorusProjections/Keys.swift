@@ -2,6 +2,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusParallel
 import ChorusStorage
 
 /// The merge order of events: (HLC, author, event id), compared as the
@@ -153,15 +154,25 @@ struct Fact {
     }
 
     /// Reads a `facts` entry and its payload from the log.
-    static func load(key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction) throws -> Fact {
-        try load(order: try MergeOrder(bytes: key[33...]), value: raw, log: log, in: txn)
+    static func load(
+        key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil
+    ) throws -> Fact {
+        try load(order: try MergeOrder(bytes: key[33...]), value: raw, log: log, in: txn, preloaded: preloaded)
     }
 
-    static func load(order: MergeOrder, value raw: [UInt8], log: LogStore, in txn: Transaction) throws -> Fact {
+    /// The arrival position a fact's value names.
+    static func arrival(ofValue raw: [UInt8]) -> UInt64? { raw.count == 41 ? Codec.readU64(raw[33...]) : nil }
+
+    static func load(
+        order: MergeOrder, value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil
+    ) throws -> Fact {
         guard raw.count == 41, let kind = EventKind(knownCode: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
             throw ProjectionError.corrupt("fact of \(raw.count) bytes")
         }
         let arrival = Codec.readU64(raw[33...])
+        if let preloaded, let payload = preloaded.payloads[arrival] {
+            return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: payload)
+        }
         var payload: CBORValue? = nil
         if let bytes = try log.readPayload(at: arrival, in: txn) {
             do { payload = try CBORDecoder.decode(bytes) } catch {
@@ -169,6 +180,36 @@ struct Fact {
             }
         }
         return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: payload)
+    }
+}
+
+/// Decoded payloads of the facts a bulk fold is about to read, by arrival
+/// position (`.some(nil)`: purged), read from the log in arrival order and
+/// decoded on all cores before the fold (Specs/projections.md §9.2).
+struct PreloadedPayloads: Sendable {
+    var payloads: [UInt64: CBORValue?] = [:]
+
+    /// Reads and decodes the payloads of the events at `arrivals`.
+    static func load(_ arrivals: [UInt64], log: LogStore) throws -> PreloadedPayloads {
+        let sorted = Array(Set(arrivals)).sorted()
+        let raw: [(UInt64, [UInt8]?)] = try log.env.read { txn in
+            try sorted.map { ($0, try log.readPayload(at: $0, in: txn)) }
+        }
+        let decoded = parallelMap(raw, chunk: 256) { arrival, bytes -> Result<(UInt64, CBORValue?), Error> in
+            Result {
+                guard let bytes else { return (arrival, nil) }
+                do { return (arrival, try CBORDecoder.decode(bytes)) } catch {
+                    throw ProjectionError.corrupt("payload of the event at arrival \(arrival) does not decode: \(error)")
+                }
+            }
+        }
+        var out = PreloadedPayloads()
+        out.payloads.reserveCapacity(decoded.count)
+        for result in decoded {
+            let (arrival, payload) = try result.get()
+            out.payloads[arrival] = .some(payload)
+        }
+        return out
     }
 }
 

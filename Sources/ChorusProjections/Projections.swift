@@ -146,10 +146,12 @@ public struct Projections: Sendable {
             var from: Bytes32? = nil
             while true {
                 if isCancelled?() == true { throw CancellationError() }
-                let (objects, facts) = try objectsToFold(cls, after: from, limit: sliceSize)
+                let (objects, facts, arrivals) = try objectsToFold(cls, after: from, limit: sliceSize)
                 guard let lastObject = objects.last else { break }
+                let preloaded = try PreloadedPayloads.load(arrivals, log: log)
                 try log.env.write { txn in
                     var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                    run.preloaded = preloaded
                     try run.foldInBulk(cls, objects)
                 }
                 from = lastObject
@@ -210,14 +212,15 @@ public struct Projections: Sendable {
         }
     }
 
-    /// Up to `limit` objects of class `cls` after `after`, in key order, and
-    /// how many facts they hold.
-    func objectsToFold(_ cls: ObjectClass, after: Bytes32?, limit: Int) throws -> (objects: [Bytes32], facts: Int) {
+    /// Up to `limit` objects of class `cls` after `after`, in key order, how
+    /// many facts they hold, and the arrival positions those facts name.
+    func objectsToFold(_ cls: ObjectClass, after: Bytes32?, limit: Int) throws -> (objects: [Bytes32], facts: Int, arrivals: [UInt64]) {
         try log.env.read { txn in
             var objects: [Bytes32] = []
             var facts = 0
+            var arrivals: [UInt64] = []
             let start = after.map { [cls.rawValue] + $0.bytes + [UInt8](repeating: 0xFF, count: 73) } ?? [cls.rawValue]
-            try txn.scan(self.facts, from: start) { key, _ in
+            try txn.scan(self.facts, from: start) { key, value in
                 guard key.first == cls.rawValue, key.count == 105 else { return false }
                 let object = try Codec.b32(key[1..<33], "object")
                 if objects.last != object {
@@ -225,9 +228,10 @@ public struct Projections: Sendable {
                     objects.append(object)
                 }
                 facts += 1
+                if let arrival = Fact.arrival(ofValue: value) { arrivals.append(arrival) }
                 return true
             }
-            return (objects, facts)
+            return (objects, facts, arrivals)
         }
     }
 
