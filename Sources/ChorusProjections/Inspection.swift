@@ -75,7 +75,8 @@ extension Projections {
         }
     }
 
-    /// The messages filed under a chat (whatever their effect).
+    /// The messages filed under a chat (whatever their effect), by sending
+    /// time (HLC), then id.
     public func messageIDs(inChat chat: ObjectID) throws -> [EventID] {
         try log.env.read { txn in
             var out: [EventID] = []

@@ -254,7 +254,7 @@ enum Table: UInt8 {
 enum IndexTable: UInt8 {
     // 0x01 (author || class || object) is retired: a device's feed lists what it signed.
     case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
-    case chatMessage = 0x03  // chat || message id -> ()
+    case chatMessage = 0x03  // chat || u64be(sending hlc) || message id -> ()
     case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add
     case relationshipCancel = 0x05  // class || target || add event id || merge order of a removal naming it -> ()
     case memberOf = 0x06  // user || chat -> () (every chat the user was ever a member of)

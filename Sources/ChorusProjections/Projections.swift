@@ -111,7 +111,9 @@ public struct Projections: Sendable {
             }
         }
         if event.kind == .messageSent {
-            try sink.put(index, IndexTable.chatMessage.key(event.object.bytes, event.id.bytes), [])
+            // Keyed by time within the chat, so a chat's new messages land
+            // on the same pages instead of at random ids.
+            try sink.put(index, IndexTable.chatMessage.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes), [])
         }
     }
 
@@ -262,8 +264,9 @@ public struct Projections: Sendable {
     /// 2: chat encryption (device and chat keys, sealed chat content) and
     /// the retired profile field `visibility`. 3: facts reference the log by
     /// arrival position instead of copying payloads. 4: the coin ledger's
-    /// incremental decisions and their index entries (§6.9.1).
-    public static let formatVersion: UInt64 = 4
+    /// incremental decisions and their index entries (§6.9.1). 5: a chat's
+    /// messages indexed by time (chat, hlc, id) instead of by id.
+    public static let formatVersion: UInt64 = 5
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
