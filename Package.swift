@@ -97,7 +97,7 @@ let package = Package(
             ]),
         .target(
             name: "ChorusCommandLine",
-            dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
             dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",

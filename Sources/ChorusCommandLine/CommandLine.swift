@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChorusCrypto
+import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusProjections
@@ -119,6 +120,12 @@ public func parseKey(_ text: String, what: String) throws -> Bytes32 {
         throw ValidationError("\(what) must be 64 hex digits, got \"\(text)\"")
     }
     return key
+}
+
+/// Parses a typed id (a user, device, picture, chat or message) given as 64
+/// hex digits; `what` names the argument in the error.
+public func parseID<ID: TypedID>(_ text: String, what: String, as: ID.Type = ID.self) throws -> ID {
+    ID(try parseKey(text, what: what))
 }
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChorusCommandLine
+import ChorusEvents
 import ChorusCrypto
 import ChorusNode
 import Foundation
@@ -27,7 +28,7 @@ struct ChatCreate: AsyncParsableCommand {
     func validate() throws { for m in members { _ = try parseKey(m, what: "--member") } }
 
     func run() async throws {
-        let users = try members.map { try parseKey($0, what: "--member") }
+        let users = try members.map { try parseID($0, what: "--member", as: UserID.self) }
         try await mutate(store, output) { node in
             let created = try await node.createChat(title: title, members: users)
             let id = created.object
@@ -52,7 +53,7 @@ struct ChatAdd: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (chatID, userKey) = (try parseKey(chat, what: "CHAT"), try parseKey(user, what: "USER"))
+        let (chatID, userKey) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(user, what: "USER", as: UserID.self))
         try await mutate(store, output) { node in
             let event = try await node.addChatMember(chatID, userKey, admin: admin)
             return MutationResult(event: event.id, summary: "Added \(userKey.short) to chat \(chatID.short)")
@@ -74,7 +75,7 @@ struct ChatRemove: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (chatID, userKey) = (try parseKey(chat, what: "CHAT"), try parseKey(user, what: "USER"))
+        let (chatID, userKey) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(user, what: "USER", as: UserID.self))
         try await mutate(store, output) { node in
             let event = try await node.removeChatMember(chatID, userKey)
             return MutationResult(event: event.id, summary: "Removed \(userKey.short) from chat \(chatID.short)")
@@ -92,7 +93,7 @@ struct ChatLeave: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(chat, what: "CHAT") }
 
     func run() async throws {
-        let chatID = try parseKey(chat, what: "CHAT")
+        let chatID = try parseID(chat, what: "CHAT", as: ChatID.self)
         try await mutate(store, output) { node in
             MutationResult(event: try await node.leaveChat(chatID).id, summary: "Left chat \(chatID.short)")
         }
@@ -122,8 +123,8 @@ struct ChatSend: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let chatID = try parseKey(chat, what: "CHAT")
-        let pictureID = try picture.map { try parseKey($0, what: "--picture") }
+        let chatID = try parseID(chat, what: "CHAT", as: ChatID.self)
+        let pictureID = try picture.map { try parseID($0, what: "--picture", as: PictureID.self) }
         let imageBytes = try image.map { try readImageFile($0) }
         try await mutate(store, output) { node in
             let id = try await node.sendMessage(chatID, text: text, picture: pictureID, image: imageBytes).id
@@ -144,7 +145,7 @@ struct ChatEdit: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
 
     func run() async throws {
-        let id = try parseKey(message, what: "MESSAGE")
+        let id = try parseID(message, what: "MESSAGE", as: MessageID.self)
         try await mutate(store, output) { node in
             MutationResult(event: try await node.editMessage(id, text: text).id, summary: "Edited message \(id.short)")
         }
@@ -162,7 +163,7 @@ struct ChatDelete: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
 
     func run() async throws {
-        let id = try parseKey(message, what: "MESSAGE")
+        let id = try parseID(message, what: "MESSAGE", as: MessageID.self)
         try await mutate(store, output) { node in
             MutationResult(event: try await node.deleteMessage(id).id, summary: "Deleted message \(id.short)")
         }
@@ -184,7 +185,7 @@ struct ChatRead: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (chatID, id) = (try parseKey(chat, what: "CHAT"), try parseKey(message, what: "MESSAGE"))
+        let (chatID, id) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(message, what: "MESSAGE", as: MessageID.self))
         try await mutate(store, output) { node in
             MutationResult(event: try await node.markRead(chatID, upTo: id).id, summary: "Marked chat \(chatID.short) read up to \(id.short)")
         }
@@ -207,7 +208,7 @@ struct ChatAttachment: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
 
     func run() async throws {
-        let id = try parseKey(message, what: "MESSAGE")
+        let id = try parseID(message, what: "MESSAGE", as: MessageID.self)
         let (bytes, mime) = try await withNode(store, readOnly: true) { node -> ([UInt8], String) in
             guard let view = try node.projections.message(id) else {
                 throw CommandFailure(message: "no message \(id.short) in this store: check the id, or sync first")

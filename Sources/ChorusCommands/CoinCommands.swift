@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChorusCommandLine
+import ChorusEvents
 import ChorusCrypto
 import ChorusNode
 
@@ -40,14 +41,14 @@ struct CoinsCredit: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let buyer = try parseKey(user, what: "USER")
+        let buyer = try parseID(user, what: "USER", as: UserID.self)
         let coins = try parseAmount(amount)
-        let target = try device.map { try parseKey($0, what: "--device") }
+        let target = try device.map { try parseID($0, what: "--device", as: DeviceID.self) }
         try await mutate(store, output) { node in
             let event = try await node.creditCoins(user: buyer, amount: coins, receipt: receipt, device: target, product: product)
             return MutationResult(
                 event: event.id, summary: "Credited \(coins) coins to \(buyer.short) (receipt \(receipt))",
-                fields: [("user", .string(buyer.hex)), ("device", .string(event.object.hex)), ("amount", .uint(coins))])
+                fields: [("user", .string(buyer.hex)), ("device", .string(event.event.object.hex)), ("amount", .uint(coins))])
         }
     }
 }
@@ -90,9 +91,9 @@ struct CoinsGive: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let recipient = try parseKey(user, what: "USER")
+        let recipient = try parseID(user, what: "USER", as: UserID.self)
         let coins = try parseAmount(amount)
-        let target = try device.map { try parseKey($0, what: "--device") }
+        let target = try device.map { try parseID($0, what: "--device", as: DeviceID.self) }
         try await mutate(store, output) { node in
             let event = try await node.giveCoins(to: recipient, coins, device: target, note: note)
             return MutationResult(event: event.id, summary: "Gave \(coins) coins to \(recipient.short)",
@@ -116,7 +117,7 @@ struct CoinsMove: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let sibling = try parseKey(device, what: "DEVICE")
+        let sibling = try parseID(device, what: "DEVICE", as: DeviceID.self)
         let coins = try parseAmount(amount)
         try await mutate(store, output) { node in
             MutationResult(event: try await node.moveRights(to: sibling, coins).id, summary: "Moved rights to \(coins) coins to device \(sibling.short)",
@@ -161,7 +162,7 @@ struct SlotSet: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let id = try picture.map { try parseKey($0, what: "PICTURE") }
+        let id = try picture.map { try parseID($0, what: "PICTURE", as: PictureID.self) }
         try await mutate(store, output) { node in
             let event = try await node.setSlot(slot, picture: id)
             return MutationResult(

@@ -87,7 +87,7 @@ struct Init: AsyncParsableCommand {
     func run() async throws {
         let config = try networkConfig()
         if let user {
-            try await createDevice(user: try parseKey(user, what: "--user"), config: config)
+            try await createDevice(user: try parseID(user, what: "--user"), config: config)
             return
         }
         let node = try await Node.create(
@@ -105,7 +105,7 @@ struct Init: AsyncParsableCommand {
         }
     }
 
-    func createDevice(user: PublicKey, config: NetworkConfig) async throws {
+    func createDevice(user: UserID, config: NetworkConfig) async throws {
         let node = try await Node.createDevice(at: store.path, user: user, network: config)
         await node.close()
         let proof = Hex.encode(try node.bindingProof())

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChorusCommandLine
+import ChorusEvents
 import ChorusCrypto
 import ChorusNode
 import ChorusProjections
@@ -39,7 +40,7 @@ struct DeviceAdd: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let key = try parseKey(device, what: "DEVICE")
+        let key = try parseID(device, what: "DEVICE", as: DeviceID.self)
         let proofBytes = Hex.decode(proof.lowercased()) ?? []
         try await mutate(store, output) { node in
             let event = try await node.addDevice(key, proof: proofBytes, name: name)
@@ -64,7 +65,7 @@ struct DeviceRemove: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(device, what: "DEVICE") }
 
     func run() async throws {
-        let key = try parseKey(device, what: "DEVICE")
+        let key = try parseID(device, what: "DEVICE", as: DeviceID.self)
         try await mutate(store, output) { node in
             let event = try await node.removeDevice(key, reason: reason)
             return MutationResult(event: event.id, summary: "Removed device \(key.short)", fields: [("device", .string(key.hex))])

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChorusCommandLine
+import ChorusEvents
 import ChorusCrypto
 import ChorusNode
 import ChorusProjections
@@ -77,7 +78,7 @@ struct PictureCaption: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(id, what: "ID") }
 
     func run() async throws {
-        let picture = try parseKey(id, what: "ID")
+        let picture = try parseID(id, what: "ID", as: PictureID.self)
         try await mutate(store, output) { node in
             let event = try await node.captionPicture(picture, text)
             return MutationResult(event: event.id, summary: "Captioned picture \(picture.short)", fields: [("picture", .string(picture.hex))])
@@ -106,13 +107,13 @@ struct PictureMove: AsyncParsableCommand {
     }
 
     func placement() throws -> GalleryPlacement {
-        if let before { return .before(try parseKey(before, what: "--before")) }
-        if let after { return .after(try parseKey(after, what: "--after")) }
+        if let before { return .before(try parseID(before, what: "--before")) }
+        if let after { return .after(try parseID(after, what: "--after")) }
         return first ? .first : .last
     }
 
     func run() async throws {
-        let picture = try parseKey(id, what: "ID")
+        let picture = try parseID(id, what: "ID", as: PictureID.self)
         let placement = try placement()
         try await mutate(store, output) { node in
             let event = try await node.movePicture(picture, to: placement)
@@ -133,7 +134,7 @@ struct PictureDelete: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(id, what: "ID") }
 
     func run() async throws {
-        let picture = try parseKey(id, what: "ID")
+        let picture = try parseID(id, what: "ID", as: PictureID.self)
         try await mutate(store, output) { node in
             let event = try await node.deletePicture(picture)
             return MutationResult(event: event.id, summary: "Deleted picture \(picture.short)", fields: [("picture", .string(picture.hex))])
@@ -152,7 +153,7 @@ struct PictureGet: AsyncParsableCommand {
     func validate() throws { _ = try parseKey(id, what: "ID") }
 
     func run() async throws {
-        let picture = try parseKey(id, what: "ID")
+        let picture = try parseID(id, what: "ID", as: PictureID.self)
         let bytes: [UInt8] = try await withNode(store, readOnly: true) { node in
             switch try node.projections.picture(picture) {
             case .unknown: throw CommandFailure(message: "this node holds no picture \(picture.hex); import its owner's events first")

@@ -96,7 +96,7 @@ struct QueryPicture: QueryCommand {
     @Argument(help: "The picture id.") var id: String
     func validate() throws { _ = try parseKey(id, what: "ID") }
     func query(_ node: Node) throws {
-        let lookup = try node.projections.picture(try parseKey(id, what: "ID"))
+        let lookup = try node.projections.picture(try parseID(id, what: "ID", as: PictureID.self))
         switch lookup {
         case .live(let p):
             if output.json {
@@ -290,7 +290,7 @@ struct QueryChat: QueryCommand {
     func query(_ node: Node) throws {
         let page: ReadableChatPage
         do {
-            page = try node.readableChatPage(try parseKey(id, what: "ID"), limit: limit, before: before)
+            page = try node.readableChatPage(try parseID(id, what: "ID"), limit: limit, before: before)
         } catch let error as QueryError {
             throw NodeError.refused(.chatUnreadable(error.description))
         }

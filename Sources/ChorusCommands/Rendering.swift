@@ -57,9 +57,9 @@ func mutate(
 }
 
 /// USER arguments default to this node's user.
-func userOrSelf(_ text: String?, _ node: Node, what: String = "USER") throws -> PublicKey {
+func userOrSelf(_ text: String?, _ node: Node, what: String = "USER") throws -> UserID {
     guard let text else { return node.identity.user }
-    return try parseKey(text, what: what)
+    return try parseID(text, what: what)
 }
 
 func parseAmount(_ text: String) throws -> UInt64 {

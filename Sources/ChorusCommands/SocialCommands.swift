@@ -11,7 +11,7 @@ protocol RelationshipCommand: AsyncParsableCommand {
     var target: String { get }
     static var targetName: String { get }
     static var verb: String { get }
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID
 }
 
 extension RelationshipCommand {
@@ -21,7 +21,7 @@ extension RelationshipCommand {
         let key = try parseKey(target, what: Self.targetName)
         try await mutate(store, output) { node in
             let event = try await Self.act(node, key)
-            return MutationResult(event: event.id, summary: "\(Self.verb) \(key.short)", fields: [("target", .string(key.hex))])
+            return MutationResult(event: event, summary: "\(Self.verb) \(key.short)", fields: [("target", .string(key.hex))])
         }
     }
 }
@@ -32,7 +32,7 @@ struct Follow: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user to follow (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Followed"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.follow(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.follow(UserID(target)).id }
 }
 
 struct Unfollow: RelationshipCommand {
@@ -42,7 +42,7 @@ struct Unfollow: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Unfollowed"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.unfollow(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.unfollow(UserID(target)).id }
 }
 
 struct Like: RelationshipCommand {
@@ -51,7 +51,7 @@ struct Like: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id (64 hex digits).") var target: String
     static let targetName = "OBJECT", verb = "Liked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.like(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await liking(node, target, like: true) }
 }
 
 struct Unlike: RelationshipCommand {
@@ -60,7 +60,7 @@ struct Unlike: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id (64 hex digits).") var target: String
     static let targetName = "OBJECT", verb = "Unliked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.unlike(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await liking(node, target, like: false) }
 }
 
 struct Block: RelationshipCommand {
@@ -70,7 +70,7 @@ struct Block: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user to block (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Blocked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.block(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.block(UserID(target)).id }
 }
 
 struct Unblock: RelationshipCommand {
@@ -79,5 +79,16 @@ struct Unblock: RelationshipCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (64 hex digits).") var target: String
     static let targetName = "USER", verb = "Unblocked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> Mutation { try await node.unblock(target) }
+    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.unblock(UserID(target)).id }
+}
+
+/// A like names a picture or a message by id alone; the event is the same
+/// either way, so the id is taken as a message's when this node holds one.
+private func liking(_ node: Node, _ target: Bytes32, like: Bool) async throws -> EventID {
+    if try node.projections.message(MessageID(target)) != nil {
+        let message = MessageID(target)
+        return try await (like ? node.like(message) : node.unlike(message)).id
+    }
+    let picture = PictureID(target)
+    return try await (like ? node.like(picture) : node.unlike(picture)).id
 }

@@ -72,7 +72,7 @@ public struct ReadableChatPage: Hashable, Sendable {
     /// page reaches the chat's first message.
     public let older: String?
     /// Each member's read marker: the HLC of the last message they marked read.
-    public let readMarkers: [PublicKey: HLC]
+    public let readMarkers: [UserID: HLC]
 }
 
 // MARK: Reading: opening sealed values on this device
@@ -82,7 +82,7 @@ extension Node {
     public nonisolated func epochKey(chat: ObjectID, epoch: Hash32) throws -> [UInt8]? {
         if let cached = keyRing.get(chat, epoch) { return cached }
         guard let agreement = keyRing.agreement,
-            let key = try EpochKeyFinder(device: identity.device, agreement: agreement).key(chat: chat, epoch: epoch, in: projections)
+            let key = try EpochKeyFinder(device: identity.device.raw, agreement: agreement).key(chat: chat, epoch: epoch, in: projections)
         else { return nil }
         keyRing.put(chat, epoch, key)
         return key
@@ -104,14 +104,14 @@ extension Node {
     /// A chat as this device reads it: the title opened when it can be.
     public nonisolated func readableChat(_ view: ChatView) throws -> ReadableChat {
         let title = try view.sealedTitle.map {
-            try open($0, kind: .chatCreated, chat: view.id, object: view.id, author: creatorDevice(of: view), TitleContent.decode)
+            try open($0, kind: .chatCreated, chat: view.id.raw, object: view.id.raw, author: creatorDevice(of: view), TitleContent.decode)
         }
         return ReadableChat(view: view, title: title)
     }
 
     /// The device that signed a chat's creation (its title's author).
     nonisolated func creatorDevice(of view: ChatView) throws -> PublicKey {
-        try log.event(view.createdBy)?.event.author ?? view.creator
+        try log.event(view.createdBy)?.event.author ?? view.creator.raw
     }
 
     /// A message as this device reads it.
@@ -120,20 +120,20 @@ extension Node {
         let content: Readable<MessageContent>
         if m.edited != nil, let editor = m.editor {
             // The edit's body names the message as its object.
-            content = try open(body, kind: .messageEdited, chat: m.chat, object: m.id, author: editor) {
+            content = try open(body, kind: .messageEdited, chat: m.chat.raw, object: m.id.raw, author: editor.raw) {
                 MessageContent.decode($0, edit: true)
             }
         } else {
-            content = try open(body, kind: .messageSent, chat: m.chat, object: m.chat, author: m.device) { MessageContent.decode($0) }
+            content = try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw) { MessageContent.decode($0) }
         }
         var picture: PictureReference? = nil
         if case .content(var c) = content {
-            picture = try c.picture.map { try projections.reference(to: $0) }
+            picture = try c.picture.map { try projections.reference(to: PictureID($0)) }
             if m.edited != nil, let original = try originalContent(m) {
                 // An edit replaces the text; the picture and attachment stay.
                 c.picture = original.picture
                 c.attachment = original.attachment
-                picture = try c.picture.map { try projections.reference(to: $0) }
+                picture = try c.picture.map { try projections.reference(to: PictureID($0)) }
                 return ReadableMessage(view: m, content: .content(c), picture: picture)
             }
         }
@@ -142,12 +142,12 @@ extension Node {
 
     /// The content of a message as first sent (before its edits).
     nonisolated func originalContent(_ m: MessageView) throws -> MessageContent? {
-        guard let body = try log.event(m.id)?.event.payload?[text: "body"]?.bytesValue else { return nil }
-        return try open(body, kind: .messageSent, chat: m.chat, object: m.chat, author: m.device) { MessageContent.decode($0) }.value
+        guard let body = try log.event(m.id.raw)?.event.payload?[text: "body"]?.bytesValue else { return nil }
+        return try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw) { MessageContent.decode($0) }.value
     }
 
     /// A page of a chat as this device reads it (Specs/encryption.md §8).
-    public nonisolated func readableChatPage(_ chat: ObjectID, limit: Int = 50, before: String? = nil) throws -> ReadableChatPage {
+    public nonisolated func readableChatPage(_ chat: ChatID, limit: Int = 50, before: String? = nil) throws -> ReadableChatPage {
         let page = try projections.chat(chat, viewer: identity.user, limit: limit, before: before)
         return ReadableChatPage(
             chat: try readableChat(page.chat), messages: try page.messages.map(readableMessage), older: page.older,
@@ -155,7 +155,7 @@ extension Node {
     }
 
     /// The bytes of a picture sent in a chat, decrypted on this device.
-    public nonisolated func attachmentBytes(of message: EventID) throws -> (bytes: [UInt8], attachment: Attachment)? {
+    public nonisolated func attachmentBytes(of message: MessageID) throws -> (bytes: [UInt8], attachment: Attachment)? {
         guard let view = try projections.message(message), let blob = view.blob,
             let attachment = try readableMessage(view).content.value?.attachment,
             let sealed = try blobs.read(blob)
@@ -172,14 +172,14 @@ extension Node {
     /// published encryption keys.
     nonisolated func currentMemberDevices(_ chat: ObjectID) throws -> [ChatCrypto.Recipient] {
         guard let view = try projections.chatView(chat) else { return [] }
-        return try view.members.flatMap { try currentDevices(of: $0.user) }
+        return try view.members.flatMap { try currentDevices(of: $0.user.raw) }
     }
 
     /// A user's devices that are bound, not removed, and have published an
     /// encryption key (Specs/encryption.md §3).
     nonisolated func currentDevices(of user: PublicKey) throws -> [ChatCrypto.Recipient] {
         try projections.devices(of: user).filter { $0.removedHLC == nil }.compactMap { d in
-            try projections.encryptionKey(of: d.device).map { ChatCrypto.Recipient(device: d.device, encryptionKey: $0.key) }
+            try projections.encryptionKey(of: d.device.raw).map { ChatCrypto.Recipient(device: d.device.raw, encryptionKey: $0.key) }
         }
     }
 
@@ -244,7 +244,7 @@ extension Node {
         let (epoch, key) = try await sendingEpoch(chat)
         return ChatCrypto.seal(
             plaintext, epochKey: key, epoch: epoch, kind: kind, chat: chat, object: object,
-            author: identity.device)
+            author: identity.device.raw)
     }
 
     /// Shares every epoch key this device holds with the member devices
@@ -257,25 +257,25 @@ extension Node {
         guard !isReadOnly, keyRing.agreement != nil else { return 0 }
         var written = 0
         for chat in try projections.chats(of: identity.user) {
-            let introduced = try projections.epochs(of: chat.id)
+            let introduced = try projections.epochs(of: chat.id.raw)
             // Epochs that effective messages name: one whose introduction
             // took no effect (a rotation by a member removed and re-added
             // concurrently) is still shared, so its messages stay readable.
-            let lastMessage = try latestMessagePerEpoch(in: chat.id)
+            let lastMessage = try latestMessagePerEpoch(in: chat.id.raw)
             let introducedSet = Set(introduced.map(\.epoch))
             let epochs: [(epoch: Hash32, start: HLC?)] =
                 introduced.map { ($0.epoch, $0.start) } + lastMessage.keys.filter { !introducedSet.contains($0) }.sorted().map { ($0, nil) }
             guard !epochs.isEmpty else { continue }
             var lacking: [Hash32: [ChatCrypto.Recipient]] = [:]
             for member in chat.members {
-                guard let join = try projections.membership(of: member.user, in: chat.id)?.intervals.last?.from else { continue }
-                let devices = try currentDevices(of: member.user)
+                guard let join = try projections.membership(of: member.user.raw, in: chat.id.raw)?.intervals.last?.from else { continue }
+                let devices = try currentDevices(of: member.user.raw)
                 let latestBefore = introduced.last { $0.start < join }?.epoch
                 for e in epochs {
-                    let holders = Set(try projections.wraps(of: chat.id, epoch: e.epoch).map(\.device))
+                    let holders = Set(try projections.wraps(of: chat.id.raw, epoch: e.epoch).map(\.device))
                     let missing = devices.filter { !holders.contains($0.device) }
-                    guard !missing.isEmpty, try epochKey(chat: chat.id, epoch: e.epoch) != nil else { continue }
-                    let userHolds = try projections.devices(of: member.user).contains { holders.contains($0.device) }
+                    guard !missing.isEmpty, try epochKey(chat: chat.id.raw, epoch: e.epoch) != nil else { continue }
+                    let userHolds = try projections.devices(of: member.user.raw).contains { holders.contains($0.device.raw) }
                     let startedAfterJoin = e.start.map { $0 >= join } ?? false
                     let messageAfterJoin = lastMessage[e.epoch].map { $0 >= join } ?? false
                     if userHolds || startedAfterJoin || e.epoch == latestBefore || messageAfterJoin {
@@ -284,8 +284,8 @@ extension Node {
                 }
             }
             for (epoch, recipients) in lacking.sorted(by: { $0.key < $1.key }) {
-                guard let key = try epochKey(chat: chat.id, epoch: epoch) else { continue }
-                try await shareEpoch(chat.id, epoch: epoch, key: key, to: recipients)
+                guard let key = try epochKey(chat: chat.id.raw, epoch: epoch) else { continue }
+                try await shareEpoch(chat.id.raw, epoch: epoch, key: key, to: recipients)
                 written += 1
             }
         }
@@ -310,8 +310,8 @@ extension Node {
     /// already (Specs/encryption.md §3).
     func publishEncryptionKeyIfNeeded() async throws {
         guard !isReadOnly, let agreement = keyRing.agreement,
-            try projections.encryptionKey(of: identity.device) == nil
+            try projections.encryptionKey(of: identity.device.raw) == nil
         else { return }
-        try await append(DeviceKeyPayload(key: agreement.publicKey), object: identity.device)
+        try await append(DeviceKeyPayload(key: agreement.publicKey), object: identity.device.raw)
     }
 }

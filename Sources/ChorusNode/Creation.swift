@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusEvents
 import ChorusProjections
 import Foundation
 
@@ -43,7 +44,7 @@ extension Node {
 
     /// `addPicture` for image bytes in `Data` (a photo picker's, a file's).
     @discardableResult
-    public func addPicture(_ data: Data, mime: String? = nil, caption: String? = nil) async throws -> Mutation {
+    public func addPicture(_ data: Data, mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
         try await addPicture([UInt8](data), mime: mime, caption: caption)
     }
 

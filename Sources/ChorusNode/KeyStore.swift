@@ -1,18 +1,19 @@
 import ChorusCrypto
+import ChorusEvents
 import ChorusProjections
 import Foundation
 
 /// The public identity of a node: the user it acts for and its own device key.
 public struct Identity: Hashable, Sendable {
     /// The user key this node acts for: the Ed25519 key that binds its devices.
-    public let user: PublicKey
+    public let user: UserID
     /// This device's Ed25519 key, which signs the node's own events.
-    public let device: PublicKey
+    public let device: DeviceID
     /// The issuer key this node holds, if it is one of its network's issuers.
     public let issuer: PublicKey?
 
     /// Creates an identity from its public keys; `issuer` only for a node holding an issuer key.
-    public init(user: PublicKey, device: PublicKey, issuer: PublicKey? = nil) {
+    public init(user: UserID, device: DeviceID, issuer: PublicKey? = nil) {
         self.user = user
         self.device = device
         self.issuer = issuer

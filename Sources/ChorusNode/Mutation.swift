@@ -21,27 +21,33 @@ public enum Effect: Hashable, Sendable {
 }
 
 /// What a mutation did: the signed event, durable with the projections it
-/// changed, and its effect as of that commit. An event that took no effect
-/// here can take effect later (an event it depends on arrives by sync), and
-/// the reverse; `Projections.noEffect(_:)` answers for the current state.
-public struct Mutation: Hashable, Sendable {
+/// changed, the object it concerns, and its effect as of that commit. An
+/// event that took no effect here can take effect later (an event it depends
+/// on arrives by sync), and the reverse; `Projections.noEffect(_:)` answers
+/// for the current state.
+///
+/// `Object` is the kind of id the mutation concerns: `Mutation<PictureID>`
+/// from `addPicture` carries the new picture's id, `Mutation<MessageID>` from
+/// `sendMessage` the new message's.
+public struct Mutation<Object: TypedID>: Hashable, Sendable {
     /// The signed event as committed.
     public let event: Event
+    /// The object the mutation concerns: the new picture of `addPicture`, the
+    /// new chat of `createChat`, the new message of `sendMessage`, the user
+    /// of a profile edit or follow.
+    public let object: Object
     /// Whether the event took effect as of its commit, or why not.
     public let effect: Effect
 
-    /// Pairs an event with its effect; `Node` builds these after each commit.
-    public init(event: Event, effect: Effect) {
+    /// Pairs an event with its object and effect; `Node` builds these after each commit.
+    public init(event: Event, object: Object, effect: Effect) {
         self.event = event
+        self.object = object
         self.effect = effect
     }
 
-    /// The event id; for `sendMessage`, the message's id.
+    /// The event id.
     public var id: EventID { event.id }
-    /// The object the event targets: the new picture of `addPicture`, the
-    /// new chat of `createChat`, the chat of `sendMessage`, the user of a
-    /// profile edit.
-    public var object: ObjectID { event.object }
     /// The event's sequence number in its author's feed.
     public var seq: UInt64 { event.seq }
     /// The event's kind, such as `picture.created`.

@@ -9,8 +9,8 @@ import Foundation
 public enum GalleryPlacement: Sendable, Hashable {
     case first
     case last
-    case before(ObjectID)
-    case after(ObjectID)
+    case before(PictureID)
+    case after(PictureID)
 }
 
 /// The typed mutations of the library API: each signs one event with this
@@ -22,11 +22,14 @@ public enum GalleryPlacement: Sendable, Hashable {
 /// themselves are applied by the projections, identically on every replica.
 extension Node {
     /// A committed event and whether the rules let it take effect.
-    func outcome(_ event: Event) throws -> Mutation {
-        Mutation(event: event, effect: try projections.noEffect(event.id).map { .noEffect($0) } ?? .applied)
+    func outcome<Object: TypedID>(_ event: Event, _ object: Object) throws -> Mutation<Object> {
+        Mutation(event: event, object: object, effect: try projections.noEffect(event.id).map { .noEffect($0) } ?? .applied)
     }
 
-    func outcomes(_ events: [Event]) throws -> [Mutation] { try events.map(outcome) }
+    /// A committed event about its own object (`event.object`).
+    func outcome<Object: TypedID>(_ event: Event, as: Object.Type = Object.self) throws -> Mutation<Object> {
+        try outcome(event, Object(event.object))
+    }
 
     // MARK: Identity
 
@@ -34,21 +37,21 @@ extension Node {
     /// the device's signature from `DeviceBinding.proof(device:user:)`,
     /// printed by `chorus init --user` on the new device.
     @discardableResult
-    public func addDevice(_ device: PublicKey, proof: [UInt8], name: String? = nil) async throws -> Mutation {
-        guard Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: identity.user), publicKey: device) else {
+    public func addDevice(_ device: DeviceID, proof: [UInt8], name: String? = nil) async throws -> Mutation<DeviceID> {
+        guard Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: identity.user.raw), publicKey: device.raw) else {
             throw NodeError.refused(.invalidDeviceProof(device: device, user: identity.user))
         }
         let shortName = name.flatMap { $0.isEmpty ? nil : String(decoding: $0.utf8.prefix(64), as: UTF8.self) }
-        let event = try await appendAsUser(DeviceAddedPayload(name: shortName, proof: proof), object: device)
+        let event = try await appendAsUser(DeviceAddedPayload(name: shortName, proof: proof), object: device.raw)
         // If the new device's encryption key is already here, it gets the
         // user's chat keys now; otherwise after a sync brings it.
         try await shareChatKeys()
-        return try outcome(event)
+        return try outcome(event, device)
     }
 
     /// The signature a new device gives its user so the user can bind it.
     public nonisolated func bindingProof() throws -> [UInt8] {
-        try DeviceBinding.proof(device: KeyStore.read(KeyStore.deviceKeyPath(storePath)), user: identity.user)
+        try DeviceBinding.proof(device: KeyStore.read(KeyStore.deviceKeyPath(storePath)), user: identity.user.raw)
     }
 
     /// Unbinds `device` from this node's user with a `device.removed` event signed
@@ -56,9 +59,9 @@ extension Node {
     /// earlier events still count but it acts no more (Specs/projections.md §6.1).
     /// Returns once durable; throws ``NodeError/readOnly`` or ``NodeError/noUserKey``.
     @discardableResult
-    public func removeDevice(_ device: PublicKey, reason: String? = nil) async throws -> Mutation {
+    public func removeDevice(_ device: DeviceID, reason: String? = nil) async throws -> Mutation<DeviceID> {
         let reason = reason.map { String(decoding: $0.utf8.prefix(200), as: UTF8.self) }
-        return try await outcome(appendAsUser(DeviceRemovedPayload(reason: reason), object: device))
+        return try await outcome(appendAsUser(DeviceRemovedPayload(reason: reason), object: device.raw), device)
     }
 
     // MARK: Profile
@@ -68,11 +71,11 @@ extension Node {
     /// Returns once durable. Throws `NodeError.refused(.retiredProfileField)` for a
     /// retired field and `EventError.schemaViolation` if `value` does not fit the field.
     @discardableResult
-    public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Mutation {
+    public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Mutation<UserID> {
         guard !field.isRetired else {
             throw NodeError.refused(.retiredProfileField(field.rawValue))
         }
-        return try await outcome(append(ProfileSetPayload(field: field, value: value), object: identity.user))
+        return try await outcome(append(ProfileSetPayload(field: field, value: value), object: identity.user.raw), identity.user)
     }
 
     // MARK: Pictures
@@ -80,13 +83,13 @@ extension Node {
     /// Stores the image bytes as a blob and creates a picture owned by this
     /// user, atomically. The id is chosen here, so it works offline.
     @discardableResult
-    public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> Mutation {
+    public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
         let sniffed = try checkedImage(bytes, mime: mime)
         let mime = sniffed.mime
         let id = Random.bytes32()
         var payload = PictureCreatedPayload(blob: Blake2b.hash256(bytes), size: UInt64(bytes.count), mime: mime, caption: caption)
         if let w = sniffed.width, let h = sniffed.height { (payload.width, payload.height) = (w, h) }
-        return try await outcome(append(payload, object: id, blobs: [bytes]))
+        return try await outcome(append(payload, object: id, blobs: [bytes]), PictureID(id))
     }
 
     /// Checks picture bytes against the size cap and recognises their type;
@@ -107,7 +110,7 @@ extension Node {
     }
 
     /// The picture's record, if it is live and this user's.
-    private func ownLivePicture(_ id: ObjectID) throws -> PictureView {
+    private func ownLivePicture(_ id: PictureID) throws -> PictureView {
         switch try projections.picture(id) {
         case .live(let view):
             guard view.owner == identity.user else { throw NodeError.refused(.pictureNotYours(picture: id, owner: view.owner)) }
@@ -122,20 +125,20 @@ extension Node {
     /// `.unknownPicture`, `.pictureDeleted` or `.pictureNotYours` when the picture
     /// is not a live picture of this user.
     @discardableResult
-    public func captionPicture(_ id: ObjectID, _ caption: String) async throws -> Mutation {
+    public func captionPicture(_ id: PictureID, _ caption: String) async throws -> Mutation<PictureID> {
         _ = try ownLivePicture(id)
-        return try await outcome(append(PictureCaptionedPayload(caption: caption), object: id))
+        return try await outcome(append(PictureCaptionedPayload(caption: caption), object: id.raw), id)
     }
 
     /// Moves a picture within the gallery. Positions are fractional, so a
     /// move changes one picture only and concurrent moves merge (each picture
     /// lands where its last move put it; ties break by picture id).
     @discardableResult
-    public func movePicture(_ id: ObjectID, to placement: GalleryPlacement) async throws -> Mutation {
+    public func movePicture(_ id: PictureID, to placement: GalleryPlacement) async throws -> Mutation<PictureID> {
         _ = try ownLivePicture(id)
         let gallery = try projections.pictures(of: identity.user).filter { $0.id != id }
         let positions = gallery.map(\.position)
-        func index(of other: ObjectID) throws -> Int {
+        func index(of other: PictureID) throws -> Int {
             guard let i = gallery.firstIndex(where: { $0.id == other }) else {
                 throw NodeError.refused(.pictureNotInGallery(other))
             }
@@ -156,7 +159,7 @@ extension Node {
         guard let position = GalleryPosition.between(low, high) else {
             throw NodeError.refused(.noRoomBetweenPictures)
         }
-        return try await outcome(append(PictureMovedPayload(position: position), object: id))
+        return try await outcome(append(PictureMovedPayload(position: position), object: id.raw), id)
     }
 
     /// Deletes one of this user's live pictures. Deletion is final: replicas purge
@@ -164,57 +167,59 @@ extension Node {
     /// uses them (Specs/projections.md §6.3). Returns once durable; throws
     /// `NodeError.refused` (`.unknownPicture`, `.pictureDeleted`, `.pictureNotYours`) otherwise.
     @discardableResult
-    public func deletePicture(_ id: ObjectID) async throws -> Mutation {
+    public func deletePicture(_ id: PictureID) async throws -> Mutation<PictureID> {
         _ = try ownLivePicture(id)
-        return try await outcome(append(PictureDeletedPayload(), object: id))
+        return try await outcome(append(PictureDeletedPayload(), object: id.raw), id)
     }
 
     // MARK: Relationships
 
     /// Follows `user` with a `follow.added` event. Returns once durable; throws
     /// `NodeError.refused(.cannotFollowYourself)` for this node's own user.
-    @discardableResult public func follow(_ user: PublicKey) async throws -> Mutation {
+    @discardableResult public func follow(_ user: UserID) async throws -> Mutation<UserID> {
         guard user != identity.user else { throw NodeError.refused(.cannotFollowYourself) }
-        return try await outcome(append(FollowAddedPayload(), object: user))
+        return try await outcome(append(FollowAddedPayload(), object: user.raw), user)
     }
     /// Withdraws every follow of `user` by this user that this node has seen
     /// (observed-remove: a follow made concurrently elsewhere survives,
     /// Specs/projections.md §6.4). Returns once durable; throws
     /// `NodeError.refused(.nothingToRemove)` when there is no follow to withdraw.
-    @discardableResult public func unfollow(_ user: PublicKey) async throws -> Mutation {
+    @discardableResult public func unfollow(_ user: UserID) async throws -> Mutation<UserID> {
         try await remove(FollowRemovedPayload.self, added: .followAdded, target: user, what: "follow")
     }
-    /// Likes `object`, usually a picture id, with a `like.added` event. Returns
-    /// once durable; liking twice adds a second like that `unlike` also withdraws.
-    @discardableResult public func like(_ object: Bytes32) async throws -> Mutation {
-        try await outcome(append(LikeAddedPayload(), object: object))
+    /// Likes a picture or a message with a `like.added` event. Returns once
+    /// durable; liking twice adds a second like that `unlike` also withdraws.
+    @discardableResult public func like<Object: Likeable>(_ object: Object) async throws -> Mutation<Object> {
+        try await outcome(append(LikeAddedPayload(), object: object.raw), object)
     }
     /// Withdraws every like of `object` by this user that this node has seen
     /// (observed-remove, Specs/projections.md §6.4). Returns once durable; throws
     /// `NodeError.refused(.nothingToRemove)` when there is no like to withdraw.
-    @discardableResult public func unlike(_ object: Bytes32) async throws -> Mutation {
+    @discardableResult public func unlike<Object: Likeable>(_ object: Object) async throws -> Mutation<Object> {
         try await remove(LikeRemovedPayload.self, added: .likeAdded, target: object, what: "like")
     }
     /// Blocks `user`: this user's followers, feed and chat pages then leave them
     /// out when read (Specs/projections.md §7.2). Returns once durable; throws
     /// `NodeError.refused(.cannotBlockYourself)` for this node's own user.
-    @discardableResult public func block(_ user: PublicKey) async throws -> Mutation {
+    @discardableResult public func block(_ user: UserID) async throws -> Mutation<UserID> {
         guard user != identity.user else { throw NodeError.refused(.cannotBlockYourself) }
-        return try await outcome(append(BlockAddedPayload(), object: user))
+        return try await outcome(append(BlockAddedPayload(), object: user.raw), user)
     }
     /// Withdraws every block of `user` by this user that this node has seen
     /// (observed-remove, Specs/projections.md §6.4). Returns once durable; throws
     /// `NodeError.refused(.nothingToRemove)` when there is no block to withdraw.
-    @discardableResult public func unblock(_ user: PublicKey) async throws -> Mutation {
+    @discardableResult public func unblock(_ user: UserID) async throws -> Mutation<UserID> {
         try await remove(BlockRemovedPayload.self, added: .blockAdded, target: user, what: "block")
     }
 
     /// A removal names every add of this user it has seen (observed-remove):
     /// adds made concurrently elsewhere survive it.
-    private func remove<P: RemovalPayload>(_ removal: P.Type, added: EventKind, target: Bytes32, what: String) async throws -> Mutation {
-        let seen = try projections.liveAdds(added, from: identity.user, to: target)
-        guard !seen.isEmpty else { throw NodeError.refused(.nothingToRemove(what: what, target: target)) }
-        return try await outcome(append(P(seen: Array(seen.prefix(PayloadLimits.maxSeenTags))), object: target))
+    private func remove<P: RemovalPayload, Object: TypedID>(
+        _ removal: P.Type, added: EventKind, target: Object, what: String
+    ) async throws -> Mutation<Object> {
+        let seen = try projections.liveAdds(added, from: identity.user.raw, to: target.raw)
+        guard !seen.isEmpty else { throw NodeError.refused(.nothingToRemove(what: what, target: target.raw)) }
+        return try await outcome(append(P(seen: Array(seen.prefix(PayloadLimits.maxSeenTags))), object: target.raw), target)
     }
 
     // MARK: Chats
@@ -224,70 +229,70 @@ extension Node {
     /// the creation is followed by the first epoch's key, wrapped to every
     /// member device this node knows.
     @discardableResult
-    public func createChat(title: String? = nil, members: [PublicKey] = []) async throws -> Mutation {
+    public func createChat(title: String? = nil, members: [UserID] = []) async throws -> Mutation<ChatID> {
         let id = Random.bytes32()
         let key = Random.bytes(32)
         let epoch = ChatCrypto.epochID(chat: id, key: key)
         let sealedTitle = title.map {
             ChatCrypto.seal(
-                TitleContent.encode($0), epochKey: key, epoch: epoch, kind: .chatCreated, chat: id, object: id, author: identity.device)
+                TitleContent.encode($0), epochKey: key, epoch: epoch, kind: .chatCreated, chat: id, object: id, author: identity.device.raw)
         }
-        let others = Array(Set(members.filter { $0 != identity.user })).sorted()
+        let others = Array(Set(members.filter { $0 != identity.user }.map(\.raw))).sorted()
         let created = try await append(ChatCreatedPayload(title: sealedTitle, members: others), object: id)
         keyRing.put(id, epoch, key)
         try await shareEpoch(id, epoch: epoch, key: key, to: currentMemberDevices(id))
-        return try outcome(created)
+        return try outcome(created, ChatID(id))
     }
 
     /// Adds a member (admin only) and wraps the current epoch key to the
     /// member's devices: they read from now on, not the earlier history.
     @discardableResult
-    public func addChatMember(_ chat: ObjectID, _ user: PublicKey, admin: Bool = false) async throws -> Mutation {
-        let event = try await append(ChatMemberAddedPayload(user: user, admin: admin), object: chat)
+    public func addChatMember(_ chat: ChatID, _ user: UserID, admin: Bool = false) async throws -> Mutation<ChatID> {
+        let event = try await append(ChatMemberAddedPayload(user: user.raw, admin: admin), object: chat.raw)
         if try projections.noEffect(event.id) == nil {
-            let (epoch, key) = try await sendingEpoch(chat)
-            let holders = Set(try projections.wraps(of: chat, epoch: epoch).map(\.device))
-            let missing = try currentDevices(of: user).filter { !holders.contains($0.device) }
-            if !missing.isEmpty { try await shareEpoch(chat, epoch: epoch, key: key, to: missing) }
+            let (epoch, key) = try await sendingEpoch(chat.raw)
+            let holders = Set(try projections.wraps(of: chat.raw, epoch: epoch).map(\.device))
+            let missing = try currentDevices(of: user.raw).filter { !holders.contains($0.device) }
+            if !missing.isEmpty { try await shareEpoch(chat.raw, epoch: epoch, key: key, to: missing) }
         }
-        return try outcome(event)
+        return try outcome(event, chat)
     }
 
     /// Removes a member (admin) or leaves (oneself). A remover who stays a
     /// member starts a new epoch at once, so nothing sent from here on is
     /// readable by the removed member (Specs/encryption.md §6 rule 3).
     @discardableResult
-    public func removeChatMember(_ chat: ObjectID, _ user: PublicKey) async throws -> Mutation {
-        let event = try await append(ChatMemberRemovedPayload(user: user), object: chat)
+    public func removeChatMember(_ chat: ChatID, _ user: UserID) async throws -> Mutation<ChatID> {
+        let event = try await append(ChatMemberRemovedPayload(user: user.raw), object: chat.raw)
         if user != identity.user, try projections.noEffect(event.id) == nil,
-            try projections.membership(of: identity.user, in: chat)?.isCurrent == true
+            try projections.membership(of: identity.user.raw, in: chat.raw)?.isCurrent == true
         {
-            try await rotate(chat)
+            try await rotate(chat.raw)
         }
-        return try outcome(event)
+        return try outcome(event, chat)
     }
 
     /// Removes this user from `chat` (``removeChatMember(_:_:)`` with oneself).
     /// It starts no new epoch: the remaining members' next send rotates
     /// (Specs/encryption.md §6 rule 3). Returns once durable.
     @discardableResult
-    public func leaveChat(_ chat: ObjectID) async throws -> Mutation { try await removeChatMember(chat, identity.user) }
+    public func leaveChat(_ chat: ChatID) async throws -> Mutation<ChatID> { try await removeChatMember(chat, identity.user) }
 
-    /// Sends a message sealed to the chat's members; the message's id is the
-    /// mutation's `id` (its event id).
+    /// Sends a message sealed to the chat's members; the mutation's `object`
+    /// is the new message's id (its event id).
     /// `image` is a picture sent inside the chat: its bytes are encrypted
     /// with a key of their own, carried in the sealed body; the blob stored
     /// and synced is the ciphertext (Specs/encryption.md §7). `picture`
     /// refers to an existing picture by id.
     @discardableResult
-    public func sendMessage(_ chat: ObjectID, text: String? = nil, picture: ObjectID? = nil, image: [UInt8]? = nil) async throws
-        -> Mutation
+    public func sendMessage(_ chat: ChatID, text: String? = nil, picture: PictureID? = nil, image: [UInt8]? = nil) async throws
+        -> Mutation<MessageID>
     {
         guard text != nil || picture != nil || image != nil else {
             throw NodeError.refused(.emptyMessage)
         }
         guard try projections.chatView(chat) != nil else { throw NodeError.refused(.unknownChat(chat)) }
-        var content = MessageContent(text: text, picture: picture)
+        var content = MessageContent(text: text, picture: picture?.raw)
         var blobs: [[UInt8]] = []
         var payload = MessageSentPayload(body: [])
         if let image {
@@ -298,11 +303,12 @@ extension Node {
             blobs.append(sealedImage)
             (payload.blob, payload.size) = (Blake2b.hash256(sealedImage), UInt64(sealedImage.count))
         }
-        payload.body = try await seal(content.encoded(), in: chat, kind: .messageSent, object: chat)
-        return try await outcome(append(payload, object: chat, blobs: blobs))
+        payload.body = try await seal(content.encoded(), in: chat.raw, kind: .messageSent, object: chat.raw)
+        let sent = try await append(payload, object: chat.raw, blobs: blobs)
+        return try outcome(sent, MessageID(sent.id))
     }
 
-    private func ownMessage(_ id: EventID) throws -> MessageView {
+    private func ownMessage(_ id: MessageID) throws -> MessageView {
         guard let m = try projections.message(id) else { throw NodeError.refused(.unknownMessage(id)) }
         guard m.sender == identity.user else { throw NodeError.refused(.notYourMessage(message: id, sender: m.sender)) }
         return m
@@ -313,28 +319,28 @@ extension Node {
     /// write `chat.key` events for a new epoch. Returns once durable; throws
     /// `NodeError.refused` with `.unknownMessage` or `.notYourMessage`.
     @discardableResult
-    public func editMessage(_ id: EventID, text: String) async throws -> Mutation {
+    public func editMessage(_ id: MessageID, text: String) async throws -> Mutation<MessageID> {
         let m = try ownMessage(id)
-        let body = try await seal(MessageContent(text: text).encoded(), in: m.chat, kind: .messageEdited, object: id)
-        return try await outcome(append(MessageEditedPayload(chat: m.chat, body: body), object: id))
+        let body = try await seal(MessageContent(text: text).encoded(), in: m.chat.raw, kind: .messageEdited, object: id.raw)
+        return try await outcome(append(MessageEditedPayload(chat: m.chat.raw, body: body), object: id.raw), id)
     }
 
     /// Deletes one of this user's messages: replicas purge the payloads of the
     /// message and its edits, and its attachment blob (Specs/projections.md §6.6).
     /// Returns once durable; throws `NodeError.refused` with `.unknownMessage` or `.notYourMessage`.
     @discardableResult
-    public func deleteMessage(_ id: EventID) async throws -> Mutation {
+    public func deleteMessage(_ id: MessageID) async throws -> Mutation<MessageID> {
         let m = try ownMessage(id)
-        return try await outcome(append(MessageDeletedPayload(chat: m.chat), object: id))
+        return try await outcome(append(MessageDeletedPayload(chat: m.chat.raw), object: id.raw), id)
     }
 
     /// Marks a chat read up to `message` (markers never move backwards).
     @discardableResult
-    public func markRead(_ chat: ObjectID, upTo message: EventID) async throws -> Mutation {
+    public func markRead(_ chat: ChatID, upTo message: MessageID) async throws -> Mutation<ChatID> {
         guard let m = try projections.message(message), m.chat == chat else {
             throw NodeError.refused(.messageNotInChat(message: message, chat: chat))
         }
-        return try await outcome(append(ChatReadPayload(message: message, hlc: m.hlc.rawValue), object: chat))
+        return try await outcome(append(ChatReadPayload(message: message.raw, hlc: m.hlc.rawValue), object: chat.raw), chat)
     }
 
     // MARK: Coins and slots
@@ -342,26 +348,30 @@ extension Node {
     /// Credits a purchase (issuer key required). The credit lands on
     /// `device`, or on the user's first device this node knows of. Returns
     /// once durable: only then may the store's transaction be acknowledged.
+    /// The mutation's object is the credited user.
     @discardableResult
     public func creditCoins(
-        user: PublicKey, amount: UInt64, receipt: String, device: PublicKey? = nil, product: String? = nil
-    ) async throws -> Mutation {
-        let target: PublicKey
-        if let device {
-            target = device
-        } else if let first = try projections.devices(of: user).first(where: { $0.removedHLC == nil }) {
-            target = first.device
-        } else {
+        user: UserID, amount: UInt64, receipt: String, device: DeviceID? = nil, product: String? = nil
+    ) async throws -> Mutation<UserID> {
+        let target = try creditTarget(user: user, device: device)
+        return try await outcome(appendAsIssuer(
+            CoinCreditedPayload(user: user.raw, amount: amount, receipt: receipt, product: product), object: target.raw), user)
+    }
+
+    /// The device a credit lands on: the one named, or the user's first
+    /// device this node knows of that is not removed.
+    private func creditTarget(user: UserID, device: DeviceID?) throws -> DeviceID {
+        if let device { return device }
+        guard let first = try projections.devices(of: user).first(where: { $0.removedHLC == nil }) else {
             throw NodeError.refused(.noKnownDevice(user: user))
         }
-        return try await outcome(appendAsIssuer(
-            CoinCreditedPayload(user: user, amount: amount, receipt: receipt, product: product), object: target))
+        return first.device
     }
 
     /// One purchase to credit (`creditCoins(_:)`).
     public struct Credit: Sendable {
         /// The user key whose purchase this is.
-        public var user: PublicKey
+        public var user: UserID
         /// The number of coins bought.
         public var amount: UInt64
         /// The app store's transaction id (1…256 UTF-8 bytes); a receipt is credited
@@ -369,11 +379,11 @@ extension Node {
         public var receipt: String
         /// The device whose spending rights receive the coins; `nil` picks the user's
         /// first device this node knows of that is not removed.
-        public var device: PublicKey?
+        public var device: DeviceID?
         /// The store's product id, if any (1…128 UTF-8 bytes).
         public var product: String?
         /// Describes one purchase to credit; see the properties for each field.
-        public init(user: PublicKey, amount: UInt64, receipt: String, device: PublicKey? = nil, product: String? = nil) {
+        public init(user: UserID, amount: UInt64, receipt: String, device: DeviceID? = nil, product: String? = nil) {
             (self.user, self.amount, self.receipt, self.device, self.product) = (user, amount, receipt, device, product)
         }
     }
@@ -383,23 +393,16 @@ extension Node {
     /// A receipt already credited is stored and takes no effect, as with
     /// `creditCoins(user:amount:receipt:)`.
     @discardableResult
-    public func creditCoins(_ credits: [Credit]) async throws -> [Mutation] {
+    public func creditCoins(_ credits: [Credit]) async throws -> [Mutation<UserID>] {
         var items: [PendingEvent] = []
         items.reserveCapacity(credits.count)
         for c in credits {
-            let target: PublicKey
-            if let device = c.device {
-                target = device
-            } else if let first = try projections.devices(of: c.user).first(where: { $0.removedHLC == nil }) {
-                target = first.device
-            } else {
-                throw NodeError.refused(.noKnownDevice(user: c.user))
-            }
+            let target = try creditTarget(user: c.user, device: c.device)
             items.append(PendingEvent(
-                CoinCreditedPayload(user: c.user, amount: c.amount, receipt: c.receipt, product: c.product), object: target))
+                CoinCreditedPayload(user: c.user.raw, amount: c.amount, receipt: c.receipt, product: c.product), object: target.raw))
         }
         let events = try await appendBatch(items, signedBy: .issuer)
-        return try outcomes(events)
+        return try zip(events, credits).map { try outcome($0, $1.user) }
     }
 
     private func requireRights(_ amount: UInt64) throws {
@@ -413,27 +416,27 @@ extension Node {
     /// UTF-8 bytes) says what they pay for. Returns once durable. Throws
     /// `NodeError.refused(.insufficientRights)` if the rights this node sees fall short.
     @discardableResult
-    public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Mutation {
+    public func spendCoins(_ amount: UInt64, for purpose: String) async throws -> Mutation<UserID> {
         try requireRights(amount)
-        return try await outcome(append(CoinSpentPayload(amount: amount, purpose: purpose), object: identity.user))
+        return try await outcome(append(CoinSpentPayload(amount: amount, purpose: purpose), object: identity.user.raw), identity.user)
     }
 
     /// Gives coins to another user; they land on `device` or on the
     /// recipient's first device.
     @discardableResult
-    public func giveCoins(to user: PublicKey, _ amount: UInt64, device: PublicKey? = nil, note: String? = nil) async throws
-        -> Mutation
+    public func giveCoins(to user: UserID, _ amount: UInt64, device: DeviceID? = nil, note: String? = nil) async throws
+        -> Mutation<UserID>
     {
         try requireRights(amount)
         let device = try device ?? projections.devices(of: user).first(where: { $0.removedHLC == nil })?.device
-        return try await outcome(append(CoinGivenPayload(amount: amount, device: device, note: note), object: user))
+        return try await outcome(append(CoinGivenPayload(amount: amount, device: device?.raw, note: note), object: user.raw), user)
     }
 
     /// Moves spending rights to another device of this user.
     @discardableResult
-    public func moveRights(to device: PublicKey, _ amount: UInt64) async throws -> Mutation {
+    public func moveRights(to device: DeviceID, _ amount: UInt64) async throws -> Mutation<DeviceID> {
         try requireRights(amount)
-        return try await outcome(append(CoinRightsMovedPayload(amount: amount), object: device))
+        return try await outcome(append(CoinRightsMovedPayload(amount: amount), object: device.raw), device)
     }
 
     /// Unlocks lock slot `slot` (1 up to the network's last slot; slot 0 is always
@@ -441,23 +444,23 @@ extension Node {
     /// rights. Returns once durable. Throws `NodeError.refused` with `.noSuchSlot`
     /// or `.insufficientRights`.
     @discardableResult
-    public func unlockSlot(_ slot: Int) async throws -> Mutation {
+    public func unlockSlot(_ slot: Int) async throws -> Mutation<UserID> {
         let prices = network.slotPrices
         guard slot > 0, slot < prices.count else {
             throw NodeError.refused(.noSuchSlot(slot: slot, lowest: 1, highest: prices.count - 1))
         }
         try requireRights(prices[slot])
-        return try await outcome(append(SlotUnlockedPayload(slot: UInt64(slot), price: prices[slot]), object: identity.user))
+        return try await outcome(append(SlotUnlockedPayload(slot: UInt64(slot), price: prices[slot]), object: identity.user.raw), identity.user)
     }
 
     /// Puts one of this user's pictures in a slot (nil empties it).
     @discardableResult
-    public func setSlot(_ slot: Int, picture: ObjectID?) async throws -> Mutation {
+    public func setSlot(_ slot: Int, picture: PictureID?) async throws -> Mutation<UserID> {
         guard slot >= 0, slot < network.slotCount else {
             throw NodeError.refused(.noSuchSlot(slot: slot, lowest: 0, highest: network.slotCount - 1))
         }
         if let picture { _ = try ownLivePicture(picture) }
-        return try await outcome(append(SlotSetPayload(slot: UInt64(slot), picture: picture), object: identity.user))
+        return try await outcome(append(SlotSetPayload(slot: UInt64(slot), picture: picture?.raw), object: identity.user.raw), identity.user)
     }
 
     // MARK: Network configuration

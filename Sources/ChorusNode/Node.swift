@@ -143,7 +143,7 @@ public actor Node {
         try KeyStore.write(device, to: KeyStore.deviceKeyPath(path))
         let node = try await open(at: path, options: options)
         _ = try await node.addDevice(
-            device.publicKey, proof: DeviceBinding.proof(device: device, user: user.publicKey), name: deviceName)
+            DeviceID(device.publicKey), proof: DeviceBinding.proof(device: device, user: user.publicKey), name: deviceName)
         return node
     }
 
@@ -151,11 +151,11 @@ public actor Node {
     /// device key is made here. The user binds it from a node holding the
     /// user key with `addDevice(_:proof:name:)`, using `bindingProof`.
     public static func createDevice(
-        at path: String, user: PublicKey, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+        at path: String, user: UserID, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try prepareDirectory(path, network: network)
         try KeyStore.write(SigningKey.generate(), to: KeyStore.deviceKeyPath(path))
-        try KeyStore.writePublic(user, to: KeyStore.userPublicPath(path))
+        try KeyStore.writePublic(user.raw, to: KeyStore.userPublicPath(path))
         return try await open(at: path, options: options)
     }
 
@@ -319,7 +319,7 @@ public actor Node {
         self.blobs = blobs
         self.options = options
         self.isReadOnly = readOnly
-        self.identity = Identity(user: user, device: device.publicKey, issuer: issuer?.publicKey)
+        self.identity = Identity(user: UserID(user), device: DeviceID(device.publicKey), issuer: issuer?.publicKey)
         self.userKey = readOnly ? nil : userKey
         self.deviceKey = readOnly ? nil : device
         self.issuerKey = readOnly ? nil : issuer

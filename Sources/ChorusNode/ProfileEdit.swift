@@ -15,7 +15,7 @@ public enum ProfileEdit: Sendable, Hashable {
     case website(String)
     /// Year, month and day are required.
     case birthday(DateComponents)
-    case avatar(ObjectID)
+    case avatar(PictureID)
     case clear(ProfileField)
 
     /// The profile field this edit sets or clears.
@@ -49,7 +49,7 @@ public enum ProfileEdit: Sendable, Hashable {
 extension Node {
     /// Sets (or clears) one profile field of this user.
     @discardableResult
-    public func setProfile(_ edit: ProfileEdit) async throws -> Mutation {
+    public func setProfile(_ edit: ProfileEdit) async throws -> Mutation<UserID> {
         try await setProfile(edit.field, try edit.value())
     }
 }

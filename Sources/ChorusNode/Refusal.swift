@@ -6,7 +6,7 @@ import ChorusEvents
 /// Each has a sentence for people (`description`).
 public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     /// `addDevice`: the proof is not the device's signature consenting to this user.
-    case invalidDeviceProof(device: PublicKey, user: PublicKey)
+    case invalidDeviceProof(device: DeviceID, user: UserID)
     /// `setProfile` of a retired field (Specs/projections.md §6.2).
     case retiredProfileField(String)
     /// A birthday without a year, a month and a day.
@@ -15,12 +15,12 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case pictureTooLarge(bytes: Int, limit: Int)
     /// The bytes are none of the image formats pictures may hold.
     case notAnImage
-    case pictureNotYours(picture: ObjectID, owner: PublicKey)
-    case pictureDeleted(ObjectID)
-    case unknownPicture(ObjectID)
+    case pictureNotYours(picture: PictureID, owner: UserID)
+    case pictureDeleted(PictureID)
+    case unknownPicture(PictureID)
     /// The picture's bytes are not held (not received yet, or purged).
-    case pictureBytesUnavailable(ObjectID)
-    case pictureNotInGallery(ObjectID)
+    case pictureBytesUnavailable(PictureID)
+    case pictureNotInGallery(PictureID)
     /// `movePicture` between two pictures whose positions leave no room.
     case noRoomBetweenPictures
     case cannotFollowYourself
@@ -29,12 +29,12 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case nothingToRemove(what: String, target: Bytes32)
     /// A message needs text, a picture or both.
     case emptyMessage
-    case unknownChat(ObjectID)
-    case unknownMessage(EventID)
-    case notYourMessage(message: EventID, sender: PublicKey)
-    case messageNotInChat(message: EventID, chat: ObjectID)
+    case unknownChat(ChatID)
+    case unknownMessage(MessageID)
+    case notYourMessage(message: MessageID, sender: UserID)
+    case messageNotInChat(message: MessageID, chat: ChatID)
     /// A gift to a user none of whose devices this node knows.
-    case noKnownDevice(user: PublicKey)
+    case noKnownDevice(user: UserID)
     /// A debit beyond this device's spending rights (Specs/projections.md §6.9).
     case insufficientRights(held: UInt64, needed: UInt64)
     /// A slot number outside the network's slots (`lowest...highest`).

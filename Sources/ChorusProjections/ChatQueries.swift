@@ -7,7 +7,7 @@ import ChorusStorage
 /// (Specs/projections.md §6.5).
 public struct MemberView: Hashable, Sendable {
     /// The member's user key.
-    public let user: PublicKey
+    public let user: UserID
     /// Whether the member is an administrator and may add or remove members.
     public let admin: Bool
     /// Start of the current membership interval: the HLC of the event by which
@@ -20,13 +20,13 @@ public struct MemberView: Hashable, Sendable {
 public struct ChatView: Hashable, Sendable {
     /// The chat id: the object of its `chat.created`, chosen by the creating
     /// device.
-    public let id: ObjectID
+    public let id: ChatID
     /// The title, sealed to the chat's members (Specs/encryption.md §7);
     /// `Node` opens it on a member's device.
     public let sealedTitle: [UInt8]?
     /// The acting user of the first `chat.created` (a user key, not the
     /// device).
-    public let creator: PublicKey
+    public let creator: UserID
     /// HLC of the first `chat.created`; `chats(of:)` orders by it.
     public let createdHLC: HLC
     /// The `chat.created` event (its device sealed the title).
@@ -43,13 +43,13 @@ public struct ChatView: Hashable, Sendable {
 /// sent it, when, and its sealed body; nothing here is decrypted.
 public struct MessageView: Hashable, Sendable {
     /// The message id: the id of its `message.sent` event.
-    public let id: EventID
+    public let id: MessageID
     /// The chat the message was sent to.
-    public let chat: ObjectID
+    public let chat: ChatID
     /// The acting user of the `message.sent` (a user key).
-    public let sender: PublicKey
+    public let sender: UserID
     /// The device that signed the `message.sent`.
-    public let device: PublicKey
+    public let device: DeviceID
     /// HLC of the `message.sent`; messages order by (HLC, id).
     public let hlc: HLC
     /// The sealed body (Specs/encryption.md §7): text, picture reference and
@@ -66,7 +66,7 @@ public struct MessageView: Hashable, Sendable {
     /// purged.
     public let edited: HLC?
     /// The device that signed the winning edit (its body is sealed by it).
-    public let editor: PublicKey?
+    public let editor: DeviceID?
     /// HLC of the effective `message.deleted`; nil while the message is live.
     public let deleted: HLC?
     /// True when the message is live but this node holds its payload no more
@@ -90,14 +90,18 @@ public struct ChatPage: Hashable, Sendable {
     /// Per user, the HLC of the furthest message their effective `chat.read`
     /// events reached (Specs/projections.md §6.7); users without one are
     /// absent.
-    public let readMarkers: [PublicKey: HLC]
+    public let readMarkers: [UserID: HLC]
 }
 
 extension Projections {
     // MARK: Chats
 
     /// Chats `user` is a member of now.
-    public func chats(of user: PublicKey) throws -> [ChatView] {
+    public func chats(of user: UserID) throws -> [ChatView] {
+        try chats(of: user.raw)
+    }
+
+    package func chats(of user: PublicKey) throws -> [ChatView] {
         try log.env.read { txn in
             var ids: [ObjectID] = []
             try txn.scan(state, prefix: Table.userChat.key(user.bytes)) { key, _ in
@@ -109,7 +113,11 @@ extension Projections {
     }
 
     /// A chat's record and current members, nil when this node holds no creation.
-    public func chatView(_ id: ObjectID) throws -> ChatView? {
+    public func chatView(_ id: ChatID) throws -> ChatView? {
+        try log.env.read { txn in try chatView(id.raw, in: txn) }
+    }
+
+    package func chatView(_ id: ObjectID) throws -> ChatView? {
         try log.env.read { txn in try chatView(id, in: txn) }
     }
 
@@ -122,23 +130,27 @@ extension Projections {
         try txn.scan(state, prefix: Table.member.key(id.bytes)) { key, value in
             let m = try Membership.decode(value)
             if m.isCurrent, let since = m.intervals.last?.from {
-                members.append(MemberView(user: try Codec.b32(key[33...], "member"), admin: m.admin, since: since))
+                members.append(MemberView(user: UserID(try Codec.b32(key[33...], "member")), admin: m.admin, since: since))
             }
             return true
         }
         let count = try txn.get(state, Table.messageCount.key(id.bytes)).map { Int(Codec.readU64($0[...])) } ?? 0
         return ChatView(
-            id: id, sealedTitle: v[text: "title"]?.bytesValue, creator: creator, createdHLC: HLC(rawValue: hlc), createdBy: by, members: members,
+            id: ChatID(id), sealedTitle: v[text: "title"]?.bytesValue, creator: UserID(creator), createdHLC: HLC(rawValue: hlc), createdBy: by, members: members,
             messageCount: count)
     }
 
     /// A page of a chat's messages, oldest first: the `limit` newest
     /// messages before `before` (a cursor from an earlier page). Messages
     /// from users `viewer` blocked are left out.
-    public func chat(_ id: ObjectID, viewer: PublicKey? = nil, limit: Int = 50, before: String? = nil) throws -> ChatPage {
+    public func chat(_ id: ChatID, viewer: UserID? = nil, limit: Int = 50, before: String? = nil) throws -> ChatPage {
+        try chat(id.raw, viewer: viewer?.raw, limit: limit, before: before)
+    }
+
+    package func chat(_ id: ObjectID, viewer: PublicKey? = nil, limit: Int = 50, before: String? = nil) throws -> ChatPage {
         try log.env.read { txn in
             guard let chat = try chatView(id, in: txn) else { throw QueryError.unknownChat(id) }
-            let blocked = Set(try viewer.map { try targets(.block, of: $0, in: txn) } ?? [])
+            let blocked = Set((try viewer.map { try targets(.block, of: $0, in: txn) } ?? []).map(UserID.init))
             let prefix = Table.message.key(id.bytes)
             var upper: [UInt8]? = nil
             if let before {
@@ -157,11 +169,11 @@ extension Projections {
                 return true
             }
             messages.reverse()
-            var markers: [PublicKey: HLC] = [:]
+            var markers: [UserID: HLC] = [:]
             try txn.scan(state, prefix: Table.read.key(id.bytes)) { key, value in
                 let v = try Codec.decode(value, "read marker")
                 if let a = v.arrayValue, let hlc = a.first?.unsignedValue {
-                    markers[try Codec.b32(key[33...], "reader")] = HLC(rawValue: hlc)
+                    markers[UserID(try Codec.b32(key[33...], "reader"))] = HLC(rawValue: hlc)
                 }
                 return true
             }
@@ -175,15 +187,19 @@ extension Projections {
             let hlc = v[text: "hlc"]?.unsignedValue
         else { throw ProjectionError.corrupt("message record") }
         return MessageView(
-            id: try Codec.b32(key.suffix(32), "message id"), chat: chat, sender: sender, device: device,
+            id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(sender), device: DeviceID(device),
             hlc: HLC(rawValue: hlc), body: v[text: "body"]?.bytesValue, blob: v[text: "blob"]?.id32,
             blobSize: v[text: "size"]?.unsignedValue, edited: v[text: "edited"]?.unsignedValue.map(HLC.init(rawValue:)),
-            editor: v[text: "editor"]?.id32,
+            editor: v[text: "editor"]?.id32.map(DeviceID.init),
             deleted: v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:)), purged: v[text: "purged"]?.boolValue ?? false)
     }
 
     /// The chat a message belongs to, when it took effect here.
-    public func message(_ id: EventID) throws -> MessageView? {
+    public func message(_ id: MessageID) throws -> MessageView? {
+        try message(id.raw)
+    }
+
+    package func message(_ id: EventID) throws -> MessageView? {
         try log.env.read { txn in
             guard let raw = try firstFact(.message, id, in: txn),
                 raw.count >= 33, let chat = Bytes32(raw[1..<33])

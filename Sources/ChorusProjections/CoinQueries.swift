@@ -7,7 +7,7 @@ import ChorusStorage
 /// device ever bound to them plus those of the user key.
 public struct BalanceView: Hashable, Sendable {
     /// The user key the balance belongs to.
-    public let user: PublicKey
+    public let user: UserID
     /// The balance in coins: every device's rights plus `userKeyRights`.
     public let total: UInt64
     /// Every device ever bound to the user, removed ones included (their coins
@@ -38,7 +38,13 @@ extension Projections {
         try txn.get(state, Table.rights.key(key.bytes)).map { Codec.readU64($0[...]) } ?? 0
     }
 
-    /// Spending rights of one device (or key).
+    /// Spending rights of one device.
+    public func rights(of device: DeviceID) throws -> UInt64 {
+        try rights(of: device.raw)
+    }
+
+    /// Spending rights of any key: a device, or a user key given coins
+    /// while it had no device.
     public func rights(of key: PublicKey) throws -> UInt64 {
         try log.env.read { txn in try rights(key, in: txn) }
     }
@@ -46,17 +52,25 @@ extension Projections {
     /// A user's balance: the rights of every device bound to them (removed
     /// devices included: their coins are still the user's) plus any held by
     /// the user key itself.
-    public func balance(of user: PublicKey) throws -> BalanceView {
+    public func balance(of user: UserID) throws -> BalanceView {
+        try balance(of: user.raw)
+    }
+
+    package func balance(of user: PublicKey) throws -> BalanceView {
         try log.env.read { txn in
             let devices = try devices(of: user, in: txn)
             let own = try rights(user, in: txn)
-            return BalanceView(user: user, total: devices.reduce(own) { $0 + $1.rights }, devices: devices, userKeyRights: own)
+            return BalanceView(user: UserID(user), total: devices.reduce(own) { $0 + $1.rights }, devices: devices, userKeyRights: own)
         }
     }
 
     /// Every lock slot of `user`'s profile, one per configured slot, in slot
     /// number order. A locked slot shows no picture even when one was set.
-    public func slots(of user: PublicKey) throws -> [SlotView] {
+    public func slots(of user: UserID) throws -> [SlotView] {
+        try slots(of: user.raw)
+    }
+
+    package func slots(of user: PublicKey) throws -> [SlotView] {
         try log.env.read { txn in
             try config.slotPrices.enumerated().map { slot, price in
                 let unlockedBy = try txn.get(state, Table.slotUnlock.key(user.bytes, [UInt8(slot)]))

@@ -11,12 +11,12 @@ public enum PictureReference: Hashable, Sendable {
     /// user).
     case picture(PictureView)
     /// The picture was deleted (or is not one the reference may show).
-    case removed(ObjectID)
+    case removed(PictureID)
     /// This node has not received the picture yet.
-    case unresolved(ObjectID)
+    case unresolved(PictureID)
 
     /// The id referred to, whatever the picture's state.
-    public var id: ObjectID {
+    public var id: PictureID {
         switch self {
         case .picture(let p): p.id
         case .removed(let id), .unresolved(let id): id
@@ -28,9 +28,9 @@ public enum PictureReference: Hashable, Sendable {
 /// creation's payload are nil when it was purged (`contentPurged`).
 public struct PictureView: Hashable, Sendable {
     /// The picture id, chosen by the creating device.
-    public let id: ObjectID
+    public let id: PictureID
     /// The user who created the picture and alone may change it.
-    public let owner: PublicKey
+    public let owner: UserID
     /// Id of the effective `picture.created`.
     public let createdBy: EventID
     /// HLC of the creation; the feed orders by it, newest first.
@@ -62,29 +62,29 @@ public enum PictureLookup: Hashable, Sendable {
     case live(PictureView)
     /// The picture was deleted: its owner, and the HLC and id of the effective
     /// `picture.deleted`.
-    case deleted(id: ObjectID, owner: PublicKey, at: HLC, by: EventID)
+    case deleted(id: PictureID, owner: UserID, at: HLC, by: EventID)
     /// No creation of this id is held (not arrived yet, or never made).
-    case unknown(ObjectID)
+    case unknown(PictureID)
 }
 
 extension Projections {
     // MARK: Pictures
 
     /// Looks a picture up by id: live, deleted or unknown.
-    public func picture(_ id: ObjectID) throws -> PictureLookup {
-        try log.env.read { txn in try lookup(id, in: txn) }
+    public func picture(_ id: PictureID) throws -> PictureLookup {
+        try log.env.read { txn in try lookup(id.raw, in: txn) }
     }
 
     func lookup(_ id: ObjectID, in txn: Transaction) throws -> PictureLookup {
-        guard let raw = try txn.get(state, Table.picture.key(id.bytes)) else { return .unknown(id) }
+        guard let raw = try txn.get(state, Table.picture.key(id.bytes)) else { return .unknown(PictureID(id)) }
         let r = try PictureRecord.decode(raw)
-        if let deleted = r.deleted { return .deleted(id: id, owner: r.owner, at: deleted, by: r.deletedBy ?? .zero) }
+        if let deleted = r.deleted { return .deleted(id: PictureID(id), owner: UserID(r.owner), at: deleted, by: r.deletedBy ?? .zero) }
         return .live(Self.view(id, r))
     }
 
     static func view(_ id: ObjectID, _ r: PictureRecord) -> PictureView {
         PictureView(
-            id: id, owner: r.owner, createdBy: r.createdBy, hlc: r.hlc, caption: r.caption, mime: r.mime, blob: r.blob,
+            id: PictureID(id), owner: UserID(r.owner), createdBy: r.createdBy, hlc: r.hlc, caption: r.caption, mime: r.mime, blob: r.blob,
             size: r.size, width: r.width, height: r.height, position: r.position ?? GalleryPosition.initial(r.hlc),
             contentPurged: r.purged)
     }
@@ -95,21 +95,25 @@ extension Projections {
     func reference(_ id: ObjectID, requiredOwner: PublicKey? = nil, in txn: Transaction) throws -> PictureReference {
         switch try lookup(id, in: txn) {
         case .live(let view):
-            if let requiredOwner, view.owner != requiredOwner { return .removed(id) }
+            if let requiredOwner, view.owner.raw != requiredOwner { return .removed(view.id) }
             return .picture(view)
-        case .deleted: return .removed(id)
-        case .unknown: return .unresolved(id)
+        case .deleted: return .removed(PictureID(id))
+        case .unknown: return .unresolved(PictureID(id))
         }
     }
 
     /// A reference to a picture resolved now (Specs/projections.md §7.1):
     /// what a decrypted message's `picture` shows.
-    public func reference(to id: ObjectID) throws -> PictureReference {
-        try log.env.read { txn in try reference(id, in: txn) }
+    public func reference(to id: PictureID) throws -> PictureReference {
+        try log.env.read { txn in try reference(id.raw, in: txn) }
     }
 
     /// A user's gallery in its user-defined order.
-    public func pictures(of user: PublicKey, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
+    public func pictures(of user: UserID, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
+        try pictures(of: user.raw, limit: limit, offset: offset)
+    }
+
+    package func pictures(of user: PublicKey, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
         try log.env.read { txn in
             var ids: [ObjectID] = []
             var skipped = 0
@@ -130,7 +134,11 @@ extension Projections {
 
     /// Pictures of the users `viewer` follows, newest first, leaving out
     /// users the viewer blocked. `before` is an HLC to page back from.
-    public func feed(for viewer: PublicKey, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
+    public func feed(for viewer: UserID, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
+        try feed(for: viewer.raw, limit: limit, before: before)
+    }
+
+    package func feed(for viewer: PublicKey, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
         try log.env.read { txn in
             let blocked = Set(try targets(.block, of: viewer, in: txn))
             var candidates: [(hlc: HLC, id: ObjectID)] = []

@@ -22,7 +22,7 @@ public struct ProfileFieldValue: Hashable, Sendable {
 /// §6.9).
 public struct DeviceView: Hashable, Sendable {
     /// The device's public key.
-    public let device: PublicKey
+    public let device: DeviceID
     /// The name its `device.added` gave; nil when none.
     public let name: String?
     /// HLC of the `device.added` that bound it.
@@ -37,7 +37,7 @@ public struct DeviceView: Hashable, Sendable {
 /// avatar and the user's devices.
 public struct ProfileView: Hashable, Sendable {
     /// The user key the profile belongs to.
-    public let user: PublicKey
+    public let user: UserID
     /// The fields set (a cleared field holds `null`), by name.
     public let fields: [ProfileFieldValue]
     /// The avatar field resolved: nil when unset or cleared.
@@ -54,7 +54,11 @@ public struct ProfileView: Hashable, Sendable {
 extension Projections {
     /// `user`'s profile: fields in name order, the avatar resolved (only the
     /// user's own picture shows) and devices. Empty when nothing is held.
-    public func profile(_ user: PublicKey) throws -> ProfileView {
+    public func profile(_ user: UserID) throws -> ProfileView {
+        try profile(user.raw)
+    }
+
+    package func profile(_ user: PublicKey) throws -> ProfileView {
         try log.env.read { txn in
             var fields: [ProfileFieldValue] = []
             try txn.scan(state, prefix: Table.profile.key(user.bytes)) { key, value in
@@ -67,7 +71,7 @@ extension Projections {
             }
             let avatar = fields.first { $0.name == "avatar" }?.value.id32
             return ProfileView(
-                user: user, fields: fields,
+                user: UserID(user), fields: fields,
                 avatar: try avatar.map { try reference($0, requiredOwner: user, in: txn) },
                 devices: try devices(of: user, in: txn))
         }
@@ -75,7 +79,11 @@ extension Projections {
 
     /// Every device ever bound to `user`, removed ones included, oldest binding
     /// first (added HLC, then key), each with its rights.
-    public func devices(of user: PublicKey) throws -> [DeviceView] {
+    public func devices(of user: UserID) throws -> [DeviceView] {
+        try log.env.read { txn in try devices(of: user.raw, in: txn) }
+    }
+
+    package func devices(of user: PublicKey) throws -> [DeviceView] {
         try log.env.read { txn in try devices(of: user, in: txn) }
     }
 
@@ -90,7 +98,7 @@ extension Projections {
             guard let raw = try txn.get(state, Table.device.key(d.bytes)) else { continue }
             let b = try DeviceBinding.decode(raw)
             out.append(
-                DeviceView(device: d, name: b.name, addedHLC: b.addedHLC, removedHLC: b.removedHLC, rights: try rights(d, in: txn)))
+                DeviceView(device: DeviceID(d), name: b.name, addedHLC: b.addedHLC, removedHLC: b.removedHLC, rights: try rights(d, in: txn)))
         }
         return out.sorted { ($0.addedHLC, $0.device) < ($1.addedHLC, $1.device) }
     }

@@ -25,7 +25,11 @@ extension Projections {
     }
 
     /// Users following `user`, leaving out those `user` blocked.
-    public func followers(of user: PublicKey) throws -> [PublicKey] {
+    public func followers(of user: UserID) throws -> [UserID] {
+        try followers(of: user.raw).map(UserID.init)
+    }
+
+    package func followers(of user: PublicKey) throws -> [PublicKey] {
         try log.env.read { txn in
             let blocked = Set(try targets(.block, of: user, in: txn))
             return try actors(.follow, on: user, in: txn).filter { !blocked.contains($0) }
@@ -33,17 +37,29 @@ extension Projections {
     }
 
     /// Users `user` follows now, in key order (bytewise).
-    public func following(_ user: PublicKey) throws -> [PublicKey] {
+    public func following(_ user: UserID) throws -> [UserID] {
+        try following(user.raw).map(UserID.init)
+    }
+
+    package func following(_ user: PublicKey) throws -> [PublicKey] {
         try log.env.read { txn in try targets(.follow, of: user, in: txn) }
     }
 
     /// Users `user` blocks now, in key order (bytewise).
-    public func blocked(by user: PublicKey) throws -> [PublicKey] {
+    public func blocked(by user: UserID) throws -> [UserID] {
+        try blocked(by: user.raw).map(UserID.init)
+    }
+
+    package func blocked(by user: PublicKey) throws -> [PublicKey] {
         try log.env.read { txn in try targets(.block, of: user, in: txn) }
     }
 
     /// Users who like a picture or message; empty once a picture is deleted.
-    public func likes(of object: Bytes32) throws -> [PublicKey] {
+    public func likes<Object: Likeable>(of object: Object) throws -> [UserID] {
+        try likes(of: object.raw).map(UserID.init)
+    }
+
+    package func likes(of object: Bytes32) throws -> [PublicKey] {
         try log.env.read { txn in
             if case .deleted = try lookup(object, in: txn) { return [] }
             return try actors(.like, on: object, in: txn)

@@ -52,7 +52,7 @@ extension ReplayStore {
         }
         // A user's history includes the binding and removal of its devices.
         for device in try projections.devices(of: object) {
-            filed += try projections.filedEvents(about: device.device).filter { $0.objectClass == "device" }
+            filed += try projections.filedEvents(about: device.device.raw).filter { $0.objectClass == "device" }
         }
         var seen: Set<String> = []
         filed = filed.filter { seen.insert($0.objectClass + $0.id.hex).inserted }

@@ -1,5 +1,6 @@
 import ChorusBlobs
 import ChorusCrypto
+import ChorusEvents
 import ChorusNode
 import ChorusProjections
 import ChorusStorage
@@ -30,7 +31,7 @@ struct BlobAccess: Sendable {
         }
         let lacking = try node.log.env.read { txn in try refs.filter { try !node.blobs.contains($0.0, in: txn) } }
         return try lacking.map { hash, picture in
-            if case .live(let view) = try node.projections.picture(picture) { return (hash, view.size) }
+            if case .live(let view) = try node.projections.picture(PictureID(picture)) { return (hash, view.size) }
             return (hash, nil)
         }
     }

@@ -25,7 +25,7 @@ public struct ReplicationScope: Hashable, Sendable {
     public func feeds(of node: Node) throws -> Set<PublicKey>? {
         guard let hops else { return nil }
         let p = node.projections
-        let me = node.identity.user
+        let me = node.identity.user.raw
         let blocked = Set(try p.blocked(by: me))
         var users: Set<PublicKey> = [me]
         var frontier: [PublicKey] = [me]
@@ -41,13 +41,13 @@ public struct ReplicationScope: Hashable, Sendable {
             if frontier.isEmpty { break }
         }
         for chat in try p.chats(of: me) {
-            for m in chat.members where !blocked.contains(m.user) { users.insert(m.user) }
+            for m in chat.members where !blocked.contains(m.user.raw) { users.insert(m.user.raw) }
         }
         var feeds: Set<PublicKey> = Set(node.network.issuers)
-        feeds.insert(node.identity.device)
+        feeds.insert(node.identity.device.raw)
         for u in users {
             feeds.insert(u)
-            for d in try p.devices(of: u) { feeds.insert(d.device) }
+            for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
         }
         return feeds
     }
@@ -59,11 +59,11 @@ public struct ReplicationScope: Hashable, Sendable {
     public static func invitation(for user: PublicKey, at node: Node) throws -> [PublicKey] {
         let p = node.projections
         var users: Set<PublicKey> = [user]
-        for chat in try p.chats(of: user) { for m in chat.members { users.insert(m.user) } }
+        for chat in try p.chats(of: user) { for m in chat.members { users.insert(m.user.raw) } }
         var feeds: Set<PublicKey> = []
         for u in users {
             feeds.insert(u)
-            for d in try p.devices(of: u) { feeds.insert(d.device) }
+            for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
         }
         return feeds.sorted()
     }

@@ -96,7 +96,7 @@ extension SyncSession {
     /// the sketcher announces the feeds the decoder asks for.
     func sketchHeads(_ heads: [FeedAnnouncement]) async throws -> Bool {
         var sketch = SketchReconciler(
-            heads: heads, nonce: Random.bytes(SketchReconciler.nonceBytes), device: node.identity.device, peerDevice: transport.peer.key)
+            heads: heads, nonce: Random.bytes(SketchReconciler.nonceBytes), device: node.identity.device.raw, peerDevice: transport.peer.key)
         send(.sketchInfo(sketch.info()))
         report.reconcileRounds = 1
         func next() async throws -> ReconcileInput {

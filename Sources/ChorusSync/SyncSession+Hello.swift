@@ -21,7 +21,7 @@ extension SyncSession {
         if options.blobs { caps.formUnion([.blobs, .blobSerial]) }
         if options.reconcile { caps.insert(.reconcile) }
         if options.sketch { caps.insert(.sketch) }
-        send(.hello(SyncHello(user: node.identity.user, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
+        send(.hello(SyncHello(user: node.identity.user.raw, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
         let frame: [UInt8]?
         do {

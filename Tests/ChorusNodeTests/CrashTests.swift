@@ -80,7 +80,7 @@ struct CrashTests {
             let node = try await Node.open(at: store, readOnly: true)
             let missing = acknowledged.keys.filter { (try? node.event(Bytes32(hex: $0)!)) == nil }
             let problems = try node.log.integrityProblems()
-            let count = try node.feed(node.identity.device).count
+            let count = try node.feed(node.identity.device.raw).count
             #expect(problems == [], "round \(round) (seed \(seed))")
             #expect(missing == [], "round \(round) (seed \(seed)): acknowledged events lost")
             #expect(count >= acknowledged.count)

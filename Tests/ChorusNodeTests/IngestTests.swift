@@ -128,7 +128,7 @@ struct IngestTests {
         var remote = FeedWriter(seedByte: 9, startMillis: 1_700_000_000_000 + 30_000)
         let ahead = remote.next()
         #expect(await node.ingest(events: [ahead]).accepted == 1)
-        let local = try await node.append(.profileSet, object: node.identity.user,
+        let local = try await node.append(.profileSet, object: node.identity.user.raw,
                                           payload: .textMap([("field", .text("city")), ("value", .text("Oslo"))]))
         #expect(local.hlc > ahead.hlc)
         await node.close()

@@ -19,16 +19,16 @@ struct NodeTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let node = try await Node.create(at: tmp.store("a"), deviceName: "phone")
-        let userFeed = try node.feed(node.identity.user)
+        let userFeed = try node.feed(node.identity.user.raw)
         #expect(userFeed.count == 1)
         let first = try #require(userFeed.first?.event)
         #expect(first.kind == .deviceAdded && first.seq == 1 && first.header.prev == nil)
-        #expect(first.object == node.identity.device)
+        #expect(first.object == node.identity.device.raw)
         #expect(first.payload?[text: "name"] == .text("phone"))
         // The device's consent to the binding, checked by the projections.
         let proof = try #require(first.payload?[text: "proof"]?.bytesValue)
-        #expect(Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: node.identity.user), publicKey: node.identity.device))
-        #expect(try node.projections.binding(of: node.identity.device)?.user == node.identity.user)
+        #expect(Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: node.identity.user.raw), publicKey: node.identity.device.raw))
+        #expect(try node.projections.binding(of: node.identity.device.raw)?.user == node.identity.user.raw)
         await node.close()
 
         var st = stat()
@@ -46,7 +46,7 @@ struct NodeTests {
             for task in 0..<64 {
                 group.addTask {
                     var ids: [EventID] = []
-                    for i in 0..<8 { ids.append(try await node.append(.profileSet, object: node.identity.user, payload: bio("\(task)/\(i)")).id) }
+                    for i in 0..<8 { ids.append(try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(task)/\(i)")).id) }
                     return ids
                 }
             }
@@ -54,7 +54,7 @@ struct NodeTests {
         }
         #expect(ids.count == 512 && Set(ids).count == 512)
         // seq 1 is the device.key a new store publishes (Specs/encryption.md §3).
-        let feed = try node.feed(node.identity.device)
+        let feed = try node.feed(node.identity.device.raw)
         #expect(feed.first?.event.kind == .deviceKey)
         #expect(feed.map(\.event.seq) == Array(1...513))
         #expect(Set(feed.dropFirst().map(\.event.id)) == Set(ids))
@@ -68,13 +68,13 @@ struct NodeTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         var node = try await Node.create(at: tmp.store("a"))
-        let e = try await node.append(.profileSet, object: node.identity.user, payload: bio("durable"))
+        let e = try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("durable"))
         let identity = node.identity
         await node.close()
         node = try await Node.open(at: tmp.store("a"))
         #expect(node.identity == identity)
         #expect(try node.event(e.id)?.event == e)
-        let next = try await node.append(.profileSet, object: node.identity.user, payload: bio("after reopen"))
+        let next = try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("after reopen"))
         #expect(next.seq == e.seq + 1 && next.header.prev == e.id && next.hlc > e.hlc)
         await node.close()
     }
@@ -101,7 +101,7 @@ struct NodeTests {
         let after = try #require(waited.withLock { $0 })
         #expect(after.status == 0, "\(after.stderr)")
         let reader = try await Node.open(at: tmp.store("a"), readOnly: true)
-        await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: reader.identity.user, payload: bio("x")) }
+        await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: reader.identity.user.raw, payload: bio("x")) }
         await reader.close()
         let reopened = try await Node.open(at: tmp.store("a"))
         await reopened.close()
@@ -142,9 +142,9 @@ struct NodeTests {
         let node = try await Node.create(at: tmp.store("a"), options: options(mapSize: 64 << 10))
         let start = node.log.env.mapSize
         let big = String(repeating: "y", count: 900)
-        for i in 0..<400 { try await node.append(.profileSet, object: node.identity.user, payload: bio("\(i) \(big)")) }
+        for i in 0..<400 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i) \(big)")) }
         #expect(node.log.env.mapSize > start)
-        #expect(try node.feed(node.identity.device).count == 1 + 400)  // the device.key, then the edits
+        #expect(try node.feed(node.identity.device.raw).count == 1 + 400)  // the device.key, then the edits
         #expect(try node.log.integrityProblems() == [])
         await node.close()
     }
@@ -154,11 +154,11 @@ struct NodeTests {
         defer { tmp.cleanup() }
         let node = try await Node.create(at: tmp.store("a"))
         await #expect(throws: EventError.self) {
-            try await node.append(.profileSet, object: node.identity.user,
+            try await node.append(.profileSet, object: node.identity.user.raw,
                                   payload: .textMap([("field", .text("birthday")), ("value", .text("yesterday"))]))
         }
         // The failed attempt did not consume a sequence number (seq 1 is the device.key).
-        let ok = try await node.append(.profileSet, object: node.identity.user, payload: bio("fine"))
+        let ok = try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("fine"))
         #expect(ok.seq == 2)
         await node.close()
     }
@@ -168,7 +168,7 @@ struct NodeTests {
         defer { tmp.cleanup() }
         let node = try await Node.create(at: tmp.store("a"))
         let mark = try node.lastArrival()
-        for i in 0..<5 { try await node.append(.profileSet, object: node.identity.user, payload: bio("\(i)")) }
+        for i in 0..<5 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i)")) }
         let new = try node.arrivals(since: mark)
         #expect(new.map(\.arrival) == Array((mark + 1)...(mark + 5)))
         #expect(try node.arrivals(since: mark, limit: 2).count == 2)
@@ -230,7 +230,7 @@ struct NodeTests {
         defer { _ = run("/bin/umount", ["-l", mountPoint]) }
         let store = mountPoint + "/store"
         let node = try await Node.create(at: store)
-        var acknowledged: [ObjectID] = []
+        var acknowledged: [PictureID] = []
         var failure: (any Error)? = nil
         for i in 0..<40 {
             let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) }
@@ -275,21 +275,21 @@ struct BatchAppendTests {
         defer { tmp.cleanup() }
         let node = try await Node.create(at: tmp.store("a"))
         let before = node.writerStatistics.commits
-        let items = (0..<3000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0)")), object: node.identity.user) }
+        let items = (0..<3000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0)")), object: node.identity.user.raw) }
         let events = try await node.appendBatch(items)
         #expect(events.count == 3000)
         // seq 1 is the device.key; the batch follows it in order.
         #expect(events.map(\.seq) == Array(2...3001))
-        let feed = try node.feed(node.identity.device)
+        let feed = try node.feed(node.identity.device.raw)
         #expect(feed.dropFirst().map(\.event.id) == events.map(\.id))
         #expect(node.writerStatistics.commits - before <= 3000 / 64)
         #expect(try node.projections.profile(node.identity.user).field("bio") == .text("batch 2999"))
         #expect(try node.log.integrityProblems() == [])
         // An invalid item refuses the whole batch before anything is signed.
-        let bad = [PendingEvent(ProfileSetPayload(field: .birthday, value: .text("yesterday")), object: node.identity.user)]
+        let bad = [PendingEvent(ProfileSetPayload(field: .birthday, value: .text("yesterday")), object: node.identity.user.raw)]
         await #expect(throws: EventError.self) { try await node.appendBatch(items.prefix(2) + bad) }
-        #expect(try node.feed(node.identity.device).count == 3001)
-        #expect(try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user).seq == 3002)
+        #expect(try node.feed(node.identity.device.raw).count == 3001)
+        #expect(try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user.raw).seq == 3002)
         await node.close()
     }
 
@@ -406,7 +406,7 @@ struct BatchAppendTests {
         #expect(chat.kind == .chatCreated && chat.isApplied && view != nil)
         let message = try await buyer.sendMessage(chat.object, text: "hello")
         let stored = try buyer.projections.message(message.id)
-        #expect(message.object == chat.object && stored != nil)
+        #expect(message.event.object == chat.object.raw && stored != nil)
         await shop.close()
         await buyer.close()
     }
@@ -419,7 +419,7 @@ struct StaleOpenTests {
         defer { tmp.cleanup() }
         let path = tmp.store("a")
         let node = try await Node.create(at: path)
-        let items = (0..<25_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: node.identity.user) }
+        let items = (0..<25_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: node.identity.user.raw) }
         try await node.appendBatch(items)
         let digest = try node.projections.digest()
         try node.projections.markStale()
@@ -483,7 +483,7 @@ struct RefusalTests {
         await #expect(throws: NodeError.refused(.notAnImage)) { _ = try await node.addPicture([1, 2, 3]).object }
         await #expect(throws: NodeError.refused(.noSuchSlot(slot: 9, lowest: 1, highest: 5))) { _ = try await node.unlockSlot(9) }
         let stranger = SigningKey.generate().publicKey
-        await #expect(throws: NodeError.refused(.nothingToRemove(what: "follow", target: stranger))) { _ = try await node.unfollow(stranger) }
+        await #expect(throws: NodeError.refused(.nothingToRemove(what: "follow", target: stranger))) { _ = try await node.unfollow(UserID(stranger)) }
         // Nothing was signed for any of them.
         #expect(try node.lastArrival() == 2)  // device.added and device.key from create
         await node.close()

@@ -192,7 +192,7 @@ struct ScheduleRun {
             let e = stored.event
             switch e.kind {
             case .pictureCreated, .pictureCaptioned:
-                guard case .deleted = try r.projections.picture(e.object) else { continue }
+                guard case .deleted = try r.projections.picture(PictureID(e.object)) else { continue }
                 if e.payloadBytes != nil { out.append("\(e.kind.name) \(e.id.short) of deleted picture \(e.object.short) keeps its payload") }
             case .messageSent:
                 guard let m = try r.projections.message(e.id), m.deleted != nil else { continue }
@@ -204,7 +204,7 @@ struct ScheduleRun {
             }
         }
         for e in try r.storedEvents() where e.kind == .pictureCreated {
-            guard case .deleted = try r.projections.picture(e.object) else { continue }
+            guard case .deleted = try r.projections.picture(PictureID(e.object)) else { continue }
             if let blob = World.blobHash(of: e, in: r), try r.blobs.read(blob) != nil {
                 out.append("blob of deleted picture \(e.object.short) is still stored")
             }

@@ -96,11 +96,11 @@ struct RuleTests {
             [lateCaption, earlyCaption, delete] + base.reversed(),
         ])
         for r in replicas {
-            guard case .deleted(_, let owner, _, let by) = try r.projections.picture(pic.id) else {
+            guard case .deleted(_, let owner, _, let by) = try r.projections.picture(PictureID(pic.id)) else {
                 Issue.record("the caption edit revived a deleted picture")
                 continue
             }
-            #expect(owner == alice.key && by == delete.id)
+            #expect(owner.raw == alice.key && by == delete.id)
             #expect(try r.projections.noEffect(lateCaption.id)?.code == "after_deletion")
             #expect(try r.projections.pictures(of: alice.key).isEmpty)
         }
@@ -141,9 +141,9 @@ struct RuleTests {
             base + [create, before, remove, after], base + [before, after, create, remove], [before, after] + base + [remove, create],
         ])
         for r in replicas {
-            #expect(try r.projections.chat(chat).messages.map(\.id) == [before.id])
+            #expect(try r.projections.chat(chat).messages.map(\.id.raw) == [before.id])
             #expect(try r.projections.noEffect(after.id)?.code == "not_member")
-            #expect(try r.projections.chat(chat).chat.members.map(\.user) == [alice.key])
+            #expect(try r.projections.chat(chat).chat.members.map(\.user.raw) == [alice.key])
         }
     }
 
@@ -162,9 +162,9 @@ struct RuleTests {
         #expect(try r.projections.chat(chat).messages.isEmpty)
         #expect(try r.projections.noEffect(message.id)?.code == "not_member")
         try r.deliver([add])
-        #expect(try r.projections.chat(chat).messages.map(\.id) == [message.id])
+        #expect(try r.projections.chat(chat).messages.map(\.id.raw) == [message.id])
         #expect(try r.projections.noEffect(message.id) == nil)
-        #expect(try r.projections.chats(of: bob.key).map(\.id) == [chat])
+        #expect(try r.projections.chats(of: bob.key).map(\.id.raw) == [chat])
         let inOrder = try s.fold(alice.bindings + bob.bindings + [create, add, message])
         #expect(try inOrder.digest() == r.digest())
     }
@@ -227,11 +227,11 @@ struct RuleTests {
             Issue.record("avatar not resolved")
             return
         }
-        #expect(view.id == pic.id)
+        #expect(view.id.raw == pic.id)
         #expect(try r.projections.likes(of: pic.id) == [bob.key])
         try r.deliver([delete])
-        #expect(try r.projections.profile(alice.key).avatar == .removed(pic.id))
-        #expect(try r.projections.slots(of: alice.key).first?.picture == .removed(pic.id))
+        #expect(try r.projections.profile(alice.key).avatar == .removed(PictureID(pic.id)))
+        #expect(try r.projections.slots(of: alice.key).first?.picture == .removed(PictureID(pic.id)))
         #expect(try r.projections.likes(of: pic.id).isEmpty)
         #expect(try r.projections.pictures(of: alice.key).isEmpty)
     }
@@ -248,13 +248,13 @@ struct RuleTests {
         // The message refers to the picture inside its sealed body; a member's
         // device resolves the reference through the projections when it reads.
         #expect(try r.projections.chat(chat).messages.count == 1)
-        #expect(try r.projections.reference(to: pic.id) == .unresolved(pic.id))
+        #expect(try r.projections.reference(to: PictureID(pic.id)) == .unresolved(PictureID(pic.id)))
         try r.deliver(alice.bindings + [pic.event])
-        guard case .picture(let view) = try r.projections.reference(to: pic.id) else {
+        guard case .picture(let view) = try r.projections.reference(to: PictureID(pic.id)) else {
             Issue.record("the reference did not resolve once the picture arrived")
             return
         }
-        #expect(view.caption == "sunset" && view.owner == alice.key)
+        #expect(view.caption == "sunset" && view.owner.raw == alice.key)
     }
 
     @Test func theRetiredVisibilityFieldTakesNoEffect() throws {
@@ -348,7 +348,7 @@ struct RuleTests {
         #expect(try r.projections.binding(of: stolen.publicKey) == nil)
         #expect(try r.projections.binding(of: bob.d1.publicKey)?.user == bob.key)
         #expect(try r.projections.noEffect(edit.id)?.code == "not_owner")
-        #expect(try r.projections.devices(of: alice.key).map(\.device) == [alice.d1.publicKey])
+        #expect(try r.projections.devices(of: alice.key).map(\.device.raw) == [alice.d1.publicKey])
     }
 
     @Test func removedDeviceEventsAfterRemovalTakeNoEffect() throws {

@@ -32,7 +32,7 @@ struct SmokeTests {
         }
         #expect(avatar.id == p1 && avatar.width == 4 && avatar.height == 3)
         let chat = try await a.createChat(title: "hello").object
-        let m = try await a.sendMessage(chat, text: "hi", picture: p1).id
+        let m = try await a.sendMessage(chat, text: "hi", picture: p1).object
         try await a.deletePicture(p1)
         guard case .removed? = try a.projections.profile(me).avatar else {
             Issue.record("avatar still shows a deleted picture")

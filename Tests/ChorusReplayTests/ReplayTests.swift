@@ -16,11 +16,11 @@ import Testing
 /// - a peer hands over a fork of Ben's feed (kept as evidence).
 struct KnownHistory {
     let dir: String
-    let ana: PublicKey
-    let anaDevice: PublicKey
-    let ben: PublicKey
-    let keptPicture: ObjectID
-    let deletedPicture: ObjectID
+    let ana: UserID
+    let anaDevice: DeviceID
+    let ben: UserID
+    let keptPicture: PictureID
+    let deletedPicture: PictureID
     let firstName: EventID
     let secondName: EventID
     let benEdit: EventID
@@ -50,7 +50,7 @@ struct KnownHistory {
         try await ana.deletePicture(deleted)
 
         let benEdit = try await ben.append(
-            .profileSet, object: ana.identity.user, payload: .textMap([("field", .text("name")), ("value", .text("hacked"))])
+            .profileSet, object: ana.identity.user.raw, payload: .textMap([("field", .text("name")), ("value", .text("hacked"))])
         ).id
         _ = await issuer.ingest(try ana.arrivals().map { $0.event.encoded() })
         let credit = try await issuer.creditCoins(user: ana.identity.user, amount: 100, receipt: "store-tx-1").id
@@ -60,15 +60,15 @@ struct KnownHistory {
         let spend = try await ana.spendCoins(40, for: "stickers")
         // Beyond rights: signed directly, as a buggy or hostile client would.
         let beyond = try await ana.append(
-            .coinSpent, object: ana.identity.user, payload: .textMap([("amount", .unsigned(1000)), ("for", .text("too much"))])
+            .coinSpent, object: ana.identity.user.raw, payload: .textMap([("amount", .unsigned(1000)), ("for", .text("too much"))])
         ).id
 
         // A fork of Ben's device feed at seq 1, as a misbehaving peer would send it.
-        let benDeviceFeed = try ben.feed(ben.identity.device)
+        let benDeviceFeed = try ben.feed(ben.identity.device.raw)
         let benFirst = try #require(benDeviceFeed.first?.event)
         let forkKey = try ben.deviceSigningKey()
         let fork = try Event.sign(
-            with: forkKey, seq: 1, prev: nil, hlc: benFirst.hlc, kind: .profileSet, object: ben.identity.user,
+            with: forkKey, seq: 1, prev: nil, hlc: benFirst.hlc, kind: .profileSet, object: ben.identity.user.raw,
             payload: .textMap([("field", .text("bio")), ("value", .text("the other branch"))]))
         let report = await ana.ingest(events: [fork])
         #expect(report.refused == 1)
@@ -141,7 +141,7 @@ struct ReplayTests {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
         let s = try ReplayStore.open(h.store)
-        let profile = try s.history(of: h.ana)
+        let profile = try s.history(of: h.ana.raw)
         func decision(_ id: EventID) -> Decision? { profile.first { $0.event.id == id }?.decision }
         #expect(decision(h.firstName) == .superseded(by: h.secondName, how: "overwritten"))
         #expect(decision(h.secondName) == .applied)
@@ -150,7 +150,7 @@ struct ReplayTests {
         #expect(decision(h.beyondRights)?.code == "beyond_rights")
         #expect(decision(h.credit) == .applied)
 
-        let picture = try s.history(of: h.deletedPicture)
+        let picture = try s.history(of: h.deletedPicture.raw)
         #expect(picture.map(\.event.kind) == [.pictureCreated, .pictureDeleted])
         #expect(picture.first?.purged == true)
         if case .superseded(_, let how)? = picture.first?.decision { #expect(how == "deleted") } else {
@@ -179,7 +179,7 @@ struct ReplayTests {
         #expect(audit.receipts.count == 1)
         #expect(audit.receipts.first?.destinations.values.reduce(0, +) == 100)
         #expect(audit.steps.first { $0.event == h.duplicateCredit }?.noEffect?.code == "duplicate_receipt")
-        let ana = try #require(audit.users.first { $0.user == h.ana })
+        let ana = try #require(audit.users.first { $0.user == h.ana.raw })
         #expect(ana.credits == 100 && ana.spent == 40 && ana.balance == 60)
     }
 
@@ -212,9 +212,9 @@ struct ReplayTests {
         defer { h.cleanup() }
         let ana = try await Node.open(at: h.store)
         let chat = try await ana.createChat(title: "t", members: [h.ben]).object
-        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").id
+        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").object
         // A body that names an epoch no key event introduced.
-        let bogus = try await ana.append(.messageSent, object: chat, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        let bogus = try await ana.append(.messageSent, object: chat.raw, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
         // An event of a kind from a newer version.
         let newer = SigningKey.generate()
         let future = try UnsignedEvent.ofUnknownKind(

@@ -9,13 +9,13 @@ import Foundation
 import Testing
 
 /// What `node` can read of `message`: its text, or nil when locked or unreadable.
-func readText(_ node: Node, _ message: EventID) throws -> String? {
+func readText(_ node: Node, _ message: MessageID) throws -> String? {
     guard let view = try node.projections.message(message) else { return nil }
     return try node.readableMessage(view).content.value?.text
 }
 
 /// Every effective message of a chat, oldest first.
-func allMessages(_ node: Node, _ chat: ObjectID) throws -> [MessageView] {
+func allMessages(_ node: Node, _ chat: ChatID) throws -> [MessageView] {
     var out: [MessageView] = []
     var before: String? = nil
     while true {
@@ -48,11 +48,11 @@ struct EncryptedChatTests {
         let chat = try await phone.createChat(title: "climbing", members: [bob.identity.user]).object
         try await syncPair(phone, relay)
         try await syncPair(bob, relay)
-        var sent: [(EventID, String)] = []
+        var sent: [(MessageID, String)] = []
         for i in 0..<50 {
             let sender = i % 3 == 0 ? bob : phone
             let text = "message \(i) from \(sender === bob ? "bob" : "alice")"
-            sent.append((try await sender.sendMessage(chat, text: text).id, text))
+            sent.append((try await sender.sendMessage(chat, text: text).object, text))
             if i % 10 == 9 {
                 try await syncPair(phone, relay)
                 try await syncPair(bob, relay)
@@ -92,15 +92,15 @@ struct EncryptedChatTests {
         let relay = try await makeNode(dir, "relay", network: net)
         for n in [alice, bob, carol, alice] { try await syncPair(n, relay) }
         let chat = try await alice.createChat(title: "plans", members: [bob.identity.user, carol.identity.user]).object
-        let before = try await alice.sendMessage(chat, text: "before the removal").id
+        let before = try await alice.sendMessage(chat, text: "before the removal").object
         for n in [alice, bob, carol] { try await syncPair(n, relay) }
         #expect(try readText(carol, before) == "before the removal")
 
         try await alice.removeChatMember(chat, carol.identity.user)
-        let afterAlice = try await alice.sendMessage(chat, text: "carol is gone").id
+        let afterAlice = try await alice.sendMessage(chat, text: "carol is gone").object
         try await syncPair(alice, relay)
         try await syncPair(bob, relay)
-        let afterBob = try await bob.sendMessage(chat, text: "good riddance").id
+        let afterBob = try await bob.sendMessage(chat, text: "good riddance").object
         try await syncPair(bob, relay)
         // Carol keeps syncing every event of the chat.
         try await syncPair(carol, relay)
@@ -134,14 +134,14 @@ struct EncryptedChatTests {
         scoped.scope = ReplicationScope(hops: 1)
         // Carol follows nobody; Bob has never seen her key when he creates the chat.
         let chat = try await bob.createChat(title: "surprise", members: [carol.identity.user]).object
-        let hello = try await bob.sendMessage(chat, text: "hi Carol, it's Bob").id
+        let hello = try await bob.sendMessage(chat, text: "hi Carol, it's Bob").object
         try await syncPair(bob, relay)
-        _ = try await dave.sendMessage(try await dave.createChat(title: "unrelated", members: [bob.identity.user]).object, text: "x").id
+        _ = try await dave.sendMessage(try await dave.createChat(title: "unrelated", members: [bob.identity.user]).object, text: "x").object
         try await syncPair(dave, relay)
         try await syncPair(carol, relay, optionsA: scoped)
         // Carol holds the chat and Bob's feeds, not Dave's.
         #expect(try carol.projections.chatView(chat)?.members.map(\.user).contains(carol.identity.user) == true)
-        #expect(try carol.head(of: dave.identity.device) == nil)
+        #expect(try carol.head(of: dave.identity.device.raw) == nil)
         #expect(try readText(carol, hello) == nil)  // no key for her device yet
         // Bob meets Carol's key through the relay and shares the chat's epoch.
         let (bobReport, _) = try await syncPair(bob, relay)

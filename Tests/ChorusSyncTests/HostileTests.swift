@@ -80,7 +80,7 @@ struct HostileTests {
             expectedCode = "non_canonical_integer"
         }
         let hostileKey = SigningKey.generate().publicKey
-        let (th, tx) = MemoryTransport.pair(honest.identity.device, hostileKey)
+        let (th, tx) = MemoryTransport.pair(honest.identity.device.raw, hostileKey)
         var logged: [String] = []
         let lines = LogLines()
         let server = try SyncServer(node: honest, options: SyncOptions(), logger: collectingLogger(lines))
@@ -96,7 +96,7 @@ struct HostileTests {
         #expect(try honest.event(e2.id) == nil)
         #expect(try Set(feedHeads(honest)).isSuperset(of: before))
         // The same error reaches a session run directly.
-        let (th2, tx2) = MemoryTransport.pair(honest.identity.device, SigningKey.generate().publicKey)
+        let (th2, tx2) = MemoryTransport.pair(honest.identity.device.raw, SigningKey.generate().publicKey)
         // When the honest node kept e1 from the first attempt (the bad event
         // was refused by ingest, not by decoding the batch), it asks for #2 alone.
         let second = try honest.event(e1.id) != nil ? Array(answer.suffix(1)) : answer
@@ -110,7 +110,7 @@ struct HostileTests {
         }
         await hostile2.value
         // A refused peer is turned away at once.
-        let (th3, tx3) = MemoryTransport.pair(honest.identity.device, hostileKey)
+        let (th3, tx3) = MemoryTransport.pair(honest.identity.device.raw, hostileKey)
         #expect(try await bounded(.seconds(30), "refused session") { await server.serve(th3) } == nil)
         let refusal = try await tx3.receive().map { try SyncMessage.decode($0) }
         #expect(refusal == .error(code: "peer_refused", message: "refused for now: bad_event"))
@@ -142,7 +142,7 @@ struct HostileTests {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
         let honest = try await makeNode(dir, "honest", network: testNetwork())
-        let (th, tx) = MemoryTransport.pair(honest.identity.device, SigningKey.generate().publicKey)
+        let (th, tx) = MemoryTransport.pair(honest.identity.device.raw, SigningKey.generate().publicKey)
         let session = try SyncSession(node: honest, transport: th)
         let peer = Task {
             try? await tx.send(SyncMessage.hello(SyncHello(user: Random.bytes32(), capabilities: [], hops: nil, since: 0)).encoded())

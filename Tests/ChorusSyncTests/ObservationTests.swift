@@ -83,7 +83,7 @@ struct ObservationTests {
         #expect(first.messages.isEmpty)
         #expect(first.chat.title?.value == "rooftops")
 
-        let sent = try await bob.sendMessage(chat, text: "which roof?").id
+        let sent = try await bob.sendMessage(chat, text: "which roof?").object
         try await syncPair(alice, bob)
         // Alice's node receives it by sync and her open chat shows it, decrypted.
         var page = try #require(try await next(&pages, "the page with Bob's message"))

@@ -182,7 +182,7 @@ struct BudgetTests {
         let listener = try await sync.listen(host: "127.0.0.1", port: 0)
 
         // One session alone: 100 events, reported partial, the rest unasked.
-        let (ta, tb) = MemoryTransport.pair(hungry.identity.device, server.identity.device)
+        let (ta, tb) = MemoryTransport.pair(hungry.identity.device.raw, server.identity.device.raw)
         let client = try SyncSession(node: hungry, transport: ta, options: SyncOptions(), peers: nil)
         let serving = try SyncSession(node: server, transport: tb, options: options, peers: nil)
         let (one, _) = try await bounded(.seconds(60), "one budgeted session") {

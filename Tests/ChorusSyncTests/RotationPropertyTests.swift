@@ -15,10 +15,10 @@ import Testing
 @Suite("Chat key rotation under concurrency (seeded)")
 struct RotationPropertyTests {
     struct Sent {
-        let id: EventID
+        let id: MessageID
         /// Users the sender's device knew as removed from the chat when it
         /// sent, with the end of their last membership as it knew it.
-        let removedInSendersView: [PublicKey: HLC]
+        let removedInSendersView: [UserID: HLC]
         /// Whether the sender's device knew u2's second device as removed.
         let sawDeviceRemoval: Bool
     }
@@ -53,12 +53,12 @@ struct RotationPropertyTests {
             let isAdmin = view?.members.contains { $0.user == node.identity.user && $0.admin } ?? false
             if roll < 45 {
                 guard members.contains(node.identity.user) else { continue }
-                var removed: [PublicKey: HLC] = [:]
+                var removed: [UserID: HLC] = [:]
                 for u in users where !members.contains(u) {
-                    if let end = try node.projections.membership(of: u, in: chat)?.intervals.last?.to { removed[u] = end }
+                    if let end = try node.projections.membership(of: u.raw, in: chat.raw)?.intervals.last?.to { removed[u] = end }
                 }
-                let sawDeviceRemoval = try doomed.map { try node.projections.binding(of: $0.identity.device)?.removedHLC != nil } ?? false
-                let id = try await node.sendMessage(chat, text: "s\(seed) step \(step) from \(actor)").id
+                let sawDeviceRemoval = try doomed.map { try node.projections.binding(of: $0.identity.device.raw)?.removedHLC != nil } ?? false
+                let id = try await node.sendMessage(chat, text: "s\(seed) step \(step) from \(actor)").object
                 sent.append(Sent(id: id, removedInSendersView: removed, sawDeviceRemoval: sawDeviceRemoval))
             } else if roll < 58, isAdmin {
                 let candidates = users.filter { !members.contains($0) }
@@ -116,8 +116,8 @@ struct RotationPropertyTests {
         var entitledChecks = 0, removalChecks = 0
         for node in nodes {
             let user = node.identity.user
-            guard let membership = try final.membership(of: user, in: chat) else { continue }
-            let deviceRemoved = try final.binding(of: node.identity.device)?.removedHLC != nil
+            guard let membership = try final.membership(of: user.raw, in: chat.raw) else { continue }
+            let deviceRemoved = try final.binding(of: node.identity.device.raw)?.removedHLC != nil
             let joined = membership.intervals.last?.from
             for s in sent where effective.contains(s.id) {
                 guard let m = try final.message(s.id) else { continue }
@@ -139,7 +139,7 @@ struct RotationPropertyTests {
         }
         // The counts show what a seed exercised (ids and keys are random, so
         // outcomes may differ slightly between runs of one seed).
-        print("seed \(seed): \(sent.count) sent, \(effective.count) effective, \(try final.epochs(of: chat).count) epochs, \(entitledChecks) entitled reads, \(removalChecks) removal checks, \(deviceRemovalChecks) device removal checks, tablet: \(lateDevice != nil)")
+        print("seed \(seed): \(sent.count) sent, \(effective.count) effective, \(try final.epochs(of: chat.raw).count) epochs, \(entitledChecks) entitled reads, \(removalChecks) removal checks, \(deviceRemovalChecks) device removal checks, tablet: \(lateDevice != nil)")
         #expect(entitledChecks > 0)
         for n in nodes { await n.close() }
     }

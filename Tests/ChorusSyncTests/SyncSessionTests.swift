@@ -79,7 +79,7 @@ struct SyncSessionTests {
         #expect(third.bytesSent + third.bytesReceived < 2000)
         #expect(try feedHeads(a) == feedHeads(b))
         let records = try PeerStore(env: a.log.env).all()
-        #expect(records.count == 1 && records[0].key == b.identity.device && records[0].sessions == 3)
+        #expect(records.count == 1 && records[0].key == b.identity.device.raw && records[0].sessions == 3)
         await a.close()
         await b.close()
     }
@@ -95,10 +95,10 @@ struct SyncSessionTests {
         var created: [Node] = []
         for i in 0..<4 { created.append(try await makeNode(dir, "n\(i)", network: net)) }
         let nodes = created
-        var pictures: [ObjectID] = []
+        var pictures: [PictureID] = []
         for round in 0..<6 {
             // Concurrent writes on every node.
-            try await withThrowingTaskGroup(of: ObjectID?.self) { group in
+            try await withThrowingTaskGroup(of: PictureID?.self) { group in
                 for (i, node) in nodes.enumerated() {
                     let r = rng.next()
                     let target = nodes[Int(r % 4)].identity.user
@@ -156,7 +156,7 @@ struct SyncSessionTests {
         let net = testNetwork()
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
-        let (ta, tb) = MemoryTransport.pair(a.identity.device, b.identity.device)
+        let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw)
         // Live announcements may overtake a side's "done" under load: the
         // test closes only once both sides reported completion.
         let completed = LogLines()
@@ -166,7 +166,7 @@ struct SyncSessionTests {
         let sb = try SyncSession(node: b, transport: tb, options: options)
         let runA = Task { try await sa.run() }
         let runB = Task { try await sb.run() }
-        #expect(try await eventually { try b.head(of: a.identity.user) != nil })
+        #expect(try await eventually { try b.head(of: a.identity.user.raw) != nil })
         let event = try await a.setProfile(.bio, .text("live!"))
         #expect(try await eventually { try b.event(event.id) != nil })
         let reply = try await b.setProfile(.bio, .text("heard you"))
@@ -198,7 +198,7 @@ struct SyncSessionTests {
         try await users[0].follow(users[4].identity.user)
         for u in users { _ = try await u.setProfile(.name, .text("user")) }
         for u in users { try await syncPair(hub, u) }
-        func feedsOf(_ n: Node) -> Set<PublicKey> { [n.identity.user, n.identity.device] }
+        func feedsOf(_ n: Node) -> Set<PublicKey> { [n.identity.user.raw, n.identity.device.raw] }
 
         for (hops, expected) in [(0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (3, [0, 1, 2, 3])] {
             let viewerDir = SyncTempDir()
@@ -209,14 +209,14 @@ struct SyncSessionTests {
             options.scope = ReplicationScope(hops: hops)
             try await syncPair(device, hub, optionsA: options)
             let held = Set(try device.heads().map(\.author))
-            var want: Set<PublicKey> = [device.identity.device]  // its own device.key
+            var want: Set<PublicKey> = [device.identity.device.raw]  // its own device.key
             for i in expected { want.formUnion(feedsOf(users[i])) }
             #expect(held == want, "hops \(hops)")
             await device.close()
         }
         // Chat members are in scope at hops 0; blocked users never.
         let chat = try await users[0].createChat(title: "c", members: [users[3].identity.user]).object
-        _ = try await users[0].sendMessage(chat, text: "hi").id
+        _ = try await users[0].sendMessage(chat, text: "hi").object
         try await syncPair(users[0], hub)
         let d2 = SyncTempDir()
         defer { d2.cleanup() }

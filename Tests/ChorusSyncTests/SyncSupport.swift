@@ -38,7 +38,7 @@ func syncPair(
     _ a: Node, _ b: Node, optionsA: SyncOptions = SyncOptions(), optionsB: SyncOptions = SyncOptions(),
     capacity: Int = 16, cutAfterFrames: Int? = nil, remember: Bool = true
 ) async throws -> (SyncReport, SyncReport) {
-    let (ta, tb) = MemoryTransport.pair(a.identity.device, b.identity.device, capacity: capacity, cutAfterFrames: cutAfterFrames)
+    let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
     let sa = try SyncSession(node: a, transport: ta, options: optionsA, peers: remember ? try PeerStore(env: a.log.env) : nil)
     let sb = try SyncSession(node: b, transport: tb, options: optionsB, peers: remember ? try PeerStore(env: b.log.env) : nil)
     return try await bounded(.seconds(60), "sync") {
@@ -52,7 +52,7 @@ func syncPair(
 func syncPairResults(
     _ a: Node, _ b: Node, cutAfterFrames: Int? = nil, capacity: Int = 16
 ) async throws -> (Result<SyncReport, any Error>, Result<SyncReport, any Error>) {
-    let (ta, tb) = MemoryTransport.pair(a.identity.device, b.identity.device, capacity: capacity, cutAfterFrames: cutAfterFrames)
+    let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
     let sa = try SyncSession(node: a, transport: ta, peers: try PeerStore(env: a.log.env))
     let sb = try SyncSession(node: b, transport: tb, peers: try PeerStore(env: b.log.env))
     return try await bounded(.seconds(60), "sync") {

@@ -77,7 +77,7 @@ struct ConnectionLimitTests {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port)
         }
         #expect(report.complete)
-        #expect(try client.head(of: server.identity.device) != nil)
+        #expect(try client.head(of: server.identity.device.raw) != nil)
         // The server holds at most 8 idle ones: the others were closed (EOF
         // here), and the honest sync evicted one more.
         #expect(try await eventually(.seconds(30)) { closedByServer() >= 40 - 8 + 1 }, "only \(closedByServer()) closed")

@@ -4,6 +4,7 @@
 import ArgumentParser
 import ChorusCommands
 import ChorusCrypto
+import ChorusEvents
 import ChorusNode
 import ChorusService
 import Dispatch
@@ -52,7 +53,7 @@ struct APIBench: AsyncParsableCommand {
 
         // Follows of distinct users: each touches a new object, so the
         // figure is the API's cost, not the fold's of an ever longer history.
-        let users = (0..<mutations).map { _ in SigningKey.generate().publicKey }
+        let users = (0..<mutations).map { _ in UserID(SigningKey.generate().publicKey) }
         Bench.note("direct mutations...")
         var directSamples: [Double] = []
         for user in users {

@@ -90,7 +90,7 @@ func localAppend(writers: Int, seconds: Double) async throws -> Double {
             group.addTask {
                 var n = 0
                 while Bench.clock() < deadline {
-                    try await node.append(.profileSet, object: node.identity.user, payload: payload)
+                    try await node.append(.profileSet, object: node.identity.user.raw, payload: payload)
                     n += 1
                 }
                 return n
@@ -138,7 +138,7 @@ func localAppendLatency(samples: Int) async throws -> (p50: Double, p99: Double)
     var out: [Double] = []
     for i in 0..<samples {
         let start = Bench.clock()
-        try await node.append(ProfileSetPayload(field: .bio, value: .text("latency \(i) " + String(repeating: "b", count: 110))), object: node.identity.user)
+        try await node.append(ProfileSetPayload(field: .bio, value: .text("latency \(i) " + String(repeating: "b", count: 110))), object: node.identity.user.raw)
         out.append(Bench.clock() - start)
     }
     await node.close()
@@ -151,7 +151,7 @@ func batchAppend(count: Int) async throws -> Double {
     defer { try? FileManager.default.removeItem(atPath: dir) }
     let node = try await Node.create(at: dir + "/store")
     let items = (0..<count).map {
-        PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0) " + String(repeating: "b", count: 110))), object: node.identity.user)
+        PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0) " + String(repeating: "b", count: 110))), object: node.identity.user.raw)
     }
     let start = Bench.clock()
     try await node.appendBatch(items)

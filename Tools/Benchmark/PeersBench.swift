@@ -55,7 +55,7 @@ func runPeersBenchmark(_ options: PeersBenchOptions) async throws {
         let node = try await Node.create(at: dir + "/peer\(p)", deviceName: "peer\(p)", network: network)
         let items = (0..<options.eventsPerPeer).map { i in
             PendingEvent(ProfileSetPayload(field: .bio, value: .text("peer \(p) event \(i) " + String(repeating: "p", count: 120))),
-                object: node.identity.user)
+                object: node.identity.user.raw)
         }
         try await node.appendBatch(items)
         peers.append(node)

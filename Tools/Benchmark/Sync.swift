@@ -473,7 +473,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     Bench.note("  A holds \(try a.log.eventCount()) events (\(String(format: "%.1f", ingestSeconds)) s)")
     // The two nodes' own device.added events also travel, one each way.
     func ownBindingBytes(_ node: Node) throws -> Int {
-        guard let head = try node.log.head(of: node.identity.user), let stored = try node.log.event(head.id) else { return 0 }
+        guard let head = try node.log.head(of: node.identity.user.raw), let stored = try node.log.event(head.id) else { return 0 }
         return stored.event.encoded().count
     }
     let rawBytesBothWays = rawEventBytes + (try ownBindingBytes(a)) + (try ownBindingBytes(b))

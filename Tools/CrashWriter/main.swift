@@ -41,7 +41,7 @@ await withTaskGroup(of: Void.self) { group in
                 n += 1
                 do {
                     let event = try await node.append(
-                        .profileSet, object: node.identity.user,
+                        .profileSet, object: node.identity.user.raw,
                         payload: .textMap([("field", .text("bio")), ("value", .text("task \(task) edit \(n) " + String(repeating: "x", count: 200)))]))
                     emit("ack \(event.seq) \(event.id.hex)")
                 } catch {

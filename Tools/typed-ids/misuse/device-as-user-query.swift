@@ -1,0 +1,6 @@
+// expect: cannot convert value of type 'DeviceID' to expected argument type 'UserID'
+import Chorus
+
+func misuse(_ node: Node) throws {
+    _ = try node.projections.balance(of: node.identity.device)
+}

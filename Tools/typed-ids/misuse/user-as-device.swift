@@ -1,0 +1,6 @@
+// expect: cannot convert value of type 'UserID' to expected argument type 'DeviceID'
+import Chorus
+
+func misuse(_ node: Node) async throws {
+    try await node.moveRights(to: node.identity.user, 1)
+}
