@@ -155,14 +155,10 @@ struct PictureGet: AsyncParsableCommand {
     func run() async throws {
         let picture = try parseID(id, what: "ID", as: PictureID.self)
         let bytes: [UInt8] = try await withNode(store, readOnly: true) { node in
-            switch try node.projections.picture(picture) {
-            case .unknown: throw CommandFailure(message: "this node holds no picture \(picture.hex); import its owner's events first")
-            case .deleted: throw NodeError.refused(.pictureDeleted(picture))
-            case .live(let view):
-                guard let blob = view.blob, let bytes = try node.blobs.read(blob) else {
-                    throw NodeError.refused(.pictureBytesUnavailable(picture))
-                }
-                return bytes
+            do {
+                return [UInt8](try node.pictureData(picture))
+            } catch NodeError.refused(.unknownPicture) {
+                throw CommandFailure(message: "this node holds no picture \(picture.hex); import its owner's events first")
             }
         }
         if out == "-" {

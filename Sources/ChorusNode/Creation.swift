@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusEncryption
 import ChorusEvents
 import ChorusProjections
 import Foundation
@@ -46,6 +47,39 @@ extension Node {
     @discardableResult
     public func addPicture(_ data: Data, mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
         try await addPicture([UInt8](data), mime: mime, caption: caption)
+    }
+
+    /// `createDevice(at:user:)` for a file URL.
+    public static func createDevice(
+        at url: URL, user: UserID, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+    ) async throws -> Node {
+        try await createDevice(at: try path(of: url), user: user, network: network, options: options)
+    }
+
+    /// `sendMessage` with a picture sent inside the chat given as `Data`.
+    @discardableResult
+    public func sendMessage(_ chat: ChatID, text: String? = nil, image: Data) async throws -> Mutation<MessageID> {
+        try await sendMessage(chat, text: text, image: [UInt8](image))
+    }
+
+    /// The bytes of a live picture, to show it. Throws
+    /// `NodeError.refused` with `.unknownPicture` (not received yet),
+    /// `.pictureDeleted` (its bytes are purged) or `.pictureBytesUnavailable`
+    /// (the picture is here but its bytes are not fetched yet).
+    public nonisolated func pictureData(_ id: PictureID) throws -> Data {
+        switch try projections.picture(id) {
+        case .unknown: throw NodeError.refused(.unknownPicture(id))
+        case .deleted: throw NodeError.refused(.pictureDeleted(id))
+        case .live(let view):
+            guard let blob = view.blob, let bytes = try blobs.read(blob) else { throw NodeError.refused(.pictureBytesUnavailable(id)) }
+            return Data(bytes)
+        }
+    }
+
+    /// The decrypted bytes of a picture sent in a chat (see
+    /// `attachmentBytes(of:)`), as `Data`; nil when this device cannot read them.
+    public nonisolated func attachmentData(of message: MessageID) throws -> (data: Data, attachment: Attachment)? {
+        try attachmentBytes(of: message).map { (Data($0.bytes), $0.attachment) }
     }
 
     private static func path(of url: URL) throws -> String {

@@ -35,3 +35,27 @@ struct ErrorTests {
         #expect(refusal.code == "beyond_rights" && refusal.message.contains("30"))
     }
 }
+
+/// Pictures in and out as `Data`, with their ids typed.
+@Suite("Picture bytes through the library")
+struct PictureDataTests {
+    @Test("a picture's bytes read back as Data; a deleted one and an unknown one throw their codes; a chat image round-trips")
+    func pictureData() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-data-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone")
+        let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 9, count: 40))
+        let kept = try await node.addPicture(photo).object
+        let gone = try await node.addPicture(photo + Data([1])).object
+        #expect(try node.pictureData(kept) == photo)
+        try await node.deletePicture(gone)
+        #expect(await ErrorTests.code { _ = try node.pictureData(gone) } == "after_deletion")
+        #expect(await ErrorTests.code { _ = try node.pictureData(PictureID(Bytes32.zero)) } == "picture_unknown")
+
+        let chat = try await node.createChat(title: "notes").object
+        let sent = try await node.sendMessage(chat, text: "a photo", image: photo).object
+        let opened = try #require(try node.attachmentData(of: sent))
+        #expect(opened.data == photo && opened.attachment.mime == "image/jpeg")
+        await node.close()
+    }
+}
