@@ -77,6 +77,18 @@ struct APIBench: AsyncParsableCommand {
             commandSamples.append(Bench.clock() - start)
             guard status == 0 else { throw ValidationError("query profile exited \(status)") }
         }
+        // The same mutation as an in-process command line: the command's own
+        // cost over the direct call, without HTTP or another process.
+        Bench.note("in-process mutation command lines...")
+        var mutationCommandSamples: [Double] = []
+        for _ in 0..<mutations {
+            let user = UserID(SigningKey.generate().publicKey)
+            let follow = CommandRequest(arguments: ["follow", user.hex, "--json"], workingDirectory: dir)
+            let start = Bench.clock()
+            let status = await runner(follow, { _ in }, { _ in })
+            mutationCommandSamples.append(Bench.clock() - start)
+            guard status == 0 else { throw ValidationError("follow exited \(status)") }
+        }
         await direct.close()
 
         let server = Process()
@@ -151,6 +163,7 @@ struct APIBench: AsyncParsableCommand {
         let overhead = (p50: a.p50 - d.p50, p99: a.p99 - d.p99)
         let read = percentiles(readSamples)
         let command = percentiles(commandSamples)
+        let mutationCommand = percentiles(mutationCommandSamples)
         let health = percentiles(healthSamples)
         let fresh = percentiles(freshSamples)
         if json {
@@ -159,6 +172,7 @@ struct APIBench: AsyncParsableCommand {
                 "api_overhead_ms": ["p50": overhead.p50, "p99": overhead.p99],
                 "queries": ["clients": clients, "per_second": rate, "p50_ms": q.p50, "p99_ms": q.p99],
                 "profile_read_ms": ["p50": read.p50, "p99": read.p99], "command_line_ms": ["p50": command.p50, "p99": command.p99],
+                "mutation_command_line_ms": ["p50": mutationCommand.p50, "p99": mutationCommand.p99],
                 "health_request_ms": ["p50": health.p50, "p99": health.p99], "health_new_connection_ms": ["p50": fresh.p50, "p99": fresh.p99],
             ]
             print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self))
@@ -169,6 +183,7 @@ struct APIBench: AsyncParsableCommand {
         print("  directly on an open node      p50 \(f(d.p50)) ms   p99 \(f(d.p99)) ms")
         print("  POST /v1/following/USER (Unix socket, kept-alive) p50 \(f(a.p50)) ms   p99 \(f(a.p99)) ms")
         print("  API overhead                   p50 \(f(overhead.p50)) ms   p99 \(f(overhead.p99)) ms   (target p99 ≤ 1 ms)")
+        print("  `follow USER --json`, in-process command line     p50 \(f(mutationCommand.p50)) ms   p99 \(f(mutationCommand.p99)) ms")
         print("where a request's time goes (one at a time):")
         print("  profile read on the node       p50 \(f(read.p50)) ms   p99 \(f(read.p99)) ms")
         print("  `query profile --json`, in-process command line   p50 \(f(command.p50)) ms   p99 \(f(command.p99)) ms")
