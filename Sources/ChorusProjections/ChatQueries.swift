@@ -201,28 +201,25 @@ extension Projections {
 
     package func message(_ id: EventID) throws -> MessageView? {
         try log.env.read { txn in
-            guard let raw = try firstFact(.message, id, in: txn),
-                raw.count >= 33, let chat = Bytes32(raw[1..<33])
+            // The message's state key is (chat, sending HLC, id): the chat is
+            // its `message.sent` fact's header object and the HLC leads the
+            // fact's merge order, so one get finds it, however long the chat.
+            guard let (key, value) = try sentFact(id, in: txn), value.count >= 33, key.count >= 41, let chat = Bytes32(value[1..<33])
             else { return nil }
-            var found: MessageView? = nil
-            try txn.scan(state, prefix: Table.message.key(chat.bytes)) { key, value in
-                if key.suffix(32).elementsEqual(id.bytes) {
-                    found = try messageView(key: key, value: value, chat: chat, in: txn)
-                    return false
-                }
-                return true
-            }
-            return found
+            let stateKey = Table.message.key(chat.bytes, Array(key[33..<41]), id.bytes)
+            guard let record = try txn.get(state, stateKey) else { return nil }
+            return try messageView(key: stateKey, value: record, chat: chat, in: txn)
         }
     }
 
     static func factKeyPrefix(_ cls: ObjectClass, _ object: Bytes32) -> [UInt8] { [cls.rawValue] + object.bytes }
 
-    func firstFact(_ cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> [UInt8]? {
-        var found: [UInt8]? = nil
-        try txn.scan(facts, prefix: Self.factKeyPrefix(cls, object)) { _, value in
+    /// The `message.sent` fact filed for message `id`, key and value.
+    func sentFact(_ id: EventID, in txn: Transaction) throws -> (key: [UInt8], value: [UInt8])? {
+        var found: ([UInt8], [UInt8])? = nil
+        try txn.scan(facts, prefix: Self.factKeyPrefix(.message, id)) { key, value in
             if value.first == UInt8(EventKind.messageSent.code) {
-                found = value
+                found = (key, value)
                 return false
             }
             return true

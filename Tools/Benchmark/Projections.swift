@@ -615,6 +615,17 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let profileLatency = try Bench.latency(q) { i in _ = try projections.profile(profileUsers[i]) }
     let balanceLatency = try Bench.latency(q) { i in _ = try projections.balance(of: balanceUsers[i]) }
     let chatLatency = try Bench.latency(q) { i in pageMessages += try projections.chat(pageChats[i], limit: 50).messages.count }
+    let followerUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
+    let feedUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
+    let followersLatency = try Bench.latency(q) { i in _ = try projections.followers(of: followerUsers[i]) }
+    let feedLatency = try Bench.latency(q) { i in _ = try projections.feed(for: feedUsers[i], limit: 50) }
+    // A message looked up by id (an edit, a read marker, a reply's quote), from the long chats.
+    var messageIDs: [EventID] = []
+    for chat in longChatIDs { messageIDs += try projections.chat(chat, limit: 500).messages.map(\.id.raw) }
+    let lookups = messageIDs.isEmpty ? [] : (0..<q).map { _ in messageIDs[Int.random(in: 0..<messageIDs.count, using: &qrng)] }
+    let messageLatency = lookups.isEmpty ? nil : try Bench.latency(lookups.count) { i in
+        guard try projections.message(lookups[i]) != nil else { throw ValidationError("message \(lookups[i].short) not found") }
+    }
 
     // 5. Rebuild.
     var rebuildRate = 0.0
@@ -718,6 +729,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     rows.append(latencyRow("profile(user)", "query_profile", profileLatency))
     rows.append(latencyRow("balance(of: user)", "query_balance", balanceLatency))
     rows.append(latencyRow("chat(id, limit: 50)", "query_chat_page", chatLatency))
+    rows.append(latencyRow("followers(of: user)", "query_followers", followersLatency))
+    rows.append(latencyRow("feed(for: user, limit: 50)", "query_feed", feedLatency))
+    if let messageLatency { rows.append(latencyRow("message(id), in a long chat", "query_message", messageLatency)) }
 
     if options.json {
         var fields: [(String, JSONValue)] = [
