@@ -26,8 +26,12 @@ public struct NodeOptions: Sendable {
     /// network configuration) has to fold the whole log again.
     public var rebuildProgress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
     /// How long a read-write `open` waits for another process that holds the
-    /// store's writer lock before it fails with `NodeError.storeInUse`.
-    public var writerLockWait: Duration = .zero
+    /// store's writer lock before it fails with `NodeError.storeInUse`. The
+    /// default is a moment: a lock is also held, briefly, by a child process
+    /// that another thread of this process is starting (it shares the open
+    /// lock file until it executes its program), and by a node in another
+    /// process that is closing.
+    public var writerLockWait: Duration = .milliseconds(250)
     /// Called once when `open` has waited a second for the writer lock.
     public var onWaitingForWriterLock: (@Sendable () -> Void)? = nil
 
@@ -298,7 +302,7 @@ public actor Node {
         let fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
         defer { Foundation.close(fd) }
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 { throw NodeError.storeInUse(path: path) }
+        try await takeWriterLock(fd, path: path, options: options)
         let mapSize = options.initialMapSize
         return try await runOnOwnThread("chorus-upgrade") { cancelled in
             let env = try Environment(path: path, initialMapSize: mapSize)
