@@ -26,11 +26,6 @@ extension Node {
         Mutation(event: event, object: object, effect: try projections.noEffect(event.id).map { .noEffect($0) } ?? .applied)
     }
 
-    /// A committed event about its own object (`event.object`).
-    func outcome<Object: TypedID>(_ event: Event, as: Object.Type = Object.self) throws -> Mutation<Object> {
-        try outcome(event, Object(event.object))
-    }
-
     // MARK: Identity
 
     /// Binds a device to this node's user (user key required). `proof` is
