@@ -35,11 +35,22 @@ struct MutationResult {
 func mutate(
     _ store: StoreOptions, _ output: OutputOptions, _ body: (Node) async throws -> MutationResult
 ) async throws {
-    let (result, noEffect) = try await withNode(store) { node in
-        let result = try await body(node)
-        return (result, try node.projections.noEffect(result.event))
-    }
-    if output.json {
+    let outcome = try await withNode(store) { node in try await mutationOutcome(node, body) }
+    try report(outcome, json: output.json)
+}
+
+/// A mutation's result and, when it was stored but took no effect, why.
+typealias MutationOutcome = (result: MutationResult, noEffect: NoEffect?)
+
+func mutationOutcome(_ node: Node, _ body: (Node) async throws -> MutationResult) async throws -> MutationOutcome {
+    let result = try await body(node)
+    return (result, try node.projections.noEffect(result.event))
+}
+
+/// Prints a mutation's outcome, as text or JSON; throws exit status 1 when it took no effect.
+func report(_ outcome: MutationOutcome, json: Bool) throws {
+    let (result, noEffect) = outcome
+    if json {
         var fields = result.fields
         fields.append(("event", .string(result.event.hex)))
         fields.append(("effective", .bool(noEffect == nil)))

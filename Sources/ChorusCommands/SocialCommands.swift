@@ -19,10 +19,14 @@ extension RelationshipCommand {
 
     func run() async throws {
         let key = try parseKey(target, what: Self.targetName)
-        try await mutate(store, output) { node in
-            let event = try await Self.act(node, key)
-            return MutationResult(event: event, summary: "\(Self.verb) \(key.short)", fields: [("target", .string(key.hex))])
-        }
+        try await mutate(store, output) { node in try await Self.perform(node, key) }
+    }
+
+    /// The mutation and what it reports: also what the local API runs for
+    /// this command without parsing it (`DirectCommands`).
+    static func perform(_ node: Node, _ key: Bytes32) async throws -> MutationResult {
+        let event = try await act(node, key)
+        return MutationResult(event: event, summary: "\(verb) \(key.short)", fields: [("target", .string(key.hex))])
     }
 }
 

@@ -16,10 +16,10 @@ struct APIBench: AsyncParsableCommand {
         commandName: "api",
         abstract: "The local API's cost: a mutation through it against a direct one, and queries per second through it.",
         discussion: """
-            Makes M follows (of distinct users) one at a time directly on an open node (the baseline: one \
-            durable commit each), then M through `POST /v1/following/USER` on the Unix socket of a `chorus serve` child \
-            (the same durable commit, plus HTTP, the command line and JSON), and reports p50/p99 of each \
-            and the API's p99 overhead (target at most 1 ms). Then C concurrent clients each send Q \
+            Makes M follows (of distinct users) one at a time, alternately directly on an open node (the \
+            baseline: one durable commit each) and through `POST /v1/following/USER` on the Unix socket of a \
+            `chorus serve` child (the same durable commit, plus HTTP, running the command and JSON), and reports \
+            p50/p99 of each and the API's p99 overhead (target at most 1 ms). Then C concurrent clients each send Q \
             `GET /v1/profile` requests: requests per second (target at least 1,000) and p99 (target 5 ms). \
             Clients keep their connection open between requests, as browsers do; the cost of a new \
             connection per request is shown apart (`GET /health` both ways). \
@@ -54,13 +54,6 @@ struct APIBench: AsyncParsableCommand {
         // Follows of distinct users: each touches a new object, so the
         // figure is the API's cost, not the fold's of an ever longer history.
         let users = (0..<mutations).map { _ in UserID(SigningKey.generate().publicKey) }
-        Bench.note("direct mutations...")
-        var directSamples: [Double] = []
-        for user in users {
-            let start = Bench.clock()
-            _ = try await direct.follow(user)
-            directSamples.append(Bench.clock() - start)
-        }
         // Where an API request's time goes, without HTTP: the same query read
         // directly, and run as a command line in this process.
         Bench.note("in-process command lines...")
@@ -79,17 +72,22 @@ struct APIBench: AsyncParsableCommand {
         }
         // The same mutation as an in-process command line: the command's own
         // cost over the direct call, without HTTP or another process.
+        // In the endpoint's shape (`follow --json -- USER`, run without the
+        // parser, Specs/api.md §4.4) and as typed (`follow USER --json`, parsed).
         Bench.note("in-process mutation command lines...")
         var mutationCommandSamples: [Double] = []
+        var parsedMutationSamples: [Double] = []
         for _ in 0..<mutations {
-            let user = UserID(SigningKey.generate().publicKey)
-            let follow = CommandRequest(arguments: ["follow", user.hex, "--json"], workingDirectory: dir)
-            let start = Bench.clock()
-            let status = await runner(follow, { _ in }, { _ in })
-            mutationCommandSamples.append(Bench.clock() - start)
-            guard status == 0 else { throw ValidationError("follow exited \(status)") }
+            for parsed in [false, true] {
+                let user = UserID(SigningKey.generate().publicKey).hex
+                let follow = CommandRequest(
+                    arguments: parsed ? ["follow", user, "--json"] : ["follow", "--json", "--", user], workingDirectory: dir)
+                let start = Bench.clock()
+                let status = await runner(follow, { _ in }, { _ in })
+                if parsed { parsedMutationSamples.append(Bench.clock() - start) } else { mutationCommandSamples.append(Bench.clock() - start) }
+                guard status == 0 else { throw ValidationError("follow exited \(status)") }
+            }
         }
-        await direct.close()
 
         let server = Process()
         server.executableURL = URL(fileURLWithPath: chorus)
@@ -110,13 +108,18 @@ struct APIBench: AsyncParsableCommand {
 
         // A client keeps its connection open between requests, as a browser does.
         Bench.note("mutations through the API...")
+        var directSamples: [Double] = []
         var apiSamples: [Double] = []
         var healthSamples: [Double] = []
         var freshSamples: [Double] = []
         let mutations = self.mutations
         try await client.withConnection { connection in
+            // Alternately, so that both see the same moments of the machine's load.
             for user in users {
-                let start = Bench.clock()
+                var start = Bench.clock()
+                _ = try await direct.follow(user)
+                directSamples.append(Bench.clock() - start)
+                start = Bench.clock()
                 let r = try await connection.send(.POST, "/v1/following/\(user.hex)")
                 apiSamples.append(Bench.clock() - start)
                 guard r.status == 200 else { throw ValidationError("POST /v1/following answered \(r.status): \(r.text)") }
@@ -155,6 +158,7 @@ struct APIBench: AsyncParsableCommand {
             return try await group.reduce(into: []) { $0 += $1 }
         }
         let elapsed = Bench.clock() - start
+        await direct.close()
         let rate = Double(querySamples.count) / elapsed
 
         let d = percentiles(directSamples)
@@ -164,6 +168,7 @@ struct APIBench: AsyncParsableCommand {
         let read = percentiles(readSamples)
         let command = percentiles(commandSamples)
         let mutationCommand = percentiles(mutationCommandSamples)
+        let parsedMutation = percentiles(parsedMutationSamples)
         let health = percentiles(healthSamples)
         let fresh = percentiles(freshSamples)
         if json {
@@ -173,6 +178,7 @@ struct APIBench: AsyncParsableCommand {
                 "queries": ["clients": clients, "per_second": rate, "p50_ms": q.p50, "p99_ms": q.p99],
                 "profile_read_ms": ["p50": read.p50, "p99": read.p99], "command_line_ms": ["p50": command.p50, "p99": command.p99],
                 "mutation_command_line_ms": ["p50": mutationCommand.p50, "p99": mutationCommand.p99],
+                "parsed_mutation_command_line_ms": ["p50": parsedMutation.p50, "p99": parsedMutation.p99],
                 "health_request_ms": ["p50": health.p50, "p99": health.p99], "health_new_connection_ms": ["p50": fresh.p50, "p99": fresh.p99],
             ]
             print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self))
@@ -183,7 +189,8 @@ struct APIBench: AsyncParsableCommand {
         print("  directly on an open node      p50 \(f(d.p50)) ms   p99 \(f(d.p99)) ms")
         print("  POST /v1/following/USER (Unix socket, kept-alive) p50 \(f(a.p50)) ms   p99 \(f(a.p99)) ms")
         print("  API overhead                   p50 \(f(overhead.p50)) ms   p99 \(f(overhead.p99)) ms   (target p99 ≤ 1 ms)")
-        print("  `follow USER --json`, in-process command line     p50 \(f(mutationCommand.p50)) ms   p99 \(f(mutationCommand.p99)) ms")
+        print("  `follow --json -- USER`, in-process (not parsed)  p50 \(f(mutationCommand.p50)) ms   p99 \(f(mutationCommand.p99)) ms")
+        print("  `follow USER --json`, in-process, parsed          p50 \(f(parsedMutation.p50)) ms   p99 \(f(parsedMutation.p99)) ms")
         print("where a request's time goes (one at a time):")
         print("  profile read on the node       p50 \(f(read.p50)) ms   p99 \(f(read.p99)) ms")
         print("  `query profile --json`, in-process command line   p50 \(f(command.p50)) ms   p99 \(f(command.p99)) ms")
