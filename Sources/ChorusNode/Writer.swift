@@ -81,7 +81,10 @@ final class GroupCommitWriter: Sendable {
         stats: CommitStatistics, notifier: ArrivalNotifier
     ) {
         let started = DispatchTime.now().uptimeNanoseconds
-        defer { stats.addBusy(nanoseconds: DispatchTime.now().uptimeNanoseconds - started) }
+        let startedCPU = threadCPUNanoseconds()
+        defer {
+            stats.addBusy(nanoseconds: DispatchTime.now().uptimeNanoseconds - started, cpu: threadCPUNanoseconds() &- startedCPU)
+        }
         if batch.count == 1, let job = batch[0].exclusive {
             do {
                 try job()
@@ -129,6 +132,9 @@ public struct WriterStatistics: Sendable {
     public var events = 0
     /// Seconds the writer's thread spent in commits, failed ones and exclusive work (rebuilds) included.
     public var busySeconds = 0.0
+    /// Of those, the seconds it ran on a core (the rest it waited: for the
+    /// disk, or for a core other threads held), in the kernel included.
+    public var cpuSeconds = 0.0
 }
 
 final class CommitStatistics: Sendable {
@@ -141,5 +147,17 @@ final class CommitStatistics: Sendable {
             $0.largestBatch = max($0.largestBatch, batchSize)
         }
     }
-    func addBusy(nanoseconds: UInt64) { state.withLock { $0.busySeconds += Double(nanoseconds) / 1e9 } }
+    func addBusy(nanoseconds: UInt64, cpu: UInt64) {
+        state.withLock {
+            $0.busySeconds += Double(nanoseconds) / 1e9
+            $0.cpuSeconds += Double(cpu) / 1e9
+        }
+    }
+}
+
+/// The CPU time the calling thread has used.
+private func threadCPUNanoseconds() -> UInt64 {
+    var now = timespec()
+    guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) == 0 else { return 0 }
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
 }

@@ -686,6 +686,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / verifyAll))), ("target", .string("0.70")),
                 ("met", .bool(ingestRate / verifyAll >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
                 ("writer_busy_seconds", .string(String(format: "%.1f", writer.busySeconds))),
+                ("writer_cpu_seconds", .string(String(format: "%.1f", writer.cpuSeconds))),
                 ("durable_commit_seconds", .string(String(format: "%.1f", durableSeconds))),
             ]))),
     ]
@@ -754,7 +755,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         .joined(separator: ", ") + ", ...")
     print("ingest: \(envelopes.count / options.batch + (envelopes.count % options.batch == 0 ? 0 : 1)) calls of ≤ \(options.batch) envelopes, "
         + "\(writer.commits) commits, \(String(format: "%.1f", ingestSeconds)) s (writer busy \(String(format: "%.1f", writer.busySeconds)) s, "
-        + "of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages); \(noEffects) events took no effect by the rules"
+        + "on a core \(String(format: "%.1f", writer.cpuSeconds)) s, of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages); \(noEffects) events took no effect by the rules"
         + (options.skipRebuild ? "" : "; rebuild \(String(format: "%.1f", rebuildSeconds)) s, digest "
             + (digestsAgree ? "equals" : "DIFFERS FROM") + " the ingested state"))
     print("")
