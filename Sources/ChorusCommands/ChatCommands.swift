@@ -127,10 +127,17 @@ struct ChatSend: AsyncParsableCommand {
         let pictureID = try picture.map { try parseID($0, what: "--picture", as: PictureID.self) }
         let imageBytes = try image.map { try readImageFile($0) }
         try await mutate(store, output) { node in
-            let id = try await node.sendMessage(chatID, text: text, picture: pictureID, image: imageBytes).id
-            if !output.json { emit(id.hex) }
-            return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chatID.short)", fields: [("message", .string(id.hex))])
+            try await Self.perform(node, chatID, text: text, picture: pictureID, image: imageBytes, json: output.json)
         }
+    }
+
+    /// The mutation and what it reports (also run by `DirectCommands`).
+    static func perform(
+        _ node: Node, _ chat: ChatID, text: String?, picture: PictureID?, image: [UInt8]? = nil, json: Bool
+    ) async throws -> MutationResult {
+        let id = try await node.sendMessage(chat, text: text, picture: picture, image: image).id
+        if !json { emit(id.hex) }
+        return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chat.short)", fields: [("message", .string(id.hex))])
     }
 }
 
@@ -186,9 +193,12 @@ struct ChatRead: AsyncParsableCommand {
 
     func run() async throws {
         let (chatID, id) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(message, what: "MESSAGE", as: MessageID.self))
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.markRead(chatID, upTo: id).id, summary: "Marked chat \(chatID.short) read up to \(id.short)")
-        }
+        try await mutate(store, output) { node in try await Self.perform(node, chatID, upTo: id) }
+    }
+
+    /// The mutation and what it reports (also run by `DirectCommands`).
+    static func perform(_ node: Node, _ chat: ChatID, upTo message: MessageID) async throws -> MutationResult {
+        MutationResult(event: try await node.markRead(chat, upTo: message).id, summary: "Marked chat \(chat.short) read up to \(message.short)")
     }
 }
 
