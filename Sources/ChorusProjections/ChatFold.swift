@@ -211,33 +211,30 @@ extension FoldRun {
             if f.kind == .messageDeleted { deleted = f } else { edit = f }
             try decide(f.id, nil)
         }
-        var record: [(String, CBORValue)] = [
-            ("sender", .bytes(sender.bytes)), ("device", .bytes(sent.author.bytes)), ("hlc", .unsigned(sent.hlc.rawValue)),
-        ]
+        var record = MessageRecord(sender: sender, device: sent.author, hlc: sent.hlc)
         if let deleted {
-            record.append(("deleted", .unsigned(deleted.hlc.rawValue)))
+            record.deleted = deleted.hlc
             if purging { try purgeContent(ofMessage: message, all) }
         } else if let payload = sent.payload {
             // The body is sealed (Specs/encryption.md §7); an edit's sealed
             // body replaces it. Without the edit's payload, the original stays.
-            let body = edit?.payload?[text: "body"]?.bytesValue ?? payload[text: "body"]?.bytesValue
-            if let body { record.append(("body", .bytes(body))) }
+            record.body = edit?.payload?[text: "body"]?.bytesValue ?? payload[text: "body"]?.bytesValue
             if let attachment, let size = payload[text: "size"]?.unsignedValue {
-                record.append(("blob", .bytes(attachment.bytes)))
-                record.append(("size", .unsigned(size)))
+                record.blob = attachment
+                record.size = size
             }
             if let edit {
-                record.append(("edited", .unsigned(edit.hlc.rawValue)))
+                record.edited = edit.hlc
                 // The edit's device: its sealed body's associated data names it.
-                record.append(("editor", .bytes(edit.author.bytes)))
+                record.editor = edit.author
             }
         } else {
-            record.append(("purged", .bool(true)))
+            record.purged = true
         }
         try setBlobReference(attachment, of: message, live: deleted == nil)
         // A bulk fold starts from empty state and folds each message once.
         if try bulk || txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
-        try putState(key, Codec.cbor(.textMap(record)))
+        try putState(key, record.encoded())
     }
 
     /// The `blobRef` entry of a message's encrypted picture (Specs/
@@ -334,5 +331,58 @@ extension FoldRun {
         }
         if forward { try txn.put(p.state, key, Codec.cbor(.array([.unsigned(hlc), .bytes(message.bytes)]))) }
         try decide(f.id, nil)
+    }
+}
+
+/// The `message` state record (Specs/projections.md §5), under the key
+/// chat ‖ u64be(sending hlc) ‖ message id: what every replica holds of an
+/// effective message. Its encoding and decoding are side by side here.
+struct MessageRecord: Hashable, Sendable {
+    /// The acting user of the `message.sent`.
+    var sender: PublicKey
+    /// The device that signed the `message.sent`.
+    var device: PublicKey
+    /// HLC of the `message.sent`.
+    var hlc: HLC
+    /// The sealed body: the winning edit's, else the original; nil when deleted or purged.
+    var body: [UInt8]? = nil
+    /// The encrypted picture's blob and its size; nil without one, or when deleted or purged.
+    var blob: Hash32? = nil
+    var size: UInt64? = nil
+    /// HLC and device of the winning effective edit.
+    var edited: HLC? = nil
+    var editor: PublicKey? = nil
+    /// HLC of the effective `message.deleted`; nil while live.
+    var deleted: HLC? = nil
+    /// Live, but the `message.sent` payload is purged here.
+    var purged = false
+
+    func encoded() -> [UInt8] {
+        var m: [(String, CBORValue)] = [
+            ("sender", .bytes(sender.bytes)), ("device", .bytes(device.bytes)), ("hlc", .unsigned(hlc.rawValue)),
+        ]
+        if let body { m.append(("body", .bytes(body))) }
+        if let blob { m.append(("blob", .bytes(blob.bytes))) }
+        if let size { m.append(("size", .unsigned(size))) }
+        if let edited { m.append(("edited", .unsigned(edited.rawValue))) }
+        if let editor { m.append(("editor", .bytes(editor.bytes))) }
+        if let deleted { m.append(("deleted", .unsigned(deleted.rawValue))) }
+        if purged { m.append(("purged", .bool(true))) }
+        return Codec.cbor(.textMap(m))
+    }
+
+    static func decode(_ raw: [UInt8]) throws -> MessageRecord {
+        let v = try Codec.decode(raw, "message record")
+        guard let sender = v[text: "sender"]?.id32, let device = v[text: "device"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue
+        else { throw ProjectionError.corrupt("message record") }
+        var r = MessageRecord(sender: sender, device: device, hlc: HLC(rawValue: hlc))
+        r.body = v[text: "body"]?.bytesValue
+        r.blob = v[text: "blob"]?.id32
+        r.size = v[text: "size"]?.unsignedValue
+        r.edited = v[text: "edited"]?.unsignedValue.map(HLC.init(rawValue:))
+        r.editor = v[text: "editor"]?.id32
+        r.deleted = v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:))
+        r.purged = v[text: "purged"]?.boolValue ?? false
+        return r
     }
 }

@@ -182,16 +182,11 @@ extension Projections {
     }
 
     func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, in txn: Transaction) throws -> MessageView {
-        let v = try Codec.decode(value, "message record")
-        guard let sender = v[text: "sender"]?.id32, let device = v[text: "device"]?.id32,
-            let hlc = v[text: "hlc"]?.unsignedValue
-        else { throw ProjectionError.corrupt("message record") }
+        let r = try MessageRecord.decode(value)
         return MessageView(
-            id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(sender), device: DeviceID(device),
-            hlc: HLC(rawValue: hlc), body: v[text: "body"]?.bytesValue, blob: v[text: "blob"]?.id32,
-            blobSize: v[text: "size"]?.unsignedValue, edited: v[text: "edited"]?.unsignedValue.map(HLC.init(rawValue:)),
-            editor: v[text: "editor"]?.id32.map(DeviceID.init),
-            deleted: v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:)), purged: v[text: "purged"]?.boolValue ?? false)
+            id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(r.sender), device: DeviceID(r.device),
+            hlc: r.hlc, body: r.body, blob: r.blob, blobSize: r.size, edited: r.edited, editor: r.editor.map(DeviceID.init),
+            deleted: r.deleted, purged: r.purged)
     }
 
     /// The chat a message belongs to, when it took effect here.

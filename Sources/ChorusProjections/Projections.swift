@@ -249,7 +249,7 @@ public struct Projections: Sendable {
         for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
         var messages: [EventID] = []
         try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
-            if try Codec.decode(value, "message record")[text: "deleted"] != nil {
+            if try MessageRecord.decode(value).deleted != nil {
                 messages.append(try Codec.b32(key.suffix(32), "message id"))
             }
             return true
