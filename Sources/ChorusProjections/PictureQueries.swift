@@ -2,6 +2,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusStorage
+import HeapModule
 
 /// How a projection shows a reference to a picture. References are resolved
 /// when read, so a deleted picture disappears from everything that points at
@@ -141,22 +142,40 @@ extension Projections {
     package func feed(for viewer: PublicKey, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
         try log.env.read { txn in
             let blocked = Set(try targets(.block, of: viewer, in: txn))
-            var candidates: [(hlc: HLC, id: ObjectID)] = []
-            for followed in try targets(.follow, of: viewer, in: txn) where !blocked.contains(followed) {
-                let prefix = Table.picturesByTime.key(followed.bytes)
-                let upper = before.map { prefix + Codec.u64($0.rawValue) }
-                var taken = 0
-                try txn.scanBackward(state, prefix: prefix, before: upper) { key, _ in
-                    candidates.append((HLC(rawValue: Codec.readU64(key[33..<41])), try Codec.b32(key.suffix(32), "picture id")))
-                    taken += 1
-                    return taken < limit
+            // A merge of the followed users' `picturesByTime` entries, newest
+            // first: one read for each followed user's newest picture, then
+            // one for each picture taken, however many pictures each has.
+            func newest(of user: PublicKey, below upper: [UInt8]?) throws -> FeedHead? {
+                var head: FeedHead? = nil
+                try txn.scanBackward(state, prefix: Table.picturesByTime.key(user.bytes), before: upper) { key, _ in
+                    head = FeedHead(
+                        hlc: HLC(rawValue: Codec.readU64(key[33..<41])), id: try Codec.b32(key.suffix(32), "picture id"), user: user, key: key)
+                    return false
                 }
+                return head
             }
-            candidates.sort { ($0.hlc, $0.id) > ($1.hlc, $1.id) }
-            return try candidates.prefix(limit).compactMap { c in
-                if case .live(let v) = try lookup(c.id, in: txn) { return v }
-                return nil
+            var heads = Heap<FeedHead>()
+            for followed in try targets(.follow, of: viewer, in: txn) where !blocked.contains(followed) {
+                let upper = before.map { Table.picturesByTime.key(followed.bytes, Codec.u64($0.rawValue)) }
+                if let head = try newest(of: followed, below: upper) { heads.insert(head) }
             }
+            var out: [PictureView] = []
+            while out.count < limit, let top = heads.popMax() {
+                if case .live(let view) = try lookup(top.id, in: txn) { out.append(view) }
+                if let next = try newest(of: top.user, below: top.key) { heads.insert(next) }
+            }
+            return out
         }
     }
+}
+
+/// A followed user's newest picture not yet taken into a feed page.
+private struct FeedHead: Comparable {
+    let hlc: HLC
+    let id: ObjectID
+    let user: PublicKey
+    let key: [UInt8]
+
+    static func < (a: FeedHead, b: FeedHead) -> Bool { (a.hlc, a.id) < (b.hlc, b.id) }
+    static func == (a: FeedHead, b: FeedHead) -> Bool { a.hlc == b.hlc && a.id == b.id }
 }

@@ -172,7 +172,35 @@ struct ScheduleRun {
         for (i, replica) in replicas.enumerated() {
             problems += try purgeProblems(replica).map { "replica \(i): " + $0 }
         }
+        problems += try feedProblems(fresh, users: users, rng: &rng)
         return problems
+    }
+
+    /// Every user's feed, in pages and from a random point, equals the live
+    /// pictures of the users they follow and do not block, newest first by
+    /// (HLC, id) (Specs/projections.md §7.3), computed here the long way.
+    func feedProblems(_ r: Replica, users: [PublicKey], rng: inout SplitMix64) throws -> [String] {
+        var out: [String] = []
+        for user in users.map(UserID.init) {
+            let blocked = Set(try r.projections.blocked(by: user))
+            var all: [PictureView] = []
+            for followed in try r.projections.following(user) where !blocked.contains(followed) {
+                all += try r.projections.pictures(of: followed)
+            }
+            all.sort { ($0.hlc, $0.id.raw) > ($1.hlc, $1.id.raw) }
+            var befores: [HLC?] = [nil]
+            if let some = rng.pick(all) { befores.append(some.hlc) }
+            for before in befores {
+                let expected = all.filter { picture in before.map { picture.hlc < $0 } ?? true }
+                for limit in [1, 3, 50] {
+                    let got = try r.projections.feed(for: user, limit: limit, before: before).map(\.id)
+                    if got != expected.prefix(limit).map(\.id) {
+                        out.append("feed of \(user.short), limit \(limit), before \(before.map { "\($0.rawValue)" } ?? "none"): \(got.map(\.short)) instead of \(expected.prefix(limit).map(\.id.short))")
+                    }
+                }
+            }
+        }
+        return out
     }
 
     func diff(_ a: Replica, _ b: Replica) throws -> [String] {
