@@ -214,7 +214,7 @@ extension FoldRun {
         var record = MessageRecord(sender: sender, device: sent.author, hlc: sent.hlc)
         if let deleted {
             record.deleted = deleted.hlc
-            if purging { try purgeContent(ofMessage: message, all) }
+            if purging { try purgeContent(ofMessage: message, all) } else if bulk { deletedInBulk.messages.append(message) }
         } else if let payload = sent.payload {
             // The body is sealed (Specs/encryption.md §7); an edit's sealed
             // body replaces it. Without the edit's payload, the original stays.
@@ -357,18 +357,39 @@ struct MessageRecord: Hashable, Sendable {
     /// Live, but the `message.sent` payload is purged here.
     var purged = false
 
+    /// The canonical CBOR of the record's map (Specs/projections.md §5),
+    /// written directly: every message of a fold and of a rebuild is
+    /// encoded, and building a `CBORValue` tree first cost more than the
+    /// encoding. The keys go in canonical order (shorter first, then
+    /// bytewise), which a test checks against the generic encoder.
     func encoded() -> [UInt8] {
-        var m: [(String, CBORValue)] = [
-            ("sender", .bytes(sender.bytes)), ("device", .bytes(device.bytes)), ("hlc", .unsigned(hlc.rawValue)),
-        ]
-        if let body { m.append(("body", .bytes(body))) }
-        if let blob { m.append(("blob", .bytes(blob.bytes))) }
-        if let size { m.append(("size", .unsigned(size))) }
-        if let edited { m.append(("edited", .unsigned(edited.rawValue))) }
-        if let editor { m.append(("editor", .bytes(editor.bytes))) }
-        if let deleted { m.append(("deleted", .unsigned(deleted.rawValue))) }
-        if purged { m.append(("purged", .bool(true))) }
-        return Codec.cbor(.textMap(m))
+        var out: [UInt8] = []
+        out.reserveCapacity(160 + (body?.count ?? 0))
+        var count: UInt64 = 3
+        for present in [body != nil, blob != nil, size != nil, edited != nil, editor != nil, deleted != nil, purged] where present {
+            count += 1
+        }
+        CBOREncoder.appendHead(major: 5, argument: count, to: &out)
+        func key(_ name: String) {
+            CBOREncoder.appendHead(major: 3, argument: UInt64(name.utf8.count), to: &out)
+            out.append(contentsOf: name.utf8)
+        }
+        func bytes(_ b: [UInt8]) {
+            CBOREncoder.appendHead(major: 2, argument: UInt64(b.count), to: &out)
+            out.append(contentsOf: b)
+        }
+        func unsigned(_ n: UInt64) { CBOREncoder.appendHead(major: 0, argument: n, to: &out) }
+        key("hlc"); unsigned(hlc.rawValue)
+        if let blob { key("blob"); bytes(blob.bytes) }
+        if let body { key("body"); bytes(body) }
+        if let size { key("size"); unsigned(size) }
+        key("device"); bytes(device.bytes)
+        if let edited { key("edited"); unsigned(edited.rawValue) }
+        if let editor { key("editor"); bytes(editor.bytes) }
+        if purged { key("purged"); out.append(0xF5) }
+        key("sender"); bytes(sender.bytes)
+        if let deleted { key("deleted"); unsigned(deleted.rawValue) }
+        return out
     }
 
     static func decode(_ raw: [UInt8]) throws -> MessageRecord {

@@ -46,6 +46,21 @@ struct FoldRun {
     /// The payloads and blobs this run decided to purge, carried out by the
     /// store once the fold is done (`Purges`).
     var purges = Purges()
+    /// The pictures and messages a bulk fold that does not purge found
+    /// deleted: final, since a bulk fold folds each object once with every
+    /// fact (§9.2), so the rebuild purges them at the end without scanning
+    /// the state for them.
+    var deletedInBulk = DeletedObjects()
+
+    struct DeletedObjects {
+        var pictures: [ObjectID] = []
+        var messages: [EventID] = []
+
+        mutating func absorb(_ other: DeletedObjects) {
+            pictures += other.pictures
+            messages += other.messages
+        }
+    }
 
     struct MemberKey: Hashable {
         let chat: ObjectID
@@ -57,10 +72,10 @@ struct FoldRun {
         let target: Bytes32
     }
 
-    /// Whether effective deletions purge now. A rebuild folds the log in
-    /// slices, so a deletion can look effective part-way (the removal of its
-    /// device in a later slice) although it is not in the end: purges, which
-    /// cannot be undone, then wait for `Projections.purgeDeleted` at the end.
+    /// Whether effective deletions purge now. A whole-log fold in slices
+    /// leaves purges, which cannot be undone, to its end: a bulk rebuild
+    /// purges what its folds recorded (`deletedInBulk`), any other such fold
+    /// calls `Projections.purgeDeleted`, which finds them in the state.
     let purging: Bool
 
     /// A bulk fold (a rebuild from empty state, Specs/projections.md §9.2):

@@ -99,7 +99,7 @@ extension FoldRun {
         if let deleted {
             record.deleted = deleted.hlc
             record.deletedBy = deleted.id
-            if purging { purgeContent(of: picture, all) }
+            if purging { purgeContent(of: picture, all) } else if bulk { deletedInBulk.pictures.append(picture) }
         } else if let payload {
             record.blob = payload[text: "blob"]?.id32
             record.size = payload[text: "size"]?.unsignedValue

@@ -144,6 +144,7 @@ public struct Projections: Sendable {
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) }
         var folded = 0
+        var deleted = FoldRun.DeletedObjects()
         for cls in ObjectClass.foldOrder {
             var from: Bytes32? = nil
             while true {
@@ -151,18 +152,20 @@ public struct Projections: Sendable {
                 let (objects, facts, arrivals) = try objectsToFold(cls, after: from, limit: sliceSize)
                 guard let lastObject = objects.last else { break }
                 let preloaded = try PreloadedPayloads.load(arrivals, log: log)
-                try log.env.write { txn in
-                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                    run.preloaded = preloaded
-                    try run.foldInBulk(cls, objects)
-                }
+                deleted.absorb(
+                    try log.env.write { txn in
+                        var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                        run.preloaded = preloaded
+                        try run.foldInBulk(cls, objects)
+                        return run.deletedInBulk
+                    })
                 from = lastObject
                 folded += facts
                 progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
                 if objects.count < sliceSize { break }
             }
         }
-        try log.env.write { txn in try purgeDeleted(in: txn) }
+        try log.env.write { txn in try purge(deletedPictures: deleted.pictures, messages: deleted.messages, in: txn) }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
         progress?(total, total)
     }
@@ -240,13 +243,11 @@ public struct Projections: Sendable {
     /// Purges the payloads (and unused blobs) of every picture and message
     /// the final state holds as deleted: the end of a whole-log fold.
     public func purgeDeleted(in txn: Transaction) throws {
-        var run = FoldRun(projections: self, txn: txn)
         var pictures: [ObjectID] = []
         try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
             if try PictureRecord.decode(value).deleted != nil { pictures.append(try Codec.b32(key[1...], "picture id")) }
             return true
         }
-        for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
         var messages: [EventID] = []
         try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
             if try MessageRecord.decode(value).deleted != nil {
@@ -254,6 +255,13 @@ public struct Projections: Sendable {
             }
             return true
         }
+        try purge(deletedPictures: pictures, messages: messages, in: txn)
+    }
+
+    /// Purges the payloads (and unused blobs) of these deleted pictures and messages.
+    func purge(deletedPictures pictures: [ObjectID], messages: [EventID], in txn: Transaction) throws {
+        var run = FoldRun(projections: self, txn: txn)
+        for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
         for message in messages { try run.purgeContent(ofMessage: message, try run.facts(.message, message)) }
         try carryOut(run.purges, in: txn)
     }
