@@ -62,15 +62,16 @@ package enum DirectCommands {
 
     /// The body that runs `arguments` on a node, or nil when they must be parsed.
     package static func match(_ arguments: [String]) -> ((Node) async throws -> Void)? {
-        guard let shape = Shape(arguments), let first = shape.words.first else { return nil }
+        guard let shape = Shape(arguments) else { return nil }
         let json = shape.json
         func run(_ body: @escaping (Node) async throws -> MutationResult) -> (Node) async throws -> Void {
             { node in try report(try await mutationOutcome(node, body), json: json) }
         }
-        switch shape.words {
-        case [first] where relationships[first] != nil:
-            guard let command = relationships[first], shape.options.isEmpty, let ids = shape.ids(1) else { return nil }
+        if shape.words.count == 1, let command = relationships[shape.words[0]] {
+            guard shape.options.isEmpty, let ids = shape.ids(1) else { return nil }
             return run { try await command.perform($0, ids[0]) }
+        }
+        switch shape.words {
         case ["chat", "send"]:
             // Text and an existing picture; an image file is read by the parsed command.
             guard Set(shape.options.keys).isSubset(of: ["text", "picture"]), !shape.options.isEmpty, let ids = shape.ids(1) else {

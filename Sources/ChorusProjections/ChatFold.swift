@@ -365,10 +365,9 @@ struct MessageRecord: Hashable, Sendable {
     func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(160 + (body?.count ?? 0))
-        var count: UInt64 = 3
-        for present in [body != nil, blob != nil, size != nil, edited != nil, editor != nil, deleted != nil, purged] where present {
-            count += 1
-        }
+        func one(_ present: Bool) -> UInt64 { present ? 1 : 0 }
+        let count = 3 + one(body != nil) + one(blob != nil) + one(size != nil) + one(edited != nil) + one(editor != nil)
+            + one(deleted != nil) + one(purged)
         CBOREncoder.appendHead(major: 5, argument: count, to: &out)
         func key(_ name: String) {
             CBOREncoder.appendHead(major: 3, argument: UInt64(name.utf8.count), to: &out)
