@@ -33,32 +33,27 @@ extension ChorusCommandLineTool {
     public static func execute(
         _ arguments: [String], forward: ((any ParsableCommand) async throws -> Int32?)? = nil
     ) async -> Int32 {
-        var status: Int32 = 0
-        let failure = await exitStatus {
+        await exitStatus {
             let resolved = try negativeNumbersResolved(arguments)
             var command = try CommandTable.parseLeaf(resolved, root: Self.self) ?? parseAsRoot(resolved)
-            if let forward, let forwarded = try await forward(command) {
-                status = forwarded
-                return
-            }
+            if let forward, let forwarded = try await forward(command) { return forwarded }
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
                 try command.run()
             }
+            return 0
         }
-        return failure == 0 ? status : failure
     }
 
-    /// Runs the body of a command and returns its exit status: 0 when it
-    /// returns, else the status its error maps to, with a message that says
-    /// what was wrong (the same for a parsed command and for one the local
-    /// API runs without parsing, `DirectCommands`).
-    public static func exitStatus(_ body: () async throws -> Void) async -> Int32 {
+    /// Runs the body of a command and returns the exit status it returns,
+    /// or the status its error maps to, with a message that says what was
+    /// wrong (the same for a parsed command and for one the local API runs
+    /// without parsing, `DirectCommands`).
+    public static func exitStatus(_ body: () async throws -> Int32) async -> Int32 {
         let name = configuration.commandName ?? "chorus"
         do {
-            try await body()
-            return 0
+            return try await body()
         } catch let exit as ExitCode {
             return exit.rawValue
         } catch NodeError.refused(let why) {
