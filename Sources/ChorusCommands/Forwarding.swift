@@ -81,10 +81,12 @@ enum Forwarding {
                 workingDirectory: request.workingDirectory, standardInputFile: request.standardInputFile,
                 storeVariable: request.storeVariable)
             if let direct = DirectCommands.match(request.arguments) {
-                return await Console.$streams.withValue(streams) { await Chorus.exitStatus {
+                return await Console.$streams.withValue(streams) {
+                    await Chorus.exitStatus {
                         try await direct(node)
                         return 0
-                    } }
+                    }
+                }
             }
             return await ServedStore.$node.withValue(node) {
                 await Console.$streams.withValue(streams) {
