@@ -107,7 +107,7 @@ struct ForwardingTests {
             for side in ["a", "b"] {
                 let vars = side == "a" ? variables.a : variables.b
                 let arguments = step.arguments.map { $0.hasPrefix("$") ? vars[String($0.dropFirst())] ?? $0 : $0 }
-                let result = try runCommand(chorus, arguments, input: step.input, directory: dir.store(side))
+                let result = try await runCommandOffPool(chorus, arguments, input: step.input, directory: dir.store(side))
                 if let name = step.capture {
                     let first = result.stdout.split(separator: "\n").first.map(String.init) ?? ""
                     if side == "a" { variables.a[name] = first } else { variables.b[name] = first }

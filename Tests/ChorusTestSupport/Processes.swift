@@ -84,6 +84,20 @@ public func runCommand(
         stderr: errData.withLock { String(decoding: $0, as: UTF8.self) })
 }
 
+/// `runCommand` on a thread of its own. A test that waits for a long child
+/// (the demo, a script of many commands) must not hold one of the
+/// cooperative threads every other test's tasks run on: a 2-core machine has
+/// two, and sessions bounded by a timeout elsewhere would starve.
+public func runCommandOffPool(
+    _ path: String, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil, directory: String? = nil
+) async throws -> CommandResult {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread {
+            continuation.resume(with: Result { try runCommand(path, arguments, environment: environment, input: input, directory: directory) })
+        }.start()
+    }
+}
+
 /// A plain TCP connection to 127.0.0.1:`port` (no handshake): its file
 /// descriptor, or nil when it cannot connect. The caller closes it.
 public func rawTCPConnection(port: Int) -> Int32? {
