@@ -63,7 +63,7 @@ let package = Package(
             dependencies: ["ChorusParallel", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusEncryption", "ChorusStorage", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "HeapModule", package: "swift-collections")]),
         .target(
-            name: "ChorusStore", dependencies: ["ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage"]),
+            name: "ChorusStore", dependencies: ["ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusCrypto", "ChorusStorage"]),
         .target(
             name: "ChorusNode",
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",

@@ -122,6 +122,10 @@ public struct LogStore: Sendable {
         let storedMaxHLC: UInt64
         let nowMillis: UInt64
         let driftMillis: UInt64
+        /// Heads of the feeds appended to in this transaction, written once
+        /// each by `finish` instead of once per event (a sync delivers a
+        /// feed's events together).
+        var heads: [PublicKey: FeedHead] = [:]
     }
 
     /// Starts appending inside the caller's write transaction. `nowMillis`
@@ -133,7 +137,12 @@ public struct LogStore: Sendable {
             nextArrival: last + 1, maxHLC: maxHLC, storedMaxHLC: maxHLC, nowMillis: nowMillis, driftMillis: driftMillis)
     }
 
+    /// Writes what `append` kept in `context`: the feeds' new heads and the
+    /// largest HLC. Called once, after the transaction's last append.
     public func finish(_ context: AppendContext, in txn: Transaction) throws {
+        for (author, head) in context.heads.sorted(by: { $0.key < $1.key }) {
+            try txn.put(heads, author.bytes, Self.encodeU64(head.seq) + head.id.bytes + Self.encodeU64(head.hlc.rawValue))
+        }
         if context.maxHLC > context.storedMaxHLC { try txn.put(meta, Self.maxHLCKey, Self.encodeU64(context.maxHLC)) }
     }
 
@@ -144,7 +153,7 @@ public struct LogStore: Sendable {
         let author = event.header.author
         let seq = event.header.seq
         let feedKey = Self.feedKey(author, seq)
-        let head = try readHead(author, in: txn)
+        let head = try head(of: author, in: txn, context: context)
         // Feeds are stored contiguously (Specs/events.md §7.2): every stored
         // event of this author has a sequence number at most the head's, and
         // the id covers the author and the sequence number. So checks 1 and
@@ -186,7 +195,7 @@ public struct LogStore: Sendable {
         try txn.put(envelopes, arrivalKey, event.encoded(), append: true)
         try txn.put(ids, idKey, arrivalKey)
         try txn.put(positions, feedKey, arrivalKey)
-        try txn.put(heads, author.bytes, Self.encodeU64(seq) + idKey + Self.encodeU64(event.hlc.rawValue))
+        context.heads[author] = FeedHead(seq: seq, id: event.id, hlc: event.hlc)
         return .accepted(arrival: arrival)
     }
 
@@ -212,6 +221,14 @@ public struct LogStore: Sendable {
 
     // MARK: Reading (each call is one read transaction; `in:` variants join the caller's)
 
+    /// The head of `author`'s feed inside a write transaction that is
+    /// appending: the head `context` holds (not yet written), else the stored one.
+    public func head(of author: PublicKey, in txn: Transaction, context: AppendContext) throws -> FeedHead? {
+        try context.heads[author] ?? readHead(author, in: txn)
+    }
+
+    /// The stored head of `author`'s feed: inside a transaction that is
+    /// appending, use `head(of:in:context:)`, which sees its appends.
     public func readHead(_ author: PublicKey, in txn: Transaction) throws -> FeedHead? {
         guard let raw = try txn.get(heads, author.bytes) else { return nil }
         return try Self.decodeHead(raw)

@@ -1,4 +1,5 @@
 import ChorusBlobs
+import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusProjections
@@ -75,6 +76,10 @@ public struct CommitBatch {
         }
         return outcome
     }
+
+    /// The head of `author`'s feed as this transaction holds it so far,
+    /// including the events appended earlier in it.
+    public func head(of author: PublicKey) throws -> FeedHead? { try store.log.head(of: author, in: transaction, context: context) }
 
     /// Stores blob bytes in the same transaction.
     public func putBlob(_ bytes: [UInt8]) throws { try store.blobs.put(bytes, in: transaction) }

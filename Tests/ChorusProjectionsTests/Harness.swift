@@ -95,7 +95,7 @@ final class Replica {
             while i < queue.count {
                 let e = queue[i]
                 i += 1
-                let head = try log.readHead(e.author, in: commit.transaction)?.seq ?? 0
+                let head = try commit.head(of: e.author)?.seq ?? 0
                 if e.seq > head + 1 {
                     waiting[e.author, default: [:]][e.seq] = e
                     continue
