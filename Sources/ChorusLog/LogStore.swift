@@ -257,7 +257,8 @@ public struct LogStore: Sendable {
     }
 
     /// The stored bytes at `arrival`; a missing position is damage.
-    func rawEnvelope(at arrival: UInt64, in txn: Transaction) throws -> [UInt8] {
+    /// The envelope bytes stored at `arrival`; a missing one is damage.
+    public func rawEnvelope(at arrival: UInt64, in txn: Transaction) throws -> [UInt8] {
         guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }
         return raw
     }
@@ -265,6 +266,13 @@ public struct LogStore: Sendable {
     /// The event stored at `arrival`; a missing or undecodable one is damage.
     public func readEnvelope(at arrival: UInt64, in txn: Transaction) throws -> Event {
         try Self.decodeEnvelope(try rawEnvelope(at: arrival, in: txn), arrival: arrival)
+    }
+
+    /// The event stored at `arrival`, decoded without re-checking its
+    /// payload (`decodeTrusted`): for the fold, which reads what the log
+    /// accepted.
+    public func readTrusted(at arrival: UInt64, in txn: Transaction) throws -> Event {
+        try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival)
     }
 
     /// The payload bytes of the event at `arrival` (nil when purged), read

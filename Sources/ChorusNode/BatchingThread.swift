@@ -22,7 +22,14 @@ final class BatchingThread<Item: Sendable>: @unchecked Sendable {
         self.maxWeight = maxWeight
         self.weight = weight
         self.handle = handle
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            // The name the kernel shows (top -H, perf): Foundation's
+            // `Thread.name` does not set it on Linux.
+            #if os(Linux)
+            try? Data(name.utf8.prefix(15)).write(to: URL(fileURLWithPath: "/proc/thread-self/comm"))
+            #endif
+            run()
+        }
         thread.name = name
         thread.start()
     }

@@ -161,9 +161,9 @@ extension FoldRun {
     /// edits and deletion by the sender; deletion final and purging
     /// (Specs/projections.md §6.6).
     mutating func foldMessage(_ message: EventID) throws {
-        let all = try facts(.message, message)
-        guard let sent = all.first(where: { $0.kind == .messageSent && $0.id == message }) else {
-            for f in all {
+        let (sentFact, edits, all) = try messageFacts(message)
+        guard let sent = sentFact else {
+            for f in edits {
                 try decide(f.id, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
             }
             return

@@ -1,6 +1,7 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
+import ChorusLog
 import ChorusStorage
 
 /// A current member of a chat, as `ChatView.members` lists it
@@ -197,11 +198,11 @@ extension Projections {
     package func message(_ id: EventID) throws -> MessageView? {
         try log.env.read { txn in
             // The message's state key is (chat, sending HLC, id): the chat is
-            // its `message.sent` fact's header object and the HLC leads the
-            // fact's merge order, so one get finds it, however long the chat.
-            guard let (key, value) = try sentFact(id, in: txn), value.count >= 33, key.count >= 41, let chat = Bytes32(value[1..<33])
-            else { return nil }
-            let stateKey = Table.message.key(chat.bytes, Array(key[33..<41]), id.bytes)
+            // its `message.sent`'s header object, so one read of the send
+            // from the log finds it, however long the chat.
+            guard let sent = try sentEvent(id, in: txn)?.event else { return nil }
+            let chat = sent.object
+            let stateKey = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), id.bytes)
             guard let record = try txn.get(state, stateKey) else { return nil }
             return try messageView(key: stateKey, value: record, chat: chat, in: txn)
         }
@@ -209,16 +210,11 @@ extension Projections {
 
     static func factKeyPrefix(_ cls: ObjectClass, _ object: Bytes32) -> [UInt8] { [cls.rawValue] + object.bytes }
 
-    /// The `message.sent` fact filed for message `id`, key and value.
-    func sentFact(_ id: EventID, in txn: Transaction) throws -> (key: [UInt8], value: [UInt8])? {
-        var found: ([UInt8], [UInt8])? = nil
-        try txn.scan(facts, prefix: Self.factKeyPrefix(.message, id)) { key, value in
-            if value.first == UInt8(EventKind.messageSent.code) {
-                found = (key, value)
-                return false
-            }
-            return true
-        }
-        return found
+    /// The `message.sent` with id `id`, when this node holds one: a send is
+    /// not filed as a fact (Specs/projections.md §9.1), the log has it.
+    func sentEvent(_ id: EventID, in txn: Transaction) throws -> StoredEvent? {
+        guard let arrival = try log.readArrival(of: id, in: txn) else { return nil }
+        let event = try log.readTrusted(at: arrival, in: txn)
+        return event.kind == .messageSent && event.id == id ? StoredEvent(event: event, arrival: arrival) : nil
     }
 }

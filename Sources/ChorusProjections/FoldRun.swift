@@ -31,6 +31,13 @@ struct FoldRun {
     var newEvents: Set<EventID> = []
     /// ...unless this run recorded one for them.
     var decidedNoEffect: Set<EventID> = []
+    /// The `message.sent` events of this run's messages, by message id:
+    /// new ones as filed (not read back from the log), and those a bulk
+    /// fold read ahead. A message's send is not a fact (§9.1).
+    var sentFacts: [EventID: Fact] = [:]
+    /// Arrival positions of sends known from the chat's message index, so
+    /// re-folding a chat's messages reads each from the log directly.
+    var sentArrivals: [EventID: UInt64] = [:]
     /// Chat memberships read while folding messages (final by then: every
     /// chat of the run is folded before its messages).
     var membershipsForMessages: [MemberKey: Membership?] = [:]
@@ -136,6 +143,12 @@ struct FoldRun {
 
     mutating func markCoins(_ order: MergeOrder) { coinsDirty.insert(order) }
 
+    /// A new `message.sent`: its message is folded with the send in hand.
+    mutating func addSent(_ fact: Fact) {
+        sentFacts[fact.id] = fact
+        mark(.message, fact.id)
+    }
+
     mutating func execute() throws {
         for device in (dirty[.device] ?? []).sorted() {
             if try foldDevice(device) { try deviceChanged(device) }
@@ -163,8 +176,11 @@ struct FoldRun {
         for chat in (dirty[.chat] ?? []).sorted() where try foldChat(chat) {
             mark(.reads, chat)
             mark(.chatKeys, chat)
-            try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, _ in
-                mark(.message, try Codec.b32(key.suffix(32), "message id"))
+            try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, value in
+                let message = try Codec.b32(key.suffix(32), "message id")
+                guard value.count == 8 else { throw ProjectionError.corrupt("chat message entry of \(value.count) bytes") }
+                mark(.message, message)
+                sentArrivals[message] = Codec.readU64(value[...])
                 return true
             }
         }
@@ -194,6 +210,27 @@ struct FoldRun {
             return true
         }
         return out
+    }
+
+    /// A message's facts: its `message.sent` (nil when this node does not
+    /// hold one under that id) and its edits and deletions in merge order.
+    /// The send is not filed as a fact: it comes from this run's new sends,
+    /// or from the log by the arrival position the chat's message index or
+    /// `ids` names.
+    func messageFacts(_ message: EventID) throws -> (sent: Fact?, edits: [Fact], all: [Fact]) {
+        let edits = try facts(.message, message)
+        var sent = sentFacts[message]
+        if sent == nil, let arrival = try sentArrivals[message] ?? p.log.readArrival(of: message, in: txn) {
+            let event = try p.log.readTrusted(at: arrival, in: txn)
+            if event.kind == .messageSent, event.id == message { sent = Fact(StoredEvent(event: event, arrival: arrival)) }
+        }
+        return (sent, edits, (sent.map { [$0] } ?? []) + edits)
+    }
+
+    /// Whether this node holds a `message.sent` with id `message`.
+    func holdsSend(_ message: EventID) throws -> Bool {
+        guard let arrival = try p.log.readArrival(of: message, in: txn) else { return false }
+        return try p.log.readTrusted(at: arrival, in: txn).kind == .messageSent
     }
 
     /// Makes the state entries under `prefix` exactly `entries`. Returns

@@ -1,6 +1,7 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
+import ChorusLog
 import ChorusStorage
 
 /// One event as filed under one projected object, for audit tools.
@@ -50,13 +51,20 @@ extension Projections {
         try log.env.read { txn in
             var out: [FiledEvent] = []
             for cls in ObjectClass.allCases where cls != .coins {
+                var filed: [Fact] = []
                 try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
-                    let f = try Fact.load(key: key, value: value, log: log, in: txn)
+                    filed.append(try Fact.load(key: key, value: value, log: log, in: txn))
+                    return true
+                }
+                // A message's send is named by its chat's message index, not filed as a fact (§9.1).
+                if cls == .message, let sent = try sentEvent(object, in: txn) {
+                    filed = (filed + [Fact(sent)]).sorted { $0.order < $1.order }
+                }
+                for f in filed {
                     out.append(
                         FiledEvent(
                             objectClass: Self.className(cls), object: object, order: f.order, kind: f.kind, headerObject: f.object,
                             payload: f.payload))
-                    return true
                 }
             }
             var coinOrders: [MergeOrder] = []
@@ -171,11 +179,13 @@ extension Projections {
             }
             var out: [EventID] = []
             for (cls, object) in objects {
+                var filed: [Fact] = []
+                if cls == .message, let sent = try sentEvent(object, in: txn) { filed.append(Fact(sent)) }
                 try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
-                    let fact = try Fact.load(key: key, value: value, log: log, in: txn)
-                    if fact.payload == nil && fact.kind.payloadIsPurgeable { out.append(fact.id) }
-                    return out.count < limit
+                    filed.append(try Fact.load(key: key, value: value, log: log, in: txn))
+                    return true
                 }
+                for fact in filed where fact.payload == nil && fact.kind.payloadIsPurgeable && out.count < limit { out.append(fact.id) }
                 if out.count >= limit { break }
             }
             return out

@@ -77,6 +77,17 @@ public struct Projections: Sendable {
         let value = Fact.encode(stored)
         let order = MergeOrder(event)
         for (cls, object) in ObjectClass.targets(of: event) {
+            if event.kind == .messageSent {
+                // Not a fact (Specs/projections.md §9.1): the chat's message
+                // index names it with its arrival position. Keyed by time
+                // within the chat, so a chat's new messages land on the same
+                // pages instead of at random ids.
+                try sink.put(
+                    index, IndexTable.chatMessage.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes),
+                    Codec.u64(stored.arrival))
+                run?.addSent(Fact(stored))
+                continue
+            }
             try sink.put(facts, Self.factKey(cls, object, order), value)
             switch cls {
             case .coins:
@@ -110,11 +121,6 @@ public struct Projections: Sendable {
                 run?.mark(cls, object)
             }
         }
-        if event.kind == .messageSent {
-            // Keyed by time within the chat, so a chat's new messages land
-            // on the same pages instead of at random ids.
-            try sink.put(index, IndexTable.chatMessage.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes), [])
-        }
     }
 
     /// Drops every projection and folds the whole log again, in bulk
@@ -139,13 +145,20 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        try fileInBulk(sliceSize: sliceSize * 10, isCancelled: isCancelled) { filed in
+        let sends = try fileInBulk(sliceSize: sliceSize * 10, isCancelled: isCancelled) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
-        let factTotal = try log.env.read { txn in try txn.count(facts) }
+        let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
         var folded = 0
         var deleted = FoldRun.DeletedObjects()
         for cls in ObjectClass.foldOrder {
+            if cls == .message {
+                try foldMessagesInBulk(sliceSize: sliceSize, isCancelled: isCancelled, deleted: &deleted) { count in
+                    folded += count
+                    progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
+                }
+                continue
+            }
             var from: Bytes32? = nil
             while true {
                 if isCancelled?() == true { throw CancellationError() }
@@ -175,26 +188,34 @@ public struct Projections: Sendable {
     /// each slice on all cores into sorted runs, and writes each run to the
     /// emptied `facts` and `index` in key order. The first run is appended
     /// (`MDB_APPEND`: pages filled in order, never split); a later run's
-    /// keys interleave with earlier ones and are put in key order.
-    func fileInBulk(sliceSize: Int, isCancelled: (() -> Bool)?, progress: (_ filed: Int) -> Void) throws {
+    /// keys interleave with earlier ones and are put in key order. Returns
+    /// how many `message.sent` it filed (in the index, not as facts).
+    func fileInBulk(sliceSize: Int, isCancelled: (() -> Bool)?, progress: (_ filed: Int) -> Void) throws -> Int {
         var filed = 0
         var runs = 0
+        var sends = 0
         try log.rawEnvelopes(since: 0, sliceSize: sliceSize) { slice in
             if isCancelled?() == true { throw CancellationError() }
             let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
-            let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<SortedRunSink, Error> in
+            let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
                 Result {
                     var sink = SortedRunSink(factsDB: facts, indexDB: index)
                     var none: FoldRun? = nil
+                    var sends = 0
                     for (arrival, bytes) in chunk {
                         let event = try LogStore.decodeTrusted(bytes, arrival: arrival)
                         try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
+                        if event.kind == .messageSent { sends += 1 }
                     }
-                    return sink
+                    return (sink, sends)
                 }
             }
             var sink = SortedRunSink(factsDB: facts, indexDB: index)
-            for chunk in filedChunks { sink.absorb(try chunk.get()) }
+            for chunk in filedChunks {
+                let (filedSink, filedSends) = try chunk.get()
+                sink.absorb(filedSink)
+                sends += filedSends
+            }
             sink.facts.sort()
             sink.index.sort()
             try writeRun(sink.facts, to: facts, append: runs == 0)
@@ -203,6 +224,71 @@ public struct Projections: Sendable {
             filed += slice.count
             progress(filed)
             return true
+        }
+        return sends
+    }
+
+    /// The messages of a bulk rebuild (Specs/projections.md §9.2): every
+    /// send in the order of the chats' message index (chat, time, id), read
+    /// from the log in arrival order and decoded on all cores, each folded
+    /// once with its edits and deletion; then the edits and deletions of
+    /// messages this node does not hold. `folded` counts what each slice
+    /// folded, for progress.
+    func foldMessagesInBulk(
+        sliceSize: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
+    ) throws {
+        var after: [UInt8]? = nil
+        while true {
+            if isCancelled?() == true { throw CancellationError() }
+            var sends: [(message: EventID, arrival: UInt64)] = []
+            let raw: [(UInt64, [UInt8])] = try log.env.read { txn in
+                try txn.scan(index, from: after.map { $0 + [0] } ?? [IndexTable.chatMessage.rawValue]) { key, value in
+                    guard key.first == IndexTable.chatMessage.rawValue else { return false }
+                    guard key.count == 73, value.count == 8 else {
+                        throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
+                    }
+                    sends.append((try Codec.b32(key.suffix(32), "message id"), Codec.readU64(value[...])))
+                    after = key
+                    return sends.count < sliceSize
+                }
+                return try sends.map(\.arrival).sorted().map { ($0, try log.rawEnvelope(at: $0, in: txn)) }
+            }
+            guard !sends.isEmpty else { break }
+            let decoded = parallelMap(raw, chunk: 256) { arrival, bytes in
+                Result { Fact(StoredEvent(event: try LogStore.decodeTrusted(bytes, arrival: arrival), arrival: arrival)) }
+            }
+            var sentFacts: [EventID: Fact] = [:]
+            sentFacts.reserveCapacity(decoded.count)
+            for result in decoded {
+                let fact = try result.get()
+                sentFacts[fact.id] = fact
+            }
+            deleted.absorb(
+                try log.env.write { txn in
+                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                    run.sentFacts = sentFacts
+                    try run.foldInBulk(.message, sends.map(\.message))
+                    return run.deletedInBulk
+                })
+            folded(sends.count)
+            if sends.count < sliceSize { break }
+        }
+        // What remains under the message class are edits and deletions;
+        // those of a held message were folded with it above.
+        var from: Bytes32? = nil
+        while true {
+            if isCancelled?() == true { throw CancellationError() }
+            let (objects, facts, arrivals) = try objectsToFold(.message, after: from, limit: sliceSize)
+            guard let lastObject = objects.last else { break }
+            let preloaded = try PreloadedPayloads.load(arrivals, log: log)
+            try log.env.write { txn in
+                var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                run.preloaded = preloaded
+                try run.foldInBulk(.message, try objects.filter { try !run.holdsSend($0) })
+            }
+            from = lastObject
+            folded(facts)
+            if objects.count < sliceSize { break }
         }
     }
 
@@ -262,7 +348,7 @@ public struct Projections: Sendable {
     func purge(deletedPictures pictures: [ObjectID], messages: [EventID], in txn: Transaction) throws {
         var run = FoldRun(projections: self, txn: txn)
         for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
-        for message in messages { try run.purgeContent(ofMessage: message, try run.facts(.message, message)) }
+        for message in messages { try run.purgeContent(ofMessage: message, try run.messageFacts(message).all) }
         try carryOut(run.purges, in: txn)
     }
 
@@ -273,8 +359,10 @@ public struct Projections: Sendable {
     /// the retired profile field `visibility`. 3: facts reference the log by
     /// arrival position instead of copying payloads. 4: the coin ledger's
     /// incremental decisions and their index entries (§6.9.1). 5: a chat's
-    /// messages indexed by time (chat, hlc, id) instead of by id.
-    public static let formatVersion: UInt64 = 5
+    /// messages indexed by time (chat, hlc, id) instead of by id. 6: a
+    /// `message.sent` is named by that index, with its arrival position,
+    /// instead of being filed as a fact.
+    public static let formatVersion: UInt64 = 6
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
