@@ -204,8 +204,10 @@ public actor Node {
             }
         }
         var fdOwnedByNode = false
+        var opened: Environment? = nil
         do {
             let env = try Environment(path: path, initialMapSize: options.initialMapSize, readOnly: readOnly)
+            opened = env
             let log = try LogStore(env: env)
             let configPath = path + "/" + NetworkConfig.fileName
             let network: NetworkConfig
@@ -249,6 +251,7 @@ public actor Node {
             // From here the node owns the lock's descriptor: closing it here too
             // would close whatever file reuses the number next.
             fdOwnedByNode = true
+            opened = nil
             if !readOnly {
                 do { try await node.publishEncryptionKeyIfNeeded() } catch {
                     await node.close()
@@ -257,6 +260,10 @@ public actor Node {
             }
             return node
         } catch {
+            // Closed here, not when the last reference goes: a cancelled
+            // rebuild's thread may still hold one for a moment, and the
+            // store must open again at once.
+            opened?.close()
             if fd >= 0, !fdOwnedByNode { Foundation.close(fd) }
             throw error
         }
