@@ -67,9 +67,9 @@ public struct Membership: Hashable, Sendable {
 extension FoldRun {
     /// Chat creation and membership, replayed in merge order; admins add and
     /// remove members, anyone may leave (Specs/projections.md §6.5).
-    /// Returns whether any membership changed, which re-decides the chat's
-    /// messages and read markers.
-    mutating func foldChat(_ chat: ObjectID) throws -> Bool {
+    /// Returns the users whose membership changed (empty when none did):
+    /// their messages, and the chat's read markers and keys, are decided again.
+    mutating func foldChat(_ chat: ObjectID) throws -> Set<PublicKey> {
         var created: (fact: Fact, creator: PublicKey)? = nil
         var members: [PublicKey: Membership] = [:]
         func join(_ user: PublicKey, admin: Bool, at hlc: HLC) {
@@ -138,19 +138,30 @@ extension FoldRun {
             try txn.delete(p.state, chatKey)
         }
         let prefix = Table.member.key(chat.bytes)
-        var oldCurrent: [[UInt8]] = []
+        var old: [PublicKey: [UInt8]] = [:]
+        var oldCurrent: [PublicKey] = []
         try txn.scan(p.state, prefix: prefix) { key, value in
-            if try Membership.decode(value).isCurrent { oldCurrent.append(Array(key[33...])) }
+            let user = try Codec.b32(key[33...], "member")
+            old[user] = value
+            if try Membership.decode(value).isCurrent { oldCurrent.append(user) }
             return true
         }
-        for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat.bytes)) }
-        var entries: [[UInt8]: [UInt8]] = [:]
+        for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user.bytes, chat.bytes)) }
+        var changed: Set<PublicKey> = []
         for (user, m) in members {
-            try txn.put(p.index, IndexTable.memberOf.key(user.bytes, chat.bytes), [])
-            entries[Table.member.key(chat.bytes, user.bytes)] = m.encoded()
+            let value = m.encoded()
+            if old.removeValue(forKey: user) != value {
+                changed.insert(user)
+                try txn.put(p.index, IndexTable.memberOf.key(user.bytes, chat.bytes), [])
+                try txn.put(p.state, Table.member.key(chat.bytes, user.bytes), value)
+            }
             if m.isCurrent { try txn.put(p.state, Table.userChat.key(user.bytes, chat.bytes), []) }
         }
-        return try replace(prefix: prefix, with: entries)
+        for user in old.keys {
+            changed.insert(user)
+            try txn.delete(p.state, Table.member.key(chat.bytes, user.bytes))
+        }
+        return changed
     }
 
     func membership(_ chat: ObjectID, _ user: PublicKey) throws -> Membership? {

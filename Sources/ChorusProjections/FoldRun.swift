@@ -173,14 +173,26 @@ struct FoldRun {
                 }
             }
         }
-        for chat in (dirty[.chat] ?? []).sorted() where try foldChat(chat) {
+        for chat in (dirty[.chat] ?? []).sorted() {
+            let changed = try foldChat(chat)
+            guard !changed.isEmpty else { continue }
             mark(.reads, chat)
             mark(.chatKeys, chat)
+            // A message's decision reads only its sender's membership: only
+            // the messages of users whose membership changed are decided
+            // again. A message of a removed device takes no effect whatever
+            // the membership; a device whose binding changed in this run
+            // had all its events marked already (`deviceChanged`).
             try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, value in
+                guard key.count == 73, value.count == 40 else {
+                    throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
+                }
+                let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
+                guard let sender = try actingUser(try Codec.b32(value[8...], "message author"), at: hlc), changed.contains(sender)
+                else { return true }
                 let message = try Codec.b32(key.suffix(32), "message id")
-                guard value.count == 8 else { throw ProjectionError.corrupt("chat message entry of \(value.count) bytes") }
                 mark(.message, message)
-                sentArrivals[message] = Codec.readU64(value[...])
+                sentArrivals[message] = Codec.readU64(value[..<8])
                 return true
             }
         }

@@ -84,7 +84,7 @@ public struct Projections: Sendable {
                 // pages instead of at random ids.
                 try sink.put(
                     index, IndexTable.chatMessage.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes),
-                    Codec.u64(stored.arrival))
+                    Codec.u64(stored.arrival) + event.author.bytes)
                 run?.addSent(Fact(stored))
                 continue
             }
@@ -244,10 +244,10 @@ public struct Projections: Sendable {
             let raw: [(UInt64, [UInt8])] = try log.env.read { txn in
                 try txn.scan(index, from: after.map { $0 + [0] } ?? [IndexTable.chatMessage.rawValue]) { key, value in
                     guard key.first == IndexTable.chatMessage.rawValue else { return false }
-                    guard key.count == 73, value.count == 8 else {
+                    guard key.count == 73, value.count == 40 else {
                         throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
                     }
-                    sends.append((try Codec.b32(key.suffix(32), "message id"), Codec.readU64(value[...])))
+                    sends.append((try Codec.b32(key.suffix(32), "message id"), Codec.readU64(value[..<8])))
                     after = key
                     return sends.count < sliceSize
                 }
