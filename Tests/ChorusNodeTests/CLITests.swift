@@ -8,15 +8,15 @@ struct CLITests {
     let chorus: String
     init() throws { chorus = try productPath("chorus") }
 
-    func run(_ args: String...) throws -> CommandResult { try runCommand(chorus, args) }
+    func run(_ args: String...) async throws -> CommandResult { try await runCommand(chorus, args) }
 
     func json(_ text: String) throws -> Any { try JSONSerialization.jsonObject(with: Data(text.utf8)) }
 
     /// `log --json` without the local arrival positions, which differ between stores.
-    func events(_ store: String, author: String? = nil) throws -> [[String: String]] {
+    func events(_ store: String, author: String? = nil) async throws -> [[String: String]] {
         var args = ["log", "--store", store, "--json"]
         if let author { args += ["--author", author] }
-        let result = try runCommand(chorus, args)
+        let result = try await runCommand(chorus, args)
         #expect(result.status == 0, "\(result.stderr)")
         let list = try #require(try json(result.stdout) as? [[String: Any]])
         return list.map { event in
@@ -30,89 +30,89 @@ struct CLITests {
         }.sorted { $0["id"]! < $1["id"]! }
     }
 
-    @Test func initAndWhoamiPrintTheIdsAsLowercaseHex() throws {
+    @Test func initAndWhoamiPrintTheIdsAsLowercaseHex() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let store = tmp.store("a")
-        let created = try run("init", "--store", store, "--name", "Alice", "--json")
+        let created = try await run("init", "--store", store, "--name", "Alice", "--json")
         #expect(created.status == 0, "\(created.stderr)")
         let ids = try #require(try json(created.stdout) as? [String: String])
-        let who = try run("whoami", "--store", store, "--json")
+        let who = try await run("whoami", "--store", store, "--json")
         #expect(try json(who.stdout) as? [String: String] == ids)
         for key in ["user", "device"] {
             let value = try #require(ids[key])
             #expect(value.count == 64 && value.allSatisfy { "0123456789abcdef".contains($0) })
         }
-        let again = try run("init", "--store", store)
+        let again = try await run("init", "--store", store)
         #expect(again.status == 2 && again.stderr.contains("already holds a Chorus store"))
         // $CHORUS_STORE is honoured.
-        let viaEnv = try runCommand(chorus, ["whoami", "--json"], environment: ["CHORUS_STORE": store])
+        let viaEnv = try await runCommand(chorus, ["whoami", "--json"], environment: ["CHORUS_STORE": store])
         #expect(try json(viaEnv.stdout) as? [String: String] == ids)
     }
 
-    @Test func exportThenImportReproducesTheLogAndRefusesTampering() throws {
+    @Test func exportThenImportReproducesTheLogAndRefusesTampering() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let a = tmp.store("a"), b = tmp.store("b")
-        #expect(try run("init", "--store", a, "--name", "Alice").status == 0)
-        #expect(try run("profile", "set", "--store", a, "city", "Lisbon").status == 0)
-        #expect(try run("profile", "set", "--store", a, "birthday", "1991-04-12").status == 0)
-        #expect(try run("profile", "set", "--store", a, "--clear", "city").status == 0)
-        #expect(try run("init", "--store", b).status == 0)
+        #expect(try await run("init", "--store", a, "--name", "Alice").status == 0)
+        #expect(try await run("profile", "set", "--store", a, "city", "Lisbon").status == 0)
+        #expect(try await run("profile", "set", "--store", a, "birthday", "1991-04-12").status == 0)
+        #expect(try await run("profile", "set", "--store", a, "--clear", "city").status == 0)
+        #expect(try await run("init", "--store", b).status == 0)
 
         for format in ["cbor", "jsonl"] {
             let c = tmp.store("c-\(format)")
-            #expect(try run("init", "--store", c).status == 0)
+            #expect(try await run("init", "--store", c).status == 0)
             let file = tmp.path + "/export.\(format)"
-            let exported = try run("export", "--store", a, file, "--format", format, "--json")
+            let exported = try await run("export", "--store", a, file, "--format", format, "--json")
             #expect(exported.status == 0, "\(exported.stderr)")
-            let imported = try run("import", "--store", c, file, "--json")
+            let imported = try await run("import", "--store", c, file, "--json")
             #expect(imported.status == 0, "\(imported.stderr)")
             let report = try #require(try json(imported.stdout) as? [String: Any])
             #expect(report["accepted"] as? Int == 6)  // device.added, device.key, name, birthday, city, cleared city
             #expect(report["refused"] as? Int == 0)
-            let aEvents = try events(a)
-            let cEvents = Set(try events(c).map { $0["id"]! })
+            let aEvents = try await events(a)
+            let cEvents = Set(try await events(c).map { $0["id"]! })
             #expect(aEvents.allSatisfy { cEvents.contains($0["id"]!) })
-            let again = try run("import", "--store", c, file, "--json")
+            let again = try await run("import", "--store", c, file, "--json")
             #expect(again.status == 0)
             let againReport = try #require(try json(again.stdout) as? [String: Any])
             #expect(againReport["duplicate"] as? Int == 6 && againReport["accepted"] as? Int == 0)
         }
 
         let file = tmp.path + "/export.cbor"
-        #expect(try run("import", "--store", b, file).status == 0)
-        let user = try #require(try json(try run("whoami", "--store", a, "--json").stdout) as? [String: String])["device"]
-        #expect(try events(a, author: user) == events(b, author: user))
+        #expect(try await run("import", "--store", b, file).status == 0)
+        let user = try #require(try json(try await run("whoami", "--store", a, "--json").stdout) as? [String: String])["device"]
+        #expect(try await events(a, author: user) == events(b, author: user))
 
         // One flipped byte in every position class: header, signature, payload.
         let original = try Data(contentsOf: URL(fileURLWithPath: file))
-        let before = try events(b)
+        let before = try await events(b)
         for offset in stride(from: 5, to: original.count, by: max(1, original.count / 23)) {
             var damaged = original
             damaged[offset] ^= 0x01
             let path = tmp.path + "/damaged.cbor"
             try damaged.write(to: URL(fileURLWithPath: path))
             let fresh = tmp.store("fresh-\(offset)")
-            #expect(try run("init", "--store", fresh).status == 0)
-            let freshBefore = try events(fresh)
-            let result = try run("import", "--store", fresh, path, "--json")
+            #expect(try await run("init", "--store", fresh).status == 0)
+            let freshBefore = try await events(fresh)
+            let result = try await run("import", "--store", fresh, path, "--json")
             #expect(result.status == 1, "offset \(offset): \(result.stdout) \(result.stderr)")
             let report = try #require(try json(result.stdout) as? [String: Any])
             #expect(report["accepted"] as? Int == 0)
             let errors = try #require(report["errors"] as? [[String: Any]])
             #expect(!errors.isEmpty && errors.allSatisfy { ($0["reason"] as? String ?? "").isEmpty == false })
-            #expect(try events(fresh) == freshBefore, "offset \(offset): store changed")
+            #expect(try await events(fresh) == freshBefore, "offset \(offset): store changed")
         }
-        #expect(try events(b) == before)
+        #expect(try await events(b) == before)
     }
 
-    @Test func importSaysWhenAFileIsNotAnEventFileAndReadsStandardInput() throws {
+    @Test func importSaysWhenAFileIsNotAnEventFileAndReadsStandardInput() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let a = tmp.store("a"), b = tmp.store("b")
-        #expect(try run("init", "--store", a, "--name", "Alice").status == 0)
-        #expect(try run("init", "--store", b).status == 0)
+        #expect(try await run("init", "--store", a, "--name", "Alice").status == 0)
+        #expect(try await run("init", "--store", b).status == 0)
         // Three megabytes of noise, and a text file: one clear error each, exit 2.
         var g = SystemRandomNumberGenerator()
         let noise = tmp.path + "/noise.bin"
@@ -120,15 +120,15 @@ struct CLITests {
         let text = tmp.path + "/notes.txt"
         try Data(String(repeating: "hello world\n", count: 10_000).utf8).write(to: URL(fileURLWithPath: text))
         for file in [noise, text] {
-            let r = try run("import", "--store", b, file)
+            let r = try await run("import", "--store", b, file)
             #expect(r.status == 2 && r.stderr.contains("is not a Chorus event file"), "\(file): \(r.stdout) \(r.stderr)")
             #expect(!r.stdout.contains("refused"))
         }
-        let dir = try run("import", "--store", b, tmp.path)
+        let dir = try await run("import", "--store", b, tmp.path)
         #expect(dir.status == 2 && dir.stderr.contains("a directory"))
         // Standard input: an export piped in is imported like a file.
         let export = tmp.path + "/a.cbor"
-        #expect(try run("export", "--store", a, export).status == 0)
+        #expect(try await run("export", "--store", a, export).status == 0)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chorus)
         process.arguments = ["import", "--store", b, "-", "--json"]
@@ -143,68 +143,68 @@ struct CLITests {
         #expect(report["accepted"] as? Int == 3 && report["withheld"] as? Int == 0)  // device.added, device.key, name
     }
 
-    @Test func aStoreWhoseDeviceKeyIsGoneSaysToRestoreItNotToInit() throws {
+    @Test func aStoreWhoseDeviceKeyIsGoneSaysToRestoreItNotToInit() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let a = tmp.store("a")
-        #expect(try run("init", "--store", a).status == 0)
+        #expect(try await run("init", "--store", a).status == 0)
         try FileManager.default.removeItem(atPath: a + "/keys/device.secret")
-        let r = try run("query", "profile", "--store", a)
+        let r = try await run("query", "profile", "--store", a)
         #expect(r.status == 2 && r.stderr.contains("restore") && !r.stderr.contains("run chorus init"), "\(r.stderr)")
-        let none = try run("query", "profile", "--store", tmp.store("nowhere"))
+        let none = try await run("query", "profile", "--store", tmp.store("nowhere"))
         #expect(none.status == 2 && none.stderr.contains("init"))
     }
 
-    @Test func negativeNumbersGetAClearMessageAndOptionValuesMayBeNegative() throws {
+    @Test func negativeNumbersGetAClearMessageAndOptionValuesMayBeNegative() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let a = tmp.store("a")
-        #expect(try run("init", "--store", a).status == 0)
-        let spend = try run("coins", "spend", "--store", a, "-5", "--for", "x")
+        #expect(try await run("init", "--store", a).status == 0)
+        let spend = try await run("coins", "spend", "--store", a, "-5", "--for", "x")
         #expect(spend.status == 2 && spend.stderr.contains("-5 is a negative number") && !spend.stderr.contains("Missing expected"))
         // As an option's value, a negative number is that value; after --, a positional one.
-        #expect(try run("profile", "set", "--store", a, "bio", "--", "-5").status == 0)
-        let chat = try run("chat", "create", "--store", a).stdout.split(separator: "\n").first.map(String.init) ?? ""
-        #expect(try run("chat", "send", "--store", a, chat, "--text", "-5").status == 0)
-        let page = try run("query", "chat", "--store", a, chat, "--json").stdout
+        #expect(try await run("profile", "set", "--store", a, "bio", "--", "-5").status == 0)
+        let chat = try await run("chat", "create", "--store", a).stdout.split(separator: "\n").first.map(String.init) ?? ""
+        #expect(try await run("chat", "send", "--store", a, chat, "--text", "-5").status == 0)
+        let page = try await run("query", "chat", "--store", a, chat, "--json").stdout
         #expect(page.contains("\"text\":\"-5\""), "\(page)")
-        #expect(try run("query", "profile", "--store", a, "--json").stdout.contains("\"-5\""))
+        #expect(try await run("query", "profile", "--store", a, "--json").stdout.contains("\"-5\""))
     }
 
-    @Test func logFiltersByAuthorKindAndArrival() throws {
+    @Test func logFiltersByAuthorKindAndArrival() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let a = tmp.store("a")
-        #expect(try run("init", "--store", a, "--name", "Alice").status == 0)
-        #expect(try run("profile", "set", "--store", a, "bio", "hi").status == 0)
-        let kinds = try #require(try json(try run("log", "--store", a, "--kind", "device.added", "--json").stdout) as? [[String: Any]])
+        #expect(try await run("init", "--store", a, "--name", "Alice").status == 0)
+        #expect(try await run("profile", "set", "--store", a, "bio", "hi").status == 0)
+        let kinds = try #require(try json(try await run("log", "--store", a, "--kind", "device.added", "--json").stdout) as? [[String: Any]])
         #expect(kinds.count == 1 && kinds[0]["kind"] as? String == "device.added")
         // Arrivals: 1 device.added, 2 device.key, 3 the name, 4 the bio.
-        let since = try #require(try json(try run("log", "--store", a, "--since", "3", "--json").stdout) as? [[String: Any]])
+        let since = try #require(try json(try await run("log", "--store", a, "--since", "3", "--json").stdout) as? [[String: Any]])
         #expect(since.count == 1 && since[0]["arrival"] as? Int == 4)
         let first = try #require(since.first)
         for key in ["id", "author", "seq", "kind", "hlc", "object", "payload"] { #expect(first[key] != nil, "missing \(key)") }
         #expect((first["payload"] as? [String: String]) == ["field": "bio", "value": "hi"])
-        let text = try run("log", "--store", a)
+        let text = try await run("log", "--store", a)
         #expect(text.status == 0 && text.stdout.contains("profile.set") && text.stdout.contains("ARRIVAL"))
     }
 
-    @Test func errorsSayWhatWasWrongAndExitWithMeaningfulCodes() throws {
+    @Test func errorsSayWhatWasWrongAndExitWithMeaningfulCodes() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let missing = try run("log", "--store", tmp.store("none"))
+        let missing = try await run("log", "--store", tmp.store("none"))
         #expect(missing.status == 2 && missing.stderr.contains("chorus init"))
-        let badKind = try run("log", "--store", tmp.store("none"), "--kind", "nope")
+        let badKind = try await run("log", "--store", tmp.store("none"), "--kind", "nope")
         #expect(badKind.status == 2 && badKind.stderr.contains("unknown kind"))
-        #expect(try run("init", "--store", tmp.store("a")).status == 0)
-        let badField = try run("profile", "set", "--store", tmp.store("a"), "shoe", "42")
+        #expect(try await run("init", "--store", tmp.store("a")).status == 0)
+        let badField = try await run("profile", "set", "--store", tmp.store("a"), "shoe", "42")
         #expect(badField.status == 2 && badField.stderr.contains("unknown profile field"))
-        let badDate = try run("profile", "set", "--store", tmp.store("a"), "birthday", "1990-02-30")
+        let badDate = try await run("profile", "set", "--store", tmp.store("a"), "birthday", "1990-02-30")
         #expect(badDate.status == 2 && badDate.stderr.contains("date"))
-        let noFile = try run("import", "--store", tmp.store("a"), tmp.path + "/nothing.cbor")
+        let noFile = try await run("import", "--store", tmp.store("a"), tmp.path + "/nothing.cbor")
         #expect(noFile.status == 2 && noFile.stderr.contains("cannot read"))
         for command in [[], ["init"], ["whoami"], ["profile", "set"], ["log"], ["export"], ["import"]] {
-            let help = try runCommand(chorus, command + ["--help"])
+            let help = try await runCommand(chorus, command + ["--help"])
             #expect(help.status == 0 && help.stdout.contains("USAGE"), "\(command)")
         }
     }

@@ -86,14 +86,14 @@ struct NodeTests {
         let node = try await Node.create(at: tmp.store("a"))
         _ = try await node.setProfile(.bio, .text("held"))
         let chorus = try productPath("chorus")
-        let write = try runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")], environment: ["CHORUS_WRITER_WAIT": "0"])
+        let write = try await runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")], environment: ["CHORUS_WRITER_WAIT": "0"])
         #expect(write.status == 2 && write.stderr.contains("in use by another process"), "\(write.stderr)")
-        let read = try runCommand(chorus, ["query", "profile", "--store", tmp.store("a"), "--json"])
+        let read = try await runCommand(chorus, ["query", "profile", "--store", tmp.store("a"), "--json"])
         #expect(read.status == 0 && read.stdout.contains("held"), "\(read.stderr)")
         // By default a writer waits its turn: it goes through once this one closes.
         let waited = Mutex<CommandResult?>(nil)
         let store = tmp.store("a")
-        let waiter = Thread { waited.withLock { $0 = try? runCommand(chorus, ["profile", "set", "bio", "after the wait", "--store", store]) } }
+        let waiter = Thread { waited.withLock { $0 = try? runCommandSync(chorus, ["profile", "set", "bio", "after the wait", "--store", store]) } }
         waiter.start()
         try await Task.sleep(for: .milliseconds(300))
         await node.close()

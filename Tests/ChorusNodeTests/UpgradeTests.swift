@@ -37,19 +37,19 @@ struct UpgradeTests {
         try String(contentsOfFile: Self.fixture + "/" + name, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    @Test func anOldStoreSaysHowToUpgradeAndTheUpgradeKeepsEveryEventAndTheDigest() throws {
+    @Test func anOldStoreSaysHowToUpgradeAndTheUpgradeKeepsEveryEventAndTheDigest() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
         let store = try copyOfFixture(dir)
 
         // Opening it names the command that upgrades it, and writes nothing.
         let before = try Data(contentsOf: URL(fileURLWithPath: store + "/data.mdb"))
-        let refused = try runCommand(chorus, ["query", "digest", "--store", store])
+        let refused = try await runCommand(chorus, ["query", "digest", "--store", store])
         #expect(refused.status == 2)
         #expect(refused.stderr.contains("format version 1") && refused.stderr.contains("chorus upgrade --store \(store)"), "\(refused.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: store + "/data.mdb")) == before)
 
-        let upgraded = try runCommand(chorus, ["upgrade", "--store", store, "--json"])
+        let upgraded = try await runCommand(chorus, ["upgrade", "--store", store, "--json"])
         #expect(upgraded.status == 0, "\(upgraded.stderr)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(upgraded.stdout.utf8)) as? [String: Any])
         #expect(report["upgraded"] as? Bool == true)
@@ -57,24 +57,24 @@ struct UpgradeTests {
         #expect(report["digest"] as? String == (try fixtureText("digest.txt")))
 
         // Every event, its arrival position, payload or purge: the same log, byte for byte.
-        let log = try runCommand(chorus, ["log", "--store", store, "--json"])
+        let log = try await runCommand(chorus, ["log", "--store", store, "--json"])
         #expect(log.status == 0)
         #expect(log.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == (try fixtureText("log.json")))
-        let digest = try runCommand(chorus, ["query", "digest", "--store", store])
+        let digest = try await runCommand(chorus, ["query", "digest", "--store", store])
         #expect(digest.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == (try fixtureText("digest.txt")))
         // The pictures' bytes are still there.
-        let pictures = try runCommand(chorus, ["query", "pictures", "--store", store, "--json"])
+        let pictures = try await runCommand(chorus, ["query", "pictures", "--store", store, "--json"])
         let list = try #require(try JSONSerialization.jsonObject(with: Data(pictures.stdout.utf8)) as? [[String: Any]])
         #expect(list.count == 2)
         for picture in list {
             let id = try #require(picture["id"] as? String)
             let out = dir.store("\(id).png")
-            let got = try runCommand(chorus, ["picture", "get", "--store", store, id, "--out", out])
+            let got = try await runCommand(chorus, ["picture", "get", "--store", store, id, "--out", out])
             #expect(got.status == 0, "\(got.stderr)")
         }
 
         // A second run has nothing to do.
-        let again = try runCommand(chorus, ["upgrade", "--store", store])
+        let again = try await runCommand(chorus, ["upgrade", "--store", store])
         #expect(again.status == 0)
         #expect(again.stdout.contains("nothing to do"))
     }

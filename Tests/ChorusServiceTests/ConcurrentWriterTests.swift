@@ -25,8 +25,8 @@ struct ConcurrentWriterTests {
     static let mutationsEach = 100
 
     /// Events in the store, from `export --json`.
-    static func eventCount(_ chorus: String, _ store: String, _ dir: TempDir) throws -> Int {
-        let r = try runCommand(chorus, ["export", dir.store("count.cbor"), "--json", "--store", store])
+    static func eventCount(_ chorus: String, _ store: String, _ dir: TempDir) async throws -> Int {
+        let r = try await runCommand(chorus, ["export", dir.store("count.cbor"), "--json", "--store", store])
         let object = try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any]
         return try #require(object?["events"] as? Int)
     }
@@ -38,10 +38,10 @@ struct ConcurrentWriterTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let store = dir.store("s")
-        #expect(try runCommand(chorus, ["init", "--store", store]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", store]).status == 0)
         let server = served ? try ServerProcess(chorus: chorus, store: store) : nil
         defer { server?.stop() }
-        let before = try Self.eventCount(chorus, store, dir)
+        let before = try await Self.eventCount(chorus, store, dir)
         let failures = FailureList()
         await onThreads(Self.writers) { writer in
             for i in 0..<Self.mutationsEach {
@@ -50,7 +50,7 @@ struct ConcurrentWriterTests {
                     ? ["profile", "set", "bio", "writer \(writer) edit \(i)", "--store", store]
                     : ["follow", String(repeating: String(format: "%02x", writer + 1), count: 32), "--store", store]
                 do {
-                    let r = try runCommand(chorus, arguments)
+                    let r = try runCommandSync(chorus, arguments)
                     if r.status != 0 { failures.add("writer \(writer) #\(i): exit \(r.status): \(r.stderr)") }
                 } catch {
                     failures.add("writer \(writer) #\(i): \(error)")
@@ -58,7 +58,7 @@ struct ConcurrentWriterTests {
             }
         }
         #expect(failures.all.isEmpty, "\(failures.all.prefix(5))")
-        #expect(try Self.eventCount(chorus, store, dir) == before + Self.writers * Self.mutationsEach)
+        #expect(try await Self.eventCount(chorus, store, dir) == before + Self.writers * Self.mutationsEach)
         if let server { #expect(server.stop() == 0) }
     }
 

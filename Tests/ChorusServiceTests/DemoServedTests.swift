@@ -48,9 +48,9 @@ struct DemoServedTests {
     func demoServedEqualsDirect() async throws {
         let chorus = try productPath("chorus")
         let demo = repositoryRoot.appendingPathComponent("Tools/demo.sh").path
-        let direct = try await runCommandOffPool(demo, [chorus], environment: ["CHORUS_DEMO_SERVED": "0"])
+        let direct = try await runCommand(demo, [chorus], environment: ["CHORUS_DEMO_SERVED": "0"])
         #expect(direct.status == 0, "\(direct.stdout.suffix(2000))\(direct.stderr)")
-        let served = try await runCommandOffPool(demo, [chorus], environment: ["CHORUS_DEMO_SERVED": "1"])
+        let served = try await runCommand(demo, [chorus], environment: ["CHORUS_DEMO_SERVED": "1"])
         #expect(served.status == 0, "\(served.stdout.suffix(2000))\(served.stderr)")
         let (a, b) = (Self.comparable(direct.stdout), Self.comparable(served.stdout))
         #expect(a.count == b.count)

@@ -129,8 +129,8 @@ struct EndpointTests {
         let chorus = try productPath("chorus")
         let dir = TempDir()
         defer { dir.cleanup() }
-        func cli(_ arguments: [String]) throws -> String {
-            let r = try runCommand(chorus, arguments)
+        func cli(_ arguments: [String]) async throws -> String {
+            let r = try await runCommand(chorus, arguments)
             guard r.status == 0 else { throw TestFailure("chorus \(arguments): \(r.stderr)") }
             return r.stdout
         }
@@ -139,17 +139,17 @@ struct EndpointTests {
             return try #require(object?[name] as? String)
         }
         let alice = dir.store("alice")
-        _ = try cli(["init", "--store", alice, "--name", "Alice"])
-        _ = try cli(["issuer", "create", "--store", alice])
-        let aliceUser = try field(try cli(["whoami", "--json", "--store", alice]), "user")
+        _ = try await cli(["init", "--store", alice, "--name", "Alice"])
+        _ = try await cli(["issuer", "create", "--store", alice])
+        let aliceUser = try field(try await cli(["whoami", "--json", "--store", alice]), "user")
         var people: [String] = []
         for name in ["bob", "carol"] {
-            _ = try cli(["init", "--store", dir.store(name), "--name", name, "--network", alice + "/network.json"])
-            people.append(try field(try cli(["whoami", "--json", "--store", dir.store(name)]), "user"))
+            _ = try await cli(["init", "--store", dir.store(name), "--name", name, "--network", alice + "/network.json"])
+            people.append(try field(try await cli(["whoami", "--json", "--store", dir.store(name)]), "user"))
         }
         var tablets: [(String, String)] = []
         for run in 0..<2 {
-            let out = try cli(["init", "--store", dir.store("tablet\(run)"), "--user", aliceUser, "--json", "--network", alice + "/network.json"])
+            let out = try await cli(["init", "--store", dir.store("tablet\(run)"), "--user", aliceUser, "--json", "--network", alice + "/network.json"])
             tablets.append((try field(out, "device"), try field(out, "proof")))
         }
         let bobServer = try ServerProcess(chorus: chorus, store: dir.store("bob"))
@@ -169,7 +169,7 @@ struct EndpointTests {
         #expect(tcp.all == routes, "not called over TCP: \(routes.subtracting(tcp.all).sorted())")
 
         // Without the token (or with a wrong one) every endpoint on TCP is refused, before it runs.
-        let before = try cli(["query", "digest", "--json", "--store", alice])
+        let before = try await cli(["query", "digest", "--json", "--store", alice])
         for (client, what) in [
             (APIClient(.tcp(host: "127.0.0.1", port: tcpPort)), "no token"),
             (APIClient(.tcp(host: "127.0.0.1", port: tcpPort), token: String(token.dropLast()) + "0"), "a wrong token"),
@@ -184,7 +184,7 @@ struct EndpointTests {
             #expect(try await client.send(.GET, "/health").status == 200)
             #expect(try await client.send(.GET, "/").status == 200)
         }
-        #expect(try cli(["query", "digest", "--json", "--store", alice]) == before)
+        #expect(try await cli(["query", "digest", "--json", "--store", alice]) == before)
         // The command runner is on the owner-only socket only.
         let onTCP = try await APIClient(.tcp(host: "127.0.0.1", port: tcpPort), token: token).send(.POST, "/v1/run", body: Array("{}".utf8))
         #expect(onTCP.status == 404)
@@ -195,7 +195,7 @@ struct EndpointTests {
     }
 
     @Test("Specs/api.openapi.json is the document the route table makes (CHORUS_WRITE_OPENAPI=1 rewrites it)")
-    func openAPIDocumentIsCurrent() throws {
+    func openAPIDocumentIsCurrent() async throws {
         let path = repositoryRoot.appendingPathComponent("Specs/api.openapi.json").path
         let made = try OpenAPIDocument.rendered()
         if ProcessInfo.processInfo.environment["CHORUS_WRITE_OPENAPI"] == "1" {

@@ -48,9 +48,9 @@ struct ForwardingTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let fm = FileManager.default
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("template"), "--name", "Ann"]).status == 0)
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("bob"), "--name", "Bob"]).status == 0)
-        let bob = try #require(try runCommand(chorus, ["whoami", "--store", dir.store("bob")]).stdout.split(separator: "\n").first?
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("template"), "--name", "Ann"]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("bob"), "--name", "Bob"]).status == 0)
+        let bob = try #require(try await runCommand(chorus, ["whoami", "--store", dir.store("bob")]).stdout.split(separator: "\n").first?
             .split(separator: " ").last.map(String.init))
         // Two identical stores and working directories: A is used directly, B through its server.
         for side in ["a", "b"] {
@@ -107,7 +107,7 @@ struct ForwardingTests {
             for side in ["a", "b"] {
                 let vars = side == "a" ? variables.a : variables.b
                 let arguments = step.arguments.map { $0.hasPrefix("$") ? vars[String($0.dropFirst())] ?? $0 : $0 }
-                let result = try await runCommandOffPool(chorus, arguments, input: step.input, directory: dir.store(side))
+                let result = try await runCommand(chorus, arguments, input: step.input, directory: dir.store(side))
                 if let name = step.capture {
                     let first = result.stdout.split(separator: "\n").first.map(String.init) ?? ""
                     if side == "a" { variables.a[name] = first } else { variables.b[name] = first }
@@ -127,7 +127,7 @@ struct ForwardingTests {
         // files the commands wrote are in B's directory, not the server's.
         #expect(fm.fileExists(atPath: dir.store("b") + "/copy.png"))
         #expect(fm.fileExists(atPath: dir.store("b") + "/events.cbor"))
-        let served = try runCommand(chorus, ["log", "--json", "--store", dir.store("b") + "/store"])
+        let served = try await runCommand(chorus, ["log", "--json", "--store", dir.store("b") + "/store"])
         #expect(served.status == 0 && served.stdout.contains("picture.created"))
         #expect(server.stop() == 0)
     }
@@ -137,18 +137,18 @@ struct ForwardingTests {
         let chorus = try productPath("chorus")
         let dir = TempDir()
         defer { dir.cleanup() }
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
         let server = try ServerProcess(chorus: chorus, store: dir.store("s"))
         defer { server.stop() }
         for arguments in [["upgrade"], ["issuer", "create"], ["serve", "--listen", "127.0.0.1:0"]] {
-            let r = try runCommand(chorus, arguments + ["--store", dir.store("s")])
+            let r = try await runCommand(chorus, arguments + ["--store", dir.store("s")])
             #expect(r.status == 2, "\(arguments)")
             #expect(r.stderr.contains("`chorus serve` is running on"), "\(arguments): \(r.stderr)")
         }
         // After the server stops, the store is free again.
         #expect(server.stop() == 0)
         #expect(!FileManager.default.fileExists(atPath: APIPaths.socket(inStore: dir.store("s"))))
-        #expect(try runCommand(chorus, ["rebuild", "--store", dir.store("s")]).status == 0)
+        #expect(try await runCommand(chorus, ["rebuild", "--store", dir.store("s")]).status == 0)
     }
 
     @Test("`chorus sync --live` run through a server ends when its client is interrupted")
@@ -156,8 +156,8 @@ struct ForwardingTests {
         let chorus = try productPath("chorus")
         let dir = TempDir()
         defer { dir.cleanup() }
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
         let server = try ServerProcess(chorus: chorus, store: dir.store("a"))
         defer { server.stop() }
         let peer = try ServerProcess(chorus: chorus, store: dir.store("peer"))

@@ -28,23 +28,23 @@ struct OperationsTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let store = dir.store("node")
-        #expect(try runCommand(chorus, ["init", "--store", store, "--name", "Node"]).status == 0)
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", store + "/network.json"]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", store, "--name", "Node"]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", store + "/network.json"]).status == 0)
         // The options come from a config file; the command line adds to it.
         let config = dir.store("serve.json")
         try Data(#"{"log-format": "json", "max-per-address": 8, "listen": "127.0.0.1:0"}"#.utf8).write(to: URL(fileURLWithPath: config))
         let server = try ServerProcess(chorus: chorus, store: store, extra: ["--config", config])
         defer { server.stop() }
 
-        for i in 0..<5 { #expect(try runCommand(chorus, ["profile", "set", "bio", "edit \(i)", "--store", store]).status == 0) }
-        #expect(try runCommand(chorus, ["profile", "set", "bio", "peer", "--store", dir.store("peer")]).status == 0)
-        let sync = try runCommand(chorus, ["sync", "127.0.0.1:\(server.syncPort)", "--store", dir.store("peer")])
+        for i in 0..<5 { #expect(try await runCommand(chorus, ["profile", "set", "bio", "edit \(i)", "--store", store]).status == 0) }
+        #expect(try await runCommand(chorus, ["profile", "set", "bio", "peer", "--store", dir.store("peer")]).status == 0)
+        let sync = try await runCommand(chorus, ["sync", "127.0.0.1:\(server.syncPort)", "--store", dir.store("peer")])
         #expect(sync.status == 0, "\(sync.stderr)")
         // A damaged event: its payload ("edit 3" in the raw envelope's hex) no longer matches its hash.
-        let export = try runCommand(chorus, ["export", "-", "--format", "jsonl", "--store", store])
+        let export = try await runCommand(chorus, ["export", "-", "--format", "jsonl", "--store", store])
         let damaged = export.stdout.replacingOccurrences(of: "656469742033", with: "656469742058")
         #expect(damaged != export.stdout)
-        let imported = try runCommand(chorus, ["import", "-", "--partial", "--store", store], input: Data(damaged.utf8))
+        let imported = try await runCommand(chorus, ["import", "-", "--partial", "--store", store], input: Data(damaged.utf8))
         #expect(imported.status == 1)
         for _ in 0..<30 { Self.garbageConnection(port: server.syncPort) }
 
@@ -92,18 +92,18 @@ struct OperationsTests {
     }
 
     @Test("a config file with an unknown option or a bad value is refused with the reason")
-    func badConfig() throws {
+    func badConfig() async throws {
         let chorus = try productPath("chorus")
         let dir = TempDir()
         defer { dir.cleanup() }
-        #expect(try runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
         for (json, expected) in [
             (#"{"lisen": "127.0.0.1:0"}"#, #"unknown option "lisen""#), (#"{"max-per-address": "many"}"#, "wrong type"),
             (#"{"log-format": "xml"}"#, "--log-format must be text or json"), ("[1]", "not a JSON object"),
         ] {
             let path = dir.store("c.json")
             try Data(json.utf8).write(to: URL(fileURLWithPath: path))
-            let r = try runCommand(chorus, ["serve", "--store", dir.store("s"), "--config", path])
+            let r = try await runCommand(chorus, ["serve", "--store", dir.store("s"), "--config", path])
             #expect(r.status == 2 && r.stderr.contains(expected), "\(json): \(r.stderr)")
         }
     }

@@ -47,7 +47,9 @@ public struct CommandResult: Sendable {
 
 /// Runs a command to completion, capturing its output; `input` is its
 /// standard input (none when nil), `directory` its working directory.
-public func runCommand(
+/// Blocks the calling thread: for threads of a test's own (`runCommand`
+/// from a task).
+public func runCommandSync(
     _ path: String, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil, directory: String? = nil
 ) throws -> CommandResult {
     let process = Process()
@@ -84,16 +86,16 @@ public func runCommand(
         stderr: errData.withLock { String(decoding: $0, as: UTF8.self) })
 }
 
-/// `runCommand` on a thread of its own. A test that waits for a long child
-/// (the demo, a script of many commands) must not hold one of the
-/// cooperative threads every other test's tasks run on: a 2-core machine has
-/// two, and sessions bounded by a timeout elsewhere would starve.
-public func runCommandOffPool(
+/// `runCommandSync` on a thread of its own, awaited. A test waiting for a
+/// child must not hold one of the cooperative threads every other test's
+/// tasks run on: a 2-core machine has two, and sync sessions bounded by a
+/// timeout elsewhere would starve.
+public func runCommand(
     _ path: String, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil, directory: String? = nil
 ) async throws -> CommandResult {
     try await withCheckedThrowingContinuation { continuation in
         Thread {
-            continuation.resume(with: Result { try runCommand(path, arguments, environment: environment, input: input, directory: directory) })
+            continuation.resume(with: Result { try runCommandSync(path, arguments, environment: environment, input: input, directory: directory) })
         }.start()
     }
 }
