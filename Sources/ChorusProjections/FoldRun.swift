@@ -214,11 +214,16 @@ struct FoldRun {
 
     // MARK: Shared helpers
 
-    func facts(_ cls: ObjectClass, _ object: Bytes32) throws -> [Fact] {
+    /// The facts filed under `object`, in merge order, with the payloads
+    /// of the kinds `payloadNeeded` names (all by default) read from the log.
+    func facts(_ cls: ObjectClass, _ object: Bytes32, payloadNeeded: (EventKind) -> Bool = { _ in true }) throws -> [Fact] {
         var out: [Fact] = []
         let prefix = [cls.rawValue] + object.bytes
         try txn.scan(p.facts, prefix: prefix) { key, value in
-            out.append(try Fact.load(key: key, value: value, log: p.log, in: txn, preloaded: preloaded))
+            let kind = value.first.flatMap { EventKind(knownCode: UInt64($0)) }
+            out.append(
+                try Fact.load(
+                    key: key, value: value, log: p.log, in: txn, preloaded: preloaded, withPayload: kind.map(payloadNeeded) ?? true))
             return true
         }
         return out

@@ -155,21 +155,26 @@ struct Fact {
 
     /// Reads a `facts` entry and its payload from the log.
     static func load(
-        key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil
+        key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil,
+        withPayload: Bool = true
     ) throws -> Fact {
-        try load(order: try MergeOrder(bytes: key[33...]), value: raw, log: log, in: txn, preloaded: preloaded)
+        try load(order: try MergeOrder(bytes: key[33...]), value: raw, log: log, in: txn, preloaded: preloaded, withPayload: withPayload)
     }
 
     /// The arrival position a fact's value names.
     static func arrival(ofValue raw: [UInt8]) -> UInt64? { raw.count == 41 ? Codec.readU64(raw[33...]) : nil }
 
+    /// `withPayload: false` leaves `payload` nil without reading the log,
+    /// for a fold that does not read this fact's payload.
     static func load(
-        order: MergeOrder, value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil
+        order: MergeOrder, value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil,
+        withPayload: Bool = true
     ) throws -> Fact {
         guard raw.count == 41, let kind = EventKind(knownCode: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
             throw ProjectionError.corrupt("fact of \(raw.count) bytes")
         }
         let arrival = Codec.readU64(raw[33...])
+        if !withPayload { return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: nil) }
         if let preloaded, let payload = preloaded.payloads[arrival] {
             return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: payload)
         }

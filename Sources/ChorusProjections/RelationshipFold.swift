@@ -9,7 +9,8 @@ extension FoldRun {
     mutating func foldRelationship(_ cls: ObjectClass, _ target: Bytes32) throws {
         var adds: [EventID: PublicKey] = [:]
         var cancelled: Set<EventID> = []
-        let all = try facts(cls, target)
+        // An add's payload is empty; only a removal's names what it saw.
+        let all = try facts(cls, target) { !Self.isAdd($0) }
         for f in all where Self.isAdd(f.kind) {
             switch try actor(f) {
             case .failure(let why): try decide(f.id, why)
@@ -41,17 +42,18 @@ extension FoldRun {
         for (id, user) in adds where !cancelled.contains(id) { live[user, default: []].append(id) }
 
         let prefix = Table.edge.key([cls.rawValue], target.bytes)
-        var oldActors: [[UInt8]] = []
+        var oldActors: Set<[UInt8]> = []
         try txn.scan(p.state, prefix: prefix) { key, _ in
-            oldActors.append(Array(key[34...]))
+            oldActors.insert(Array(key[34...]))
             return true
         }
-        for actor in oldActors { try txn.delete(p.state, Table.edgeOut.key([cls.rawValue], actor, target.bytes)) }
+        // Only the actors that start or stop relating change their
+        // `edgeOut` entry: a popular picture has thousands of likers.
+        let newActors = Set(live.keys.map(\.bytes))
+        for actor in oldActors.subtracting(newActors) { try txn.delete(p.state, Table.edgeOut.key([cls.rawValue], actor, target.bytes)) }
+        for actor in newActors.subtracting(oldActors) { try txn.put(p.state, Table.edgeOut.key([cls.rawValue], actor, target.bytes), []) }
         var entries: [[UInt8]: [UInt8]] = [:]
-        for (user, ids) in live {
-            entries[Table.edge.key([cls.rawValue], target.bytes, user.bytes)] = ids.sorted().flatMap(\.bytes)
-            try txn.put(p.state, Table.edgeOut.key([cls.rawValue], user.bytes, target.bytes), [])
-        }
+        for (user, ids) in live { entries[Table.edge.key([cls.rawValue], target.bytes, user.bytes)] = ids.sorted().flatMap(\.bytes) }
         try replace(prefix: prefix, with: entries)
     }
 
