@@ -326,10 +326,10 @@ public struct LogStore: Sendable {
 
     /// Every event of `author`'s feed in sequence order, inside the caller's
     /// transaction, decoded without re-checking payloads (`Event.decodeStored`).
-    public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (Event) throws -> Void) throws {
+    public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (StoredEvent) throws -> Void) throws {
         try txn.scan(positions, prefix: author.bytes) { _, value in
             let arrival = try Self.decodeU64(value, what: "feed position")
-            try body(try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival))
+            try body(StoredEvent(event: try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
             return true
         }
     }

@@ -74,10 +74,14 @@ extension FoldRun {
         // Everything the device signed: its feed (no index of its own, so
         // an event costs no extra write for this rare case).
         var touched: [(ObjectClass, Bytes32)] = []
-        try p.log.forEachEvent(of: device, in: txn) { event in
-            for (cls, object) in ObjectClass.targets(of: event) where cls != .device && cls != .coins { touched.append((cls, object)) }
+        var sends: [Fact] = []
+        try p.log.forEachEvent(of: device, in: txn) { stored in
+            for (cls, object) in ObjectClass.targets(of: stored.event) where cls != .device && cls != .coins { touched.append((cls, object)) }
+            // A send is not a fact (§9.1): its message folds from the event in hand.
+            if stored.event.kind == .messageSent { sends.append(Fact(stored)) }
         }
         for (cls, object) in touched { mark(cls, object) }
+        for fact in sends { sentFacts[fact.id] = fact }
         try markCoinsOf(device)
     }
 
