@@ -22,6 +22,13 @@ struct FoldRun {
     /// New relationship facts of this transaction, folded one by one unless
     /// their target is re-folded whole.
     var relationshipFacts: [RelationshipKey: [Fact]] = [:]
+    /// Devices whose binding changed in this run, with the identities their
+    /// events acted for before and after (the device key itself while unbound).
+    var changedDevices: [Bytes32: Set<PublicKey>] = [:]
+    /// Relationship targets with facts by devices whose binding changed:
+    /// the edges of these identities are folded again from the target's
+    /// facts, with the run's new facts for the target (§9.1).
+    var relationshipRefolds: [RelationshipKey: Set<PublicKey>] = [:]
     /// New read markers of this transaction, by chat, folded the same way.
     var readFacts: [ObjectID: [Fact]] = [:]
     /// New profile edits of this transaction, by user, folded the same way.
@@ -154,8 +161,15 @@ struct FoldRun {
             if try foldDevice(device) { try deviceChanged(device) }
         }
         bindings.removeAll()
-        for (key, facts) in relationshipFacts.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
+        for (key, users) in relationshipRefolds.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
         where dirty[key.cls]?.contains(key.target) != true {
+            let new = relationshipFacts[key] ?? []
+            var users = users
+            for f in new { if let user = try actingUser(f.author, at: f.hlc) { users.insert(user) } }
+            try foldRelationship(key.cls, key.target, only: (users, Set(new.map(\.id))))
+        }
+        for (key, facts) in relationshipFacts.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
+        where dirty[key.cls]?.contains(key.target) != true && relationshipRefolds[key] == nil {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldRelationshipFact(key.cls, key.target, fact) }
         }
         // A profile re-folded whole (its user's device bindings changed) already has its new edits.

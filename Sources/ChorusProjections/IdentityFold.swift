@@ -60,6 +60,8 @@ extension FoldRun {
         bindings[device] = .some(binding)
         let changed = old?.user != binding?.user || old?.removedHLC != binding?.removedHLC
         if changed {
+            // Whom the device's events acted for before and after: an unbound key acts for itself.
+            changedDevices[device, default: []].formUnion([old?.user ?? device, binding?.user ?? device])
             for user in [old?.user, binding?.user].compactMap({ $0 }) {
                 try markCoinsOf(user)
                 usersWithChangedDevices.insert(user)
@@ -80,7 +82,15 @@ extension FoldRun {
             // A send is not a fact (§9.1): its message folds from the event in hand.
             if stored.event.kind == .messageSent { sends.append(Fact(stored)) }
         }
-        for (cls, object) in touched { mark(cls, object) }
+        let identities = changedDevices[device] ?? []
+        for (cls, object) in touched {
+            switch cls {
+            case .follow, .like, .block:
+                // Only the edges of the identities the device acted for change.
+                relationshipRefolds[RelationshipKey(cls: cls, target: object), default: []].formUnion(identities)
+            default: mark(cls, object)
+            }
+        }
         for fact in sends { sentFacts[fact.id] = fact }
         try markCoinsOf(device)
     }

@@ -6,13 +6,33 @@ extension FoldRun {
     /// Follows, likes and blocks: add-wins observed-remove sets. A removal
     /// cancels exactly the adds it names that were made by the same user; an
     /// add it did not see survives (Specs/projections.md §6.4).
-    mutating func foldRelationship(_ cls: ObjectClass, _ target: Bytes32) throws {
+    ///
+    /// With `only`, folds just the facts of `only.users` (as the device
+    /// bindings now attribute them), the run's new facts `only.new`, and
+    /// the facts of devices whose binding changed in this run that now act
+    /// for nobody; and rewrites only those users' edges. Exact, because an
+    /// edge and every decision under this target read only facts of one
+    /// acting user (a removal cancels only adds by its own user), and
+    /// only the changed devices' facts changed user (§9.1).
+    mutating func foldRelationship(
+        _ cls: ObjectClass, _ target: Bytes32, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil
+    ) throws {
         var adds: [EventID: PublicKey] = [:]
         var cancelled: Set<EventID> = []
         // An add's payload is empty; only a removal's names what it saw.
-        let all = try facts(cls, target) { !Self.isAdd($0) }
-        for f in all where Self.isAdd(f.kind) {
-            switch try actor(f) {
+        var all: [(fact: Fact, actor: Result<PublicKey, NoEffect>)] = []
+        for f in try facts(cls, target, payloadNeeded: { !Self.isAdd($0) }) {
+            let actor = try actor(f)
+            if let only, !only.new.contains(f.id) {
+                switch actor {
+                case .success(let user): guard only.users.contains(user) else { continue }
+                case .failure: guard changedDevices[f.author] != nil else { continue }
+                }
+            }
+            all.append((f, actor))
+        }
+        for (f, actor) in all where Self.isAdd(f.kind) {
+            switch actor {
             case .failure(let why): try decide(f.id, why)
             case .success(let user) where user == target && cls != .like:
                 try decide(f.id, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
@@ -21,8 +41,8 @@ extension FoldRun {
                 try decide(f.id, nil)
             }
         }
-        for f in all where !Self.isAdd(f.kind) {
-            switch try actor(f) {
+        for (f, actor) in all where !Self.isAdd(f.kind) {
+            switch actor {
             case .failure(let why): try decide(f.id, why)
             case .success(let user):
                 guard let seen = f.payload?[text: "seen"]?.arrayValue else {
@@ -40,6 +60,13 @@ extension FoldRun {
         }
         var live: [PublicKey: [EventID]] = [:]
         for (id, user) in adds where !cancelled.contains(id) { live[user, default: []].append(id) }
+        if let only {
+            for user in only.users {
+                let ids = (live[user] ?? []).sorted()
+                if try liveAdds(cls, target, user).sorted() != ids { try setLiveAdds(cls, target, user, ids) }
+            }
+            return
+        }
 
         let prefix = Table.edge.key([cls.rawValue], target.bytes)
         var oldActors: Set<[UInt8]> = []
