@@ -292,9 +292,26 @@ extension FoldRun {
 
     /// Read markers: per member, the furthest position read while a member;
     /// never moves backwards (Specs/projections.md §6.7).
-    mutating func foldReads(_ chat: ObjectID) throws {
+    ///
+    /// With `only`, folds just the markers of `only.users`: the facts the
+    /// device bindings now attribute to them, the run's new facts
+    /// `only.new`, and the facts of devices whose binding changed in this
+    /// run that now act for nobody. Exact, because a member's marker and
+    /// the decisions of their markers read only their own facts and
+    /// membership (§9.1).
+    mutating func foldReads(_ chat: ObjectID, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil) throws {
         var markers: [PublicKey: (hlc: UInt64, message: EventID)] = [:]
-        for f in try facts(.reads, chat) {
+        for var f in try facts(.reads, chat, payloadNeeded: { _ in only == nil }) {
+            if let only {
+                if !only.new.contains(f.id) {
+                    if let user = try actingUser(f.author, at: f.hlc) {
+                        guard only.users.contains(user) else { continue }
+                    } else {
+                        guard changedDevices[f.author] != nil else { continue }
+                    }
+                }
+                f = try withPayload(f)
+            }
             guard let user = try actingUserOrRecord(f) else { continue }
             guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
                 try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
@@ -311,10 +328,20 @@ extension FoldRun {
             markers[user] = (hlc, message)
             try decide(f.id, nil)
         }
-        var entries: [[UInt8]: [UInt8]] = [:]
-        for (user, m) in markers {
-            entries[Table.read.key(chat.bytes, user.bytes)] = Codec.cbor(.array([.unsigned(m.hlc), .bytes(m.message.bytes)]))
+        func encoded(_ m: (hlc: UInt64, message: EventID)) -> [UInt8] {
+            Codec.cbor(.array([.unsigned(m.hlc), .bytes(m.message.bytes)]))
         }
+        if let only {
+            for user in only.users {
+                let key = Table.read.key(chat.bytes, user.bytes)
+                let value = markers[user].map(encoded)
+                guard try txn.get(p.state, key) != value else { continue }
+                if let value { try txn.put(p.state, key, value) } else { try txn.delete(p.state, key) }
+            }
+            return
+        }
+        var entries: [[UInt8]: [UInt8]] = [:]
+        for (user, m) in markers { entries[Table.read.key(chat.bytes, user.bytes)] = encoded(m) }
         try replace(prefix: Table.read.key(chat.bytes), with: entries)
     }
 }

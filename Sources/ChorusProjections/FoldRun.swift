@@ -29,6 +29,10 @@ struct FoldRun {
     /// the edges of these identities are folded again from the target's
     /// facts, with the run's new facts for the target (§9.1).
     var relationshipRefolds: [RelationshipKey: Set<PublicKey>] = [:]
+    /// Chats whose read markers of some identities are folded again (their
+    /// membership or device binding changed), with the run's new markers
+    /// for the chat (§9.1).
+    var readRefolds: [ObjectID: Set<PublicKey>] = [:]
     /// New read markers of this transaction, by chat, folded the same way.
     var readFacts: [ObjectID: [Fact]] = [:]
     /// New profile edits of this transaction, by user, folded the same way.
@@ -190,7 +194,7 @@ struct FoldRun {
         for chat in (dirty[.chat] ?? []).sorted() {
             let changed = try foldChat(chat)
             guard !changed.isEmpty else { continue }
-            mark(.reads, chat)
+            readRefolds[chat, default: []].formUnion(changed)
             mark(.chatKeys, chat)
             // A message's decision reads only its sender's membership: only
             // the messages of users whose membership changed are decided
@@ -217,7 +221,14 @@ struct FoldRun {
             }
         }
         for chat in (dirty[.reads] ?? []).sorted() { try foldReads(chat) }
-        for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
+        for (chat, users) in readRefolds.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
+            let new = readFacts[chat] ?? []
+            var users = users
+            for f in new { if let user = try actingUser(f.author, at: f.hlc) { users.insert(user) } }
+            try foldReads(chat, only: (users, Set(new.map(\.id))))
+        }
+        for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key })
+        where dirty[.reads]?.contains(chat) != true && readRefolds[chat] == nil {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
         }
         for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
@@ -256,6 +267,18 @@ struct FoldRun {
             if event.kind == .messageSent, event.id == message { sent = Fact(StoredEvent(event: event, arrival: arrival)) }
         }
         return (sent, edits, (sent.map { [$0] } ?? []) + edits)
+    }
+
+    /// `f` with its payload, read from the log if it was loaded without.
+    func withPayload(_ f: Fact) throws -> Fact {
+        guard f.payload == nil else { return f }
+        var payload: CBORValue? = nil
+        if let preloaded, let held = preloaded.payloads[f.arrival] {
+            payload = held
+        } else if let bytes = try p.log.readPayload(at: f.arrival, in: txn) {
+            payload = try Codec.decode(bytes, "payload of the event at arrival \(f.arrival)")
+        }
+        return Fact(order: f.order, kind: f.kind, object: f.object, arrival: f.arrival, payload: payload)
     }
 
     /// Whether this node holds a `message.sent` with id `message`.

@@ -88,6 +88,9 @@ extension FoldRun {
             case .follow, .like, .block:
                 // Only the edges of the identities the device acted for change.
                 relationshipRefolds[RelationshipKey(cls: cls, target: object), default: []].formUnion(identities)
+            case .reads:
+                // Likewise only those identities' read markers.
+                readRefolds[object, default: []].formUnion(identities)
             default: mark(cls, object)
             }
         }
