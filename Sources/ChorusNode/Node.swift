@@ -634,8 +634,7 @@ public actor Node {
         guard let writer else {
             for v in valid { results[v.index] = .refused(.malformedEnvelope("store is read-only")) }
             NodeMetrics.record(results)
-            NodeMetrics.record(results)
-        return IngestReport(results: results)
+            return IngestReport(results: results)
         }
         let (written, sink) = AsyncStream.makeStream(of: (slice: Int, result: Result<[AppendOutcome], any Error>).self)
         var slices: [[(index: Int, event: Event)]] = []
