@@ -446,6 +446,26 @@ struct StaleOpenTests {
     }
 }
 
+#if os(Linux)
+@Suite("Node: operations")
+struct NodeThreadTests {
+    @Test("the writer and signer threads carry their names in the kernel, so top -H and perf show them")
+    func threadsAreNamed() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        _ = try await node.setProfile(.bio, .text("signed and written"))
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
+        let names = Set(
+            tasks.compactMap {
+                try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            })
+        #expect(names.contains("chorus-writer") && names.contains("chorus-signer"), "\(names.sorted())")
+        await node.close()
+    }
+}
+#endif
+
 @Suite("Node: closing")
 struct NodeClosingTests {
     @Test func closeReleasesTheStoreSoItReopensInTheSameProcessAndLaterReadsSaySo() async throws {
