@@ -5,6 +5,7 @@ import ChorusLog
 import ChorusNode
 import ChorusProjections
 import ChorusReplay
+import ChorusTestSupport
 import Foundation
 import Testing
 
@@ -235,9 +236,9 @@ struct ReplayTests {
 
         // History shows ciphertext; --decrypt on the member's own store opens it.
         let replay = try replayProduct("chorus-replay")
-        let sealed = try run(replay, ["history", chat.hex, "--store", h.store, "--json"])
+        let sealed = try await run(replay, ["history", chat.hex, "--store", h.store, "--json"])
         #expect(sealed.status == 0 && !sealed.stdout.contains("sealed under a real epoch"))
-        let opened = try run(replay, ["history", chat.hex, "--store", h.store, "--decrypt", "--json"])
+        let opened = try await run(replay, ["history", chat.hex, "--store", h.store, "--decrypt", "--json"])
         #expect(opened.status == 0 && opened.stdout.contains("sealed under a real epoch"), "\(opened.stderr)")
         #expect(opened.stdout.contains("\"title\":\"t\""))
         #expect(opened.stdout.contains("locked: this device holds no key of epoch"))  // the bogus body
@@ -248,19 +249,19 @@ struct ReplayTests {
         defer { h.cleanup() }
         let replay = try replayProduct("chorus-replay")
         for command in [["verify"], ["rebuild"], ["diff"], ["history"], ["as-of"], ["audit", "coins"], ["stats"]] {
-            let r = try run(replay, command + ["--help"])
+            let r = try await run(replay, command + ["--help"])
             #expect(r.status == 0 && r.stdout.contains("USAGE"), "\(command) --help")
         }
         // The fork is a finding: exit 1, listed in JSON.
-        let verify = try run(replay, ["verify", "--store", h.store, "--json"])
+        let verify = try await run(replay, ["verify", "--store", h.store, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"code\":\"fork\""))
-        let audit = try run(replay, ["audit", "coins", h.ana.hex, "--store", h.store])
+        let audit = try await run(replay, ["audit", "coins", h.ana.hex, "--store", h.store])
         #expect(audit.status == 0 && audit.stdout.contains("store-tx-1") && audit.stdout.contains("NO EFFECT duplicate_receipt"))
-        let asOf = try run(replay, ["as-of", "hlc:\(h.spendHLC.rawValue - 1)", "--store", h.store, "--", "balance", h.ana.hex, "--json"])
+        let asOf = try await run(replay, ["as-of", "hlc:\(h.spendHLC.rawValue - 1)", "--store", h.store, "--", "balance", h.ana.hex, "--json"])
         #expect(asOf.status == 0 && asOf.stdout.contains("\"total\":100"), "\(asOf.stderr)")
-        let missing = try run(replay, ["verify", "--store", h.dir + "/nowhere"])
+        let missing = try await run(replay, ["verify", "--store", h.dir + "/nowhere"])
         #expect(missing.status == 2 && missing.stderr.contains("not a Chorus store"))
-        let badPoint = try run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
+        let badPoint = try await run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
         #expect(badPoint.status == 2)
     }
 
@@ -274,28 +275,9 @@ struct ReplayTests {
         throw ReplayTestFailure("cannot find \(name) near \(CommandLine.arguments[0])")
     }
 
-    func run(_ path: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let dir = NSTemporaryDirectory() + "chorus-replay-out-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        // Files, not pipes: nothing can block on a full pipe.
-        _ = FileManager.default.createFile(atPath: dir + "/out", contents: nil)
-        _ = FileManager.default.createFile(atPath: dir + "/err", contents: nil)
-        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/out"))
-        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/err"))
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        try out.close()
-        try err.close()
-        return (
-            process.terminationStatus, (try? String(contentsOfFile: dir + "/out", encoding: .utf8)) ?? "",
-            (try? String(contentsOfFile: dir + "/err", encoding: .utf8)) ?? ""
-        )
+    /// Runs a command to completion, waiting off the cooperative threads (`runCommand`).
+    func run(_ path: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let r = try await runCommand(path, arguments)
+        return (r.status, r.stdout, r.stderr)
     }
 }
