@@ -256,7 +256,6 @@ public struct LogStore: Sendable {
         try txn.get(ids, id.bytes).map { try Self.decodeU64($0, what: "arrival of \(id.hex)") }
     }
 
-    /// The stored bytes at `arrival`; a missing position is damage.
     /// The envelope bytes stored at `arrival`; a missing one is damage.
     public func rawEnvelope(at arrival: UInt64, in txn: Transaction) throws -> [UInt8] {
         guard let raw = try txn.get(envelopes, Self.encodeU64(arrival)) else { throw LogError.corrupt("no event at arrival \(arrival)") }

@@ -293,23 +293,14 @@ extension FoldRun {
     /// Read markers: per member, the furthest position read while a member;
     /// never moves backwards (Specs/projections.md §6.7).
     ///
-    /// With `only`, folds just the markers of `only.users`: the facts the
-    /// device bindings now attribute to them, the run's new facts
-    /// `only.new`, and the facts of devices whose binding changed in this
-    /// run that now act for nobody. Exact, because a member's marker and
-    /// the decisions of their markers read only their own facts and
-    /// membership (§9.1).
+    /// With `only`, folds just the facts `refolds` takes in and rewrites
+    /// only the markers of `only.users`. Exact, because a member's marker
+    /// and its decisions read only that member's facts and membership (§9.1).
     mutating func foldReads(_ chat: ObjectID, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil) throws {
         var markers: [PublicKey: (hlc: UInt64, message: EventID)] = [:]
         for var f in try facts(.reads, chat, payloadNeeded: { _ in only == nil }) {
             if let only {
-                if !only.new.contains(f.id) {
-                    if let user = try actingUser(f.author, at: f.hlc) {
-                        guard only.users.contains(user) else { continue }
-                    } else {
-                        guard changedDevices[f.author] != nil else { continue }
-                    }
-                }
+                guard refolds(f, actor: try actingUser(f.author, at: f.hlc), only: only) else { continue }
                 f = try withPayload(f)
             }
             guard let user = try actingUserOrRecord(f) else { continue }

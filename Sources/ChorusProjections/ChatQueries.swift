@@ -211,9 +211,10 @@ extension Projections {
     static func factKeyPrefix(_ cls: ObjectClass, _ object: Bytes32) -> [UInt8] { [cls.rawValue] + object.bytes }
 
     /// The `message.sent` with id `id`, when this node holds one: a send is
-    /// not filed as a fact (Specs/projections.md §9.1), the log has it.
-    func sentEvent(_ id: EventID, in txn: Transaction) throws -> StoredEvent? {
-        guard let arrival = try log.readArrival(of: id, in: txn) else { return nil }
+    /// not filed as a fact (Specs/projections.md §9.1), the log has it, at
+    /// `arrival` when the chat's message index named it, else where `ids` says.
+    func sentEvent(_ id: EventID, at known: UInt64? = nil, in txn: Transaction) throws -> StoredEvent? {
+        guard let arrival = try known ?? log.readArrival(of: id, in: txn) else { return nil }
         let event = try log.readTrusted(at: arrival, in: txn)
         return event.kind == .messageSent && event.id == id ? StoredEvent(event: event, arrival: arrival) : nil
     }

@@ -262,10 +262,7 @@ struct FoldRun {
     func messageFacts(_ message: EventID) throws -> (sent: Fact?, edits: [Fact], all: [Fact]) {
         let edits = try facts(.message, message)
         var sent = sentFacts[message]
-        if sent == nil, let arrival = try sentArrivals[message] ?? p.log.readArrival(of: message, in: txn) {
-            let event = try p.log.readTrusted(at: arrival, in: txn)
-            if event.kind == .messageSent, event.id == message { sent = Fact(StoredEvent(event: event, arrival: arrival)) }
-        }
+        if sent == nil, let stored = try p.sentEvent(message, at: sentArrivals[message], in: txn) { sent = Fact(stored) }
         return (sent, edits, (sent.map { [$0] } ?? []) + edits)
     }
 
@@ -282,9 +279,18 @@ struct FoldRun {
     }
 
     /// Whether this node holds a `message.sent` with id `message`.
-    func holdsSend(_ message: EventID) throws -> Bool {
-        guard let arrival = try p.log.readArrival(of: message, in: txn) else { return false }
-        return try p.log.readTrusted(at: arrival, in: txn).kind == .messageSent
+    func holdsSend(_ message: EventID) throws -> Bool { try p.sentEvent(message, in: txn) != nil }
+
+    /// Whether a per-identity re-fold (`only`: the identities re-folded
+    /// and the run's new facts) takes in `f`, whose acting identity is now
+    /// `actor` (nil: its device was removed before it): the new facts, those
+    /// of the re-folded identities, and those of devices whose binding
+    /// changed in this run that now act for nobody. Only the changed
+    /// devices' facts changed identity (Specs/projections.md §9.1).
+    func refolds(_ f: Fact, actor: PublicKey?, only: (users: Set<PublicKey>, new: Set<EventID>)) -> Bool {
+        if only.new.contains(f.id) { return true }
+        if let actor { return only.users.contains(actor) }
+        return changedDevices[f.author] != nil
     }
 
     /// Makes the state entries under `prefix` exactly `entries`. Returns

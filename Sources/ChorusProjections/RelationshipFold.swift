@@ -7,13 +7,10 @@ extension FoldRun {
     /// cancels exactly the adds it names that were made by the same user; an
     /// add it did not see survives (Specs/projections.md §6.4).
     ///
-    /// With `only`, folds just the facts of `only.users` (as the device
-    /// bindings now attribute them), the run's new facts `only.new`, and
-    /// the facts of devices whose binding changed in this run that now act
-    /// for nobody; and rewrites only those users' edges. Exact, because an
-    /// edge and every decision under this target read only facts of one
-    /// acting user (a removal cancels only adds by its own user), and
-    /// only the changed devices' facts changed user (§9.1).
+    /// With `only`, folds just the facts `refolds` takes in and rewrites
+    /// only those users' edges. Exact, because an edge and every decision
+    /// under this target read only facts of one acting user (a removal
+    /// cancels only adds by its own user) (§9.1).
     mutating func foldRelationship(
         _ cls: ObjectClass, _ target: Bytes32, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil
     ) throws {
@@ -23,12 +20,7 @@ extension FoldRun {
         var all: [(fact: Fact, actor: Result<PublicKey, NoEffect>)] = []
         for f in try facts(cls, target, payloadNeeded: { !Self.isAdd($0) }) {
             let actor = try actor(f)
-            if let only, !only.new.contains(f.id) {
-                switch actor {
-                case .success(let user): guard only.users.contains(user) else { continue }
-                case .failure: guard changedDevices[f.author] != nil else { continue }
-                }
-            }
+            if let only, !refolds(f, actor: try? actor.get(), only: only) { continue }
             all.append((f, actor))
         }
         for (f, actor) in all where Self.isAdd(f.kind) {
