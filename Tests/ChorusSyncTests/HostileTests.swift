@@ -85,7 +85,7 @@ struct HostileTests {
         let lines = LogLines()
         let server = try SyncServer(node: honest, options: SyncOptions(), logger: collectingLogger(lines))
         let hostile = Task { await runHostilePeer(tx, user: hostileKey, announce: FeedAnnouncement(author: key.publicKey, seq: 2, head: e2.id), answer: answer) }
-        let report = try await bounded(.seconds(20), "hostile session") { await server.serve(th) }
+        let report = try await bounded(.seconds(60), "hostile session") { await server.serve(th) }
         await hostile.value
         logged = lines.all
         #expect(report == nil)
@@ -103,7 +103,7 @@ struct HostileTests {
         let hostile2 = Task { await runHostilePeer(tx2, user: hostileKey, announce: FeedAnnouncement(author: key.publicKey, seq: 2, head: e2.id), answer: second) }
         let session = try SyncSession(node: honest, transport: th2)
         await #expect {
-            _ = try await bounded(.seconds(20), "hostile session") { try await session.run() }
+            _ = try await bounded(.seconds(60), "hostile session") { try await session.run() }
         } throws: { error in
             guard case SyncError.badEvent(let code, _) = error else { return false }
             return code == expectedCode

@@ -86,18 +86,12 @@ public func runCommandSync(
         stderr: errData.withLock { String(decoding: $0, as: UTF8.self) })
 }
 
-/// `runCommandSync` on a thread of its own, awaited. A test waiting for a
-/// child must not hold one of the cooperative threads every other test's
-/// tasks run on: a 2-core machine has two, and sync sessions bounded by a
-/// timeout elsewhere would starve.
+/// `runCommandSync` on a thread of its own (`offThePool`), awaited: a test
+/// waiting for a child must not hold a cooperative thread.
 public func runCommand(
     _ path: String, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil, directory: String? = nil
 ) async throws -> CommandResult {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread {
-            continuation.resume(with: Result { try runCommandSync(path, arguments, environment: environment, input: input, directory: directory) })
-        }.start()
-    }
+    try await offThePool { try runCommandSync(path, arguments, environment: environment, input: input, directory: directory) }
 }
 
 /// A plain TCP connection to 127.0.0.1:`port` (no handshake): its file
