@@ -1,6 +1,6 @@
 import ChorusCBOR
 import ChorusCrypto
-import ChorusEvents
+@testable import ChorusEvents
 import ChorusTestSupport
 import Foundation
 import Testing
@@ -189,5 +189,65 @@ struct SchemaTests {
         expectViolation(.slotSet, .textMap([("slot", .unsigned(64)), ("picture", .null)]), "slot must be in 0...63")
         expectViolation(.pictureDeleted, .textMap([("why", .text("x"))]), "unknown field")
         expectViolation(.pictureDeleted, .array([]), "payload must be a map")
+    }
+}
+
+/// The header reader every fold and sync goes through
+/// (`EventHeader.decodeCanonical`) against the checked decoder it stands
+/// in front of: whatever the fast reader accepts, the checked decoder must
+/// accept with the same result, or a malformed header would get in by the
+/// fast path.
+@Suite("Event headers: the canonical fast path agrees with the checked decoder")
+struct HeaderFastPathTests {
+    /// The header bytes inside an envelope, or nil when it does not parse.
+    static func headerBytes(_ envelope: [UInt8]) -> [UInt8]? {
+        guard let value = try? CBORDecoder.decode(envelope), let items = value.arrayValue, items.count == 3 else { return nil }
+        return items[0].bytesValue
+    }
+
+    static func agree(_ bytes: [UInt8]) -> String? {
+        let checked = try? EventHeader.decodeChecked(bytes)
+        guard let fast = EventHeader.decodeCanonical(bytes) else { return nil }
+        return fast == checked ? nil : "fast path read \(fast), checked decoder \(checked.map { "\($0)" } ?? "refused") for \(bytes)"
+    }
+
+    @Test("every vector's header: the fast path reads each valid one, and never reads what the checked decoder refuses")
+    func vectors() throws {
+        let file = try VectorFile.load()
+        for v in file.valid {
+            let bytes = try #require(Self.headerBytes(hex(v.envelope_hex)))
+            #expect(EventHeader.decodeCanonical(bytes) != nil, "\(v.name): the fast path must read a valid header")
+            #expect(Self.agree(bytes) == nil, "\(v.name)")
+        }
+        for v in file.invalid {
+            guard let bytes = Self.headerBytes(hex(v.envelope_hex)) else { continue }
+            #expect(Self.agree(bytes) == nil, "\(v.name)")
+        }
+    }
+
+    @Test("20,000 seeded mutations of valid headers (flipped, inserted, removed bytes): the two readers agree on each")
+    func mutations() throws {
+        let headers = try VectorFile.load().valid.compactMap { Self.headerBytes(hex($0.envelope_hex)) }
+        var rng = SplitMix64(seed: 0x4EAD_E125)
+        var readByBoth = 0
+        for round in 0..<20_000 {
+            var bytes = headers[round % headers.count]
+            for _ in 0...Int.random(in: 0...2, using: &rng) {
+                switch Int.random(in: 0...3, using: &rng) {
+                case 0: bytes[Int.random(in: 0...(bytes.count - 1), using: &rng)] ^= UInt8(1 << Int.random(in: 0...7, using: &rng))
+                case 1: bytes[Int.random(in: 0...(bytes.count - 1), using: &rng)] = UInt8(Int.random(in: 0...255, using: &rng))
+                case 2: bytes.insert(UInt8(Int.random(in: 0...255, using: &rng)), at: Int.random(in: 0...bytes.count, using: &rng))
+                default: if bytes.count > 1 { bytes.remove(at: Int.random(in: 0...(bytes.count - 1), using: &rng)) }
+                }
+            }
+            if let problem = Self.agree(bytes) {
+                Issue.record("round \(round): \(problem)")
+                return
+            }
+            if EventHeader.decodeCanonical(bytes) != nil { readByBoth += 1 }
+        }
+        // Mutations inside the 32-byte fields leave valid headers: the fast
+        // path must have been exercised, not only refused everything.
+        #expect(readByBoth > 1_000)
     }
 }
