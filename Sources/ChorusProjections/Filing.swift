@@ -36,7 +36,7 @@ struct SortedRunSink: FilingSink {
 
 /// Key-value entries packed into one byte buffer (no allocation per entry),
 /// written to a database in key order.
-struct SortedEntries {
+struct SortedEntries: Sendable {
     private var bytes: [UInt8] = []
     /// Each entry's offset in `bytes`, its key and value lengths, and its
     /// first eight key bytes as a big-endian number, which decides most

@@ -49,6 +49,13 @@ struct FoldRun {
     /// Arrival positions of sends known from the chat's message index, so
     /// re-folding a chat's messages reads each from the log directly.
     var sentArrivals: [EventID: UInt64] = [:]
+    /// A bulk fold of held messages takes every message's edits and
+    /// deletions from here instead of a `facts` lookup per message: most
+    /// messages have none, and the rebuild read them all in one scan.
+    var bulkMessageEdits: [EventID: [Fact]]? = nil
+    /// A bulk fold's objects of one class with their facts, read ahead
+    /// (`Projections.objectSlice`): `facts` takes them from here.
+    var bulkFacts: (cls: ObjectClass, facts: [Bytes32: [Fact]])? = nil
     /// Chat memberships read while folding messages (final by then: every
     /// chat of the run is folded before its messages).
     var membershipsForMessages: [MemberKey: Membership?] = [:]
@@ -242,6 +249,7 @@ struct FoldRun {
     /// The facts filed under `object`, in merge order, with the payloads
     /// of the kinds `payloadNeeded` names (all by default) read from the log.
     func facts(_ cls: ObjectClass, _ object: Bytes32, payloadNeeded: (EventKind) -> Bool = { _ in true }) throws -> [Fact] {
+        if let bulkFacts, bulkFacts.cls == cls, let read = bulkFacts.facts[object] { return read }
         var out: [Fact] = []
         let prefix = [cls.rawValue] + object.bytes
         try txn.scan(p.facts, prefix: prefix) { key, value in
@@ -260,7 +268,7 @@ struct FoldRun {
     /// or from the log by the arrival position the chat's message index or
     /// `ids` names.
     func messageFacts(_ message: EventID) throws -> (sent: Fact?, edits: [Fact], all: [Fact]) {
-        let edits = try facts(.message, message)
+        let edits = try bulkMessageEdits.map { $0[message] ?? [] } ?? facts(.message, message)
         var sent = sentFacts[message]
         if sent == nil, let stored = try p.sentEvent(message, at: sentArrivals[message], in: txn) { sent = Fact(stored) }
         return (sent, edits, (sent.map { [$0] } ?? []) + edits)

@@ -151,32 +151,49 @@ public struct Projections: Sendable {
         let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
         var folded = 0
         var deleted = FoldRun.DeletedObjects()
-        for cls in ObjectClass.foldOrder {
-            if cls == .message {
-                try foldMessagesInBulk(sliceSize: sliceSize, isCancelled: isCancelled, deleted: &deleted) { count in
-                    folded += count
-                    progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
-                }
-                continue
+        // Classes in fold order; the next slice's facts and payloads are
+        // read and decoded while this one is folded (`pipelined`), across
+        // class boundaries too (a slice reads only `facts` and the log,
+        // which folding does not write). The write transaction is the one
+        // stage that cannot run on both cores. Messages fold on their own.
+        let order = ObjectClass.foldOrder
+        let messageAt = order.firstIndex(of: .message) ?? order.count
+        func foldClasses(_ classes: ArraySlice<ObjectClass>) throws {
+            guard let first = classes.first else { return }
+            let classes = Array(classes)
+            /// The first slice of the class after `cls`, once `cls` is done.
+            @Sendable func following(_ cls: ObjectClass) -> SliceCursor? {
+                guard let i = classes.firstIndex(of: cls), i + 1 < classes.count else { return nil }
+                return SliceCursor(cls: classes[i + 1], after: nil)
             }
-            var from: Bytes32? = nil
-            while true {
+            try pipelined(from: SliceCursor(cls: first, after: nil)) { start in
+                var cursor = start
+                while true {
+                    if let (slice, next) = try objectSlice(cursor, limit: sliceSize) { return (slice, next ?? following(cursor.cls)) }
+                    guard let next = following(cursor.cls) else { return nil }  // a class without facts
+                    cursor = next
+                }
+            } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
-                let (objects, facts, arrivals) = try objectsToFold(cls, after: from, limit: sliceSize)
-                guard let lastObject = objects.last else { break }
-                let preloaded = try PreloadedPayloads.load(arrivals, log: log)
                 deleted.absorb(
                     try log.env.write { txn in
                         var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                        run.preloaded = preloaded
-                        try run.foldInBulk(cls, objects)
+                        run.preloaded = slice.preloaded
+                        run.bulkFacts = (slice.cls, slice.loaded)
+                        try run.foldInBulk(slice.cls, slice.objects)
                         return run.deletedInBulk
                     })
-                from = lastObject
-                folded += facts
+                folded += slice.facts
                 progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
-                if objects.count < sliceSize { break }
             }
+        }
+        try foldClasses(order[..<messageAt])
+        if messageAt < order.count {
+            try foldMessagesInBulk(sliceSize: sliceSize, isCancelled: isCancelled, deleted: &deleted) { count in
+                folded += count
+                progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
+            }
+            try foldClasses(order[(messageAt + 1)...])
         }
         try log.env.write { txn in try purge(deletedPictures: deleted.pictures, messages: deleted.messages, in: txn) }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
@@ -194,38 +211,66 @@ public struct Projections: Sendable {
         var filed = 0
         var runs = 0
         var sends = 0
-        try log.rawEnvelopes(since: 0, sliceSize: sliceSize) { slice in
+        // The next slice is read and filed on all cores while this one's
+        // runs are written (`pipelined`).
+        try pipelined(from: UInt64(0)) { since in
+            try filingSlice(since: since, limit: sliceSize)
+        } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
-            let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
-                Result {
-                    var sink = SortedRunSink(factsDB: facts, indexDB: index)
-                    var none: FoldRun? = nil
-                    var sends = 0
-                    for (arrival, bytes) in chunk {
-                        let event = try LogStore.decodeTrusted(bytes, arrival: arrival)
-                        try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
-                        if event.kind == .messageSent { sends += 1 }
-                    }
-                    return (sink, sends)
-                }
-            }
-            var sink = SortedRunSink(factsDB: facts, indexDB: index)
-            for chunk in filedChunks {
-                let (filedSink, filedSends) = try chunk.get()
-                sink.absorb(filedSink)
-                sends += filedSends
-            }
-            sink.facts.sort()
-            sink.index.sort()
-            try writeRun(sink.facts, to: facts, append: runs == 0)
-            try writeRun(sink.index, to: index, append: runs == 0)
+            try writeRun(slice.facts, to: facts, append: runs == 0)
+            try writeRun(slice.index, to: index, append: runs == 0)
             runs += 1
-            filed += slice.count
+            sends += slice.sends
+            filed += slice.events
             progress(filed)
-            return true
         }
         return sends
+    }
+
+    /// One slice of the log filed into sorted runs of `facts` and `index`
+    /// entries, with how many events and sends it held.
+    struct FilingSlice: Sendable {
+        let facts: SortedEntries
+        let index: SortedEntries
+        let events: Int
+        let sends: Int
+    }
+
+    /// The events after arrival `since`, `limit` at most, decoded and filed
+    /// on all cores; and the arrival the next slice starts after (nil after
+    /// the last).
+    func filingSlice(since: UInt64, limit: Int) throws -> (output: FilingSlice, next: UInt64?)? {
+        var slice: [(arrival: UInt64, bytes: [UInt8])] = []
+        try log.rawEnvelopes(since: since, sliceSize: limit) { read in
+            slice = read
+            return false
+        }
+        guard let last = slice.last else { return nil }
+        let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
+        let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
+            Result {
+                var sink = SortedRunSink(factsDB: facts, indexDB: index)
+                var none: FoldRun? = nil
+                var sends = 0
+                for (arrival, bytes) in chunk {
+                    let event = try LogStore.decodeTrusted(bytes, arrival: arrival)
+                    try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
+                    if event.kind == .messageSent { sends += 1 }
+                }
+                return (sink, sends)
+            }
+        }
+        var sink = SortedRunSink(factsDB: facts, indexDB: index)
+        var sends = 0
+        for chunk in filedChunks {
+            let (filedSink, filedSends) = try chunk.get()
+            sink.absorb(filedSink)
+            sends += filedSends
+        }
+        sink.facts.sort()
+        sink.index.sort()
+        let output = FilingSlice(facts: sink.facts, index: sink.index, events: slice.count, sends: sends)
+        return (output, slice.count < limit ? nil : last.arrival)
     }
 
     /// The messages of a bulk rebuild (Specs/projections.md §9.2): every
@@ -237,59 +282,141 @@ public struct Projections: Sendable {
     func foldMessagesInBulk(
         sliceSize: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
     ) throws {
-        var after: [UInt8]? = nil
-        while true {
+        // Every message's edits and deletions (a few percent of the log),
+        // read in one scan: looking each held message up would cost a seek
+        // per message, nearly always finding nothing.
+        var rawEdits: [EventID: [(key: [UInt8], value: [UInt8])]] = [:]
+        try log.env.read { txn in
+            try txn.scan(facts, prefix: [ObjectClass.message.rawValue]) { key, value in
+                rawEdits[try Codec.b32(key[1..<33], "message id"), default: []].append((key, value))
+                return true
+            }
+        }
+        let edits = rawEdits
+        // The next slice of sends is read and decoded while this one is
+        // folded (`pipelined`).
+        try pipelined(from: MessageCursor(after: nil)) { cursor in
+            try messageSlice(cursor, edits: edits, limit: sliceSize)
+        } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            var sends: [(message: EventID, arrival: UInt64)] = []
-            let raw: [(UInt64, [UInt8])] = try log.env.read { txn in
-                try txn.scan(index, from: after.map { $0 + [0] } ?? [IndexTable.chatMessage.rawValue]) { key, value in
-                    guard key.first == IndexTable.chatMessage.rawValue else { return false }
-                    guard key.count == 73, value.count == 40 else {
-                        throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
-                    }
-                    sends.append((try Codec.b32(key.suffix(32), "message id"), Codec.readU64(value[..<8])))
-                    after = key
-                    return sends.count < sliceSize
-                }
-                return try sends.map(\.arrival).sorted().map { ($0, try log.rawEnvelope(at: $0, in: txn)) }
-            }
-            guard !sends.isEmpty else { break }
-            let decoded = parallelMap(raw, chunk: 256) { arrival, bytes in
-                Result { Fact(StoredEvent(event: try LogStore.decodeTrusted(bytes, arrival: arrival), arrival: arrival)) }
-            }
-            var sentFacts: [EventID: Fact] = [:]
-            sentFacts.reserveCapacity(decoded.count)
-            for result in decoded {
-                let fact = try result.get()
-                sentFacts[fact.id] = fact
-            }
             deleted.absorb(
                 try log.env.write { txn in
                     var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                    run.sentFacts = sentFacts
-                    try run.foldInBulk(.message, sends.map(\.message))
+                    run.sentFacts = slice.sent
+                    run.bulkMessageEdits = slice.edits
+                    try run.foldInBulk(.message, slice.messages)
                     return run.deletedInBulk
                 })
-            folded(sends.count)
-            if sends.count < sliceSize { break }
+            folded(slice.messages.count)
         }
         // What remains under the message class are edits and deletions;
         // those of a held message were folded with it above.
-        var from: Bytes32? = nil
-        while true {
+        try pipelined(from: SliceCursor(cls: .message, after: nil)) { cursor in
+            try objectSlice(cursor, limit: sliceSize)
+        } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            let (objects, facts, arrivals) = try objectsToFold(.message, after: from, limit: sliceSize)
-            guard let lastObject = objects.last else { break }
-            let preloaded = try PreloadedPayloads.load(arrivals, log: log)
             try log.env.write { txn in
                 var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                run.preloaded = preloaded
-                try run.foldInBulk(.message, try objects.filter { try !run.holdsSend($0) })
+                run.preloaded = slice.preloaded
+                try run.foldInBulk(.message, try slice.objects.filter { try !run.holdsSend($0) })
             }
-            from = lastObject
-            folded(facts)
-            if objects.count < sliceSize { break }
+            folded(slice.facts)
         }
+    }
+
+    /// Where the next slice of held messages starts: after the chat
+    /// message index key `after`.
+    struct MessageCursor: Sendable {
+        let after: [UInt8]?
+    }
+
+    /// One slice of held messages, read ahead: their ids in the order of
+    /// the chats' message index, their sends and their edits and
+    /// deletions, decoded.
+    struct MessageSlice: Sendable {
+        let messages: [EventID]
+        let sent: [EventID: Fact]
+        let edits: [EventID: [Fact]]
+    }
+
+    /// The held messages after `cursor`: the sends read from the log in
+    /// arrival order and decoded on all cores, with the edits and
+    /// deletions `edits` lists for them (raw `facts` entries by message).
+    func messageSlice(
+        _ cursor: MessageCursor, edits: [EventID: [(key: [UInt8], value: [UInt8])]], limit: Int
+    ) throws -> (output: MessageSlice, next: MessageCursor?)? {
+        var sends: [(message: EventID, arrival: UInt64)] = []
+        var after = cursor.after
+        let raw: [(UInt64, [UInt8])] = try log.env.read { txn in
+            try txn.scan(index, from: after.map { $0 + [0] } ?? [IndexTable.chatMessage.rawValue]) { key, value in
+                guard key.first == IndexTable.chatMessage.rawValue else { return false }
+                guard key.count == 73, value.count == 40 else {
+                    throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
+                }
+                sends.append((try Codec.b32(key.suffix(32), "message id"), Codec.readU64(value[..<8])))
+                after = key
+                return sends.count < limit
+            }
+            return try sends.map(\.arrival).sorted().map { ($0, try log.rawEnvelope(at: $0, in: txn)) }
+        }
+        guard !sends.isEmpty else { return nil }
+        let decoded = parallelMap(raw, chunk: 256) { arrival, bytes in
+            Result { Fact(StoredEvent(event: try LogStore.decodeTrusted(bytes, arrival: arrival), arrival: arrival)) }
+        }
+        var sent: [EventID: Fact] = [:]
+        sent.reserveCapacity(decoded.count)
+        for result in decoded {
+            let fact = try result.get()
+            sent[fact.id] = fact
+        }
+        let held = sends.compactMap { send in edits[send.message].map { (send.message, $0) } }
+        let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
+        let loaded: [EventID: [Fact]] = try log.env.read { txn in
+            var out: [EventID: [Fact]] = [:]
+            for (message, entries) in held {
+                out[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
+            }
+            return out
+        }
+        let slice = MessageSlice(messages: sends.map(\.message), sent: sent, edits: loaded)
+        return (slice, sends.count < limit ? nil : after.map { MessageCursor(after: $0) })
+    }
+
+    /// Where the next slice of a class's objects starts: after `after`.
+    struct SliceCursor: Sendable {
+        let cls: ObjectClass
+        let after: Bytes32?
+    }
+
+    /// One slice of a bulk fold, read ahead: up to `limit` objects of a
+    /// class in key order, how many facts they have, and those facts'
+    /// payloads decoded.
+    struct ObjectSlice: Sendable {
+        let cls: ObjectClass
+        let objects: [Bytes32]
+        let facts: Int
+        let preloaded: PreloadedPayloads
+        /// Each object's facts in merge order, with their payloads.
+        let loaded: [Bytes32: [Fact]]
+    }
+
+    /// The slice of `cls` after `cursor` and the cursor of the next (nil
+    /// after the last), or nil when none is left.
+    func objectSlice(_ cursor: SliceCursor, limit: Int) throws -> (output: ObjectSlice, next: SliceCursor?)? {
+        let cls = cursor.cls
+        let (objects, entries, arrivals) = try objectsToFold(cls, after: cursor.after, limit: limit)
+        guard let last = objects.last else { return nil }
+        let preloaded = try PreloadedPayloads.load(arrivals, log: log)
+        let loaded: [Bytes32: [Fact]] = try log.env.read { txn in
+            var out: [Bytes32: [Fact]] = [:]
+            out.reserveCapacity(objects.count)
+            for (object, key, value) in entries {
+                out[object, default: []].append(try Fact.load(key: key, value: value, log: log, in: txn, preloaded: preloaded))
+            }
+            return out
+        }
+        let slice = ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded)
+        return (slice, objects.count < limit && entries.count < limit ? nil : SliceCursor(cls: cls, after: last))
     }
 
     /// Writes a sorted run in write transactions of at most 100,000 entries
@@ -305,20 +432,24 @@ public struct Projections: Sendable {
 
     /// Up to `limit` objects of class `cls` after `after`, in key order, how
     /// many facts they hold, and the arrival positions those facts name.
-    func objectsToFold(_ cls: ObjectClass, after: Bytes32?, limit: Int) throws -> (objects: [Bytes32], facts: Int, arrivals: [UInt64]) {
+    func objectsToFold(
+        _ cls: ObjectClass, after: Bytes32?, limit: Int
+    ) throws -> (objects: [Bytes32], facts: [(object: Bytes32, key: [UInt8], value: [UInt8])], arrivals: [UInt64]) {
         try log.env.read { txn in
             var objects: [Bytes32] = []
-            var facts = 0
+            var facts: [(object: Bytes32, key: [UInt8], value: [UInt8])] = []
             var arrivals: [UInt64] = []
             let start = after.map { [cls.rawValue] + $0.bytes + [UInt8](repeating: 0xFF, count: 73) } ?? [cls.rawValue]
             try txn.scan(self.facts, from: start) { key, value in
                 guard key.first == cls.rawValue, key.count == 105 else { return false }
                 let object = try Codec.b32(key[1..<33], "object")
                 if objects.last != object {
-                    if objects.count == limit { return false }
+                    // Whole objects only; `limit` objects or about `limit`
+                    // facts (one object's facts may take it over).
+                    if objects.count == limit || facts.count >= limit { return false }
                     objects.append(object)
                 }
-                facts += 1
+                facts.append((object, key, value))
                 if let arrival = Fact.arrival(ofValue: value) { arrivals.append(arrival) }
                 return true
             }
