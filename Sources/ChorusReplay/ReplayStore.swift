@@ -71,9 +71,12 @@ public struct ReplayStore: Sendable {
     /// from scratch. Signatures are not checked again here (`verify` does).
     /// With `tolerant`, events that cannot be read or no longer fit their
     /// feed (a damaged store) are left out and listed in `skipped` instead of
-    /// ending the copy.
+    /// ending the copy. `checkedExcept`: the caller decoded every envelope
+    /// in full already (`verify`) and these arrivals failed; the others are
+    /// read without checking their payloads again.
     public func copy(
         to output: String, include: @escaping (StoredEvent) -> Bool = { _ in true }, tolerant: Bool = false,
+        checkedExcept undecodable: Set<UInt64>? = nil,
         skipped: ((_ what: String, _ why: String) -> Void)? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws -> ReplayStore {
@@ -99,8 +102,16 @@ public struct ReplayStore: Sendable {
         // appended in arrival order.
         try log.rawEnvelopes { raw in
             let decoded = parallelMap(raw, chunk: 256) { record -> Result<StoredEvent, LogError> in
-                do { return .success(StoredEvent(event: try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival), arrival: record.arrival)) }
-                catch let error as LogError { return .failure(error) } catch { return .failure(.corrupt("\(error)")) }
+                do {
+                    let event: Event
+                    if let undecodable {
+                        if undecodable.contains(record.arrival) { throw LogError.corrupt("event at arrival \(record.arrival) does not decode") }
+                        event = try LogStore.decodeTrusted(record.bytes, arrival: record.arrival)
+                    } else {
+                        event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival)
+                    }
+                    return .success(StoredEvent(event: event, arrival: record.arrival))
+                } catch let error as LogError { return .failure(error) } catch { return .failure(.corrupt("\(error)")) }
             }
             var events: [Event] = []
             for (record, item) in zip(raw, decoded) {

@@ -44,6 +44,7 @@ extension ReplayStore {
         let total = try log.eventCount()
 
         // 1. Every record: decode strictly and verify the signature, on all cores.
+        var undecodable: Set<UInt64> = []
         try log.rawEnvelopes { slice in
             let checked = parallelMap(slice, chunk: 64) { record -> Result<Event, Finding> in
                 let location = "envelopes[\(record.arrival)]"
@@ -59,13 +60,14 @@ extension ReplayStore {
                 }
                 return .success(event)
             }
-            for r in checked {
+            for (record, r) in zip(slice, checked) {
                 report.events += 1
                 switch r {
                 case .success(let event):
                     report.perKind[event.kind.name, default: 0] += 1
                     if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
                 case .failure(let finding):
+                    if finding.code == "undecodable" { undecodable.insert(record.arrival) }
                     report.findings.append(finding)
                 }
             }
@@ -114,8 +116,10 @@ extension ReplayStore {
         let scratch = try ScratchDirectory()
         // Tolerant: damage found above must not stop the comparison; the
         // events left out are already findings.
+        // Step 1 decoded every envelope in full: the copy need not again.
         let rebuilt = try copy(
-            to: scratch.path + "/store", tolerant: true, progress: { done, total in progress?("rebuild", done, total) })
+            to: scratch.path + "/store", tolerant: true, checkedExcept: undecodable,
+            progress: { done, total in progress?("rebuild", done, total) })
         report.liveDigest = try projections.digest()
         report.rebuiltDigest = try rebuilt.projections.digest()
         if report.liveDigest != report.rebuiltDigest {
