@@ -71,15 +71,58 @@ public struct ReplayStore: Sendable {
     /// from scratch. Signatures are not checked again here (`verify` does).
     /// With `tolerant`, events that cannot be read or no longer fit their
     /// feed (a damaged store) are left out and listed in `skipped` instead of
-    /// ending the copy. `checkedExcept`: the caller decoded every envelope
-    /// in full already (`verify`) and these arrivals failed; the others are
-    /// read without checking their payloads again.
+    /// ending the copy.
     public func copy(
         to output: String, include: @escaping (StoredEvent) -> Bool = { _ in true }, tolerant: Bool = false,
-        checkedExcept undecodable: Set<UInt64>? = nil,
         skipped: ((_ what: String, _ why: String) -> Void)? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws -> ReplayStore {
+        let target = try startCopy(at: output)
+        let total = try log.eventCount()
+        var done = 0
+        // Each slice is decoded and checked in full on all cores while the
+        // one before is appended (`pipelined`).
+        try pipelined(from: UInt64(0)) { since in
+            try rawSlice(since: since) { record in
+                Result { try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) }
+            }
+        } consume: { slice in
+            var events: [Event] = []
+            for (arrival, item) in slice {
+                switch item {
+                case .success(let event): if include(StoredEvent(event: event, arrival: arrival)) { events.append(event) }
+                case .failure(let error):
+                    guard tolerant else { throw error }
+                    skipped?("arrival \(arrival)", "\(error)")
+                }
+            }
+            try appendToCopy(events, target: target, tolerant: tolerant, skipped: skipped)
+            done += slice.count
+            progress?(done, total)
+        }
+        try finishCopy(target)
+        return target
+    }
+
+    /// The envelopes after arrival `since` (10,000 at most), each read by
+    /// `read` on all cores, with the arrival the next slice starts after.
+    func rawSlice<T: Sendable>(
+        since: UInt64, _ read: @escaping @Sendable ((arrival: UInt64, bytes: [UInt8])) -> T
+    ) throws -> (output: [(arrival: UInt64, item: T)], next: UInt64?)? {
+        let limit = 10_000
+        var raw: [(arrival: UInt64, bytes: [UInt8])] = []
+        try log.rawEnvelopes(since: since, sliceSize: limit) { slice in
+            raw = slice
+            return false
+        }
+        guard let last = raw.last else { return nil }
+        let items = parallelMap(raw, chunk: 64, read)
+        return (zip(raw.map(\.arrival), items).map { ($0, $1) }, raw.count < limit ? nil : last.arrival)
+    }
+
+    /// An empty store at `output` with this one's configuration and blobs,
+    /// for `appendToCopy` and `finishCopy`.
+    func startCopy(at output: String) throws -> ReplayStore {
         let fm = FileManager.default
         if fm.fileExists(atPath: output), let items = try? fm.contentsOfDirectory(atPath: output), !items.isEmpty {
             throw ReplayError.outputExists(output)
@@ -95,51 +138,27 @@ public struct ReplayStore: Sendable {
             guard let bytes = try blobs.read(hash) else { continue }
             try target.env.write { txn in _ = try target.blobs.put(bytes, in: txn) }
         }
-        let total = try log.eventCount()
-        var done = 0
-        var failure: (any Error)? = nil
-        // Envelopes are decoded and checked in full on all cores, then
-        // appended in arrival order.
-        try log.rawEnvelopes { raw in
-            let decoded = parallelMap(raw, chunk: 256) { record -> Result<StoredEvent, LogError> in
-                do {
-                    let event: Event
-                    if let undecodable {
-                        if undecodable.contains(record.arrival) { throw LogError.corrupt("event at arrival \(record.arrival) does not decode") }
-                        event = try LogStore.decodeTrusted(record.bytes, arrival: record.arrival)
-                    } else {
-                        event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival)
-                    }
-                    return .success(StoredEvent(event: event, arrival: record.arrival))
-                } catch let error as LogError { return .failure(error) } catch { return .failure(.corrupt("\(error)")) }
-            }
-            var events: [Event] = []
-            for (record, item) in zip(raw, decoded) {
-                switch item {
-                case .success(let stored): if include(stored) { events.append(stored.event) }
-                case .failure(let error):
-                    guard tolerant else {
-                        failure = error
-                        return false
-                    }
-                    skipped?("arrival \(record.arrival)", "\(error)")
+        return target
+    }
+
+    /// Appends `events` to a copy in one commit. Clock checks are off: a
+    /// copy keeps what the original accepted. Its projections are folded in
+    /// bulk by `finishCopy`.
+    func appendToCopy(
+        _ events: [Event], target: ReplayStore, tolerant: Bool, skipped: ((_ what: String, _ why: String) -> Void)?
+    ) throws {
+        try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, fold: false) { commit in
+            for e in events {
+                if case .refused(let why) = try commit.append(e) {
+                    guard tolerant else { throw ReplayError.io("event \(e.id.hex) does not fit its feed in the copy: \(why)") }
+                    skipped?("event \(e.id.hex)", "does not fit its feed: \(why)")
                 }
             }
-            // Clock checks off: a copy keeps what the original accepted. The
-            // projections are folded in bulk at the end.
-            try target.store.commit(nowMillis: UInt64.max / 2, driftMillis: 0, fold: false) { commit in
-                for e in events {
-                    if case .refused(let why) = try commit.append(e) {
-                        guard tolerant else { throw ReplayError.io("event \(e.id.hex) does not fit its feed in the copy: \(why)") }
-                        skipped?("event \(e.id.hex)", "does not fit its feed: \(why)")
-                    }
-                }
-            }
-            done += raw.count
-            progress?(done, total)
-            return true
         }
-        if let failure { throw failure }
+    }
+
+    /// Copies the fork evidence and folds the copy's projections.
+    func finishCopy(_ target: ReplayStore, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws {
         // Fork evidence: appending the losing event again records it.
         let forks = try log.forkEvidence()
         if !forks.isEmpty {
@@ -147,8 +166,7 @@ public struct ReplayStore: Sendable {
                 for f in forks { _ = try commit.append(f.refused) }
             }
         }
-        try target.projections.rebuild()
-        return target
+        try target.projections.rebuild(progress: progress)
     }
 
     static func open(_ path: String, writableNew: Bool) throws -> ReplayStore {

@@ -43,36 +43,45 @@ extension ReplayStore {
         var report = VerifyReport()
         let total = try log.eventCount()
 
-        // 1. Every record: decode strictly and verify the signature, on all cores.
-        var undecodable: Set<UInt64> = []
-        try log.rawEnvelopes { slice in
-            let checked = parallelMap(slice, chunk: 64) { record -> Result<Event, Finding> in
+        // 1. Every record: decode strictly and verify the signature, on all
+        // cores, while the slice before is appended to a scratch copy whose
+        // projections step 6 folds from scratch (`pipelined`). Tolerant:
+        // damage must not stop the comparison; what is left out of the copy
+        // is a finding already. An event whose signature fails is copied, as
+        // the live store holds it.
+        let scratch = try ScratchDirectory()
+        let rebuilt = try startCopy(at: scratch.path + "/store")
+        try pipelined(from: UInt64(0)) { since in
+            try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
                 let location = "envelopes[\(record.arrival)]"
                 let event: Event
                 do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
-                    return .failure(Finding(code: "undecodable", message: "\(error)", event: nil, location: location))
+                    return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: location))
                 }
                 guard event.verifySignature() else {
-                    return .failure(
+                    return (
+                        event,
                         Finding(
                             code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
-                            event: event.id, location: "\(location) (\(event.id.hex), \(event.author.short)#\(event.seq))"))
+                            event: event.id, location: "\(location) (\(event.id.hex), \(event.author.short)#\(event.seq))")
+                    )
                 }
-                return .success(event)
+                return (event, nil)
             }
-            for (record, r) in zip(slice, checked) {
+        } consume: { slice in
+            var events: [Event] = []
+            for (_, item) in slice {
                 report.events += 1
-                switch r {
-                case .success(let event):
+                if let finding = item.finding { report.findings.append(finding) }
+                guard let event = item.event else { continue }
+                events.append(event)
+                if item.finding == nil {
                     report.perKind[event.kind.name, default: 0] += 1
                     if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
-                case .failure(let finding):
-                    if finding.code == "undecodable" { undecodable.insert(record.arrival) }
-                    report.findings.append(finding)
                 }
             }
+            try appendToCopy(events, target: rebuilt, tolerant: true, skipped: nil)
             progress?("events", report.events, total)
-            return true
         }
 
         // 2. Feeds: every position present and chained, heads and arrivals agree.
@@ -112,14 +121,8 @@ extension ReplayStore {
         // formed, and every effective message names an epoch its chat has.
         report.findings += try encryptionFindings()
 
-        // 6. Projections: fold the log again and compare.
-        let scratch = try ScratchDirectory()
-        // Tolerant: damage found above must not stop the comparison; the
-        // events left out are already findings.
-        // Step 1 decoded every envelope in full: the copy need not again.
-        let rebuilt = try copy(
-            to: scratch.path + "/store", tolerant: true, checkedExcept: undecodable,
-            progress: { done, total in progress?("rebuild", done, total) })
+        // 6. Projections: fold the copy's log from scratch and compare.
+        try finishCopy(rebuilt) { done, total in progress?("rebuild", done, total) }
         report.liveDigest = try projections.digest()
         report.rebuiltDigest = try rebuilt.projections.digest()
         if report.liveDigest != report.rebuiltDigest {
