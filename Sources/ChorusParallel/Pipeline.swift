@@ -16,32 +16,37 @@ public func pipelined<Step: Sendable, Output: Sendable>(
     produce: @escaping @Sendable (Step) throws -> (output: Output, next: Step?)?,
     consume: (Output) throws -> Void
 ) throws {
-    var pending: Handoff<(output: Output, next: Step?)?>? = Handoff(start, produce)
-    defer { _ = pending?.wait() }
+    var pending: Background<(output: Output, next: Step?)?>? = Background { try produce(start) }
+    defer { _ = try? pending?.wait() }
     while let current = pending {
         pending = nil
-        guard let (output, next) = try current.wait().get() else { return }
-        if let next { pending = Handoff(next, produce) }
+        guard let (output, next) = try current.wait() else { return }
+        if let next { pending = Background { try produce(next) } }
         try consume(output)
     }
 }
 
-/// One step's result, produced on a global queue and waited for once.
-private final class Handoff<T: Sendable>: Sendable {
+/// Work started on a global queue at once, whose result (or error) is
+/// waited for later: for independent stages that can overlap (a replay
+/// verification checks the feeds while the copy of the log is folded).
+/// Waiting more than once returns the same result.
+public final class Background<T: Sendable>: Sendable {
     private let result = Mutex<Result<T, any Error>?>(nil)
     private let done = DispatchSemaphore(value: 0)
 
-    init<Step: Sendable>(_ step: Step, _ produce: @escaping @Sendable (Step) throws -> T) {
+    public init(_ work: @escaping @Sendable () throws -> T) {
         DispatchQueue.global().async { [self] in
-            let r = Result { try produce(step) }
+            let r = Result { try work() }
             result.withLock { $0 = r }
             done.signal()
         }
     }
 
-    func wait() -> Result<T, any Error> {
+    /// Blocks until the work has finished; returns its result or rethrows
+    /// its error.
+    public func wait() throws -> T {
         done.wait()
-        done.signal()  // a second wait (the deferred one) returns at once
-        return result.withLock { $0 } ?? .failure(CancellationError())
+        done.signal()  // a later wait returns at once
+        return try (result.withLock { $0 } ?? .failure(CancellationError())).get()
     }
 }
