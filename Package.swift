@@ -127,6 +127,7 @@ let package = Package(
             name: "ChorusServiceTests",
             dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
+        .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(

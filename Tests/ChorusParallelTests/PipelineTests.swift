@@ -1,0 +1,77 @@
+import ChorusParallel
+import Dispatch
+import Synchronization
+import Testing
+
+struct Boom: Error, Equatable {
+    let step: Int
+}
+
+@Suite("Pipelines and background work (ChorusParallel)")
+struct PipelineTests {
+    @Test("every output is consumed once, in order; producer calls never overlap")
+    func orderAndExclusion() throws {
+        let producing = Atomic<Int>(0)
+        let mostAtOnce = Atomic<Int>(0)
+        var consumed: [Int] = []
+        try pipelined(from: 0) { step -> (output: Int, next: Int?)? in
+            let now = producing.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+            mostAtOnce.max(now, ordering: .sequentiallyConsistent)
+            defer { producing.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+            return (step * 10, step + 1 < 200 ? step + 1 : nil)
+        } consume: { output in
+            consumed.append(output)
+        }
+        #expect(consumed == (0..<200).map { $0 * 10 })
+        #expect(mostAtOnce.load(ordering: .sequentiallyConsistent) == 1)
+    }
+
+    @Test("the next step is produced while the current one is consumed")
+    func stagesOverlap() throws {
+        // consume(n) waits until produce(n + 1) has begun: without overlap
+        // it would wait out its bound.
+        let started = DispatchSemaphore(value: 0)
+        var overlapped = 0
+        try pipelined(from: 0) { step -> (output: Int, next: Int?)? in
+            if step > 0 { started.signal() }
+            return (step, step < 5 ? step + 1 : nil)
+        } consume: { step in
+            if step < 5, started.wait(timeout: .now() + 30) == .success { overlapped += 1 }
+        }
+        #expect(overlapped == 5)
+    }
+
+    @Test("an error from either stage ends the pipeline, after what came before, with the producer stopped")
+    func errorsEndIt() throws {
+        var consumed: [Int] = []
+        #expect(throws: Boom(step: 3)) {
+            try pipelined(from: 0) { step -> (output: Int, next: Int?)? in
+                if step == 3 { throw Boom(step: 3) }
+                return (step, step + 1)
+            } consume: { consumed.append($0) }
+        }
+        #expect(consumed == [0, 1, 2])
+
+        let producing = Atomic<Int>(0)
+        #expect(throws: Boom(step: 1)) {
+            try pipelined(from: 0) { step -> (output: Int, next: Int?)? in
+                producing.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                defer { producing.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+                return (step, step + 1)
+            } consume: { step in
+                if step == 1 { throw Boom(step: 1) }
+            }
+        }
+        // The step being produced when consume threw was waited for.
+        #expect(producing.load(ordering: .sequentiallyConsistent) == 0)
+    }
+
+    @Test("background work returns its value to every wait, or rethrows its error")
+    func background() throws {
+        let work = Background { (1...1000).reduce(0, +) }
+        #expect(try work.wait() == 500_500)
+        #expect(try work.wait() == 500_500)
+        let failing = Background { () throws -> Int in throw Boom(step: 7) }
+        #expect(throws: Boom(step: 7)) { try failing.wait() }
+    }
+}
