@@ -368,17 +368,25 @@ public struct LogStore: Sendable {
     ) throws {
         var from = since
         while true {
-            var slice: [(UInt64, [UInt8])] = []
-            try env.read { txn in
-                try txn.scan(envelopes, from: Self.encodeU64(from &+ 1)) { key, value in
-                    slice.append((try Self.decodeU64(key, what: "arrival position"), value))
-                    return slice.count < sliceSize
-                }
-            }
+            let slice = try rawEnvelopes(since: from, limit: sliceSize)
             guard let last = slice.last else { return }
             guard try body(slice), slice.count == sliceSize else { return }
-            from = last.0
+            from = last.arrival
         }
+    }
+
+    /// The first `limit` stored envelopes after `since`, in arrival order,
+    /// as raw bytes: one slice of `rawEnvelopes`, for readers that take
+    /// slices on their own schedule (a rebuild reading ahead).
+    public func rawEnvelopes(since: UInt64, limit: Int) throws -> [(arrival: UInt64, bytes: [UInt8])] {
+        var slice: [(arrival: UInt64, bytes: [UInt8])] = []
+        try env.read { txn in
+            try txn.scan(envelopes, from: Self.encodeU64(since &+ 1)) { key, value in
+                slice.append((try Self.decodeU64(key, what: "arrival position"), value))
+                return slice.count < limit
+            }
+        }
+        return slice
     }
 
     /// Decodes a stored envelope without re-checking its payload

@@ -150,6 +150,10 @@ public struct Projections: Sendable {
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
         var folded = 0
+        func foldedMore(_ count: Int) {
+            folded += count
+            progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
+        }
         var deleted = FoldRun.DeletedObjects()
         // Classes in fold order; the next slice's facts and payloads are
         // read and decoded while this one is folded (`pipelined`), across
@@ -183,16 +187,12 @@ public struct Projections: Sendable {
                         try run.foldInBulk(slice.cls, slice.objects)
                         return run.deletedInBulk
                     })
-                folded += slice.facts
-                progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
+                foldedMore(slice.facts)
             }
         }
         try foldClasses(order[..<messageAt])
         if messageAt < order.count {
-            try foldMessagesInBulk(sliceSize: sliceSize, isCancelled: isCancelled, deleted: &deleted) { count in
-                folded += count
-                progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
-            }
+            try foldMessagesInBulk(sliceSize: sliceSize, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
             try foldClasses(order[(messageAt + 1)...])
         }
         try log.env.write { txn in try purge(deletedPictures: deleted.pictures, messages: deleted.messages, in: txn) }
@@ -240,11 +240,7 @@ public struct Projections: Sendable {
     /// on all cores; and the arrival the next slice starts after (nil after
     /// the last).
     func filingSlice(since: UInt64, limit: Int) throws -> (output: FilingSlice, next: UInt64?)? {
-        var slice: [(arrival: UInt64, bytes: [UInt8])] = []
-        try log.rawEnvelopes(since: since, sliceSize: limit) { read in
-            slice = read
-            return false
-        }
+        let slice = try log.rawEnvelopes(since: since, limit: limit)
         guard let last = slice.last else { return nil }
         let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
         let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
@@ -318,6 +314,7 @@ public struct Projections: Sendable {
             try log.env.write { txn in
                 var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
                 run.preloaded = slice.preloaded
+                run.bulkFacts = (.message, slice.loaded)
                 try run.foldInBulk(.message, try slice.objects.filter { try !run.holdsSend($0) })
             }
             folded(slice.facts)

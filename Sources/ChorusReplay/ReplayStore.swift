@@ -110,11 +110,7 @@ public struct ReplayStore: Sendable {
         since: UInt64, _ read: @escaping @Sendable ((arrival: UInt64, bytes: [UInt8])) -> T
     ) throws -> (output: [(arrival: UInt64, item: T)], next: UInt64?)? {
         let limit = 10_000
-        var raw: [(arrival: UInt64, bytes: [UInt8])] = []
-        try log.rawEnvelopes(since: since, sliceSize: limit) { slice in
-            raw = slice
-            return false
-        }
+        let raw = try log.rawEnvelopes(since: since, limit: limit)
         guard let last = raw.last else { return nil }
         let items = parallelMap(raw, chunk: 64, read)
         return (zip(raw.map(\.arrival), items).map { ($0, $1) }, raw.count < limit ? nil : last.arrival)
