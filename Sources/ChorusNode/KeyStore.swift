@@ -33,9 +33,15 @@ enum KeyStore {
     /// A device-only store knows its user's public key but not the secret.
     static func userPublicPath(_ store: String) -> String { keysDirectory(store) + "/user.public" }
 
+    /// Mode 0600 like every file in `keys/` (Specs/storage.md §1).
     static func writePublic(_ key: PublicKey, to path: String) throws {
-        do { try Data((key.hex + "\n").utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
-            throw NodeError.keyFile(path: path, problem: "could not write: \(error.localizedDescription)")
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw NodeError.keyFile(path: path, problem: "could not write: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let text = Array((key.hex + "\n").utf8)
+        let written = text.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        guard written == text.count, fsync(fd) == 0 else {
+            throw NodeError.keyFile(path: path, problem: "could not write: \(String(cString: strerror(errno)))")
         }
     }
 

@@ -168,11 +168,25 @@ public struct NetworkConfig: Sendable, Hashable {
         return config
     }
 
-    /// Writes `json()` to `path` atomically; throws
+    /// Writes `json()` to `path` atomically (a file beside it, renamed over
+    /// it), readable by the owner only: it holds the network key, which
+    /// lets anyone who has it join the network. Throws
     /// `NetworkConfigError.cannotWrite` when that fails.
     public func write(to path: String) throws {
-        do { try Data(json().utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
-            throw NetworkConfigError.cannotWrite(path: path, reason: error.localizedDescription)
+        let temporary = path + ".writing-" + UUID().uuidString
+        func problem() -> String { String(cString: strerror(errno)) }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw NetworkConfigError.cannotWrite(path: path, reason: problem()) }
+        let bytes = Array(json().utf8)
+        var failure: String? = nil
+        if bytes.withUnsafeBytes({ Foundation.write(fd, $0.baseAddress, $0.count) }) != bytes.count || fsync(fd) != 0 {
+            failure = problem()
+        }
+        close(fd)
+        if failure == nil, rename(temporary, path) != 0 { failure = problem() }
+        if let failure {
+            unlink(temporary)
+            throw NetworkConfigError.cannotWrite(path: path, reason: failure)
         }
     }
 }

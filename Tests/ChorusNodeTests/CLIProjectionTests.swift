@@ -384,6 +384,16 @@ struct CLIProjectionTests {
         let tabletDevice = try #require(created["device"] as? String)
         let proof = try #require(created["proof"] as? String)
         #expect(created["command"] as? String == "chorus device add \(tabletDevice) --proof \(proof)")
+        // Every file of the store is its owner's only (Specs/storage.md §1),
+        // the network key's file and the user's public key included.
+        for store in [phone, tablet] {
+            let files = try FileManager.default.subpathsOfDirectory(atPath: store)
+            #expect(files.contains("keys/user.public") == (store == tablet))
+            for file in files {
+                let mode = try FileManager.default.attributesOfItem(atPath: store + "/" + file)[.posixPermissions] as? Int
+                #expect(mode.map { $0 & 0o077 } == 0, "\(store)/\(file) is readable by others")
+            }
+        }
         let text = try await ok("init", "--store", tmp.store("other"), "--user", alice)
         #expect(text.contains("chorus device add ") && text.contains("--proof "))
 

@@ -47,3 +47,24 @@ struct NetworkConfigTests {
         #expect(reason("chorus-network1:***").contains("not base64url"))
     }
 }
+
+@Suite("Network configuration: the file")
+struct NetworkConfigFileTests {
+    @Test("the file holding the network key is readable by its owner only, and written whole")
+    func ownerOnly() throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let path = dir.store("network.json")
+        let config = NetworkConfig(issuers: [SigningKey.generate().publicKey], slotPrices: [0, 10])
+        try config.write(to: path)
+        // Rewriting replaces the file; it stays owner-only.
+        try config.write(to: path)
+        let attributes = try FileManager.default.attributesOfItem(atPath: path)
+        #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0)
+        #expect(try NetworkConfig.load(from: path) == config)
+        // Nothing but the file is left beside it.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["network.json"])
+        // A directory that does not exist is a clear error.
+        #expect(throws: NetworkConfigError.self) { try config.write(to: dir.store("missing/network.json")) }
+    }
+}
