@@ -39,50 +39,6 @@ extension ReplayStore {
     /// heads, arrival log), fork evidence and blobs, then folds the log into
     /// fresh projections in a scratch store and compares them with the live
     /// ones entry by entry.
-    /// Steps 2–5 of `verify`: the feeds, fork evidence, blobs and chat
-    /// encryption, as a partial report (feeds, forks, blobs, findings).
-    func storeChecks() throws -> VerifyReport {
-        var partial = VerifyReport()
-        // 2. Feeds: every position present and chained, heads and arrivals agree.
-        for problem in try log.integrityProblems(verifySignatures: false) where !problem.contains("bad signature") {
-            partial.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
-        }
-        partial.feeds = try log.allHeads().count
-
-        // 3. Fork evidence: each refused event is validly signed and really conflicts.
-        for fork in try log.forkEvidence() {
-            partial.forks += 1
-            let location = "forks[\(fork.author.short)#\(fork.seq)]"
-            if fork.refused.author != fork.author || fork.refused.seq != fork.seq || !fork.refused.verifySignature()
-                || fork.refused.id == fork.kept
-            {
-                partial.findings.append(
-                    Finding(code: "bad_fork_evidence", message: "fork evidence that does not prove a fork", event: fork.refused.id,
-                        location: location))
-            } else {
-                partial.findings.append(
-                    Finding(
-                        code: "fork",
-                        message: "feed \(fork.author.hex) forked at #\(fork.seq): kept \(fork.kept.hex), refused \(fork.refused.id.hex)",
-                        event: fork.refused.id, location: location))
-            }
-        }
-
-        // 4. Blobs: each one's chunks hash to its name.
-        for (hash, _) in try blobs.all() {
-            partial.blobs += 1
-            do { _ = try blobs.read(hash) } catch {
-                partial.findings.append(Finding(code: "blob_damaged", message: "\(error)", event: nil, location: "blobs[\(hash.hex)]"))
-            }
-        }
-
-        // 5. Chat encryption (Specs/encryption.md): every key event is well
-        // formed, and every effective message names an epoch its chat has.
-        partial.findings += try encryptionFindings()
-
-        return partial
-    }
-
     public func verify(progress: ((_ stage: String, _ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
         var report = VerifyReport()
         let total = try log.eventCount()
@@ -94,6 +50,7 @@ extension ReplayStore {
         // is a finding already. An event whose signature fails is copied, as
         // the live store holds it.
         let scratch = try ScratchDirectory()
+        defer { withExtendedLifetime(scratch) {} }  // removed only once the copy is no longer read
         let rebuilt = try startCopy(at: scratch.path + "/store")
         try pipelined(from: UInt64(0)) { since in
             try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
@@ -154,6 +111,50 @@ extension ReplayStore {
             }
         }
         return report
+    }
+
+    /// Steps 2–5 of `verify`: the feeds, fork evidence, blobs and chat
+    /// encryption, as a partial report (feeds, forks, blobs, findings).
+    func storeChecks() throws -> VerifyReport {
+        var partial = VerifyReport()
+        // 2. Feeds: every position present and chained, heads and arrivals agree.
+        for problem in try log.integrityProblems(verifySignatures: false) where !problem.contains("bad signature") {
+            partial.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
+        }
+        partial.feeds = try log.allHeads().count
+
+        // 3. Fork evidence: each refused event is validly signed and really conflicts.
+        for fork in try log.forkEvidence() {
+            partial.forks += 1
+            let location = "forks[\(fork.author.short)#\(fork.seq)]"
+            if fork.refused.author != fork.author || fork.refused.seq != fork.seq || !fork.refused.verifySignature()
+                || fork.refused.id == fork.kept
+            {
+                partial.findings.append(
+                    Finding(code: "bad_fork_evidence", message: "fork evidence that does not prove a fork", event: fork.refused.id,
+                        location: location))
+            } else {
+                partial.findings.append(
+                    Finding(
+                        code: "fork",
+                        message: "feed \(fork.author.hex) forked at #\(fork.seq): kept \(fork.kept.hex), refused \(fork.refused.id.hex)",
+                        event: fork.refused.id, location: location))
+            }
+        }
+
+        // 4. Blobs: each one's chunks hash to its name.
+        for (hash, _) in try blobs.all() {
+            partial.blobs += 1
+            do { _ = try blobs.read(hash) } catch {
+                partial.findings.append(Finding(code: "blob_damaged", message: "\(error)", event: nil, location: "blobs[\(hash.hex)]"))
+            }
+        }
+
+        // 5. Chat encryption (Specs/encryption.md): every key event is well
+        // formed, and every effective message names an epoch its chat has.
+        partial.findings += try encryptionFindings()
+
+        return partial
     }
 }
 
