@@ -1,6 +1,8 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
+import ChorusLog
+import ChorusStorage
 
 /// A user's membership of one chat over time: half-open HLC intervals
 /// `[from, to)`, `to` nil while the membership lasts.
@@ -222,30 +224,23 @@ extension FoldRun {
             if f.kind == .messageDeleted { deleted = f } else { edit = f }
             try decide(f.id, nil)
         }
-        var record = MessageRecord(sender: sender, device: sent.author, hlc: sent.hlc)
+        // The stored entry names the events whose payloads hold the content
+        // instead of copying it (Specs/projections.md §9.1);
+        // `MessageRecord.live` decides the content, here and when the
+        // entry is read.
+        var entry = MessageEntry(sender: sender, device: sent.author, sent: sent.arrival)
         if let deleted {
-            record.deleted = deleted.hlc
+            entry.deleted = deleted.hlc
             if purging { try purgeContent(ofMessage: message, all) } else if bulk { deletedInBulk.messages.append(message) }
-        } else if let payload = sent.payload {
-            // The body is sealed (Specs/encryption.md §7); an edit's sealed
-            // body replaces it. Without the edit's payload, the original stays.
-            record.body = edit?.payload?[text: "body"]?.bytesValue ?? payload[text: "body"]?.bytesValue
-            if let attachment, let size = payload[text: "size"]?.unsignedValue {
-                record.blob = attachment
-                record.size = size
-            }
-            if let edit {
-                record.edited = edit.hlc
-                // The edit's device: its sealed body's associated data names it.
-                record.editor = edit.author
-            }
+        } else if sent.payload != nil {
+            if let edit { entry.edit = (edit.arrival, edit.hlc, edit.author) }
         } else {
-            record.purged = true
+            entry.purged = true
         }
         try setBlobReference(attachment, of: message, live: deleted == nil)
         // A bulk fold starts from empty state and folds each message once.
         if try bulk || txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
-        try putState(key, record.encoded())
+        try putState(key, entry.encoded())
     }
 
     /// The `blobRef` entry of a message's encrypted picture (Specs/
@@ -420,6 +415,28 @@ struct MessageRecord: Hashable, Sendable {
         return out
     }
 
+    /// The content of a live message whose `message.sent` payload is
+    /// `sent`: the sealed body (Specs/encryption.md §7), which the winning
+    /// edit's sealed body replaces when this node holds the edit's payload;
+    /// the encrypted picture's blob and size. The fold and the reading of a
+    /// stored entry both decide it here, so they cannot differ.
+    static func live(sender: PublicKey, device: PublicKey, hlc: HLC, sent payload: CBORValue, edit: (hlc: HLC, author: PublicKey, payload: CBORValue?)?)
+        -> MessageRecord
+    {
+        var record = MessageRecord(sender: sender, device: device, hlc: hlc)
+        record.body = edit?.payload?[text: "body"]?.bytesValue ?? payload[text: "body"]?.bytesValue
+        if let blob = payload[text: "blob"]?.id32, let size = payload[text: "size"]?.unsignedValue {
+            record.blob = blob
+            record.size = size
+        }
+        if let edit {
+            record.edited = edit.hlc
+            // The edit's device: its sealed body's associated data names it.
+            record.editor = edit.author
+        }
+        return record
+    }
+
     static func decode(_ raw: [UInt8]) throws -> MessageRecord {
         let v = try Codec.decode(raw, "message record")
         guard let sender = v[text: "sender"]?.id32, let device = v[text: "device"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue
@@ -433,5 +450,84 @@ struct MessageRecord: Hashable, Sendable {
         r.deleted = v[text: "deleted"]?.unsignedValue.map(HLC.init(rawValue:))
         r.purged = v[text: "purged"]?.boolValue ?? false
         return r
+    }
+}
+
+/// How the `state` database holds a `message` record (Specs/projections.md
+/// §9.1): the sender, the sending device and the arrival positions of the
+/// `message.sent` and of the winning edit, whose payloads hold the sealed
+/// content, instead of a copy of it. A chat's messages are most of a
+/// store's events, and their bodies most of its bytes; the log already
+/// holds them. `expand` gives the record of §5, which the digest, the
+/// diffs and the queries read.
+///
+/// Layout: sender (32) ‖ device (32) ‖ u64be(sent arrival) ‖ u8(flags:
+/// 1 edited, 2 deleted, 4 purged) ‖ if edited: u64be(edit arrival) ‖
+/// u64be(edit hlc) ‖ editor (32) ‖ if deleted: u64be(deleted hlc). Arrival
+/// positions are local to a store, so two replicas' entries differ where
+/// their records do not.
+struct MessageEntry: Sendable {
+    var sender: PublicKey
+    var device: PublicKey
+    /// Arrival position of the `message.sent`.
+    var sent: UInt64
+    /// The winning effective edit: where the log holds it, its HLC and device.
+    var edit: (arrival: UInt64, hlc: HLC, author: PublicKey)? = nil
+    /// HLC of the effective `message.deleted`; nil while live.
+    var deleted: HLC? = nil
+    /// Live, but the `message.sent` payload is purged here.
+    var purged = false
+
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(73 + (edit == nil ? 0 : 48) + (deleted == nil ? 0 : 8))
+        out += sender.bytes
+        out += device.bytes
+        out += Codec.u64(sent)
+        out.append((edit == nil ? 0 : 1) | (deleted == nil ? 0 : 2) | (purged ? 4 : 0))
+        if let edit { out += Codec.u64(edit.arrival) + Codec.u64(edit.hlc.rawValue) + edit.author.bytes }
+        if let deleted { out += Codec.u64(deleted.rawValue) }
+        return out
+    }
+
+    static func decode(_ raw: [UInt8]) throws -> MessageEntry {
+        guard raw.count >= 73, raw[72] & ~7 == 0 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        let flags = raw[72]
+        let length = 73 + (flags & 1 == 0 ? 0 : 48) + (flags & 2 == 0 ? 0 : 8)
+        guard raw.count == length else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes, flags \(flags)") }
+        var entry = MessageEntry(
+            sender: try Codec.b32(raw[0..<32], "sender"), device: try Codec.b32(raw[32..<64], "device"), sent: Codec.readU64(raw[64..<72]))
+        entry.purged = flags & 4 != 0
+        var at = 73
+        if flags & 1 != 0 {
+            entry.edit = (Codec.readU64(raw[at..<at + 8]), HLC(rawValue: Codec.readU64(raw[at + 8..<at + 16])), try Codec.b32(raw[at + 16..<at + 48], "editor"))
+            at += 48
+        }
+        if flags & 2 != 0 { entry.deleted = HLC(rawValue: Codec.readU64(raw[at..<at + 8])) }
+        return entry
+    }
+
+    /// The record of Specs/projections.md §5, with the content read from the
+    /// payloads the entry names. `hlc` is the sending HLC, from the key.
+    func expand(hlc: HLC, log: LogStore, in txn: Transaction) throws -> MessageRecord {
+        var record = MessageRecord(sender: sender, device: device, hlc: hlc)
+        if let deleted {
+            record.deleted = deleted
+            return record
+        }
+        if purged {
+            record.purged = true
+            return record
+        }
+        guard let sentBytes = try log.readPayload(at: sent, in: txn) else {
+            throw ProjectionError.corrupt("live message record names the purged event at arrival \(sent)")
+        }
+        let payload = try Codec.decode(sentBytes, "payload of the message at arrival \(sent)")
+        var edited: (hlc: HLC, author: PublicKey, payload: CBORValue?)? = nil
+        if let edit {
+            let bytes = try log.readPayload(at: edit.arrival, in: txn)
+            edited = (edit.hlc, edit.author, try bytes.map { try Codec.decode($0, "payload of the edit at arrival \(edit.arrival)") })
+        }
+        return MessageRecord.live(sender: sender, device: device, hlc: hlc, sent: payload, edit: edited)
     }
 }

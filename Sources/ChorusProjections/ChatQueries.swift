@@ -183,7 +183,8 @@ extension Projections {
     }
 
     func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, in txn: Transaction) throws -> MessageView {
-        let r = try MessageRecord.decode(value)
+        let hlc = HLC(rawValue: Codec.readU64(key.dropLast(32).suffix(8)))
+        let r = try MessageEntry.decode(value).expand(hlc: hlc, log: log, in: txn)
         return MessageView(
             id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(r.sender), device: DeviceID(r.device),
             hlc: r.hlc, body: r.body, blob: r.blob, blobSize: r.size, edited: r.edited, editor: r.editor.map(DeviceID.init),

@@ -172,7 +172,7 @@ extension Projections {
                 return true
             }
             try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
-                if try MessageRecord.decode(value).purged {
+                if try MessageEntry.decode(value).purged {
                     objects.append((.message, try Codec.b32(key.suffix(32), "message id")))
                 }
                 return true

@@ -464,7 +464,7 @@ public struct Projections: Sendable {
         }
         var messages: [EventID] = []
         try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
-            if try MessageRecord.decode(value).deleted != nil {
+            if try MessageEntry.decode(value).deleted != nil {
                 messages.append(try Codec.b32(key.suffix(32), "message id"))
             }
             return true
@@ -489,8 +489,9 @@ public struct Projections: Sendable {
     /// incremental decisions and their index entries (§6.9.1). 5: a chat's
     /// messages indexed by time (chat, hlc, id) instead of by id. 6: a
     /// `message.sent` is named by that index, with its arrival position,
-    /// instead of being filed as a fact.
-    public static let formatVersion: UInt64 = 6
+    /// instead of being filed as a fact. 7: a `message` record is stored as
+    /// an entry naming the log's payloads instead of copying the sealed body.
+    public static let formatVersion: UInt64 = 7
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -534,24 +535,37 @@ public struct Projections: Sendable {
         let hasher = Blake2b.Hasher()
         hasher.update(Array("chorus/projections/v1".utf8) + [0])
         hasher.update(config.fingerprint.bytes)
-        try txn.scan(state) { key, value in
+        try scanState(in: txn) { key, value in
             hasher.update(Codec.u64(UInt64(key.count)))
             hasher.update(key)
             hasher.update(Codec.u64(UInt64(value.count)))
             hasher.update(value)
-            return true
         }
         return hasher.finish()
     }
 
-    /// Every state entry in key order (for diffs and tests).
+    /// Every state entry in key order (for diffs and tests), as
+    /// Specs/projections.md §5 defines it.
     public func stateEntries(in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
         var out: [([UInt8], [UInt8])] = []
-        try txn.scan(state) { k, v in
-            out.append((k, v))
+        try scanState(in: txn) { out.append(($0, $1)) }
+        return out
+    }
+
+    /// The state of Specs/projections.md §5 in key order: every entry as
+    /// stored, except `message` records, which the store keeps as entries
+    /// naming the log's payloads (§9.1) and which are expanded here.
+    func scanState(in txn: Transaction, _ body: ([UInt8], [UInt8]) throws -> Void) throws {
+        try txn.scan(state) { key, value in
+            if key.first == Table.message.rawValue {
+                guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
+                let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
+                try body(key, try MessageEntry.decode(value).expand(hlc: hlc, log: log, in: txn).encoded())
+            } else {
+                try body(key, value)
+            }
             return true
         }
-        return out
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {

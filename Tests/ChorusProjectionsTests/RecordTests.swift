@@ -1,6 +1,8 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
+import ChorusLog
+import ChorusStorage
 @testable import ChorusProjections
 import ChorusTestSupport
 import Testing
@@ -40,5 +42,68 @@ struct RecordTests {
                 #expect(try MessageRecord.decode(encoded) == record, "combination \(combination)")
             }
         }
+    }
+
+    @Test("a stored message entry reads back whole, and any other length or flag is damage")
+    func messageEntryEncoding() throws {
+        var rng = SplitMix64(seed: 0xE17_4E5)
+        func key() -> Bytes32 { Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })! }
+        for combination in 0..<8 {
+            var entry = MessageEntry(sender: key(), device: key(), sent: rng.next())
+            if combination & 1 != 0 { entry.edit = (rng.next(), HLC(rawValue: rng.next()), key()) }
+            if combination & 2 != 0 { entry.deleted = HLC(rawValue: rng.next()) }
+            if combination & 4 != 0 { entry.purged = true }
+            let encoded = entry.encoded()
+            #expect(encoded.count == 73 + (entry.edit == nil ? 0 : 48) + (entry.deleted == nil ? 0 : 8))
+            let back = try MessageEntry.decode(encoded)
+            #expect(back.encoded() == encoded)
+            #expect(back.sender == entry.sender && back.device == entry.device && back.sent == entry.sent)
+            #expect(back.deleted == entry.deleted && back.purged == entry.purged)
+            #expect(back.edit?.arrival == entry.edit?.arrival && back.edit?.hlc == entry.edit?.hlc && back.edit?.author == entry.edit?.author)
+            #expect(throws: ProjectionError.self) { try MessageEntry.decode(encoded.dropLast()) }
+            #expect(throws: ProjectionError.self) { try MessageEntry.decode(encoded + [0]) }
+            var unknownFlag = encoded
+            unknownFlag[72] |= 8
+            #expect(throws: ProjectionError.self) { try MessageEntry.decode(unknownFlag) }
+        }
+    }
+
+    @Test("the state keeps a message as a reference to the log: no copy of the sealed body, the same record read back")
+    func messageEntryReferencesTheLog() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(10))
+        let plain = try alice.d1.sign(.messageSent, chat, Payload.message(text: "a long enough first message"), hlc: Scenario.at(11))
+        let edited = try alice.d1.sign(.messageSent, chat, Payload.message(text: "a long enough second message"), hlc: Scenario.at(12))
+        let edit = try alice.d1.sign(.messageEdited, edited.id, Payload.edit(chat: chat, text: "the second message, edited"), hlc: Scenario.at(13))
+        let r = try s.fold(alice.bindings + [create, plain, edited, edit])
+        let raw: [[UInt8]] = try r.env.read { txn in
+            var out: [[UInt8]] = []
+            try txn.scan(r.projections.state, prefix: Table.message.key(chat.bytes)) { _, value in
+                out.append(value)
+                return true
+            }
+            return out
+        }
+        #expect(raw.count == 2)
+        let bodies = [plain, edited, edit].compactMap { $0.payload?[text: "body"]?.bytesValue }
+        #expect(bodies.count == 3)
+        for value in raw {
+            #expect(value.count <= 73 + 48, "a stored message entry of \(value.count) bytes")
+            for body in bodies { #expect(!contains(value, body.prefix(16)), "the state copies a sealed body") }
+        }
+        let messages = try r.projections.chat(chat).messages
+        #expect(messages.map(\.body) == [bodies[0], bodies[2]])
+        #expect(messages.last?.edited == edit.hlc && messages.last?.editor?.raw == edit.author)
+        // The state the digest covers holds the records of Specs/projections.md §5.
+        let lines = try r.stateLines().filter { $0.hasPrefix("53") }
+        #expect(lines.count == 2)
+        #expect(lines.allSatisfy { line in bodies.contains { line.contains(Hex.encode($0)) } })
+    }
+
+    private func contains(_ haystack: [UInt8], _ needle: ArraySlice<UInt8>) -> Bool {
+        guard needle.count <= haystack.count else { return false }
+        return (0...(haystack.count - needle.count)).contains { haystack[$0..<$0 + needle.count].elementsEqual(needle) }
     }
 }
