@@ -510,23 +510,35 @@ struct MessageEntry: Sendable {
     /// The record of Specs/projections.md §5, with the content read from the
     /// payloads the entry names. `hlc` is the sending HLC, from the key.
     func expand(hlc: HLC, log: LogStore, in txn: Transaction) throws -> MessageRecord {
+        try record(hlc: hlc, payloads: try payloads(log: log, in: txn))
+    }
+
+    /// The payload bytes `record` reads: the send's and the edit's, none
+    /// for a deleted or purged message. Reading needs the transaction;
+    /// decoding them (`record`) does not, so a scan can decode on all cores.
+    func payloads(log: LogStore, in txn: Transaction) throws -> (sent: [UInt8], edit: [UInt8]?)? {
+        guard deleted == nil, !purged else { return nil }
+        guard let sentBytes = try log.readPayload(at: sent, in: txn) else {
+            throw ProjectionError.corrupt("live message record names the purged event at arrival \(sent)")
+        }
+        return (sentBytes, try edit.flatMap { try log.readPayload(at: $0.arrival, in: txn) })
+    }
+
+    /// The record of §5 from the payloads `payloads` read.
+    func record(hlc: HLC, payloads: (sent: [UInt8], edit: [UInt8]?)?) throws -> MessageRecord {
         var record = MessageRecord(sender: sender, device: device, hlc: hlc)
         if let deleted {
             record.deleted = deleted
             return record
         }
-        if purged {
+        guard let payloads else {
             record.purged = true
             return record
         }
-        guard let sentBytes = try log.readPayload(at: sent, in: txn) else {
-            throw ProjectionError.corrupt("live message record names the purged event at arrival \(sent)")
-        }
-        let payload = try Codec.decode(sentBytes, "payload of the message at arrival \(sent)")
+        let payload = try Codec.decode(payloads.sent, "payload of the message at arrival \(sent)")
         var edited: (hlc: HLC, author: PublicKey, payload: CBORValue?)? = nil
         if let edit {
-            let bytes = try log.readPayload(at: edit.arrival, in: txn)
-            edited = (edit.hlc, edit.author, try bytes.map { try Codec.decode($0, "payload of the edit at arrival \(edit.arrival)") })
+            edited = (edit.hlc, edit.author, try payloads.edit.map { try Codec.decode($0, "payload of the edit at arrival \(edit.arrival)") })
         }
         return MessageRecord.live(sender: sender, device: device, hlc: hlc, sent: payload, edit: edited)
     }

@@ -555,17 +555,31 @@ public struct Projections: Sendable {
     /// The state of Specs/projections.md §5 in key order: every entry as
     /// stored, except `message` records, which the store keeps as entries
     /// naming the log's payloads (§9.1) and which are expanded here.
+    ///
+    /// The payloads are read in the scan, then decoded and the records
+    /// encoded on all cores, a slice of messages at a time: every digest
+    /// (`chorus-replay verify` takes two) expands every message.
     func scanState(in txn: Transaction, _ body: ([UInt8], [UInt8]) throws -> Void) throws {
+        typealias Pending = (key: [UInt8], hlc: HLC, entry: MessageEntry, payloads: (sent: [UInt8], edit: [UInt8]?)?)
+        var pending: [Pending] = []
+        func flush() throws {
+            let records = parallelMap(pending, chunk: 64) { m in Result { try m.entry.record(hlc: m.hlc, payloads: m.payloads).encoded() } }
+            for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
+            pending.removeAll(keepingCapacity: true)
+        }
         try txn.scan(state) { key, value in
             if key.first == Table.message.rawValue {
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
-                let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
-                try body(key, try MessageEntry.decode(value).expand(hlc: hlc, log: log, in: txn).encoded())
+                let entry = try MessageEntry.decode(value)
+                pending.append((key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try entry.payloads(log: log, in: txn)))
+                if pending.count == 4096 { try flush() }
             } else {
+                try flush()
                 try body(key, value)
             }
             return true
         }
+        try flush()
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {
