@@ -34,12 +34,43 @@ struct PeersBench: AsyncParsableCommand {
 }
 
 /// The process's anonymous resident memory now, from /proc (0 elsewhere).
-func anonymousMemory() -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-        let line = text.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }),
-        let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-    else { return 0 }
-    return kb * 1024
+func anonymousMemory() -> Int { residentMemory().anonymous }
+
+/// The process's resident memory now, from /proc/self/status (zeros
+/// elsewhere): anonymous (its heap), and file-backed (for a node, mostly
+/// the pages of the store's memory map, which the kernel can drop).
+func residentMemory() -> (anonymous: Int, file: Int) {
+    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return (0, 0) }
+    func field(_ name: String) -> Int {
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(name) }),
+            let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        else { return 0 }
+        return kb * 1024
+    }
+    return (field("RssAnon:"), field("RssFile:"))
+}
+
+/// Samples `residentMemory()` every 20 ms on a thread of its own while
+/// `body` runs; returns the peaks of each kind.
+func peakResidentMemory<T>(during body: () async throws -> T) async rethrows -> (result: T, anonymous: Int, file: Int) {
+    let anonymous = PeakSampler()
+    let file = PeakSampler()
+    let stop = PeakSampler()
+    let thread = Thread {
+        while stop.value == 0 {
+            let now = residentMemory()
+            anonymous.sample(now.anonymous)
+            file.sample(now.file)
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+    thread.start()
+    let result = try await body()
+    stop.sample(1)
+    let now = residentMemory()
+    anonymous.sample(now.anonymous)
+    file.sample(now.file)
+    return (result, anonymous.value, file.value)
 }
 
 func runPeersBenchmark(_ options: PeersBenchOptions) async throws {
