@@ -184,12 +184,24 @@ extension FoldRun {
         let chat = sent.object
         let key = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), message.bytes)
         let attachment = sent.payload?[text: "blob"]?.id32
+        // The entry this key holds now: a bulk fold finds only the
+        // withdrawn entry the filing pass wrote for every send (§9.2).
+        let existing: [UInt8]? = bulk ? nil : try txn.get(p.state, key)
+        let wasEffective = try existing.map { try !MessageEntry.isWithdrawn($0) } ?? false
+        func store(_ entry: MessageEntry) throws {
+            let value = entry.encoded()
+            if value != existing { try putState(key, value) }
+        }
         func withdraw(_ why: NoEffect) throws {
             try decide(sent.id, why)
             for f in all where f.id != sent.id {
                 try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
             }
-            if try txn.delete(p.state, key) { countMessage(in: chat, by: -1) }
+            // Every held send keeps an entry, withdrawn when it takes no
+            // effect: the chat's messages are listed from these entries
+            // (Specs/projections.md §9.1).
+            if wasEffective { countMessage(in: chat, by: -1) }
+            try store(MessageEntry(withdrawnBy: sent.author, sent: sent.arrival))
             try setBlobReference(attachment, of: message, live: false)
         }
         let sender: PublicKey
@@ -238,9 +250,8 @@ extension FoldRun {
             entry.purged = true
         }
         try setBlobReference(attachment, of: message, live: deleted == nil)
-        // A bulk fold starts from empty state and folds each message once.
-        if try bulk || txn.get(p.state, key) == nil { countMessage(in: chat, by: 1) }
-        try putState(key, entry.encoded())
+        if !wasEffective { countMessage(in: chat, by: 1) }
+        try store(entry)
     }
 
     /// The `blobRef` entry of a message's encrypted picture (Specs/
@@ -477,6 +488,38 @@ struct MessageEntry: Sendable {
     var deleted: HLC? = nil
     /// Live, but the `message.sent` payload is purged here.
     var purged = false
+    /// The send takes no effect (or is not folded yet): the entry only
+    /// names the send, for listing a chat's messages, and is no part of the
+    /// state of Specs/projections.md §5. `sender` then holds the device.
+    var withdrawn = false
+
+    /// The entry of an effective message.
+    init(sender: PublicKey, device: PublicKey, sent: UInt64) {
+        self.sender = sender
+        self.device = device
+        self.sent = sent
+    }
+
+    /// The entry of a send that takes no effect, or is not folded yet.
+    init(withdrawnBy device: PublicKey, sent: UInt64) {
+        self.init(sender: device, device: device, sent: sent)
+        withdrawn = true
+    }
+
+    static let withdrawnFlag: UInt8 = 8
+
+    /// Whether a stored entry is withdrawn, without decoding it whole.
+    static func isWithdrawn(_ raw: [UInt8]) throws -> Bool {
+        guard raw.count >= 73 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        return raw[72] & withdrawnFlag != 0
+    }
+
+    /// The device that signed the send and its arrival position, read from
+    /// a stored entry of either kind.
+    static func send(of raw: [UInt8]) throws -> (device: PublicKey, arrival: UInt64) {
+        guard raw.count >= 73 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        return (try Codec.b32(raw[32..<64], "device"), Codec.readU64(raw[64..<72]))
+    }
 
     func encoded() -> [UInt8] {
         var out: [UInt8] = []
@@ -484,6 +527,10 @@ struct MessageEntry: Sendable {
         out += sender.bytes
         out += device.bytes
         out += Codec.u64(sent)
+        if withdrawn {
+            out.append(Self.withdrawnFlag)
+            return out
+        }
         out.append((edit == nil ? 0 : 1) | (deleted == nil ? 0 : 2) | (purged ? 4 : 0))
         if let edit { out += Codec.u64(edit.arrival) + Codec.u64(edit.hlc.rawValue) + edit.author.bytes }
         if let deleted { out += Codec.u64(deleted.rawValue) }
@@ -491,8 +538,15 @@ struct MessageEntry: Sendable {
     }
 
     static func decode(_ raw: [UInt8]) throws -> MessageEntry {
-        guard raw.count >= 73, raw[72] & ~7 == 0 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        guard raw.count >= 73, raw[72] & ~15 == 0 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
         let flags = raw[72]
+        if flags & withdrawnFlag != 0 {
+            // A withdrawn entry names its send and nothing else.
+            guard flags == withdrawnFlag, raw.count == 73, raw[0..<32] == raw[32..<64] else {
+                throw ProjectionError.corrupt("withdrawn message entry of \(raw.count) bytes, flags \(flags)")
+            }
+            return MessageEntry(withdrawnBy: try Codec.b32(raw[32..<64], "device"), sent: Codec.readU64(raw[64..<72]))
+        }
         let length = 73 + (flags & 1 == 0 ? 0 : 48) + (flags & 2 == 0 ? 0 : 8)
         guard raw.count == length else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes, flags \(flags)") }
         var entry = MessageEntry(

@@ -161,11 +161,13 @@ extension Projections {
             var messages: [MessageView] = []
             var more = false
             try txn.scanBackward(state, prefix: prefix, before: upper) { key, value in
+                // A withdrawn entry only lists its send (Specs/projections.md §9.1).
+                if try MessageEntry.isWithdrawn(value) { return true }
                 if messages.count == limit {
                     more = true
                     return false
                 }
-                let m = try messageView(key: key, value: value, chat: id, in: txn)
+                guard let m = try messageView(key: key, value: value, chat: id, in: txn) else { return true }
                 if !blocked.contains(m.sender) { messages.append(m) }
                 return true
             }
@@ -182,9 +184,13 @@ extension Projections {
         }
     }
 
-    func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, in txn: Transaction) throws -> MessageView {
+    /// The message a state entry holds; nil for a withdrawn entry (a send
+    /// that takes no effect).
+    func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, in txn: Transaction) throws -> MessageView? {
         let hlc = HLC(rawValue: Codec.readU64(key.dropLast(32).suffix(8)))
-        let r = try MessageEntry.decode(value).expand(hlc: hlc, log: log, in: txn)
+        let entry = try MessageEntry.decode(value)
+        if entry.withdrawn { return nil }
+        let r = try entry.expand(hlc: hlc, log: log, in: txn)
         return MessageView(
             id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(r.sender), device: DeviceID(r.device),
             hlc: r.hlc, body: r.body, blob: r.blob, blobSize: r.size, edited: r.edited, editor: r.editor.map(DeviceID.init),
@@ -205,7 +211,7 @@ extension Projections {
             let chat = sent.object
             let stateKey = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), id.bytes)
             guard let record = try txn.get(state, stateKey) else { return nil }
-            return try messageView(key: stateKey, value: record, chat: chat, in: txn)
+            return try messageView(key: stateKey, value: record, chat: chat, in: txn)  // nil when withdrawn
         }
     }
 

@@ -2,7 +2,7 @@ import ChorusStorage
 import Foundation
 
 /// Where filing an event (`Projections.file`) writes its `facts` and
-/// `index` entries: straight into a write transaction (the incremental
+/// `index` entries (and, in a rebuild, a withdrawn `message` entry per send): straight into a write transaction (the incremental
 /// fold), or into sorted runs that a bulk rebuild appends in key order
 /// (Specs/projections.md §9.2).
 protocol FilingSink {
@@ -21,16 +21,24 @@ struct TransactionSink: FilingSink {
 struct SortedRunSink: FilingSink {
     let factsDB: Database
     let indexDB: Database
+    let stateDB: Database
     var facts = SortedEntries()
     var index = SortedEntries()
+    var state = SortedEntries()
 
     mutating func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
-        if db == factsDB { facts.add(key, value) } else { index.add(key, value) }
+        switch db {
+        case factsDB: facts.add(key, value)
+        case indexDB: index.add(key, value)
+        case stateDB: state.add(key, value)
+        default: preconditionFailure("filing writes only facts, index and state")
+        }
     }
 
     mutating func absorb(_ other: SortedRunSink) {
         facts.absorb(other.facts)
         index.absorb(other.index)
+        state.absorb(other.state)
     }
 }
 

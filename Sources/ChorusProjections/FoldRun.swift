@@ -208,16 +208,14 @@ struct FoldRun {
             // again. A message of a removed device takes no effect whatever
             // the membership; a device whose binding changed in this run
             // had all its events marked already (`deviceChanged`).
-            try txn.scan(p.index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, value in
-                guard key.count == 73, value.count == 40 else {
-                    throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
-                }
+            try txn.scan(p.state, prefix: Table.message.key(chat.bytes)) { key, value in
+                guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
                 let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
-                guard let sender = try actingUser(try Codec.b32(value[8...], "message author"), at: hlc), changed.contains(sender)
-                else { return true }
+                let send = try MessageEntry.send(of: value)
+                guard let sender = try actingUser(send.device, at: hlc), changed.contains(sender) else { return true }
                 let message = try Codec.b32(key.suffix(32), "message id")
                 mark(.message, message)
-                sentArrivals[message] = Codec.readU64(value[..<8])
+                sentArrivals[message] = send.arrival
                 return true
             }
         }

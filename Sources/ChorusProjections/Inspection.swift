@@ -88,7 +88,7 @@ extension Projections {
     public func messageIDs(inChat chat: ObjectID) throws -> [EventID] {
         try log.env.read { txn in
             var out: [EventID] = []
-            try txn.scan(index, prefix: IndexTable.chatMessage.key(chat.bytes)) { key, _ in
+            try txn.scan(state, prefix: Table.message.key(chat.bytes)) { key, _ in
                 out.append(try Codec.b32(key.suffix(32), "message id"))
                 return true
             }

@@ -148,9 +148,17 @@ struct Fact {
             payload: stored.event.payload)
     }
 
-    /// The `facts` value: u8(kind) ‖ header object (32) ‖ u64be(arrival).
-    static func encode(_ stored: StoredEvent) -> [UInt8] {
-        [UInt8(truncatingIfNeeded: stored.event.kind.code)] + stored.event.object.bytes + Codec.u64(stored.arrival)
+    /// The `facts` value of an event filed under `object`: u8(kind) ‖
+    /// u64be(arrival) (9 bytes) when `object` is the header's object, as
+    /// for every class but coins; else u8(kind) ‖ header object (32) ‖
+    /// u64be(arrival) (41 bytes). Specs/projections.md §9.1.
+    static func encode(_ stored: StoredEvent, filedUnder object: Bytes32) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(41)
+        out.append(UInt8(truncatingIfNeeded: stored.event.kind.code))
+        if object != stored.event.object { stored.event.object.append(to: &out) }
+        out += Codec.u64(stored.arrival)
+        return out
     }
 
     /// Reads a `facts` entry and its payload from the log.
@@ -158,22 +166,33 @@ struct Fact {
         key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil,
         withPayload: Bool = true
     ) throws -> Fact {
-        try load(order: try MergeOrder(bytes: key[33...]), value: raw, log: log, in: txn, preloaded: preloaded, withPayload: withPayload)
+        try load(
+            order: try MergeOrder(bytes: key[33...]), value: raw, filedUnder: Bytes32(key.dropFirst().prefix(32)), log: log, in: txn,
+            preloaded: preloaded, withPayload: withPayload)
     }
 
     /// The arrival position a fact's value names.
-    static func arrival(ofValue raw: [UInt8]) -> UInt64? { raw.count == 41 ? Codec.readU64(raw[33...]) : nil }
+    static func arrival(ofValue raw: [UInt8]) -> UInt64? {
+        raw.count == 41 || raw.count == 9 ? Codec.readU64(raw[(raw.count - 8)...]) : nil
+    }
 
     /// `withPayload: false` leaves `payload` nil without reading the log,
-    /// for a fold that does not read this fact's payload.
+    /// for a fold that does not read this fact's payload. `filedUnder` is
+    /// the object of the fact's key: a 9-byte value's header object.
     static func load(
-        order: MergeOrder, value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil,
-        withPayload: Bool = true
+        order: MergeOrder, value raw: [UInt8], filedUnder: Bytes32? = nil, log: LogStore, in txn: Transaction,
+        preloaded: PreloadedPayloads? = nil, withPayload: Bool = true
     ) throws -> Fact {
-        guard raw.count == 41, let kind = EventKind(knownCode: UInt64(raw[0])), let object = Bytes32(raw[1..<33]) else {
+        let object: Bytes32
+        if raw.count == 41, let named = Bytes32(raw[1..<33]) {
+            object = named
+        } else if raw.count == 9, let filedUnder {
+            object = filedUnder
+        } else {
             throw ProjectionError.corrupt("fact of \(raw.count) bytes")
         }
-        let arrival = Codec.readU64(raw[33...])
+        guard let kind = EventKind(knownCode: UInt64(raw[0])) else { throw ProjectionError.corrupt("fact of unknown kind \(raw[0])") }
+        let arrival = Codec.readU64(raw[(raw.count - 8)...])
         if !withPayload { return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: nil) }
         if let preloaded, let payload = preloaded.payloads[arrival] {
             return Fact(order: order, kind: kind, object: object, arrival: arrival, payload: payload)
@@ -259,7 +278,7 @@ enum Table: UInt8 {
 enum IndexTable: UInt8 {
     // 0x01 (author || class || object) is retired: a device's feed lists what it signed.
     case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
-    case chatMessage = 0x03  // chat || u64be(sending hlc) || message id -> ()
+    // 0x03 (chat || sending hlc || message id) is retired: every held send has a `message` state entry (§9.1).
     case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add
     case relationshipCancel = 0x05  // class || target || add event id || merge order of a removal naming it -> ()
     case memberOf = 0x06  // user || chat -> () (every chat the user was ever a member of)

@@ -74,21 +74,24 @@ public struct Projections: Sendable {
     /// (nil: a rebuild, which folds every object afterwards).
     func file<Sink: FilingSink>(_ stored: StoredEvent, into sink: inout Sink, run: inout FoldRun?) throws {
         let event = stored.event
-        let value = Fact.encode(stored)
         let order = MergeOrder(event)
         for (cls, object) in ObjectClass.targets(of: event) {
             if event.kind == .messageSent {
-                // Not a fact (Specs/projections.md §9.1): the chat's message
-                // index names it with its arrival position. Keyed by time
-                // within the chat, so a chat's new messages land on the same
-                // pages instead of at random ids.
-                try sink.put(
-                    index, IndexTable.chatMessage.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes),
-                    Codec.u64(stored.arrival) + event.author.bytes)
-                run?.addSent(Fact(stored))
+                // Not a fact (Specs/projections.md §9.1): the message's own
+                // state entry, keyed by chat and time, names it with its
+                // arrival position. The fold writes it; a rebuild's filing
+                // pass writes it withdrawn, for its message pass to list
+                // and overwrite.
+                if run != nil {
+                    run?.addSent(Fact(stored))
+                } else {
+                    try sink.put(
+                        state, Table.message.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes),
+                        MessageEntry(withdrawnBy: event.author, sent: stored.arrival).encoded())
+                }
                 continue
             }
-            try sink.put(facts, Self.factKey(cls, object, order), value)
+            try sink.put(facts, Self.factKey(cls, object, order), Fact.encode(stored, filedUnder: object))
             switch cls {
             case .coins:
                 for party in Self.coinParties(event) {
@@ -219,6 +222,7 @@ public struct Projections: Sendable {
             if isCancelled?() == true { throw CancellationError() }
             try writeRun(slice.facts, to: facts, append: runs == 0)
             try writeRun(slice.index, to: index, append: runs == 0)
+            try writeRun(slice.state, to: state, append: runs == 0)
             runs += 1
             sends += slice.sends
             filed += slice.events
@@ -232,6 +236,8 @@ public struct Projections: Sendable {
     struct FilingSlice: Sendable {
         let facts: SortedEntries
         let index: SortedEntries
+        /// The withdrawn message entries naming each send (§9.2).
+        let state: SortedEntries
         let events: Int
         let sends: Int
     }
@@ -245,7 +251,7 @@ public struct Projections: Sendable {
         let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
         let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
             Result {
-                var sink = SortedRunSink(factsDB: facts, indexDB: index)
+                var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
                 var none: FoldRun? = nil
                 var sends = 0
                 for (arrival, bytes) in chunk {
@@ -256,7 +262,7 @@ public struct Projections: Sendable {
                 return (sink, sends)
             }
         }
-        var sink = SortedRunSink(factsDB: facts, indexDB: index)
+        var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
         var sends = 0
         for chunk in filedChunks {
             let (filedSink, filedSends) = try chunk.get()
@@ -265,7 +271,8 @@ public struct Projections: Sendable {
         }
         sink.facts.sort()
         sink.index.sort()
-        let output = FilingSlice(facts: sink.facts, index: sink.index, events: slice.count, sends: sends)
+        sink.state.sort()
+        let output = FilingSlice(facts: sink.facts, index: sink.index, state: sink.state, events: slice.count, sends: sends)
         return (output, slice.count < limit ? nil : last.arrival)
     }
 
@@ -345,12 +352,10 @@ public struct Projections: Sendable {
         var sends: [(message: EventID, arrival: UInt64)] = []
         var after = cursor.after
         let raw: [(UInt64, [UInt8])] = try log.env.read { txn in
-            try txn.scan(index, from: after.map { $0 + [0] } ?? [IndexTable.chatMessage.rawValue]) { key, value in
-                guard key.first == IndexTable.chatMessage.rawValue else { return false }
-                guard key.count == 73, value.count == 40 else {
-                    throw ProjectionError.corrupt("chat message entry of \(key.count) and \(value.count) bytes")
-                }
-                sends.append((try Codec.b32(key.suffix(32), "message id"), Codec.readU64(value[..<8])))
+            try txn.scan(state, from: after.map { $0 + [0] } ?? [Table.message.rawValue]) { key, value in
+                guard key.first == Table.message.rawValue else { return false }
+                guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
+                sends.append((try Codec.b32(key.suffix(32), "message id"), try MessageEntry.send(of: value).arrival))
                 after = key
                 return sends.count < limit
             }
@@ -491,7 +496,10 @@ public struct Projections: Sendable {
     /// `message.sent` is named by that index, with its arrival position,
     /// instead of being filed as a fact. 7: a `message` record is stored as
     /// an entry naming the log's payloads instead of copying the sealed body.
-    public static let formatVersion: UInt64 = 7
+    /// 8: every held send has a `message` entry (withdrawn when it takes no
+    /// effect), which replaces the chat message index. 9: a fact's value
+    /// leaves out the header object when it is the object filed under.
+    public static let formatVersion: UInt64 = 9
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -571,6 +579,8 @@ public struct Projections: Sendable {
             if key.first == Table.message.rawValue {
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
                 let entry = try MessageEntry.decode(value)
+                // A withdrawn entry only lists its send (§9.1).
+                if entry.withdrawn { return true }
                 pending.append((key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try entry.payloads(log: log, in: txn)))
                 if pending.count == 4096 { try flush() }
             } else {

@@ -63,8 +63,54 @@ struct RecordTests {
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(encoded.dropLast()) }
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(encoded + [0]) }
             var unknownFlag = encoded
-            unknownFlag[72] |= 8
+            unknownFlag[72] |= 16
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(unknownFlag) }
+            // The withdrawn flag goes with no other flag and no other field.
+            var withdrawnToo = encoded
+            withdrawnToo[72] |= MessageEntry.withdrawnFlag
+            #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawnToo) }
+            #expect(try !MessageEntry.isWithdrawn(encoded))
+        }
+        let device = key()
+        let withdrawn = MessageEntry(withdrawnBy: device, sent: 42).encoded()
+        #expect(withdrawn == device.bytes + device.bytes + [0, 0, 0, 0, 0, 0, 0, 42, MessageEntry.withdrawnFlag])
+        let back = try MessageEntry.decode(withdrawn)
+        #expect(back.withdrawn && back.device == device && back.sent == 42 && back.edit == nil && back.deleted == nil && !back.purged)
+        #expect(try MessageEntry.isWithdrawn(withdrawn))
+        #expect(try MessageEntry.send(of: withdrawn) == (device, 42))
+        #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawn + [0]) }
+        var otherSender = withdrawn
+        otherSender[0] ^= 1
+        #expect(throws: ProjectionError.self) { try MessageEntry.decode(otherSender) }
+    }
+
+    @Test("a fact's value names the header object only when it is not the object filed under (coins)")
+    func factValuesLeaveOutTheirObject() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let profile = try alice.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Alice")), hlc: Scenario.at(10))
+        let credit = try s.issuer.sign(
+            .coinCredited, alice.d1.publicKey, Payload.credit(user: alice.key, amount: 10, receipt: "r-1"), hlc: Scenario.at(11))
+        let r = try s.fold(alice.bindings + [profile, credit])
+        let facts: [(key: [UInt8], value: [UInt8], fact: Fact)] = try r.env.read { txn in
+            var out: [([UInt8], [UInt8], Fact)] = []
+            try txn.scan(r.projections.facts) { key, value in
+                out.append((key, value, try Fact.load(key: key, value: value, log: r.projections.log, in: txn)))
+                return true
+            }
+            return out
+        }
+        let byID = Dictionary(facts.map { ($0.fact.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let p = try #require(byID[profile.id])
+        #expect(p.value.count == 9 && p.fact.object == alice.key && Fact.arrival(ofValue: p.value) == p.fact.arrival)
+        let c = try #require(byID[credit.id])
+        #expect(c.value.count == 41 && c.fact.object == alice.d1.publicKey && Fact.arrival(ofValue: c.value) == c.fact.arrival)
+        #expect(Array(c.value[1..<33]) == alice.d1.publicKey.bytes)
+        #expect(p.fact.payload == profile.payload && c.fact.payload == credit.payload)
+        try r.env.read { txn in
+            for bad in [Array(p.value.dropLast()), p.value + [0], [200] + Array(p.value.dropFirst())] {
+                #expect(throws: ProjectionError.self) { try Fact.load(key: p.key, value: bad, log: r.projections.log, in: txn) }
+            }
         }
     }
 

@@ -169,6 +169,39 @@ struct RuleTests {
         #expect(try inOrder.digest() == r.digest())
     }
 
+    @Test("a send that takes no effect keeps a withdrawn entry: listed among the chat's sends, never in its pages, count or digest")
+    func withdrawnSendsStayOutOfPagesAndCounts() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Scenario.at(10))
+        let first = try alice.d1.sign(.messageSent, chat, Payload.message(text: "one"), hlc: Scenario.at(20))
+        // Bob is never a member: his sends take no effect. Two come before
+        // Alice's first message, one between her two.
+        let outsider = try [12, 14, 30].map { at in
+            try bob.d1.sign(.messageSent, chat, Payload.message(text: "x\(at)"), hlc: Scenario.at(UInt64(at)))
+        }
+        let second = try alice.d1.sign(.messageSent, chat, Payload.message(text: "two"), hlc: Scenario.at(40))
+        let all = alice.bindings + bob.bindings + [create, first] + outsider + [second]
+        for r in try s.foldInOrders([all, all.reversed()], users: [alice.key, bob.key]) {
+            #expect(try r.projections.chat(chat).messages.map(\.id.raw) == [first.id, second.id])
+            #expect(try r.projections.chats(of: alice.key).first?.messageCount == 2)
+            for m in outsider {
+                #expect(try r.projections.noEffect(m.id)?.code == "not_member")
+                #expect(try r.projections.message(m.id) == nil)
+            }
+            #expect(try r.projections.messageIDs(inChat: chat).count == 5)
+            // A page of one: withdrawn sends neither fill it nor leave a
+            // cursor to an empty page.
+            let newest = try r.projections.chat(chat, limit: 1)
+            #expect(newest.messages.map(\.id.raw) == [second.id])
+            let older = try r.projections.chat(chat, limit: 1, before: try #require(newest.older))
+            #expect(older.messages.map(\.id.raw) == [first.id])
+            #expect(older.older == nil)
+        }
+    }
+
     @Test func twoDevicesSpendingTheSameCoinsWhilePartitioned() throws {
         let s = Scenario()
         let alice = try s.person()
