@@ -60,7 +60,7 @@ public struct ForkEvidence: Sendable {
 /// evidence and metadata (layout in Specs/storage.md). It validates every
 /// event against its feed before storing it; a refused event changes nothing.
 public struct LogStore: Sendable {
-    public static let formatVersion: UInt64 = 2
+    public static let formatVersion: UInt64 = 3
 
     public let env: Environment
     let envelopes: Database
@@ -71,9 +71,12 @@ public struct LogStore: Sendable {
     let meta: Database
 
     static let formatKey = Array("format".utf8)
+    /// Feed positions: author → u64be(seq) ‖ u64be(arrival), 16-byte
+    /// values kept sorted under their author (Specs/storage.md §3).
+    static let positionsName = "feed_positions"
     static let maxHLCKey = Array("max_hlc".utf8)
 
-    public static let databaseNames = ["envelopes", "ids", "positions", "heads", "forks", "meta"]
+    public static let databaseNames = ["envelopes", "ids", "feed_positions", "heads", "forks", "meta"]
 
     /// Opens the log in `env`, creating its databases on first use and
     /// refusing a store written by another format (an older one is upgraded
@@ -95,7 +98,7 @@ public struct LogStore: Sendable {
         }
         envelopes = try env.openDatabase("envelopes")
         ids = try env.openDatabase("ids")
-        positions = try env.openDatabase("positions")
+        positions = try env.openDatabase(Self.positionsName, fixedSizeDuplicates: true)
         heads = try env.openDatabase("heads")
         forks = try env.openDatabase("forks")
     }
@@ -168,10 +171,9 @@ public struct LogStore: Sendable {
                 try txn.put(envelopes, Self.encodeU64(arrival), event.encoded())
                 return .refilled(arrival: arrival)
             }
-            if let existing = try txn.get(positions, feedKey) {
+            if let keptArrival = try arrival(of: author, seq: seq, in: txn) {
                 // A different event at a position the feed already holds: keep the evidence.
                 try txn.put(forks, feedKey + idKey, event.encoded())
-                let keptArrival = try Self.decodeU64(existing, what: "feed position")
                 let kept = try Self.decodeTrusted(try rawEnvelope(at: keptArrival, in: txn), arrival: keptArrival)
                 return .refused(.fork(seq: seq, existing: kept.id))
             }
@@ -194,7 +196,8 @@ public struct LogStore: Sendable {
         let arrivalKey = Self.encodeU64(arrival)
         try txn.put(envelopes, arrivalKey, event.encoded(), append: true)
         try txn.put(ids, idKey, arrivalKey)
-        try txn.put(positions, feedKey, arrivalKey)
+        // The next position of its feed: the greatest of the author's values.
+        try txn.putDuplicate(positions, author.bytes, Self.encodeU64(seq) + arrivalKey, last: true)
         context.heads[author] = FeedHead(seq: seq, id: event.id, hlc: event.hlc)
         return .accepted(arrival: arrival)
     }
@@ -297,9 +300,7 @@ public struct LogStore: Sendable {
         try env.read { txn in
             var out: [StoredEvent] = []
             guard limit > 0 else { return out }
-            try txn.scan(positions, from: Self.feedKey(author, fromSeq)) { key, value in
-                guard key.count == 40, key.starts(with: author.bytes) else { return false }
-                let arrival = try Self.decodeU64(value, what: "feed position")
+            try scanFeed(author, fromSeq: fromSeq, in: txn) { _, arrival in
                 out.append(StoredEvent(event: try readEnvelope(at: arrival, in: txn), arrival: arrival))
                 return out.count < limit
             }
@@ -313,10 +314,8 @@ public struct LogStore: Sendable {
         try env.read { txn in
             var out: [(UInt64, [UInt8])] = []
             guard limit > 0 else { return out }
-            try txn.scan(positions, from: Self.feedKey(author, fromSeq)) { key, value in
-                guard key.count == 40, key.starts(with: author.bytes) else { return false }
-                let arrival = try Self.decodeU64(value, what: "feed position")
-                out.append((key[32..<40].reduce(0) { $0 << 8 | UInt64($1) }, try rawEnvelope(at: arrival, in: txn)))
+            try scanFeed(author, fromSeq: fromSeq, in: txn) { seq, arrival in
+                out.append((seq, try rawEnvelope(at: arrival, in: txn)))
                 return out.count < limit
             }
             return out
@@ -326,8 +325,7 @@ public struct LogStore: Sendable {
     /// Every event of `author`'s feed in sequence order, inside the caller's
     /// transaction, decoded without re-checking payloads (`Event.decodeStored`).
     public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (StoredEvent) throws -> Void) throws {
-        try txn.scan(positions, prefix: author.bytes) { _, value in
-            let arrival = try Self.decodeU64(value, what: "feed position")
+        try scanFeed(author, fromSeq: 1, in: txn) { _, arrival in
             try body(StoredEvent(event: try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
             return true
         }
@@ -403,25 +401,37 @@ public struct LogStore: Sendable {
 
     /// Database sizes in bytes (pages in use), by name.
     public func databaseSizes() throws -> [(name: String, bytes: Int)] {
-        [("envelopes", envelopes), ("ids", ids), ("positions", positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
+        [("envelopes", envelopes), ("ids", ids), (Self.positionsName, positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
             ($0.0, (try? env.pageCount(of: $0.1)) ?? 0)
         }
     }
 
     /// Raw access for tests that damage a store on purpose: writes (or,
-    /// with nil, deletes) one entry of a log database.
+    /// with nil, deletes) one entry of a log database. For `feed_positions`
+    /// the key is author ‖ u64be(seq) and the value u64be(arrival), as if
+    /// each position were an entry of its own.
     public func unsafeWrite(database name: String, key: [UInt8], value: [UInt8]?) throws {
         let db: Database
         switch name {
         case "envelopes": db = envelopes
         case "ids": db = ids
-        case "positions": db = positions
+        case Self.positionsName: db = positions
         case "heads": db = heads
         case "forks": db = forks
         default: db = meta
         }
         try env.write { txn in
-            if let value { try txn.put(db, key, value) } else { try txn.delete(db, key) }
+            guard db == positions else {
+                if let value { try txn.put(db, key, value) } else { try txn.delete(db, key) }
+                return
+            }
+            // Feed positions: `key` is author ‖ u64be(seq), `value` the arrival.
+            guard key.count == 40 else { throw LogError.corrupt("a feed position key has 40 bytes") }
+            let author = Array(key[0..<32])
+            if let old = try txn.firstDuplicate(positions, author, from: Array(key[32..<40])), old.starts(with: key[32..<40]) {
+                try txn.deleteDuplicate(positions, author, old)
+            }
+            if let value { try txn.putDuplicate(positions, author, Array(key[32..<40]) + value, last: false) }
         }
     }
 
@@ -440,10 +450,10 @@ public struct LogStore: Sendable {
                     throw LogError.corrupt("fork evidence key of \(key.count) bytes")
                 }
                 let seq = try Self.decodeU64(Array(key[32..<40]), what: "fork sequence")
-                guard let keptRaw = try txn.get(positions, Array(key[0..<40])) else {
+                guard let keptArrival = try arrival(of: author, seq: seq, in: txn) else {
                     throw LogError.corrupt("fork evidence for \(author.short)#\(seq) without a kept event")
                 }
-                let kept = try readEnvelope(at: try Self.decodeU64(keptRaw, what: "feed position"), in: txn).id
+                let kept = try readEnvelope(at: keptArrival, in: txn).id
                 let refused: Event
                 do { refused = try Event.decode(value) } catch { throw LogError.corrupt("fork evidence: \(error)") }
                 out.append(ForkEvidence(author: author, seq: seq, kept: kept, refused: refused))
@@ -451,6 +461,30 @@ public struct LogStore: Sendable {
             }
             return out
         }
+    }
+
+    // MARK: Feed positions
+
+    /// The arrival position of `author`'s event at `seq`, or nil when the
+    /// feed holds none there.
+    func arrival(of author: PublicKey, seq: UInt64, in txn: Transaction) throws -> UInt64? {
+        guard let value = try txn.firstDuplicate(positions, author.bytes, from: Self.encodeU64(seq)) else { return nil }
+        let (found, arrival) = try Self.decodePosition(value)
+        return found == seq ? arrival : nil
+    }
+
+    /// Visits `author`'s feed positions from `fromSeq` in sequence order
+    /// (seq, arrival) until `body` returns false.
+    func scanFeed(_ author: PublicKey, fromSeq: UInt64, in txn: Transaction, _ body: (UInt64, UInt64) throws -> Bool) throws {
+        try txn.scanDuplicates(positions, author.bytes, from: Self.encodeU64(fromSeq)) { value in
+            let (seq, arrival) = try Self.decodePosition(value)
+            return try body(seq, arrival)
+        }
+    }
+
+    static func decodePosition(_ value: [UInt8]) throws -> (seq: UInt64, arrival: UInt64) {
+        guard value.count == 16 else { throw LogError.corrupt("feed position of \(value.count) bytes") }
+        return (value[0..<8].reduce(0) { $0 << 8 | UInt64($1) }, value[8..<16].reduce(0) { $0 << 8 | UInt64($1) })
     }
 
     // MARK: Encodings
@@ -509,13 +543,12 @@ extension LogStore {
                 }
                 var prev: (id: EventID, hlc: HLC)? = nil
                 for seq in 1...max(head.seq, 1) where head.seq > 0 {
-                    guard let raw = try txn.get(positions, Self.feedKey(author, seq)), raw.count == 8 else {
+                    guard let arrival = try arrival(of: author, seq: seq, in: txn) else {
                         problems.append("feed \(author.hex): position \(seq) missing (head is \(head.seq))")
                         prev = nil
                         continue
                     }
                     eventsInFeeds += 1
-                    let arrival = raw.reduce(0) { $0 << 8 | UInt64($1) }
                     let e: Event
                     do {
                         // Without signatures the caller has checked every

@@ -3,34 +3,45 @@ import ChorusEvents
 import ChorusStorage
 
 extension LogStore {
-    /// Upgrades the log of a store of format 1 to the current format
-    /// (Specs/storage.md §4.1), keeping every event, its arrival position,
-    /// its payload or purge, and the fork evidence. The caller holds the
-    /// store's writer lock. Returns false when the store is already current.
+    /// Upgrades the log of a store of an older format to the current one
+    /// (Specs/storage.md §4.1, §4.2), keeping every event, its arrival
+    /// position, its payload or purge, and the fork evidence. The caller
+    /// holds the store's writer lock. Returns the version the store had, or
+    /// nil when it is already current.
     ///
-    /// Format 1 kept envelopes under their ids (`events`), feeds as
-    /// author ‖ seq → id and an arrival log of ids. The copy runs in slices,
-    /// each its own transaction; the old databases are read, never written,
-    /// until the last transaction drops them and records the new version, so
-    /// an interrupted upgrade resumes where it stopped and the store stays
-    /// format 1 until it is complete.
+    /// Each upgrade copies in slices, each its own transaction; the old
+    /// databases are read, never written, until the last transaction drops
+    /// them and records the new version, so an interrupted upgrade resumes
+    /// where it stopped and the store keeps its old version until it is
+    /// complete.
     @discardableResult
     public static func upgrade(
         env: Environment, sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil,
         isCancelled: (() -> Bool)? = nil
-    ) throws -> Bool {
+    ) throws -> UInt64? {
         let meta = try env.openDatabase("meta")
         guard let version = try storedFormat(env: env, meta: meta) else { throw LogError.notAStore(path: env.path) }
-        if version == formatVersion { return false }
+        if version == formatVersion { return nil }
         if version > formatVersion { throw LogError.newerFormat(found: version, supported: formatVersion) }
-        guard version == 1 else { throw LogError.corrupt("unknown format version \(version)") }
+        switch version {
+        case 1: try upgradeFromFormat1(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
+        case 2: try upgradeFromFormat2(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
+        default: throw LogError.corrupt("unknown format version \(version)")
+        }
+        return version
+    }
 
+    /// Format 1 kept envelopes under their ids (`events`), feeds as
+    /// author ‖ seq → id and an arrival log of ids (Specs/storage.md §4.1).
+    static func upgradeFromFormat1(
+        env: Environment, meta: Database, sliceSize: Int, progress: ((_ done: Int, _ total: Int) -> Void)?, isCancelled: (() -> Bool)?
+    ) throws {
         let oldEvents = try env.openDatabase("events")
         let oldArrivals = try env.openDatabase("arrivals")
         let oldFeeds = try env.openDatabase("feeds")
         let envelopes = try env.openDatabase("envelopes")
         let ids = try env.openDatabase("ids")
-        let positions = try env.openDatabase("positions")
+        let positions = try env.openDatabase(positionsName, fixedSizeDuplicates: true)
         let total = try env.read { txn in try txn.count(oldArrivals) }
 
         while true {
@@ -51,7 +62,13 @@ extension LogStore {
                     let arrivalKey = encodeU64(arrival)
                     try txn.put(envelopes, arrivalKey, envelope, append: true)
                     try txn.put(ids, id.bytes, arrivalKey)
-                    try txn.put(positions, feedKey(event.author, event.seq), arrivalKey)
+                    // Feeds are contiguous and arrivals follow each feed's
+                    // order, so each position is its feed's greatest so far.
+                    do {
+                        try txn.putDuplicate(positions, event.author.bytes, encodeU64(event.seq) + arrivalKey, last: true)
+                    } catch {
+                        throw LogError.corrupt("format 1 feed \(event.author.hex) is out of order at #\(event.seq): \(error)")
+                    }
                     copied += 1
                     return copied < sliceSize
                 }
@@ -73,6 +90,55 @@ extension LogStore {
             try txn.drop(oldFeeds)
             try txn.put(meta, formatKey, encodeU64(formatVersion))
         }
-        return true
+    }
+
+    /// Format 2 kept feed positions as one entry per event, author ‖ seq →
+    /// arrival (`positions`); format 3 keeps them as 16-byte values under
+    /// their author (`feed_positions`, Specs/storage.md §4.2). Nothing else
+    /// changes: arrival positions, and so the projections, stay as they are.
+    static func upgradeFromFormat2(
+        env: Environment, meta: Database, sliceSize: Int, progress: ((_ done: Int, _ total: Int) -> Void)?, isCancelled: (() -> Bool)?
+    ) throws {
+        let old = try env.openDatabase("positions")
+        let positions = try env.openDatabase(positionsName, fixedSizeDuplicates: true)
+        let total = try env.read { txn in try txn.count(old) }
+
+        while true {
+            if isCancelled?() == true { throw CancellationError() }
+            let (copied, done) = try env.write { txn -> (Int, Int) in
+                // Resume after the last position a previous slice committed:
+                // the old entries are copied in key order (author, seq).
+                let start = try txn.last(positions).map { last -> [UInt8] in
+                    let (seq, _) = try decodePosition(last.value)
+                    return last.key + encodeU64(seq + 1)
+                }
+                var copied = 0
+                try txn.scan(old, from: start) { key, value in
+                    guard key.count == 40, value.count == 8 else {
+                        throw LogError.corrupt("format 2 feed position with a key of \(key.count) and a value of \(value.count) bytes")
+                    }
+                    do {
+                        try txn.putDuplicate(positions, Array(key[0..<32]), Array(key[32..<40]) + value, last: true)
+                    } catch {
+                        throw LogError.corrupt("format 2 feed positions out of order at \(Hex.encode(key)): \(error)")
+                    }
+                    copied += 1
+                    return copied < sliceSize
+                }
+                return (copied, try txn.count(positions))
+            }
+            progress?(done, total)
+            if copied < sliceSize { break }
+        }
+
+        try env.write { txn in
+            let copied = try txn.count(positions)
+            guard copied == total else {
+                throw LogError.corrupt(
+                    "format 2 store is inconsistent: \(total) feed positions, \(copied) copied; run `chorus-replay verify` on a copy")
+            }
+            try txn.drop(old)
+            try txn.put(meta, formatKey, encodeU64(formatVersion))
+        }
     }
 }

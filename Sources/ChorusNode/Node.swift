@@ -313,8 +313,10 @@ public actor Node {
         let mapSize = options.initialMapSize
         return try await runOnOwnThread("chorus-upgrade") { cancelled in
             let env = try Environment(path: path, initialMapSize: mapSize)
-            guard try LogStore.upgrade(env: env, progress: progress, isCancelled: cancelled) else { return false }
-            try Projections.markStale(env: env)
+            guard let from = try LogStore.upgrade(env: env, progress: progress, isCancelled: cancelled) else { return false }
+            // A format 1 store's projections are folded again (Specs/storage.md
+            // §4.1); from format 2 only feed positions change (§4.2).
+            if from < 2 { try Projections.markStale(env: env) }
             return true
         }
     }

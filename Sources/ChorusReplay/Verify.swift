@@ -86,9 +86,14 @@ extension ReplayStore {
         }
 
         // 2.–5. The feeds, fork evidence, blobs and chat encryption are
-        // checked on another thread while the copy is folded (step 6): each
-        // of them runs on one core, as does most of the fold.
-        let checks = Background { [self] in try self.storeChecks() }
+        // checked on another thread while the copy is folded (step 6), and
+        // the live projections' digest is taken there after them: each of
+        // them runs mostly on one core, as does most of the fold.
+        let checks = Background { [self] in
+            var partial = try self.storeChecks()
+            partial.liveDigest = try self.projections.digest()
+            return partial
+        }
         // 6. Projections: fold the copy's log from scratch and compare.
         do { try finishCopy(rebuilt) { done, total in progress?("rebuild", done, total) } } catch {
             _ = try? checks.wait()  // nothing reads the store after this returns
@@ -99,7 +104,7 @@ extension ReplayStore {
         report.forks = checked.forks
         report.blobs = checked.blobs
         report.findings += checked.findings
-        report.liveDigest = try projections.digest()
+        report.liveDigest = checked.liveDigest
         report.rebuiltDigest = try rebuilt.projections.digest()
         if report.liveDigest != report.rebuiltDigest {
             for d in try StateDiff.between(self, rebuilt) {

@@ -160,13 +160,13 @@ public final class Environment: @unchecked Sendable {
     /// Opens (and in a writable environment creates) a named database.
     /// The handle outlives the transaction only once it commits, so the
     /// transaction is committed even when read-only.
-    public func openDatabase(_ name: String, create: Bool = true) throws(StorageError) -> Database {
+    public func openDatabase(_ name: String, create: Bool = true, fixedSizeDuplicates: Bool = false) throws(StorageError) -> Database {
         resizeLock.lockShared()
         defer { resizeLock.unlock() }
         let txn = try begin(flags: readOnly ? UInt32(MDB_RDONLY) : 0)
         let db: Database
         do {
-            db = try Transaction(txn: txn).openDatabase(name, create: create && !readOnly)
+            db = try Transaction(txn: txn).openDatabase(name, create: create && !readOnly, fixedSizeDuplicates: fixedSizeDuplicates)
         } catch {
             mdb_txn_abort(txn)
             throw error
@@ -254,10 +254,88 @@ public final class Environment: @unchecked Sendable {
 public struct Transaction {
     let txn: OpaquePointer
 
-    func openDatabase(_ name: String, create: Bool) throws(StorageError) -> Database {
+    /// `fixedSizeDuplicates`: a key holds a sorted set of values of one
+    /// size (`MDB_DUPSORT | MDB_DUPFIXED`), packed side by side in its pages.
+    func openDatabase(_ name: String, create: Bool, fixedSizeDuplicates: Bool = false) throws(StorageError) -> Database {
         var dbi: MDB_dbi = 0
-        try StorageError.check(mdb_dbi_open(txn, name, create ? UInt32(MDB_CREATE) : 0, &dbi), "mdb_dbi_open(\(name))")
+        let flags = (create ? UInt32(MDB_CREATE) : 0) | (fixedSizeDuplicates ? UInt32(MDB_DUPSORT | MDB_DUPFIXED) : 0)
+        try StorageError.check(mdb_dbi_open(txn, name, flags, &dbi), "mdb_dbi_open(\(name))")
         return Database(dbi: dbi)
+    }
+
+    /// Adds `value` to the values of `key` in a database of fixed-size
+    /// duplicates; `last: true` asserts it is the greatest of them
+    /// (`MDB_APPENDDUP`: the page is filled in order and never split in two
+    /// halves), which LMDB refuses with `MDB_KEYEXIST` otherwise.
+    public func putDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8], last: Bool) throws(StorageError) {
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc: Int32 = key.withUnsafeBytes { kb in
+            value.withUnsafeBytes { vb in
+                k.mv_size = kb.count
+                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+                v.mv_size = vb.count
+                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
+                return mdb_put(txn, db.dbi, &k, &v, last ? UInt32(MDB_APPENDDUP) : UInt32(MDB_NODUPDATA))
+            }
+        }
+        try StorageError.check(rc, "mdb_put")
+    }
+
+    /// Visits the values of `key` in a database of duplicates, in order,
+    /// from the first value >= `from`, until `body` returns false.
+    public func scanDuplicates(
+        _ db: Database, _ key: [UInt8], from: [UInt8], _ body: (_ value: [UInt8]) throws -> Bool
+    ) throws {
+        var cursor: OpaquePointer?
+        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        var rc: Int32 = key.withUnsafeBytes { kb in
+            from.withUnsafeBytes { vb in
+                k.mv_size = kb.count
+                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+                v.mv_size = vb.count
+                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
+                return mdb_cursor_get(cursor, &k, &v, MDB_GET_BOTH_RANGE)
+            }
+        }
+        while rc == 0 {
+            if try !body(Self.copy(v)) { return }
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT_DUP)
+        }
+        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+    }
+
+    /// Removes one value of `key` from a database of duplicates; returns
+    /// whether it was there.
+    @discardableResult
+    public func deleteDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws(StorageError) -> Bool {
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc: Int32 = key.withUnsafeBytes { kb in
+            value.withUnsafeBytes { vb in
+                k.mv_size = kb.count
+                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+                v.mv_size = vb.count
+                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
+                return mdb_del(txn, db.dbi, &k, &v)
+            }
+        }
+        if rc == MDB_NOTFOUND { return false }
+        try StorageError.check(rc, "mdb_del")
+        return true
+    }
+
+    /// The first value of `key` >= `from` in a database of duplicates, or nil.
+    public func firstDuplicate(_ db: Database, _ key: [UInt8], from: [UInt8]) throws -> [UInt8]? {
+        var found: [UInt8]? = nil
+        try scanDuplicates(db, key, from: from) { value in
+            found = value
+            return false
+        }
+        return found
     }
 
     /// Copies the value stored under `key`, or nil.

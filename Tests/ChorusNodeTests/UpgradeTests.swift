@@ -5,26 +5,30 @@ import Foundation
 import ChorusTestSupport
 import Testing
 
-/// `Tests/Fixtures/store-format-1` is Alice's phone store at the end of
-/// `Tools/demo.sh`, written by the build before store format 2 (pictures,
-/// a purged picture, blobs, an encrypted chat, coins, slots). Its `log.json`
-/// and `digest.txt` are what that build printed for it.
+/// `Tests/Fixtures/store-format-1` and `store-format-2` are Alice's phone
+/// store at the end of `Tools/demo.sh`, written by the builds before store
+/// formats 2 and 3 (pictures, a purged picture, blobs, an encrypted chat,
+/// coins, slots). Their `log.json` and `digest.txt` are what those builds
+/// printed for them.
 @Suite("store format upgrade")
 struct UpgradeTests {
     let chorus: String
     init() throws { chorus = try productPath("chorus") }
 
-    static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fixtures/store-format-1").path
+    static func fixture(_ format: Int) -> String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/store-format-\(format)").path
+    }
 
     /// A private copy of the fixture with the modes a store has (git keeps none of them).
-    func copyOfFixture(_ dir: TempDir) throws -> String {
+    func copyOfFixture(_ dir: TempDir, format: Int) throws -> String {
+        let fixture = Self.fixture(format)
         let store = dir.store("phone")
         let fm = FileManager.default
         try fm.createDirectory(atPath: store + "/keys", withIntermediateDirectories: true)
-        for file in ["data.mdb", "network.json"] { try fm.copyItem(atPath: Self.fixture + "/" + file, toPath: store + "/" + file) }
-        for key in try fm.contentsOfDirectory(atPath: Self.fixture + "/keys") {
-            try fm.copyItem(atPath: Self.fixture + "/keys/" + key, toPath: store + "/keys/" + key)
+        for file in ["data.mdb", "network.json"] { try fm.copyItem(atPath: fixture + "/" + file, toPath: store + "/" + file) }
+        for key in try fm.contentsOfDirectory(atPath: fixture + "/keys") {
+            try fm.copyItem(atPath: fixture + "/keys/" + key, toPath: store + "/keys/" + key)
             try fm.setAttributes([.posixPermissions: 0o600], ofItemAtPath: store + "/keys/" + key)
         }
         try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: store + "/keys")
@@ -33,20 +37,22 @@ struct UpgradeTests {
         return store
     }
 
-    func fixtureText(_ name: String) throws -> String {
-        try String(contentsOfFile: Self.fixture + "/" + name, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+    func fixtureText(_ name: String, format: Int) throws -> String {
+        try String(contentsOfFile: Self.fixture(format) + "/" + name, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    @Test func anOldStoreSaysHowToUpgradeAndTheUpgradeKeepsEveryEventAndTheDigest() async throws {
+    @Test(arguments: [1, 2])
+    func anOldStoreSaysHowToUpgradeAndTheUpgradeKeepsEveryEventAndTheDigest(format: Int) async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let store = try copyOfFixture(dir)
+        let store = try copyOfFixture(dir, format: format)
+        func fixtureText(_ name: String) throws -> String { try self.fixtureText(name, format: format) }
 
         // Opening it names the command that upgrades it, and writes nothing.
         let before = try Data(contentsOf: URL(fileURLWithPath: store + "/data.mdb"))
         let refused = try await runCommand(chorus, ["query", "digest", "--store", store])
         #expect(refused.status == 2)
-        #expect(refused.stderr.contains("format version 1") && refused.stderr.contains("chorus upgrade --store \(store)"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("format version \(format)") && refused.stderr.contains("chorus upgrade --store \(store)"), "\(refused.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: store + "/data.mdb")) == before)
 
         let upgraded = try await runCommand(chorus, ["upgrade", "--store", store, "--json"])
@@ -79,10 +85,11 @@ struct UpgradeTests {
         #expect(again.stdout.contains("nothing to do"))
     }
 
-    @Test func anInterruptedUpgradeResumesWhereItStopped() async throws {
+    @Test(arguments: [1, 2])
+    func anInterruptedUpgradeResumesWhereItStopped(format: Int) async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let store = try copyOfFixture(dir)
+        let store = try copyOfFixture(dir, format: format)
         // Slices of 7 events, cancelled after the second slice committed.
         do {
             let env = try Environment(path: store)
@@ -90,13 +97,13 @@ struct UpgradeTests {
             #expect(throws: CancellationError.self) {
                 try LogStore.upgrade(env: env, sliceSize: 7, progress: { _, _ in slices += 1 }, isCancelled: { slices >= 2 })
             }
-            #expect(try LogStore.format(of: env) == 1)
+            #expect(try LogStore.format(of: env) == UInt64(format))
         }
-        // Still format 1 for a node; the upgrade picks up and completes.
+        // Still the old format for a node; the upgrade picks up and completes.
         await #expect(throws: LogError.self) { _ = try await Node.open(at: store) }
         #expect(try await Node.upgrade(at: store))
         let node = try await Node.open(at: store)
-        #expect(try node.projections.digest().hex == (try fixtureText("digest.txt")))
+        #expect(try node.projections.digest().hex == (try fixtureText("digest.txt", format: format)))
         #expect(try node.lastArrival() == 40)
         #expect(try node.log.integrityProblems().isEmpty)
         await node.close()

@@ -132,7 +132,7 @@ struct ReplayTests {
         // A missing feed entry.
         do {
             let s = try ReplayStore.open(h.store, writable: true)
-            try s.log.unsafeWrite(database: "positions", key: h.anaDevice.bytes + LogStore.encodeU64(1), value: nil)
+            try s.log.unsafeWrite(database: "feed_positions", key: h.anaDevice.bytes + LogStore.encodeU64(1), value: nil)
         }
         findings = try ReplayStore.open(h.store).verify().findings
         #expect(findings.contains { $0.code == "feed" && $0.message.contains("position 1 missing") })
