@@ -73,7 +73,7 @@ public struct LogStore: Sendable {
     static let formatKey = Array("format".utf8)
     /// Feed positions: author → u64be(seq) ‖ u64be(arrival), 16-byte
     /// values kept sorted under their author (Specs/storage.md §3).
-    static let positionsName = "feed_positions"
+    public static let positionsName = "feed_positions"
     static let maxHLCKey = Array("max_hlc".utf8)
 
     public static let databaseNames = ["envelopes", "ids", "feed_positions", "heads", "forks", "meta"]

@@ -13,6 +13,8 @@ public struct StoreStats: Sendable {
     public var unknownKinds: [UInt64: Int] = [:]
     public var forks: [(author: PublicKey, seq: UInt64)] = []
     public var databases: [(name: String, bytes: Int)] = []
+    /// Bytes of the pages in use in the data file (the rest of it is free pages).
+    public var inUseBytes = 0
     public var blobs = 0
     public var blobBytes: UInt64 = 0
     public var fileBytes: UInt64 = 0
@@ -37,6 +39,14 @@ extension ReplayStore {
             .sorted { ($0.events, $1.author) > ($1.events, $0.author) }
         s.forks = try log.forkEvidence().map { ($0.author, $0.seq) }
         s.databases = try log.databaseSizes() + projections.databaseSizes() + [("blobs", try blobs.databaseSize())]
+        let use = try env.pageUse()
+        s.inUseBytes = use.inUse
+        // LMDB counts a database of duplicates without the trees of its
+        // large value sets: feed positions take what the others leave.
+        if let i = s.databases.firstIndex(where: { $0.name == LogStore.positionsName }) {
+            let others = s.databases.enumerated().reduce(0) { $0 + ($1.offset == i ? 0 : $1.element.bytes) }
+            s.databases[i].bytes = max(s.databases[i].bytes, use.inUse - use.bookkeeping - others)
+        }
         let all = try blobs.all()
         s.blobs = all.count
         s.blobBytes = all.reduce(0) { $0 + $1.size }

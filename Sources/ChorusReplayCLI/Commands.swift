@@ -287,6 +287,7 @@ struct Stats: AsyncParsableCommand {
                 ("feeds", .int(Int64(s.perAuthor.count))),
                 ("forks", .array(s.forks.map { .object([("author", .string($0.author.hex)), ("seq", .uint($0.seq))]) })),
                 ("databases", .object(s.databases.map { ($0.name, .int(Int64($0.bytes))) })),
+                ("in_use_bytes", .int(Int64(s.inUseBytes))),
                 ("blobs", .int(Int64(s.blobs))), ("blob_bytes", .uint(s.blobBytes)), ("file_bytes", .uint(s.fileBytes)),
             ]))
             return
@@ -305,6 +306,7 @@ struct Stats: AsyncParsableCommand {
         print("forks: \(s.forks.isEmpty ? "none" : s.forks.map { "\($0.author.short)#\($0.seq)" }.joined(separator: ", "))")
         print("blobs: \(s.blobs) (\(s.blobBytes) bytes)")
         print("database sizes (bytes in pages):")
-        for d in s.databases { print("  \(d.name.padding(toLength: 10, withPad: " ", startingAt: 0)) \(d.bytes)") }
+        for d in s.databases { print("  \(d.name.padding(toLength: 14, withPad: " ", startingAt: 0)) \(d.bytes)") }
+        print("pages in use: \(s.inUseBytes) bytes of a \(s.fileBytes)-byte data file (the rest is free pages LMDB reuses)")
     }
 }

@@ -240,6 +240,38 @@ public final class Environment: @unchecked Sendable {
         try StorageError.check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize(\(next))")
     }
 
+    /// Bytes of the pages in use in the whole file (the file less its free
+    /// pages), and of those LMDB's own bookkeeping (the main database and
+    /// the free list). Exact where per-database counts are not: a database
+    /// of duplicates keeps large value sets in trees that `pageCount(of:)`
+    /// leaves out.
+    public func pageUse() throws -> (inUse: Int, bookkeeping: Int) {
+        try read { txn in
+            var info = MDB_envinfo()
+            try StorageError.check(mdb_env_info(env, &info), "mdb_env_info")
+            var freeStat = MDB_stat()
+            try StorageError.check(mdb_stat(txn.txn, 0, &freeStat), "mdb_stat")
+            var mainStat = MDB_stat()
+            try StorageError.check(mdb_stat(txn.txn, 1, &mainStat), "mdb_stat")
+            // Each free-list value is a list of page numbers, its length first.
+            var free = 0
+            var cursor: OpaquePointer?
+            try StorageError.check(mdb_cursor_open(txn.txn, 0, &cursor), "mdb_cursor_open")
+            defer { mdb_cursor_close(cursor) }
+            var k = MDB_val()
+            var v = MDB_val()
+            var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
+            while rc == 0 {
+                if v.mv_size >= MemoryLayout<Int>.size, let data = v.mv_data { free += data.loadUnaligned(as: Int.self) }
+                rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
+            }
+            if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+            let pageSize = Int(freeStat.ms_psize)
+            let pages = { (s: MDB_stat) in s.ms_branch_pages + s.ms_leaf_pages + s.ms_overflow_pages }
+            return ((Int(info.me_last_pgno) + 1 - free) * pageSize, (pages(freeStat) + pages(mainStat)) * pageSize)
+        }
+    }
+
     /// Bytes used by a database's pages (for stats and benchmarks).
     public func pageCount(of db: Database) throws -> Int {
         try read { txn in

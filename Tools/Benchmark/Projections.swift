@@ -600,7 +600,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let projections = node.projections
     // Store size right after the ingest: the file, and the pages in use.
     let storeFileBytes = ((try? FileManager.default.attributesOfItem(atPath: dir + "/store/data.mdb"))?[.size] as? Int) ?? 0
-    let storePageBytes = try node.log.databaseSizes().reduce(0) { $0 + $1.bytes } + projections.databaseSizes().reduce(0) { $0 + $1.bytes }
+    let storePageBytes = try node.log.env.pageUse().inUse
     let noEffects = try projections.noEffects().count
     let digestIngested = try projections.digest()
 
