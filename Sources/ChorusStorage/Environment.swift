@@ -300,16 +300,8 @@ public struct Transaction {
     /// (`MDB_APPENDDUP`: the page is filled in order and never split in two
     /// halves), which LMDB refuses with `MDB_KEYEXIST` otherwise.
     public func putDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8], last: Bool) throws(StorageError) {
-        var k = MDB_val()
-        var v = MDB_val()
-        let rc: Int32 = key.withUnsafeBytes { kb in
-            value.withUnsafeBytes { vb in
-                k.mv_size = kb.count
-                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
-                v.mv_size = vb.count
-                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
-                return mdb_put(txn, db.dbi, &k, &v, last ? UInt32(MDB_APPENDDUP) : UInt32(MDB_NODUPDATA))
-            }
+        let rc = Self.withValues(key, value) { k, v in
+            mdb_put(txn, db.dbi, &k, &v, last ? UInt32(MDB_APPENDDUP) : UInt32(MDB_NODUPDATA))
         }
         try StorageError.check(rc, "mdb_put")
     }
@@ -344,17 +336,7 @@ public struct Transaction {
     /// whether it was there.
     @discardableResult
     public func deleteDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws(StorageError) -> Bool {
-        var k = MDB_val()
-        var v = MDB_val()
-        let rc: Int32 = key.withUnsafeBytes { kb in
-            value.withUnsafeBytes { vb in
-                k.mv_size = kb.count
-                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
-                v.mv_size = vb.count
-                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
-                return mdb_del(txn, db.dbi, &k, &v)
-            }
-        }
+        let rc = Self.withValues(key, value) { k, v in mdb_del(txn, db.dbi, &k, &v) }
         if rc == MDB_NOTFOUND { return false }
         try StorageError.check(rc, "mdb_del")
         return true
@@ -385,19 +367,20 @@ public struct Transaction {
     }
 
     public func put(_ db: Database, _ key: [UInt8], _ value: [UInt8], append: Bool = false) throws(StorageError) {
-        var k = MDB_val()
-        var v = MDB_val()
-        let flags: UInt32 = append ? UInt32(MDB_APPEND) : 0
-        let rc: Int32 = key.withUnsafeBytes { kb in
+        let rc = Self.withValues(key, value) { k, v in mdb_put(txn, db.dbi, &k, &v, append ? UInt32(MDB_APPEND) : 0) }
+        try StorageError.check(rc, "mdb_put")
+    }
+
+    /// Runs `body` with LMDB values pointing at `key`'s and `value`'s bytes,
+    /// valid only inside it.
+    private static func withValues(_ key: [UInt8], _ value: [UInt8], _ body: (inout MDB_val, inout MDB_val) -> Int32) -> Int32 {
+        key.withUnsafeBytes { kb in
             value.withUnsafeBytes { vb in
-                k.mv_size = kb.count
-                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
-                v.mv_size = vb.count
-                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
-                return mdb_put(txn, db.dbi, &k, &v, flags)
+                var k = MDB_val(mv_size: kb.count, mv_data: UnsafeMutableRawPointer(mutating: kb.baseAddress))
+                var v = MDB_val(mv_size: vb.count, mv_data: UnsafeMutableRawPointer(mutating: vb.baseAddress))
+                return body(&k, &v)
             }
         }
-        try StorageError.check(rc, "mdb_put")
     }
 
     /// `put` from raw buffers (bulk writers that pack many entries into one

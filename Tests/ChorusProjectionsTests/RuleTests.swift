@@ -196,7 +196,8 @@ struct RuleTests {
             // cursor to an empty page.
             let newest = try r.projections.chat(chat, limit: 1)
             #expect(newest.messages.map(\.id.raw) == [second.id])
-            let older = try r.projections.chat(chat, limit: 1, before: try #require(newest.older))
+            let cursor: String = try #require(newest.older)
+            let older = try r.projections.chat(chat, limit: 1, before: cursor)
             #expect(older.messages.map(\.id.raw) == [first.id])
             #expect(older.older == nil)
         }
