@@ -2,7 +2,8 @@ import ChorusStorage
 import Foundation
 
 /// Where filing an event (`Projections.file`) writes its `facts` and
-/// `index` entries (and, in a rebuild, a withdrawn `message` entry per send): straight into a write transaction (the incremental
+/// `index` entries (and, in a rebuild, a withdrawn `message` entry per
+/// send): straight into a write transaction (the incremental
 /// fold), or into sorted runs that a bulk rebuild appends in key order
 /// (Specs/projections.md §9.2).
 protocol FilingSink {

@@ -316,14 +316,12 @@ public struct Transaction {
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
         var v = MDB_val()
-        var rc: Int32 = key.withUnsafeBytes { kb in
-            from.withUnsafeBytes { vb in
-                k.mv_size = kb.count
-                k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
-                v.mv_size = vb.count
-                v.mv_data = UnsafeMutableRawPointer(mutating: vb.baseAddress)
-                return mdb_cursor_get(cursor, &k, &v, MDB_GET_BOTH_RANGE)
-            }
+        // LMDB points both values into the map when it finds an entry, so
+        // they stay valid after the key's and `from`'s bytes are released.
+        var rc = Self.withValues(key, from) { kk, vv in
+            let found = mdb_cursor_get(cursor, &kk, &vv, MDB_GET_BOTH_RANGE)
+            (k, v) = (kk, vv)
+            return found
         }
         while rc == 0 {
             if try !body(Self.copy(v)) { return }
