@@ -451,8 +451,14 @@ public enum SyncLimits {
     public static let listBatch = 1024
     /// Blob bytes per blobData frame.
     public static let blobChunkBytes = 64 << 10
-    /// Unacknowledged data frames a sender may have in flight.
-    public static let window = 8
+    /// Unacknowledged data frames a sender may have in flight. Wide enough
+    /// that a receiver's group commit takes tens of thousands of events
+    /// (Specs/sync.md §5): a commit's cost in a large store is mostly the
+    /// pages it rewrites, so fewer, larger commits ingest faster.
+    public static let window = 64
+    /// The most bytes of frames a sender queues for the network before
+    /// it waits for the peer to read (Specs/sync.md §5).
+    public static let outboxBytes = 2 << 20
     /// Event ids asked for in one payload refill round.
     public static let maxRefill = 10_000
     /// The most feeds one session's invitations may add to a scope.

@@ -103,8 +103,12 @@ extension SyncSession {
         send(.events(frame))
     }
 
+    /// Waits for a window credit, and for the frames not yet taken by the
+    /// network to fit `SyncLimits.outboxBytes`: the wide window lets a
+    /// reading peer commit large batches, while a peer that stops reading
+    /// holds only that much of this side's memory (Specs/sync.md §5).
     func acquireCredit() async throws {
-        while !serving.takeCredit() {
+        while outboxBytes > SyncLimits.outboxBytes || !serving.takeCredit() {
             if firstError != nil || closing { throw CancellationError() }
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in creditWaiter = c }
         }

@@ -186,6 +186,11 @@ public actor SyncSession {
         outboxFrames -= 1
         outboxBytes -= bytes
         lastProgress = .now
+        // Serving may wait for the outbox to drain (`acquireCredit`).
+        if outboxBytes <= SyncLimits.outboxBytes, let w = creditWaiter {
+            creditWaiter = nil
+            w.resume()
+        }
     }
 
     func send(_ message: SyncMessage) {

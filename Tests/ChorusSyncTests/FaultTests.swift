@@ -319,7 +319,7 @@ struct FaultTests {
         #expect(server.bans.refusal(stalledKey.publicKey) == nil)
         watcher.cancel()
         await watcher.value
-        // Bounded: the window (8 frames of at most 256 KiB) plus small messages, never the 5 MB requested.
+        // Bounded: the outbox cap (2 MiB, then a frame of at most 256 KiB) plus small messages, never the 5 MB requested.
         let worst = peak.withLock { $0 }
         #expect(worst > 0 && worst < 3 << 20, "peak queued bytes \(worst)")
         #expect(try await eventually(.seconds(30)) { server.activeSessions == 0 })
