@@ -127,6 +127,78 @@ struct SortedEntries: Sendable {
     }
 }
 
+extension SortedEntries {
+    /// Bytes this buffer holds, its per-entry records included: what a
+    /// rebuild counts against its filing budget.
+    var memoryBytes: Int { bytes.count + records.count * MemoryLayout<Record>.stride }
+
+    /// Writes the entries of `runs`, each sorted, as one stream in key order;
+    /// where runs share a key, the last run's value wins (it was filed
+    /// later, as repeated puts would leave it). `chunk` entries go in one
+    /// write transaction; with `append`, as LMDB appends.
+    static func writeMerged(
+        _ runs: [SortedEntries], to db: Database, in env: Environment, append: Bool, chunk: Int = 100_000
+    ) throws {
+        try withBytes(of: runs[...], []) { buffers in
+            var positions = [Int](repeating: 0, count: runs.count)
+            func key(_ run: Int) -> UnsafeRawBufferPointer {
+                let r = runs[run].records[positions[run]]
+                return UnsafeRawBufferPointer(rebasing: buffers[run][r.offset..<(r.offset + Int(r.keyCount))])
+            }
+            /// The run holding the next entry to write (the smallest key;
+            /// among equal keys, the last run), every other run holding
+            /// that key moved past it; nil when all are written.
+            func next() -> Int? {
+                var best: Int? = nil
+                var equal: [Int] = []
+                for run in runs.indices where positions[run] < runs[run].records.count {
+                    guard let b = best else {
+                        best = run
+                        continue
+                    }
+                    let x = runs[run].records[positions[run]].head, y = runs[b].records[positions[b]].head
+                    let c = x != y ? (x < y ? -1 : 1) : compare(key(run), key(b))
+                    if c < 0 {
+                        best = run
+                        equal.removeAll()
+                    } else if c == 0 {
+                        equal.append(b)
+                        best = run
+                    }
+                }
+                for run in equal { positions[run] += 1 }
+                return best
+            }
+            var done = false
+            while !done {
+                try env.write { txn in
+                    for _ in 0..<chunk {
+                        guard let run = next() else {
+                            done = true
+                            return
+                        }
+                        let r = runs[run].records[positions[run]]
+                        let raw = buffers[run]
+                        let k = UnsafeRawBufferPointer(rebasing: raw[r.offset..<(r.offset + Int(r.keyCount))])
+                        let v = UnsafeRawBufferPointer(
+                            rebasing: raw[(r.offset + Int(r.keyCount))..<(r.offset + Int(r.keyCount) + Int(r.valueCount))])
+                        try txn.put(db, k, v, append: append)
+                        positions[run] += 1
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `body` with the byte buffers of all `runs` at once.
+    private static func withBytes<R>(
+        of runs: ArraySlice<SortedEntries>, _ held: [UnsafeRawBufferPointer], _ body: ([UnsafeRawBufferPointer]) throws -> R
+    ) throws -> R {
+        guard let first = runs.first else { return try body(held) }
+        return try first.bytes.withUnsafeBytes { try withBytes(of: runs.dropFirst(), held + [$0], body) }
+    }
+}
+
 /// Bytewise comparison, a proper prefix first.
 private func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
     let n = min(a.count, b.count)

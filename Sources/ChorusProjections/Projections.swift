@@ -137,7 +137,8 @@ public struct Projections: Sendable {
     /// marked stale (the built marker is written last), so the next open
     /// rebuilds again. `progress` counts events filed, then objects folded.
     public func rebuild(
-        sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget,
+        progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
             _ = try txn.delete(index, Self.builtKey)
@@ -148,7 +149,7 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        let sends = try fileInBulk(sliceSize: sliceSize * 10, isCancelled: isCancelled) { filed in
+        let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, isCancelled: isCancelled) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
@@ -205,31 +206,54 @@ public struct Projections: Sendable {
 
     /// The filing pass of a rebuild (Specs/projections.md §9.2): reads the
     /// log in arrival order, `sliceSize` events at a time, decodes and files
-    /// each slice on all cores into sorted runs, and writes each run to the
-    /// emptied `facts` and `index` in key order. The first run is appended
-    /// (`MDB_APPEND`: pages filled in order, never split); a later run's
+    /// each slice on all cores into sorted runs, and holds the runs until
+    /// they fill `budget` bytes (or the log ends); then writes them, merged
+    /// in key order, to the emptied `facts`, `index` and `state`. The first
+    /// write is appended (`MDB_APPEND`: pages filled in order, never split):
+    /// when the whole log's entries fit the budget (a million events take
+    /// about 180 MB) every table is written that way, once. A later write's
     /// keys interleave with earlier ones and are put in key order. Returns
     /// how many `message.sent` it filed (in the index, not as facts).
-    func fileInBulk(sliceSize: Int, isCancelled: (() -> Bool)?, progress: (_ filed: Int) -> Void) throws -> Int {
+    func fileInBulk(
+        sliceSize: Int, budget: Int = Projections.filingBudget, isCancelled: (() -> Bool)?,
+        progress: (_ filed: Int) -> Void
+    ) throws -> Int {
         var filed = 0
-        var runs = 0
+        var writes = 0
         var sends = 0
-        // The next slice is read and filed on all cores while this one's
-        // runs are written (`pipelined`).
+        var held: [FilingSlice] = []
+        var heldBytes = 0
+        func writeHeld() throws {
+            guard !held.isEmpty else { return }
+            try SortedEntries.writeMerged(held.map(\.facts), to: facts, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(held.map(\.index), to: index, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(held.map(\.state), to: state, in: log.env, append: writes == 0)
+            writes += 1
+            held.removeAll()
+            heldBytes = 0
+        }
+        // The next slice is read and filed on all cores while this one is
+        // taken in or written (`pipelined`).
         try pipelined(from: UInt64(0)) { since in
             try filingSlice(since: since, limit: sliceSize)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            try writeRun(slice.facts, to: facts, append: runs == 0)
-            try writeRun(slice.index, to: index, append: runs == 0)
-            try writeRun(slice.state, to: state, append: runs == 0)
-            runs += 1
+            let bytes = slice.facts.memoryBytes + slice.index.memoryBytes + slice.state.memoryBytes
+            if heldBytes + bytes > budget { try writeHeld() }
+            held.append(slice)
+            heldBytes += bytes
             sends += slice.sends
             filed += slice.events
             progress(filed)
         }
+        try writeHeld()
         return sends
     }
+
+    /// The bytes of sorted runs a rebuild's filing pass holds before it
+    /// writes them (§9.2): enough for about a million events' entries, well
+    /// inside the 1 GiB a rebuild may take.
+    public static let filingBudget = 256 << 20
 
     /// One slice of the log filed into sorted runs of `facts` and `index`
     /// entries, with how many events and sends it held.
@@ -419,17 +443,6 @@ public struct Projections: Sendable {
         }
         let slice = ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded)
         return (slice, objects.count < limit && entries.count < limit ? nil : SliceCursor(cls: cls, after: last))
-    }
-
-    /// Writes a sorted run in write transactions of at most 100,000 entries
-    /// (a transaction's dirty pages are bounded).
-    private func writeRun(_ entries: SortedEntries, to db: Database, append: Bool) throws {
-        var start = 0
-        while start < entries.count {
-            let end = min(entries.count, start + 100_000)
-            try log.env.write { txn in try entries.write(start..<end, to: db, in: txn, append: append) }
-            start = end
-        }
     }
 
     /// Up to `limit` objects of class `cls` after `after`, in key order, how

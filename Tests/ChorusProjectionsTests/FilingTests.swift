@@ -1,0 +1,78 @@
+import ChorusStorage
+import Foundation
+@testable import ChorusProjections
+import ChorusTestSupport
+import Testing
+
+@Suite("A rebuild's filed runs, merged into the store (Specs/projections.md §9.2)")
+struct FilingTests {
+    /// Random runs over a small key space, so that runs share keys and
+    /// keys are prefixes of others; each run sorted as the filing sorts it.
+    static func runs(_ rng: inout SplitMix64, count: Int) -> [SortedEntries] {
+        (0..<count).map { _ in
+            var run = SortedEntries()
+            for _ in 0..<rng.int(0...60) {
+                let key = (0..<rng.int(1...3)).map { _ in UInt8(rng.int(0...3)) } + (rng.int(0...3) == 0 ? Array(repeating: 9, count: 9) : [])
+                run.add(key, (0..<rng.int(0...5)).map { _ in UInt8(rng.int(0...255)) })
+            }
+            run.sort()
+            return run
+        }
+    }
+
+    /// What repeated puts of every run's entries, run after run, leave.
+    static func expected(_ runs: [[(key: [UInt8], value: [UInt8])]], over start: [[UInt8]: [UInt8]] = [:]) -> [[UInt8]: [UInt8]] {
+        var map = start
+        for run in runs { for (k, v) in run { map[k] = v } }
+        return map
+    }
+
+    static func entries(_ run: SortedEntries, in env: Environment, scratch db: Database) throws -> [(key: [UInt8], value: [UInt8])] {
+        // Read back through a scratch database: the runs' own order.
+        try env.write { txn in try txn.clear(db) }
+        try SortedEntries.writeMerged([run], to: db, in: env, append: true)
+        return try env.read { txn in
+            var out: [([UInt8], [UInt8])] = []
+            try txn.scan(db) { k, v in
+                out.append((k, v))
+                return true
+            }
+            return out
+        }
+    }
+
+    @Test("merged runs equal the puts of every run in filing order, appended into an empty table or put over earlier entries, across transactions")
+    func mergeEqualsRepeatedPuts() throws {
+        let dir = try scratchDirectory("filing")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let env = try Environment(path: dir, initialMapSize: 16 << 20)
+        let table = try env.openDatabase("table")
+        let scratch = try env.openDatabase("scratch")
+        var rng = SplitMix64(seed: 0xF1_11)
+        for _ in 0..<40 {
+            try env.write { txn in try txn.clear(table) }
+            let first = Self.runs(&rng, count: rng.int(1...6))
+            let second = Self.runs(&rng, count: rng.int(1...6))
+            let firstEntries = try first.map { try Self.entries($0, in: env, scratch: scratch) }
+            let secondEntries = try second.map { try Self.entries($0, in: env, scratch: scratch) }
+            // Each run is in strictly ascending key order (sorted, repeats dropped).
+            for run in firstEntries + secondEntries {
+                #expect(zip(run, run.dropFirst()).allSatisfy { $0.key.lexicographicallyPrecedes($1.key) })
+            }
+            // The first merge appends (MDB_APPEND fails on a key out of order).
+            try SortedEntries.writeMerged(first, to: table, in: env, append: true, chunk: rng.int(1...20))
+            try SortedEntries.writeMerged(second, to: table, in: env, append: false, chunk: rng.int(1...20))
+            let stored: [[UInt8]: [UInt8]] = try env.read { txn in
+                var map: [[UInt8]: [UInt8]] = [:]
+                try txn.scan(table) { k, v in
+                    map[k] = v
+                    return true
+                }
+                return map
+            }
+            let expected = Self.expected(firstEntries + secondEntries)
+            let wrong = Set(stored.keys).union(expected.keys).filter { stored[$0] != expected[$0] }
+            #expect(wrong.isEmpty, "\(wrong.count) keys differ from repeated puts, e.g. \(wrong.first.map { "\($0): \(stored[$0] ?? []) instead of \(expected[$0] ?? [])" } ?? "")")
+        }
+    }
+}
