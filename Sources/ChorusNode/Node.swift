@@ -598,13 +598,28 @@ public actor Node {
     }
 
     /// Ingests events already decoded (their signatures are still verified).
-    public func ingest(events: [Event]) async -> IngestReport {
-        await ingest(decoded: events.map { .success($0) })
+    ///
+    /// `enqueued` is called once every event of the call has been verified
+    /// and queued for the writer, before they are durable: a caller that
+    /// streams batches (a sync receiving frames) may then start the next
+    /// call, whose verification overlaps this call's commit and whose
+    /// events queue behind these, in order.
+    public func ingest(events: [Event], enqueued: (@Sendable () -> Void)? = nil) async -> IngestReport {
+        await ingest(decoded: events.map { .success($0) }, enqueued: enqueued)
     }
 
     static let verifySlice = 2048
 
-    private func ingest(decoded: [Result<Event, EventError>], verified: Bool = false) async -> IngestReport {
+    private func ingest(
+        decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: (@Sendable () -> Void)? = nil
+    ) async -> IngestReport {
+        // Called on every path out, at the latest: nothing more is queued then.
+        var toldEnqueued = false
+        func tellEnqueued() {
+            if !toldEnqueued { enqueued?() }
+            toldEnqueued = true
+        }
+        defer { tellEnqueued() }
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
         var valid: [(index: Int, event: Event)] = []
         valid.reserveCapacity(decoded.count)
@@ -655,6 +670,7 @@ public actor Node {
             slices.append(good)
             writer.enqueue(good.map(\.event)) { sink.yield((number, $0)) }
         }
+        tellEnqueued()
         // Not finished here: yields after `finish()` would be dropped. The
         // loop ends when every slice has reported.
         var remaining = slices.count

@@ -14,18 +14,39 @@ extension SyncSession {
     }
 
     /// Commits buffered frames until none are left, acknowledging each
-    /// commit's frames once it is durable.
+    /// commit's frames once it is durable (Specs/sync.md §4.3). The frames
+    /// that arrive while one batch is verified form the next batch, which is
+    /// verified while the first is written and queued behind it: at most
+    /// two batches are in flight, acknowledged in order.
     func drainIngestBuffer() async {
-        while ingestBuffer.frames > 0, ingestError == nil {
-            let batch = ingestBuffer
-            ingestBuffer = ([], [], 0)
+        var inFlight: [(ingest: Task<IngestReport, Never>, events: [Event], refillsFrom: Int, frames: Int)] = []
+        while ingestError == nil {
+            if ingestBuffer.frames > 0, inFlight.count < 2 {
+                let batch = ingestBuffer
+                ingestBuffer = ([], [], 0)
+                let all = batch.events + batch.refills
+                let node = self.node
+                let (queued, signal) = AsyncStream<Void>.makeStream()
+                ingesting = true
+                let ingest = Task { await node.ingest(events: all, enqueued: { signal.finish() }) }
+                for await _ in queued {}
+                inFlight.append((ingest, all, batch.events.count, batch.frames))
+                continue
+            }
+            guard !inFlight.isEmpty else { break }
+            let oldest = inFlight.removeFirst()
+            let result = await oldest.ingest.value
             do {
-                try await commitEvents(batch.events, refills: batch.refills)
-                send(.ack(UInt64(batch.frames)))
+                try ingested(oldest.events, result, refillsFrom: oldest.refillsFrom)
+                send(.ack(UInt64(oldest.frames)))
             } catch {
                 ingestError = error
             }
         }
+        // After a failure, what was already queued still becomes durable
+        // before the session reports its end.
+        for rest in inFlight { _ = await rest.ingest.value }
+        ingesting = false
         ingestTask = nil
     }
 
@@ -63,14 +84,12 @@ extension SyncSession {
         return (events, payloadRefills)
     }
 
-    func commitEvents(_ events: [Event], refills payloadRefills: [Event]) async throws {
-        ingesting = true
-        let all = events + payloadRefills
-        let result = await node.ingest(events: all)
-        ingesting = false
+    /// Accounts for one durable batch: events at `refillsFrom` and after
+    /// were payload refills.
+    func ingested(_ events: [Event], _ result: IngestReport, refillsFrom: Int) throws {
         lastProgress = .now
-        for (index, (event, r)) in zip(all, result.results).enumerated() {
-            try fetch.ingested(event, r, refill: index >= events.count, report: &report)
+        for (index, (event, r)) in zip(events, result.results).enumerated() {
+            try fetch.ingested(event, r, refill: index >= refillsFrom, report: &report)
         }
         reportProgress()
     }
