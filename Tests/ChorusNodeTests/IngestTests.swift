@@ -120,6 +120,31 @@ struct IngestTests {
         await node.close()
     }
 
+    @Test("a call started once the previous call's events are queued overlaps its commit and lands after it, in feed order")
+    func streamedCallsQueueInOrder() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), options: options())
+        let own = try node.log.eventCount()
+        var writers = (1...8).map { FeedWriter(seedByte: UInt8($0)) }
+        // Batch k + 1 continues every feed of batch k: out of order, its
+        // events would be refused as gaps.
+        let batches: [[Event]] = (0..<6).map { _ in (0..<500).flatMap { _ in writers.indices.map { writers[$0].next() } } }
+        var reports: [Task<IngestReport, Never>] = []
+        for batch in batches {
+            let (queued, signal) = AsyncStream<Void>.makeStream()
+            reports.append(Task { await node.ingest(events: batch, enqueued: { signal.finish() }) })
+            for await _ in queued {}
+        }
+        for (i, report) in reports.enumerated() {
+            let r = await report.value
+            #expect(r.accepted == batches[i].count, "batch \(i): \(r.errors.prefix(3))")
+        }
+        #expect(try node.log.eventCount() == own + 24_000)
+        #expect(try node.log.integrityProblems() == [])
+        await node.close()
+    }
+
     @Test func acceptedRemoteTimestampsMoveTheLocalClockForward() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
