@@ -568,9 +568,10 @@ public actor Node {
     /// Envelopes are decoded, put in feed order (so a batch behaves as a set),
     /// and verified on all cores in slices; each verified slice goes to the
     /// group-commit writer while the next one is being verified. Returns one
-    /// result per input, in input order.
-    public func ingest(_ envelopes: [[UInt8]]) async -> IngestReport {
-        await ingest(decoded: await Self.parallel(envelopes, Self.decodeOnly))
+    /// result per input, in input order. `enqueued` is as for
+    /// `ingest(events:enqueued:)`.
+    public func ingest(_ envelopes: [[UInt8]], enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
+        await ingest(decoded: await Self.parallel(envelopes, Self.decodeOnly), enqueued: enqueued)
     }
 
     /// Like `ingest(_:)`, but refuses the whole batch, storing nothing, if any
@@ -604,22 +605,15 @@ public actor Node {
     /// streams batches (a sync receiving frames) may then start the next
     /// call, whose verification overlaps this call's commit and whose
     /// events queue behind these, in order.
-    public func ingest(events: [Event], enqueued: (@Sendable () -> Void)? = nil) async -> IngestReport {
+    public func ingest(events: [Event], enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
         await ingest(decoded: events.map { .success($0) }, enqueued: enqueued)
     }
 
     static let verifySlice = 2048
 
     private func ingest(
-        decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: (@Sendable () -> Void)? = nil
+        decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: @escaping @Sendable () -> Void = {}
     ) async -> IngestReport {
-        // Called on every path out, at the latest: nothing more is queued then.
-        var toldEnqueued = false
-        func tellEnqueued() {
-            if !toldEnqueued { enqueued?() }
-            toldEnqueued = true
-        }
-        defer { tellEnqueued() }
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
         var valid: [(index: Int, event: Event)] = []
         valid.reserveCapacity(decoded.count)
@@ -651,6 +645,7 @@ public actor Node {
         guard let writer else {
             for v in valid { results[v.index] = .refused(.malformedEnvelope("store is read-only")) }
             NodeMetrics.record(results)
+            enqueued()
             return IngestReport(results: results)
         }
         let (written, sink) = AsyncStream.makeStream(of: (slice: Int, result: Result<[AppendOutcome], any Error>).self)
@@ -670,7 +665,7 @@ public actor Node {
             slices.append(good)
             writer.enqueue(good.map(\.event)) { sink.yield((number, $0)) }
         }
-        tellEnqueued()
+        enqueued()
         // Not finished here: yields after `finish()` would be dropped. The
         // loop ends when every slice has reported.
         var remaining = slices.count
