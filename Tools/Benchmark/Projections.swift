@@ -576,12 +576,21 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         // As a sync receiver streams its batches (Specs/sync.md §4.3): the
         // next call starts once this one's events are queued, so its
         // verification overlaps this one's commit; two calls in flight.
-        var inFlight: [(start: Int, end: Int, report: Task<IngestReport, Never>)] = []
-        func finishOldest() async {
+        var inFlight: [(start: Int, end: Int, ingest: Task<IngestReport, Never>)] = []
+        while start < envelopes.count || !inFlight.isEmpty {
+            if start < envelopes.count, inFlight.count < 2 {
+                let end = min(envelopes.count, start + options.batch)
+                let batch = Array(envelopes[start..<end])
+                let (queued, signal) = AsyncStream<Void>.makeStream()
+                inFlight.append((start, end, Task { await node.ingest(batch, enqueued: { signal.finish() }) }))
+                for await _ in queued {}
+                start = end
+                continue
+            }
             let call = inFlight.removeFirst()
-            let report = await call.report.value
-            accepted += report.accepted
-            if let e = report.errors.first {
+            let result = await call.ingest.value
+            accepted += result.accepted
+            if let e = result.errors.first {
                 FileHandle.standardError.write(Data("ingest refused event \(call.start + e.index): \(e.code): \(e.reason)\n".utf8))
             }
             if Bench.progress {
@@ -589,16 +598,6 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 Bench.note("  \(call.end) events, \(Int(rate))/s")
             }
         }
-        while start < envelopes.count {
-            let end = min(envelopes.count, start + options.batch)
-            let batch = Array(envelopes[start..<end])
-            let (queued, signal) = AsyncStream<Void>.makeStream()
-            inFlight.append((start, end, Task { await node.ingest(batch, enqueued: { signal.finish() }) }))
-            for await _ in queued {}
-            if inFlight.count == 2 { await finishOldest() }
-            start = end
-        }
-        while !inFlight.isEmpty { await finishOldest() }
         return accepted
     }
     let ingestSeconds = Bench.clock() - t0
