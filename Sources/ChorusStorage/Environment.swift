@@ -255,8 +255,7 @@ public final class Environment: @unchecked Sendable {
             try StorageError.check(mdb_stat(txn.txn, 1, &mainStat), "mdb_stat")
             // Each free-list value is a list of page numbers, its length first.
             var free = 0
-            var cursor: OpaquePointer?
-            try StorageError.check(mdb_cursor_open(txn.txn, 0, &cursor), "mdb_cursor_open")
+            let cursor = try txn.openCursor(0)  // the free list
             defer { mdb_cursor_close(cursor) }
             var k = MDB_val()
             var v = MDB_val()
@@ -311,8 +310,7 @@ public struct Transaction {
     public func scanDuplicates(
         _ db: Database, _ key: [UInt8], from: [UInt8], _ body: (_ value: [UInt8]) throws -> Bool
     ) throws {
-        var cursor: OpaquePointer?
-        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
         var v = MDB_val()
@@ -369,6 +367,14 @@ public struct Transaction {
         try StorageError.check(rc, "mdb_put")
     }
 
+    /// A cursor on database `dbi` in this transaction; the caller closes it
+    /// (`mdb_cursor_close`) before the transaction ends.
+    func openCursor(_ dbi: MDB_dbi) throws(StorageError) -> OpaquePointer? {
+        var cursor: OpaquePointer?
+        try StorageError.check(mdb_cursor_open(txn, dbi, &cursor), "mdb_cursor_open")
+        return cursor
+    }
+
     /// Runs `body` with LMDB values pointing at `key`'s and `value`'s bytes,
     /// valid only inside it.
     private static func withValues(_ key: [UInt8], _ value: [UInt8], _ body: (inout MDB_val, inout MDB_val) -> Int32) -> Int32 {
@@ -409,8 +415,7 @@ public struct Transaction {
     public func scan(
         _ db: Database, from: [UInt8]? = nil, _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
-        var cursor: OpaquePointer?
-        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
         var v = MDB_val()
@@ -433,8 +438,7 @@ public struct Transaction {
 
     /// The last entry of a database, if any.
     public func last(_ db: Database) throws(StorageError) -> (key: [UInt8], value: [UInt8])? {
-        var cursor: OpaquePointer?
-        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
         var v = MDB_val()
@@ -461,8 +465,7 @@ public struct Transaction {
         _ db: Database, prefix: [UInt8], before: [UInt8]? = nil,
         _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
-        var cursor: OpaquePointer?
-        try StorageError.check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open")
+        let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         // Start at the first key >= the upper bound, then step back once.
         var upper = before ?? prefix
