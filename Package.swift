@@ -128,6 +128,7 @@ let package = Package(
             dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
+        .testTarget(name: "ChorusStorageTests", dependencies: ["ChorusTestSupport", "ChorusStorage"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(

@@ -23,6 +23,7 @@ public enum BlobError: Error, Hashable, Sendable, CustomStringConvertible {
 /// total size as a u64.
 public struct BlobStore: Sendable {
     public static let chunkSize = 64 * 1024
+    public static let databaseNames = ["blobs"]
 
     public let env: Environment
     let blobs: Database

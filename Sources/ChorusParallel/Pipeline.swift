@@ -49,4 +49,12 @@ public final class Background<T: Sendable>: Sendable {
         done.signal()  // a later wait returns at once
         return try (result.withLock { $0 } ?? .failure(CancellationError())).get()
     }
+
+    /// `wait()`, calling `tick` every `interval` seconds until the work has
+    /// finished (to show its progress from the waiting thread).
+    public func wait(tickingEvery interval: Double, _ tick: () -> Void) throws -> T {
+        while done.wait(timeout: .now() + interval) == .timedOut { tick() }
+        done.signal()
+        return try (result.withLock { $0 } ?? .failure(CancellationError())).get()
+    }
 }

@@ -69,14 +69,24 @@ public struct ReplayStore: Sendable {
     /// pass `include` (all by default), in their arrival order, with the same
     /// blobs, fork evidence and network configuration, and projections folded
     /// from scratch. Signatures are not checked again here (`verify` does).
-    /// With `tolerant`, events that cannot be read or no longer fit their
-    /// feed (a damaged store) are left out and listed in `skipped` instead of
-    /// ending the copy.
+    ///
+    /// The whole log, without `tolerant`, is copied table by table in key
+    /// order (`copyLog`): as stored, which is what `verify` checks. A
+    /// selection, or with `tolerant`, is copied event by event: each one is
+    /// decoded in full and appended to its feed again, and with `tolerant`
+    /// events that cannot be read or no longer fit their feed (a damaged
+    /// store) are left out and listed in `skipped` instead of ending the copy.
     public func copy(
-        to output: String, include: @escaping (StoredEvent) -> Bool = { _ in true }, tolerant: Bool = false,
+        to output: String, include: ((StoredEvent) -> Bool)? = nil, tolerant: Bool = false,
         skipped: ((_ what: String, _ why: String) -> Void)? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws -> ReplayStore {
+        guard include != nil || tolerant else {
+            let target = try copyLog(to: output)
+            try target.projections.rebuild(progress: progress)
+            return target
+        }
+        let include = include ?? { _ in true }
         let target = try startCopy(at: output)
         let total = try log.eventCount()
         var done = 0
@@ -104,6 +114,16 @@ public struct ReplayStore: Sendable {
         return target
     }
 
+    /// A store at `output` with this one's configuration, and its log, fork
+    /// evidence and blobs copied table by table in key order, each written
+    /// once in order (`Environment.copyDatabases`) instead of event by event
+    /// under random ids. Its projections are empty: rebuild them.
+    func copyLog(to output: String) throws -> ReplayStore {
+        let target = try prepareCopy(at: output, mapSize: env.mapSize)
+        try target.env.copyDatabases(LogStore.databaseNames + BlobStore.databaseNames, from: env)
+        return target
+    }
+
     /// The envelopes after arrival `since` (10,000 at most), each read by
     /// `read` on all cores, with the arrival the next slice starts after.
     func rawSlice<T: Sendable>(
@@ -119,6 +139,17 @@ public struct ReplayStore: Sendable {
     /// An empty store at `output` with this one's configuration and blobs,
     /// for `appendToCopy` and `finishCopy`.
     func startCopy(at output: String) throws -> ReplayStore {
+        let target = try prepareCopy(at: output, mapSize: 64 << 20)
+        for (hash, _) in try blobs.all() {
+            guard let bytes = try blobs.read(hash) else { continue }
+            try target.env.write { txn in _ = try target.blobs.put(bytes, in: txn) }
+        }
+        return target
+    }
+
+    /// An empty store at `output` (which must not exist, or be empty) with
+    /// this one's network configuration.
+    func prepareCopy(at output: String, mapSize: Int) throws -> ReplayStore {
         let fm = FileManager.default
         if fm.fileExists(atPath: output), let items = try? fm.contentsOfDirectory(atPath: output), !items.isEmpty {
             throw ReplayError.outputExists(output)
@@ -129,12 +160,7 @@ public struct ReplayStore: Sendable {
             throw ReplayError.io("cannot create \(output): \(error.localizedDescription)")
         }
         try projections.config.write(to: output + "/" + NetworkConfig.fileName)
-        let target = try ReplayStore.open(output, writableNew: true)
-        for (hash, _) in try blobs.all() {
-            guard let bytes = try blobs.read(hash) else { continue }
-            try target.env.write { txn in _ = try target.blobs.put(bytes, in: txn) }
-        }
-        return target
+        return try ReplayStore.open(output, writableNew: true, mapSize: mapSize)
     }
 
     /// Appends `events` to a copy in one commit. Clock checks are off: a
@@ -165,8 +191,8 @@ public struct ReplayStore: Sendable {
         try target.projections.rebuild(progress: progress)
     }
 
-    static func open(_ path: String, writableNew: Bool) throws -> ReplayStore {
-        let env = try Environment(path: path, initialMapSize: 64 << 20)
+    static func open(_ path: String, writableNew: Bool, mapSize: Int) throws -> ReplayStore {
+        let env = try Environment(path: path, initialMapSize: mapSize)
         let log = try LogStore(env: env)
         let config = try NetworkConfig.load(from: path + "/" + NetworkConfig.fileName)
         let blobs = try BlobStore(env: env)

@@ -5,6 +5,7 @@ import ChorusParallel
 import ChorusProjections
 import Dispatch
 import Foundation
+import Synchronization
 
 /// Something `verify` (or an audit) found wrong, with where it is.
 public struct Finding: Error, Hashable, Sendable {
@@ -43,69 +44,87 @@ extension ReplayStore {
         var report = VerifyReport()
         let total = try log.eventCount()
 
-        // 1. Every record: decode strictly and verify the signature, on all
-        // cores, while the slice before is appended to a scratch copy whose
-        // projections step 6 folds from scratch (`pipelined`). Tolerant:
-        // damage must not stop the comparison; what is left out of the copy
-        // is a finding already. An event whose signature fails is copied, as
-        // the live store holds it.
+        // 6 (begun first). The log's tables are copied as stored to a
+        // scratch store, whose projections are folded from scratch while
+        // steps 1–5 check the live store: the fold needs none of their
+        // results unless they find damage (below).
         let scratch = try ScratchDirectory()
-        defer { withExtendedLifetime(scratch) {} }  // removed only once the copy is no longer read
-        let rebuilt = try startCopy(at: scratch.path + "/store")
-        try pipelined(from: UInt64(0)) { since in
-            try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
-                let location = "envelopes[\(record.arrival)]"
-                let event: Event
-                do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
-                    return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: location))
-                }
-                guard event.verifySignature() else {
-                    return (
-                        event,
-                        Finding(
-                            code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
-                            event: event.id, location: "\(location) (\(event.id.hex), \(event.author.short)#\(event.seq))")
-                    )
-                }
-                return (event, nil)
-            }
-        } consume: { slice in
-            var events: [Event] = []
-            for (_, item) in slice {
-                report.events += 1
-                if let finding = item.finding { report.findings.append(finding) }
-                guard let event = item.event else { continue }
-                events.append(event)
-                if item.finding == nil {
-                    report.perKind[event.kind.name, default: 0] += 1
-                    if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
-                }
-            }
-            try appendToCopy(events, target: rebuilt, tolerant: true, skipped: nil)
-            progress?("events", report.events, total)
+        defer { withExtendedLifetime(scratch) {} }  // removed only once the copies are no longer read
+        let copy = try copyLog(to: scratch.path + "/tables")
+        let folded = ProgressCount()
+        let fold = Background { [copy] in
+            try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
+            return try copy.projections.digest()
         }
-
-        // 2.–5. The feeds, fork evidence, blobs and chat encryption are
-        // checked on another thread while the copy is folded (step 6), and
-        // the live projections' digest is taken there after them: each of
-        // them runs mostly on one core, as does most of the fold.
+        // 2.–5. The feeds, fork evidence, blobs and chat encryption, then
+        // the live projections' digest, on another thread.
         let checks = Background { [self] in
             var partial = try self.storeChecks()
             partial.liveDigest = try self.projections.digest()
             return partial
         }
-        // 6. Projections: fold the copy's log from scratch and compare.
-        do { try finishCopy(rebuilt) { done, total in progress?("rebuild", done, total) } } catch {
-            _ = try? checks.wait()  // nothing reads the store after this returns
+
+        // 1. Every record: decode strictly and verify the signature, on all
+        // cores. Tolerant: damage must not stop the comparison.
+        do {
+            try pipelined(from: UInt64(0)) { since in
+                try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
+                    let location = "envelopes[\(record.arrival)]"
+                    let event: Event
+                    do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
+                        return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: location))
+                    }
+                    guard event.verifySignature() else {
+                        return (
+                            event,
+                            Finding(
+                                code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
+                                event: event.id, location: "\(location) (\(event.id.hex), \(event.author.short)#\(event.seq))")
+                        )
+                    }
+                    return (event, nil)
+                }
+            } consume: { slice in
+                for (_, item) in slice {
+                    report.events += 1
+                    if let finding = item.finding { report.findings.append(finding) }
+                    guard let event = item.event, item.finding == nil else { continue }
+                    report.perKind[event.kind.name, default: 0] += 1
+                    if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
+                }
+                progress?("events", report.events, total)
+            }
+        } catch {
+            _ = try? checks.wait()  // nothing reads the stores after this returns
+            _ = try? fold.wait()
             throw error
         }
-        let checked = try checks.wait()
+        let checked: VerifyReport
+        do { checked = try checks.wait() } catch {
+            _ = try? fold.wait()
+            throw error
+        }
         report.feeds = checked.feeds
         report.forks = checked.forks
         report.blobs = checked.blobs
         report.findings += checked.findings
         report.liveDigest = checked.liveDigest
-        report.rebuiltDigest = try rebuilt.projections.digest()
+
+        // 6. The projections folded from the log. A log whose records cannot
+        // all be read, or do not all fit their feeds, is copied again event
+        // by event, leaving out what cannot be read or does not fit, as a
+        // node would never have stored it: the comparison then shows what
+        // the damage changed.
+        let rebuilt: ReplayStore
+        if report.findings.contains(where: { Self.damageToTheLog.contains($0.code) }) {
+            _ = try? fold.wait()
+            rebuilt = try self.copy(
+                to: scratch.path + "/events", tolerant: true, progress: { done, total in progress?("rebuild", done, total) })
+            report.rebuiltDigest = try rebuilt.projections.digest()
+        } else {
+            rebuilt = copy
+            report.rebuiltDigest = try fold.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
+        }
         if report.liveDigest != report.rebuiltDigest {
             for d in try StateDiff.between(self, rebuilt) {
                 report.findings.append(
@@ -117,6 +136,10 @@ extension ReplayStore {
         }
         return report
     }
+
+    /// Findings after which the log, copied as stored, is not what a fold
+    /// from its readable events would see.
+    static let damageToTheLog: Set<String> = ["undecodable", "wrong_id", "feed", "bad_fork_evidence"]
 
     /// Steps 2–5 of `verify`: the feeds, fork evidence, blobs and chat
     /// encryption, as a partial report (feeds, forks, blobs, findings).
@@ -209,4 +232,11 @@ extension ReplayStore {
         }
         return findings
     }
+}
+
+/// A count one thread sets and another reads (the fold's progress).
+final class ProgressCount: Sendable {
+    private let count = Atomic<Int>(0)
+    func set(_ value: Int) { count.store(value, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
 }

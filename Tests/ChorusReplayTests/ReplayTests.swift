@@ -105,6 +105,19 @@ struct ReplayTests {
         #expect(report.perKind["coin.credited"] == 2)
     }
 
+    @Test func aProjectionEditedBehindAnIntactLogIsFound() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(1_000_000))
+        }
+        let report = try ReplayStore.open(h.store).verify()
+        #expect(report.liveDigest != report.rebuiltDigest)
+        #expect(report.findings.map(\.code).sorted() == ["fork", "projection_differs"])
+        #expect(report.findings.contains { $0.code == "projection_differs" && $0.message.contains("coin rights of \(h.anaDevice.hex)") })
+    }
+
     @Test func damageIsFoundWithItsLocation() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
@@ -193,6 +206,9 @@ struct ReplayTests {
         #expect(try copy.projections.digest() == s.projections.digest())
         #expect(try StateDiff.between(s, copy).isEmpty)
         #expect(try copy.log.forkEvidence().count == 1)
+        #expect(try copy.log.integrityProblems().isEmpty)
+        #expect(try copy.log.eventCount() == s.log.eventCount() && copy.log.allHeads().map(\.head.id) == s.log.allHeads().map(\.head.id))
+        #expect(try copy.blobs.all().map(\.0) == s.blobs.all().map(\.0))
         try copy.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: nil)
         let diffs = try StateDiff.between(s, copy)
         #expect(diffs.count == 1 && diffs.first?.right == nil && diffs.first?.description.contains("coin rights") == true)

@@ -1,0 +1,84 @@
+import ChorusStorage
+import ChorusTestSupport
+import Foundation
+import Testing
+
+@Suite("Copying databases table by table (ChorusStorage)")
+struct TableCopyTests {
+    typealias Entries = [(key: [UInt8], value: [UInt8])]
+
+    static func entries(_ env: Environment, _ db: Database) throws -> Entries {
+        try env.read { txn in
+            var all: Entries = []
+            try txn.scan(db) { key, value in
+                all.append((key, value))
+                return true
+            }
+            return all
+        }
+    }
+
+    static func duplicates(_ env: Environment, _ db: Database, keys: [[UInt8]]) throws -> [[UInt8]: [[UInt8]]] {
+        try env.read { txn in
+            var all: [[UInt8]: [[UInt8]]] = [:]
+            for key in keys {
+                try txn.scanDuplicates(db, key, from: [UInt8](repeating: 0, count: 16)) { value in
+                    all[key, default: []].append(value)
+                    return true
+                }
+            }
+            return all
+        }
+    }
+
+    /// Many small commits (and, from a 1 MiB map, the map grown and a
+    /// commit run again) copy every entry: plain values of every size up to
+    /// several pages, a key's duplicates across a commit boundary, and a
+    /// database that already had entries keeps them, copied values winning.
+    @Test(arguments: [UInt64(1), 2, 3])
+    func copiesEveryEntryInOrder(seed: UInt64) throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        var random = SplitMix64(seed: seed)
+        for name in ["source", "target"] { try FileManager.default.createDirectory(atPath: dir.store(name), withIntermediateDirectories: true) }
+        let source = try Environment(path: dir.store("source"))
+        let plain = try source.openDatabase("plain")
+        let dups = try source.openDatabase("dups", fixedSizeDuplicates: true)
+        let shared = try source.openDatabase("shared")
+        var dupKeys: [[UInt8]] = []
+        try source.write { txn in
+            for _ in 0..<3_000 {
+                let key = (0..<Int.random(in: 1...40, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                let size = Int.random(in: 0...100, using: &random) == 0 ? Int.random(in: 4_000...20_000, using: &random) : Int.random(in: 0...300, using: &random)
+                try txn.put(plain, key, (0..<size).map { _ in UInt8.random(in: 0...255, using: &random) })
+            }
+            for k in 0..<50 {
+                let key = Array("author-\(k)".utf8)
+                dupKeys.append(key)
+                for _ in 0..<Int.random(in: 1...400, using: &random) {
+                    try txn.putDuplicate(dups, key, (0..<16).map { _ in UInt8.random(in: 0...255, using: &random) }, last: false)
+                }
+            }
+            for k in 0..<100 { try txn.put(shared, [UInt8(k)], [1]) }
+        }
+
+        let target = try Environment(path: dir.store("target"), initialMapSize: 1 << 20)
+        let before = try target.openDatabase("shared")
+        try target.write { txn in
+            try txn.put(before, [0], [9])  // replaced by the copy
+            try txn.put(before, [200], [9])  // kept
+        }
+        var reported: [Int] = []
+        let copied = try target.copyDatabases(["plain", "absent", "dups", "shared"], from: source, bytesPerCommit: 8_192) { reported.append($0) }
+        #expect(target.mapSize > 1 << 20)  // grown: a commit was run again
+        #expect(reported.count > 100 && reported == reported.sorted() && reported.last == copied)
+
+        #expect(try Self.entries(target, try target.openDatabase("plain")).elementsEqual(try Self.entries(source, plain)) { $0 == $1 })
+        let copiedDups = try target.openDatabase("dups", fixedSizeDuplicates: true)
+        #expect(try Self.duplicates(target, copiedDups, keys: dupKeys) == (try Self.duplicates(source, dups, keys: dupKeys)))
+        #expect(try target.read { txn in try txn.count(copiedDups) } == (try source.read { txn in try txn.count(dups) }))
+        let sharedAfter = try Self.entries(target, before)
+        #expect(sharedAfter.count == 101 && sharedAfter.first! == ([0], [1]) && sharedAfter.last! == ([200], [9]))
+        #expect(throws: (any Error).self) { _ = try target.read { txn in try txn.get(try target.openDatabase("absent", create: false), [0]) } }
+    }
+}
