@@ -86,7 +86,7 @@ func commandLineHint(for error: any Error) -> String? {
     case NodeError.notInitialized: "run `chorus init` to create one, or pass --store DIR (or set CHORUS_STORE)"
     case NodeError.alreadyInitialized: "pick another directory with --store"
     case NodeError.storeInUse:
-        "if `chorus serve` runs on it, this command needs it stopped (init, serve, issuer create and upgrade do; others run through the server)"
+        "if `chorus serve` runs on it, this command needs it stopped (init, serve, issuer create, upgrade and compact do; others run through the server)"
     case NodeError.noIssuerKey: "create one with `chorus issuer create`"
     case NodeError.projectionsStale: "any `chorus` command that writes does, or `chorus rebuild`"
     case NodeError.keyFile: "a new device needs a new store: chorus init --store NEW_DIR"

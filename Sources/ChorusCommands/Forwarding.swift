@@ -11,6 +11,7 @@ extension Serve: NeedsStoreToItself {}
 extension Init: NeedsStoreToItself {}
 extension IssuerCreate: NeedsStoreToItself {}
 extension Upgrade: NeedsStoreToItself {}
+extension Compact: NeedsStoreToItself {}
 
 /// Commands that may read standard input.
 protocol ReadsStandardInput {

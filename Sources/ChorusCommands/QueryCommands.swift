@@ -450,6 +450,38 @@ struct Upgrade: AsyncParsableCommand {
     }
 }
 
+struct Compact: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Give the store file's free pages back to the file system.",
+        discussion: """
+            LMDB keeps the pages it frees for later writes, so after a large import or first sync the file \
+            stays larger than the data in it. This writes a copy of the pages in use beside the store, checks \
+            that it holds the same events and projection digest, and renames it over the store's file: stopped \
+            at any moment, the store is either as it was or compacted. Stop every process that has the store open \
+            (`chorus serve`, readers) first. Needs free disk space for the pages in use.
+            """)
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        var options = NodeOptions()
+        options.writerLockWait = StoreOptions.writerLockWait
+        let bar = ProgressBar()
+        let result = try await Node.compact(at: store.path, options: options) { stage, step, steps in bar.update(stage, step, steps) }
+        bar.finish()
+        if output.json {
+            printJSON(.object([
+                ("bytes_before", .int(Int64(result.bytesBefore))), ("bytes_after", .int(Int64(result.bytesAfter))),
+                ("events", .int(Int64(result.events))), ("digest", .string(result.digest.hex)),
+            ]))
+        } else {
+            let mib = { (bytes: Int) in String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
+            emit("Compacted \(store.path): \(mib(result.bytesBefore)) → \(mib(result.bytesAfter)) (\(result.events) events, digest unchanged).")
+            emit("digest  \(result.digest.hex)")
+        }
+    }
+}
+
 struct Rebuild: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Rebuild the projections from the log and print the digest before and after.",

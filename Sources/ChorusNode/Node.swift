@@ -273,7 +273,7 @@ public actor Node {
     /// for another process to release it (polling: a blocking `flock` would
     /// hold a cooperative thread). Tells `options.onWaitingForWriterLock` once
     /// when the wait passes a second.
-    private static func takeWriterLock(_ fd: Int32, path: String, options: NodeOptions) async throws {
+    static func takeWriterLock(_ fd: Int32, path: String, options: NodeOptions) async throws {
         if flock(fd, LOCK_EX | LOCK_NB) == 0 { return }
         let clock = ContinuousClock()
         let start = clock.now

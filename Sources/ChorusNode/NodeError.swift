@@ -7,6 +7,12 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     case notInitialized(path: String)
     case alreadyInitialized(path: String)
     case storeInUse(path: String)
+    /// Another process has the store open (even only to read it), so its
+    /// file cannot be replaced (`Node.compact`).
+    case storeOpenElsewhere(path: String, pid: Int32)
+    /// A compacted copy did not hold what the store holds; the store was
+    /// left as it was.
+    case compactionCheckFailed(path: String, detail: String)
     case readOnly
     case closed
     case keyFile(path: String, problem: String)
@@ -28,6 +34,10 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
             "\(path) already holds a Chorus store; create a new one in another directory"
         case .storeInUse(let path):
             "the store at \(path) is in use by another process that writes to it; stop it, or read without writing"
+        case .storeOpenElsewhere(let path, let pid):
+            "the store at \(path) is open in another process (pid \(pid)); stop every process that reads or serves it, then retry"
+        case .compactionCheckFailed(let path, let detail):
+            "the compacted copy of \(path) did not match the store (\(detail)); the store was left unchanged"
         case .readOnly: "this node was opened read-only and cannot write"
         case .closed: "this node has been closed"
         case .keyFile(let path, let problem): "key file \(path): \(problem)"
@@ -51,6 +61,8 @@ extension NodeError {
         case .notInitialized: "not_initialized"
         case .alreadyInitialized: "already_initialized"
         case .storeInUse: "store_in_use"
+        case .storeOpenElsewhere: "store_open_elsewhere"
+        case .compactionCheckFailed: "compaction_check_failed"
         case .readOnly: "read_only"
         case .closed: "closed"
         case .keyFile: "key_file"

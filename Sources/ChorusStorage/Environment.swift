@@ -53,11 +53,11 @@ public final class Environment: @unchecked Sendable {
     // own lock and never span a suspension point (the API is synchronous),
     // and `resizeLock` keeps transactions out while the map is resized, as
     // `mdb_env_set_mapsize` requires.
-    private let env: OpaquePointer
-    private let resizeLock = ReadWriteLock()
+    let env: OpaquePointer
+    let resizeLock = ReadWriteLock()
     private let durableNanos = Atomic<UInt64>(0)
     /// Set by `close`, under the exclusive `resizeLock`; read under it.
-    private nonisolated(unsafe) var isClosed = false
+    nonisolated(unsafe) var isClosed = false
 
     /// Seconds spent in `mdb_txn_commit` (writing and flushing pages) since
     /// the environment was opened: with the writer's busy time, it tells
