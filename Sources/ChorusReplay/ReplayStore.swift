@@ -118,9 +118,14 @@ public struct ReplayStore: Sendable {
     /// evidence and blobs copied table by table in key order, each written
     /// once in order (`Environment.copyDatabases`) instead of event by event
     /// under random ids. Its projections are empty: rebuild them.
-    func copyLog(to output: String) throws -> ReplayStore {
+    /// `inSnapshot` reads this store as copied (in the copy's read
+    /// transaction, once the copy is written).
+    func copyLog(to output: String, inSnapshot: ((Transaction) throws -> Void)? = nil) throws -> ReplayStore {
         let target = try prepareCopy(at: output, mapSize: env.mapSize)
-        try target.env.copyDatabases(LogStore.databaseNames + BlobStore.databaseNames, from: env)
+        try env.read { snapshot in
+            try target.env.copyDatabases(LogStore.databaseNames + BlobStore.databaseNames, from: snapshot)
+            try inSnapshot?(snapshot)
+        }
         return target
     }
 

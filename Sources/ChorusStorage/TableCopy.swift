@@ -15,36 +15,48 @@ extension Environment {
         _ names: [String], from source: Environment, bytesPerCommit: Int = 64 << 20,
         progress: ((_ bytesCopied: Int) -> Void)? = nil
     ) throws -> Int {
-        var copied = 0
-        try source.read { from in
-            for name in names {
-                var dbi: MDB_dbi = 0
-                let opened = mdb_dbi_open(from.txn, name, 0, &dbi)
-                if opened == MDB_NOTFOUND { continue }
-                try StorageError.check(opened, "mdb_dbi_open(\(name))")
-                var flags: UInt32 = 0
-                try StorageError.check(mdb_dbi_flags(from.txn, dbi, &flags), "mdb_dbi_flags(\(name))")
-                let isDuplicates = flags & UInt32(MDB_DUPSORT) != 0
-                guard !isDuplicates || flags & UInt32(MDB_DUPFIXED) != 0 else {
-                    throw StorageError.lmdb(code: -1, operation: "copyDatabases(\(name))", message: "only fixed-size duplicates are supported")
-                }
-                let target = try openDatabase(name, fixedSizeDuplicates: isDuplicates)
-                let appending = try read { txn in try txn.count(target) } == 0
+        try source.read { snapshot in
+            try copyDatabases(names, from: snapshot, bytesPerCommit: bytesPerCommit, progress: progress)
+        }
+    }
 
-                // Where the next commit starts: after this key (and all its
-                // values). It points into `source`'s map, valid while `from` is.
-                var resume: MDB_val? = nil
-                while true {
-                    let batch = try write { txn in
-                        try Self.copyBatch(
-                            from: from, dbi, to: txn, target, after: resume, appending: appending, duplicates: isDuplicates,
-                            bytesPerCommit: bytesPerCommit)
-                    }
-                    copied += batch.bytes
-                    progress?(copied)
-                    guard let last = batch.last else { break }
-                    resume = last
+    /// `copyDatabases(_:from:)` from a read transaction of another
+    /// environment, which the caller may go on reading (what it reads then
+    /// is the snapshot copied).
+    @discardableResult
+    public func copyDatabases(
+        _ names: [String], from snapshot: Transaction, bytesPerCommit: Int = 64 << 20,
+        progress: ((_ bytesCopied: Int) -> Void)? = nil
+    ) throws -> Int {
+        var copied = 0
+        let from = snapshot
+        for name in names {
+            var dbi: MDB_dbi = 0
+            let opened = mdb_dbi_open(from.txn, name, 0, &dbi)
+            if opened == MDB_NOTFOUND { continue }
+            try StorageError.check(opened, "mdb_dbi_open(\(name))")
+            var flags: UInt32 = 0
+            try StorageError.check(mdb_dbi_flags(from.txn, dbi, &flags), "mdb_dbi_flags(\(name))")
+            let isDuplicates = flags & UInt32(MDB_DUPSORT) != 0
+            guard !isDuplicates || flags & UInt32(MDB_DUPFIXED) != 0 else {
+                throw StorageError.lmdb(code: -1, operation: "copyDatabases(\(name))", message: "only fixed-size duplicates are supported")
+            }
+            let target = try openDatabase(name, fixedSizeDuplicates: isDuplicates)
+            let appending = try read { txn in try txn.count(target) } == 0
+
+            // Where the next commit starts: after this key (and all its
+            // values). It points into the source's map, valid while `from` is.
+            var resume: MDB_val? = nil
+            while true {
+                let batch = try write { txn in
+                    try Self.copyBatch(
+                        from: from, dbi, to: txn, target, after: resume, appending: appending, duplicates: isDuplicates,
+                        bytesPerCommit: bytesPerCommit)
                 }
+                copied += batch.bytes
+                progress?(copied)
+                guard let last = batch.last else { break }
+                resume = last
             }
         }
         return copied

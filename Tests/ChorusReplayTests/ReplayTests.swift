@@ -4,7 +4,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusProjections
-import ChorusReplay
+@testable import ChorusReplay
 import ChorusTestSupport
 import Foundation
 import Testing
@@ -116,6 +116,24 @@ struct ReplayTests {
         #expect(report.liveDigest != report.rebuiltDigest)
         #expect(report.findings.map(\.code).sorted() == ["fork", "projection_differs"])
         #expect(report.findings.contains { $0.code == "projection_differs" && $0.message.contains("coin rights of \(h.anaDevice.hex)") })
+    }
+
+    /// `verify` runs beside a live node: the live digest it compares is
+    /// taken in the snapshot whose log it folds, whatever is written after.
+    @Test func theLiveDigestIsTakenInTheSnapshotCopied() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let s = try ReplayStore.open(h.store, writable: true)
+        let scratch = try ScratchDirectory()
+        var inSnapshot: Hash32? = nil
+        let copy = try s.copyLog(to: scratch.path + "/copy") { snapshot in
+            inSnapshot = try s.projections.digest(in: snapshot)
+            // Written by "a node" after the snapshot was taken.
+            try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(7))
+        }
+        try copy.projections.rebuild()
+        #expect(try copy.projections.digest() == inSnapshot)
+        #expect(try s.projections.digest() != inSnapshot)
     }
 
     @Test func damageIsFoundWithItsLocation() async throws {
