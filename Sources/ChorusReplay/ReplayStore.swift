@@ -87,7 +87,7 @@ public struct ReplayStore: Sendable {
             return target
         }
         let include = include ?? { _ in true }
-        let target = try startCopy(at: output)
+        let target = try startCopy(at: output, tolerant: tolerant, skipped: skipped)
         let total = try log.eventCount()
         var done = 0
         // Each slice is decoded and checked in full on all cores while the
@@ -142,11 +142,20 @@ public struct ReplayStore: Sendable {
     }
 
     /// An empty store at `output` with this one's configuration and blobs,
-    /// for `appendToCopy` and `finishCopy`.
-    func startCopy(at output: String) throws -> ReplayStore {
+    /// for `appendToCopy` and `finishCopy`. With `tolerant`, a blob that
+    /// cannot be read whole is left out and listed in `skipped`.
+    func startCopy(
+        at output: String, tolerant: Bool, skipped: ((_ what: String, _ why: String) -> Void)?
+    ) throws -> ReplayStore {
         let target = try prepareCopy(at: output, mapSize: 64 << 20)
         for (hash, _) in try blobs.all() {
-            guard let bytes = try blobs.read(hash) else { continue }
+            let bytes: [UInt8]?
+            do { bytes = try blobs.read(hash) } catch {
+                guard tolerant else { throw error }
+                skipped?("blob \(hash.hex)", "\(error)")
+                continue
+            }
+            guard let bytes else { continue }
             try target.env.write { txn in _ = try target.blobs.put(bytes, in: txn) }
         }
         return target

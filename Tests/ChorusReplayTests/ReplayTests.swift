@@ -4,6 +4,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusProjections
+import ChorusStorage
 @testable import ChorusReplay
 import ChorusTestSupport
 import Foundation
@@ -151,6 +152,24 @@ struct ReplayTests {
         }
         var findings = try ReplayStore.open(h.store).verify().findings
         #expect(findings.contains { $0.code == "undecodable" && $0.location == "envelopes[\(arrival)]" && $0.message.contains("payload") })
+
+        // A flipped byte in a blob's chunk as well: reported, and the copy
+        // that leaves the unreadable event out leaves the blob out too.
+        let blob: Hash32
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            blob = try #require(try s.blobs.all().first?.hash)
+            let chunks = try s.env.openDatabase("blobs")
+            let key = blob.bytes + [0, 0, 0, 0]
+            try s.env.write { txn in
+                var chunk = try #require(try txn.get(chunks, key))
+                chunk[0] ^= 0x01
+                try txn.put(chunks, key, chunk)
+            }
+        }
+        findings = try ReplayStore.open(h.store).verify().findings
+        #expect(findings.contains { $0.code == "blob_damaged" && $0.location == "blobs[\(blob.hex)]" })
+        #expect(findings.contains { $0.code == "undecodable" })
 
         // A projection entry edited behind the log's back.
         do {
