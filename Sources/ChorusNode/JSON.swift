@@ -54,6 +54,14 @@ public indirect enum JSONValue: Sendable, Equatable {
 
     static func quote(_ s: String, into out: inout String) {
         out += "\""
+        // Most strings (ids, hex, names) need no escape: appended whole, not
+        // scalar by scalar (a large `--json` output spent most of its time here).
+        // Bytes of multi-byte UTF-8 sequences are all ≥ 0x80.
+        guard s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            out += s
+            out += "\""
+            return
+        }
         for scalar in s.unicodeScalars {
             switch scalar {
             case "\"": out += "\\\""
