@@ -520,70 +520,33 @@ public struct StoredEvent: Sendable, Hashable {
 }
 
 extension LogStore {
-    /// Checks every feed against itself and the indexes: each position holds
-    /// a stored event that decodes canonically, has the right id, a valid
-    /// signature, chains to its predecessor with an increasing timestamp, and
-    /// the head and arrival log agree. Returns one line per problem found.
-    /// `verifySignatures: false` skips the signature check, and the payload
-    /// hash and schema checks, for callers that check every stored envelope
-    /// in full themselves (in parallel).
+    /// Checks every feed against itself and the indexes (`FeedAudit`): each
+    /// stored envelope decodes canonically with a valid signature, each feed
+    /// is consecutive from #1, chained, with increasing timestamps, and the
+    /// feed positions, the id index and the heads name exactly the stored
+    /// events. Returns one line per problem found. `verifySignatures: false`
+    /// skips the signature check, and the payload hash and schema checks.
+    /// One read transaction: a consistent snapshot of a store being written.
     public func integrityProblems(verifySignatures: Bool = true) throws -> [String] {
         try env.read { txn in
             var problems: [String] = []
-            var eventsInFeeds = 0
-            try txn.scan(heads) { key, value in
-                guard let author = Bytes32(key) else {
-                    problems.append("feed head with a key of \(key.count) bytes")
+            var audit = FeedAudit()
+            try txn.scan(envelopes) { key, raw in
+                guard let arrival = try? Self.decodeU64(key, what: "arrival position") else {
+                    problems.append("an envelope under a key of \(key.count) bytes")
                     return true
                 }
-                let head: FeedHead
-                do { head = try Self.decodeHead(value) } catch {
-                    problems.append("feed \(author.hex): unreadable head")
+                let e: Event
+                do { e = verifySignatures ? try Self.decodeEnvelope(raw, arrival: arrival) : try Self.decodeTrusted(raw, arrival: arrival) } catch {
+                    problems.append("arrival \(arrival): \(error)")
+                    audit.unreadable(arrival: arrival)
                     return true
                 }
-                var prev: (id: EventID, hlc: HLC)? = nil
-                for seq in 1...max(head.seq, 1) where head.seq > 0 {
-                    guard let arrival = try arrival(of: author, seq: seq, in: txn) else {
-                        problems.append("feed \(author.hex): position \(seq) missing (head is \(head.seq))")
-                        prev = nil
-                        continue
-                    }
-                    eventsInFeeds += 1
-                    let e: Event
-                    do {
-                        // Without signatures the caller has checked every
-                        // envelope in full already (chorus-replay verify).
-                        let raw = try rawEnvelope(at: arrival, in: txn)
-                        e = verifySignatures ? try Self.decodeEnvelope(raw, arrival: arrival) : try Self.decodeTrusted(raw, arrival: arrival)
-                    } catch {
-                        problems.append("feed \(author.hex) #\(seq): \(error)")
-                        prev = nil
-                        continue
-                    }
-                    let id = e.id
-                    if e.author != author || e.seq != seq { problems.append("feed \(author.hex) #\(seq): holds \(e.author.short)#\(e.seq)") }
-                    if verifySignatures && !e.verifySignature() { problems.append("feed \(author.hex) #\(seq): bad signature") }
-                    if seq == 1 {
-                        if e.header.prev != nil { problems.append("feed \(author.hex) #1: prev is not null") }
-                    } else if let prev {
-                        if e.header.prev != prev.id { problems.append("feed \(author.hex) #\(seq): does not chain to #\(seq - 1)") }
-                        if e.hlc <= prev.hlc { problems.append("feed \(author.hex) #\(seq): timestamp not increasing") }
-                    }
-                    if try readArrival(of: id, in: txn) != arrival {
-                        problems.append("feed \(author.hex) #\(seq): the id index does not map \(id.hex) to arrival \(arrival)")
-                    }
-                    if seq == head.seq && (id != head.id || e.hlc != head.hlc) {
-                        problems.append("feed \(author.hex): head does not match its last event")
-                    }
-                    prev = (id, e.hlc)
-                }
+                if verifySignatures && !e.verifySignature() { problems.append("feed \(e.author.hex) #\(e.seq): bad signature") }
+                audit.observe(e, arrival: arrival)
                 return true
             }
-            let stored = try txn.count(envelopes)
-            let indexed = try txn.count(ids)
-            if stored != eventsInFeeds { problems.append("\(stored) events stored but \(eventsInFeeds) in feeds") }
-            if stored != indexed { problems.append("\(stored) events stored but \(indexed) in the id index") }
-            return problems
+            return problems + (try audit.finish(self, in: txn))
         }
     }
 }

@@ -59,12 +59,15 @@ extension ReplayStore {
             try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
             return try copy.projections.digest()
         }
-        // 2.–5. The feeds, fork evidence, blobs and chat encryption, on
-        // another thread.
+        // 3.–4. Fork evidence and blobs, on another thread.
         let checks = Background { [self] in try self.storeChecks() }
 
         // 1. Every record: decode strictly and verify the signature, on all
-        // cores. Tolerant: damage must not stop the comparison.
+        // cores. Tolerant: damage must not stop the comparison. 2. The feeds
+        // (`FeedAudit`) and 5. chat encryption (`EncryptionAudit`) are
+        // checked from the same pass.
+        var feeds = FeedAudit()
+        var encryption = EncryptionAudit(projections)
         do {
             try pipelined(from: UInt64(0)) { since in
                 try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
@@ -84,9 +87,15 @@ extension ReplayStore {
                     return (event, nil)
                 }
             } consume: { slice in
-                for (_, item) in slice {
+                for (arrival, item) in slice {
                     report.events += 1
                     if let finding = item.finding { report.findings.append(finding) }
+                    if let event = item.event {
+                        feeds.observe(event, arrival: arrival)
+                        try encryption.observe(event, arrival: arrival)
+                    } else {
+                        feeds.unreadable(arrival: arrival)
+                    }
                     guard let event = item.event, item.finding == nil else { continue }
                     report.perKind[event.kind.name, default: 0] += 1
                     if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
@@ -99,7 +108,14 @@ extension ReplayStore {
             throw error
         }
         let checked: VerifyReport
-        do { checked = try checks.wait() } catch {
+        do {
+            for problem in try feeds.finish(log) {
+                report.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
+            }
+            report.findings += encryption.findings
+            checked = try checks.wait()
+        } catch {
+            _ = try? checks.wait()
             _ = try? fold.wait()
             throw error
         }
@@ -140,14 +156,10 @@ extension ReplayStore {
     /// from its readable events would see.
     static let damageToTheLog: Set<String> = ["undecodable", "wrong_id", "feed", "bad_fork_evidence"]
 
-    /// Steps 2–5 of `verify`: the feeds, fork evidence, blobs and chat
-    /// encryption, as a partial report (feeds, forks, blobs, findings).
+    /// Steps 3 and 4 of `verify`: fork evidence and blobs, as a partial
+    /// report (feeds, forks, blobs, findings).
     func storeChecks() throws -> VerifyReport {
         var partial = VerifyReport()
-        // 2. Feeds: every position present and chained, heads and arrivals agree.
-        for problem in try log.integrityProblems(verifySignatures: false) where !problem.contains("bad signature") {
-            partial.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
-        }
         partial.feeds = try log.allHeads().count
 
         // 3. Fork evidence: each refused event is validly signed and really conflicts.
@@ -177,59 +189,51 @@ extension ReplayStore {
             }
         }
 
-        // 5. Chat encryption (Specs/encryption.md): every key event is well
-        // formed, and every effective message names an epoch its chat has.
-        partial.findings += try encryptionFindings()
-
         return partial
     }
 }
 
 
-extension ReplayStore {
-    /// Key events re-checked against their schema, and effective messages
-    /// whose sealed body names an epoch no effective key event introduced
-    /// (a member's device could never read them).
-    func encryptionFindings() throws -> [Finding] {
-        var findings: [Finding] = []
-        var epochs: [ObjectID: Set<Hash32>] = [:]
-        func epochsOf(_ chat: ObjectID) throws -> Set<Hash32> {
-            if let known = epochs[chat] { return known }
-            let set = Set(try projections.epochs(of: chat).map(\.epoch))
-            epochs[chat] = set
-            return set
-        }
-        try log.rawEnvelopes { slice in
-            for record in slice {
-                // Step 1 checked every envelope in full; damage is a finding already.
-                guard let e = try? Event.decodeStored(record.bytes), let payload = e.payload
-                else { continue }
-                let id = e.id
-                let location = "envelopes[\(record.arrival)] (\(id.hex), \(e.author.short)#\(e.seq))"
-                switch e.kind {
-                case .chatKey:
-                    if let problem = EventKind.chatKey.schema?.violation(in: payload) {
-                        findings.append(Finding(code: "bad_key_event", message: problem, event: id, location: location))
-                    }
-                case .messageSent, .messageEdited:
-                    guard try projections.noEffect(id) == nil,
-                        let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32])
-                    else { continue }
-                    let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
-                    guard let chat else { continue }
-                    if try !epochsOf(chat).contains(epoch) {
-                        findings.append(
-                            Finding(
-                                code: "epoch_unknown",
-                                message: "\(e.kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
-                                event: id, location: location))
-                    }
-                default: continue
-                }
+/// Step 5 of `verify`, event by event (Specs/encryption.md): key events
+/// re-checked against their schema, and effective messages whose sealed
+/// body names an epoch no effective key event introduced (a member's device
+/// could never read them).
+struct EncryptionAudit {
+    let projections: Projections
+    private var epochs: [ObjectID: Set<Hash32>] = [:]
+    private(set) var findings: [Finding] = []
+
+    init(_ projections: Projections) { self.projections = projections }
+
+    mutating func observe(_ e: Event, arrival: UInt64) throws {
+        guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return }
+        let id = e.id
+        let location = "envelopes[\(arrival)] (\(id.hex), \(e.author.short)#\(e.seq))"
+        if e.kind == .chatKey {
+            if let problem = EventKind.chatKey.schema?.violation(in: payload) {
+                findings.append(Finding(code: "bad_key_event", message: problem, event: id, location: location))
             }
-            return true
+            return
         }
-        return findings
+        guard try projections.noEffect(id) == nil,
+            let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32])
+        else { return }
+        let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
+        guard let chat else { return }
+        if try !epochs(of: chat).contains(epoch) {
+            findings.append(
+                Finding(
+                    code: "epoch_unknown",
+                    message: "\(e.kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
+                    event: id, location: location))
+        }
+    }
+
+    private mutating func epochs(of chat: ObjectID) throws -> Set<Hash32> {
+        if let known = epochs[chat] { return known }
+        let set = Set(try projections.epochs(of: chat).map(\.epoch))
+        epochs[chat] = set
+        return set
     }
 }
 

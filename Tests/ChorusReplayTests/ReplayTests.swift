@@ -188,6 +188,44 @@ struct ReplayTests {
         #expect(findings.contains { $0.code == "feed" && $0.message.contains("position 1 missing") })
     }
 
+    /// `LogStore.integrityProblems` (and verify's feed findings, the same
+    /// `FeedAudit`) names each kind of damage to the log's indexes.
+    @Test func feedDamageOfEachKindIsNamed() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let s = try ReplayStore.open(h.store, writable: true)
+        #expect(try s.log.integrityProblems().isEmpty)
+        let stored = try #require(try s.log.event(h.secondName))
+        let head = try #require(try s.log.allHeads().first { $0.author == h.anaDevice.raw }?.head)
+
+        // Events "appended after the pass": the audit of a prefix of the log
+        // leaves the index entries of later arrivals out.
+        var prefix = FeedAudit()
+        try s.log.rawEnvelopes { slice in
+            for record in slice where record.arrival <= stored.arrival {
+                prefix.observe(try LogStore.decodeTrusted(record.bytes, arrival: record.arrival), arrival: record.arrival)
+            }
+            return true
+        }
+        #expect(try prefix.finish(s.log).isEmpty)
+
+        let id = h.secondName
+        try s.log.unsafeWrite(database: "ids", key: id.bytes, value: LogStore.encodeU64(stored.arrival + 1))
+        try s.log.unsafeWrite(database: "heads", key: h.anaDevice.bytes, value: LogStore.encodeU64(head.seq + 5) + head.id.bytes + LogStore.encodeU64(head.hlc.rawValue))
+        try s.log.unsafeWrite(database: "feed_positions", key: h.anaDevice.bytes + LogStore.encodeU64(1), value: nil)
+        let problems = try s.log.integrityProblems()
+        #expect(problems.contains("the id index does not map \(id.hex) to arrival \(stored.arrival)"), "\(problems)")
+        #expect(problems.contains("feed \(h.anaDevice.raw.hex): head does not match its last event"), "\(problems)")
+        #expect(problems.contains("feed \(h.anaDevice.raw.hex): position 1 missing (head is \(head.seq + 5))"), "\(problems)")
+        #expect(problems.count == 3, "\(problems)")
+
+        try s.log.unsafeWrite(database: "ids", key: id.bytes, value: nil)
+        let missing = try s.log.integrityProblems()
+        #expect(missing.contains("the id index does not map \(id.hex) to arrival \(stored.arrival)"), "\(missing)")
+        let count = try s.log.eventCount()
+        #expect(missing.contains("\(count) events stored but \(count - 1) in the id index"), "\(missing)")
+    }
+
     @Test func historyGivesEveryDecision() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }

@@ -1,0 +1,168 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusStorage
+
+/// The feed checks of `LogStore.integrityProblems`, made in one pass over
+/// the envelopes in arrival order (each read once, in key order) and then
+/// one pass over each index in its key order: every feed's events are
+/// consecutive from #1, chained and with increasing clocks, and the feed
+/// positions, the id index and the heads name exactly the stored events. A
+/// feed's events are stored in sequence order (a gap is never filled out of
+/// order, Specs/storage.md §5.3), so the pass keeps only each feed's last
+/// event besides the positions and ids it compares at the end. Index
+/// entries naming arrivals after the last one observed are left out: on a
+/// store a node is writing, they are events appended after the pass.
+public struct FeedAudit: Sendable {
+    private struct Last: Sendable {
+        var seq: UInt64
+        var id: EventID
+        var hlc: HLC
+    }
+    private var last: [PublicKey: Last] = [:]
+    private var positions: [PublicKey: [(seq: UInt64, arrival: UInt64)]] = [:]
+    private var ids: [(id: EventID, arrival: UInt64)] = []
+    private var records = 0
+    private var lastArrival: UInt64 = 0
+    private var problems: [String] = []
+
+    public init() {}
+
+    /// The event stored at `arrival`, in arrival order.
+    public mutating func observe(_ e: Event, arrival: UInt64) {
+        records += 1
+        lastArrival = max(lastArrival, arrival)
+        let author = e.author
+        ids.append((e.id, arrival))
+        positions[author, default: []].append((e.seq, arrival))
+        if let previous = last[author] {
+            if e.seq != previous.seq + 1 {
+                problems.append("feed \(author.hex) #\(e.seq): stored after #\(previous.seq)")
+            } else {
+                if e.header.prev != previous.id { problems.append("feed \(author.hex) #\(e.seq): does not chain to #\(previous.seq)") }
+                if e.hlc <= previous.hlc { problems.append("feed \(author.hex) #\(e.seq): timestamp not increasing") }
+            }
+        } else if e.seq == 1, e.header.prev != nil {
+            problems.append("feed \(author.hex) #1: prev is not null")
+        }
+        // A feed whose first stored event is not #1 shows in the positions check.
+        last[author] = Last(seq: e.seq, id: e.id, hlc: e.hlc)
+    }
+
+    /// A stored record that does not decode (its finding is the caller's).
+    public mutating func unreadable(arrival: UInt64) {
+        records += 1
+        lastArrival = max(lastArrival, arrival)
+    }
+
+    /// Compares what was observed with the feed positions, the id index and
+    /// the heads, and returns every problem found.
+    public mutating func finish(_ log: LogStore) throws -> [String] {
+        try log.env.read { txn in try finish(log, in: txn) }
+    }
+
+    /// `finish` in the caller's read transaction.
+    public mutating func finish(_ log: LogStore, in txn: Transaction) throws -> [String] {
+        do {
+            var heads: [PublicKey: FeedHead] = [:]
+            try txn.scan(log.heads) { key, value in
+                guard let author = Bytes32(key) else {
+                    problems.append("feed head with a key of \(key.count) bytes")
+                    return true
+                }
+                do { heads[author] = try LogStore.decodeHead(value) } catch { problems.append("feed \(author.hex): unreadable head") }
+                return true
+            }
+            let advanced = try checkPositions(log, heads: heads, in: txn)
+            for (author, head) in heads.sorted(by: { $0.key < $1.key }) where !advanced.contains(author) {
+                guard let stored = last[author] else {
+                    problems.append("feed \(author.hex): the head names #\(head.seq), but no event of the feed is stored")
+                    continue
+                }
+                if stored.seq != head.seq || stored.id != head.id || stored.hlc != head.hlc {
+                    problems.append("feed \(author.hex): head does not match its last event")
+                }
+            }
+            for author in last.keys.sorted() where heads[author] == nil { problems.append("feed \(author.hex): no head") }
+            try checkIDs(log, in: txn)
+        }
+        return problems
+    }
+
+    /// Each feed's positions, in key order (author, then sequence), against
+    /// the events observed. Returns the feeds that grew after the pass.
+    private mutating func checkPositions(_ log: LogStore, heads: [PublicKey: FeedHead], in txn: Transaction) throws -> Set<PublicKey> {
+        var listed: [PublicKey: [(seq: UInt64, arrival: UInt64)]] = [:]
+        var advanced: Set<PublicKey> = []
+        try txn.scan(log.positions) { key, value in
+            guard let author = Bytes32(key) else {
+                problems.append("feed position with a key of \(key.count) bytes")
+                return true
+            }
+            do {
+                let position = try LogStore.decodePosition(value)
+                if position.arrival > lastArrival {
+                    advanced.insert(author)
+                } else {
+                    listed[author, default: []].append(position)
+                }
+            } catch {
+                problems.append("feed \(author.hex): \(error)")
+            }
+            return true
+        }
+        for author in Set(listed.keys).union(positions.keys).sorted() {
+            let stored = positions[author] ?? []
+            let named = listed[author] ?? []
+            let head = heads[author].map { " (head is \($0.seq))" } ?? ""
+            var i = 0
+            var j = 0
+            while i < stored.count || j < named.count {
+                if j == named.count || (i < stored.count && stored[i].seq < named[j].seq) {
+                    problems.append("feed \(author.hex): position \(stored[i].seq) missing\(head)")
+                    i += 1
+                } else if i == stored.count || named[j].seq < stored[i].seq {
+                    problems.append(
+                        "feed \(author.hex) #\(named[j].seq): its position names arrival \(named[j].arrival), which does not hold it")
+                    j += 1
+                } else {
+                    if stored[i].arrival != named[j].arrival {
+                        problems.append(
+                            "feed \(author.hex) #\(named[j].seq): its position names arrival \(named[j].arrival), but it is stored at \(stored[i].arrival)")
+                    }
+                    i += 1
+                    j += 1
+                }
+            }
+        }
+        return advanced
+    }
+
+    /// The id index, in key order, against the events observed.
+    private mutating func checkIDs(_ log: LogStore, in txn: Transaction) throws {
+        ids.sort { $0.id < $1.id }
+        var i = 0
+        var indexed = 0
+        try txn.scan(log.ids) { key, value in
+            guard let id = Bytes32(key), let arrival = try? LogStore.decodeU64(value, what: "arrival") else {
+                indexed += 1
+                problems.append("an id index entry of \(key.count) and \(value.count) bytes")
+                return true
+            }
+            if arrival > lastArrival { return true }  // appended after the pass
+            indexed += 1
+            while i < ids.count && ids[i].id < id {
+                problems.append("the id index does not map \(ids[i].id.hex) to arrival \(ids[i].arrival)")
+                i += 1
+            }
+            if i < ids.count && ids[i].id == id {
+                if ids[i].arrival != arrival { problems.append("the id index does not map \(id.hex) to arrival \(ids[i].arrival)") }
+                i += 1
+            } else {
+                problems.append("the id index maps \(id.hex) to arrival \(arrival), which does not hold it")
+            }
+            return true
+        }
+        for missing in ids[i...] { problems.append("the id index does not map \(missing.id.hex) to arrival \(missing.arrival)") }
+        if records != indexed { problems.append("\(records) events stored but \(indexed) in the id index") }
+    }
+}
