@@ -62,29 +62,27 @@ public struct FeedAudit: Sendable {
 
     /// `finish` in the caller's read transaction.
     public mutating func finish(_ log: LogStore, in txn: Transaction) throws -> [String] {
-        do {
-            var heads: [PublicKey: FeedHead] = [:]
-            try txn.scan(log.heads) { key, value in
-                guard let author = Bytes32(key) else {
-                    problems.append("feed head with a key of \(key.count) bytes")
-                    return true
-                }
-                do { heads[author] = try LogStore.decodeHead(value) } catch { problems.append("feed \(author.hex): unreadable head") }
+        var heads: [PublicKey: FeedHead] = [:]
+        try txn.scan(log.heads) { key, value in
+            guard let author = Bytes32(key) else {
+                problems.append("feed head with a key of \(key.count) bytes")
                 return true
             }
-            let advanced = try checkPositions(log, heads: heads, in: txn)
-            for (author, head) in heads.sorted(by: { $0.key < $1.key }) where !advanced.contains(author) {
-                guard let stored = last[author] else {
-                    problems.append("feed \(author.hex): the head names #\(head.seq), but no event of the feed is stored")
-                    continue
-                }
-                if stored.seq != head.seq || stored.id != head.id || stored.hlc != head.hlc {
-                    problems.append("feed \(author.hex): head does not match its last event")
-                }
-            }
-            for author in last.keys.sorted() where heads[author] == nil { problems.append("feed \(author.hex): no head") }
-            try checkIDs(log, in: txn)
+            do { heads[author] = try LogStore.decodeHead(value) } catch { problems.append("feed \(author.hex): unreadable head") }
+            return true
         }
+        let advanced = try checkPositions(log, heads: heads, in: txn)
+        for (author, head) in heads.sorted(by: { $0.key < $1.key }) where !advanced.contains(author) {
+            guard let stored = last[author] else {
+                problems.append("feed \(author.hex): the head names #\(head.seq), but no event of the feed is stored")
+                continue
+            }
+            if stored.seq != head.seq || stored.id != head.id || stored.hlc != head.hlc {
+                problems.append("feed \(author.hex): head does not match its last event")
+            }
+        }
+        for author in last.keys.sorted() where heads[author] == nil { problems.append("feed \(author.hex): no head") }
+        try checkIDs(log, in: txn)
         return problems
     }
 

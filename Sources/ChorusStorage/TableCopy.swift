@@ -29,14 +29,13 @@ extension Environment {
         progress: ((_ bytesCopied: Int) -> Void)? = nil
     ) throws -> Int {
         var copied = 0
-        let from = snapshot
         for name in names {
             var dbi: MDB_dbi = 0
-            let opened = mdb_dbi_open(from.txn, name, 0, &dbi)
+            let opened = mdb_dbi_open(snapshot.txn, name, 0, &dbi)
             if opened == MDB_NOTFOUND { continue }
             try StorageError.check(opened, "mdb_dbi_open(\(name))")
             var flags: UInt32 = 0
-            try StorageError.check(mdb_dbi_flags(from.txn, dbi, &flags), "mdb_dbi_flags(\(name))")
+            try StorageError.check(mdb_dbi_flags(snapshot.txn, dbi, &flags), "mdb_dbi_flags(\(name))")
             let isDuplicates = flags & UInt32(MDB_DUPSORT) != 0
             guard !isDuplicates || flags & UInt32(MDB_DUPFIXED) != 0 else {
                 throw StorageError.lmdb(code: -1, operation: "copyDatabases(\(name))", message: "only fixed-size duplicates are supported")
@@ -45,12 +44,12 @@ extension Environment {
             let appending = try read { txn in try txn.count(target) } == 0
 
             // Where the next commit starts: after this key (and all its
-            // values). It points into the source's map, valid while `from` is.
+            // values). It points into the source's map, valid while `snapshot` is.
             var resume: MDB_val? = nil
             while true {
                 let batch = try write { txn in
                     try Self.copyBatch(
-                        from: from, dbi, to: txn, target, after: resume, appending: appending, duplicates: isDuplicates,
+                        from: snapshot, dbi, to: txn, target, after: resume, appending: appending, duplicates: isDuplicates,
                         bytesPerCommit: bytesPerCommit)
                 }
                 copied += batch.bytes
@@ -102,40 +101,5 @@ extension Environment {
         guard a.mv_size == b.mv_size else { return false }
         guard a.mv_size > 0 else { return true }
         return memcmp(a.mv_data, b.mv_data, a.mv_size) == 0
-    }
-}
-
-extension Environment {
-    /// Writes a compacted copy of the environment (one snapshot, free
-    /// pages left out, pages renumbered; `MDB_CP_COMPACT`) as `data.mdb`
-    /// in `directory`, which must exist and hold no store, and flushes it
-    /// to disk. Readers and the writer go on meanwhile.
-    public func copyCompacted(to directory: String) throws(StorageError) {
-        resizeLock.lockShared()
-        defer { resizeLock.unlock() }
-        if isClosed { throw .closed }
-        try StorageError.check(mdb_env_copy2(env, directory, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(directory))")
-        let fd = Foundation.open(directory + "/data.mdb", O_RDONLY)
-        guard fd >= 0 else { throw .writeFailed(operation: "open(\(directory)/data.mdb)") }
-        defer { Foundation.close(fd) }
-        // mdb_env_copy2 does not flush what it wrote.
-        guard fsync(fd) == 0 else { throw .writeFailed(operation: "fsync(\(directory)/data.mdb)") }
-    }
-
-    /// A process other than this one that has the store at `path` open
-    /// (its pid), or nil. Every LMDB environment holds a shared lock on the
-    /// first byte of `lock.mdb` while open; this process's own locks never
-    /// count.
-    public static func openInAnotherProcess(_ path: String) throws(StorageError) -> Int32? {
-        let fd = Foundation.open(path + "/lock.mdb", O_RDWR)
-        if fd < 0 { return nil }  // never opened, or already gone
-        defer { Foundation.close(fd) }
-        var probe = flock()
-        probe.l_type = Int16(F_WRLCK)
-        probe.l_whence = Int16(SEEK_SET)
-        probe.l_start = 0
-        probe.l_len = 1
-        guard fcntl(fd, F_GETLK, &probe) == 0 else { throw .lmdb(code: errno, operation: "fcntl(F_GETLK)", message: String(cString: strerror(errno))) }
-        return probe.l_type == Int16(F_UNLCK) ? nil : probe.l_pid
     }
 }
