@@ -214,12 +214,14 @@ public struct ReplayStore: Sendable {
     }
 }
 
-/// A scratch directory removed when the value is released.
+/// A scratch directory removed when the value is released: in memory
+/// (`/dev/shm`) when it has `room` bytes free, else in the temporary
+/// directory (`$TMPDIR`, else `/tmp`).
 public final class ScratchDirectory: Sendable {
     public let path: String
 
-    public init(prefix: String = "chorus-replay") throws {
-        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/" : NSTemporaryDirectory()
+    public init(prefix: String = "chorus-replay", room: Int = 0) throws {
+        let base = Self.freeBytes("/dev/shm").map { $0 >= room } == true ? "/dev/shm/" : NSTemporaryDirectory()
         path = base + prefix + "-" + UUID().uuidString
         do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) } catch {
             throw ReplayError.io("cannot create a scratch directory: \(error.localizedDescription)")
@@ -227,6 +229,14 @@ public final class ScratchDirectory: Sendable {
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    /// Bytes an unprivileged process may still write under `path`, or nil
+    /// when it does not exist.
+    static func freeBytes(_ path: String) -> Int? {
+        var st = statvfs()
+        guard statvfs(path, &st) == 0 else { return nil }
+        return Int(st.f_bavail) * Int(st.f_frsize)
+    }
 }
 
 extension ReplayStore {

@@ -48,7 +48,8 @@ extension ReplayStore {
         // scratch store, whose projections are folded from scratch while
         // steps 1–5 check the live store: the fold needs none of their
         // results unless they find damage (below).
-        let scratch = try ScratchDirectory()
+        // The copy takes about as many pages as the store has in use.
+        let scratch = try ScratchDirectory(room: try env.pageUse().inUse + (64 << 20))
         defer { withExtendedLifetime(scratch) {} }  // removed only once the copies are no longer read
         // The live projections' digest is taken in the snapshot copied, so
         // events a node appends meanwhile change neither.

@@ -206,7 +206,7 @@ struct AsOf: AsyncParsableCommand {
     func run() async throws {
         let s = try store.open()
         let at = try ReplayPoint.parse(point)
-        let scratch = try ScratchDirectory(prefix: "chorus-as-of")
+        let scratch = try ScratchDirectory(prefix: "chorus-as-of", room: try s.env.pageUse().inUse + (64 << 20))
         let dir = scratch.path + "/store"
         let bar = ProgressBar()
         _ = try s.asOf(at, in: dir)

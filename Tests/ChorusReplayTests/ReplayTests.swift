@@ -226,6 +226,15 @@ struct ReplayTests {
         #expect(missing.contains("\(count) events stored but \(count - 1) in the id index"), "\(missing)")
     }
 
+    /// Scratch stores go to memory only when it has room for them.
+    @Test func scratchDirectoriesGoWhereThereIsRoom() throws {
+        let fits = try ScratchDirectory(room: 0)
+        let tooBig = try ScratchDirectory(room: .max)
+        #expect(tooBig.path.hasPrefix(NSTemporaryDirectory()))
+        if FileManager.default.fileExists(atPath: "/dev/shm") { #expect(fits.path.hasPrefix("/dev/shm/")) }
+        for scratch in [fits, tooBig] { #expect(FileManager.default.fileExists(atPath: scratch.path)) }
+    }
+
     @Test func historyGivesEveryDecision() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
