@@ -557,9 +557,16 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     Bench.note("raw Ed25519 verify on \(cores) cores...")
     let samples = try (0..<max(cores, 1)).map { i in try Event.decode(envelopes[i * 7919 % envelopes.count]) }
     let messages = samples.map { Event.signedMessage(headerBytes: $0.headerBytes) }
-    let verifyAll = rate(threads: cores, seconds: options.seconds) { t in
-        _ = Ed25519.verify(signature: samples[t].signature, message: messages[t], publicKey: samples[t].author)
+    // Each limit is measured again next to the phases compared with it, and
+    // each phase's ratio is to the mean of the samples around it: this
+    // machine's speed drifts by 20–25 % within a run.
+    let verifyLimit = {
+        rate(threads: cores, seconds: options.seconds) { t in
+            _ = Ed25519.verify(signature: samples[t].signature, message: messages[t], publicKey: samples[t].author)
+        }
     }
+    var verifySamples = [verifyLimit()]
+    var lmdbSamples = [lmdbAppend]
 
     // 3. Ingest into an empty node.
     let dir = NSTemporaryDirectory() + "chorus-bench-projections-\(UUID().uuidString)"
@@ -603,6 +610,8 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let ingestSeconds = Bench.clock() - t0
     let ingestMemory = (anonymous: max(0, ingestAnonymousPeak - memoryBeforeIngest.anonymous), mapped: ingestFilePeak)
     let ingestRate = Double(envelopes.count) / ingestSeconds
+    verifySamples.append(verifyLimit())
+    let ingestLimit = (verifySamples[0] + verifySamples[1]) / 2
     let writer = node.writerStatistics
     let durableSeconds = node.secondsInDurableCommits
     guard accepted == envelopes.count else {
@@ -652,7 +661,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     var digestsAgree = true
     let logged = try node.log.eventCount()
     var rebuildMemory = (anonymous: 0, mapped: 0)
+    var rebuildLimit = lmdbAppend
     if !options.skipRebuild {
+        lmdbSamples.append(try Bench.rawLMDBAppend(sizes: envelopes.map(\.count)))
         Bench.note("rebuilding \(logged) events...")
         let memoryBeforeRebuild = residentMemory()
         t0 = Bench.clock()
@@ -664,6 +675,8 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         rebuildSeconds = Bench.clock() - t0
         rebuildMemory = (max(0, anonymousPeak - memoryBeforeRebuild.anonymous), filePeak)
         rebuildRate = Double(logged) / rebuildSeconds
+        lmdbSamples.append(try Bench.rawLMDBAppend(sizes: envelopes.map(\.count)))
+        rebuildLimit = (lmdbSamples[1] + lmdbSamples[2]) / 2
         digestsAgree = try projections.digest() == digestIngested
     }
     await node.close()
@@ -672,7 +685,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     var replayFigures: (verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Int)? = nil
     if !options.skipReplay {
         Bench.note("chorus-replay verify of \(logged) events...")
+        verifySamples.append(verifyLimit())
         replayFigures = try ReplayBench.measure(store: dir + "/store", events: logged)
+        verifySamples.append(verifyLimit())
     }
     // 7. `chorus compact` on the closed store: the file without its free pages.
     Bench.note("chorus compact...")
@@ -703,15 +718,21 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("target_p99_us", .uint(1000)), ("met", .bool(l.p99 <= 1.0)),
             ])))
     }
+    func limitRow(_ name: String, _ key: String, _ samples: [Double]) -> Row {
+        let mean = samples.reduce(0, +) / Double(max(1, samples.count))
+        return Row(
+            name: name, value: "\(Int(mean))/s (" + samples.map { "\(Int($0))" }.joined(separator: ", ") + ")", ratio: nil, target: "",
+            met: nil, json: (key, .object([("mean_per_second", .uint(UInt64(mean))), ("samples", .array(samples.map { .uint(UInt64($0)) }))])))
+    }
+    let verifyAll = ingestLimit
     var rows: [Row] = [
-        Row(name: "LMDB batched durable append (limit)", value: "\(Int(lmdbAppend))/s", ratio: nil, target: "", met: nil,
-            json: ("lmdb_append_per_second", .uint(UInt64(lmdbAppend)))),
-        Row(name: "Ed25519 verify, \(cores) cores (limit)", value: "\(Int(verifyAll))/s", ratio: nil, target: "", met: nil,
-            json: ("verify_all_cores_per_second", .uint(UInt64(verifyAll)))),
+        limitRow("LMDB batched durable append (limit)", "lmdb_append", lmdbSamples),
+        limitRow("Ed25519 verify, \(cores) cores (limit)", "verify_all_cores", verifySamples),
         Row(name: "ingest with projections", value: "\(Int(ingestRate))/s", ratio: ingestRate / verifyAll, target: "≥ 0.70 × verify",
             met: ingestRate / verifyAll >= 0.7,
             json: ("ingest", .object([
                 ("per_second", .uint(UInt64(ingestRate))), ("seconds", .string(String(format: "%.1f", ingestSeconds))),
+                ("limit_per_second", .uint(UInt64(verifyAll))),
                 ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / verifyAll))), ("target", .string("0.70")),
                 ("met", .bool(ingestRate / verifyAll >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
                 ("writer_busy_seconds", .string(String(format: "%.1f", writer.busySeconds))),
@@ -754,30 +775,34 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     if !options.skipRebuild {
         rows.append(memoryRow("peak memory of the rebuild", "rebuild_memory", rebuildMemory))
         rows.append(Row(
-            name: "projection rebuild", value: "\(Int(rebuildRate))/s", ratio: rebuildRate / lmdbAppend, target: "≥ 0.25 × LMDB append",
-            met: rebuildRate / lmdbAppend >= 0.25,
+            name: "projection rebuild", value: "\(Int(rebuildRate))/s", ratio: rebuildRate / rebuildLimit, target: "≥ 0.25 × LMDB append",
+            met: rebuildRate / rebuildLimit >= 0.25,
             json: ("rebuild", .object([
                 ("per_second", .uint(UInt64(rebuildRate))), ("seconds", .string(String(format: "%.1f", rebuildSeconds))),
-                ("ratio_to_lmdb_append", .string(String(format: "%.3f", rebuildRate / lmdbAppend))), ("target", .string("0.25")),
-                ("met", .bool(rebuildRate / lmdbAppend >= 0.25)), ("digest_equals_ingested", .bool(digestsAgree)),
+                ("limit_per_second", .uint(UInt64(rebuildLimit))),
+                ("ratio_to_lmdb_append", .string(String(format: "%.3f", rebuildRate / rebuildLimit))), ("target", .string("0.25")),
+                ("met", .bool(rebuildRate / rebuildLimit >= 0.25)), ("digest_equals_ingested", .bool(digestsAgree)),
             ]))))
     }
     if let r = replayFigures {
+        let verifyLimit = (verifySamples[verifySamples.count - 2] + verifySamples[verifySamples.count - 1]) / 2
         rows.append(Row(
-            name: "chorus-replay verify", value: "\(Int(r.verifyRate))/s", ratio: r.verifyRate / verifyAll, target: "≥ 0.80 × verify",
-            met: r.verifyRate / verifyAll >= 0.8,
+            name: "chorus-replay verify", value: "\(Int(r.verifyRate))/s", ratio: r.verifyRate / verifyLimit, target: "≥ 0.80 × verify",
+            met: r.verifyRate / verifyLimit >= 0.8,
             json: ("replay_verify", .object([
                 ("per_second", .uint(UInt64(r.verifyRate))), ("seconds", .string(String(format: "%.1f", r.verifySeconds))),
-                ("ratio_to_verify", .string(String(format: "%.3f", r.verifyRate / verifyAll))), ("target", .string("0.80")),
-                ("met", .bool(r.verifyRate / verifyAll >= 0.8)), ("findings", .uint(UInt64(r.findings))),
+                ("limit_per_second", .uint(UInt64(verifyLimit))),
+                ("ratio_to_verify", .string(String(format: "%.3f", r.verifyRate / verifyLimit))), ("target", .string("0.80")),
+                ("met", .bool(r.verifyRate / verifyLimit >= 0.8)), ("findings", .uint(UInt64(r.findings))),
             ]))))
         rows.append(Row(
-            name: "chorus-replay rebuild --out", value: "\(Int(r.copyRate))/s", ratio: r.copyRate / lmdbAppend,
-            target: "≥ 0.25 × LMDB append", met: r.copyRate / lmdbAppend >= 0.25,
+            name: "chorus-replay rebuild --out", value: "\(Int(r.copyRate))/s", ratio: r.copyRate / rebuildLimit,
+            target: "≥ 0.25 × LMDB append", met: r.copyRate / rebuildLimit >= 0.25,
             json: ("replay_rebuild", .object([
                 ("per_second", .uint(UInt64(r.copyRate))), ("seconds", .string(String(format: "%.1f", r.copySeconds))),
-                ("ratio_to_lmdb_append", .string(String(format: "%.3f", r.copyRate / lmdbAppend))), ("target", .string("0.25")),
-                ("met", .bool(r.copyRate / lmdbAppend >= 0.25)),
+                ("limit_per_second", .uint(UInt64(rebuildLimit))),
+                ("ratio_to_lmdb_append", .string(String(format: "%.3f", r.copyRate / rebuildLimit))), ("target", .string("0.25")),
+                ("met", .bool(r.copyRate / rebuildLimit >= 0.25)),
             ]))))
     }
     rows.append(latencyRow("profile(user)", "query_profile", profileLatency))
