@@ -242,10 +242,13 @@ struct SyncSessionTests {
         let b = try await makeNode(dir, "b", network: net)
         var batch: [Event] = []
         let now = UInt64(Date().timeIntervalSince1970 * 1000) - 1_000_000
+        // More events than the two cut sessions' frames can carry (32 frames
+        // of at most SyncLimits.eventBatchCount), so both cuts land mid-stream
+        // however the frames are timed.
         for f in 0..<4 {
             let k = SigningKey.generate()
             var prev: EventID? = nil
-            for s in 1...1500 {
+            for s in 1...5000 {
                 let e = try Event.sign(
                     with: k, seq: UInt64(s), prev: prev, hlc: HLC(physicalMillis: now + UInt64(s), logical: 0), kind: .profileSet,
                     object: k.publicKey, payload: .textMap([("field", .text("bio")), ("value", .text("feed \(f) event \(s)"))]))
@@ -253,7 +256,7 @@ struct SyncSessionTests {
                 batch.append(e)
             }
         }
-        #expect(await a.ingest(events: batch).accepted == 6000)
+        #expect(await a.ingest(events: batch).accepted == 20_000)
         let total = try a.log.eventCount()
         for cut in [9, 23] {
             let (ra, rb) = try await syncPairResults(a, b, cutAfterFrames: cut, capacity: 4)
