@@ -19,7 +19,7 @@ public struct Compaction: Sendable {
 
 extension Node {
     /// Rewrites the store's file without its free pages (Specs/storage.md
-    /// §6): LMDB never gives pages back to the file system, so after a large
+    /// §7): LMDB never gives pages back to the file system, so after a large
     /// import or first sync the file keeps about one large commit's worth of
     /// old page copies. The compacted copy is written beside the store,
     /// flushed, checked (the same events and projection digest) and only
@@ -33,10 +33,8 @@ extension Node {
         let file = path + "/data.mdb"
         guard FileManager.default.fileExists(atPath: file) else { throw NodeError.notInitialized(path: path) }
         if Environment.isOpenInProcess(path) { throw StorageError.alreadyOpenInProcess(path: path) }
-        let fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
+        let fd = try await lockForWriting(path: path, options: options)
         defer { Foundation.close(fd) }
-        try await takeWriterLock(fd, path: path, options: options)
         // Asked before this process opens the store: the probe's descriptor
         // would drop LMDB's own lock on lock.mdb when closed.
         if let pid = try Environment.openInAnotherProcess(path) { throw NodeError.storeOpenElsewhere(path: path, pid: pid) }

@@ -195,14 +195,7 @@ public actor Node {
         // Before the writer lock, which would blame another process.
         if Environment.isOpenInProcess(path) { throw StorageError.alreadyOpenInProcess(path: path) }
         var fd: Int32 = -1
-        if !readOnly {
-            fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
-            do { try await takeWriterLock(fd, path: path, options: options) } catch {
-                Foundation.close(fd)
-                throw error
-            }
-        }
+        if !readOnly { fd = try await lockForWriting(path: path, options: options) }
         var fdOwnedByNode = false
         var opened: Environment? = nil
         do {
@@ -269,11 +262,23 @@ public actor Node {
         }
     }
 
+    /// Opens `writer.lock` and takes it (`takeWriterLock`); returns its
+    /// descriptor, which holds the lock until the caller closes it.
+    static func lockForWriting(path: String, options: NodeOptions) async throws -> Int32 {
+        let fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
+        do { try await takeWriterLock(fd, path: path, options: options) } catch {
+            Foundation.close(fd)
+            throw error
+        }
+        return fd
+    }
+
     /// Takes the store's writer lock, waiting up to `options.writerLockWait`
     /// for another process to release it (polling: a blocking `flock` would
     /// hold a cooperative thread). Tells `options.onWaitingForWriterLock` once
     /// when the wait passes a second.
-    static func takeWriterLock(_ fd: Int32, path: String, options: NodeOptions) async throws {
+    private static func takeWriterLock(_ fd: Int32, path: String, options: NodeOptions) async throws {
         if flock(fd, LOCK_EX | LOCK_NB) == 0 { return }
         let clock = ContinuousClock()
         let start = clock.now
@@ -306,10 +311,8 @@ public actor Node {
         at path: String, options: NodeOptions = NodeOptions(), progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
     ) async throws -> Bool {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else { throw NodeError.notInitialized(path: path) }
-        let fd = Foundation.open(path + "/writer.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw StorageError.cannotCreateDirectory(path: path, reason: String(cString: strerror(errno))) }
+        let fd = try await lockForWriting(path: path, options: options)
         defer { Foundation.close(fd) }
-        try await takeWriterLock(fd, path: path, options: options)
         let mapSize = options.initialMapSize
         return try await runOnOwnThread("chorus-upgrade") { cancelled in
             let env = try Environment(path: path, initialMapSize: mapSize)

@@ -46,15 +46,19 @@ public final class Background<T: Sendable>: Sendable {
     /// its error.
     public func wait() throws -> T {
         done.wait()
-        done.signal()  // a later wait returns at once
-        return try (result.withLock { $0 } ?? .failure(CancellationError())).get()
+        return try finished()
     }
 
     /// `wait()`, calling `tick` every `interval` seconds until the work has
     /// finished (to show its progress from the waiting thread).
     public func wait(tickingEvery interval: Double, _ tick: () -> Void) throws -> T {
         while done.wait(timeout: .now() + interval) == .timedOut { tick() }
-        done.signal()
+        return try finished()
+    }
+
+    /// The result, once `done` has been taken.
+    private func finished() throws -> T {
+        done.signal()  // a later wait returns at once
         return try (result.withLock { $0 } ?? .failure(CancellationError())).get()
     }
 }

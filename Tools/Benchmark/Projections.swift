@@ -724,17 +724,16 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
             name: name, value: "\(Int(mean))/s (" + samples.map { "\(Int($0))" }.joined(separator: ", ") + ")", ratio: nil, target: "",
             met: nil, json: (key, .object([("mean_per_second", .uint(UInt64(mean))), ("samples", .array(samples.map { .uint(UInt64($0)) }))])))
     }
-    let verifyAll = ingestLimit
     var rows: [Row] = [
         limitRow("LMDB batched durable append (limit)", "lmdb_append", lmdbSamples),
         limitRow("Ed25519 verify, \(cores) cores (limit)", "verify_all_cores", verifySamples),
-        Row(name: "ingest with projections", value: "\(Int(ingestRate))/s", ratio: ingestRate / verifyAll, target: "≥ 0.70 × verify",
-            met: ingestRate / verifyAll >= 0.7,
+        Row(name: "ingest with projections", value: "\(Int(ingestRate))/s", ratio: ingestRate / ingestLimit, target: "≥ 0.70 × verify",
+            met: ingestRate / ingestLimit >= 0.7,
             json: ("ingest", .object([
                 ("per_second", .uint(UInt64(ingestRate))), ("seconds", .string(String(format: "%.1f", ingestSeconds))),
-                ("limit_per_second", .uint(UInt64(verifyAll))),
-                ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / verifyAll))), ("target", .string("0.70")),
-                ("met", .bool(ingestRate / verifyAll >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
+                ("limit_per_second", .uint(UInt64(ingestLimit))),
+                ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / ingestLimit))), ("target", .string("0.70")),
+                ("met", .bool(ingestRate / ingestLimit >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
                 ("writer_busy_seconds", .string(String(format: "%.1f", writer.busySeconds))),
                 ("writer_cpu_seconds", .string(String(format: "%.1f", writer.cpuSeconds))),
                 ("durable_commit_seconds", .string(String(format: "%.1f", durableSeconds))),
