@@ -3,10 +3,13 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The 32 bytes in memory order: ids are compared, hashed and kept in
     /// sets and dictionaries constantly, and inline words cost no heap
     /// allocation or reference counting, unlike an array.
-    private let storage: (UInt64, UInt64, UInt64, UInt64)
+    @usableFromInline let storage: (UInt64, UInt64, UInt64, UInt64)
 
     /// The 32 bytes, in order; always exactly 32 long (a fresh array).
-    public var bytes: [UInt8] {
+    /// Inlinable, so the array is built where it is used: called across
+    /// modules unspecialised, it looked up the array's generic metadata on
+    /// every call (keys are built from ids constantly).
+    @inlinable public var bytes: [UInt8] {
         [UInt8](unsafeUninitializedCapacity: 32) { buffer, count in
             Swift.withUnsafeBytes(of: storage) { raw in
                 UnsafeMutableRawBufferPointer(buffer).copyMemory(from: raw)
@@ -16,13 +19,13 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     /// Calls `body` with the 32 bytes, without copying them into an array.
-    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    @inlinable public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try Swift.withUnsafeBytes(of: storage, body)
     }
 
     /// Appends the 32 bytes to `out` (building store keys without an
     /// intermediate array).
-    public func append(to out: inout [UInt8]) {
+    @inlinable public func append(to out: inout [UInt8]) {
         withUnsafeBytes { out.append(contentsOf: $0) }
     }
 
@@ -67,7 +70,7 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     public static let zero = Bytes32(unchecked: [UInt8](repeating: 0, count: 32))
 
     /// Whether all 32 bytes are equal.
-    public static func == (a: Bytes32, b: Bytes32) -> Bool {
+    @inlinable public static func == (a: Bytes32, b: Bytes32) -> Bool {
         a.storage.0 == b.storage.0 && a.storage.1 == b.storage.1 && a.storage.2 == b.storage.2
             && a.storage.3 == b.storage.3
     }
@@ -75,7 +78,7 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// One call for all 32 bytes: ids are hashed constantly (sets and
     /// dictionaries of events, keys and objects), and the synthesized
     /// version feeds the hasher one byte at a time.
-    public func hash(into hasher: inout Hasher) {
+    @inlinable public func hash(into hasher: inout Hasher) {
         hasher.combine(storage.0)
         hasher.combine(storage.1)
         hasher.combine(storage.2)
@@ -96,7 +99,7 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// Bytewise lexicographic order of the 32 bytes, which is also the order of
     /// their hex strings. Words loaded big-endian compare as their bytes do.
-    public static func < (a: Bytes32, b: Bytes32) -> Bool {
+    @inlinable public static func < (a: Bytes32, b: Bytes32) -> Bool {
         let x = (a.storage.0.bigEndian, a.storage.1.bigEndian, a.storage.2.bigEndian, a.storage.3.bigEndian)
         let y = (b.storage.0.bigEndian, b.storage.1.bigEndian, b.storage.2.bigEndian, b.storage.3.bigEndian)
         return x < y
