@@ -35,12 +35,6 @@ struct SortedRunSink: FilingSink {
         default: preconditionFailure("filing writes only facts, index and state")
         }
     }
-
-    mutating func absorb(_ other: SortedRunSink) {
-        facts.absorb(other.facts)
-        index.absorb(other.index)
-        state.absorb(other.state)
-    }
 }
 
 /// Key-value entries packed into one byte buffer (no allocation per entry),
@@ -68,12 +62,6 @@ struct SortedEntries: Sendable {
         records.append(Record(offset: bytes.count, keyCount: Int32(key.count), valueCount: Int32(value.count), head: head))
         bytes += key
         bytes += value
-    }
-
-    mutating func absorb(_ other: SortedEntries) {
-        let shift = bytes.count
-        bytes += other.bytes
-        records += other.records.map { Record(offset: $0.offset + shift, keyCount: $0.keyCount, valueCount: $0.valueCount, head: $0.head) }
     }
 
     mutating func removeAll() {
@@ -139,6 +127,7 @@ extension SortedEntries {
     static func writeMerged(
         _ runs: [SortedEntries], to db: Database, in env: Environment, append: Bool, chunk: Int = 100_000
     ) throws {
+        let runs = runs.filter { $0.count > 0 }
         try withBytes(of: runs[...], []) { buffers in
             var positions = [Int](repeating: 0, count: runs.count)
             func key(_ run: Int) -> UnsafeRawBufferPointer {

@@ -5,6 +5,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusParallel
 import ChorusStorage
+import Foundation
 
 /// The projected state of a node: profiles, pictures, relationships, chats,
 /// coins and slots, kept in the same LMDB environment as the log and updated
@@ -136,8 +137,10 @@ public struct Projections: Sendable {
     /// cancelled rebuild throws `CancellationError` and leaves the state
     /// marked stale (the built marker is written last), so the next open
     /// rebuilds again. `progress` counts events filed, then objects folded.
+    /// A filing slice is split into parts of at least `filingPart` events,
+    /// each filed on its own core into its own sorted runs.
     public func rebuild(
-        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget,
+        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, filingPart: Int = 4_096,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
@@ -149,7 +152,7 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, isCancelled: isCancelled) { filed in
+        let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, part: filingPart, isCancelled: isCancelled) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
@@ -215,7 +218,7 @@ public struct Projections: Sendable {
     /// keys interleave with earlier ones and are put in key order. Returns
     /// how many `message.sent` it filed (in the index, not as facts).
     func fileInBulk(
-        sliceSize: Int, budget: Int = Projections.filingBudget, isCancelled: (() -> Bool)?,
+        sliceSize: Int, budget: Int = Projections.filingBudget, part: Int = 4_096, isCancelled: (() -> Bool)?,
         progress: (_ filed: Int) -> Void
     ) throws -> Int {
         var filed = 0
@@ -225,9 +228,9 @@ public struct Projections: Sendable {
         var heldBytes = 0
         func writeHeld() throws {
             guard !held.isEmpty else { return }
-            try SortedEntries.writeMerged(held.map(\.facts), to: facts, in: log.env, append: writes == 0)
-            try SortedEntries.writeMerged(held.map(\.index), to: index, in: log.env, append: writes == 0)
-            try SortedEntries.writeMerged(held.map(\.state), to: state, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(held.flatMap(\.facts), to: facts, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(held.flatMap(\.index), to: index, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(held.flatMap(\.state), to: state, in: log.env, append: writes == 0)
             writes += 1
             held.removeAll()
             heldBytes = 0
@@ -235,10 +238,10 @@ public struct Projections: Sendable {
         // The next slice is read and filed on all cores while this one is
         // taken in or written (`pipelined`).
         try pipelined(from: UInt64(0)) { since in
-            try filingSlice(since: since, limit: sliceSize)
+            try filingSlice(since: since, limit: sliceSize, part: part)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            let bytes = slice.facts.memoryBytes + slice.index.memoryBytes + slice.state.memoryBytes
+            let bytes = (slice.facts + slice.index + slice.state).reduce(0) { $0 + $1.memoryBytes }
             if heldBytes + bytes > budget { try writeHeld() }
             held.append(slice)
             heldBytes += bytes
@@ -255,24 +258,31 @@ public struct Projections: Sendable {
     /// inside the 1 GiB a rebuild may take.
     public static let filingBudget = 256 << 20
 
-    /// One slice of the log filed into sorted runs of `facts` and `index`
-    /// entries, with how many events and sends it held.
+    /// One slice of the log filed into sorted runs of `facts`, `index` and
+    /// `state` entries (one run per part of the slice, in filing order),
+    /// with how many events and sends it held.
     struct FilingSlice: Sendable {
-        let facts: SortedEntries
-        let index: SortedEntries
+        let facts: [SortedEntries]
+        let index: [SortedEntries]
         /// The withdrawn message entries naming each send (§9.2).
-        let state: SortedEntries
+        let state: [SortedEntries]
         let events: Int
         let sends: Int
     }
 
     /// The events after arrival `since`, `limit` at most, decoded and filed
     /// on all cores; and the arrival the next slice starts after (nil after
-    /// the last).
-    func filingSlice(since: UInt64, limit: Int) throws -> (output: FilingSlice, next: UInt64?)? {
+    /// the last). Each part is filed and sorted on its own core, and kept as
+    /// its own run: merging them is left to the write, which merges runs
+    /// anyway, so nothing here runs on one core but the read.
+    func filingSlice(since: UInt64, limit: Int, part: Int) throws -> (output: FilingSlice, next: UInt64?)? {
         let slice = try log.rawEnvelopes(since: since, limit: limit)
         guard let last = slice.last else { return nil }
-        let chunks = stride(from: 0, to: slice.count, by: 4_096).map { Array(slice[$0..<min(slice.count, $0 + 4_096)]) }
+        // Two parts per core balance the load when a core is busy elsewhere,
+        // and keep the runs the write merges few.
+        let parts = max(1, min(slice.count / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
+        let partSize = (slice.count + parts - 1) / parts
+        let chunks = stride(from: 0, to: slice.count, by: partSize).map { Array(slice[$0..<min(slice.count, $0 + partSize)]) }
         let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
             Result {
                 var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
@@ -283,20 +293,21 @@ public struct Projections: Sendable {
                     try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
                     if event.kind == .messageSent { sends += 1 }
                 }
+                sink.facts.sort()
+                sink.index.sort()
+                sink.state.sort()
                 return (sink, sends)
             }
         }
-        var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
+        var sinks: [SortedRunSink] = []
         var sends = 0
         for chunk in filedChunks {
             let (filedSink, filedSends) = try chunk.get()
-            sink.absorb(filedSink)
+            sinks.append(filedSink)
             sends += filedSends
         }
-        sink.facts.sort()
-        sink.index.sort()
-        sink.state.sort()
-        let output = FilingSlice(facts: sink.facts, index: sink.index, state: sink.state, events: slice.count, sends: sends)
+        let output = FilingSlice(
+            facts: sinks.map(\.facts), index: sinks.map(\.index), state: sinks.map(\.state), events: slice.count, sends: sends)
         return (output, slice.count < limit ? nil : last.arrival)
     }
 
