@@ -259,7 +259,13 @@ extension FoldRun {
     mutating func setBlobReference(_ blob: Hash32?, of message: EventID, live: Bool) throws {
         guard let blob else { return }
         let key = Table.blobRef.key(blob.bytes, message.bytes)
-        if live { try putState(key, []) } else { try txn.delete(p.state, key) }
+        if live {
+            try putState(key, [])
+        } else if bufferedDecisions == nil {
+            // (Off the write transaction, in a bulk fold, the state holds no
+            // reference: only this message's one fold would have written it.)
+            try txn.delete(p.state, key)
+        }
     }
 
     /// Purges a deleted message's payloads and its encrypted picture, unless a

@@ -66,6 +66,12 @@ struct FoldRun {
     /// writes them in key order at the end: message ids are random, their
     /// state keys are not (`writeBuffered`).
     var bufferedState: SortedEntries? = nil
+    /// A bulk fold of held messages run off the write transaction, on a
+    /// read transaction beside the other parts of its slice
+    /// (`Projections.foldedMessages`): its no-effect decisions, by event,
+    /// collected here, its state entries in `bufferedState`; the caller
+    /// writes both. Nil in every other fold.
+    var bufferedDecisions: [EventID: [UInt8]]? = nil
     /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
     var preloaded: PreloadedPayloads? = nil
     /// The payloads and blobs this run decided to purge, carried out by the
@@ -322,6 +328,17 @@ struct FoldRun {
 
     /// Records why an event takes no effect, or clears the record.
     mutating func decide(_ id: EventID, _ reason: NoEffect?) throws {
+        if bufferedDecisions != nil {
+            // Off the write transaction, in a bulk fold: the state held no
+            // decision before, so clearing one is only clearing this run's.
+            if let reason {
+                bufferedDecisions?[id] = Codec.cbor(.array([.text(reason.code), .text(reason.detail)]))
+                decidedNoEffect.insert(id)
+            } else if decidedNoEffect.remove(id) != nil {
+                bufferedDecisions?[id] = nil
+            }
+            return
+        }
         let key = Table.noEffect.key(id.bytes)
         if let reason {
             try txn.put(p.state, key, Codec.cbor(.array([.text(reason.code), .text(reason.detail)])))

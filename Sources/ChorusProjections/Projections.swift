@@ -137,10 +137,11 @@ public struct Projections: Sendable {
     /// cancelled rebuild throws `CancellationError` and leaves the state
     /// marked stale (the built marker is written last), so the next open
     /// rebuilds again. `progress` counts events filed, then objects folded.
-    /// A filing slice is split into parts of at least `filingPart` events,
-    /// each filed on its own core into its own sorted runs.
+    /// Filing and folding messages split each slice into parts, one core
+    /// each, of at least `part` events or messages (nil: 4,096 and 256;
+    /// tests pass a few, to have several parts in a small log).
     public func rebuild(
-        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, filingPart: Int = 4_096,
+        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, part: Int? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
@@ -152,7 +153,7 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, part: filingPart, isCancelled: isCancelled) { filed in
+        let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, part: part ?? 4_096, isCancelled: isCancelled) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
@@ -199,7 +200,7 @@ public struct Projections: Sendable {
         }
         try foldClasses(order[..<messageAt])
         if messageAt < order.count {
-            try foldMessagesInBulk(sliceSize: sliceSize, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
+            try foldMessagesInBulk(sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
             try foldClasses(order[(messageAt + 1)...])
         }
         try log.env.write { txn in try purge(deletedPictures: deleted.pictures, messages: deleted.messages, in: txn) }
@@ -316,9 +317,10 @@ public struct Projections: Sendable {
     /// from the log in arrival order and decoded on all cores, each folded
     /// once with its edits and deletion; then the edits and deletions of
     /// messages this node does not hold. `folded` counts what each slice
-    /// folded, for progress.
+    /// folded, for progress. Held messages are folded in parts of at least
+    /// `part` messages, one core each (`foldedMessages`).
     func foldMessagesInBulk(
-        sliceSize: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
+        sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
     ) throws {
         // Every message's edits and deletions (a few percent of the log),
         // read in one scan: looking each held message up would cost a seek
@@ -334,18 +336,24 @@ public struct Projections: Sendable {
         // The next slice of sends is read and decoded while this one is
         // folded (`pipelined`).
         try pipelined(from: MessageCursor(after: nil)) { cursor in
-            try messageSlice(cursor, edits: edits, limit: sliceSize)
+            try messageSlice(cursor, edits: edits, limit: sliceSize, part: part)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            deleted.absorb(
-                try log.env.write { txn in
-                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                    run.sentFacts = slice.sent
-                    run.bulkMessageEdits = slice.edits
-                    try run.foldInBulk(.message, slice.messages)
-                    return run.deletedInBulk
-                })
-            folded(slice.messages.count)
+            try log.env.write { txn in
+                var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                // The parts hold consecutive runs of the chats' message
+                // index, so their entries are written nearly in key order.
+                for part in slice.parts {
+                    try part.state.write(0..<part.state.count, to: state, in: txn, append: false)
+                    for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
+                    deleted.absorb(part.deleted)
+                }
+                for (id, reason) in slice.parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
+                    try txn.put(state, Table.noEffect.key(id.bytes), reason)
+                }
+                try run.writeMessageCounts()
+            }
+            folded(slice.messages)
         }
         // What remains under the message class are edits and deletions;
         // those of a held message were folded with it above.
@@ -369,24 +377,34 @@ public struct Projections: Sendable {
         let after: [UInt8]?
     }
 
-    /// One slice of held messages, read ahead: their ids in the order of
-    /// the chats' message index, their sends and their edits and
-    /// deletions, decoded.
+    /// One slice of held messages, read ahead and folded: how many, and
+    /// what the folds of its parts decided.
     struct MessageSlice: Sendable {
-        let messages: [EventID]
-        let sent: [EventID: Fact]
-        let edits: [EventID: [Fact]]
+        let messages: Int
+        let parts: [FoldedMessages]
+    }
+
+    /// What the bulk folds of some held messages decided, to be written:
+    /// their state entries (message entries and blob references, sorted),
+    /// the reasons of their events that take no effect, the change to
+    /// each chat's message count, and the messages found deleted.
+    struct FoldedMessages: Sendable {
+        let state: SortedEntries
+        let decisions: [EventID: [UInt8]]
+        let counts: [ObjectID: Int]
+        let deleted: FoldRun.DeletedObjects
     }
 
     /// The held messages after `cursor`: the sends read from the log in
     /// arrival order and decoded on all cores, with the edits and
-    /// deletions `edits` lists for them (raw `facts` entries by message).
+    /// deletions `edits` lists for them (raw `facts` entries by message),
+    /// folded on all cores (`foldedMessages`).
     func messageSlice(
-        _ cursor: MessageCursor, edits: [EventID: [(key: [UInt8], value: [UInt8])]], limit: Int
+        _ cursor: MessageCursor, edits: [EventID: [(key: [UInt8], value: [UInt8])]], limit: Int, part: Int
     ) throws -> (output: MessageSlice, next: MessageCursor?)? {
         var sends: [(message: EventID, arrival: UInt64)] = []
         var after = cursor.after
-        let raw: [(UInt64, [UInt8])] = try log.env.read { txn in
+        try log.env.read { txn in
             try txn.scan(state, from: after.map { $0 + [0] } ?? [Table.message.rawValue]) { key, value in
                 guard key.first == Table.message.rawValue else { return false }
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
@@ -394,29 +412,55 @@ public struct Projections: Sendable {
                 after = key
                 return sends.count < limit
             }
-            return try sends.map(\.arrival).sorted().map { ($0, try log.rawEnvelope(at: $0, in: txn)) }
         }
         guard !sends.isEmpty else { return nil }
-        let decoded = parallelMap(raw, chunk: 256) { arrival, bytes in
-            Result { Fact(StoredEvent(event: try LogStore.decodeTrusted(bytes, arrival: arrival), arrival: arrival)) }
-        }
-        var sent: [EventID: Fact] = [:]
-        sent.reserveCapacity(decoded.count)
-        for result in decoded {
-            let fact = try result.get()
-            sent[fact.id] = fact
-        }
-        let held = sends.compactMap { send in edits[send.message].map { (send.message, $0) } }
-        let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
-        let loaded: [EventID: [Fact]] = try log.env.read { txn in
-            var out: [EventID: [Fact]] = [:]
-            for (message, entries) in held {
-                out[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
+        let parts = try foldedMessages(sends, edits: edits, part: part)
+        return (MessageSlice(messages: sends.count, parts: parts), sends.count < limit ? nil : after.map { MessageCursor(after: $0) })
+    }
+
+    /// Folds held messages (`sends`, in the order of the chats' message
+    /// index) in consecutive parts on all cores, each part in its own read
+    /// transaction, off the write transaction: a part reads its sends from
+    /// the log in arrival order and decodes them, loads their edits and
+    /// deletions (`edits`: raw `facts` entries by message), and folds each
+    /// message. A message's fold reads only its own facts (in hand) and state
+    /// that every class folded before messages wrote and committed
+    /// (memberships, device bindings), and the bulk fold writes nothing
+    /// that another message's fold reads (Specs/projections.md §9.2).
+    func foldedMessages(
+        _ sends: [(message: EventID, arrival: UInt64)], edits: [EventID: [(key: [UInt8], value: [UInt8])]], part: Int
+    ) throws -> [FoldedMessages] {
+        let parts = max(1, min(sends.count / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
+        let size = (sends.count + parts - 1) / parts
+        let slices = stride(from: 0, to: sends.count, by: size).map { Array(sends[$0..<min(sends.count, $0 + size)]) }
+        return try parallelMap(slices, chunk: 1) { part in
+            Result {
+                let held = part.compactMap { send in edits[send.message].map { (send.message, $0) } }
+                let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
+                return try log.env.read { txn in
+                    var sent: [EventID: Fact] = [:]
+                    sent.reserveCapacity(part.count)
+                    for arrival in part.map(\.arrival).sorted() {
+                        let fact = Fact(StoredEvent(event: try LogStore.decodeTrusted(try log.rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
+                        sent[fact.id] = fact
+                    }
+                    var loaded: [EventID: [Fact]] = [:]
+                    for (message, entries) in held {
+                        loaded[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
+                    }
+                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                    run.sentFacts = sent
+                    run.bulkMessageEdits = loaded
+                    run.bufferedState = SortedEntries()
+                    run.bufferedDecisions = [:]
+                    for send in part { try run.foldMessage(send.message) }
+                    var state = run.bufferedState ?? SortedEntries()
+                    state.sort()
+                    return FoldedMessages(
+                        state: state, decisions: run.bufferedDecisions ?? [:], counts: run.messageCountDeltas, deleted: run.deletedInBulk)
+                }
             }
-            return out
-        }
-        let slice = MessageSlice(messages: sends.map(\.message), sent: sent, edits: loaded)
-        return (slice, sends.count < limit ? nil : after.map { MessageCursor(after: $0) })
+        }.map { try $0.get() }
     }
 
     /// Where the next slice of a class's objects starts: after `after`.

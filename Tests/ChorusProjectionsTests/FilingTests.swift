@@ -51,7 +51,7 @@ struct FilingTests {
         var rng = SplitMix64(seed: 0xF1_11)
         for _ in 0..<40 {
             try env.write { txn in try txn.clear(table) }
-            let first = Self.runs(&rng, count: rng.int(1...6))
+            let first = Self.runs(&rng, count: rng.int(1...24))
             let second = Self.runs(&rng, count: rng.int(1...6))
             let firstEntries = try first.map { try Self.entries($0, in: env, scratch: scratch) }
             let secondEntries = try second.map { try Self.entries($0, in: env, scratch: scratch) }
@@ -74,5 +74,38 @@ struct FilingTests {
             let wrong = Set(stored.keys).union(expected.keys).filter { stored[$0] != expected[$0] }
             #expect(wrong.isEmpty, "\(wrong.count) keys differ from repeated puts, e.g. \(wrong.first.map { "\($0): \(stored[$0] ?? []) instead of \(expected[$0] ?? [])" } ?? "")")
         }
+    }
+
+    @Test("a merge whose transaction is run again after the map grows writes every entry once")
+    func mergeAcrossMapGrowth() throws {
+        let dir = try scratchDirectory("filing-growth")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let env = try Environment(path: dir, initialMapSize: 256 << 10)
+        let table = try env.openDatabase("table")
+        var rng = SplitMix64(seed: 0x6_20_77)
+        // Three runs of distinct keys, about 1.5 MB in all: several times
+        // the initial map, so a transaction fails full and runs again.
+        var runs = [SortedEntries(), SortedEntries(), SortedEntries()]
+        var expected: [[UInt8]: [UInt8]] = [:]
+        for i in 0..<12_000 {
+            let key = (0..<8).map { _ in UInt8(rng.int(0...255)) } + [UInt8(i & 0xFF), UInt8(i >> 8)]
+            let value = [UInt8](repeating: UInt8(i & 0xFF), count: 100)
+            runs[i % 3].add(key, value)
+            expected[key] = value
+        }
+        for i in runs.indices { runs[i].sort() }
+        let start = env.mapSize
+        try SortedEntries.writeMerged(runs, to: table, in: env, append: true, chunk: 5_000)
+        #expect(env.mapSize > start)  // grown: a transaction was run again
+        let stored: [[UInt8]: [UInt8]] = try env.read { txn in
+            var map: [[UInt8]: [UInt8]] = [:]
+            try txn.scan(table) { k, v in
+                map[k] = v
+                return true
+            }
+            return map
+        }
+        let wrong = expected.keys.filter { stored[$0] != expected[$0] }.count
+        #expect(stored.count == expected.count && wrong == 0, "\(stored.count) entries stored of \(expected.count), \(wrong) missing or different")
     }
 }
