@@ -150,7 +150,9 @@ struct FoldRun {
         try writeMessageCounts()
     }
 
-    /// Puts a state entry, or buffers it during a bulk fold of messages.
+    /// Puts a state entry, or buffers it during a bulk fold of messages and
+    /// in a fold off the write transaction (where a delete, which only a
+    /// fold over earlier state makes, fails: the transaction is read-only).
     mutating func putState(_ key: [UInt8], _ value: [UInt8]) throws {
         if bufferedState != nil { bufferedState?.add(key, value) } else { try txn.put(p.state, key, value) }
     }
@@ -308,7 +310,7 @@ struct FoldRun {
     /// Makes the state entries under `prefix` exactly `entries`. Returns
     /// whether anything changed.
     @discardableResult
-    func replace(prefix: [UInt8], with entries: [[UInt8]: [UInt8]]) throws -> Bool {
+    mutating func replace(prefix: [UInt8], with entries: [[UInt8]: [UInt8]]) throws -> Bool {
         var existing: [[UInt8]: [UInt8]] = [:]
         try txn.scan(p.state, prefix: prefix) { k, v in
             existing[k] = v
@@ -316,7 +318,7 @@ struct FoldRun {
         }
         var changed = false
         for (k, v) in entries where existing[k] != v {
-            try txn.put(p.state, k, v)
+            try putState(k, v)
             changed = true
         }
         for k in existing.keys where entries[k] == nil {

@@ -181,20 +181,26 @@ public struct Projections: Sendable {
             try pipelined(from: SliceCursor(cls: first, after: nil)) { start in
                 var cursor = start
                 while true {
-                    if let (slice, next) = try objectSlice(cursor, limit: sliceSize) { return (slice, next ?? following(cursor.cls)) }
+                    if let (slice, next) = try objectSlice(cursor, limit: sliceSize, part: part ?? 256) {
+                        return (slice, next ?? following(cursor.cls))
+                    }
                     guard let next = following(cursor.cls) else { return nil }  // a class without facts
                     cursor = next
                 }
             } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
-                deleted.absorb(
-                    try log.env.write { txn in
-                        var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                        run.preloaded = slice.preloaded
-                        run.bulkFacts = (slice.cls, slice.loaded)
-                        try run.foldInBulk(slice.cls, slice.objects)
-                        return run.deletedInBulk
-                    })
+                if let parts = slice.folded {
+                    try write(parts, deleted: &deleted)
+                } else {
+                    deleted.absorb(
+                        try log.env.write { txn in
+                            var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                            run.preloaded = slice.preloaded
+                            run.bulkFacts = (slice.cls, slice.loaded)
+                            try run.foldInBulk(slice.cls, slice.objects)
+                            return run.deletedInBulk
+                        })
+                }
                 foldedMore(slice.facts)
             }
         }
@@ -339,20 +345,7 @@ public struct Projections: Sendable {
             try messageSlice(cursor, edits: edits, limit: sliceSize, part: part)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            try log.env.write { txn in
-                var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                // The parts hold consecutive runs of the chats' message
-                // index, so their entries are written nearly in key order.
-                for part in slice.parts {
-                    try part.state.write(0..<part.state.count, to: state, in: txn, append: false)
-                    for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
-                    deleted.absorb(part.deleted)
-                }
-                for (id, reason) in slice.parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
-                    try txn.put(state, Table.noEffect.key(id.bytes), reason)
-                }
-                try run.writeMessageCounts()
-            }
+            try write(slice.parts, deleted: &deleted)
             folded(slice.messages)
         }
         // What remains under the message class are edits and deletions;
@@ -381,18 +374,68 @@ public struct Projections: Sendable {
     /// what the folds of its parts decided.
     struct MessageSlice: Sendable {
         let messages: Int
-        let parts: [FoldedMessages]
+        let parts: [FoldedPart]
     }
 
-    /// What the bulk folds of some held messages decided, to be written:
-    /// their state entries (message entries and blob references, sorted),
-    /// the reasons of their events that take no effect, the change to
-    /// each chat's message count, and the messages found deleted.
-    struct FoldedMessages: Sendable {
+    /// What the bulk folds of one part of a slice, run off the write
+    /// transaction, decided, to be written: their state entries (sorted),
+    /// the reasons of their events that take no effect, the change to each
+    /// chat's message count, and the pictures and messages found deleted.
+    struct FoldedPart: Sendable {
         let state: SortedEntries
         let decisions: [EventID: [UInt8]]
         let counts: [ObjectID: Int]
         let deleted: FoldRun.DeletedObjects
+
+        /// What `run`, which folded a part off the write transaction, decided.
+        init(_ run: FoldRun) {
+            var state = run.bufferedState ?? SortedEntries()
+            state.sort()
+            self.state = state
+            decisions = run.bufferedDecisions ?? [:]
+            counts = run.messageCountDeltas
+            deleted = run.deletedInBulk
+        }
+    }
+
+    /// Writes, in one write transaction, what the parts of a slice folded
+    /// off it decided. The parts hold consecutive objects in key order, so
+    /// their entries are written nearly in key order.
+    func write(_ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects) throws {
+        try log.env.write { txn in
+            var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+            for part in parts {
+                try part.state.write(0..<part.state.count, to: state, in: txn, append: false)
+                for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
+            }
+            for (id, reason) in parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
+                try txn.put(state, Table.noEffect.key(id.bytes), reason)
+            }
+            try run.writeMessageCounts()
+        }
+        for part in parts { deleted.absorb(part.deleted) }
+    }
+
+    /// Runs `fold` over `items` in consecutive parts of at least `part`
+    /// items on all cores, each part with a `FoldRun` of its own in a read
+    /// transaction of its own, whose writes are collected (§9.2).
+    func foldedInParts<Item: Sendable>(
+        _ items: [Item], part: Int, _ fold: @escaping @Sendable (inout FoldRun, ArraySlice<Item>, Transaction) throws -> Void
+    ) throws -> [FoldedPart] {
+        let parts = max(1, min(items.count / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
+        let size = (items.count + parts - 1) / parts
+        let ranges = stride(from: 0, to: items.count, by: size).map { $0..<min(items.count, $0 + size) }
+        return try parallelMap(ranges, chunk: 1) { range in
+            Result {
+                try log.env.read { txn in
+                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                    run.bufferedState = SortedEntries()
+                    run.bufferedDecisions = [:]
+                    try fold(&run, items[range], txn)
+                    return FoldedPart(run)
+                }
+            }
+        }.map { try $0.get() }
     }
 
     /// The held messages after `cursor`: the sends read from the log in
@@ -429,38 +472,24 @@ public struct Projections: Sendable {
     /// that another message's fold reads (Specs/projections.md §9.2).
     func foldedMessages(
         _ sends: [(message: EventID, arrival: UInt64)], edits: [EventID: [(key: [UInt8], value: [UInt8])]], part: Int
-    ) throws -> [FoldedMessages] {
-        let parts = max(1, min(sends.count / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
-        let size = (sends.count + parts - 1) / parts
-        let slices = stride(from: 0, to: sends.count, by: size).map { Array(sends[$0..<min(sends.count, $0 + size)]) }
-        return try parallelMap(slices, chunk: 1) { part in
-            Result {
-                let held = part.compactMap { send in edits[send.message].map { (send.message, $0) } }
-                let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
-                return try log.env.read { txn in
-                    var sent: [EventID: Fact] = [:]
-                    sent.reserveCapacity(part.count)
-                    for arrival in part.map(\.arrival).sorted() {
-                        let fact = Fact(StoredEvent(event: try LogStore.decodeTrusted(try log.rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
-                        sent[fact.id] = fact
-                    }
-                    var loaded: [EventID: [Fact]] = [:]
-                    for (message, entries) in held {
-                        loaded[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
-                    }
-                    var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-                    run.sentFacts = sent
-                    run.bulkMessageEdits = loaded
-                    run.bufferedState = SortedEntries()
-                    run.bufferedDecisions = [:]
-                    for send in part { try run.foldMessage(send.message) }
-                    var state = run.bufferedState ?? SortedEntries()
-                    state.sort()
-                    return FoldedMessages(
-                        state: state, decisions: run.bufferedDecisions ?? [:], counts: run.messageCountDeltas, deleted: run.deletedInBulk)
-                }
+    ) throws -> [FoldedPart] {
+        try foldedInParts(sends, part: part) { run, part, txn in
+            let held = part.compactMap { send in edits[send.message].map { (send.message, $0) } }
+            let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
+            var sent: [EventID: Fact] = [:]
+            sent.reserveCapacity(part.count)
+            for arrival in part.map(\.arrival).sorted() {
+                let fact = Fact(StoredEvent(event: try LogStore.decodeTrusted(try log.rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
+                sent[fact.id] = fact
             }
-        }.map { try $0.get() }
+            var loaded: [EventID: [Fact]] = [:]
+            for (message, entries) in held {
+                loaded[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
+            }
+            run.sentFacts = sent
+            run.bulkMessageEdits = loaded
+            for send in part { try run.foldMessage(send.message) }
+        }
     }
 
     /// Where the next slice of a class's objects starts: after `after`.
@@ -479,11 +508,14 @@ public struct Projections: Sendable {
         let preloaded: PreloadedPayloads
         /// Each object's facts in merge order, with their payloads.
         let loaded: [Bytes32: [Fact]]
+        /// What the folds of the slice decided, when it was folded off the
+        /// write transaction (`foldedInParts`); nil when it is folded in it.
+        let folded: [FoldedPart]?
     }
 
     /// The slice of `cls` after `cursor` and the cursor of the next (nil
     /// after the last), or nil when none is left.
-    func objectSlice(_ cursor: SliceCursor, limit: Int) throws -> (output: ObjectSlice, next: SliceCursor?)? {
+    func objectSlice(_ cursor: SliceCursor, limit: Int, part: Int? = nil) throws -> (output: ObjectSlice, next: SliceCursor?)? {
         let cls = cursor.cls
         let (objects, entries, arrivals) = try objectsToFold(cls, after: cursor.after, limit: limit)
         guard let last = objects.last else { return nil }
@@ -496,7 +528,19 @@ public struct Projections: Sendable {
             }
             return out
         }
-        let slice = ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded)
+        // Follows, likes and blocks are folded here, in parts on all cores,
+        // off the write transaction: a target's fold reads only its own
+        // facts (in hand) and device bindings, folded and committed classes
+        // before, and writes only the target's own entries (§6.4, §9.2).
+        var folded: [FoldedPart]? = nil
+        if let part, cls == .follow || cls == .like || cls == .block {
+            folded = try foldedInParts(objects, part: part) { run, objects, _ in
+                run.preloaded = preloaded
+                run.bulkFacts = (cls, loaded)
+                for object in objects { try run.foldRelationship(cls, object) }
+            }
+        }
+        let slice = ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, folded: folded)
         return (slice, objects.count < limit && entries.count < limit ? nil : SliceCursor(cls: cls, after: last))
     }
 
