@@ -261,10 +261,8 @@ extension FoldRun {
         let key = Table.blobRef.key(blob.bytes, message.bytes)
         if live {
             try putState(key, [])
-        } else if bufferedDecisions == nil {
-            // (Off the write transaction, in a bulk fold, the state holds no
-            // reference: only this message's one fold would have written it.)
-            try txn.delete(p.state, key)
+        } else {
+            try deleteState(key)
         }
     }
 

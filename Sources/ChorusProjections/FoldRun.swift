@@ -151,10 +151,23 @@ struct FoldRun {
     }
 
     /// Puts a state entry, or buffers it during a bulk fold of messages and
-    /// in a fold off the write transaction (where a delete, which only a
-    /// fold over earlier state makes, fails: the transaction is read-only).
+    /// in a fold off the write transaction.
     mutating func putState(_ key: [UInt8], _ value: [UInt8]) throws {
         if bufferedState != nil { bufferedState?.add(key, value) } else { try txn.put(p.state, key, value) }
+    }
+
+    /// Deletes a state entry. Off the write transaction (a bulk fold, from
+    /// state that holds nothing of the object yet) there is nothing to
+    /// delete: a fold deletes before it puts, and an entry the committed
+    /// state does hold means the fold was run where it must not be.
+    mutating func deleteState(_ key: [UInt8]) throws {
+        guard bufferedDecisions != nil else {
+            try txn.delete(p.state, key)
+            return
+        }
+        if try txn.get(p.state, key) != nil {
+            throw ProjectionError.corrupt("a bulk fold off the write transaction found a state entry to delete")
+        }
     }
 
     mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
@@ -322,7 +335,7 @@ struct FoldRun {
             changed = true
         }
         for k in existing.keys where entries[k] == nil {
-            try txn.delete(p.state, k)
+            try deleteState(k)
             changed = true
         }
         return changed

@@ -88,10 +88,10 @@ extension FoldRun {
         let recordKey = Table.picture.key(picture.bytes)
         if let oldRaw = try txn.get(p.state, recordKey) {
             let old = try PictureRecord.decode(oldRaw)
-            for key in old.indexKeys(picture) { try txn.delete(p.state, key) }
+            for key in old.indexKeys(picture) { try deleteState(key) }
         }
         guard let created else {
-            try txn.delete(p.state, recordKey)
+            try deleteState(recordKey)
             return
         }
         let payload = created.fact.payload
@@ -112,8 +112,8 @@ extension FoldRun {
             record.position = position ?? GalleryPosition.initial(created.fact.hlc)
             record.purged = true
         }
-        try txn.put(p.state, recordKey, record.encoded())
-        for key in record.indexKeys(picture) { try txn.put(p.state, key, []) }
+        try putState(recordKey, record.encoded())
+        for key in record.indexKeys(picture) { try putState(key, []) }
     }
 }
 

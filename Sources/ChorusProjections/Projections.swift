@@ -137,9 +137,10 @@ public struct Projections: Sendable {
     /// cancelled rebuild throws `CancellationError` and leaves the state
     /// marked stale (the built marker is written last), so the next open
     /// rebuilds again. `progress` counts events filed, then objects folded.
-    /// Filing and folding messages split each slice into parts, one core
-    /// each, of at least `part` events or messages (nil: 4,096 and 256;
-    /// tests pass a few, to have several parts in a small log).
+    /// Filing, and the folds run off the write transaction (messages,
+    /// follows, likes, blocks), split each slice into parts, one core each,
+    /// of at least `part` events or objects (nil: 4,096 and 256; tests pass
+    /// a few, to have several parts in a small log).
     public func rebuild(
         sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, part: Int? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
@@ -204,7 +205,13 @@ public struct Projections: Sendable {
                 foldedMore(slice.facts)
             }
         }
-        try foldClasses(order[..<messageAt])
+        // Device bindings are folded, and committed, on their own first: the
+        // folds run off the write transaction read them, and a slice is
+        // read while the slice before it (of any class, when the classes
+        // between hold no facts) is still being written.
+        let afterDevices = (order.firstIndex(of: .device) ?? -1) + 1
+        try foldClasses(order[..<afterDevices])
+        try foldClasses(order[afterDevices..<messageAt])
         if messageAt < order.count {
             try foldMessagesInBulk(sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
             try foldClasses(order[(messageAt + 1)...])
@@ -324,7 +331,8 @@ public struct Projections: Sendable {
     /// once with its edits and deletion; then the edits and deletions of
     /// messages this node does not hold. `folded` counts what each slice
     /// folded, for progress. Held messages are folded in parts of at least
-    /// `part` messages, one core each (`foldedMessages`).
+    /// `part` messages, one core each, off the write transaction
+    /// (`foldedMessages`).
     func foldMessagesInBulk(
         sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
     ) throws {
@@ -479,7 +487,8 @@ public struct Projections: Sendable {
             var sent: [EventID: Fact] = [:]
             sent.reserveCapacity(part.count)
             for arrival in part.map(\.arrival).sorted() {
-                let fact = Fact(StoredEvent(event: try LogStore.decodeTrusted(try log.rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
+                let event = try LogStore.decodeTrusted(try log.rawEnvelope(at: arrival, in: txn), arrival: arrival)
+                let fact = Fact(StoredEvent(event: event, arrival: arrival))
                 sent[fact.id] = fact
             }
             var loaded: [EventID: [Fact]] = [:]
@@ -528,16 +537,19 @@ public struct Projections: Sendable {
             }
             return out
         }
-        // Follows, likes and blocks are folded here, in parts on all cores,
-        // off the write transaction: a target's fold reads only its own
-        // facts (in hand) and device bindings, folded and committed classes
-        // before, and writes only the target's own entries (§6.4, §9.2).
+        // Pictures, follows, likes and blocks are folded here, in parts on
+        // all cores, off the write transaction: an object's fold reads only
+        // its own facts (in hand) and device bindings, and writes only the
+        // object's own entries (§6.3, §6.4, §9.2). Device bindings are
+        // committed: the rebuild folds them before any other class.
         var folded: [FoldedPart]? = nil
-        if let part, cls == .follow || cls == .like || cls == .block {
+        if let part, cls == .picture || cls == .follow || cls == .like || cls == .block {
             folded = try foldedInParts(objects, part: part) { run, objects, _ in
                 run.preloaded = preloaded
                 run.bulkFacts = (cls, loaded)
-                for object in objects { try run.foldRelationship(cls, object) }
+                for object in objects {
+                    if cls == .picture { try run.foldPicture(object) } else { try run.foldRelationship(cls, object) }
+                }
             }
         }
         let slice = ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, folded: folded)

@@ -69,7 +69,7 @@ extension FoldRun {
         // Only the actors that start or stop relating change their
         // `edgeOut` entry: a popular picture has thousands of likers.
         let newActors = Set(live.keys.map(\.bytes))
-        for actor in oldActors.subtracting(newActors) { try txn.delete(p.state, Table.edgeOut.key([cls.rawValue], actor, target.bytes)) }
+        for actor in oldActors.subtracting(newActors) { try deleteState(Table.edgeOut.key([cls.rawValue], actor, target.bytes)) }
         for actor in newActors.subtracting(oldActors) { try putState(Table.edgeOut.key([cls.rawValue], actor, target.bytes), []) }
         var entries: [[UInt8]: [UInt8]] = [:]
         for (user, ids) in live { entries[Table.edge.key([cls.rawValue], target.bytes, user.bytes)] = ids.sorted().flatMap(\.bytes) }

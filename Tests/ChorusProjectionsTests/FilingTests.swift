@@ -27,6 +27,18 @@ struct FilingTests {
         return map
     }
 
+    /// Every entry `table` holds.
+    static func contents(of table: Database, in env: Environment) throws -> [[UInt8]: [UInt8]] {
+        try env.read { txn in
+            var map: [[UInt8]: [UInt8]] = [:]
+            try txn.scan(table) { k, v in
+                map[k] = v
+                return true
+            }
+            return map
+        }
+    }
+
     static func entries(_ run: SortedEntries, in env: Environment, scratch db: Database) throws -> [(key: [UInt8], value: [UInt8])] {
         // Read back through a scratch database: the runs' own order.
         try env.write { txn in try txn.clear(db) }
@@ -62,14 +74,7 @@ struct FilingTests {
             // The first merge appends (MDB_APPEND fails on a key out of order).
             try SortedEntries.writeMerged(first, to: table, in: env, append: true, chunk: rng.int(1...20))
             try SortedEntries.writeMerged(second, to: table, in: env, append: false, chunk: rng.int(1...20))
-            let stored: [[UInt8]: [UInt8]] = try env.read { txn in
-                var map: [[UInt8]: [UInt8]] = [:]
-                try txn.scan(table) { k, v in
-                    map[k] = v
-                    return true
-                }
-                return map
-            }
+            let stored = try Self.contents(of: table, in: env)
             let expected = Self.expected(firstEntries + secondEntries)
             let wrong = Set(stored.keys).union(expected.keys).filter { stored[$0] != expected[$0] }
             #expect(wrong.isEmpty, "\(wrong.count) keys differ from repeated puts, e.g. \(wrong.first.map { "\($0): \(stored[$0] ?? []) instead of \(expected[$0] ?? [])" } ?? "")")
@@ -97,14 +102,7 @@ struct FilingTests {
         let start = env.mapSize
         try SortedEntries.writeMerged(runs, to: table, in: env, append: true, chunk: 5_000)
         #expect(env.mapSize > start)  // grown: a transaction was run again
-        let stored: [[UInt8]: [UInt8]] = try env.read { txn in
-            var map: [[UInt8]: [UInt8]] = [:]
-            try txn.scan(table) { k, v in
-                map[k] = v
-                return true
-            }
-            return map
-        }
+        let stored = try Self.contents(of: table, in: env)
         let wrong = expected.keys.filter { stored[$0] != expected[$0] }.count
         #expect(stored.count == expected.count && wrong == 0, "\(stored.count) entries stored of \(expected.count), \(wrong) missing or different")
     }

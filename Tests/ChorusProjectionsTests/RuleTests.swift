@@ -406,4 +406,26 @@ struct RuleTests {
             #expect(try r.projections.balance(of: alice.key).total == 50)
         }
     }
+
+    /// Follows and pictures are folded off the write transaction in a
+    /// rebuild, and read device bindings (Specs/projections.md §9.2). With no
+    /// class between the devices and them holding facts, the rebuild must
+    /// still fold them after the bindings are committed.
+    @Test func aRebuildFoldsDeviceEventsAsTheirUserWithNothingFiledBetween() throws {
+        for withPicture in [false, true] {
+            let s = Scenario()
+            let alice = try s.person()
+            let bob = try s.person()
+            var events = alice.bindings + bob.bindings
+            events.append(try alice.d1.sign(.followAdded, bob.key, hlc: Scenario.at(10)))
+            if withPicture { events.append(try s.picture(alice.d2, at: 11).event) }
+            let r = try s.fold(events)
+            let digest = try r.digest()
+            #expect(try r.projections.following(alice.key) == [bob.key])
+            try r.projections.rebuild(part: 1)
+            #expect(try r.digest() == digest)
+            #expect(try r.projections.following(alice.key) == [bob.key])
+            if withPicture { #expect(try r.projections.pictures(of: alice.key).count == 1) }
+        }
+    }
 }
