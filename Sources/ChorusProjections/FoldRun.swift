@@ -66,11 +66,11 @@ struct FoldRun {
     /// writes them in key order at the end: message ids are random, their
     /// state keys are not (`writeBuffered`).
     var bufferedState: SortedEntries? = nil
-    /// A bulk fold of held messages run off the write transaction, on a
-    /// read transaction beside the other parts of its slice
-    /// (`Projections.foldedMessages`): its no-effect decisions, by event,
-    /// collected here, its state entries in `bufferedState`; the caller
-    /// writes both. Nil in every other fold.
+    /// A bulk fold run off the write transaction, on a read transaction
+    /// beside the other parts of its slice (`Projections.foldedInParts`:
+    /// held messages, pictures, follows, likes, blocks): its no-effect
+    /// decisions, by event, collected here, its state entries in
+    /// `bufferedState`; the caller writes both. Nil in every other fold.
     var bufferedDecisions: [EventID: [UInt8]]? = nil
     /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
     var preloaded: PreloadedPayloads? = nil
