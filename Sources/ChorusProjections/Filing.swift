@@ -1,4 +1,5 @@
 import ChorusStorage
+import HeapModule
 import Foundation
 
 /// Where filing an event (`Projections.file`) writes its `facts` and
@@ -124,78 +125,54 @@ extension SortedEntries {
     /// where runs share a key, the last run's value wins (it was filed
     /// later, as repeated puts would leave it). `chunk` entries go in one
     /// write transaction; with `append`, as LMDB appends. The runs are
-    /// merged through a binary heap (a rebuild merges a few runs for each
-    /// slice of the log it filed).
+    /// merged through a heap (a rebuild merges a few runs for each slice of
+    /// the log it filed).
     static func writeMerged(
         _ runs: [SortedEntries], to db: Database, in env: Environment, append: Bool, chunk: Int = 100_000
     ) throws {
         let runs = runs.filter { $0.count > 0 }
         try withBytes(of: runs[...], []) { buffers in
-            /// The merge's state: each run's next entry, and the runs not
-            /// yet written out, as a heap ordered by (next key, run).
+            /// A run's next entry, ordered by key, then by run: among equal
+            /// keys the last run's entry comes out last.
+            struct Next: Comparable {
+                let run: Int
+                let head: UInt64
+                let key: UnsafeRawBufferPointer
+                static func == (a: Next, b: Next) -> Bool { a.run == b.run }
+                static func < (a: Next, b: Next) -> Bool {
+                    let c = a.head != b.head ? (a.head < b.head ? -1 : 1) : compare(a.key, b.key)
+                    return c != 0 ? c < 0 : a.run < b.run
+                }
+                func sameKey(_ other: Next) -> Bool { head == other.head && compare(key, other.key) == 0 }
+            }
+            /// The merge's state: each run's position, and the next entry of
+            /// every run not yet written out.
             struct Merge {
                 var positions: [Int]
-                var heap: [Int]
+                var heap = Heap<Next>()
             }
-            func key(_ run: Int, _ m: Merge) -> UnsafeRawBufferPointer {
-                let r = runs[run].records[m.positions[run]]
-                return UnsafeRawBufferPointer(rebasing: buffers[run][r.offset..<(r.offset + Int(r.keyCount))])
-            }
-            func order(_ a: Int, _ b: Int, _ m: Merge) -> Int {
-                let x = runs[a].records[m.positions[a]].head, y = runs[b].records[m.positions[b]].head
-                if x != y { return x < y ? -1 : 1 }
-                return compare(key(a, m), key(b, m))
-            }
-            func precedes(_ a: Int, _ b: Int, _ m: Merge) -> Bool {
-                let c = order(a, b, m)
-                return c != 0 ? c < 0 : a < b
-            }
-            func push(_ run: Int, _ m: inout Merge) {
-                m.heap.append(run)
-                var i = m.heap.count - 1
-                while i > 0 {
-                    let parent = (i - 1) / 2
-                    guard precedes(m.heap[i], m.heap[parent], m) else { break }
-                    m.heap.swapAt(i, parent)
-                    i = parent
-                }
-            }
-            func popFirst(_ m: inout Merge) -> Int? {
-                guard let first = m.heap.first else { return nil }
-                let last = m.heap.removeLast()
-                if !m.heap.isEmpty {
-                    m.heap[0] = last
-                    var i = 0
-                    while true {
-                        let l = 2 * i + 1, r = l + 1
-                        var least = i
-                        if l < m.heap.count, precedes(m.heap[l], m.heap[least], m) { least = l }
-                        if r < m.heap.count, precedes(m.heap[r], m.heap[least], m) { least = r }
-                        if least == i { break }
-                        m.heap.swapAt(i, least)
-                        i = least
-                    }
-                }
-                return first
-            }
-            /// Moves `run` past its next entry, back into the heap unless it is done.
-            func advance(_ run: Int, _ m: inout Merge) {
-                m.positions[run] += 1
-                if m.positions[run] < runs[run].records.count { push(run, &m) }
+            func record(_ run: Int, _ m: Merge) -> Record { runs[run].records[m.positions[run]] }
+            /// Puts `run`'s entry at its position into the heap, unless the run is done.
+            func enter(_ run: Int, _ m: inout Merge) {
+                guard m.positions[run] < runs[run].records.count else { return }
+                let r = record(run, m)
+                let key = UnsafeRawBufferPointer(rebasing: buffers[run][r.offset..<(r.offset + Int(r.keyCount))])
+                m.heap.insert(Next(run: run, head: r.head, key: key))
             }
             /// The run holding the next entry to write (the smallest key;
             /// among equal keys, the last run), every other run holding
             /// that key moved past it; nil when all are written.
             func next(_ m: inout Merge) -> Int? {
-                guard var winner = popFirst(&m) else { return nil }
-                while let top = m.heap.first, order(top, winner, m) == 0, let later = popFirst(&m) {
-                    advance(winner, &m)
+                guard var winner = m.heap.popMin() else { return nil }
+                while let top = m.heap.min, top.sameKey(winner), let later = m.heap.popMin() {
+                    m.positions[winner.run] += 1
+                    enter(winner.run, &m)
                     winner = later
                 }
-                return winner
+                return winner.run
             }
-            var merge = Merge(positions: [Int](repeating: 0, count: runs.count), heap: [])
-            for run in runs.indices { push(run, &merge) }
+            var merge = Merge(positions: [Int](repeating: 0, count: runs.count))
+            for run in runs.indices { enter(run, &merge) }
             var done = false
             while !done {
                 // The body runs again from the same point if the map grows
@@ -208,13 +185,14 @@ extension SortedEntries {
                             done = true
                             return
                         }
-                        let r = runs[run].records[merge.positions[run]]
+                        let r = record(run, merge)
                         let raw = buffers[run]
                         let k = UnsafeRawBufferPointer(rebasing: raw[r.offset..<(r.offset + Int(r.keyCount))])
                         let v = UnsafeRawBufferPointer(
                             rebasing: raw[(r.offset + Int(r.keyCount))..<(r.offset + Int(r.keyCount) + Int(r.valueCount))])
                         try txn.put(db, k, v, append: append)
-                        advance(run, &merge)
+                        merge.positions[run] += 1
+                        enter(run, &merge)
                     }
                 }
             }
