@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Synchronization
 
 /// Runs a sequence of steps in two stages that overlap: while `consume`
@@ -26,20 +27,26 @@ public func pipelined<Step: Sendable, Output: Sendable>(
     }
 }
 
-/// Work started on a global queue at once, whose result (or error) is
+/// Work started at once on a thread of its own, whose result (or error) is
 /// waited for later: for independent stages that can overlap (a replay
 /// verification checks the feeds while the copy of the log is folded).
 /// Waiting more than once returns the same result.
+///
+/// Not a global dispatch queue: libdispatch counts a worker blocked in a
+/// wait (a stage waiting for the one before it) as busy, so with as many
+/// such stages as cores, the next one did not start for seconds.
 public final class Background<T: Sendable>: Sendable {
     private let result = Mutex<Result<T, any Error>?>(nil)
     private let done = DispatchSemaphore(value: 0)
 
     public init(_ work: @escaping @Sendable () throws -> T) {
-        DispatchQueue.global().async { [self] in
+        let thread = Thread { [self] in
             let r = Result { try work() }
             result.withLock { $0 = r }
             done.signal()
         }
+        thread.stackSize = 8 << 20  // a fold recurses through CBOR; Darwin gives secondary threads 512 KiB
+        thread.start()
     }
 
     /// Blocks until the work has finished; returns its result or rethrows

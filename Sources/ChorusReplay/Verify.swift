@@ -52,11 +52,18 @@ extension ReplayStore {
         let scratch = try ScratchDirectory(room: try env.pageUse().inUse + (64 << 20))
         defer { withExtendedLifetime(scratch) {} }  // removed only once the copies are no longer read
         // The live projections' digest is taken in the snapshot copied, so
-        // events a node appends meanwhile change neither.
-        var liveDigest: Hash32? = nil
-        let copy = try copyLog(to: scratch.path + "/tables") { snapshot in liveDigest = try projections.digest(in: snapshot) }
+        // events a node appends meanwhile change neither. The copy is taken
+        // on another thread too: the checks below need none of it, and
+        // starting them at once keeps both cores busy from the start.
+        let copied = Background { [self] in
+            let projections = self.projections
+            var liveDigest: Hash32? = nil
+            let copy = try copyLog(to: scratch.path + "/tables") { snapshot in liveDigest = try projections.digest(in: snapshot) }
+            return (copy: copy, liveDigest: liveDigest)
+        }
         let folded = ProgressCount()
-        let fold = Background { [copy] in
+        let fold = Background {
+            let copy = try copied.wait().copy
             try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
             return try copy.projections.digest()
         }
@@ -109,7 +116,9 @@ extension ReplayStore {
             throw error
         }
         let checked: VerifyReport
+        let copy: ReplayStore
         do {
+            (copy, report.liveDigest) = try copied.wait()
             for problem in try feeds.finish(log) {
                 report.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
             }
@@ -124,7 +133,6 @@ extension ReplayStore {
         report.forks = checked.forks
         report.blobs = checked.blobs
         report.findings += checked.findings
-        report.liveDigest = liveDigest
 
         // 6. The projections folded from the log. A log whose records cannot
         // all be read, or do not all fit their feeds, is copied again event
