@@ -207,12 +207,18 @@ struct FaultTests {
         #expect(await client.ingest(events: mine).accepted == mine.count)
 
         // First sync: the server process dies after acknowledging 3 batches.
+        // A window of 4 frames keeps the server from holding more than a few
+        // frames beyond those when the kill lands, however fast it commits
+        // (with the default 64 frames all 24 could be stored by then).
         let (server, port) = try await ChorusProcess.serve(store: serverPath)
         let tracker = AckTracker(killAfterAckedFrames: 3) { server.kill() }
         let connection = try await SecureConnection.connect(
             host: "127.0.0.1", port: port, configuration: try SyncNetwork.configuration(for: client))
+        var options = SyncOptions()
+        options.window = 4
         let session = try SyncSession(
-            node: client, transport: TrackingTransport(inner: connection, tracker: tracker), peers: try PeerStore(env: client.log.env))
+            node: client, transport: TrackingTransport(inner: connection, tracker: tracker), options: options,
+            peers: try PeerStore(env: client.log.env))
         let first: Result<SyncReport, any Error> = try await bounded(.seconds(60), "first sync") {
             do { return .success(try await session.run()) } catch { return .failure(error) }
         }
