@@ -211,14 +211,43 @@ public struct Projections: Sendable {
         // between hold no facts) is still being written.
         let afterDevices = (order.firstIndex(of: .device) ?? -1) + 1
         try foldClasses(order[..<afterDevices])
-        try foldClasses(order[afterDevices..<messageAt])
+        // The coin ledger reads only device bindings, and no other class
+        // reads it, so it is folded beside them on a thread of its own, in
+        // write transactions of its own: its fold is one walk on one core,
+        // which at the end of the rebuild overlapped nothing.
+        let alone = Background { [self] in try foldAlone(.coins, sliceSize: sliceSize) }
+        defer { _ = try? alone.wait() }  // nothing writes after a rebuild returns or throws
+        func beside(_ classes: ArraySlice<ObjectClass>) -> ArraySlice<ObjectClass> { classes.filter { $0 != .coins }[...] }
+        try foldClasses(beside(order[afterDevices..<messageAt]))
         if messageAt < order.count {
             try foldMessagesInBulk(sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
-            try foldClasses(order[(messageAt + 1)...])
+            try foldClasses(beside(order[(messageAt + 1)...]))
         }
+        foldedMore(try alone.wait())
+        if isCancelled?() == true { throw CancellationError() }
         try log.env.write { txn in try purge(deletedPictures: deleted.pictures, messages: deleted.messages, in: txn) }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
         progress?(total, total)
+    }
+
+    /// Folds every object of `cls` in bulk, slice after slice, each in a
+    /// write transaction (a rebuild's coin ledger, beside the other
+    /// classes); returns how many facts it folded. For a class that no other
+    /// reads, whose fold deletes no picture or message.
+    func foldAlone(_ cls: ObjectClass, sliceSize: Int) throws -> Int {
+        var facts = 0
+        var cursor: SliceCursor? = SliceCursor(cls: cls, after: nil)
+        while let current = cursor, let (slice, next) = try objectSlice(current, limit: sliceSize) {
+            try log.env.write { txn in
+                var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+                run.preloaded = slice.preloaded
+                run.bulkFacts = (slice.cls, slice.loaded)
+                try run.foldInBulk(slice.cls, slice.objects)
+            }
+            facts += slice.facts
+            cursor = next
+        }
+        return facts
     }
 
     /// The filing pass of a rebuild (Specs/projections.md §9.2): reads the
