@@ -83,7 +83,7 @@ enum ObjectClass: UInt8, CaseIterable {
         case .reads: 9
         case .chatKeys: 10  // reads memberships and device bindings
         case .message: 11  // reads memberships and epochs
-        case .coins: 12  // reads device bindings; last, as in every run
+        case .coins: 12  // reads only device bindings; a rebuild folds it beside the others (§9.2)
         }
     }
 
