@@ -551,6 +551,10 @@ public struct Projections: Sendable {
         let folded: [FoldedPart]?
     }
 
+    /// The classes a rebuild folds in parts off the write transaction, as it
+    /// reads their slices (`objectSlice`).
+    static let foldedOffTheWriteTransaction: Set<ObjectClass> = [.profile, .picture, .follow, .like, .block, .slots]
+
     /// The slice of `cls` after `cursor` and the cursor of the next (nil
     /// after the last), or nil when none is left.
     func objectSlice(_ cursor: SliceCursor, limit: Int, part: Int? = nil) throws -> (output: ObjectSlice, next: SliceCursor?)? {
@@ -566,18 +570,25 @@ public struct Projections: Sendable {
             }
             return out
         }
-        // Pictures, follows, likes and blocks are folded here, in parts on
-        // all cores, off the write transaction: an object's fold reads only
-        // its own facts (in hand) and device bindings, and writes only the
-        // object's own entries (§6.3, §6.4, §9.2). Device bindings are
-        // committed: the rebuild folds them before any other class.
+        // Profiles, pictures, follows, likes, blocks and lock slots are
+        // folded here, in parts on all cores, off the write transaction: an
+        // object's fold reads only its own facts (in hand) and device
+        // bindings, and writes only the object's own entries (§6.2–§6.4,
+        // §6.8, §9.2). Device bindings are committed: the rebuild folds them
+        // before any other class.
         var folded: [FoldedPart]? = nil
-        if let part, cls == .picture || cls == .follow || cls == .like || cls == .block {
+        if let part, Self.foldedOffTheWriteTransaction.contains(cls) {
             folded = try foldedInParts(objects, part: part) { run, objects, _ in
                 run.preloaded = preloaded
                 run.bulkFacts = (cls, loaded)
                 for object in objects {
-                    if cls == .picture { try run.foldPicture(object) } else { try run.foldRelationship(cls, object) }
+                    switch cls {
+                    case .profile: try run.foldProfile(object)
+                    case .picture: try run.foldPicture(object)
+                    case .slots: try run.foldSlots(object)
+                    case .follow, .like, .block: try run.foldRelationship(cls, object)
+                    default: throw ProjectionError.corrupt("no fold off the write transaction for class \(cls)")
+                    }
                 }
             }
         }
