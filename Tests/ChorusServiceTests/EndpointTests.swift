@@ -172,7 +172,8 @@ struct EndpointTests {
         let before = try await cli(["query", "digest", "--json", "--store", alice])
         for (client, what) in [
             (APIClient(.tcp(host: "127.0.0.1", port: tcpPort)), "no token"),
-            (APIClient(.tcp(host: "127.0.0.1", port: tcpPort), token: String(token.dropLast()) + "0"), "a wrong token"),
+            // Its last character changed: a token ending in "0" once came out unchanged here.
+            (APIClient(.tcp(host: "127.0.0.1", port: tcpPort), token: String(token.dropLast()) + (token.hasSuffix("0") ? "1" : "0")), "a wrong token"),
         ] {
             for route in CommandRoute.all {
                 let path = route.path.replacingOccurrences(of: #"\{[a-z]+\}"#, with: String(repeating: "ab", count: 32), options: .regularExpression)
