@@ -68,7 +68,7 @@ struct FoldRun {
     var bufferedState: SortedEntries? = nil
     /// A bulk fold run off the write transaction, on a read transaction
     /// beside the other parts of its slice (`Projections.foldedInParts`:
-    /// held messages, pictures, follows, likes, blocks): its no-effect
+    /// held messages and the classes `foldOffTheWriteTransaction` names): its no-effect
     /// decisions, by event, collected here, its state entries in
     /// `bufferedState`; the caller writes both. Nil in every other fold.
     var bufferedDecisions: [EventID: [UInt8]]? = nil

@@ -137,10 +137,11 @@ public struct Projections: Sendable {
     /// cancelled rebuild throws `CancellationError` and leaves the state
     /// marked stale (the built marker is written last), so the next open
     /// rebuilds again. `progress` counts events filed, then objects folded.
-    /// Filing, and the folds run off the write transaction (messages,
-    /// follows, likes, blocks), split each slice into parts, one core each,
-    /// of at least `part` events or objects (nil: 4,096 and 256; tests pass
-    /// a few, to have several parts in a small log).
+    /// Filing, and the folds run off the write transaction (held messages
+    /// and the classes `foldOffTheWriteTransaction` names), split each
+    /// slice into parts, one core each, of at least `part` events or
+    /// objects (nil: 4,096 and 256; tests pass a few, to have several parts
+    /// in a small log).
     public func rebuild(
         sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, part: Int? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
