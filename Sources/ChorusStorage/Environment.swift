@@ -244,7 +244,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// Doubles the map before a write transaction once the file's pages
-    /// reach half of it (Specs/storage.md §5.1). Growing only on
+    /// reach half of it (Specs/storage.md §2). Growing only on
     /// `MDB_MAP_FULL` aborts the transaction and runs it again, and in a
     /// growing store that transaction is a large group commit: at 200,000
     /// events one such run was a fifth of the writer's work.
