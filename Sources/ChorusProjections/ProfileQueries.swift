@@ -103,6 +103,21 @@ extension Projections {
         return out.sorted { ($0.addedHLC, $0.device) < ($1.addedHLC, $1.device) }
     }
 
+    /// Of `keys`, those that have bound a device (user keys: Table.userDevice
+    /// holds every device a key ever bound), read in one transaction.
+    public func bindingDevices(among keys: some Sequence<PublicKey>) throws -> Set<PublicKey> {
+        try log.env.read { txn in
+            var binders: Set<PublicKey> = []
+            for key in keys where !binders.contains(key) {
+                try txn.scan(state, prefix: Table.userDevice.key(key.bytes)) { _, _ in
+                    binders.insert(key)
+                    return false
+                }
+            }
+            return binders
+        }
+    }
+
     /// The user a key acts for now (itself unless it is a bound device).
     public func user(of key: PublicKey) throws -> PublicKey {
         try log.env.read { txn in

@@ -151,7 +151,7 @@ extension SyncSession {
                     for w in plan.wants { peerKnown[w.author] = w.seq }
                     send(.sketchResult(result))
                     if !plan.pushes.isEmpty {
-                        try queue(.push(plan.pushes), items: plan.pushes.count)
+                        try queue(.push(try bindersFirst(plan.pushes)), items: plan.pushes.count)
                         try queue(.pushEnd, items: 1)
                     }
                     report.sketched = true

@@ -86,6 +86,16 @@ extension SyncSession {
         }
     }
 
+    /// `ranges` with the feeds of keys that bind devices first, each group
+    /// in the order requested (Specs/sync.md §4.3): a receiver then folds a
+    /// device's events for its user once, instead of deciding them without
+    /// the binding and again when it arrives.
+    func bindersFirst(_ ranges: [FeedRange]) throws -> [FeedRange] {
+        let binders = try node.projections.bindingDevices(among: ranges.lazy.map(\.author))
+        guard !binders.isEmpty else { return ranges }
+        return ranges.filter { binders.contains($0.author) } + ranges.filter { !binders.contains($0.author) }
+    }
+
     func flushBatch() async throws {
         guard let frame = serving.flush() else { return }
         try await sendEvents(frame)

@@ -74,6 +74,8 @@ public actor SyncSession {
     let serveJobs: AsyncStream<ServeJob>.Continuation
     let serveStream: AsyncStream<ServeJob>
     var serving: ServeState
+    /// Ranges of the peer's `want` messages since its last `wantEnd`.
+    var wanted: [FeedRange] = []
     var creditWaiter: CheckedContinuation<Void, any Error>? = nil
     /// The highest seq per author the peer is known to hold (from its
     /// announcements and what was sent), so live announcements skip them.
@@ -251,8 +253,13 @@ public actor SyncSession {
             for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
             signal(.announced(position))
         case .want(let ranges):
-            try queue(.ranges(ranges), items: ranges.count)
+            // Served together at `wantEnd`, in the order §4.3 gives.
+            try serving.queue(ranges.count)
+            wanted += ranges
         case .wantEnd:
+            let ranges = try bindersFirst(wanted)
+            wanted = []
+            serveJobs.yield(.ranges(ranges))
             try queue(.eventsEnd, items: 1)
         case .blobWant(let hashes):
             guard peerHello?.capabilities.contains(.blobs) == true, options.blobs else {

@@ -43,6 +43,42 @@ struct SyncSessionTests {
         await b.close()
     }
 
+    /// Specs/sync.md §4.3: the server serves the feeds of keys that bind
+    /// devices before the others, whatever order they were asked in. The
+    /// device's key sorts before its user's, so its feed is asked for
+    /// first, and its 1,500 events span three frames. With sketches the
+    /// events are pushed (§4.2.2); without, they are asked for.
+    @Test("a server serves the feeds that bind devices first, so a device's binding arrives before its events", arguments: [true, false])
+    func bindersServedFirst(sketch: Bool) async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        var attempt = 0
+        var a = try await makeNode(dir, "a0", network: net)
+        while !(a.identity.device.raw < a.identity.user.raw) {
+            await a.close()
+            attempt += 1
+            a = try await makeNode(dir, "a\(attempt)", network: net)
+        }
+        let b = try await makeNode(dir, "b", network: net)
+        let items = (0..<1_500).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("bio \($0)")), object: a.identity.user.raw) }
+        try await a.appendBatch(items)
+
+        var options = SyncOptions()
+        options.sketch = sketch
+        let (ra, rb) = try await syncPair(a, b, optionsA: options, optionsB: options)
+        #expect(ra.complete && rb.complete)
+        #expect(ra.sketched == sketch)
+        let binding = try #require(try b.feed(a.identity.user.raw).first { $0.event.kind == .deviceAdded })
+        let deviceEvents = try b.feed(a.identity.device.raw)
+        #expect(deviceEvents.count == 1_501)
+        let first = try #require(deviceEvents.map(\.arrival).min())
+        #expect(binding.arrival < first, "the binding arrived at \(binding.arrival), the device's first event at \(first)")
+        #expect(try digest(a) == digest(b))
+        await a.close()
+        await b.close()
+    }
+
     @Test("request skipping: a second sync of nodes in sync exchanges a handful of frames")
     func requestSkipping() async throws {
         let dir = SyncTempDir()

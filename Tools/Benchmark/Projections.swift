@@ -534,9 +534,14 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     Bench.note("  \(workload.count) events in \(workload.feeds.count) feeds, \(workload.chats.count) chats, \(workload.pictureIDs.count) pictures (\(String(format: "%.1f", generateSeconds)) s)")
     Bench.note("signing on \(cores) cores...")
     t0 = Bench.clock()
-    // Feed by feed in a shuffled order of feeds, as a sync delivers them.
+    // Feed by feed, as a sync delivers them (Specs/sync.md §4.3): the feeds
+    // of user keys, which bind the devices, first, then the others, each in
+    // a shuffled order (a server serves them in the order asked, ascending
+    // author, which is random).
     var rng = SeededRandom(seed: options.seed ^ 0x5EED)
-    let feedOrder = Array(workload.feeds.indices).shuffled(using: &rng)
+    let userFeeds = Set(workload.users.map(\.feed))
+    let shuffled = Array(workload.feeds.indices).shuffled(using: &rng)
+    let feedOrder = shuffled.filter { userFeeds.contains($0) } + shuffled.filter { !userFeeds.contains($0) }
     let jobs: [(key: SigningKey, event: UnsignedEvent)] = feedOrder.flatMap { f in
         workload.feeds[f].events.map { (workload.feeds[f].key, $0) }
     }
