@@ -108,13 +108,49 @@ extension SyncSession {
                 blobsRequested: report.blobsRequested, blobsReceived: report.blobsReceived, bytesReceived: report.bytesReceived))
     }
 
-    func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) async throws {
+    /// Takes one `blobData` frame. A frame that completes a blob is
+    /// acknowledged once the blob is durable, with the blobs completed
+    /// while the previous blob commit was being written; a chunk that does
+    /// not complete one is acknowledged at once, or with the frames before
+    /// it when those wait for a commit (a blob larger than the window must
+    /// not wait for its own acknowledgements).
+    func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) throws {
+        if let error = blobError { throw error }
         let limit = UInt64(node.options.maxBlobBytes)
-        guard let blob = try blobFetch.chunk(hash: hash, offset: offset, total: total, bytes: bytes, limit: limit) else { return }
-        do {
-            if try await node.storeReceivedBlob(blob, hash: hash) { report.blobsReceived += 1 }
-            reportProgress()
-        } catch { throw SyncError.local("could not store blob \(hash.short): \(error)") }
+        let blob = try blobFetch.chunk(hash: hash, offset: offset, total: total, bytes: bytes, limit: limit)
+        if blob == nil, blobTask == nil {
+            send(.ack(1))
+            return
+        }
+        if let blob { blobBuffer.blobs.append((hash, blob)) }
+        blobBuffer.frames += 1
+        if blobTask == nil { blobTask = Task { await self.drainBlobBuffer() } }
+    }
+
+    /// Stores buffered blobs until none are left, one commit for all that
+    /// arrived while the previous commit was written, acknowledging their
+    /// frames once durable.
+    func drainBlobBuffer() async {
+        while blobError == nil, blobBuffer.frames > 0 {
+            let batch = blobBuffer
+            blobBuffer = ([], 0)
+            do {
+                let stored = try await node.storeReceivedBlobs(batch.blobs)
+                report.blobsReceived += stored
+                lastProgress = .now
+                reportProgress()
+                send(.ack(UInt64(batch.frames)))
+            } catch {
+                blobError = SyncError.local("could not store \(batch.blobs.count) received blobs: \(error)")
+            }
+        }
+        blobTask = nil
+    }
+
+    /// Waits until every received blob is stored.
+    func finishBlobs() async throws {
+        if let task = blobTask { await task.value }
+        if let error = blobError { throw error }
     }
 
     /// Decodes envelopes on all cores (decoding checks canonical encoding,

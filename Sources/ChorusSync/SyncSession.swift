@@ -58,6 +58,13 @@ public actor SyncSession {
     var ingestBuffer: (events: [Event], refills: [Event], frames: Int) = ([], [], 0)
     var ingestTask: Task<Void, Never>? = nil
     var ingestError: (any Error)? = nil
+    /// Received blob frames waiting for the blob commit in flight: the
+    /// whole blobs among them, and how many frames their acknowledgement
+    /// covers. Like events, the blobs that arrive while one commit is
+    /// written share the next one (Specs/sync.md §4.4).
+    var blobBuffer: (blobs: [(hash: Hash32, bytes: [UInt8])], frames: Int) = ([], 0)
+    var blobTask: Task<Void, Never>? = nil
+    var blobError: (any Error)? = nil
     var outboxFrames = 0
     var outboxBytes = 0
     /// The most bytes ever queued for the network and not yet handed to it.
@@ -228,6 +235,7 @@ public actor SyncSession {
         // Everything but more events waits for the events before it to be
         // stored, so the rest of the protocol sees them committed.
         if case .events = message {} else { try await finishIngest() }
+        if case .blobData = message {} else { try await finishBlobs() }
         switch message {
         case .hello:
             throw SyncError.unexpected("a second hello")
@@ -301,8 +309,7 @@ public actor SyncSession {
                 signal(.eventsEnd)
             }
         case .blobData(let hash, let offset, let total, let bytes):
-            try await receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
-            send(.ack(1))
+            try receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
         case .blobMissing(let hash):
             try blobFetch.missing(hash)
             send(.ack(1))
@@ -397,6 +404,7 @@ public actor SyncSession {
         // failed or not: when `run` returns, the store holds all of them
         // (and the next session asks only for what follows).
         if let task = ingestTask { await task.value }
+        if let task = blobTask { await task.value }
         writer?.cancel()
         report.seconds = seconds
         if let firstError { throw firstError }

@@ -39,13 +39,41 @@ struct BlobResyncTests {
 
         // The relay fetches the bytes from the author: its blob serial moves,
         // so the reader asks again and gets them.
+        let commitsBefore = relay.writerStatistics.commits
         let (relayFetch, _) = try await syncPair(relay, author)
         #expect(relayFetch.blobsReceived == 1001)
+        // The blobs that arrive while one commit is written share the next
+        // (§4.4): far fewer commits than blobs (one each before).
+        let commits = relay.writerStatistics.commits - commitsBefore
+        #expect(commits <= 1001 / 4, "\(commits) commits for 1,001 blobs")
         let (third, _) = try await syncPair(reader, relay)
         #expect(third.blobsRequested == 1001)
         #expect(third.blobsReceived == 1001)
         let (fourth, _) = try await syncPair(reader, relay)
         #expect(fourth.blobsRequested == 0)
         for node in [author, relay, reader] { await node.close() }
+    }
+
+    /// A blob of more chunks than the window (64 frames of 64 KiB) travels:
+    /// the chunks before the last are acknowledged without waiting for the
+    /// blob's commit, which needs the last chunk (§4.4, §5).
+    @Test("a blob larger than the window arrives whole, beside small ones")
+    func blobLargerThanTheWindow() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        let big = pictureBytes(7, size: 5 << 20)
+        _ = try await a.addPicture(pictureBytes(8), mime: "image/jpeg")
+        _ = try await a.addPicture(big, mime: "image/jpeg")
+        _ = try await a.addPicture(pictureBytes(9), mime: "image/jpeg")
+        let (ra, rb) = try await syncPair(b, a)
+        #expect(ra.complete && rb.complete)
+        #expect(ra.blobsReceived == 3)
+        #expect(try b.blobs.read(pictureBytesHash(7, size: 5 << 20)) == big)
+        #expect(try digest(a) == digest(b))
+        await a.close()
+        await b.close()
     }
 }
