@@ -143,38 +143,36 @@ extension Projections {
         try log.env.read { txn in
             let blocked = Set(try targets(.block, of: viewer, in: txn))
             // A merge of the followed users' `picturesByTime` entries, newest
-            // first: one read for each followed user's newest picture, then
-            // one for each picture taken, however many pictures each has.
-            func newest(of user: PublicKey, below upper: [UInt8]?) throws -> FeedHead? {
-                var head: FeedHead? = nil
-                try txn.scanBackward(state, prefix: Table.picturesByTime.key(user.bytes), before: upper) { key, _ in
-                    head = FeedHead(
-                        hlc: HLC(rawValue: Codec.readU64(key[33..<41])), id: try Codec.b32(key.suffix(32), "picture id"), user: user, key: key)
-                    return false
+            // first: one search for each followed user's newest picture,
+            // then one step back in that user's walk for each picture taken.
+            return try txn.withBackwardWalks(state) { walks in
+                func head(_ key: [UInt8], walk: Int) throws -> FeedHead {
+                    FeedHead(hlc: HLC(rawValue: Codec.readU64(key[33..<41])), id: try Codec.b32(key.suffix(32), "picture id"), walk: walk)
                 }
-                return head
+                var heads = Heap<FeedHead>()
+                for followed in try targets(.follow, of: viewer, in: txn) where !blocked.contains(followed) {
+                    let upper = before.map { Table.picturesByTime.key(followed.bytes, Codec.u64($0.rawValue)) }
+                    if let (walk, key) = try walks.start(prefix: Table.picturesByTime.key(followed.bytes), before: upper) {
+                        heads.insert(try head(key, walk: walk))
+                    }
+                }
+                var out: [PictureView] = []
+                while out.count < limit, let top = heads.popMax() {
+                    if case .live(let view) = try lookup(top.id, in: txn) { out.append(view) }
+                    if let key = try walks.previous(top.walk) { heads.insert(try head(key, walk: top.walk)) }
+                }
+                return out
             }
-            var heads = Heap<FeedHead>()
-            for followed in try targets(.follow, of: viewer, in: txn) where !blocked.contains(followed) {
-                let upper = before.map { Table.picturesByTime.key(followed.bytes, Codec.u64($0.rawValue)) }
-                if let head = try newest(of: followed, below: upper) { heads.insert(head) }
-            }
-            var out: [PictureView] = []
-            while out.count < limit, let top = heads.popMax() {
-                if case .live(let view) = try lookup(top.id, in: txn) { out.append(view) }
-                if let next = try newest(of: top.user, below: top.key) { heads.insert(next) }
-            }
-            return out
         }
     }
 }
 
-/// A followed user's newest picture not yet taken into a feed page.
+/// A followed user's newest picture not yet taken into a feed page, and
+/// the walk over that user's pictures.
 private struct FeedHead: Comparable {
     let hlc: HLC
     let id: ObjectID
-    let user: PublicKey
-    let key: [UInt8]
+    let walk: Int
 
     static func < (a: FeedHead, b: FeedHead) -> Bool { (a.hlc, a.id) < (b.hlc, b.id) }
     static func == (a: FeedHead, b: FeedHead) -> Bool { a.hlc == b.hlc && a.id == b.id }

@@ -493,19 +493,29 @@ public struct Transaction {
     ) throws {
         let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        var rc = Self.seekNewest(cursor, prefix: prefix, before: before, &k, &v)
+        while rc == 0 {
+            let key = Self.copy(k)
+            guard key.starts(with: prefix) else { return }
+            if try !body(key, Self.copy(v)) { return }
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_PREV)
+        }
+        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+    }
+
+    /// Puts `cursor` on the newest key starting with `prefix` and below
+    /// `before` (if given), with `k` and `v` on its entry; `MDB_NOTFOUND`
+    /// when there is none.
+    static func seekNewest(_ cursor: OpaquePointer?, prefix: [UInt8], before: [UInt8]?, _ k: inout MDB_val, _ v: inout MDB_val) -> Int32 {
         // Start at the first key >= the upper bound, then step back once.
         var upper = before ?? prefix
         if before == nil {
             // The smallest key above every key with this prefix.
             while let last = upper.last, last == 0xFF { upper.removeLast() }
-            if upper.isEmpty {
-                upper = []
-            } else {
-                upper[upper.count - 1] += 1
-            }
+            if !upper.isEmpty { upper[upper.count - 1] += 1 }
         }
-        var k = MDB_val()
-        var v = MDB_val()
         var rc: Int32
         if upper.isEmpty {
             rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST)
@@ -518,16 +528,14 @@ public struct Transaction {
             rc = rc == MDB_NOTFOUND ? mdb_cursor_get(cursor, &k, &v, MDB_LAST) : mdb_cursor_get(cursor, &k, &v, MDB_PREV)
         }
         while rc == 0 {
-            let key = Self.copy(k)
+            let key = copy(k)
             if let before, !key.lexicographicallyPrecedes(before) {
                 rc = mdb_cursor_get(cursor, &k, &v, MDB_PREV)
                 continue
             }
-            guard key.starts(with: prefix) else { return }
-            if try !body(key, Self.copy(v)) { return }
-            rc = mdb_cursor_get(cursor, &k, &v, MDB_PREV)
+            return key.starts(with: prefix) ? 0 : MDB_NOTFOUND
         }
-        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+        return rc
     }
 
     /// Deletes every entry whose key starts with `prefix`; returns how many.
@@ -562,6 +570,67 @@ public struct Transaction {
     static func copy(_ v: MDB_val) -> [UInt8] {
         guard let data = v.mv_data, v.mv_size > 0 else { return [] }
         return Array(UnsafeRawBufferPointer(start: data, count: v.mv_size))
+    }
+
+    /// Runs `body` with a set of backward walks over `db`, each over the
+    /// keys with one prefix, newest first; every cursor is closed when
+    /// `body` returns. A merge of many ranges (a feed of followed users'
+    /// pictures) steps each walk back from where it stopped instead of
+    /// searching from the root again.
+    public func withBackwardWalks<T>(_ db: Database, _ body: (inout BackwardWalks) throws -> T) throws -> T {
+        var walks = BackwardWalks(txn: self, db: db)
+        defer { walks.closeAll() }
+        return try body(&walks)
+    }
+}
+
+/// Backward walks over key ranges of one database, inside one transaction
+/// (`Transaction.withBackwardWalks`).
+public struct BackwardWalks {
+    let txn: Transaction
+    let db: Database
+    private var cursors: [OpaquePointer] = []
+    private var prefixes: [[UInt8]] = []
+
+    init(txn: Transaction, db: Database) {
+        self.txn = txn
+        self.db = db
+    }
+
+    /// Starts a walk over the keys starting with `prefix` and below `before`
+    /// (all of them when nil); returns its number and its newest key, or nil
+    /// (and no walk) when there is none.
+    public mutating func start(prefix: [UInt8], before: [UInt8]? = nil) throws -> (walk: Int, key: [UInt8])? {
+        guard let cursor = try txn.openCursor(db.dbi) else { return nil }
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc = Transaction.seekNewest(cursor, prefix: prefix, before: before, &k, &v)
+        guard rc == 0 else {
+            mdb_cursor_close(cursor)
+            if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+            return nil
+        }
+        cursors.append(cursor)
+        prefixes.append(prefix)
+        return (cursors.count - 1, Transaction.copy(k))
+    }
+
+    /// The key before the one walk `walk` stands on, within its prefix; nil
+    /// at the start of its range.
+    public func previous(_ walk: Int) throws -> [UInt8]? {
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc = mdb_cursor_get(cursors[walk], &k, &v, MDB_PREV)
+        if rc == MDB_NOTFOUND { return nil }
+        try StorageError.check(rc, "mdb_cursor_get")
+        let key = Transaction.copy(k)
+        return key.starts(with: prefixes[walk]) ? key : nil
+    }
+
+    mutating func closeAll() {
+        for cursor in cursors { mdb_cursor_close(cursor) }
+        cursors = []
+        prefixes = []
     }
 }
 
