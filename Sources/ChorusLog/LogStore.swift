@@ -324,8 +324,11 @@ public struct LogStore: Sendable {
 
     /// Every event of `author`'s feed in sequence order, inside the caller's
     /// transaction, decoded without re-checking payloads (`Event.decodeStored`).
-    public func forEachEvent(of author: PublicKey, in txn: Transaction, _ body: (StoredEvent) throws -> Void) throws {
+    public func forEachEvent(
+        of author: PublicKey, in txn: Transaction, except skipped: Set<UInt64> = [], _ body: (StoredEvent) throws -> Void
+    ) throws {
         try scanFeed(author, fromSeq: 1, in: txn) { _, arrival in
+            if skipped.contains(arrival) { return true }
             try body(StoredEvent(event: try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival), arrival: arrival))
             return true
         }

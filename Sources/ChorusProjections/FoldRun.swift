@@ -42,6 +42,9 @@ struct FoldRun {
     var newEvents: Set<EventID> = []
     /// ...unless this run recorded one for them.
     var decidedNoEffect: Set<EventID> = []
+    /// The arrival positions of the events this run files: a device whose
+    /// binding changes need not read them back (`deviceChanged`).
+    var newArrivals: Set<UInt64> = []
     /// The `message.sent` events of this run's messages, by message id:
     /// new ones as filed (not read back from the log), and those a bulk
     /// fold read ahead. A message's send is not a fact (§9.1).

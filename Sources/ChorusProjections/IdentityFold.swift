@@ -74,10 +74,13 @@ extension FoldRun {
     /// another user, or stop acting at another time.
     mutating func deviceChanged(_ device: Bytes32) throws {
         // Everything the device signed: its feed (no index of its own, so
-        // an event costs no extra write for this rare case).
+        // an event costs no extra write for this rare case). Its events in
+        // this run are filed and marked already (`Projections.file`) and
+        // are decided after the bindings, so they are not read again: a
+        // first sync brings a binding and its device's events together.
         var touched: [(ObjectClass, Bytes32)] = []
         var sends: [Fact] = []
-        try p.log.forEachEvent(of: device, in: txn) { stored in
+        try p.log.forEachEvent(of: device, in: txn, except: newArrivals) { stored in
             for (cls, object) in ObjectClass.targets(of: stored.event) where cls != .device && cls != .coins { touched.append((cls, object)) }
             // A send is not a fact (§9.1): its message folds from the event in hand.
             if stored.event.kind == .messageSent { sends.append(Fact(stored)) }

@@ -56,6 +56,7 @@ public struct Projections: Sendable {
         for stored in events {
             try file(stored, into: &sink, run: &run)
             run?.newEvents.insert(stored.event.id)
+            run?.newArrivals.insert(stored.arrival)
         }
         guard var run else { return Purges() }
         try run.execute()
