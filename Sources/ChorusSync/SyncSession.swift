@@ -147,7 +147,7 @@ public actor SyncSession {
                     try await transport.send(frame)
                     await self?.sent(frame.count)
                 } catch {
-                    await self?.writeFailed()
+                    await self?.writeFailed(error)
                     return
                 }
             }
@@ -171,10 +171,12 @@ public actor SyncSession {
 
     /// The connection refused a frame: after completion (live mode) that is
     /// the peer closing, the normal end of a live session (§4.6); before, a
-    /// cut connection.
-    func writeFailed() {
+    /// cut connection, or the transport's own error when it failed first (an
+    /// oversized frame from the peer seen by the reader while this frame went
+    /// out is the peer's fault, not a closed connection).
+    func writeFailed(_ error: any Error) {
         guard report.complete else {
-            fail(.connectionClosed)
+            fail(SyncError.fromTransport(error))
             return
         }
         closing = true

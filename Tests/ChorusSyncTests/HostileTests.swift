@@ -155,6 +155,45 @@ struct HostileTests {
         await peer.value
         await honest.close()
     }
+
+    @Test("an oversized frame the transport refuses while a frame goes out ends the session with frame_too_large, not a closed connection")
+    func oversizedFrameWhileSending() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let honest = try await makeNode(dir, "honest", network: testNetwork())
+        let transport = RefusedFrameTransport(peer: SigningKey.generate().publicKey)
+        let session = try SyncSession(node: honest, transport: transport)
+        await #expect {
+            _ = try await bounded(.seconds(30), "session") { try await session.run() }
+        } throws: { error in (error as? SyncError)?.code == "frame_too_large" && (error as? SyncError)?.isPeerFault == true }
+        await honest.close()
+    }
+}
+
+/// A transport whose reader has just refused the peer's oversized frame, as
+/// the TCP transport does: every send fails with that error, and a receive
+/// waits until the session closes the connection, then reports it. The
+/// session's writer therefore sees the failure first.
+actor RefusedFrameTransport: FrameTransport {
+    nonisolated let peer: PeerIdentity
+    private var closed = false
+    private var waiting: CheckedContinuation<Void, Never>?
+    private let error = SecureConnectionError.frameTooLarge(size: 2 << 20, limit: SyncLimits.maxFrameBytes)
+
+    init(peer: PublicKey) { self.peer = PeerIdentity(key: peer, address: "memory:refused") }
+
+    func send(_ frame: [UInt8]) async throws { throw error }
+
+    func receive() async throws -> [UInt8]? {
+        if !closed { await withCheckedContinuation { waiting = $0 } }
+        throw error
+    }
+
+    func close() async {
+        closed = true
+        waiting?.resume()
+        waiting = nil
+    }
 }
 
 final class LogLines: Sendable {
