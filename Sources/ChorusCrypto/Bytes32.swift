@@ -6,16 +6,24 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     @usableFromInline let storage: (UInt64, UInt64, UInt64, UInt64)
 
     /// The 32 bytes, in order; always exactly 32 long (a fresh array).
-    /// Inlinable, so the array is built where it is used: called across
-    /// modules unspecialised, it looked up the array's generic metadata on
-    /// every call (keys are built from ids constantly).
+    /// Inlinable, and built by `reserveCapacity` and `append`, which are
+    /// specialised where they are used: `Array(unsafeUninitializedCapacity:)`
+    /// and `Array(repeating:count:)` call the standard library's unspecialised
+    /// allocator, which looks up the array's generic metadata on every call
+    /// (keys are built from ids constantly).
     @inlinable public var bytes: [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: 32) { buffer, count in
-            Swift.withUnsafeBytes(of: storage) { raw in
-                UnsafeMutableRawBufferPointer(buffer).copyMemory(from: raw)
-            }
-            count = 32
-        }
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        Swift.withUnsafeBytes(of: storage) { out.append(contentsOf: $0) }
+        return out
+    }
+
+    /// 32 bytes written in place by `body` (a hash or key output), without
+    /// an intermediate array.
+    @inlinable public init(filling body: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        try Swift.withUnsafeMutableBytes(of: &words) { try body($0) }
+        storage = words
     }
 
     /// Calls `body` with the 32 bytes, without copying them into an array.

@@ -30,11 +30,11 @@ public enum Blake2b {
     /// BLAKE2b with a 32-byte output and no key (`crypto_generichash`).
     public static func hash256(_ data: [UInt8]) -> Hash32 {
         requireSodium()
-        var out = [UInt8](repeating: 0, count: 32)
-        data.withUnsafeBufferPointer { input in
-            _ = crypto_generichash(&out, 32, input.baseAddress, UInt64(input.count), nil, 0)
+        return Bytes32.written { out in
+            data.withUnsafeBufferPointer { input in
+                _ = crypto_generichash(out, 32, input.baseAddress, UInt64(input.count), nil, 0)
+            }
         }
-        return Bytes32(unchecked: out)
     }
 
     /// Hashes the concatenation of several parts without copying them together.
@@ -50,9 +50,7 @@ public enum Blake2b {
                 _ = crypto_generichash_update(state, p.baseAddress, UInt64(p.count))
             }
         }
-        var out = [UInt8](repeating: 0, count: 32)
-        crypto_generichash_final(state, &out, 32)
-        return Bytes32(unchecked: out)
+        return Bytes32.written { out in _ = crypto_generichash_final(state, out, 32) }
     }
 }
 
@@ -143,9 +141,17 @@ extension Blake2b {
         public func finish() -> Hash32 {
             precondition(!finished, "hasher already finished")
             finished = true
-            var out = [UInt8](repeating: 0, count: 32)
-            crypto_generichash_final(OpaquePointer(raw), &out, 32)
-            return Bytes32(unchecked: out)
+            return Bytes32.written { out in _ = crypto_generichash_final(OpaquePointer(raw), out, 32) }
+        }
+    }
+}
+
+extension Bytes32 {
+    /// The 32 bytes a libsodium call writes through `out` (a hash output),
+    /// without an intermediate array.
+    static func written(by body: (UnsafeMutablePointer<UInt8>) -> Void) -> Bytes32 {
+        Bytes32 { raw in
+            if let base = raw.baseAddress { body(base.assumingMemoryBound(to: UInt8.self)) }
         }
     }
 }

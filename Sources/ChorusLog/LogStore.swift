@@ -495,7 +495,11 @@ public struct LogStore: Sendable {
     static func feedKey(_ author: PublicKey, _ seq: UInt64) -> [UInt8] { author.bytes + encodeU64(seq) }
 
     public static func encodeU64(_ n: UInt64) -> [UInt8] {
-        (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) }
+        // Not `Array(unsafeUninitializedCapacity:)`: see `Bytes32.bytes`.
+        var out: [UInt8] = []
+        out.reserveCapacity(8)
+        withUnsafeBytes(of: n.bigEndian) { out.append(contentsOf: $0) }
+        return out
     }
 
     public static func decodeU64(_ b: [UInt8], what: String) throws -> UInt64 {
