@@ -166,10 +166,16 @@ public struct CBORDecoder {
         case 2, 3:
             let n = try readArgument(info: info, start: start)
             guard n <= UInt64(end - offset) else { throw .lengthBeyondInput(offset: start) }
-            let body = Array(bytes[offset..<offset + Int(n)])
+            let body = bytes[offset..<offset + Int(n)]
             offset += Int(n)
-            if major == 2 { return .bytes(body) }
-            guard let text = String(validating: body, as: UTF8.self) else { throw .invalidUTF8(offset: start) }
+            if major == 2 { return .bytes(Array(body)) }
+            // Decoding repairs ill-formed UTF-8 (each bad sequence becomes
+            // U+FFFD, itself three bytes that differ from it), so the text
+            // is valid exactly when its UTF-8 is the input. Not
+            // `String(validating:as:)`: it is unspecialised, and looked up
+            // generic metadata twice for every text string decoded.
+            let text = String(decoding: body, as: UTF8.self)
+            guard text.utf8.elementsEqual(body) else { throw .invalidUTF8(offset: start) }
             return .text(text)
         case 4:
             let n = try readArgument(info: info, start: start)

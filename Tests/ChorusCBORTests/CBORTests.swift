@@ -88,6 +88,37 @@ struct CanonicalTests {
         }
     }
 
+    // Text strings are UTF-8 (RFC 8949 §3.1): every ill-formed sequence is
+    // refused, whatever its place in the string.
+    @Test("text that is not UTF-8 is refused", arguments: [
+        "61ff",  // a byte never used in UTF-8
+        "6180",  // a lone continuation byte
+        "61c3",  // truncated: a two-byte lead at the end
+        "6341e282",  // truncated three-byte sequence after a valid byte
+        "62c0af",  // overlong encoding of "/"
+        "63eda080",  // a UTF-16 surrogate (U+D800)
+        "64f4908080",  // beyond U+10FFFF
+        "6441c34142",  // a lead byte followed by an ASCII byte
+    ])
+    func invalidText(_ hex: String) {
+        do {
+            _ = try CBORDecoder.decode(hexBytes(hex))
+            Issue.record("accepted \(hex)")
+        } catch {
+            #expect(error.code == "invalid_utf8")
+            #expect(error.offset == 0)
+        }
+    }
+
+    @Test func textIsDecodedAsWritten() throws {
+        for text in ["", "a", "chat", "é", "€", "𝄞", "mixed ascii, é, € and 𝄞 in one string", String(repeating: "ü", count: 300)] {
+            let bytes = CBOREncoder.encode(.text(text))
+            #expect(try CBORDecoder.decode(bytes) == .text(text))
+        }
+        // EF BF BD is U+FFFD itself, valid as written.
+        #expect(try CBORDecoder.decode(hexBytes("63efbfbd")) == .text("\u{FFFD}"))
+    }
+
     @Test func shortestFormsAtEveryBoundary() throws {
         for n: UInt64 in [0, 23, 24, 255, 256, 65535, 65536, 0xffff_ffff, 0x1_0000_0000, .max] {
             let bytes = CBOREncoder.encode(.unsigned(n))
