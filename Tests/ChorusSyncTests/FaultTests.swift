@@ -292,7 +292,7 @@ struct FaultTests {
 
         // The stalled peer: hello, nothing to announce, a request for everything, then it never reads.
         let stalledKey = SigningKey.generate()
-        let stalled = try await bounded(.seconds(30), "connect") {
+        let stalled = try await bounded(.seconds(120), "connect") {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: peerConfiguration(net.networkKey, identity: stalledKey))
         }
@@ -314,7 +314,7 @@ struct FaultTests {
                 try? await Task.sleep(for: .milliseconds(50))
             }
         }
-        let report = try await bounded(.seconds(30), "honest sync") {
+        let report = try await bounded(.seconds(120), "honest sync") {
             try await SyncNetwork.sync(honest, host: "127.0.0.1", port: listener.port)
         }
         #expect(report.complete && report.eventsReceived >= events.count)
@@ -352,7 +352,7 @@ struct FaultTests {
 
         // A silent peer: handshake done, then nothing at all (holds its session open).
         let silentKey = SigningKey.generate()
-        let silent = try await bounded(.seconds(30), "connect") {
+        let silent = try await bounded(.seconds(120), "connect") {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: silentKey))
         }
@@ -362,7 +362,7 @@ struct FaultTests {
         #expect(try await eventually(.seconds(30)) { server.activeSessions == 1 }, "the silent peer's session never started: \(lines.all)")
         // An oversized frame after the hello (the sender's own limit allows it, the server's does not).
         let bigKey = SigningKey.generate()
-        let big = try await bounded(.seconds(30), "connect") {
+        let big = try await bounded(.seconds(120), "connect") {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: bigKey, maxFrameSize: 4 << 20))
         }
@@ -371,7 +371,7 @@ struct FaultTests {
         try? await big.send([UInt8](repeating: 0x41, count: 2 << 20))
         // Random bytes on the socket after the handshake and the hello.
         let garbageKey = SigningKey.generate()
-        let garbage = try await bounded(.seconds(30), "connect") {
+        let garbage = try await bounded(.seconds(120), "connect") {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: garbageKey))
         }

@@ -111,7 +111,7 @@ struct HostileTests {
         await hostile2.value
         // A refused peer is turned away at once.
         let (th3, tx3) = MemoryTransport.pair(honest.identity.device.raw, hostileKey)
-        #expect(try await bounded(.seconds(30), "refused session") { await server.serve(th3) } == nil)
+        #expect(try await bounded(.seconds(120), "refused session") { await server.serve(th3) } == nil)
         let refusal = try await tx3.receive().map { try SyncMessage.decode($0) }
         #expect(refusal == .error(code: "peer_refused", message: "refused for now: bad_event"))
         await honest.close()
@@ -150,7 +150,7 @@ struct HostileTests {
             while (try? await tx.receive()) != nil {}
         }
         await #expect {
-            _ = try await bounded(.seconds(30), "garbage session") { try await session.run() }
+            _ = try await bounded(.seconds(120), "garbage session") { try await session.run() }
         } throws: { error in (error as? SyncError)?.code == "malformed_message" }
         await peer.value
         await honest.close()
@@ -164,7 +164,7 @@ struct HostileTests {
         let transport = RefusedFrameTransport(peer: SigningKey.generate().publicKey)
         let session = try SyncSession(node: honest, transport: transport)
         await #expect {
-            _ = try await bounded(.seconds(30), "session") { try await session.run() }
+            _ = try await bounded(.seconds(120), "session") { try await session.run() }
         } throws: { error in (error as? SyncError)?.code == "frame_too_large" && (error as? SyncError)?.isPeerFault == true }
         await honest.close()
     }

@@ -13,7 +13,7 @@ import Testing
 func next<Value: Sendable>(_ iterator: inout AsyncThrowingStream<Value, any Error>.Iterator, _ what: String) async throws -> Value? {
     nonisolated(unsafe) var it = iterator
     defer { iterator = it }
-    return try await bounded(.seconds(30), what) { try await it.next() }
+    return try await bounded(.seconds(120), what) { try await it.next() }
 }
 
 /// A value shared between a test and the tasks it starts.
@@ -65,7 +65,7 @@ struct ObservationTests {
 
         // Closing the node ends the observation.
         await node.close()
-        try await bounded(.seconds(30), "the observation's end") { try await collector.value }
+        try await bounded(.seconds(120), "the observation's end") { try await collector.value }
     }
 
     @Test func aChatObserverSeesAMessageThatArrivesBySync() async throws {

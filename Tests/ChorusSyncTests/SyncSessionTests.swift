@@ -210,8 +210,8 @@ struct SyncSessionTests {
         #expect(try await eventually { try digest(a) == digest(b) })
         #expect(try await eventually { completed.all.count == 2 })
         await ta.close()
-        let reportA = try await bounded(.seconds(30), "live session end") { try await runA.value }
-        let reportB = try await bounded(.seconds(30), "live session end") { try await runB.value }
+        let reportA = try await bounded(.seconds(120), "live session end") { try await runA.value }
+        let reportB = try await bounded(.seconds(120), "live session end") { try await runB.value }
         #expect(reportA.live && reportB.live && reportA.complete)
         #expect(reportA.eventsReceived >= 1 && reportB.eventsReceived >= 1)
         await a.close()

@@ -63,6 +63,9 @@ func syncPairResults(
 }
 
 /// Fails the test instead of hanging when `body` takes longer than `limit`.
+/// A limit catches a hang, not slowness: in a full parallel test run on two
+/// cores, a sync that takes 0.5 s alone has taken over 30 s, so limits on
+/// network work are 60 s or more.
 func bounded<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask { try await body() }

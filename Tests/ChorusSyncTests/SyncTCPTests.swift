@@ -19,7 +19,7 @@ struct SyncTCPTests {
         let lines = LogLines()
         let sync = try SyncServer(node: server, logger: collectingLogger(lines))
         let listener = try await sync.listen(host: "127.0.0.1", port: 0)
-        let report = try await bounded(.seconds(30), "tcp sync") {
+        let report = try await bounded(.seconds(120), "tcp sync") {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port)
         }
         #expect(report.complete && report.blobsReceived == 1 && report.eventsSent >= 1)
@@ -34,7 +34,7 @@ struct SyncTCPTests {
         let e = try await server.setProfile(.bio, .text("pushed live"))
         #expect(try await eventually { try client.event(e.id) != nil })
         live.cancel()
-        _ = try? await bounded(.seconds(30), "live end") { try await live.value }
+        _ = try? await bounded(.seconds(120), "live end") { try await live.value }
         await listener.shutdown()
         await sync.shutdown()
         #expect(lines.all.contains { $0.contains("session end") })
