@@ -129,16 +129,20 @@ struct CLITests {
         // Standard input: an export piped in is imported like a file.
         let export = tmp.path + "/a.cbor"
         #expect(try await run("export", "--store", a, export).status == 0)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: chorus)
-        process.arguments = ["import", "--store", b, "-", "--json"]
-        process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: export))
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        // Awaited on a thread of its own, not a cooperative one (`offThePool`).
+        let (data, status) = try await offThePool {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: chorus)
+            process.arguments = ["import", "--store", b, "-", "--json"]
+            process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: export))
+            let out = Pipe()
+            process.standardOutput = out
+            try process.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (data, process.terminationStatus)
+        }
+        #expect(status == 0)
         let report = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         #expect(report["accepted"] as? Int == 3 && report["withheld"] as? Int == 0)  // device.added, device.key, name
     }

@@ -58,21 +58,12 @@ struct CrashTests {
         var acknowledged: [String: UInt64] = [:]
         let rounds = 15
         for round in 0..<rounds {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: writer)
-            process.arguments = [store, "8"]
-            let out = Pipe()
-            process.standardOutput = out
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let lines = LineCollector(out.fileHandleForReading)
             let killAfter = Int.random(in: 1...400, using: &rng)
-            try lines.wait(forLines: 1 + killAfter)
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            try lines.wait(forLines: Int.max, timeout: 30)  // drain what was written before the kill
-            #expect(process.terminationReason == .uncaughtSignal, "round \(round) (seed \(seed)): child exited by itself")
-            for line in lines.snapshot where line.hasPrefix("ack ") {
+            // On a thread of its own: waiting for the child here would hold a
+            // cooperative thread for the whole test, stalling other tests.
+            let (output, killed) = try await offThePool { try Self.runAndKill(writer: writer, store: store, afterLines: 1 + killAfter) }
+            #expect(killed, "round \(round) (seed \(seed)): child exited by itself")
+            for line in output where line.hasPrefix("ack ") {
                 let parts = line.split(separator: " ")
                 acknowledged[String(parts[2])] = UInt64(parts[1])
             }
@@ -86,6 +77,24 @@ struct CrashTests {
             #expect(count >= acknowledged.count)
         }
         #expect(acknowledged.count >= rounds)
+    }
+
+    /// Runs the crash writer, kills it with SIGKILL once `afterLines` lines
+    /// arrived, and returns every line it wrote and whether the kill ended it.
+    static func runAndKill(writer: String, store: String, afterLines: Int) throws -> (lines: [String], killed: Bool) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: writer)
+        process.arguments = [store, "8"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let lines = LineCollector(out.fileHandleForReading)
+        try lines.wait(forLines: afterLines)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        try lines.wait(forLines: Int.max, timeout: 30)  // drain what was written before the kill
+        return (lines.snapshot, process.terminationReason == .uncaughtSignal)
     }
 }
 

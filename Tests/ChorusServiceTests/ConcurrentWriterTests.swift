@@ -39,7 +39,7 @@ struct ConcurrentWriterTests {
         defer { dir.cleanup() }
         let store = dir.store("s")
         #expect(try await runCommand(chorus, ["init", "--store", store]).status == 0)
-        let server = served ? try ServerProcess(chorus: chorus, store: store) : nil
+        let server = served ? try await ServerProcess.start(chorus: chorus, store: store) : nil
         defer { server?.stop() }
         let before = try await Self.eventCount(chorus, store, dir)
         let failures = FailureList()

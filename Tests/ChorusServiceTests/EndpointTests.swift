@@ -152,9 +152,9 @@ struct EndpointTests {
             let out = try await cli(["init", "--store", dir.store("tablet\(run)"), "--user", aliceUser, "--json", "--network", alice + "/network.json"])
             tablets.append((try field(out, "device"), try field(out, "proof")))
         }
-        let bobServer = try ServerProcess(chorus: chorus, store: dir.store("bob"))
+        let bobServer = try await ServerProcess.start(chorus: chorus, store: dir.store("bob"))
         defer { bobServer.stop() }
-        let server = try ServerProcess(chorus: chorus, store: alice, apiListen: true)
+        let server = try await ServerProcess.start(chorus: chorus, store: alice, apiListen: true)
         defer { server.stop() }
         let fixture = Fixture(alice: alice, bob: people[0], carol: people[1], bobSyncPort: bobServer.syncPort, tablets: tablets)
         let token = try String(contentsOfFile: APIPaths.token(inStore: alice), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)

@@ -60,7 +60,7 @@ struct ForwardingTests {
             _ = fm.createFile(atPath: dir.store(side) + "/bridge.png", contents: Self.png(5, 3))
             _ = fm.createFile(atPath: dir.store(side) + "/notes.txt", contents: Data("not an image".utf8))
         }
-        let server = try ServerProcess(chorus: chorus, store: dir.store("b") + "/store")
+        let server = try await ServerProcess.start(chorus: chorus, store: dir.store("b") + "/store")
         defer { server.stop() }
 
         let s = ["--store", "store"]  // relative: the client's working directory decides
@@ -138,7 +138,7 @@ struct ForwardingTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
-        let server = try ServerProcess(chorus: chorus, store: dir.store("s"))
+        let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
         defer { server.stop() }
         for arguments in [["upgrade"], ["issuer", "create"], ["serve", "--listen", "127.0.0.1:0"]] {
             let r = try await runCommand(chorus, arguments + ["--store", dir.store("s")])
@@ -158,9 +158,9 @@ struct ForwardingTests {
         defer { dir.cleanup() }
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
-        let server = try ServerProcess(chorus: chorus, store: dir.store("a"))
+        let server = try await ServerProcess.start(chorus: chorus, store: dir.store("a"))
         defer { server.stop() }
-        let peer = try ServerProcess(chorus: chorus, store: dir.store("peer"))
+        let peer = try await ServerProcess.start(chorus: chorus, store: dir.store("peer"))
         defer { peer.stop() }
         let client = Process()
         client.executableURL = URL(fileURLWithPath: chorus)

@@ -33,7 +33,7 @@ struct OperationsTests {
         // The options come from a config file; the command line adds to it.
         let config = dir.store("serve.json")
         try Data(#"{"log-format": "json", "max-per-address": 8, "listen": "127.0.0.1:0"}"#.utf8).write(to: URL(fileURLWithPath: config))
-        let server = try ServerProcess(chorus: chorus, store: store, extra: ["--config", config])
+        let server = try await ServerProcess.start(chorus: chorus, store: store, extra: ["--config", config])
         defer { server.stop() }
 
         for i in 0..<5 { #expect(try await runCommand(chorus, ["profile", "set", "bio", "edit \(i)", "--store", store]).status == 0) }

@@ -10,7 +10,15 @@ final class ServerProcess: Sendable {
     let syncPort: Int
     let apiPort: Int?
 
-    init(chorus: String, store: String, apiListen: Bool = false, extra: [String] = []) throws {
+    /// Starts `chorus serve` and waits for its listening lines on a thread of
+    /// its own: a test that blocked a cooperative thread for a server's
+    /// start (seconds on a loaded machine) stalled every other test's async
+    /// work, syncs included.
+    static func start(chorus: String, store: String, apiListen: Bool = false, extra: [String] = []) async throws -> ServerProcess {
+        try await offThePool { try ServerProcess(chorus: chorus, store: store, apiListen: apiListen, extra: extra) }
+    }
+
+    private init(chorus: String, store: String, apiListen: Bool = false, extra: [String] = []) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chorus)
         process.arguments = ["serve", "--store", store, "--listen", "127.0.0.1:0"] + (apiListen ? ["--api-listen", "127.0.0.1:0"] : []) + extra
