@@ -20,7 +20,7 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// 32 bytes written in place by `body` (a hash or key output), without
     /// an intermediate array.
-    @inlinable public init(filling body: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
+    init(filling body: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         try Swift.withUnsafeMutableBytes(of: &words) { try body($0) }
         storage = words
