@@ -125,7 +125,7 @@ public struct BlobStore: Sendable {
             UInt8(truncatingIfNeeded: index)]
     }
 
-    static func u64(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }
+    static func u64(_ n: UInt64) -> [UInt8] { bigEndianBytes(n) }
 }
 
 extension BlobError {

@@ -494,13 +494,7 @@ public struct LogStore: Sendable {
 
     static func feedKey(_ author: PublicKey, _ seq: UInt64) -> [UInt8] { author.bytes + encodeU64(seq) }
 
-    public static func encodeU64(_ n: UInt64) -> [UInt8] {
-        // Not `Array(unsafeUninitializedCapacity:)`: see `Bytes32.bytes`.
-        var out: [UInt8] = []
-        out.reserveCapacity(8)
-        withUnsafeBytes(of: n.bigEndian) { out.append(contentsOf: $0) }
-        return out
-    }
+    public static func encodeU64(_ n: UInt64) -> [UInt8] { bigEndianBytes(n) }
 
     public static func decodeU64(_ b: [UInt8], what: String) throws -> UInt64 {
         guard b.count == 8 else { throw LogError.corrupt("\(what) of \(b.count) bytes") }
