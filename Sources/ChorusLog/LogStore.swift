@@ -390,6 +390,23 @@ public struct LogStore: Sendable {
         return slice
     }
 
+    /// The stored envelopes at arrivals in `range`, in arrival order, as
+    /// raw bytes: the slices a rebuild reads on several cores at once, each
+    /// part of the log in a read transaction of its own.
+    public func rawEnvelopes(arrivals range: ClosedRange<UInt64>) throws -> [(arrival: UInt64, bytes: [UInt8])] {
+        var slice: [(arrival: UInt64, bytes: [UInt8])] = []
+        slice.reserveCapacity(Int(min(range.upperBound - range.lowerBound + 1, 1 << 20)))
+        try env.read { txn in
+            try txn.scan(envelopes, from: Self.encodeU64(range.lowerBound)) { key, value in
+                let arrival = try Self.decodeU64(key, what: "arrival position")
+                guard arrival <= range.upperBound else { return false }
+                slice.append((arrival, value))
+                return arrival < range.upperBound
+            }
+        }
+        return slice
+    }
+
     /// Decodes a stored envelope without re-checking its payload
     /// (`Event.decodeStored`); damage is reported as `corrupt`.
     public static func decodeTrusted(_ raw: [UInt8], arrival: UInt64) throws -> Event {

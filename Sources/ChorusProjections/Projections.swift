@@ -284,8 +284,9 @@ public struct Projections: Sendable {
         }
         // The next slice is read and filed on all cores while this one is
         // taken in or written (`pipelined`).
+        let last = try log.lastArrival()
         try pipelined(from: UInt64(0)) { since in
-            try filingSlice(since: since, limit: sliceSize, part: part)
+            try filingSlice(since: since, limit: sliceSize, part: part, last: last)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
             let bytes = (slice.facts + slice.index + slice.state).reduce(0) { $0 + $1.memoryBytes }
@@ -317,21 +318,25 @@ public struct Projections: Sendable {
         let sends: Int
     }
 
-    /// The events after arrival `since`, `limit` at most, decoded and filed
-    /// on all cores; and the arrival the next slice starts after (nil after
-    /// the last). Each part is filed and sorted on its own core, and kept as
-    /// its own run: merging them is left to the write, which merges runs
-    /// anyway, so nothing here runs on one core but the read.
-    func filingSlice(since: UInt64, limit: Int, part: Int) throws -> (output: FilingSlice, next: UInt64?)? {
-        let slice = try log.rawEnvelopes(since: since, limit: limit)
-        guard let last = slice.last else { return nil }
+    /// The events at arrivals after `since` and at most `since + limit`
+    /// (and `last`, the log's newest), decoded and filed on all cores; and
+    /// the arrival the next slice starts after (nil after the last). Each
+    /// part reads its own range of arrivals in a read transaction of its
+    /// own, and is filed and sorted on its own core, and kept as its own
+    /// run: merging them is left to the write, which merges runs anyway, so
+    /// nothing here runs on one core.
+    func filingSlice(since: UInt64, limit: Int, part: Int, last: UInt64) throws -> (output: FilingSlice, next: UInt64?)? {
+        guard since < last else { return nil }
+        let end = min(last, since &+ UInt64(max(1, limit)))
+        let span = Int(end - since)
         // Two parts per core balance the load when a core is busy elsewhere,
         // and keep the runs the write merges few.
-        let parts = max(1, min(slice.count / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
-        let partSize = (slice.count + parts - 1) / parts
-        let chunks = stride(from: 0, to: slice.count, by: partSize).map { Array(slice[$0..<min(slice.count, $0 + partSize)]) }
-        let filedChunks = parallelMap(chunks, chunk: 1) { chunk -> Result<(SortedRunSink, Int), Error> in
+        let parts = max(1, min(span / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
+        let partSpan = UInt64((span + parts - 1) / parts)
+        let chunks = stride(from: since, to: end, by: Int(partSpan)).map { ($0 + 1)...min(end, $0 + partSpan) }
+        let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, Int, Int), Error> in
             Result {
+                let chunk = try log.rawEnvelopes(arrivals: range)
                 var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
                 var none: FoldRun? = nil
                 var sends = 0
@@ -343,19 +348,21 @@ public struct Projections: Sendable {
                 sink.facts.sort()
                 sink.index.sort()
                 sink.state.sort()
-                return (sink, sends)
+                return (sink, sends, chunk.count)
             }
         }
         var sinks: [SortedRunSink] = []
         var sends = 0
+        var events = 0
         for chunk in filedChunks {
-            let (filedSink, filedSends) = try chunk.get()
+            let (filedSink, filedSends, filedEvents) = try chunk.get()
             sinks.append(filedSink)
             sends += filedSends
+            events += filedEvents
         }
         let output = FilingSlice(
-            facts: sinks.map(\.facts), index: sinks.map(\.index), state: sinks.map(\.state), events: slice.count, sends: sends)
-        return (output, slice.count < limit ? nil : last.arrival)
+            facts: sinks.map(\.facts), index: sinks.map(\.index), state: sinks.map(\.state), events: events, sends: sends)
+        return (output, end < last ? end : nil)
     }
 
     /// The messages of a bulk rebuild (Specs/projections.md §9.2): every
