@@ -27,7 +27,19 @@ public struct MergeOrder: Hashable, Comparable, Sendable {
 
     /// The 72-byte form `u64be(hlc) || author || id`: key suffix of facts and
     /// ledger entries, whose bytewise order is the merge order.
-    public var bytes: [UInt8] { LogStore.encodeU64(hlc.rawValue) + author.bytes + id.bytes }
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(72)
+        append(to: &out)
+        return out
+    }
+
+    /// Appends the 72-byte form to `out` (a key built in place).
+    func append(to out: inout [UInt8]) {
+        appendBigEndian(hlc.rawValue, to: &out)
+        author.append(to: &out)
+        id.append(to: &out)
+    }
 
     init(bytes b: ArraySlice<UInt8>) throws {
         guard b.count == 72, let author = Bytes32(b.dropFirst(8).prefix(32)), let id = Bytes32(b.suffix(32)) else {
@@ -267,8 +279,10 @@ enum Table: UInt8 {
     case noEffect = 0x7F  // event id -> [code, detail]
 
     func key(_ parts: [UInt8]...) -> [UInt8] {
-        var out: [UInt8] = [rawValue]
-        for p in parts { out += p }
+        var out: [UInt8] = []
+        out.reserveCapacity(1 + parts.reduce(0) { $0 + $1.count })
+        out.append(rawValue)
+        for p in parts { out.append(contentsOf: p) }
         return out
     }
 }
@@ -286,8 +300,10 @@ enum IndexTable: UInt8 {
     case coinGroup = 0x08  // group hash || merge order -> () (credits of one receipt, unlocks of one slot)
 
     func key(_ parts: [UInt8]...) -> [UInt8] {
-        var out: [UInt8] = [rawValue]
-        for p in parts { out += p }
+        var out: [UInt8] = []
+        out.reserveCapacity(1 + parts.reduce(0) { $0 + $1.count })
+        out.append(rawValue)
+        for p in parts { out.append(contentsOf: p) }
         return out
     }
 }

@@ -765,7 +765,12 @@ public struct Projections: Sendable {
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {
-        [cls.rawValue] + object.bytes + order.bytes
+        var out: [UInt8] = []
+        out.reserveCapacity(105)
+        out.append(cls.rawValue)
+        object.append(to: &out)
+        order.append(to: &out)
+        return out
     }
 
     /// Every key a coin event names: a change to any of their device

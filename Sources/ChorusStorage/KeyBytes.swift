@@ -9,3 +9,8 @@
     withUnsafeBytes(of: n.bigEndian) { out.append(contentsOf: $0) }
     return out
 }
+
+/// Appends the big-endian bytes of `n` to `out` (a key built in place).
+@inlinable public func appendBigEndian(_ n: UInt64, to out: inout [UInt8]) {
+    withUnsafeBytes(of: n.bigEndian) { out.append(contentsOf: $0) }
+}
