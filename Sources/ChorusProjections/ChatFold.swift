@@ -127,7 +127,7 @@ extension FoldRun {
             try decide(f.id, nil)
         }
 
-        let chatKey = Table.chat.key(chat.bytes)
+        let chatKey = Table.chat.key(chat)
         if let created {
             var record: [(String, CBORValue)] = [
                 ("creator", .bytes(created.creator.bytes)), ("hlc", .unsigned(created.fact.hlc.rawValue)),
@@ -139,7 +139,7 @@ extension FoldRun {
         } else {
             try txn.delete(p.state, chatKey)
         }
-        let prefix = Table.member.key(chat.bytes)
+        let prefix = Table.member.key(chat)
         var old: [PublicKey: [UInt8]] = [:]
         var oldCurrent: [PublicKey] = []
         try txn.scan(p.state, prefix: prefix) { key, value in
@@ -148,26 +148,26 @@ extension FoldRun {
             if try Membership.decode(value).isCurrent { oldCurrent.append(user) }
             return true
         }
-        for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user.bytes, chat.bytes)) }
+        for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat)) }
         var changed: Set<PublicKey> = []
         for (user, m) in members {
             let value = m.encoded()
             if old.removeValue(forKey: user) != value {
                 changed.insert(user)
-                try txn.put(p.index, IndexTable.memberOf.key(user.bytes, chat.bytes), [])
-                try txn.put(p.state, Table.member.key(chat.bytes, user.bytes), value)
+                try txn.put(p.index, IndexTable.memberOf.key(user, chat), [])
+                try txn.put(p.state, Table.member.key(chat, user), value)
             }
-            if m.isCurrent { try txn.put(p.state, Table.userChat.key(user.bytes, chat.bytes), []) }
+            if m.isCurrent { try txn.put(p.state, Table.userChat.key(user, chat), []) }
         }
         for user in old.keys {
             changed.insert(user)
-            try txn.delete(p.state, Table.member.key(chat.bytes, user.bytes))
+            try txn.delete(p.state, Table.member.key(chat, user))
         }
         return changed
     }
 
     func membership(_ chat: ObjectID, _ user: PublicKey) throws -> Membership? {
-        try txn.get(p.state, Table.member.key(chat.bytes, user.bytes)).map(Membership.decode)
+        try txn.get(p.state, Table.member.key(chat, user)).map(Membership.decode)
     }
 
     /// A message: it takes effect when its sender was a member at its HLC;
@@ -182,7 +182,7 @@ extension FoldRun {
             return
         }
         let chat = sent.object
-        let key = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), message.bytes)
+        let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
         let attachment = sent.payload?[text: "blob"]?.id32
         // The entry this key holds now: a bulk fold finds only the
         // withdrawn entry the filing pass wrote for every send (§9.2).
@@ -258,7 +258,7 @@ extension FoldRun {
     /// encryption.md §7): present exactly while the message is live.
     mutating func setBlobReference(_ blob: Hash32?, of message: EventID, live: Bool) throws {
         guard let blob else { return }
-        let key = Table.blobRef.key(blob.bytes, message.bytes)
+        let key = Table.blobRef.key(blob, message)
         if live {
             try putState(key, [])
         } else {
@@ -270,7 +270,7 @@ extension FoldRun {
     /// live object still references the same bytes.
     mutating func purgeContent(ofMessage message: EventID, _ all: [Fact]) throws {
         let blob = all.first { $0.kind == .messageSent && $0.id == message }?.payload?[text: "blob"]?.id32
-        if let blob { try txn.delete(p.state, Table.blobRef.key(blob.bytes, message.bytes)) }
+        if let blob { try txn.delete(p.state, Table.blobRef.key(blob, message)) }
         for f in all { purge(f) }
         if let blob { purges.blobs.append(blob) }
     }
@@ -283,7 +283,7 @@ extension FoldRun {
 
     mutating func writeMessageCounts() throws {
         for (chat, delta) in messageCountDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
-            let key = Table.messageCount.key(chat.bytes)
+            let key = Table.messageCount.key(chat)
             let current = try txn.get(p.state, key).map { Codec.readU64($0[...]) } ?? 0
             let next = delta < 0 ? current - min(current, UInt64(-delta)) : current + UInt64(delta)
             if next == 0 { try txn.delete(p.state, key) } else { try txn.put(p.state, key, Codec.u64(next)) }
@@ -334,7 +334,7 @@ extension FoldRun {
         }
         if let only {
             for user in only.users {
-                let key = Table.read.key(chat.bytes, user.bytes)
+                let key = Table.read.key(chat, user)
                 let value = markers[user].map(encoded)
                 guard try txn.get(p.state, key) != value else { continue }
                 if let value { try txn.put(p.state, key, value) } else { try txn.delete(p.state, key) }
@@ -342,8 +342,8 @@ extension FoldRun {
             return
         }
         var entries: [[UInt8]: [UInt8]] = [:]
-        for (user, m) in markers { entries[Table.read.key(chat.bytes, user.bytes)] = encoded(m) }
-        try replace(prefix: Table.read.key(chat.bytes), with: entries)
+        for (user, m) in markers { entries[Table.read.key(chat, user)] = encoded(m) }
+        try replace(prefix: Table.read.key(chat), with: entries)
     }
 }
 
@@ -359,7 +359,7 @@ extension FoldRun {
         guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
             throw ProjectionError.corrupt("chat.read fact without its payload")
         }
-        let key = Table.read.key(chat.bytes, user.bytes)
+        let key = Table.read.key(chat, user)
         var forward = true
         if let raw = try txn.get(p.state, key) {
             let v = try Codec.decode(raw, "read marker")

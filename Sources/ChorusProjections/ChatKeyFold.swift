@@ -52,7 +52,7 @@ extension FoldRun {
             winner = (f, try f.read(DeviceKeyPayload.self).key)
             try decide(f.id, nil)
         }
-        let stateKey = Table.encryptionKey.key(device.bytes)
+        let stateKey = Table.encryptionKey.key(device)
         if let winner {
             try txn.put(p.state, stateKey, EncryptionKeyRecord(key: winner.key, hlc: winner.fact.hlc, event: winner.fact.id).encoded())
         } else {
@@ -68,7 +68,7 @@ extension FoldRun {
     mutating func foldChatKeys(_ chat: ObjectID) throws {
         // Membership intervals start at the creation at the earliest, so a
         // member at the event's HLC implies the chat existed before it.
-        let chatExists = try txn.get(p.state, Table.chat.key(chat.bytes)) != nil
+        let chatExists = try txn.get(p.state, Table.chat.key(chat)) != nil
         var epochs: [[UInt8]: [UInt8]] = [:]
         var wrapEntries: [[UInt8]: [UInt8]] = [:]
         for f in try facts(.chatKeys, chat) {
@@ -82,7 +82,7 @@ extension FoldRun {
                 continue
             }
             let key = try f.read(ChatKeyPayload.self)
-            let epochKey = Table.epoch.key(chat.bytes, key.epoch.bytes)
+            let epochKey = Table.epoch.key(chat, key.epoch)
             if epochs[epochKey] == nil {
                 epochs[epochKey] = Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))
             }
@@ -93,20 +93,20 @@ extension FoldRun {
                 guard let recipient = try actingUser(device, at: f.hlc),
                     try membership(chat, recipient)?.isMember(at: f.hlc) == true
                 else { continue }
-                let wrapKey = Table.wrap.key(chat.bytes, key.epoch.bytes, device.bytes)
+                let wrapKey = Table.wrap.key(chat, key.epoch, device)
                 if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
             }
             try decide(f.id, nil)
         }
-        try replace(prefix: Table.epoch.key(chat.bytes), with: epochs)
-        try replace(prefix: Table.wrap.key(chat.bytes), with: wrapEntries)
+        try replace(prefix: Table.epoch.key(chat), with: epochs)
+        try replace(prefix: Table.wrap.key(chat), with: wrapEntries)
     }
 }
 
 extension Projections {
     /// The published encryption key of a device, if this node holds it.
     public func encryptionKey(of device: PublicKey) throws -> EncryptionKeyRecord? {
-        try log.env.read { txn in try txn.get(state, Table.encryptionKey.key(device.bytes)).map(EncryptionKeyRecord.decode) }
+        try log.env.read { txn in try txn.get(state, Table.encryptionKey.key(device)).map(EncryptionKeyRecord.decode) }
     }
 
     /// Every epoch of a chat, in order of introduction (merge order of the
@@ -114,7 +114,7 @@ extension Projections {
     public func epochs(of chat: ObjectID) throws -> [EpochRecord] {
         try log.env.read { txn in
             var out: [EpochRecord] = []
-            try txn.scan(state, prefix: Table.epoch.key(chat.bytes)) { key, value in
+            try txn.scan(state, prefix: Table.epoch.key(chat)) { key, value in
                 let v = try Codec.decode(value, "epoch record")
                 guard let a = v.arrayValue, a.count == 2, let start = a[0].unsignedValue, let by = a[1].id32 else {
                     throw ProjectionError.corrupt("epoch record")
@@ -131,7 +131,7 @@ extension Projections {
     public func wraps(of chat: ObjectID, epoch: Hash32) throws -> [(device: PublicKey, event: EventID)] {
         try log.env.read { txn in
             var out: [(PublicKey, EventID)] = []
-            try txn.scan(state, prefix: Table.wrap.key(chat.bytes, epoch.bytes)) { key, value in
+            try txn.scan(state, prefix: Table.wrap.key(chat, epoch)) { key, value in
                 out.append((try Codec.b32(key[65...], "device"), try Codec.b32(value[...], "key event id")))
                 return true
             }
@@ -142,13 +142,13 @@ extension Projections {
     /// The key event carrying `device`'s wrap of an epoch, if any.
     public func wrap(of chat: ObjectID, epoch: Hash32, for device: PublicKey) throws -> EventID? {
         try log.env.read { txn in
-            try txn.get(state, Table.wrap.key(chat.bytes, epoch.bytes, device.bytes)).map { try Codec.b32($0[...], "key event id") }
+            try txn.get(state, Table.wrap.key(chat, epoch, device)).map { try Codec.b32($0[...], "key event id") }
         }
     }
 
     /// Membership of a user in a chat over time, if it ever was a member.
     public func membership(of user: PublicKey, in chat: ObjectID) throws -> Membership? {
-        try log.env.read { txn in try txn.get(state, Table.member.key(chat.bytes, user.bytes)).map(Membership.decode) }
+        try log.env.read { txn in try txn.get(state, Table.member.key(chat, user)).map(Membership.decode) }
     }
 
     /// Every device that may hold an epoch's key: the authors of every
@@ -186,7 +186,7 @@ extension Projections {
     public func memberships(in chat: ObjectID) throws -> [(user: PublicKey, membership: Membership)] {
         try log.env.read { txn in
             var out: [(PublicKey, Membership)] = []
-            try txn.scan(state, prefix: Table.member.key(chat.bytes)) { key, value in
+            try txn.scan(state, prefix: Table.member.key(chat)) { key, value in
                 out.append((try Codec.b32(key.suffix(32), "member"), try Membership.decode(value)))
                 return true
             }

@@ -105,7 +105,7 @@ extension Projections {
     package func chats(of user: PublicKey) throws -> [ChatView] {
         try log.env.read { txn in
             var ids: [ObjectID] = []
-            try txn.scan(state, prefix: Table.userChat.key(user.bytes)) { key, _ in
+            try txn.scan(state, prefix: Table.userChat.key(user)) { key, _ in
                 ids.append(try Codec.b32(key.suffix(32), "chat id"))
                 return true
             }
@@ -123,19 +123,19 @@ extension Projections {
     }
 
     func chatView(_ id: ObjectID, in txn: Transaction) throws -> ChatView? {
-        guard let raw = try txn.get(state, Table.chat.key(id.bytes)) else { return nil }
+        guard let raw = try txn.get(state, Table.chat.key(id)) else { return nil }
         let v = try Codec.decode(raw, "chat record")
         guard let creator = v[text: "creator"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue, let by = v[text: "created_by"]?.id32
         else { throw ProjectionError.corrupt("chat record") }
         var members: [MemberView] = []
-        try txn.scan(state, prefix: Table.member.key(id.bytes)) { key, value in
+        try txn.scan(state, prefix: Table.member.key(id)) { key, value in
             let m = try Membership.decode(value)
             if m.isCurrent, let since = m.intervals.last?.from {
                 members.append(MemberView(user: UserID(try Codec.b32(key[33...], "member")), admin: m.admin, since: since))
             }
             return true
         }
-        let count = try txn.get(state, Table.messageCount.key(id.bytes)).map { Int(Codec.readU64($0[...])) } ?? 0
+        let count = try txn.get(state, Table.messageCount.key(id)).map { Int(Codec.readU64($0[...])) } ?? 0
         return ChatView(
             id: ChatID(id), sealedTitle: v[text: "title"]?.bytesValue, creator: UserID(creator), createdHLC: HLC(rawValue: hlc), createdBy: by, members: members,
             messageCount: count)
@@ -152,7 +152,7 @@ extension Projections {
         try log.env.read { txn in
             guard let chat = try chatView(id, in: txn) else { throw QueryError.unknownChat(id) }
             let blocked = Set((try viewer.map { try targets(.block, of: $0, in: txn) } ?? []).map(UserID.init))
-            let prefix = Table.message.key(id.bytes)
+            let prefix = Table.message.key(id)
             var upper: [UInt8]? = nil
             if let before {
                 guard let raw = Hex.decode(before), raw.count == 40 else { throw QueryError.badCursor(before) }
@@ -173,7 +173,7 @@ extension Projections {
             }
             messages.reverse()
             var markers: [UserID: HLC] = [:]
-            try txn.scan(state, prefix: Table.read.key(id.bytes)) { key, value in
+            try txn.scan(state, prefix: Table.read.key(id)) { key, value in
                 let v = try Codec.decode(value, "read marker")
                 if let a = v.arrayValue, let hlc = a.first?.unsignedValue {
                     markers[UserID(try Codec.b32(key[33...], "reader"))] = HLC(rawValue: hlc)
@@ -209,7 +209,7 @@ extension Projections {
             // from the log finds it, however long the chat.
             guard let sent = try sentEvent(id, in: txn)?.event else { return nil }
             let chat = sent.object
-            let stateKey = Table.message.key(chat.bytes, Codec.u64(sent.hlc.rawValue), id.bytes)
+            let stateKey = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), id)
             guard let record = try txn.get(state, stateKey) else { return nil }
             return try messageView(key: stateKey, value: record, chat: chat, in: txn)  // nil when withdrawn
         }

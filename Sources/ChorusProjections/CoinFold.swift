@@ -132,9 +132,9 @@ extension FoldRun {
         for (key, amount) in walk.rights {
             guard amount >= 0 else { throw ProjectionError.corrupt("coin rights of \(key.short) below zero") }
             if amount == 0 {
-                try txn.delete(p.state, Table.rights.key(key.bytes))
+                try txn.delete(p.state, Table.rights.key(key))
             } else {
-                try txn.put(p.state, Table.rights.key(key.bytes), Codec.u64(UInt64(amount)))
+                try txn.put(p.state, Table.rights.key(key), Codec.u64(UInt64(amount)))
             }
         }
     }
@@ -142,7 +142,7 @@ extension FoldRun {
     /// Decides (or re-applies) the ledger entry at `order`: every entry
     /// before it is final.
     private mutating func processLedgerEntry(_ order: MergeOrder, dirty: Bool, walk: inout LedgerWalk) throws {
-        let old = try txn.get(p.state, Table.ledger.key(order.bytes)).map { try LedgerEntry.decode($0) }
+        let old = try txn.get(p.state, Table.ledger.key(order)).map { try LedgerEntry.decode($0) }
         var redecide = dirty || old == nil
         if !redecide, let from = old?.from, walk.rights[from] != nil { redecide = true }
         guard redecide else {
@@ -180,8 +180,8 @@ extension FoldRun {
         // the later members of its group (same receipt, same slot) decide.
         // A bulk fold decides every entry in order anyway.
         if !bulk, (old?.isEffective ?? false) != entry.isEffective, let group = Self.coinGroup(f) {
-            try txn.scan(p.index, from: IndexTable.coinGroup.key(group.bytes, order.bytes)) { key, _ in
-                guard key.starts(with: IndexTable.coinGroup.key(group.bytes)) else { return false }
+            try txn.scan(p.index, from: IndexTable.coinGroup.key(group, order)) { key, _ in
+                guard key.starts(with: IndexTable.coinGroup.key(group)) else { return false }
                 let later = try MergeOrder(bytes: key[33...])
                 if later != order { walk.push(later, dirty: true) }
                 return true
@@ -194,8 +194,8 @@ extension FoldRun {
     /// queues those entries so the walk decides or re-applies them.
     private func activate(_ key: PublicKey, at order: MergeOrder, walk: inout LedgerWalk) throws {
         guard walk.rights[key] == nil else { return }
-        var held = try txn.get(p.state, Table.rights.key(key.bytes)).map { Int64(Codec.readU64($0[...])) } ?? 0
-        let prefix = IndexTable.ledgerParty.key(key.bytes)
+        var held = try txn.get(p.state, Table.rights.key(key)).map { Int64(Codec.readU64($0[...])) } ?? 0
+        let prefix = IndexTable.ledgerParty.key(key)
         var later: [MergeOrder] = []
         try txn.scan(p.index, from: prefix + order.bytes) { k, _ in
             guard k.starts(with: prefix) else { return false }
@@ -203,7 +203,7 @@ extension FoldRun {
             return true
         }
         for o in later {
-            guard let raw = try txn.get(p.state, Table.ledger.key(o.bytes)) else {
+            guard let raw = try txn.get(p.state, Table.ledger.key(o)) else {
                 throw ProjectionError.corrupt("ledger index names a missing entry")
             }
             held -= try LedgerEntry.decode(raw).effect(on: key)
@@ -214,10 +214,10 @@ extension FoldRun {
     }
 
     private func writeLedgerEntry(_ order: MergeOrder, old: LedgerEntry?, new entry: LedgerEntry) throws {
-        try txn.put(p.state, Table.ledger.key(order.bytes), entry.encoded())
+        try txn.put(p.state, Table.ledger.key(order), entry.encoded())
         let oldParties = Set(old?.parties ?? []), newParties = Set(entry.parties)
-        for key in oldParties.subtracting(newParties) { _ = try txn.delete(p.index, IndexTable.ledgerParty.key(key.bytes, order.bytes)) }
-        for key in newParties.subtracting(oldParties) { try txn.put(p.index, IndexTable.ledgerParty.key(key.bytes, order.bytes), []) }
+        for key in oldParties.subtracting(newParties) { _ = try txn.delete(p.index, IndexTable.ledgerParty.key(key, order)) }
+        for key in newParties.subtracting(oldParties) { try txn.put(p.index, IndexTable.ledgerParty.key(key, order), []) }
         let id = order.id.bytes
         if let old, old.isEffective {
             // Only the record this entry made: a credit earlier in merge
@@ -227,13 +227,13 @@ extension FoldRun {
                 if try txn.get(p.state, key) == id { _ = try txn.delete(p.state, key) }
             }
             if let s = old.slot, !(entry.isEffective && entry.slot?.user == s.user && entry.slot?.slot == s.slot) {
-                let key = Table.slotUnlock.key(s.user.bytes, [UInt8(s.slot)])
+                let key = Table.slotUnlock.key(s.user, [UInt8(s.slot)])
                 if try txn.get(p.state, key) == id { _ = try txn.delete(p.state, key) }
             }
         }
         if entry.isEffective {
             if let receipt = entry.receipt { try txn.put(p.state, Table.receipt.key(Array(receipt.utf8)), id) }
-            if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user.bytes, [UInt8(s.slot)]), id) }
+            if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user, [UInt8(s.slot)]), id) }
         }
     }
 
@@ -257,11 +257,11 @@ extension FoldRun {
     /// The first effective entry of `group` before `order`, if any.
     func effectiveGroupMember(_ group: Hash32, before order: MergeOrder) throws -> MergeOrder? {
         var found: MergeOrder? = nil
-        let prefix = IndexTable.coinGroup.key(group.bytes)
+        let prefix = IndexTable.coinGroup.key(group)
         try txn.scan(p.index, prefix: prefix) { key, _ in
             let member = try MergeOrder(bytes: key[33...])
             guard member < order else { return false }
-            if let raw = try txn.get(p.state, Table.ledger.key(member.bytes)), try LedgerEntry.decode(raw).isEffective {
+            if let raw = try txn.get(p.state, Table.ledger.key(member)), try LedgerEntry.decode(raw).isEffective {
                 found = member
                 return false
             }

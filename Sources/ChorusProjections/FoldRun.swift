@@ -232,7 +232,7 @@ struct FoldRun {
             // again. A message of a removed device takes no effect whatever
             // the membership; a device whose binding changed in this run
             // had all its events marked already (`deviceChanged`).
-            try txn.scan(p.state, prefix: Table.message.key(chat.bytes)) { key, value in
+            try txn.scan(p.state, prefix: Table.message.key(chat)) { key, value in
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
                 let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
                 let send = try MessageEntry.send(of: value)
@@ -244,7 +244,7 @@ struct FoldRun {
             }
         }
         for user in usersWithChangedDevices.sorted() {
-            try txn.scan(p.index, prefix: IndexTable.memberOf.key(user.bytes)) { key, _ in
+            try txn.scan(p.index, prefix: IndexTable.memberOf.key(user)) { key, _ in
                 mark(.chatKeys, try Codec.b32(key.suffix(32), "chat id"))
                 return true
             }
@@ -357,7 +357,7 @@ struct FoldRun {
             }
             return
         }
-        let key = Table.noEffect.key(id.bytes)
+        let key = Table.noEffect.key(id)
         if let reason {
             try txn.put(p.state, key, Codec.cbor(.array([.text(reason.code), .text(reason.detail)])))
             decidedNoEffect.insert(id)
@@ -369,7 +369,7 @@ struct FoldRun {
     /// The device binding of `key`, cached for this run.
     mutating func binding(_ key: Bytes32) throws -> DeviceBinding? {
         if let cached = bindings[key] { return cached }
-        let b = try txn.get(p.state, Table.device.key(key.bytes)).map { try DeviceBinding.decode($0) }
+        let b = try txn.get(p.state, Table.device.key(key)).map { try DeviceBinding.decode($0) }
         bindings[key] = .some(b)
         return b
     }

@@ -48,12 +48,12 @@ extension FoldRun {
                 throw ProjectionError.corrupt("\(f.kind.name) filed as a device fact")
             }
         }
-        let key = Table.device.key(device.bytes)
+        let key = Table.device.key(device)
         let old = try txn.get(p.state, key).map { try DeviceBinding.decode($0) }
-        if let old { try txn.delete(p.state, Table.userDevice.key(old.user.bytes, device.bytes)) }
+        if let old { try txn.delete(p.state, Table.userDevice.key(old.user, device)) }
         if let binding {
             try txn.put(p.state, key, binding.encoded())
-            try txn.put(p.state, Table.userDevice.key(binding.user.bytes, device.bytes), [])
+            try txn.put(p.state, Table.userDevice.key(binding.user, device), [])
         } else {
             try txn.delete(p.state, key)
         }
@@ -104,7 +104,7 @@ extension FoldRun {
     /// Decides again every coin event naming `key`: a binding change can
     /// change who acts, and where a gift lands.
     mutating func markCoinsOf(_ key: Bytes32) throws {
-        let prefix = IndexTable.coinParty.key(key.bytes)
+        let prefix = IndexTable.coinParty.key(key)
         try txn.scan(p.index, prefix: prefix) { k, _ in
             markCoins(try MergeOrder(bytes: k[33...]))
             return true
@@ -116,7 +116,7 @@ extension FoldRun {
     mutating func primaryDevice(of user: PublicKey, at hlc: HLC) throws -> PublicKey {
         var best: (order: MergeOrder, device: PublicKey)? = nil
         var devices: [PublicKey] = []
-        try txn.scan(p.state, prefix: Table.userDevice.key(user.bytes)) { key, _ in
+        try txn.scan(p.state, prefix: Table.userDevice.key(user)) { key, _ in
             devices.append(try Codec.b32(key[33...], "device"))
             return true
         }

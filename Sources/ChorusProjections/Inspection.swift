@@ -68,7 +68,7 @@ extension Projections {
                 }
             }
             var coinOrders: [MergeOrder] = []
-            try txn.scan(index, prefix: IndexTable.coinParty.key(object.bytes)) { key, _ in
+            try txn.scan(index, prefix: IndexTable.coinParty.key(object)) { key, _ in
                 coinOrders.append(try MergeOrder(bytes: key[33...]))
                 return true
             }
@@ -88,7 +88,7 @@ extension Projections {
     public func messageIDs(inChat chat: ObjectID) throws -> [EventID] {
         try log.env.read { txn in
             var out: [EventID] = []
-            try txn.scan(state, prefix: Table.message.key(chat.bytes)) { key, _ in
+            try txn.scan(state, prefix: Table.message.key(chat)) { key, _ in
                 out.append(try Codec.b32(key.suffix(32), "message id"))
                 return true
             }
@@ -98,7 +98,7 @@ extension Projections {
 
     /// The ledger entry of one coin event.
     public func ledgerEntry(_ order: MergeOrder) throws -> LedgerEntry? {
-        try log.env.read { txn in try txn.get(state, Table.ledger.key(order.bytes)).map(LedgerEntry.decode) }
+        try log.env.read { txn in try txn.get(state, Table.ledger.key(order)).map(LedgerEntry.decode) }
     }
 
     /// A readable name for a state key: the table and its key parts.
@@ -209,7 +209,7 @@ extension Projections {
     /// Whether a live picture still references `blob`.
     public func isBlobReferenced(_ blob: Hash32, in txn: Transaction) throws -> Bool {
         var found = false
-        try txn.scan(state, prefix: Table.blobRef.key(blob.bytes)) { _, _ in
+        try txn.scan(state, prefix: Table.blobRef.key(blob)) { _, _ in
             found = true
             return false
         }

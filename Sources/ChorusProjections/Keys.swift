@@ -278,13 +278,51 @@ enum Table: UInt8 {
     case slot = 0x70  // user || slot -> slot register
     case noEffect = 0x7F  // event id -> [code, detail]
 
-    func key(_ parts: [UInt8]...) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(1 + parts.reduce(0) { $0 + $1.count })
-        out.append(rawValue)
-        for p in parts { out.append(contentsOf: p) }
-        return out
-    }
+    func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
+}
+
+/// A piece of a `state` or `index` key, appended in place: a key is built
+/// in one array of its final size, without an array per piece (keys are
+/// built for every event a fold or a rebuild reads or writes).
+protocol KeyPart {
+    var keyByteCount: Int { get }
+    func appendKey(to out: inout [UInt8])
+}
+
+extension UInt8: KeyPart {
+    var keyByteCount: Int { 1 }
+    func appendKey(to out: inout [UInt8]) { out.append(self) }
+}
+
+extension Bytes32: KeyPart {
+    var keyByteCount: Int { 32 }
+    func appendKey(to out: inout [UInt8]) { append(to: &out) }
+}
+
+extension MergeOrder: KeyPart {
+    var keyByteCount: Int { 72 }
+    func appendKey(to out: inout [UInt8]) { append(to: &out) }
+}
+
+extension Array: KeyPart where Element == UInt8 {
+    var keyByteCount: Int { count }
+    func appendKey(to out: inout [UInt8]) { out.append(contentsOf: self) }
+}
+
+extension ArraySlice: KeyPart where Element == UInt8 {
+    var keyByteCount: Int { count }
+    func appendKey(to out: inout [UInt8]) { out.append(contentsOf: self) }
+}
+
+/// `prefix` followed by `parts`, in one array of the key's size.
+func keyBytes<each Part: KeyPart>(_ prefix: UInt8, _ parts: repeat each Part) -> [UInt8] {
+    var count = 1
+    for part in repeat each parts { count += part.keyByteCount }
+    var out: [UInt8] = []
+    out.reserveCapacity(count)
+    out.append(prefix)
+    for part in repeat each parts { part.appendKey(to: &out) }
+    return out
 }
 
 /// Key prefixes of the `index` database: lookups the folds need, derived
@@ -299,13 +337,7 @@ enum IndexTable: UInt8 {
     case ledgerParty = 0x07  // key || merge order -> () (ledger entries debiting or crediting the key)
     case coinGroup = 0x08  // group hash || merge order -> () (credits of one receipt, unlocks of one slot)
 
-    func key(_ parts: [UInt8]...) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(1 + parts.reduce(0) { $0 + $1.count })
-        out.append(rawValue)
-        for p in parts { out.append(contentsOf: p) }
-        return out
-    }
+    func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }
 
 enum Codec {

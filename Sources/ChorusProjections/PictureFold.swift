@@ -85,7 +85,7 @@ extension FoldRun {
             }
             try decide(f.id, nil)
         }
-        let recordKey = Table.picture.key(picture.bytes)
+        let recordKey = Table.picture.key(picture)
         if let oldRaw = try txn.get(p.state, recordKey) {
             let old = try PictureRecord.decode(oldRaw)
             for key in old.indexKeys(picture) { try deleteState(key) }
@@ -204,10 +204,10 @@ public struct PictureRecord: Hashable, Sendable {
     func indexKeys(_ id: ObjectID) -> [[UInt8]] {
         guard isLive else { return [] }
         var keys = [
-            Table.gallery.key(owner.bytes, GalleryPosition.padded(position ?? GalleryPosition.initial(hlc)), id.bytes),
-            Table.picturesByTime.key(owner.bytes, Codec.u64(hlc.rawValue), id.bytes),
+            Table.gallery.key(owner, GalleryPosition.padded(position ?? GalleryPosition.initial(hlc)), id),
+            Table.picturesByTime.key(owner, Codec.u64(hlc.rawValue), id),
         ]
-        if let blob { keys.append(Table.blobRef.key(blob.bytes, id.bytes)) }
+        if let blob { keys.append(Table.blobRef.key(blob, id)) }
         return keys
     }
 }

@@ -77,7 +77,7 @@ extension Projections {
     }
 
     func lookup(_ id: ObjectID, in txn: Transaction) throws -> PictureLookup {
-        guard let raw = try txn.get(state, Table.picture.key(id.bytes)) else { return .unknown(PictureID(id)) }
+        guard let raw = try txn.get(state, Table.picture.key(id)) else { return .unknown(PictureID(id)) }
         let r = try PictureRecord.decode(raw)
         if let deleted = r.deleted { return .deleted(id: PictureID(id), owner: UserID(r.owner), at: deleted, by: r.deletedBy ?? .zero) }
         return .live(Self.view(id, r))
@@ -118,7 +118,7 @@ extension Projections {
         try log.env.read { txn in
             var ids: [ObjectID] = []
             var skipped = 0
-            try txn.scan(state, prefix: Table.gallery.key(user.bytes)) { key, _ in
+            try txn.scan(state, prefix: Table.gallery.key(user)) { key, _ in
                 if skipped < offset {
                     skipped += 1
                     return true
@@ -151,8 +151,8 @@ extension Projections {
                 }
                 var heads = Heap<FeedHead>()
                 for followed in try targets(.follow, of: viewer, in: txn) where !blocked.contains(followed) {
-                    let upper = before.map { Table.picturesByTime.key(followed.bytes, Codec.u64($0.rawValue)) }
-                    if let (walk, key) = try walks.start(prefix: Table.picturesByTime.key(followed.bytes), before: upper) {
+                    let upper = before.map { Table.picturesByTime.key(followed, Codec.u64($0.rawValue)) }
+                    if let (walk, key) = try walks.start(prefix: Table.picturesByTime.key(followed), before: upper) {
                         heads.insert(try head(key, walk: walk))
                     }
                 }

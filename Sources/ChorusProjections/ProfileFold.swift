@@ -13,9 +13,9 @@ extension FoldRun {
         }
         var entries: [[UInt8]: [UInt8]] = [:]
         for (field, r) in registers {
-            entries[Table.profile.key(user.bytes, Array(field.utf8))] = Self.profileRegister(r.value, r.fact)
+            entries[Table.profile.key(user, Array(field.utf8))] = Self.profileRegister(r.value, r.fact)
         }
-        try replace(prefix: Table.profile.key(user.bytes), with: entries)
+        try replace(prefix: Table.profile.key(user), with: entries)
     }
 
     /// Folds one new `profile.set` into the stored registers, giving the same
@@ -26,7 +26,7 @@ extension FoldRun {
     /// re-read all the earlier edits of its profile.
     mutating func foldProfileFact(_ user: PublicKey, _ f: Fact) throws {
         guard let (field, value) = try effectiveProfileEdit(user, f) else { return }
-        let key = Table.profile.key(user.bytes, Array(field.utf8))
+        let key = Table.profile.key(user, Array(field.utf8))
         if let stored = try txn.get(p.state, key), try Projections.profileRegister(stored).order > f.order { return }
         try txn.put(p.state, key, Self.profileRegister(value, f))
     }
@@ -82,9 +82,9 @@ extension FoldRun {
         }
         var entries: [[UInt8]: [UInt8]] = [:]
         for (slot, r) in registers {
-            entries[Table.slot.key(user.bytes, [UInt8(slot)])] = Codec.cbor(
+            entries[Table.slot.key(user, [UInt8(slot)])] = Codec.cbor(
                 .array([r.picture, .unsigned(r.fact.hlc.rawValue), .bytes(r.fact.id.bytes)]))
         }
-        try replace(prefix: Table.slot.key(user.bytes), with: entries)
+        try replace(prefix: Table.slot.key(user), with: entries)
     }
 }

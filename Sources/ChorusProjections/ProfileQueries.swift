@@ -61,7 +61,7 @@ extension Projections {
     package func profile(_ user: PublicKey) throws -> ProfileView {
         try log.env.read { txn in
             var fields: [ProfileFieldValue] = []
-            try txn.scan(state, prefix: Table.profile.key(user.bytes)) { key, value in
+            try txn.scan(state, prefix: Table.profile.key(user)) { key, value in
                 let name = String(decoding: key[33...], as: UTF8.self)
                 let register = try Self.profileRegister(value)
                 fields.append(
@@ -90,12 +90,12 @@ extension Projections {
     func devices(of user: PublicKey, in txn: Transaction) throws -> [DeviceView] {
         var out: [DeviceView] = []
         var keys: [PublicKey] = []
-        try txn.scan(state, prefix: Table.userDevice.key(user.bytes)) { key, _ in
+        try txn.scan(state, prefix: Table.userDevice.key(user)) { key, _ in
             keys.append(try Codec.b32(key[33...], "device"))
             return true
         }
         for d in keys {
-            guard let raw = try txn.get(state, Table.device.key(d.bytes)) else { continue }
+            guard let raw = try txn.get(state, Table.device.key(d)) else { continue }
             let b = try DeviceBinding.decode(raw)
             out.append(
                 DeviceView(device: DeviceID(d), name: b.name, addedHLC: b.addedHLC, removedHLC: b.removedHLC, rights: try rights(d, in: txn)))
@@ -109,7 +109,7 @@ extension Projections {
         try log.env.read { txn in
             var binders: Set<PublicKey> = []
             for key in keys where !binders.contains(key) {
-                try txn.scan(state, prefix: Table.userDevice.key(key.bytes)) { _, _ in
+                try txn.scan(state, prefix: Table.userDevice.key(key)) { _, _ in
                     binders.insert(key)
                     return false
                 }
@@ -121,14 +121,14 @@ extension Projections {
     /// The user a key acts for now (itself unless it is a bound device).
     public func user(of key: PublicKey) throws -> PublicKey {
         try log.env.read { txn in
-            try txn.get(state, Table.device.key(key.bytes)).map { try DeviceBinding.decode($0).user } ?? key
+            try txn.get(state, Table.device.key(key)).map { try DeviceBinding.decode($0).user } ?? key
         }
     }
 
     /// The binding of `device` (Specs/projections.md §6.1); nil when this node
     /// holds no effective `device.added` for it.
     public func binding(of device: PublicKey) throws -> DeviceBinding? {
-        try log.env.read { txn in try txn.get(state, Table.device.key(device.bytes)).map(DeviceBinding.decode) }
+        try log.env.read { txn in try txn.get(state, Table.device.key(device)).map(DeviceBinding.decode) }
     }
 }
 

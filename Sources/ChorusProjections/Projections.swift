@@ -88,7 +88,7 @@ public struct Projections: Sendable {
                     run?.addSent(Fact(stored))
                 } else {
                     try sink.put(
-                        state, Table.message.key(event.object.bytes, Codec.u64(event.hlc.rawValue), event.id.bytes),
+                        state, Table.message.key(event.object, Codec.u64(event.hlc.rawValue), event.id),
                         MessageEntry(withdrawnBy: event.author, sent: stored.arrival).encoded())
                 }
                 continue
@@ -97,21 +97,21 @@ public struct Projections: Sendable {
             switch cls {
             case .coins:
                 for party in Self.coinParties(event) {
-                    try sink.put(index, IndexTable.coinParty.key(party.bytes, order.bytes), [])
+                    try sink.put(index, IndexTable.coinParty.key(party, order), [])
                 }
                 if let group = FoldRun.coinGroup(kind: event.kind, object: event.object, payload: event.payload) {
-                    try sink.put(index, IndexTable.coinGroup.key(group.bytes, order.bytes), [])
+                    try sink.put(index, IndexTable.coinGroup.key(group, order), [])
                 }
                 run?.markCoins(order)
             case .follow, .like, .block:
                 // Relationships fold incrementally (one edge per event)
                 // unless a device binding change forces a full re-fold.
                 if FoldRun.isAdd(event.kind) {
-                    try sink.put(index, IndexTable.relationshipAdd.key([cls.rawValue], object.bytes, event.id.bytes), order.bytes)
+                    try sink.put(index, IndexTable.relationshipAdd.key(cls.rawValue, object, event.id), order.bytes)
                 } else {
                     for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
                         try sink.put(
-                            index, IndexTable.relationshipCancel.key([cls.rawValue], object.bytes, named.bytes, order.bytes), [])
+                            index, IndexTable.relationshipCancel.key(cls.rawValue, object, named, order), [])
                     }
                 }
                 run?.addRelationshipFact(cls, object, Fact(stored))
@@ -452,7 +452,7 @@ public struct Projections: Sendable {
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
             for (id, reason) in parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
-                try txn.put(state, Table.noEffect.key(id.bytes), reason)
+                try txn.put(state, Table.noEffect.key(id), reason)
             }
             try run.writeMessageCounts()
         }

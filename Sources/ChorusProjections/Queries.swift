@@ -36,7 +36,7 @@ extension Projections {
 
     /// Why an event took no effect, or nil when it took effect (or is unknown).
     public func noEffect(_ id: EventID) throws -> NoEffect? {
-        try log.env.read { txn in try txn.get(state, Table.noEffect.key(id.bytes)).map(Self.decodeNoEffect) }
+        try log.env.read { txn in try txn.get(state, Table.noEffect.key(id)).map(Self.decodeNoEffect) }
     }
 
     /// Every event that took no effect, with the reason.

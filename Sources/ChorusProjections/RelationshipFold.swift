@@ -60,7 +60,7 @@ extension FoldRun {
             return
         }
 
-        let prefix = Table.edge.key([cls.rawValue], target.bytes)
+        let prefix = Table.edge.key(cls.rawValue, target)
         var oldActors: Set<[UInt8]> = []
         try txn.scan(p.state, prefix: prefix) { key, _ in
             oldActors.insert(Array(key[34...]))
@@ -69,10 +69,10 @@ extension FoldRun {
         // Only the actors that start or stop relating change their
         // `edgeOut` entry: a popular picture has thousands of likers.
         let newActors = Set(live.keys.map(\.bytes))
-        for actor in oldActors.subtracting(newActors) { try deleteState(Table.edgeOut.key([cls.rawValue], actor, target.bytes)) }
-        for actor in newActors.subtracting(oldActors) { try putState(Table.edgeOut.key([cls.rawValue], actor, target.bytes), []) }
+        for actor in oldActors.subtracting(newActors) { try deleteState(Table.edgeOut.key(cls.rawValue, actor, target)) }
+        for actor in newActors.subtracting(oldActors) { try putState(Table.edgeOut.key(cls.rawValue, actor, target), []) }
         var entries: [[UInt8]: [UInt8]] = [:]
-        for (user, ids) in live { entries[Table.edge.key([cls.rawValue], target.bytes, user.bytes)] = ids.sorted().flatMap(\.bytes) }
+        for (user, ids) in live { entries[Table.edge.key(cls.rawValue, target, user)] = ids.sorted().flatMap(\.bytes) }
         try replace(prefix: prefix, with: entries)
     }
 
@@ -97,7 +97,7 @@ extension FoldRun {
             }
             var cancelled = false
             var removers: [MergeOrder] = []
-            try txn.scan(p.index, prefix: IndexTable.relationshipCancel.key([cls.rawValue], target.bytes, f.id.bytes)) { key, _ in
+            try txn.scan(p.index, prefix: IndexTable.relationshipCancel.key(cls.rawValue, target, f.id)) { key, _ in
                 removers.append(try MergeOrder(bytes: key[(key.count - 72)...]))
                 return true
             }
@@ -121,7 +121,7 @@ extension FoldRun {
         var ids = try liveAdds(cls, target, user)
         let before = ids.count
         for named in seen.compactMap(\.id32) {
-            guard let raw = try txn.get(p.index, IndexTable.relationshipAdd.key([cls.rawValue], target.bytes, named.bytes)) else {
+            guard let raw = try txn.get(p.index, IndexTable.relationshipAdd.key(cls.rawValue, target, named)) else {
                 continue
             }
             let add = try MergeOrder(bytes: raw[...])
@@ -134,13 +134,13 @@ extension FoldRun {
     }
 
     func liveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey) throws -> [EventID] {
-        guard let raw = try txn.get(p.state, Table.edge.key([cls.rawValue], target.bytes, user.bytes)) else { return [] }
+        guard let raw = try txn.get(p.state, Table.edge.key(cls.rawValue, target, user)) else { return [] }
         return try stride(from: 0, to: raw.count, by: 32).map { try Codec.b32(raw[$0..<min(raw.count, $0 + 32)], "add id") }
     }
 
     func setLiveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey, _ ids: [EventID]) throws {
-        let edge = Table.edge.key([cls.rawValue], target.bytes, user.bytes)
-        let out = Table.edgeOut.key([cls.rawValue], user.bytes, target.bytes)
+        let edge = Table.edge.key(cls.rawValue, target, user)
+        let out = Table.edgeOut.key(cls.rawValue, user, target)
         if ids.isEmpty {
             try txn.delete(p.state, edge)
             try txn.delete(p.state, out)

@@ -8,7 +8,7 @@ extension Projections {
 
     func targets(_ cls: ObjectClass, of actor: PublicKey, in txn: Transaction) throws -> [PublicKey] {
         var out: [PublicKey] = []
-        try txn.scan(state, prefix: Table.edgeOut.key([cls.rawValue], actor.bytes)) { key, _ in
+        try txn.scan(state, prefix: Table.edgeOut.key(cls.rawValue, actor)) { key, _ in
             out.append(try Codec.b32(key.suffix(32), "edge target"))
             return true
         }
@@ -17,7 +17,7 @@ extension Projections {
 
     func actors(_ cls: ObjectClass, on target: Bytes32, in txn: Transaction) throws -> [PublicKey] {
         var out: [PublicKey] = []
-        try txn.scan(state, prefix: Table.edge.key([cls.rawValue], target.bytes)) { key, _ in
+        try txn.scan(state, prefix: Table.edge.key(cls.rawValue, target)) { key, _ in
             out.append(try Codec.b32(key.suffix(32), "edge actor"))
             return true
         }
@@ -76,7 +76,7 @@ extension Projections {
             default: .block
             }
         return try log.env.read { txn in
-            guard let raw = try txn.get(state, Table.edge.key([cls.rawValue], target.bytes, actor.bytes)) else { return [] }
+            guard let raw = try txn.get(state, Table.edge.key(cls.rawValue, target, actor)) else { return [] }
             return stride(from: 0, to: raw.count, by: 32).compactMap { Bytes32(raw[$0..<min(raw.count, $0 + 32)]) }
         }
     }
