@@ -185,8 +185,9 @@ extension FoldRun {
         let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
         let attachment = sent.payload?[text: "blob"]?.id32
         // The entry this key holds now: a bulk fold finds only the
-        // withdrawn entry the filing pass wrote for every send (§9.2).
-        let existing: [UInt8]? = bulk ? nil : try txn.get(p.state, key)
+        // withdrawn entry the filing pass wrote for every send (§9.2), and
+        // a send first stored in this transaction has none yet.
+        let existing: [UInt8]? = bulk || newEvents.contains(message) ? nil : try txn.get(p.state, key)
         let wasEffective = try existing.map { try !MessageEntry.isWithdrawn($0) } ?? false
         func store(_ entry: MessageEntry) throws {
             let value = entry.encoded()

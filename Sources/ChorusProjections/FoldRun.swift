@@ -37,8 +37,9 @@ struct FoldRun {
     var readFacts: [ObjectID: [Fact]] = [:]
     /// New profile edits of this transaction, by user, folded the same way.
     var profileFacts: [PublicKey: [Fact]] = [:]
-    /// Events first stored in this transaction: they have no decision
-    /// recorded yet, so clearing one is a no-op that can be skipped...
+    /// Events first stored in this transaction (not refilled ones): they
+    /// have no decision recorded yet, so clearing one is a no-op that can be
+    /// skipped, and a new send has no `message` entry yet...
     var newEvents: Set<EventID> = []
     /// ...unless this run recorded one for them.
     var decidedNoEffect: Set<EventID> = []
@@ -273,8 +274,7 @@ struct FoldRun {
     func facts(_ cls: ObjectClass, _ object: Bytes32, payloadNeeded: (EventKind) -> Bool = { _ in true }) throws -> [Fact] {
         if let bulkFacts, bulkFacts.cls == cls, let read = bulkFacts.facts[object] { return read }
         var out: [Fact] = []
-        let prefix = [cls.rawValue] + object.bytes
-        try txn.scan(p.facts, prefix: prefix) { key, value in
+        try txn.scan(p.facts, prefix: Projections.factKeyPrefix(cls, object)) { key, value in
             let kind = value.first.flatMap { EventKind(knownCode: UInt64($0)) }
             out.append(
                 try Fact.load(

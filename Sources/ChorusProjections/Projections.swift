@@ -49,13 +49,18 @@ public struct Projections: Sendable {
     /// fold decided, for the caller to carry out (`carryOut`) in the same
     /// transaction. `purging: false` decides none (whole-log folds in
     /// slices leave them to `purgeDeleted`: see `FoldRun.purging`).
-    public func apply(_ events: [StoredEvent], in txn: Transaction, purging: Bool = true) throws -> Purges {
+    /// `refilled` names the events of `events` that were stored before
+    /// (their payload refilled): unlike the others, they may have state
+    /// and decisions already.
+    public func apply(
+        _ events: [StoredEvent], refilled: Set<EventID> = [], in txn: Transaction, purging: Bool = true
+    ) throws -> Purges {
         guard !events.isEmpty else { return Purges() }
         var run: FoldRun? = FoldRun(projections: self, txn: txn, purging: purging)
         var sink = TransactionSink(txn: txn)
         for stored in events {
             try file(stored, into: &sink, run: &run)
-            run?.newEvents.insert(stored.event.id)
+            if !refilled.contains(stored.event.id) { run?.newEvents.insert(stored.event.id) }
             run?.newArrivals.insert(stored.arrival)
         }
         guard var run else { return Purges() }

@@ -44,7 +44,7 @@ public struct Store: Sendable {
             var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
             let result = try body(&batch)
             try log.finish(batch.context, in: txn)
-            if fold { try projections.carryOut(try projections.apply(batch.stored, in: txn, purging: purging), in: txn) }
+            if fold { try projections.carryOut(try projections.apply(batch.stored, refilled: batch.refilled, in: txn, purging: purging), in: txn) }
             return result
         }
     }
@@ -59,6 +59,9 @@ public struct CommitBatch {
     var context: LogStore.AppendContext
     /// The events stored or refilled so far, folded at the end.
     public private(set) var stored: [StoredEvent] = []
+    /// Those of them that were refilled (stored before, with their payload
+    /// purged): they may have been folded, and decided, already.
+    public private(set) var refilled: Set<EventID> = []
 
     init(store: Store, transaction: Transaction, context: LogStore.AppendContext) {
         self.store = store
@@ -71,7 +74,10 @@ public struct CommitBatch {
     public mutating func append(_ event: Event) throws -> AppendOutcome {
         let outcome = try store.log.append(event, in: transaction, context: &context)
         switch outcome {
-        case .accepted(let arrival), .refilled(let arrival): stored.append(StoredEvent(event: event, arrival: arrival))
+        case .accepted(let arrival): stored.append(StoredEvent(event: event, arrival: arrival))
+        case .refilled(let arrival):
+            stored.append(StoredEvent(event: event, arrival: arrival))
+            refilled.insert(event.id)
         case .duplicate, .refused: break
         }
         return outcome
