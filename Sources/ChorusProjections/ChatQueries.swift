@@ -215,13 +215,7 @@ extension Projections {
         }
     }
 
-    static func factKeyPrefix(_ cls: ObjectClass, _ object: Bytes32) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(33)
-        out.append(cls.rawValue)
-        object.append(to: &out)
-        return out
-    }
+    static func factKeyPrefix(_ cls: ObjectClass, _ object: Bytes32) -> [UInt8] { keyBytes(cls.rawValue, object) }
 
     /// The `message.sent` with id `id`, when this node holds one: a send is
     /// not filed as a fact (Specs/projections.md §9.1), the log has it, at

@@ -227,13 +227,13 @@ extension FoldRun {
                 if try txn.get(p.state, key) == id { _ = try txn.delete(p.state, key) }
             }
             if let s = old.slot, !(entry.isEffective && entry.slot?.user == s.user && entry.slot?.slot == s.slot) {
-                let key = Table.slotUnlock.key(s.user, [UInt8(s.slot)])
+                let key = Table.slotUnlock.key(s.user, UInt8(s.slot))
                 if try txn.get(p.state, key) == id { _ = try txn.delete(p.state, key) }
             }
         }
         if entry.isEffective {
             if let receipt = entry.receipt { try txn.put(p.state, Table.receipt.key(Array(receipt.utf8)), id) }
-            if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user, [UInt8(s.slot)]), id) }
+            if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user, UInt8(s.slot)), id) }
         }
     }
 

@@ -73,10 +73,10 @@ extension Projections {
     package func slots(of user: PublicKey) throws -> [SlotView] {
         try log.env.read { txn in
             try config.slotPrices.enumerated().map { slot, price in
-                let unlockedBy = try txn.get(state, Table.slotUnlock.key(user, [UInt8(slot)]))
+                let unlockedBy = try txn.get(state, Table.slotUnlock.key(user, UInt8(slot)))
                 let unlocked = slot == 0 || unlockedBy != nil
                 var picture: PictureReference? = nil
-                if unlocked, let raw = try txn.get(state, Table.slot.key(user, [UInt8(slot)])) {
+                if unlocked, let raw = try txn.get(state, Table.slot.key(user, UInt8(slot))) {
                     let v = try Codec.decode(raw, "slot register")
                     if let id = v.arrayValue?.first?.id32 { picture = try reference(id, requiredOwner: user, in: txn) }
                 }

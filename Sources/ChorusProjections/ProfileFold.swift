@@ -82,7 +82,7 @@ extension FoldRun {
         }
         var entries: [[UInt8]: [UInt8]] = [:]
         for (slot, r) in registers {
-            entries[Table.slot.key(user, [UInt8(slot)])] = Codec.cbor(
+            entries[Table.slot.key(user, UInt8(slot))] = Codec.cbor(
                 .array([r.picture, .unsigned(r.fact.hlc.rawValue), .bytes(r.fact.id.bytes)]))
         }
         try replace(prefix: Table.slot.key(user), with: entries)

@@ -770,12 +770,7 @@ public struct Projections: Sendable {
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(105)
-        out.append(cls.rawValue)
-        object.append(to: &out)
-        order.append(to: &out)
-        return out
+        keyBytes(cls.rawValue, object, order)
     }
 
     /// Every key a coin event names: a change to any of their device
