@@ -374,7 +374,9 @@ extension Event {
     /// The three items of an envelope this node stored itself, found by
     /// reading its CBOR heads without decoding or re-checking anything.
     /// Throws on bytes that are not shaped like an envelope.
-    static func storedParts(_ bytes: [UInt8]) throws(EventError) -> (header: Range<Int>, signature: Range<Int>, payload: Range<Int>?) {
+    static func storedParts<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(EventError) -> (header: Range<Int>, signature: Range<Int>, payload: Range<Int>?) where Bytes.Index == Int {
         var i = 0
         func head() throws(EventError) -> (major: UInt8, argument: Int) {
             guard i < bytes.count else { throw .malformedEnvelope("stored envelope is truncated") }
@@ -421,6 +423,12 @@ extension Event {
     /// `chorus-replay verify` re-checks every stored envelope in full.
     public static func storedPayload(ofEnvelope bytes: [UInt8]) throws(EventError) -> [UInt8]? {
         try storedParts(bytes).payload.map { Array(bytes[$0]) }
+    }
+
+    /// The same, from an envelope where the store holds it: only the
+    /// payload is copied.
+    public static func storedPayload(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> [UInt8]? {
+        try storedParts(bytes).payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) }
     }
 
     /// Decodes an envelope this node stored itself after checking it in

@@ -280,8 +280,10 @@ public struct LogStore: Sendable {
     /// The payload bytes of the event at `arrival` (nil when purged), read
     /// without decoding the event (`Event.storedPayload`).
     public func readPayload(at arrival: UInt64, in txn: Transaction) throws -> [UInt8]? {
-        let raw = try rawEnvelope(at: arrival, in: txn)
-        do { return try Event.storedPayload(ofEnvelope: raw) } catch { throw LogError.corrupt("event at arrival \(arrival): \(error)") }
+        try txn.withValue(envelopes, Self.encodeU64(arrival)) { raw in
+            guard let raw else { throw LogError.corrupt("no event at arrival \(arrival)") }
+            do { return try Event.storedPayload(ofEnvelope: raw) } catch { throw LogError.corrupt("event at arrival \(arrival): \(error)") }
+        }
     }
 
     public func readEvent(_ id: EventID, in txn: Transaction) throws -> StoredEvent? {

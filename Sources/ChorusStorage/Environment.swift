@@ -374,6 +374,22 @@ public struct Transaction {
         return found
     }
 
+    /// Calls `body` with the value stored under `key` (nil when absent)
+    /// where LMDB holds it, without copying it: the bytes are valid only
+    /// inside `body`, which must not write in this transaction.
+    public func withValue<R>(_ db: Database, _ key: [UInt8], _ body: (UnsafeRawBufferPointer?) throws -> R) throws -> R {
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc: Int32 = key.withUnsafeBytes { kb in
+            k.mv_size = kb.count
+            k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+            return mdb_get(txn, db.dbi, &k, &v)
+        }
+        if rc == MDB_NOTFOUND { return try body(nil) }
+        try StorageError.check(rc, "mdb_get")
+        return try body(UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size))
+    }
+
     /// Copies the value stored under `key`, or nil.
     public func get(_ db: Database, _ key: [UInt8]) throws(StorageError) -> [UInt8]? {
         var k = MDB_val()
