@@ -155,7 +155,6 @@ public struct LogStore: Sendable {
         let idKey = event.id.bytes
         let author = event.header.author
         let seq = event.header.seq
-        let feedKey = Self.feedKey(author, seq)
         let head = try head(of: author, in: txn, context: context)
         // Feeds are stored contiguously (Specs/events.md §7.2): every stored
         // event of this author has a sequence number at most the head's, and
@@ -173,7 +172,7 @@ public struct LogStore: Sendable {
             }
             if let keptArrival = try arrival(of: author, seq: seq, in: txn) {
                 // A different event at a position the feed already holds: keep the evidence.
-                try txn.put(forks, feedKey + idKey, event.encoded())
+                try txn.put(forks, Self.feedKey(author, seq) + idKey, event.encoded())
                 let kept = try Self.decodeTrusted(try rawEnvelope(at: keptArrival, in: txn), arrival: keptArrival)
                 return .refused(.fork(seq: seq, existing: kept.id))
             }

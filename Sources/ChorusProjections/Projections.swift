@@ -58,6 +58,11 @@ public struct Projections: Sendable {
         guard !events.isEmpty else { return Purges() }
         var run: FoldRun? = FoldRun(projections: self, txn: txn, purging: purging)
         var sink = TransactionSink(txn: txn)
+        // Sized once: grown one insert at a time, these sets rehashed every
+        // id a commit of tens of thousands of events stores, again and again.
+        run?.newEvents.reserveCapacity(events.count)
+        run?.newArrivals.reserveCapacity(events.count)
+        run?.sentFacts.reserveCapacity(events.count / 2)
         for stored in events {
             try file(stored, into: &sink, run: &run)
             if !refilled.contains(stored.event.id) { run?.newEvents.insert(stored.event.id) }
