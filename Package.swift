@@ -115,7 +115,7 @@ let package = Package(
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            path: "Tools/Benchmark"),
+            path: "Tools/Benchmark", exclude: ["HISTORY.md"]),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
             path: "Tools/CrashWriter"),
