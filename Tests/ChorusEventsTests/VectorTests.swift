@@ -149,6 +149,24 @@ struct SchemaTests {
         }
     }
 
+    /// The payload of a stored envelope read in place (the store's
+    /// bytes) is the one read from a copy: present, purged, or refused
+    /// when the bytes are cut short.
+    @Test func storedPayloadInPlaceEqualsTheCopy() throws {
+        let event = try sign(.messageSent, .textMap([("body", .bytes([UInt8](repeating: 3, count: 100)))]))
+        for envelope in [event.encoded(), event.purged().encoded()] {
+            let copied = try Event.storedPayload(ofEnvelope: envelope)
+            let inPlace = try envelope.withUnsafeBytes { raw in try Event.storedPayload(ofEnvelope: raw) }
+            #expect(inPlace == copied)
+        }
+        #expect(try Event.storedPayload(ofEnvelope: event.encoded()) == event.payloadBytes)
+        #expect(try Event.storedPayload(ofEnvelope: event.purged().encoded()) == nil)
+        let cut = Array(event.encoded().dropLast(10))
+        #expect(throws: EventError.self) {
+            try cut.withUnsafeBytes { raw in _ = try Event.storedPayload(ofEnvelope: raw) }
+        }
+    }
+
     @Test func everyKindHasASchemaAndANameThatRoundTrips() {
         for kind in EventKind.known {
             #expect(EventKind(name: kind.name) == kind)
