@@ -109,15 +109,23 @@ struct Workload {
     var funded: [Int] = []
     var owner: [Int: Int] = [:]  // device feed -> user
     var receipts: [String] = []
-    let issuer = SigningKey.generate()
+    let issuer: SigningKey
     let issuerFeed: Int
     var clock: UInt64
     var count = 0
     var kinds: [EventKind: Int] = [:]
 
+    /// Keys and ids come from a stream of their own, so that a seed gives
+    /// the same keys, ids and actions in every run (only the timestamps,
+    /// which end in the present, and the sealed contents' nonces differ),
+    /// with the actions in the same sequence as before keys were seeded.
+    var keyRandom: SeededRandom
+
     init(seed: UInt64, startMillis: UInt64) {
         rng = SeededRandom(seed: seed)
+        keyRandom = SeededRandom(seed: seed ^ 0x6B65_7973)
         clock = startMillis
+        issuer = Self.key(&keyRandom)
         feeds.append(Feed(key: issuer))
         issuerFeed = 0
     }
@@ -139,6 +147,13 @@ struct Workload {
         return (event.id, hlc)
     }
 
+    static func id(_ random: inout SeededRandom) -> Bytes32 {
+        var bytes: [UInt8] = []
+        for _ in 0..<4 { withUnsafeBytes(of: random.next()) { bytes.append(contentsOf: $0) } }
+        return Bytes32(bytes)!
+    }
+    static func key(_ random: inout SeededRandom) -> SigningKey { SigningKey(seed: id(&random).bytes)! }
+
     mutating func int(_ r: Range<Int>) -> Int { Int.random(in: r, using: &rng) }
     mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
     /// Active users act more often: index skewed toward the front.
@@ -156,13 +171,13 @@ struct Workload {
     // MARK: Setup
 
     mutating func addUser() {
-        let user = SigningKey.generate()
+        let user = Self.key(&keyRandom)
         let userFeed = feeds.count
         feeds.append(Feed(key: user))
         var u = User(key: user, feed: userFeed)
         let deviceCount = chance(0.35) ? 2 : 1
         for d in 0..<deviceCount {
-            let device = SigningKey.generate()
+            let device = Self.key(&keyRandom)
             let feed = feeds.count
             feeds.append(Feed(key: device))
             u.devices.append(feed)
@@ -182,7 +197,7 @@ struct Workload {
         for _ in 0..<members { set.insert(int(0..<users.count)) }
         let others = set.subtracting([creator]).sorted()
         guard !others.isEmpty else { return nil }
-        let id = Random.bytes32()
+        let id = Self.id(&keyRandom)
         let keys = others.map { users[$0].key.publicKey }.sorted()
         let author = device(of: creator)
         emit(author, .chatCreated, id, [
@@ -305,8 +320,9 @@ struct Workload {
             users[u].following[target] = [id]
         case .unfollow:
             let u = activeUser()
-            guard let first = users[u].following.first else { return false }
-            let (target, seen) = (first.key, first.value)
+            // The lowest followed user, not `first`: a dictionary's order
+            // differs from process to process, and the workload must not.
+            guard let target = users[u].following.keys.min(), let seen = users[u].following[target] else { return false }
             emit(device(of: u), .followRemoved, users[target].key.publicKey, [("seen", .array(seen.map { .bytes($0.bytes) }))])
             users[u].following[target] = nil
         case .block:
@@ -316,7 +332,7 @@ struct Workload {
             emit(device(of: u), .blockAdded, users[target].key.publicKey, [])
         case .picture:
             let u = activeUser()
-            let id = Random.bytes32()
+            let id = Self.id(&keyRandom)
             var payload: [(String, CBORValue)] = [
                 ("blob", .bytes(Random.bytes(32))), ("size", .unsigned(UInt64(int(40_000..<4_000_000)))), ("mime", .text("image/jpeg")),
                 ("width", .unsigned(1080)), ("height", .unsigned(1350)),
