@@ -378,20 +378,16 @@ public struct Transaction {
     /// where LMDB holds it, without copying it: the bytes are valid only
     /// inside `body`, which must not write in this transaction.
     public func withValue<R>(_ db: Database, _ key: [UInt8], _ body: (UnsafeRawBufferPointer?) throws -> R) throws -> R {
-        var k = MDB_val()
-        var v = MDB_val()
-        let rc: Int32 = key.withUnsafeBytes { kb in
-            k.mv_size = kb.count
-            k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
-            return mdb_get(txn, db.dbi, &k, &v)
-        }
-        if rc == MDB_NOTFOUND { return try body(nil) }
-        try StorageError.check(rc, "mdb_get")
-        return try body(UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size))
+        try body(try lookup(db, key).map { UnsafeRawBufferPointer(start: $0.mv_data, count: $0.mv_size) })
     }
 
     /// Copies the value stored under `key`, or nil.
     public func get(_ db: Database, _ key: [UInt8]) throws(StorageError) -> [UInt8]? {
+        try lookup(db, key).map(Self.copy)
+    }
+
+    /// The value stored under `key` where LMDB holds it, or nil.
+    private func lookup(_ db: Database, _ key: [UInt8]) throws(StorageError) -> MDB_val? {
         var k = MDB_val()
         var v = MDB_val()
         let rc: Int32 = key.withUnsafeBytes { kb in
@@ -401,7 +397,7 @@ public struct Transaction {
         }
         if rc == MDB_NOTFOUND { return nil }
         try StorageError.check(rc, "mdb_get")
-        return Self.copy(v)
+        return v
     }
 
     public func put(_ db: Database, _ key: [UInt8], _ value: [UInt8], append: Bool = false) throws(StorageError) {
