@@ -62,6 +62,10 @@ struct SyncWorkload {
 
     static func generate(events: Int, users userCount: Int, pictures: Int, blobSizes: ClosedRange<Int>, seed: UInt64) -> SyncWorkload {
         var rng = SeededRandom(seed: seed)
+        // Keys and ids from a stream of their own, as in the projections
+        // workload: a seed gives the same feeds, and so the same order of
+        // authors a server serves, in every run.
+        var keyRandom = SeededRandom(seed: seed ^ 0x6B65_7973)
         let nowMillis = UInt64(Date().timeIntervalSince1970 * 1000)
         var clock = nowMillis - UInt64(events) * 31 - 3_600_000
         struct Feed {
@@ -95,8 +99,8 @@ struct SyncWorkload {
         var userKeys: [PublicKey] = []
         var devices: [Int] = []
         for u in 0..<userCount {
-            let user = SigningKey.generate()
-            let device = SigningKey.generate()
+            let user = Workload.key(&keyRandom)
+            let device = Workload.key(&keyRandom)
             feeds.append(Feed(key: user))
             feeds.append(Feed(key: device))
             userKeys.append(user.publicKey)
@@ -114,7 +118,7 @@ struct SyncWorkload {
             for _ in 0..<Int.random(in: 1...7, using: &rng) { members.insert(Int.random(in: 0..<userCount, using: &rng)) }
             let others = members.subtracting([creator]).sorted()
             guard !others.isEmpty else { continue }
-            let id = Random.bytes32()
+            let id = Workload.id(&keyRandom)
             emit(devices[creator], .chatCreated, id, [
                 ("title", BenchSeal.title("chat \(chats.count)", chat: id, author: feeds[devices[creator]].key.publicKey)),
                 ("members", .array(others.map { .bytes(userKeys[$0].bytes) })),
@@ -138,7 +142,7 @@ struct SyncWorkload {
                     }
                 }
                 bytes[0] = 0xFF; bytes[1] = 0xD8; bytes[2] = 0xFF  // a JPEG's start
-                let id = Random.bytes32()
+                let id = Workload.id(&keyRandom)
                 var payload: [(String, CBORValue)] = [
                     ("blob", .bytes(Blake2b.hash256(bytes).bytes)), ("size", .unsigned(UInt64(bytes.count))),
                     ("mime", .text("image/jpeg")), ("width", .unsigned(1080)), ("height", .unsigned(1350)),
