@@ -115,15 +115,15 @@ struct Workload {
     var count = 0
     var kinds: [EventKind: Int] = [:]
 
-    /// Keys and ids come from a stream of their own, so that a seed gives
-    /// the same keys, ids and actions in every run (only the timestamps,
+    /// Keys, ids and other random bytes come from a stream of their own, so
+    /// that a seed gives the same workload in every run (only the timestamps,
     /// which end in the present, and the sealed contents' nonces differ),
     /// with the actions in the same sequence as before keys were seeded.
     var keyRandom: SeededRandom
 
     init(seed: UInt64, startMillis: UInt64) {
         rng = SeededRandom(seed: seed)
-        keyRandom = SeededRandom(seed: seed ^ 0x6B65_7973)
+        keyRandom = Self.keyStream(seed: seed)
         clock = startMillis
         issuer = Self.key(&keyRandom)
         feeds.append(Feed(key: issuer))
@@ -147,6 +147,9 @@ struct Workload {
         return (event.id, hlc)
     }
 
+    /// The stream keys, ids and other random bytes are drawn from, apart
+    /// from the actions' (the sync workload uses it too).
+    static func keyStream(seed: UInt64) -> SeededRandom { SeededRandom(seed: seed ^ 0x6B65_7973) }
     static func id(_ random: inout SeededRandom) -> Bytes32 {
         var bytes: [UInt8] = []
         for _ in 0..<4 { withUnsafeBytes(of: random.next()) { bytes.append(contentsOf: $0) } }
@@ -334,7 +337,7 @@ struct Workload {
             let u = activeUser()
             let id = Self.id(&keyRandom)
             var payload: [(String, CBORValue)] = [
-                ("blob", .bytes(Random.bytes(32))), ("size", .unsigned(UInt64(int(40_000..<4_000_000)))), ("mime", .text("image/jpeg")),
+                ("blob", .bytes(Self.id(&keyRandom).bytes)), ("size", .unsigned(UInt64(int(40_000..<4_000_000)))), ("mime", .text("image/jpeg")),
                 ("width", .unsigned(1080)), ("height", .unsigned(1350)),
             ]
             if chance(0.5) { payload.append(("caption", .text(text("pic", 8...120)))) }
@@ -350,7 +353,7 @@ struct Workload {
             let id = pictures[p]!.id
             switch action {
             case .caption: emit(device(of: u), .pictureCaptioned, id, [("caption", .text(text("caption", 8...120)))])
-            case .move: emit(device(of: u), .pictureMoved, id, [("position", .bytes(Random.bytes(int(1..<9))))])
+            case .move: emit(device(of: u), .pictureMoved, id, [("position", .bytes(Array(Self.id(&keyRandom).bytes.prefix(int(1..<9)))))])
             default:
                 // Popular pictures stay: their likes are the point.
                 guard !popular.contains(p) else { return false }

@@ -65,7 +65,7 @@ struct SyncWorkload {
         // Keys and ids from a stream of their own, as in the projections
         // workload: a seed gives the same feeds, and so the same order of
         // authors a server serves, in every run.
-        var keyRandom = SeededRandom(seed: seed ^ 0x6B65_7973)
+        var keyRandom = Workload.keyStream(seed: seed)
         let nowMillis = UInt64(Date().timeIntervalSince1970 * 1000)
         var clock = nowMillis - UInt64(events) * 31 - 3_600_000
         struct Feed {
