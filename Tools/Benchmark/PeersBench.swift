@@ -36,6 +36,35 @@ struct PeersBench: AsyncParsableCommand {
 /// The process's anonymous resident memory now, from /proc (0 elsewhere).
 func anonymousMemory() -> Int { residentMemory().anonymous }
 
+/// The CPU time the whole process has used, every thread, user and kernel.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    #if os(Linux)
+    let who = RUSAGE_SELF.rawValue
+    #else
+    let who = RUSAGE_SELF
+    #endif
+    guard getrusage(who, &usage) == 0 else { return 0 }
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// Bytes the named thread of this process has handed to `write`/`pwrite`
+/// so far (`wchar` of /proc/self/task/TID/io; nil elsewhere or when no
+/// thread has that name). For the writer, that is the pages its commits wrote.
+func threadBytesWritten(named name: String) -> Int? {
+    guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }
+    for task in tasks {
+        let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+        guard comm.trimmingCharacters(in: .whitespacesAndNewlines) == name,
+            let io = try? String(contentsOfFile: "/proc/self/task/\(task)/io", encoding: .utf8),
+            let line = io.split(separator: "\n").first(where: { $0.hasPrefix("wchar:") })
+        else { continue }
+        return Int(line.dropFirst("wchar:".count).trimmingCharacters(in: .whitespaces))
+    }
+    return nil
+}
+
 /// The process's resident memory now, from /proc/self/status (zeros
 /// elsewhere): anonymous (its heap), and file-backed (for a node, mostly
 /// the pages of the store's memory map, which the kernel can drop).

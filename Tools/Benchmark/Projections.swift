@@ -22,7 +22,9 @@ import Foundation
 struct ProjectionsOptions: ParsableArguments {
     @Option(help: "Events to generate and load.") var events = 1_000_000
     @Option(help: "Users (default events/650, at most 1,500).") var users: Int?
-    @Option(help: "Envelopes per Node.ingest call (a sync batch); two calls in flight, as a sync receiver streams them.") var batch = 50_000
+    @Option(help: "Envelopes per Node.ingest call (a sync batch).") var batch = 50_000
+    @Option(help: "Node.ingest calls in flight, each started once the previous one's events are queued (a sync receiver keeps three).")
+    var inFlight = 3
     @Option(help: "Queries of each kind for the latency figures.") var queries = 3_000
     @Option(help: "Seed of the workload.") var seed: UInt64 = 1
     @Option(help: "Seconds per limit measurement.") var seconds = 2.0
@@ -39,6 +41,7 @@ struct ProjectionsOptions: ParsableArguments {
         if events < 1_000 { throw ValidationError("--events must be at least 1,000") }
         if let users, users < 2 { throw ValidationError("--users must be at least 2") }
         if batch < 1 { throw ValidationError("--batch must be at least 1") }
+        if inFlight < 1 { throw ValidationError("--in-flight must be at least 1") }
         if queries < 100 { throw ValidationError("--queries must be at least 100") }
         if seconds <= 0 { throw ValidationError("--seconds must be positive") }
     }
@@ -601,15 +604,17 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     // is the growth above this.
     let memoryBeforeIngest = residentMemory()
     t0 = Bench.clock()
+    let cpuBeforeIngest = processCPUSeconds()
     let (accepted, ingestAnonymousPeak, ingestFilePeak) = await peakResidentMemory {
         var accepted = 0
         var start = 0
         // As a sync receiver streams its batches (Specs/sync.md §4.3): the
         // next call starts once this one's events are queued, so its
-        // verification overlaps this one's commit; two calls in flight.
+        // verification overlaps this one's commit; as many calls in flight
+        // as the receiver keeps batches (`--in-flight`).
         var inFlight: [(start: Int, end: Int, ingest: Task<IngestReport, Never>)] = []
         while start < envelopes.count || !inFlight.isEmpty {
-            if start < envelopes.count, inFlight.count < 2 {
+            if start < envelopes.count, inFlight.count < options.inFlight {
                 let end = min(envelopes.count, start + options.batch)
                 let batch = Array(envelopes[start..<end])
                 let (queued, signal) = AsyncStream<Void>.makeStream()
@@ -632,6 +637,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         return accepted
     }
     let ingestSeconds = Bench.clock() - t0
+    let ingestCPU = processCPUSeconds() - cpuBeforeIngest
+    // The writer thread is the node's own, so everything it wrote is this ingest's.
+    let writerBytes = threadBytesWritten(named: "chorus-writer")
     let ingestMemory = (anonymous: max(0, ingestAnonymousPeak - memoryBeforeIngest.anonymous), mapped: ingestFilePeak)
     let ingestRate = Double(envelopes.count) / ingestSeconds
     verifySamples.append(verifyLimit())
@@ -758,6 +766,8 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("limit_per_second", .uint(UInt64(ingestLimit))),
                 ("ratio_to_verify", .string(String(format: "%.3f", ingestRate / ingestLimit))), ("target", .string("0.70")),
                 ("met", .bool(ingestRate / ingestLimit >= 0.7)), ("commits", .uint(UInt64(writer.commits))),
+                ("process_cpu_seconds", .string(String(format: "%.1f", ingestCPU))),
+                ("writer_bytes_written", writerBytes.map { .uint(UInt64($0)) } ?? .null),
                 ("writer_busy_seconds", .string(String(format: "%.1f", writer.busySeconds))),
                 ("writer_cpu_seconds", .string(String(format: "%.1f", writer.cpuSeconds))),
                 ("durable_commit_seconds", .string(String(format: "%.1f", durableSeconds))),
@@ -854,9 +864,12 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         + "mean envelope \(bytes / max(1, envelopes.count)) bytes, seed \(options.seed)")
     print("mix: " + mix.prefix(12).map { "\($0.key.name) \(String(format: "%.1f", 100 * Double($0.value) / Double(envelopes.count)))%" }
         .joined(separator: ", ") + ", ...")
-    print("ingest: \(envelopes.count / options.batch + (envelopes.count % options.batch == 0 ? 0 : 1)) calls of ≤ \(options.batch) envelopes (two in flight), "
+    print("ingest: \(envelopes.count / options.batch + (envelopes.count % options.batch == 0 ? 0 : 1)) calls of ≤ \(options.batch) envelopes (\(options.inFlight) in flight), "
+        + "the process on a core \(String(format: "%.1f", ingestCPU)) of \(String(format: "%.1f", ingestSeconds * Double(cores))) core-seconds, "
         + "\(writer.commits) commits, \(String(format: "%.1f", ingestSeconds)) s (writer busy \(String(format: "%.1f", writer.busySeconds)) s, "
-        + "on a core \(String(format: "%.1f", writer.cpuSeconds)) s, of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages); \(noEffects) events took no effect by the rules"
+        + "on a core \(String(format: "%.1f", writer.cpuSeconds)) s, of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages"
+        + (writerBytes.map { String(format: ", %.1f KB an event handed to pwrite", Double($0) / 1000 / Double(envelopes.count)) } ?? "") + "); "
+        + "\(noEffects) events took no effect by the rules"
         + (options.skipRebuild ? "" : "; rebuild \(String(format: "%.1f", rebuildSeconds)) s, digest "
             + (digestsAgree ? "equals" : "DIFFERS FROM") + " the ingested state"))
     print("")
