@@ -283,22 +283,49 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
 enum BenchSeal {
     static func epochKey(_ chat: ObjectID) -> [UInt8] { Blake2b.hash256(Array("chorus-bench epoch".utf8) + chat.bytes).bytes }
 
-    static func sealed(_ plaintext: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) -> CBORValue {
-        let key = epochKey(chat)
+    /// Sealed under `key` (by default the chat's one derived key, which no
+    /// `chat.key` introduces: for workloads that never audit the chats'
+    /// epochs; `chorus-bench projections` introduces and rotates real ones).
+    static func sealed(
+        _ plaintext: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey, key: [UInt8]? = nil
+    ) -> CBORValue {
+        let key = key ?? epochKey(chat)
         return .bytes(ChatCrypto.seal(
-            plaintext, epochKey: key, epoch: ChatCrypto.epochID(chat: chat, key: key), 
+            plaintext, epochKey: key, epoch: ChatCrypto.epochID(chat: chat, key: key),
             kind: kind, chat: chat, object: object, author: author))
     }
 
-    static func title(_ title: String, chat: ObjectID, author: PublicKey) -> CBORValue {
-        sealed(TitleContent.encode(title), kind: .chatCreated, chat: chat, object: chat, author: author)
+    static func title(_ title: String, chat: ObjectID, author: PublicKey, key: [UInt8]? = nil) -> CBORValue {
+        sealed(TitleContent.encode(title), kind: .chatCreated, chat: chat, object: chat, author: author, key: key)
     }
 
-    static func body(_ content: MessageContent, chat: ObjectID, author: PublicKey) -> CBORValue {
-        sealed(content.encoded(), kind: .messageSent, chat: chat, object: chat, author: author)
+    static func body(_ content: MessageContent, chat: ObjectID, author: PublicKey, key: [UInt8]? = nil) -> CBORValue {
+        sealed(content.encoded(), kind: .messageSent, chat: chat, object: chat, author: author, key: key)
     }
 
-    static func edit(_ text: String, chat: ObjectID, message: ObjectID, author: PublicKey) -> CBORValue {
-        sealed(MessageContent(text: text).encoded(), kind: .messageEdited, chat: chat, object: message, author: author)
+    static func edit(_ text: String, chat: ObjectID, message: ObjectID, author: PublicKey, key: [UInt8]? = nil) -> CBORValue {
+        sealed(MessageContent(text: text).encoded(), kind: .messageEdited, chat: chat, object: message, author: author, key: key)
+    }
+
+    /// A device's X25519 key for the workloads, derived from its signing key
+    /// so that runs stay reproducible without drawing from the key stream.
+    static func agreementKey(of device: PublicKey) -> AgreementKey {
+        // A BLAKE2b output is a valid X25519 secret (it is clamped when used).
+        AgreementKey(secret: Blake2b.hash256(Array("chorus-bench agreement".utf8) + device.bytes).bytes)!
+    }
+
+    /// The `n`th epoch key of a chat (Specs/encryption.md §4), derived like the rest.
+    static func epochKey(_ chat: ObjectID, number: Int) -> [UInt8] {
+        Blake2b.hash256(Array("chorus-bench epoch".utf8) + chat.bytes + withUnsafeBytes(of: UInt64(number).bigEndian, Array.init)).bytes
+    }
+
+    /// A `chat.key` payload wrapping `key` to `recipients` (Specs/encryption.md §5).
+    /// `salt` makes the ephemeral key one per event (the workload's event count).
+    static func chatKey(chat: ObjectID, key: [UInt8], to recipients: [ChatCrypto.Recipient], salt: Int) -> [(String, CBORValue)] {
+        let ephemeral = AgreementKey(
+            secret: Blake2b.hash256(Array("chorus-bench ephemeral".utf8) + key + withUnsafeBytes(of: UInt64(salt).bigEndian, Array.init)).bytes)!
+        let epoch = ChatCrypto.epochID(chat: chat, key: key)
+        let wraps = ChatCrypto.wrap(epochKey: key, chat: chat, epoch: epoch, to: recipients, ephemeral: ephemeral)!
+        return [("epoch", .bytes(epoch.bytes)), ("ephemeral", .bytes(ephemeral.publicKey.bytes)), ("wraps", .bytes(wraps))]
     }
 }
