@@ -277,33 +277,30 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
     }
 }
 
-/// Sealed chat content for the synthetic workloads (Specs/encryption.md §7):
-/// each chat's epoch key is derived from its id, so runs stay reproducible
+/// Sealed chat content and chat keys for the synthetic workloads
+/// (Specs/encryption.md §3–§7): devices' X25519 keys and chats' epoch keys
+/// are derived from their public keys and ids, so runs stay reproducible
 /// while the bytes on the wire and in the store have the real shape and size.
 enum BenchSeal {
-    static func epochKey(_ chat: ObjectID) -> [UInt8] { Blake2b.hash256(Array("chorus-bench epoch".utf8) + chat.bytes).bytes }
-
-    /// Sealed under `key` (by default the chat's one derived key, which no
-    /// `chat.key` introduces: for workloads that never audit the chats'
-    /// epochs; `chorus-bench projections` introduces and rotates real ones).
+    /// Sealed under the epoch key `key`, which the workload introduces with
+    /// a `chat.key` (Specs/encryption.md §5).
     static func sealed(
-        _ plaintext: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey, key: [UInt8]? = nil
+        _ plaintext: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey, key: [UInt8]
     ) -> CBORValue {
-        let key = key ?? epochKey(chat)
-        return .bytes(ChatCrypto.seal(
+        .bytes(ChatCrypto.seal(
             plaintext, epochKey: key, epoch: ChatCrypto.epochID(chat: chat, key: key),
             kind: kind, chat: chat, object: object, author: author))
     }
 
-    static func title(_ title: String, chat: ObjectID, author: PublicKey, key: [UInt8]? = nil) -> CBORValue {
+    static func title(_ title: String, chat: ObjectID, author: PublicKey, key: [UInt8]) -> CBORValue {
         sealed(TitleContent.encode(title), kind: .chatCreated, chat: chat, object: chat, author: author, key: key)
     }
 
-    static func body(_ content: MessageContent, chat: ObjectID, author: PublicKey, key: [UInt8]? = nil) -> CBORValue {
+    static func body(_ content: MessageContent, chat: ObjectID, author: PublicKey, key: [UInt8]) -> CBORValue {
         sealed(content.encoded(), kind: .messageSent, chat: chat, object: chat, author: author, key: key)
     }
 
-    static func edit(_ text: String, chat: ObjectID, message: ObjectID, author: PublicKey, key: [UInt8]? = nil) -> CBORValue {
+    static func edit(_ text: String, chat: ObjectID, message: ObjectID, author: PublicKey, key: [UInt8]) -> CBORValue {
         sealed(MessageContent(text: text).encoded(), kind: .messageEdited, chat: chat, object: message, author: author, key: key)
     }
 

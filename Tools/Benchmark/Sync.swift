@@ -108,6 +108,7 @@ struct SyncWorkload {
             emit(feeds.count - 2, .deviceAdded, device.publicKey, [
                 ("proof", .bytes(DeviceBinding.proof(device: device, user: user.publicKey))), ("name", .text("phone")),
             ])
+            emit(feeds.count - 1, .deviceKey, device.publicKey, [("key", .bytes(BenchSeal.agreementKey(of: device.publicKey).publicKey.bytes))])
             emit(feeds.count - 1, .profileSet, user.publicKey, [("field", .text("name")), ("value", .text("user \(u)"))])
         }
         // Chats: one per ten users, 2-8 members.
@@ -119,10 +120,18 @@ struct SyncWorkload {
             let others = members.subtracting([creator]).sorted()
             guard !others.isEmpty else { continue }
             let id = Workload.id(&keyRandom)
+            // Content sealed under an epoch the creator introduces to every
+            // member device (Specs/encryption.md §6, step 1).
+            let key = BenchSeal.epochKey(id, number: 0)
             emit(devices[creator], .chatCreated, id, [
-                ("title", BenchSeal.title("chat \(chats.count)", chat: id, author: feeds[devices[creator]].key.publicKey)),
+                ("title", BenchSeal.title("chat \(chats.count)", chat: id, author: feeds[devices[creator]].key.publicKey, key: key)),
                 ("members", .array(others.map { .bytes(userKeys[$0].bytes) })),
             ])
+            let recipients = ([creator] + others).map { m in
+                let device = feeds[devices[m]].key.publicKey
+                return ChatCrypto.Recipient(device: device, encryptionKey: BenchSeal.agreementKey(of: device).publicKey)
+            }
+            emit(devices[creator], .chatKey, id, BenchSeal.chatKey(chat: id, key: key, to: recipients, salt: count))
             chats.append((id, [creator] + others))
         }
         var pictureIDs: [ObjectID] = []
@@ -163,7 +172,7 @@ struct SyncWorkload {
                     content.picture = pictureIDs[Int.random(in: 0..<pictureIDs.count, using: &rng)]
                 }
                 emit(devices[sender], .messageSent, c.id, [
-                    ("body", BenchSeal.body(content, chat: c.id, author: feeds[devices[sender]].key.publicKey)),
+                    ("body", BenchSeal.body(content, chat: c.id, author: feeds[devices[sender]].key.publicKey, key: BenchSeal.epochKey(c.id, number: 0))),
                 ])
             } else if p < 0.82 {
                 let u = Int.random(in: 0..<userCount, using: &rng)
