@@ -311,6 +311,11 @@ enum BenchSeal {
         AgreementKey(secret: Blake2b.hash256(Array("chorus-bench agreement".utf8) + device.bytes).bytes)!
     }
 
+    /// Each device as the recipient of a `chat.key`, with its workload X25519 key.
+    static func recipients(_ devices: [PublicKey]) -> [ChatCrypto.Recipient] {
+        devices.map { ChatCrypto.Recipient(device: $0, encryptionKey: agreementKey(of: $0).publicKey) }
+    }
+
     /// The `n`th epoch key of a chat (Specs/encryption.md §4), derived like the rest.
     static func epochKey(_ chat: ObjectID, number: Int) -> [UInt8] {
         Blake2b.hash256(Array("chorus-bench epoch".utf8) + chat.bytes + withUnsafeBytes(of: UInt64(number).bigEndian, Array.init)).bytes

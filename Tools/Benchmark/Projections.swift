@@ -227,10 +227,7 @@ struct Workload {
 
     /// A `chat.key` by `feed` wrapping `key` to every device of `members`.
     mutating func wrap(_ key: [UInt8], of chat: Int, to members: [Int], by feed: Int) {
-        let recipients = members.flatMap { users[$0].devices }.map { d in
-            let device = feeds[d].key.publicKey
-            return ChatCrypto.Recipient(device: device, encryptionKey: BenchSeal.agreementKey(of: device).publicKey)
-        }
+        let recipients = BenchSeal.recipients(members.flatMap { users[$0].devices }.map { feeds[$0].key.publicKey })
         emit(feed, .chatKey, chats[chat].id, BenchSeal.chatKey(chat: chats[chat].id, key: key, to: recipients, salt: count))
     }
 

@@ -127,10 +127,7 @@ struct SyncWorkload {
                 ("title", BenchSeal.title("chat \(chats.count)", chat: id, author: feeds[devices[creator]].key.publicKey, key: key)),
                 ("members", .array(others.map { .bytes(userKeys[$0].bytes) })),
             ])
-            let recipients = ([creator] + others).map { m in
-                let device = feeds[devices[m]].key.publicKey
-                return ChatCrypto.Recipient(device: device, encryptionKey: BenchSeal.agreementKey(of: device).publicKey)
-            }
+            let recipients = BenchSeal.recipients(([creator] + others).map { feeds[devices[$0]].key.publicKey })
             emit(devices[creator], .chatKey, id, BenchSeal.chatKey(chat: id, key: key, to: recipients, salt: count))
             chats.append((id, [creator] + others))
         }
