@@ -10,8 +10,7 @@ struct InPlaceReadTests {
     @Test func withValueSeesTheStoredBytesOrNil() throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        try FileManager.default.createDirectory(atPath: dir.store("read"), withIntermediateDirectories: true)
-        let env = try Environment(path: dir.store("read"), initialMapSize: 1 << 20)
+        let env = try dir.freshEnvironment("read")
         let db = try env.openDatabase("table")
         let big = (0..<5_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }  // an overflow page
         try env.write { txn in

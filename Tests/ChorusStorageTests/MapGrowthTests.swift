@@ -12,8 +12,7 @@ struct MapGrowthTests {
     @Test func growsBeforeTheTransactionThatWouldFillIt() throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        try FileManager.default.createDirectory(atPath: dir.store("grow"), withIntermediateDirectories: true)
-        let env = try Environment(path: dir.store("grow"), initialMapSize: 1 << 20)
+        let env = try dir.freshEnvironment("grow")
         let db = try env.openDatabase("table")
         let value = [UInt8](repeating: 7, count: 100)
         func key(_ i: Int) -> [UInt8] { withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) }

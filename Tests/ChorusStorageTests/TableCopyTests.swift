@@ -40,8 +40,7 @@ struct TableCopyTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         var random = SplitMix64(seed: seed)
-        for name in ["source", "target"] { try FileManager.default.createDirectory(atPath: dir.store(name), withIntermediateDirectories: true) }
-        let source = try Environment(path: dir.store("source"))
+        let source = try dir.freshEnvironment("source", initialMapSize: 64 << 20)
         let plain = try source.openDatabase("plain")
         let dups = try source.openDatabase("dups", fixedSizeDuplicates: true)
         let shared = try source.openDatabase("shared")
@@ -62,7 +61,7 @@ struct TableCopyTests {
             for k in 0..<100 { try txn.put(shared, [UInt8(k)], [1]) }
         }
 
-        let target = try Environment(path: dir.store("target"), initialMapSize: 1 << 20)
+        let target = try dir.freshEnvironment("target")
         let before = try target.openDatabase("shared")
         try target.write { txn in
             try txn.put(before, [0], [9])  // replaced by the copy
