@@ -112,7 +112,7 @@ let package = Package(
         // Harnesses that live with the tools, not the product.
         .executableTarget(
             name: "ChorusBench",
-            dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+            dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusStore", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/Benchmark", exclude: ["HISTORY.md"]),
