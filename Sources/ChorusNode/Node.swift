@@ -856,10 +856,12 @@ func runOnOwnThread<T: Sendable>(
     _ name: String, _ body: @escaping @Sendable (_ cancelled: @escaping @Sendable () -> Bool) throws -> T
 ) async throws -> T {
     let flag = CancelFlag()
+    // Released on the thread before the caller resumes (`HandOff`).
+    let work = HandOff { try body { flag.value.load(ordering: .relaxed) } }
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let thread = Thread {
-                continuation.resume(with: Result { try body { flag.value.load(ordering: .relaxed) } })
+                continuation.resume(with: work.run())
             }
             thread.name = name
             thread.start()

@@ -40,8 +40,9 @@ public final class Background<T: Sendable>: Sendable {
     private let done = DispatchSemaphore(value: 0)
 
     public init(_ work: @escaping @Sendable () throws -> T) {
+        let work = HandOff(work)
         let thread = Thread { [self] in
-            let r = Result { try work() }
+            let r = work.run()
             result.withLock { $0 = r }
             done.signal()
         }
@@ -67,5 +68,24 @@ public final class Background<T: Sendable>: Sendable {
     private func finished() throws -> T {
         done.signal()  // a later wait returns at once
         return try (result.withLock { $0 } ?? .failure(CancellationError())).get()
+    }
+}
+
+/// Work handed to a thread of its own, released by that thread as soon as
+/// it has run: Foundation keeps a `Thread`'s block, and whatever it
+/// captured, until the thread is torn down, after the waiter has resumed.
+/// An LMDB environment captured that way closed late, on that thread, and
+/// the same store could not be opened again meanwhile ("already open in
+/// this process").
+public final class HandOff<T: Sendable>: Sendable {
+    private let work: Mutex<(@Sendable () throws -> T)?>
+
+    public init(_ work: @escaping @Sendable () throws -> T) { self.work = Mutex(work) }
+
+    /// Runs the work (once; later calls fail with `CancellationError`) and
+    /// releases it, and what it captured, before returning its result.
+    public func run() -> Result<T, any Error> {
+        guard let body = work.withLock({ w in defer { w = nil }; return w }) else { return .failure(CancellationError()) }
+        return Result { try body() }
     }
 }

@@ -9,6 +9,42 @@ struct Boom: Error, Equatable {
 
 @Suite("Pipelines and background work (ChorusParallel)")
 struct PipelineTests {
+    /// What a background job captured (an LMDB environment, say) is
+    /// released before `wait` returns, not when its thread is torn down
+    /// later: a store closed that late could not be opened again meanwhile.
+    @Test("a background job's captures are released before wait returns")
+    func capturesAreReleasedBeforeWaitReturns() throws {
+        final class Flag: Sendable {
+            let released = Atomic<Bool>(false)
+            var isReleased: Bool { released.load(ordering: .sequentiallyConsistent) }
+        }
+        final class Captured: Sendable {
+            let flag: Flag
+            init(_ flag: Flag) { self.flag = flag }
+            deinit { flag.released.store(true, ordering: .sequentiallyConsistent) }
+        }
+        /// The job alone holds the captured object once this returns.
+        func start(_ flag: Flag) -> Background<Int> {
+            let captured = Captured(flag)
+            return Background { withExtendedLifetime(captured) { 7 } }
+        }
+        for _ in 0..<50 {
+            let flag = Flag()
+            let job = start(flag)
+            #expect(try job.wait() == 7)
+            #expect(flag.isReleased)
+        }
+    }
+
+    @Test("handed-off work runs once and is released after running")
+    func handOffRunsOnce() throws {
+        let runs = Atomic<Int>(0)
+        let work = HandOff { runs.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue }
+        #expect(try work.run().get() == 1)
+        #expect(throws: CancellationError.self) { try work.run().get() }
+        #expect(runs.load(ordering: .sequentiallyConsistent) == 1)
+    }
+
     @Test("every output is consumed once, in order; producer calls never overlap")
     func orderAndExclusion() throws {
         let producing = Atomic<Int>(0)
