@@ -72,34 +72,40 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
             let events = try source.log.arrivals(since: since, limit: size, trusted: true)
             guard let last = events.last else { break }
             since = last.arrival
+            // Appended slice by slice; the last slice in the fold's own
+            // transaction, as the node's commits append and fold together.
+            // A transaction's body may run again (when the map grows), so
+            // each one starts from what the commits before it stored.
             var stored: [StoredEvent] = []
             stored.reserveCapacity(events.count)
-            // The window's last slice is appended in the fold's own
-            // transaction, as the node's commits append and fold together
-            // (so a fold follows the previous one's transaction directly
-            // when a window fits one slice).
-            var appendStart = threadCPUSeconds()
             let slices = stride(from: 0, to: events.count, by: options.appendBatch).map { $0..<min(events.count, $0 + options.appendBatch) }
             for (n, slice) in slices.enumerated() {
-                try store.commit(nowMillis: nowMillis, driftMillis: 60_000, fold: false) { batch in
+                let folds = n == slices.count - 1
+                let started = threadCPUSeconds()
+                let (appended, foldStarted) = try store.commit(nowMillis: nowMillis, driftMillis: 60_000, fold: false) { batch in
+                    var appended: [StoredEvent] = []
                     for e in events[slice] {
                         switch try batch.append(e.event) {
-                        case .accepted(let arrival): stored.append(StoredEvent(event: e.event, arrival: arrival))
+                        case .accepted(let arrival): appended.append(StoredEvent(event: e.event, arrival: arrival))
                         case let other: throw ValidationError("arrival \(e.arrival) of the source was not accepted again: \(other)")
                         }
                     }
-                    guard n == slices.count - 1 else { return }
-                    let foldStart = threadCPUSeconds()
-                    row.appendCPU += foldStart - appendStart
+                    guard folds else { return (appended, Double?.none) }
+                    let window = stored + appended
+                    let foldStarted = threadCPUSeconds()
                     let txn = batch.transaction
-                    try store.projections.carryOut(try store.projections.apply(stored, in: txn), in: txn)
-                    appendStart = threadCPUSeconds()
-                    row.foldCPU += appendStart - foldStart
+                    try store.projections.carryOut(try store.projections.apply(window, in: txn), in: txn)
+                    return (appended, foldStarted)
                 }
-                // The commit's page writes and flush: the fold's, for its last slice.
+                stored += appended
+                // The commit's page writes and flush count with the fold when it folded.
                 let committed = threadCPUSeconds()
-                if n == slices.count - 1 { row.foldCPU += committed - appendStart } else { row.appendCPU += committed - appendStart }
-                appendStart = committed
+                if let foldStarted {
+                    row.appendCPU += foldStarted - started
+                    row.foldCPU += committed - foldStarted
+                } else {
+                    row.appendCPU += committed - started
+                }
             }
             row.windows += 1
         }
