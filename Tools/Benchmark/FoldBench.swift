@@ -34,7 +34,8 @@ struct FoldBench: AsyncParsableCommand {
             transactions of --append-batch events), then folded in one write transaction \
             (Projections.apply), as a projection stage behind the log would fold them; \
             the window's last slice is appended in the fold's transaction. Reports the \
-            writing thread's CPU time for the appends and for the folds, and checks that each run's \
+            writing thread's CPU time and the bytes it handed to pwrite (Linux) for the appends and \
+            for the folds, and checks that each run's \
             projection digest equals the source store's (exit status 1 if not). The log stays as far \
             as the projections: the fold reads the log, so a window is appended just before it is folded.
             """)
@@ -54,7 +55,11 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
     let total = try source.log.eventCount()
     let expected = try source.projections.digest()
     let nowMillis = UInt64(Date().timeIntervalSince1970 * 1000)
-    struct Row { var window: Int; var windows: Int; var appendCPU: Double; var foldCPU: Double; var seconds: Double; var digestMatches: Bool }
+    struct Row {
+        var window: Int, windows = 0, appendCPU = 0.0, foldCPU = 0.0, seconds = 0.0, digestMatches = false
+        /// Bytes the thread handed to `write`/`pwrite` (the commits' pages), nil where /proc does not tell.
+        var appendBytes: Int? = 0, foldBytes: Int? = 0
+    }
     var rows: [Row] = []
     for window in options.window {
         let size = window == 0 ? total : window
@@ -62,7 +67,7 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let store = try Store(env: try Environment(path: scratch, initialMapSize: 1 << 30), config: source.projections.config)
-        var row = Row(window: size, windows: 0, appendCPU: 0, foldCPU: 0, seconds: 0, digestMatches: false)
+        var row = Row(window: size)
         var since: UInt64 = 0
         Bench.note("folding \(total) events in windows of \(size)...")
         let started = Bench.clock()
@@ -82,6 +87,7 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
             for (n, slice) in slices.enumerated() {
                 let folds = n == slices.count - 1
                 let started = threadCPUSeconds()
+                let writtenBefore = currentThreadBytesWritten()
                 let (appended, foldStarted) = try store.commit(nowMillis: nowMillis, driftMillis: 60_000, fold: false) { batch in
                     var appended: [StoredEvent] = []
                     for e in events[slice] {
@@ -100,6 +106,9 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
                 stored += appended
                 // The commit's page writes and flush count with the fold when it folded.
                 let committed = threadCPUSeconds()
+                let written: Int? = if let before = writtenBefore, let after = currentThreadBytesWritten() { after - before } else { nil }
+                func sum(_ a: Int?, _ b: Int?) -> Int? { if let a, let b { a + b } else { nil } }
+                if folds { row.foldBytes = sum(row.foldBytes, written) } else { row.appendBytes = sum(row.appendBytes, written) }
                 if let foldStarted {
                     row.appendCPU += foldStarted - started
                     row.foldCPU += committed - foldStarted
@@ -122,17 +131,23 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
                 ("append_cpu_seconds", .string(String(format: "%.2f", r.appendCPU))),
                 ("fold_cpu_seconds", .string(String(format: "%.2f", r.foldCPU))),
                 ("fold_cpu_us_per_event", .string(String(format: "%.2f", perEvent))),
+                ("append_bytes_written", r.appendBytes.map { .uint(UInt64($0)) } ?? .null),
+                ("fold_bytes_written", r.foldBytes.map { .uint(UInt64($0)) } ?? .null),
                 ("seconds", .string(String(format: "%.2f", r.seconds))), ("digest_matches", .bool(r.digestMatches)),
             ])
         }
         print(JSONValue.object([("events", .uint(UInt64(total))), ("runs", .array(runs))]).rendered())
     } else {
         print("chorus-bench fold: \(total) events of \(options.store), appended in transactions of \(options.appendBatch)")
-        print("window     windows  append CPU  fold CPU  fold CPU/event  wall      digest")
+        print("window     windows  append CPU  fold CPU  fold CPU/event  append written  fold written  wall      digest")
+        func perEvent(_ bytes: Int?) -> String {
+            bytes.map { String(format: "%.1f KB/event", Double($0) / 1000 / Double(max(1, total))) } ?? "n/a"
+        }
         for r in rows {
             print(String(
-                format: "%-10d %-8d %8.2f s  %6.2f s  %9.2f µs   %6.1f s  %@", r.window, r.windows, r.appendCPU, r.foldCPU,
-                r.foldCPU * 1e6 / Double(max(1, total)), r.seconds, r.digestMatches ? "equal" : "DIFFERS"))
+                format: "%-10d %-8d %8.2f s  %6.2f s  %9.2f µs   %-14@  %-12@  %6.1f s  %@", r.window, r.windows, r.appendCPU, r.foldCPU,
+                r.foldCPU * 1e6 / Double(max(1, total)), perEvent(r.appendBytes), perEvent(r.foldBytes), r.seconds,
+                r.digestMatches ? "equal" : "DIFFERS"))
         }
     }
     if failed { throw ExitCode(1) }

@@ -56,13 +56,22 @@ func threadBytesWritten(named name: String) -> Int? {
     guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }
     for task in tasks {
         let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
-        guard comm.trimmingCharacters(in: .whitespacesAndNewlines) == name,
-            let io = try? String(contentsOfFile: "/proc/self/task/\(task)/io", encoding: .utf8),
-            let line = io.split(separator: "\n").first(where: { $0.hasPrefix("wchar:") })
+        guard comm.trimmingCharacters(in: .whitespacesAndNewlines) == name, let written = bytesWritten(task: "/proc/self/task/\(task)")
         else { continue }
-        return Int(line.dropFirst("wchar:".count).trimmingCharacters(in: .whitespaces))
+        return written
     }
     return nil
+}
+
+/// `threadBytesWritten` of the calling thread.
+func currentThreadBytesWritten() -> Int? { bytesWritten(task: "/proc/thread-self") }
+
+/// `wchar` of the task whose /proc directory is `task`.
+private func bytesWritten(task: String) -> Int? {
+    guard let io = try? String(contentsOfFile: task + "/io", encoding: .utf8),
+        let line = io.split(separator: "\n").first(where: { $0.hasPrefix("wchar:") })
+    else { return nil }
+    return Int(line.dropFirst("wchar:".count).trimmingCharacters(in: .whitespaces))
 }
 
 /// The process's resident memory now, from /proc/self/status (zeros
