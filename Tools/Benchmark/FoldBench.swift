@@ -43,13 +43,6 @@ struct FoldBench: AsyncParsableCommand {
     func run() async throws { try runFoldBenchmark(options) }
 }
 
-/// CPU time of the calling thread, user and kernel.
-func threadCPUSeconds() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-}
-
 func runFoldBenchmark(_ options: FoldBenchOptions) throws {
     let source = try ReplayStore.open(options.store)
     let total = try source.log.eventCount()
@@ -60,6 +53,8 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
         /// Bytes the thread handed to `write`/`pwrite` (the commits' pages), nil where /proc does not tell.
         var appendBytes: Int? = 0, foldBytes: Int? = 0
     }
+    /// Nil once either side is unknown.
+    func sum(_ a: Int?, _ b: Int?) -> Int? { if let a, let b { a + b } else { nil } }
     var rows: [Row] = []
     for window in options.window {
         let size = window == 0 ? total : window
@@ -86,7 +81,7 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
             let slices = stride(from: 0, to: events.count, by: options.appendBatch).map { $0..<min(events.count, $0 + options.appendBatch) }
             for (n, slice) in slices.enumerated() {
                 let folds = n == slices.count - 1
-                let started = threadCPUSeconds()
+                let sliceStarted = threadCPUSeconds()
                 let writtenBefore = currentThreadBytesWritten()
                 let (appended, foldStarted) = try store.commit(nowMillis: nowMillis, driftMillis: 60_000, fold: false) { batch in
                     var appended: [StoredEvent] = []
@@ -107,13 +102,12 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
                 // The commit's page writes and flush count with the fold when it folded.
                 let committed = threadCPUSeconds()
                 let written: Int? = if let before = writtenBefore, let after = currentThreadBytesWritten() { after - before } else { nil }
-                func sum(_ a: Int?, _ b: Int?) -> Int? { if let a, let b { a + b } else { nil } }
                 if folds { row.foldBytes = sum(row.foldBytes, written) } else { row.appendBytes = sum(row.appendBytes, written) }
                 if let foldStarted {
-                    row.appendCPU += foldStarted - started
+                    row.appendCPU += foldStarted - sliceStarted
                     row.foldCPU += committed - foldStarted
                 } else {
-                    row.appendCPU += committed - started
+                    row.appendCPU += committed - sliceStarted
                 }
             }
             row.windows += 1

@@ -49,6 +49,13 @@ func processCPUSeconds() -> Double {
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// CPU time of the calling thread, user and kernel.
+func threadCPUSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
 /// Bytes the named thread of this process has handed to `write`/`pwrite`
 /// so far (`wchar` of /proc/self/task/TID/io; nil elsewhere or when no
 /// thread has that name). For the writer, that is the pages its commits wrote.
