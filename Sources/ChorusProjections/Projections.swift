@@ -734,6 +734,16 @@ public struct Projections: Sendable {
         return hasher.finish()
     }
 
+    /// Whether the `state` database read in `txn` holds exactly the entries
+    /// of `other`'s read in `otherTxn`, byte for byte. Stored message
+    /// entries name arrival positions (§9.1), so this is a comparison of
+    /// records only between stores that hold the same log at the same
+    /// positions (a copy as stored); there, equal stored state means equal
+    /// digests, without expanding a message.
+    public func storesSameState(in txn: Transaction, as other: Projections, in otherTxn: Transaction) throws -> Bool {
+        try txn.hasSameEntries(state, as: other.state, in: otherTxn)
+    }
+
     /// Every state entry in key order (for diffs and tests), as
     /// Specs/projections.md §5 defines it.
     public func stateEntries(in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {

@@ -119,12 +119,12 @@ public struct ReplayStore: Sendable {
     /// once in order (`Environment.copyDatabases`) instead of event by event
     /// under random ids. Its projections are empty: rebuild them.
     /// `inSnapshot` reads this store as copied (in the copy's read
-    /// transaction, once the copy is written).
-    func copyLog(to output: String, inSnapshot: ((Transaction) throws -> Void)? = nil) throws -> ReplayStore {
+    /// transaction, once the copy is written), and is given the copy.
+    func copyLog(to output: String, inSnapshot: ((Transaction, ReplayStore) throws -> Void)? = nil) throws -> ReplayStore {
         let target = try prepareCopy(at: output, mapSize: env.mapSize)
         try env.read { snapshot in
             try target.env.copyDatabases(LogStore.databaseNames + BlobStore.databaseNames, from: snapshot)
-            try inSnapshot?(snapshot)
+            try inSnapshot?(snapshot, target)
         }
         return target
     }

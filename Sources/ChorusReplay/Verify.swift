@@ -47,25 +47,39 @@ extension ReplayStore {
         // 6 (begun first). The log's tables are copied as stored to a
         // scratch store, whose projections are folded from scratch while
         // steps 1–5 check the live store: the fold needs none of their
-        // results unless they find damage (below).
+        // results unless they find damage (below). This runs on another
+        // thread: the checks below need none of it, and starting them at
+        // once keeps both cores busy from the start.
         // The copy takes about as many pages as the store has in use.
         let scratch = try ScratchDirectory(room: try env.pageUse().inUse + (64 << 20))
         defer { withExtendedLifetime(scratch) {} }  // removed only once the copies are no longer read
-        // The live projections' digest is taken in the snapshot copied, so
-        // events a node appends meanwhile change neither. The copy is taken
-        // on another thread too: the checks below need none of it, and
-        // starting them at once keeps both cores busy from the start.
-        let copied = Background { [self] in
-            let projections = self.projections
-            var liveDigest: Hash32? = nil
-            let copy = try copyLog(to: scratch.path + "/tables") { snapshot in liveDigest = try projections.digest(in: snapshot) }
-            return (copy: copy, liveDigest: liveDigest)
-        }
         let folded = ProgressCount()
-        let fold = Background {
-            let copy = try copied.wait().copy
-            try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
-            return try copy.projections.digest()
+        let folding = Background { [self] in
+            let projections = self.projections
+            var digests: (live: Hash32, rebuilt: Result<Hash32, any Error>)? = nil
+            // The live projections are compared in the snapshot copied, so
+            // events a node appends meanwhile change neither; the snapshot
+            // is held until the fold of the copy is done. The copy holds
+            // the log at the same arrival positions, so live state equal
+            // to the fold's byte for byte has the fold's digest
+            // (Projections.storesSameState); only when they differ is the
+            // live digest computed on its own, expanding every message
+            // from the log again.
+            let copy = try copyLog(to: scratch.path + "/tables") { snapshot, copy in
+                let rebuilt = Result { () throws -> Hash32 in
+                    try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
+                    return try copy.projections.digest()
+                }
+                if case .success(let digest) = rebuilt,
+                    try copy.env.read({ try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) })
+                {
+                    digests = (digest, rebuilt)
+                } else {
+                    digests = (try projections.digest(in: snapshot), rebuilt)
+                }
+            }
+            guard let digests else { throw ReplayError.io("the live store could not be read in a snapshot") }
+            return (copy: copy, live: digests.live, rebuilt: digests.rebuilt)
         }
         // 3.–4. Fork evidence and blobs, on another thread.
         let checks = Background { [self] in try self.storeChecks() }
@@ -112,13 +126,11 @@ extension ReplayStore {
             }
         } catch {
             _ = try? checks.wait()  // nothing reads the stores after this returns
-            _ = try? fold.wait()
+            _ = try? folding.wait()
             throw error
         }
         let checked: VerifyReport
-        let copy: ReplayStore
         do {
-            (copy, report.liveDigest) = try copied.wait()
             for problem in try feeds.finish(log) {
                 report.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
             }
@@ -126,7 +138,7 @@ extension ReplayStore {
             checked = try checks.wait()
         } catch {
             _ = try? checks.wait()
-            _ = try? fold.wait()
+            _ = try? folding.wait()
             throw error
         }
         report.feeds = checked.feeds
@@ -139,15 +151,16 @@ extension ReplayStore {
         // by event, leaving out what cannot be read or does not fit, as a
         // node would never have stored it: the comparison then shows what
         // the damage changed.
+        let (copy, liveDigest, foldedDigest) = try folding.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
+        report.liveDigest = liveDigest
         let rebuilt: ReplayStore
         if report.findings.contains(where: { Self.damageToTheLog.contains($0.code) }) {
-            _ = try? fold.wait()
             rebuilt = try self.copy(
                 to: scratch.path + "/events", tolerant: true, progress: { done, total in progress?("rebuild", done, total) })
             report.rebuiltDigest = try rebuilt.projections.digest()
         } else {
             rebuilt = copy
-            report.rebuiltDigest = try fold.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
+            report.rebuiltDigest = try foldedDigest.get()
         }
         if report.liveDigest != report.rebuiltDigest {
             for d in try StateDiff.between(self, rebuilt) {

@@ -474,6 +474,34 @@ public struct Transaction {
         if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
     }
 
+    /// Whether `db` here and `otherDB` in `other` (a transaction of any
+    /// environment) hold exactly the same keys with the same values. Both
+    /// are walked in key order side by side, comparing the bytes in place:
+    /// nothing is copied.
+    public func hasSameEntries(_ db: Database, as otherDB: Database, in other: Transaction) throws(StorageError) -> Bool {
+        let mine = try openCursor(db.dbi)
+        defer { mdb_cursor_close(mine) }
+        let theirs = try other.openCursor(otherDB.dbi)
+        defer { mdb_cursor_close(theirs) }
+        var (k1, v1, k2, v2) = (MDB_val(), MDB_val(), MDB_val(), MDB_val())
+        var rc1 = mdb_cursor_get(mine, &k1, &v1, MDB_FIRST)
+        var rc2 = mdb_cursor_get(theirs, &k2, &v2, MDB_FIRST)
+        while rc1 == 0 && rc2 == 0 {
+            guard Self.equal(k1, k2), Self.equal(v1, v2) else { return false }
+            rc1 = mdb_cursor_get(mine, &k1, &v1, MDB_NEXT)
+            rc2 = mdb_cursor_get(theirs, &k2, &v2, MDB_NEXT)
+        }
+        if rc1 != MDB_NOTFOUND { try StorageError.check(rc1, "mdb_cursor_get") }
+        if rc2 != MDB_NOTFOUND { try StorageError.check(rc2, "mdb_cursor_get") }
+        return rc1 == rc2
+    }
+
+    private static func equal(_ a: MDB_val, _ b: MDB_val) -> Bool {
+        guard a.mv_size == b.mv_size else { return false }
+        guard a.mv_size > 0, let x = a.mv_data, let y = b.mv_data else { return true }
+        return memcmp(x, y, a.mv_size) == 0
+    }
+
     /// The last entry of a database, if any.
     public func last(_ db: Database) throws(StorageError) -> (key: [UInt8], value: [UInt8])? {
         let cursor = try openCursor(db.dbi)
