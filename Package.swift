@@ -148,7 +148,7 @@ let package = Package(
                            "ChorusEvents", "ChorusStorage", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusNodeTests",
-            dependencies: ["ChorusTestSupport", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
+            dependencies: ["ChorusTestSupport", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage", "ChorusStore",
                            "ChorusCBOR", "ChorusCrypto", "ChorusCrashWriter", "ChorusCLI"]),
     ],
     swiftLanguageModes: [.v6]

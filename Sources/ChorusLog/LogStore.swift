@@ -360,6 +360,11 @@ public struct LogStore: Sendable {
         }
     }
 
+    /// Lets the next commit reuse the pages the last one freed, with a
+    /// commit that rewrites `meta["format"]` as it is (Specs/storage.md
+    /// §5.1 step 8; `Environment.releaseFreedPages`).
+    public func releaseFreedPages() throws { try env.releaseFreedPages(rewriting: Self.formatKey, in: meta) }
+
     public func eventCount() throws -> Int { try env.read { txn in try txn.count(envelopes) } }
 
     /// The stored envelopes after `since` in arrival order, in slices of

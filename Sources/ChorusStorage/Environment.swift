@@ -214,6 +214,32 @@ public final class Environment: @unchecked Sendable {
         }
     }
 
+    /// Commits a write transaction that rewrites `key` of `db` with the
+    /// value it holds, and so changes nothing a reader can see; does
+    /// nothing when `key` is absent. LMDB lets a transaction reuse the pages
+    /// an earlier one freed only when that one is older than the transaction
+    /// just before it (a reader may still be on that one's predecessor), so
+    /// the pages a large commit frees wait for the next two commits, and the
+    /// file keeps about two large commits' worth of free pages. After this
+    /// commit, the next one reuses them (Specs/storage.md §5.1). It is
+    /// flushed like every commit: the next may overwrite the freed pages
+    /// only once no durable meta page names them.
+    public func releaseFreedPages(rewriting key: [UInt8], in db: Database) throws {
+        try write { txn in
+            if let value = try txn.get(db, key) { try txn.put(db, key, value) }
+        }
+    }
+
+    /// The id of the last committed write transaction, and the pages of the
+    /// data file up to the last one in use (free pages among them
+    /// included: what the file takes).
+    public func transactionAndFilePages() throws -> (lastTransaction: Int, filePages: Int) {
+        if isClosed { throw StorageError.closed }
+        var info = MDB_envinfo()
+        try StorageError.check(mdb_env_info(env, &info), "mdb_env_info")
+        return (Int(info.me_last_txnid), Int(info.me_last_pgno) + 1)
+    }
+
     private func begin(flags: UInt32) throws(StorageError) -> OpaquePointer {
         if isClosed { throw .closed }
         var txn: OpaquePointer?

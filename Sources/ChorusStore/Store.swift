@@ -37,17 +37,33 @@ public struct Store: Sendable {
     /// to a whole-log pass (a rebuild or a copy); `fold: false` only appends,
     /// for a copy that rebuilds its projections in bulk afterwards (the
     /// projections are stale until then: `Projections.rebuild`).
+    ///
+    /// A commit that stored at least `largeCommit` events is followed by one
+    /// that lets the next reuse the pages it freed (Specs/storage.md §5.1
+    /// step 8).
     public func commit<T>(
         nowMillis: UInt64, driftMillis: UInt64, purging: Bool = true, fold: Bool = true, _ body: (inout CommitBatch) throws -> T
     ) throws -> T {
-        try env.write { txn in
+        var stored = 0
+        let result = try env.write { txn in
             var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
             let result = try body(&batch)
             try log.finish(batch.context, in: txn)
             if fold { try projections.carryOut(try projections.apply(batch.stored, refilled: batch.refilled, in: txn, purging: purging), in: txn) }
+            stored = batch.stored.count
             return result
         }
+        // The events are durable whatever happens here: a failure (a full
+        // disk) only leaves the freed pages for later, and the next commit
+        // reports it.
+        if stored >= Self.largeCommit { try? log.releaseFreedPages() }
+        return result
     }
+
+    /// Events stored in one commit from which the pages it freed are
+    /// released at once: a local append's few events free few pages, and
+    /// a second flush would double its latency.
+    public static let largeCommit = 4096
 }
 
 /// The writes of one commit (`Store.commit`).

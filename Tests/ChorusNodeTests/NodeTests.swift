@@ -4,6 +4,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusProjections
+import ChorusStore
 import Foundation
 import Synchronization
 import ChorusTestSupport
@@ -290,6 +291,37 @@ struct BatchAppendTests {
         await #expect(throws: EventError.self) { try await node.appendBatch(items.prefix(2) + bad) }
         #expect(try node.feed(node.identity.device.raw).count == 3001)
         #expect(try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user.raw).seq == 3002)
+        await node.close()
+    }
+
+    /// A commit of thousands of events is followed by one that releases the
+    /// pages it freed (Specs/storage.md §5.1 step 8); a local append's
+    /// commit is not, so its latency keeps one flush.
+    @Test func aLargeCommitReleasesTheFreedPagesAndASmallOneDoesNot() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        let env = node.log.env
+        var (txn, commits) = (try env.transactionAndFilePages().lastTransaction, node.writerStatistics.commits)
+        _ = try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user.raw)
+        #expect(node.writerStatistics.commits == commits + 1)
+        let afterAppend = try env.transactionAndFilePages().lastTransaction
+        #expect(afterAppend == txn + 1, "transactions \(txn) then \(afterAppend)")
+
+        // Another node's 5,000 events, received in one call: one commit.
+        let other = try await Node.create(at: tmp.store("b"))
+        let items = (0..<5_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: other.identity.user.raw) }
+        try await other.appendBatch(items)
+        let envelopes = try other.arrivals().map { $0.event.encoded() }
+        await other.close()
+        (txn, commits) = (try env.transactionAndFilePages().lastTransaction, node.writerStatistics.commits)
+        let report = await node.ingest(envelopes)
+        #expect(report.results.allSatisfy { if case .accepted = $0 { true } else { false } })
+        #expect(node.writerStatistics.commits == commits + 1)
+        #expect(node.writerStatistics.largestBatch >= Store.largeCommit)
+        let afterIngest = try env.transactionAndFilePages().lastTransaction
+        #expect(afterIngest == txn + 2, "transactions \(txn) then \(afterIngest), commits \(commits) then \(node.writerStatistics.commits)")
+        #expect(try node.projections.profile(other.identity.user).field("bio") == .text("v4999"))
         await node.close()
     }
 
