@@ -218,7 +218,7 @@ public final class Environment: @unchecked Sendable {
     /// value it holds, and so changes nothing a reader can see; does
     /// nothing when `key` is absent. LMDB lets a transaction reuse the pages
     /// an earlier one freed only when that one is older than the transaction
-    /// just before it (a reader may still be on that one's predecessor), so
+    /// just before it and than every open reader's snapshot, so
     /// the pages a large commit frees wait for the next two commits, and the
     /// file keeps about two large commits' worth of free pages. After this
     /// commit, the next one reuses them (Specs/storage.md §5.1). It is
@@ -234,6 +234,9 @@ public final class Environment: @unchecked Sendable {
     /// data file up to the last one in use (free pages among them
     /// included: what the file takes).
     public func transactionAndFilePages() throws -> (lastTransaction: Int, filePages: Int) {
+        // The meta pages are read from the map, which a resize replaces.
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
         if isClosed { throw StorageError.closed }
         var info = MDB_envinfo()
         try StorageError.check(mdb_env_info(env, &info), "mdb_env_info")
