@@ -326,6 +326,10 @@ struct ReplayTests {
         _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").object
         // A body that names an epoch no key event introduced.
         let bogus = try await ana.append(.messageSent, object: chat.raw, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        // The same in a chat that does not exist: it takes no effect, so no member device misses it.
+        let nowhere = try await ana.append(
+            .messageSent, object: try #require(Bytes32(Random.bytes(32))), payload: .textMap([("body", .bytes(Random.bytes(120)))]))
+        #expect(try ana.projections.noEffect(nowhere.id) != nil)
         // An event of a kind from a newer version.
         let newer = SigningKey.generate()
         let future = try UnsignedEvent.ofUnknownKind(
