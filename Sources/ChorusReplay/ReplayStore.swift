@@ -118,15 +118,22 @@ public struct ReplayStore: Sendable {
     /// evidence and blobs copied table by table in key order, each written
     /// once in order (`Environment.copyDatabases`) instead of event by event
     /// under random ids. Its projections are empty: rebuild them.
-    /// `inSnapshot` reads this store as copied (in the copy's read
-    /// transaction, once the copy is written), and is given the copy.
-    func copyLog(to output: String, inSnapshot: ((Transaction, ReplayStore) throws -> Void)? = nil) throws -> ReplayStore {
+    func copyLog(to output: String) throws -> ReplayStore {
+        try copyLog(to: output) { _, _ in }.copy
+    }
+
+    /// `copyLog(to:)`, and what `inSnapshot` returns: it reads this store
+    /// as copied (in the copy's read transaction, once the copy is
+    /// written), and is given the copy.
+    func copyLog<T>(
+        to output: String, inSnapshot: (Transaction, ReplayStore) throws -> T
+    ) throws -> (copy: ReplayStore, inSnapshot: T) {
         let target = try prepareCopy(at: output, mapSize: env.mapSize)
-        try env.read { snapshot in
+        let result = try env.read { snapshot in
             try target.env.copyDatabases(LogStore.databaseNames + BlobStore.databaseNames, from: snapshot)
-            try inSnapshot?(snapshot, target)
+            return try inSnapshot(snapshot, target)
         }
-        return target
+        return (target, result)
     }
 
     /// The envelopes after arrival `since` (10,000 at most), each read by

@@ -56,7 +56,6 @@ extension ReplayStore {
         let folded = ProgressCount()
         let folding = Background { [self] in
             let projections = self.projections
-            var digests: (live: Hash32, rebuilt: Result<Hash32, any Error>)? = nil
             // The live projections are compared in the snapshot copied, so
             // events a node appends meanwhile change neither; the snapshot
             // is held until the fold of the copy is done. The copy holds
@@ -65,7 +64,7 @@ extension ReplayStore {
             // (Projections.storesSameState); only when they differ is the
             // live digest computed on its own, expanding every message
             // from the log again.
-            let copy = try copyLog(to: scratch.path + "/tables") { snapshot, copy in
+            let (copy, digests) = try copyLog(to: scratch.path + "/tables") { snapshot, copy in
                 let rebuilt = Result { () throws -> Hash32 in
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
                     return try copy.projections.digest()
@@ -73,12 +72,10 @@ extension ReplayStore {
                 if case .success(let digest) = rebuilt,
                     try copy.env.read({ try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) })
                 {
-                    digests = (digest, rebuilt)
-                } else {
-                    digests = (try projections.digest(in: snapshot), rebuilt)
+                    return (live: digest, rebuilt: rebuilt)
                 }
+                return (live: try projections.digest(in: snapshot), rebuilt: rebuilt)
             }
-            guard let digests else { throw ReplayError.io("the live store could not be read in a snapshot") }
             return (copy: copy, live: digests.live, rebuilt: digests.rebuilt)
         }
         // 3.–4. Fork evidence and blobs, on another thread.

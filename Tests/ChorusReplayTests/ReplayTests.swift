@@ -131,11 +131,11 @@ struct ReplayTests {
         defer { h.cleanup() }
         let s = try ReplayStore.open(h.store, writable: true)
         let scratch = try ScratchDirectory()
-        var inSnapshot: Hash32? = nil
-        let copy = try s.copyLog(to: scratch.path + "/copy") { snapshot, _ in
-            inSnapshot = try s.projections.digest(in: snapshot)
+        let (copy, inSnapshot) = try s.copyLog(to: scratch.path + "/copy") { snapshot, _ in
+            let digest = try s.projections.digest(in: snapshot)
             // Written by "a node" after the snapshot was taken.
             try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(7))
+            return digest
         }
         try copy.projections.rebuild()
         #expect(try copy.projections.digest() == inSnapshot)
