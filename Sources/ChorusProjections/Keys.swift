@@ -331,7 +331,7 @@ enum IndexTable: UInt8 {
     // 0x01 (author || class || object) is retired: a device's feed lists what it signed.
     case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
     // 0x03 (chat || sending hlc || message id) is retired: every held send has a `message` state entry (§9.1).
-    case relationshipAdd = 0x04  // class || target || add event id -> merge order of the add
+    // 0x04 (class || target || add event id -> merge order) is retired: a removal finds the adds it names through the log's id index.
     case relationshipCancel = 0x05  // class || target || add event id || merge order of a removal naming it -> ()
     case memberOf = 0x06  // user || chat -> () (every chat the user was ever a member of)
     case ledgerParty = 0x07  // key || merge order -> () (ledger entries debiting or crediting the key)

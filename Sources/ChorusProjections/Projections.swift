@@ -116,9 +116,7 @@ public struct Projections: Sendable {
             case .follow, .like, .block:
                 // Relationships fold incrementally (one edge per event)
                 // unless a device binding change forces a full re-fold.
-                if FoldRun.isAdd(event.kind) {
-                    try sink.put(index, IndexTable.relationshipAdd.key(cls.rawValue, object, event.id), order.bytes)
-                } else {
+                if !FoldRun.isAdd(event.kind) {
                     for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
                         try sink.put(
                             index, IndexTable.relationshipCancel.key(cls.rawValue, object, named, order), [])
@@ -681,7 +679,9 @@ public struct Projections: Sendable {
     /// 8: every held send has a `message` entry (withdrawn when it takes no
     /// effect), which replaces the chat message index. 9: a fact's value
     /// leaves out the header object when it is the object filed under.
-    public static let formatVersion: UInt64 = 9
+    /// 10: no index entry per relationship add (a removal finds the adds it
+    /// names through the log's id index).
+    public static let formatVersion: UInt64 = 10
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

@@ -86,9 +86,10 @@ extension FoldRun {
     /// same state and decisions as `foldRelationship` would from all facts:
     /// an add joins its actor's live adds unless a removal by the same user
     /// already names it; a removal takes the adds it names out of its
-    /// actor's live adds. The `relationshipAdd` and `relationshipCancel`
-    /// index entries, written for every fact, make this possible without
-    /// reading the target's other facts (a popular picture has thousands).
+    /// actor's live adds. The `relationshipCancel` index entries (the
+    /// removals naming each add) and the log's id index (the adds a removal
+    /// names) make this possible without reading the target's other facts
+    /// (a popular picture has thousands).
     mutating func foldRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ f: Fact) throws {
         guard let user = try actingUserOrRecord(f) else { return }
         if Self.isAdd(f.kind) {
@@ -121,16 +122,24 @@ extension FoldRun {
         var ids = try liveAdds(cls, target, user)
         let before = ids.count
         for named in seen.compactMap(\.id32) {
-            guard let raw = try txn.get(p.index, IndexTable.relationshipAdd.key(cls.rawValue, target, named)) else {
-                continue
-            }
-            let add = try MergeOrder(bytes: raw[...])
+            guard let add = try heldAdd(cls, target, named) else { continue }
             guard try actingUser(add.author, at: add.hlc) == user, user != target || cls == .like else { continue }
             matched = true
             ids.removeAll { $0 == named }
         }
         if ids.count != before { try setLiveAdds(cls, target, user, ids) }
         try decide(f.id, matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
+    }
+
+    /// The add of class `cls` on `target` with id `id`, when the log holds
+    /// one (Specs/projections.md §9.1): a removal names adds by id, and
+    /// names of other events, or of adds on other targets, match nothing.
+    func heldAdd(_ cls: ObjectClass, _ target: Bytes32, _ id: EventID) throws -> (author: PublicKey, hlc: HLC)? {
+        guard let arrival = try p.log.readArrival(of: id, in: txn) else { return nil }
+        let event = try p.log.readTrusted(at: arrival, in: txn)
+        guard event.id == id else { throw ProjectionError.corrupt("the id index names arrival \(arrival) for \(id.short), which holds \(event.id.short)") }
+        guard Self.isAdd(event.kind), ObjectClass.targets(of: event).contains(where: { $0 == cls && $1 == target }) else { return nil }
+        return (event.author, event.hlc)
     }
 
     func liveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey) throws -> [EventID] {

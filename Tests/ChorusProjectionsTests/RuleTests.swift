@@ -127,6 +127,37 @@ struct RuleTests {
         #expect(try r.projections.followers(of: bob.key).isEmpty)
     }
 
+    /// A removal cancels only adds of its own class on its own target: the
+    /// ids it names are looked up in the log (Specs/projections.md §9.1),
+    /// where an id may name any event.
+    @Test func aRemovalMatchesOnlyAddsOfItsClassAndTarget() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let carol = try s.person(devices: 1)
+        let picture = try s.picture(bob.d1, at: 5)
+        let follow = try alice.d1.sign(.followAdded, bob.key, hlc: Scenario.at(10))
+        let like = try alice.d1.sign(.likeAdded, picture.id, hlc: Scenario.at(11))
+        // An unlike of the picture naming the follow, an unfollow of Carol
+        // naming the follow, an unfollow of Bob naming the like.
+        let unlikeNamingFollow = try alice.d1.sign(.likeRemoved, picture.id, Payload.seen([follow.id]), hlc: Scenario.at(20))
+        let unfollowOther = try alice.d1.sign(.followRemoved, carol.key, Payload.seen([follow.id]), hlc: Scenario.at(21))
+        let unfollowNamingLike = try alice.d1.sign(.followRemoved, bob.key, Payload.seen([like.id]), hlc: Scenario.at(22))
+        let base = alice.bindings + bob.bindings + carol.bindings + [picture.event]
+        let removals = [unlikeNamingFollow, unfollowOther, unfollowNamingLike]
+        // The adds before the removals (each removal looks its names up) and after (each add finds the removals naming it).
+        let replicas = try s.foldInOrders([base + [follow, like] + removals, base + removals + [follow, like]])
+        for r in replicas {
+            #expect(try r.projections.followers(of: bob.key) == [alice.key])
+            #expect(try r.projections.liveAdds(.likeAdded, from: alice.key, to: picture.id) == [like.id])
+            for removal in removals { #expect(try r.projections.noEffect(removal.id)?.code == "nothing_to_remove") }
+        }
+        let unfollow = try alice.d1.sign(.followRemoved, bob.key, Payload.seen([follow.id]), hlc: Scenario.at(30))
+        let r = try s.fold(base + [follow, like] + removals + [unfollow])
+        #expect(try r.projections.followers(of: bob.key).isEmpty)
+        #expect(try r.projections.noEffect(unfollow.id) == nil)
+    }
+
     @Test func messageFromMemberRemovedBeforeSendingTakesNoEffect() throws {
         let s = Scenario()
         let alice = try s.person(devices: 1)
