@@ -135,32 +135,39 @@ public struct FeedAudit: Sendable {
         return advanced
     }
 
-    /// The id index, in key order, against the events observed.
+    /// The id index, in key order, against the events observed: every
+    /// entry names an arrival that holds an event whose id starts with the
+    /// entry's prefix, and every event is named under its id's prefix.
     private mutating func checkIDs(_ log: LogStore, in txn: Transaction) throws {
-        ids.sort { $0.id < $1.id }
-        var i = 0
+        // Observed in arrival order; sorted anyway (a no-op then), to look
+        // events up by arrival.
+        ids.sort { $0.arrival < $1.arrival }
+        var named = [Bool](repeating: false, count: ids.count)
         var indexed = 0
         try txn.scan(log.ids) { key, value in
-            guard let id = Bytes32(key), let arrival = try? LogStore.decodeU64(value, what: "arrival") else {
+            guard key.count == 8, let arrival = try? LogStore.decodeU64(value, what: "arrival") else {
                 indexed += 1
                 problems.append("an id index entry of \(key.count) and \(value.count) bytes")
                 return true
             }
             if arrival > lastArrival { return true }  // appended after the pass
             indexed += 1
-            while i < ids.count && ids[i].id < id {
-                problems.append("the id index does not map \(ids[i].id.hex) to arrival \(ids[i].arrival)")
-                i += 1
+            var low = 0
+            var high = ids.count
+            while low < high {
+                let mid = (low + high) / 2
+                if ids[mid].arrival < arrival { low = mid + 1 } else { high = mid }
             }
-            if i < ids.count && ids[i].id == id {
-                if ids[i].arrival != arrival { problems.append("the id index does not map \(id.hex) to arrival \(ids[i].arrival)") }
-                i += 1
+            if low < ids.count, ids[low].arrival == arrival, LogStore.idPrefix(ids[low].id) == key {
+                named[low] = true
             } else {
-                problems.append("the id index maps \(id.hex) to arrival \(arrival), which does not hold it")
+                problems.append("the id index lists arrival \(arrival) under \(Hex.encode(key)), which holds no event with an id starting so")
             }
             return true
         }
-        for missing in ids[i...] { problems.append("the id index does not map \(missing.id.hex) to arrival \(missing.arrival)") }
+        for (i, event) in ids.enumerated() where !named[i] {
+            problems.append("the id index does not map \(event.id.hex) to arrival \(event.arrival)")
+        }
         if records != indexed { problems.append("\(records) events stored but \(indexed) in the id index") }
     }
 }

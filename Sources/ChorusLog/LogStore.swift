@@ -60,7 +60,7 @@ public struct ForkEvidence: Sendable {
 /// evidence and metadata (layout in Specs/storage.md). It validates every
 /// event against its feed before storing it; a refused event changes nothing.
 public struct LogStore: Sendable {
-    public static let formatVersion: UInt64 = 3
+    public static let formatVersion: UInt64 = 4
 
     public let env: Environment
     let envelopes: Database
@@ -71,12 +71,15 @@ public struct LogStore: Sendable {
     let meta: Database
 
     static let formatKey = Array("format".utf8)
+    /// The id index: the first 8 bytes of an event id → u64be(arrival),
+    /// kept sorted under their prefix (Specs/storage.md §3).
+    public static let idsName = "id_prefixes"
     /// Feed positions: author → u64be(seq) ‖ u64be(arrival), 16-byte
     /// values kept sorted under their author (Specs/storage.md §3).
     public static let positionsName = "feed_positions"
     static let maxHLCKey = Array("max_hlc".utf8)
 
-    public static let databaseNames = ["envelopes", "ids", "feed_positions", "heads", "forks", "meta"]
+    public static let databaseNames = ["envelopes", idsName, "feed_positions", "heads", "forks", "meta"]
 
     /// Opens the log in `env`, creating its databases on first use and
     /// refusing a store written by another format (an older one is upgraded
@@ -97,7 +100,7 @@ public struct LogStore: Sendable {
             try env.write { txn in try txn.put(meta, Self.formatKey, Self.encodeU64(Self.formatVersion)) }
         }
         envelopes = try env.openDatabase("envelopes")
-        ids = try env.openDatabase("ids")
+        ids = try env.openDatabase(Self.idsName, fixedSizeDuplicates: true)
         positions = try env.openDatabase(Self.positionsName, fixedSizeDuplicates: true)
         heads = try env.openDatabase("heads")
         forks = try env.openDatabase("forks")
@@ -152,7 +155,6 @@ public struct LogStore: Sendable {
     /// Validates `event` against its feed and stores it, inside the caller's
     /// write transaction. The signature must already have been verified.
     public func append(_ event: Event, in txn: Transaction, context: inout AppendContext) throws -> AppendOutcome {
-        let idKey = event.id.bytes
         let author = event.header.author
         let seq = event.header.seq
         let head = try head(of: author, in: txn, context: context)
@@ -162,9 +164,8 @@ public struct LogStore: Sendable {
         // 2 cannot hold for an event beyond the head, and the common case,
         // the next event of a feed, skips both lookups.
         if seq <= head?.seq ?? 0 {
-            if let stored = try txn.get(ids, idKey) {
+            if let arrival = try readArrival(of: event.id, in: txn) {
                 guard event.payloadBytes != nil, event.kind.payloadIsPurgeable else { return .duplicate }
-                let arrival = try Self.decodeU64(stored, what: "arrival of \(event.id.hex)")
                 let existing = try readEnvelope(at: arrival, in: txn)
                 guard existing.payloadBytes == nil else { return .duplicate }
                 try txn.put(envelopes, Self.encodeU64(arrival), event.encoded())
@@ -172,7 +173,7 @@ public struct LogStore: Sendable {
             }
             if let keptArrival = try arrival(of: author, seq: seq, in: txn) {
                 // A different event at a position the feed already holds: keep the evidence.
-                try txn.put(forks, Self.feedKey(author, seq) + idKey, event.encoded())
+                try txn.put(forks, Self.feedKey(author, seq) + event.id.bytes, event.encoded())
                 let kept = try Self.decodeTrusted(try rawEnvelope(at: keptArrival, in: txn), arrival: keptArrival)
                 return .refused(.fork(seq: seq, existing: kept.id))
             }
@@ -194,7 +195,8 @@ public struct LogStore: Sendable {
         context.maxHLC = max(context.maxHLC, event.hlc.rawValue)
         let arrivalKey = Self.encodeU64(arrival)
         try txn.put(envelopes, arrivalKey, event.encoded(), append: true)
-        try txn.put(ids, idKey, arrivalKey)
+        // Arrivals increase, so the new one is its prefix's greatest.
+        try txn.putDuplicate(ids, Self.idPrefix(event.id), arrivalKey, last: true)
         // The next position of its feed: the greatest of the author's values.
         try txn.putDuplicate(positions, author.bytes, Self.encodeU64(seq) + arrivalKey, last: true)
         context.heads[author] = FeedHead(seq: seq, id: event.id, hlc: event.hlc)
@@ -253,10 +255,24 @@ public struct LogStore: Sendable {
         }
     }
 
-    /// The arrival position of a stored event.
+    /// The arrival position of a stored event: of the events the id index
+    /// lists under the id's first 8 bytes (nearly always one), the one
+    /// whose id it is (Specs/storage.md §3).
     public func readArrival(of id: EventID, in txn: Transaction) throws -> UInt64? {
-        try txn.get(ids, id.bytes).map { try Self.decodeU64($0, what: "arrival of \(id.hex)") }
+        var found: UInt64? = nil
+        try txn.scanDuplicates(ids, Self.idPrefix(id), from: Self.encodeU64(0)) { value in
+            let arrival = try Self.decodeU64(value, what: "arrival under id prefix \(id.short)")
+            if try readTrusted(at: arrival, in: txn).id == id {
+                found = arrival
+                return false
+            }
+            return true
+        }
+        return found
     }
+
+    /// The key an event id is indexed under: its first 8 bytes.
+    static func idPrefix(_ id: EventID) -> [UInt8] { id.withUnsafeBytes { Array($0.prefix(8)) } }
 
     /// The envelope bytes stored at `arrival`; a missing one is damage.
     public func rawEnvelope(at arrival: UInt64, in txn: Transaction) throws -> [UInt8] {
@@ -287,9 +303,7 @@ public struct LogStore: Sendable {
 
     public func readEvent(_ id: EventID, in txn: Transaction) throws -> StoredEvent? {
         guard let arrival = try readArrival(of: id, in: txn) else { return nil }
-        let event = try readEnvelope(at: arrival, in: txn)
-        guard event.id == id else { throw LogError.corrupt("ids lists \(id.hex) at arrival \(arrival), which holds \(event.id.hex)") }
-        return StoredEvent(event: event, arrival: arrival)
+        return StoredEvent(event: try readEnvelope(at: arrival, in: txn), arrival: arrival)
     }
 
     public func event(_ id: EventID) throws -> StoredEvent? {
@@ -427,7 +441,7 @@ public struct LogStore: Sendable {
 
     /// Database sizes in bytes (pages in use), by name.
     public func databaseSizes() throws -> [(name: String, bytes: Int)] {
-        [("envelopes", envelopes), ("ids", ids), (Self.positionsName, positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
+        [("envelopes", envelopes), (Self.idsName, ids), (Self.positionsName, positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
             ($0.0, (try? env.pageCount(of: $0.1)) ?? 0)
         }
     }
@@ -435,18 +449,26 @@ public struct LogStore: Sendable {
     /// Raw access for tests that damage a store on purpose: writes (or,
     /// with nil, deletes) one entry of a log database. For `feed_positions`
     /// the key is author ‖ u64be(seq) and the value u64be(arrival), as if
-    /// each position were an entry of its own.
+    /// each position were an entry of its own; for the id index the key is
+    /// an event id, and the value replaces every arrival listed under its
+    /// prefix.
     public func unsafeWrite(database name: String, key: [UInt8], value: [UInt8]?) throws {
         let db: Database
         switch name {
         case "envelopes": db = envelopes
-        case "ids": db = ids
+        case Self.idsName: db = ids
         case Self.positionsName: db = positions
         case "heads": db = heads
         case "forks": db = forks
         default: db = meta
         }
         try env.write { txn in
+            if db == ids {
+                guard let id = Bytes32(key) else { throw LogError.corrupt("an id index key here is an event id (32 bytes)") }
+                _ = try txn.delete(ids, Self.idPrefix(id))
+                if let value { try txn.putDuplicate(ids, Self.idPrefix(id), value, last: false) }
+                return
+            }
             guard db == positions else {
                 if let value { try txn.put(db, key, value) } else { try txn.delete(db, key) }
                 return

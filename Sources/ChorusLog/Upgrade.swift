@@ -23,10 +23,22 @@ extension LogStore {
         guard let version = try storedFormat(env: env, meta: meta) else { throw LogError.notAStore(path: env.path) }
         if version == formatVersion { return nil }
         if version > formatVersion { throw LogError.newerFormat(found: version, supported: formatVersion) }
-        switch version {
-        case 1: try upgradeFromFormat1(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
-        case 2: try upgradeFromFormat2(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
-        default: throw LogError.corrupt("unknown format version \(version)")
+        // Each step records the version it reaches, so an interrupted
+        // upgrade resumes at the step it was in.
+        var reached = version
+        while reached < formatVersion {
+            switch reached {
+            case 1:
+                try upgradeFromFormat1(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
+                reached = formatVersion
+            case 2:
+                try upgradeFromFormat2(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
+                reached = 3
+            case 3:
+                try upgradeFromFormat3(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
+                reached = 4
+            default: throw LogError.corrupt("unknown format version \(reached)")
+            }
         }
         return version
     }
@@ -40,7 +52,7 @@ extension LogStore {
         let oldArrivals = try env.openDatabase("arrivals")
         let oldFeeds = try env.openDatabase("feeds")
         let envelopes = try env.openDatabase("envelopes")
-        let ids = try env.openDatabase("ids")
+        let ids = try env.openDatabase(idsName, fixedSizeDuplicates: true)
         let positions = try env.openDatabase(positionsName, fixedSizeDuplicates: true)
         let total = try env.read { txn in try txn.count(oldArrivals) }
 
@@ -61,7 +73,7 @@ extension LogStore {
                     guard event.id == id else { throw LogError.corrupt("format 1 event stored under \(id.hex) has id \(event.id.hex)") }
                     let arrivalKey = encodeU64(arrival)
                     try txn.put(envelopes, arrivalKey, envelope, append: true)
-                    try txn.put(ids, id.bytes, arrivalKey)
+                    try txn.putDuplicate(ids, idPrefix(id), arrivalKey, last: true)
                     // Feeds are contiguous and arrivals follow each feed's
                     // order, so each position is its feed's greatest so far.
                     do {
@@ -96,6 +108,7 @@ extension LogStore {
     /// arrival (`positions`); format 3 keeps them as 16-byte values under
     /// their author (`feed_positions`, Specs/storage.md §4.2). Nothing else
     /// changes: arrival positions, and so the projections, stay as they are.
+    /// Records format 3; `upgradeFromFormat3` follows.
     static func upgradeFromFormat2(
         env: Environment, meta: Database, sliceSize: Int, progress: ((_ done: Int, _ total: Int) -> Void)?, isCancelled: (() -> Bool)?
     ) throws {
@@ -138,7 +151,66 @@ extension LogStore {
                     "format 2 store is inconsistent: \(total) feed positions, \(copied) copied; run `chorus-replay verify` on a copy")
             }
             try txn.drop(old)
-            try txn.put(meta, formatKey, encodeU64(formatVersion))
+            try txn.put(meta, formatKey, encodeU64(3))
+        }
+    }
+
+    /// Where an interrupted format 3 upgrade resumes: after this id of the
+    /// old index (Specs/storage.md §4.3).
+    static let idsUpgradeKey = Array("upgrade_ids_after".utf8)
+
+    /// Format 3 kept the id index under whole ids (`ids`: id → arrival);
+    /// format 4 keeps it under their first 8 bytes (`id_prefixes`,
+    /// Specs/storage.md §4.3). Nothing else changes.
+    static func upgradeFromFormat3(
+        env: Environment, meta: Database, sliceSize: Int, progress: ((_ done: Int, _ total: Int) -> Void)?, isCancelled: (() -> Bool)?
+    ) throws {
+        let old = try env.openDatabase("ids")
+        let ids = try env.openDatabase(idsName, fixedSizeDuplicates: true)
+        let total = try env.read { txn in try txn.count(old) }
+
+        while true {
+            if isCancelled?() == true { throw CancellationError() }
+            let (copied, done) = try env.write { txn -> (Int, Int) in
+                // The old entries are copied in key order, so their prefixes
+                // come in order: a new prefix is appended (pages filled in
+                // order), one seen before (two ids sharing 8 bytes) added
+                // beside it.
+                let after = try txn.get(meta, idsUpgradeKey)
+                var lastPrefix = try txn.last(ids)?.key
+                var copied = 0
+                var lastCopied: [UInt8]? = nil
+                try txn.scan(old, from: after.map { $0 + [0] }) { key, value in
+                    guard key.count == 32, value.count == 8 else {
+                        throw LogError.corrupt("format 3 id index entry with a key of \(key.count) and a value of \(value.count) bytes")
+                    }
+                    let prefix = Array(key[0..<8])
+                    if prefix == lastPrefix {
+                        try txn.putDuplicate(ids, prefix, value, last: false)
+                    } else {
+                        try txn.put(ids, prefix, value, append: true)
+                        lastPrefix = prefix
+                    }
+                    lastCopied = key
+                    copied += 1
+                    return copied < sliceSize
+                }
+                if let lastCopied { try txn.put(meta, idsUpgradeKey, lastCopied) }
+                return (copied, try txn.count(ids))
+            }
+            progress?(done, total)
+            if copied < sliceSize { break }
+        }
+
+        try env.write { txn in
+            let copied = try txn.count(ids)
+            guard copied == total else {
+                throw LogError.corrupt(
+                    "format 3 store is inconsistent: \(total) id index entries, \(copied) copied; run `chorus-replay verify` on a copy")
+            }
+            try txn.drop(old)
+            _ = try txn.delete(meta, idsUpgradeKey)
+            try txn.put(meta, formatKey, encodeU64(4))
         }
     }
 }

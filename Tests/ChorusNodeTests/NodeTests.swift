@@ -108,6 +108,43 @@ struct NodeTests {
         await reopened.close()
     }
 
+    /// The id index lists events under the first 8 bytes of their ids
+    /// (Specs/storage.md §3): a lookup checks each event listed under the
+    /// prefix, so another event listed there (as when two ids share 8
+    /// bytes) is passed over, and an id that only shares the prefix is not
+    /// found.
+    @Test func anIDLookupChecksEachEventListedUnderItsPrefix() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        for i in 0..<3 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i)")) }
+        let events = try node.feed(node.identity.device.raw)
+        let (other, target) = (events[1], events[3])
+        #expect(other.arrival < target.arrival)  // listed first under the prefix below
+        let env = node.log.env
+        let ids = try env.openDatabase(LogStore.idsName, fixedSizeDuplicates: true)
+        try env.write { txn in
+            try txn.putDuplicate(ids, Array(target.event.id.bytes[0..<8]), LogStore.encodeU64(other.arrival), last: false)
+        }
+        #expect(try env.read { try node.log.readArrival(of: target.event.id, in: $0) } == target.arrival)
+        #expect(try node.log.event(target.event.id)?.event == target.event)
+        #expect(try node.log.event(other.event.id)?.arrival == other.arrival)
+        var sharingThePrefix = target.event.id.bytes
+        sharingThePrefix[31] ^= 1
+        #expect(try node.log.event(try #require(Bytes32(sharingThePrefix))) == nil)
+        // The same event again is found, and so a duplicate.
+        let again = await node.ingest([target.event.encoded()])
+        #expect(again.duplicates == 1)
+        // The extra entry names an arrival whose event has another prefix.
+        let stored = try node.log.eventCount()
+        #expect(
+            try node.log.integrityProblems() == [
+                "the id index lists arrival \(other.arrival) under \(Hex.encode(Array(target.event.id.bytes[0..<8]))), which holds no event with an id starting so",
+                "\(stored) events stored but \(stored + 1) in the id index",
+            ])
+        await node.close()
+    }
+
     @Test func aStoreOfANewerFormatIsRefused() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }

@@ -5,9 +5,9 @@ import Foundation
 import ChorusTestSupport
 import Testing
 
-/// `Tests/Fixtures/store-format-1` and `store-format-2` are Alice's phone
+/// `Tests/Fixtures/store-format-1`, `-2` and `-3` are Alice's phone
 /// store at the end of `Tools/demo.sh`, written by the builds before store
-/// formats 2 and 3 (pictures, a purged picture, blobs, an encrypted chat,
+/// formats 2, 3 and 4 (pictures, a purged picture, blobs, an encrypted chat,
 /// coins, slots). Their `log.json` and `digest.txt` are what those builds
 /// printed for them.
 @Suite("store format upgrade")
@@ -41,7 +41,7 @@ struct UpgradeTests {
         try String(contentsOfFile: Self.fixture(format) + "/" + name, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    @Test(arguments: [1, 2])
+    @Test(arguments: [1, 2, 3])
     func anOldStoreSaysHowToUpgradeAndTheUpgradeKeepsEveryEventAndTheDigest(format: Int) async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
@@ -85,7 +85,7 @@ struct UpgradeTests {
         #expect(again.stdout.contains("nothing to do"))
     }
 
-    @Test(arguments: [1, 2])
+    @Test(arguments: [1, 2, 3])
     func anInterruptedUpgradeResumesWhereItStopped(format: Int) async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
