@@ -425,6 +425,13 @@ extension Event {
         try storedParts(bytes).payload.map { Array(bytes[$0]) }
     }
 
+    /// The id of an envelope this node stored itself, read where the store
+    /// holds it: only the header bytes are hashed (a lookup by id checks
+    /// the events its index lists this way, Specs/storage.md §3).
+    public static func storedID(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> EventID {
+        computeID(headerBytes: Array(UnsafeRawBufferPointer(rebasing: bytes[try storedParts(bytes).header])))
+    }
+
     /// The same, from an envelope where the store holds it: only the
     /// payload is copied.
     public static func storedPayload(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> [UInt8]? {

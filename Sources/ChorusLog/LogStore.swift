@@ -262,13 +262,21 @@ public struct LogStore: Sendable {
         var found: UInt64? = nil
         try txn.scanDuplicates(ids, Self.idPrefix(id), from: Self.encodeU64(0)) { value in
             let arrival = try Self.decodeU64(value, what: "arrival under id prefix \(id.short)")
-            if try readTrusted(at: arrival, in: txn).id == id {
+            if try storedID(at: arrival, in: txn) == id {
                 found = arrival
                 return false
             }
             return true
         }
         return found
+    }
+
+    /// The id of the event stored at `arrival`, hashed where LMDB holds it.
+    func storedID(at arrival: UInt64, in txn: Transaction) throws -> EventID {
+        try txn.withValue(envelopes, Self.encodeU64(arrival)) { raw in
+            guard let raw else { throw LogError.corrupt("no event at arrival \(arrival)") }
+            do { return try Event.storedID(ofEnvelope: raw) } catch { throw LogError.corrupt("event at arrival \(arrival): \(error)") }
+        }
     }
 
     /// The key an event id is indexed under: its first 8 bytes.

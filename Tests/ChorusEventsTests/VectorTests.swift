@@ -161,6 +161,10 @@ struct SchemaTests {
         }
         #expect(try Event.storedPayload(ofEnvelope: event.encoded()) == event.payloadBytes)
         #expect(try Event.storedPayload(ofEnvelope: event.purged().encoded()) == nil)
+        // Its id, hashed in place, whether the payload is there or purged.
+        for envelope in [event.encoded(), event.purged().encoded()] {
+            #expect(try envelope.withUnsafeBytes { raw in try Event.storedID(ofEnvelope: raw) } == event.id)
+        }
         let cut = Array(event.encoded().dropLast(10))
         #expect(throws: EventError.self) {
             try cut.withUnsafeBytes { raw in _ = try Event.storedPayload(ofEnvelope: raw) }
