@@ -108,4 +108,44 @@ struct UpgradeTests {
         #expect(try node.log.integrityProblems().isEmpty)
         await node.close()
     }
+
+    /// The format 3 → 4 step (Specs/storage.md §4.3) on a crafted id index:
+    /// two ids that share their first 8 bytes end up side by side under
+    /// that prefix, also when a slice boundary falls between them and the
+    /// upgrade is interrupted there and run again.
+    @Test func idsSharingAPrefixAreKeptSideBySideAcrossAnInterruption() throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let path = dir.store("crafted")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let env = try Environment(path: path)
+        let meta = try env.openDatabase("meta")
+        let old = try env.openDatabase("ids")
+        func id(_ prefix: UInt8, _ last: UInt8) -> [UInt8] { [UInt8](repeating: prefix, count: 8) + [UInt8](repeating: 0, count: 23) + [last] }
+        let entries: [([UInt8], UInt64)] = [(id(1, 1), 5), (id(1, 2), 2), (id(2, 1), 3), (id(3, 1), 1), (id(3, 2), 4)]
+        try env.write { txn in
+            try txn.put(meta, Array("format".utf8), LogStore.encodeU64(3))
+            for (key, arrival) in entries { try txn.put(old, key, LogStore.encodeU64(arrival)) }
+        }
+        // Slices of one entry, cancelled after the first: the next run
+        // starts between the two ids under prefix 1.
+        var slices = 0
+        #expect(throws: CancellationError.self) {
+            try LogStore.upgrade(env: env, sliceSize: 1, progress: { _, _ in slices += 1 }, isCancelled: { slices >= 1 })
+        }
+        #expect(try LogStore.format(of: env) == 3)
+        #expect(try LogStore.upgrade(env: env, sliceSize: 1) == 3)
+        #expect(try LogStore.format(of: env) == 4)
+        let ids = try env.openDatabase(LogStore.idsName, fixedSizeDuplicates: true)
+        var listed: [[UInt8]: [UInt64]] = [:]
+        try env.read { txn in
+            #expect(try txn.count(ids) == entries.count)
+            try txn.scan(ids) { key, value in
+                listed[key, default: []].append(try LogStore.decodeU64(value, what: "arrival"))
+                return true
+            }
+            #expect(try txn.get(meta, Array("upgrade_ids_after".utf8)) == nil)
+        }
+        #expect(listed == [[UInt8](repeating: 1, count: 8): [2, 5], [UInt8](repeating: 2, count: 8): [3], [UInt8](repeating: 3, count: 8): [1, 4]])
+    }
 }
