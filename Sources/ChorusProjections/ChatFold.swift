@@ -194,7 +194,7 @@ extension FoldRun {
             if value != existing { try putState(key, value) }
         }
         func withdraw(_ why: NoEffect) throws {
-            try decide(sent.id, why)
+            // The send's reason is kept in its entry (§9.1), not under its own key.
             for f in all where f.id != sent.id {
                 try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
             }
@@ -202,7 +202,7 @@ extension FoldRun {
             // effect: the chat's messages are listed from these entries
             // (Specs/projections.md §9.1).
             if wasEffective { countMessage(in: chat, by: -1) }
-            try store(MessageEntry(withdrawnBy: sent.author, sent: sent.arrival))
+            try store(MessageEntry(withdrawnBy: sent.author, sent: sent.arrival, reason: why))
             try setBlobReference(attachment, of: message, live: false)
         }
         let sender: PublicKey
@@ -213,7 +213,6 @@ extension FoldRun {
         guard try membershipForMessage(chat, sender)?.isMember(at: sent.hlc) == true else {
             return try withdraw(NoEffect("not_member", "\(sender.short) was not a member of chat \(chat.short) when sending"))
         }
-        try decide(sent.id, nil)
         var edit: Fact? = nil
         var deleted: Fact? = nil
         for f in all where f.id != sent.id {
@@ -479,7 +478,10 @@ struct MessageRecord: Hashable, Sendable {
 ///
 /// Layout: sender (32) ‖ device (32) ‖ u64be(sent arrival) ‖ u8(flags:
 /// 1 edited, 2 deleted, 4 purged) ‖ if edited: u64be(edit arrival) ‖
-/// u64be(edit hlc) ‖ editor (32) ‖ if deleted: u64be(deleted hlc). Arrival
+/// u64be(edit hlc) ‖ editor (32) ‖ if deleted: u64be(deleted hlc). A
+/// withdrawn entry is device (32) ‖ device (32) ‖ u64be(sent arrival) ‖
+/// u8(8), followed, once folded, by the send's no-effect record (the
+/// value its `noEffect` entry would hold, which it stands in for). Arrival
 /// positions are local to a store, so two replicas' entries differ where
 /// their records do not.
 struct MessageEntry: Sendable {
@@ -497,6 +499,10 @@ struct MessageEntry: Sendable {
     /// names the send, for listing a chat's messages, and is no part of the
     /// state of Specs/projections.md §5. `sender` then holds the device.
     var withdrawn = false
+    /// Why a withdrawn send takes no effect: its `noEffect` record of §5,
+    /// kept here instead of under its own key (§9.1). nil until the send is
+    /// folded (a rebuild's filing pass writes every send's entry first).
+    var reason: NoEffect? = nil
 
     /// The entry of an effective message.
     init(sender: PublicKey, device: PublicKey, sent: UInt64) {
@@ -505,10 +511,12 @@ struct MessageEntry: Sendable {
         self.sent = sent
     }
 
-    /// The entry of a send that takes no effect, or is not folded yet.
-    init(withdrawnBy device: PublicKey, sent: UInt64) {
+    /// The entry of a send that takes no effect (for `reason`), or is not
+    /// folded yet.
+    init(withdrawnBy device: PublicKey, sent: UInt64, reason: NoEffect? = nil) {
         self.init(sender: device, device: device, sent: sent)
         withdrawn = true
+        self.reason = reason
     }
 
     static let withdrawnFlag: UInt8 = 8
@@ -534,6 +542,7 @@ struct MessageEntry: Sendable {
         out += Codec.u64(sent)
         if withdrawn {
             out.append(Self.withdrawnFlag)
+            if let reason { out += Projections.encodeNoEffect(reason) }
             return out
         }
         out.append((edit == nil ? 0 : 1) | (deleted == nil ? 0 : 2) | (purged ? 4 : 0))
@@ -546,11 +555,13 @@ struct MessageEntry: Sendable {
         guard raw.count >= 73, raw[72] & ~15 == 0 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
         let flags = raw[72]
         if flags & withdrawnFlag != 0 {
-            // A withdrawn entry names its send and nothing else.
-            guard flags == withdrawnFlag, raw.count == 73, raw[0..<32] == raw[32..<64] else {
+            // A withdrawn entry names its send, and once folded why it takes no effect.
+            guard flags == withdrawnFlag, raw[0..<32] == raw[32..<64] else {
                 throw ProjectionError.corrupt("withdrawn message entry of \(raw.count) bytes, flags \(flags)")
             }
-            return MessageEntry(withdrawnBy: try Codec.b32(raw[32..<64], "device"), sent: Codec.readU64(raw[64..<72]))
+            return MessageEntry(
+                withdrawnBy: try Codec.b32(raw[32..<64], "device"), sent: Codec.readU64(raw[64..<72]),
+                reason: raw.count == 73 ? nil : try Projections.decodeNoEffect(Array(raw[73...])))
         }
         let length = 73 + (flags & 1 == 0 ? 0 : 48) + (flags & 2 == 0 ? 0 : 8)
         guard raw.count == length else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes, flags \(flags)") }

@@ -350,7 +350,7 @@ struct FoldRun {
             // Off the write transaction, in a bulk fold: the state held no
             // decision before, so clearing one is only clearing this run's.
             if let reason {
-                bufferedDecisions?[id] = Codec.cbor(.array([.text(reason.code), .text(reason.detail)]))
+                bufferedDecisions?[id] = Projections.encodeNoEffect(reason)
                 decidedNoEffect.insert(id)
             } else if decidedNoEffect.remove(id) != nil {
                 bufferedDecisions?[id] = nil
@@ -359,7 +359,7 @@ struct FoldRun {
         }
         let key = Table.noEffect.key(id)
         if let reason {
-            try txn.put(p.state, key, Codec.cbor(.array([.text(reason.code), .text(reason.detail)])))
+            try txn.put(p.state, key, Projections.encodeNoEffect(reason))
             decidedNoEffect.insert(id)
         } else if !(bulk || newEvents.contains(id)) || decidedNoEffect.contains(id) {
             try txn.delete(p.state, key)

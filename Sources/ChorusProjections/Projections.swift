@@ -680,8 +680,9 @@ public struct Projections: Sendable {
     /// effect), which replaces the chat message index. 9: a fact's value
     /// leaves out the header object when it is the object filed under.
     /// 10: no index entry per relationship add (a removal finds the adds it
-    /// names through the log's id index).
-    public static let formatVersion: UInt64 = 10
+    /// names through the log's id index). 11: a withdrawn send's no-effect
+    /// record is kept in its message entry, not under its own key.
+    public static let formatVersion: UInt64 = 11
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -754,7 +755,9 @@ public struct Projections: Sendable {
 
     /// The state of Specs/projections.md §5 in key order: every entry as
     /// stored, except `message` records, which the store keeps as entries
-    /// naming the log's payloads (§9.1) and which are expanded here.
+    /// naming the log's payloads (§9.1) and which are expanded here, and
+    /// the `noEffect` records of withdrawn sends, which their entries hold
+    /// (§9.1) and which take their place among the stored ones here.
     ///
     /// The payloads are read in the scan, then decoded and the records
     /// encoded on all cores, a slice of messages at a time: every digest
@@ -767,21 +770,46 @@ public struct Projections: Sendable {
             for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
             pending.removeAll(keepingCapacity: true)
         }
+        // The withdrawn sends' records, in key order once the scan reaches
+        // the `noEffect` table (the last), merged there with the stored ones.
+        var withdrawn: [(key: [UInt8], value: [UInt8])] = []
+        var nextWithdrawn = 0
+        var sorted = false
+        func emitWithdrawn(before key: [UInt8]?) throws {
+            if !sorted {
+                withdrawn.sort { $0.key.lexicographicallyPrecedes($1.key) }
+                sorted = true
+            }
+            while nextWithdrawn < withdrawn.count {
+                let next = withdrawn[nextWithdrawn]
+                if let key {
+                    if next.key == key { throw ProjectionError.corrupt("a no-effect record stored for the withdrawn send \(Hex.encode(key))") }
+                    if !next.key.lexicographicallyPrecedes(key) { return }
+                }
+                try body(next.key, next.value)
+                nextWithdrawn += 1
+            }
+        }
         try txn.scan(state) { key, value in
             if key.first == Table.message.rawValue {
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
                 let entry = try MessageEntry.decode(value)
-                // A withdrawn entry only lists its send (§9.1).
-                if entry.withdrawn { return true }
+                // A withdrawn entry lists its send, and holds its reason (§9.1).
+                if entry.withdrawn {
+                    if let reason = entry.reason { withdrawn.append((Table.noEffect.key(key.suffix(32)), Self.encodeNoEffect(reason))) }
+                    return true
+                }
                 pending.append((key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try entry.payloads(log: log, in: txn)))
                 if pending.count == 4096 { try flush() }
             } else {
                 try flush()
+                if key.first == Table.noEffect.rawValue { try emitWithdrawn(before: key) }
                 try body(key, value)
             }
             return true
         }
         try flush()
+        try emitWithdrawn(before: nil)
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {

@@ -36,21 +36,62 @@ extension Projections {
 
     /// Why an event took no effect, or nil when it took effect (or is unknown).
     public func noEffect(_ id: EventID) throws -> NoEffect? {
-        try log.env.read { txn in try txn.get(state, Table.noEffect.key(id)).map(Self.decodeNoEffect) }
+        try log.env.read { txn in try noEffect(id, in: txn) }
     }
 
-    /// Every event that took no effect, with the reason.
+    /// `noEffect` in the caller's transaction: the stored record, or for a
+    /// `message.sent` the reason its withdrawn entry holds (§9.1).
+    func noEffect(_ id: EventID, in txn: Transaction) throws -> NoEffect? {
+        if let raw = try txn.get(state, Table.noEffect.key(id)) { return try Self.decodeNoEffect(raw) }
+        guard let sent = try sentEvent(id, in: txn),
+            let raw = try txn.get(state, Table.message.key(sent.event.object, Codec.u64(sent.event.hlc.rawValue), id))
+        else { return nil }
+        return try MessageEntry.decode(raw).reason
+    }
+
+    /// Every event that took no effect, with the reason, in the order of
+    /// their ids: the stored records and the withdrawn sends' (§9.1).
     public func noEffects(limit: Int = .max) throws -> [NoEffectRecord] {
         try log.env.read { txn in
             var out: [NoEffectRecord] = []
             guard limit > 0 else { return out }
-            try txn.scan(state, prefix: [Table.noEffect.rawValue]) { key, value in
-                out.append(NoEffectRecord(event: try Codec.b32(key[1...], "event id"), reason: try Self.decodeNoEffect(value)))
+            try scanNoEffects(in: txn) { record in
+                out.append(record)
                 return out.count < limit
             }
             return out
         }
     }
+
+    /// Visits every no-effect record in id order until `body` returns false.
+    /// The withdrawn sends' records come from a scan of every message entry.
+    func scanNoEffects(in txn: Transaction, _ body: (NoEffectRecord) throws -> Bool) throws {
+        var withdrawn: [NoEffectRecord] = []
+        try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
+            guard try MessageEntry.isWithdrawn(value), let reason = try MessageEntry.decode(value).reason else { return true }
+            withdrawn.append(NoEffectRecord(event: try Codec.b32(key.suffix(32), "message id"), reason: reason))
+            return true
+        }
+        withdrawn.sort { $0.event < $1.event }
+        var next = 0
+        var going = true
+        try txn.scan(state, prefix: [Table.noEffect.rawValue]) { key, value in
+            let stored = NoEffectRecord(event: try Codec.b32(key[1...], "event id"), reason: try Self.decodeNoEffect(value))
+            while going, next < withdrawn.count, withdrawn[next].event < stored.event {
+                going = try body(withdrawn[next])
+                next += 1
+            }
+            if going { going = try body(stored) }
+            return going
+        }
+        while going, next < withdrawn.count {
+            going = try body(withdrawn[next])
+            next += 1
+        }
+    }
+
+    /// A no-effect record's value (Specs/projections.md §5, table 0x7F).
+    static func encodeNoEffect(_ reason: NoEffect) -> [UInt8] { Codec.cbor(.array([.text(reason.code), .text(reason.detail)])) }
 
     static func decodeNoEffect(_ raw: [UInt8]) throws -> NoEffect {
         let v = try Codec.decode(raw, "no-effect record")

@@ -200,6 +200,42 @@ struct RuleTests {
         #expect(try inOrder.digest() == r.digest())
     }
 
+    /// A withdrawn send's no-effect record lives in its message entry, not
+    /// under its own key (Specs/projections.md §9.1), and is read, listed
+    /// and digested as if it were stored there; it goes with the entry.
+    @Test func aWithdrawnSendsReasonIsKeptInItsEntry() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Scenario.at(10))
+        let add = try alice.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Scenario.at(20))
+        let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "hello"), hlc: Scenario.at(30))
+        let edit = try bob.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Mallory")), hlc: Scenario.at(31))
+        let r = try s.replica()
+        try r.deliver(alice.bindings + bob.bindings + [create, message, edit])
+        let env = r.projections.log.env
+        let state = try env.openDatabase("state")
+        func stored(_ id: EventID) throws -> [UInt8]? { try env.read { txn in try txn.get(state, [0x7F] + id.bytes) } }
+        #expect(try stored(message.id) == nil)
+        #expect(try stored(edit.id) != nil)
+        #expect(try r.projections.noEffect(message.id)?.code == "not_member")
+        let listed = try r.projections.noEffects()
+        #expect(listed.map(\.event) == [message.id, edit.id].sorted())
+        #expect(Set(listed.map(\.reason.code)) == ["not_member", "not_owner"])
+        #expect(try r.projections.noEffects(limit: 1).map(\.event) == [min(message.id, edit.id)])
+        // The logical state holds the send's record under its own key, in key order.
+        let logical = try env.read { txn in try r.projections.stateEntries(in: txn) }
+        let records = logical.filter { $0.key.first == 0x7F }.map(\.key)
+        #expect(records == [[0x7F] + min(message.id, edit.id).bytes, [0x7F] + max(message.id, edit.id).bytes])
+        try r.deliver([add])
+        #expect(try r.projections.noEffect(message.id) == nil)
+        #expect(try r.projections.noEffects().map(\.event) == [edit.id])
+        // Folded in another order, the same digest.
+        let other = try s.fold([message, edit] + bob.bindings + [add, create] + alice.bindings)
+        #expect(try other.digest() == r.digest())
+    }
+
     @Test("a send that takes no effect keeps a withdrawn entry: listed among the chat's sends, never in its pages, count or digest")
     func withdrawnSendsStayOutOfPagesAndCounts() throws {
         let s = Scenario()
