@@ -23,7 +23,7 @@ public enum GalleryPlacement: Sendable, Hashable {
 extension Node {
     /// A committed event and whether the rules let it take effect.
     func outcome<Object: TypedID>(_ event: Event, _ object: Object) throws -> Mutation<Object> {
-        Mutation(event: event, object: object, effect: try projections.noEffect(event.id).map { .noEffect($0) } ?? .applied)
+        Mutation(event: event, object: object, effect: try projections.noEffect(of: event).map { .noEffect($0) } ?? .applied)
     }
 
     // MARK: Identity
@@ -244,7 +244,7 @@ extension Node {
     @discardableResult
     public func addChatMember(_ chat: ChatID, _ user: UserID, admin: Bool = false) async throws -> Mutation<ChatID> {
         let event = try await append(ChatMemberAddedPayload(user: user.raw, admin: admin), object: chat.raw)
-        if try projections.noEffect(event.id) == nil {
+        if try projections.noEffect(of: event) == nil {
             let (epoch, key) = try await sendingEpoch(chat.raw)
             let holders = Set(try projections.wraps(of: chat.raw, epoch: epoch).map(\.device))
             let missing = try currentDevices(of: user.raw).filter { !holders.contains($0.device) }
@@ -259,7 +259,7 @@ extension Node {
     @discardableResult
     public func removeChatMember(_ chat: ChatID, _ user: UserID) async throws -> Mutation<ChatID> {
         let event = try await append(ChatMemberRemovedPayload(user: user.raw), object: chat.raw)
-        if user != identity.user, try projections.noEffect(event.id) == nil,
+        if user != identity.user, try projections.noEffect(of: event) == nil,
             try projections.membership(of: identity.user.raw, in: chat.raw)?.isCurrent == true
         {
             try await rotate(chat.raw)

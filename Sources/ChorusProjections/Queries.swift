@@ -43,9 +43,23 @@ extension Projections {
     /// `message.sent` the reason its withdrawn entry holds (§9.1).
     func noEffect(_ id: EventID, in txn: Transaction) throws -> NoEffect? {
         if let raw = try txn.get(state, Table.noEffect.key(id)) { return try Self.decodeNoEffect(raw) }
-        guard let sent = try sentEvent(id, in: txn),
-            let raw = try txn.get(state, Table.message.key(sent.event.object, Codec.u64(sent.event.hlc.rawValue), id))
-        else { return nil }
+        guard let sent = try sentEvent(id, in: txn) else { return nil }
+        return try withdrawnReason(of: sent.event, in: txn)
+    }
+
+    /// `noEffect(_:)` for an event in hand (a mutation just committed): a
+    /// `message.sent` is found by its chat and time, without a lookup by id.
+    public func noEffect(of event: Event) throws -> NoEffect? {
+        try log.env.read { txn in
+            if let raw = try txn.get(state, Table.noEffect.key(event.id)) { return try Self.decodeNoEffect(raw) }
+            return event.kind == .messageSent ? try withdrawnReason(of: event, in: txn) : nil
+        }
+    }
+
+    /// The reason a `message.sent`'s withdrawn entry holds (§9.1); nil when
+    /// it takes effect.
+    private func withdrawnReason(of sent: Event, in txn: Transaction) throws -> NoEffect? {
+        guard let raw = try txn.get(state, Table.message.key(sent.object, Codec.u64(sent.hlc.rawValue), sent.id)) else { return nil }
         return try MessageEntry.decode(raw).reason
     }
 

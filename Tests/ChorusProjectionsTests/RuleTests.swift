@@ -220,6 +220,8 @@ struct RuleTests {
         #expect(try stored(message.id) == nil)
         #expect(try stored(edit.id) != nil)
         #expect(try r.projections.noEffect(message.id)?.code == "not_member")
+        #expect(try r.projections.noEffect(of: message)?.code == "not_member")
+        #expect(try r.projections.noEffect(of: edit)?.code == "not_owner")
         let listed = try r.projections.noEffects()
         #expect(listed.map(\.event) == [message.id, edit.id].sorted())
         #expect(Set(listed.map(\.reason.code)) == ["not_member", "not_owner"])
@@ -230,6 +232,7 @@ struct RuleTests {
         #expect(records == [[0x7F] + min(message.id, edit.id).bytes, [0x7F] + max(message.id, edit.id).bytes])
         try r.deliver([add])
         #expect(try r.projections.noEffect(message.id) == nil)
+        #expect(try r.projections.noEffect(of: message) == nil)
         #expect(try r.projections.noEffects().map(\.event) == [edit.id])
         // Folded in another order, the same digest.
         let other = try s.fold([message, edit] + bob.bindings + [add, create] + alice.bindings)
