@@ -136,8 +136,8 @@ extension FoldRun {
     /// names of other events, or of adds on other targets, match nothing.
     func heldAdd(_ cls: ObjectClass, _ target: Bytes32, _ id: EventID) throws -> (author: PublicKey, hlc: HLC)? {
         guard let arrival = try p.log.readArrival(of: id, in: txn) else { return nil }
+        // `readArrival` found the event whose id this is.
         let event = try p.log.readTrusted(at: arrival, in: txn)
-        guard event.id == id else { throw ProjectionError.corrupt("the id index names arrival \(arrival) for \(id.short), which holds \(event.id.short)") }
         guard Self.isAdd(event.kind), ObjectClass.targets(of: event).contains(where: { $0 == cls && $1 == target }) else { return nil }
         return (event.author, event.hlc)
     }
