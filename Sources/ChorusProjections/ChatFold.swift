@@ -341,8 +341,8 @@ extension FoldRun {
             }
             return
         }
-        var entries: [[UInt8]: [UInt8]] = [:]
-        for (user, m) in markers { entries[Table.read.key(chat, user)] = encoded(m) }
+        var entries: [StateKey: [UInt8]] = [:]
+        for (user, m) in markers { entries[StateKey(Table.read.key(chat, user))] = encoded(m) }
         try replace(prefix: Table.read.key(chat), with: entries)
     }
 }

@@ -69,8 +69,8 @@ extension FoldRun {
         // Membership intervals start at the creation at the earliest, so a
         // member at the event's HLC implies the chat existed before it.
         let chatExists = try txn.get(p.state, Table.chat.key(chat)) != nil
-        var epochs: [[UInt8]: [UInt8]] = [:]
-        var wrapEntries: [[UInt8]: [UInt8]] = [:]
+        var epochs: [StateKey: [UInt8]] = [:]
+        var wrapEntries: [StateKey: [UInt8]] = [:]
         for f in try facts(.chatKeys, chat) {
             guard let user = try actingUserOrRecord(f) else { continue }
             guard chatExists else {
@@ -82,7 +82,7 @@ extension FoldRun {
                 continue
             }
             let key = try f.read(ChatKeyPayload.self)
-            let epochKey = Table.epoch.key(chat, key.epoch)
+            let epochKey = StateKey(Table.epoch.key(chat, key.epoch))
             if epochs[epochKey] == nil {
                 epochs[epochKey] = Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))
             }
@@ -93,7 +93,7 @@ extension FoldRun {
                 guard let recipient = try actingUser(device, at: f.hlc),
                     try membership(chat, recipient)?.isMember(at: f.hlc) == true
                 else { continue }
-                let wrapKey = Table.wrap.key(chat, key.epoch, device)
+                let wrapKey = StateKey(Table.wrap.key(chat, key.epoch, device))
                 if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
             }
             try decide(f.id, nil)

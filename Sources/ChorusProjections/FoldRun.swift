@@ -326,19 +326,19 @@ struct FoldRun {
     /// Makes the state entries under `prefix` exactly `entries`. Returns
     /// whether anything changed.
     @discardableResult
-    mutating func replace(prefix: [UInt8], with entries: [[UInt8]: [UInt8]]) throws -> Bool {
-        var existing: [[UInt8]: [UInt8]] = [:]
+    mutating func replace(prefix: [UInt8], with entries: [StateKey: [UInt8]]) throws -> Bool {
+        var existing: [StateKey: [UInt8]] = [:]
         try txn.scan(p.state, prefix: prefix) { k, v in
-            existing[k] = v
+            existing[StateKey(k)] = v
             return true
         }
         var changed = false
         for (k, v) in entries where existing[k] != v {
-            try putState(k, v)
+            try putState(k.bytes, v)
             changed = true
         }
         for k in existing.keys where entries[k] == nil {
-            try deleteState(k)
+            try deleteState(k.bytes)
             changed = true
         }
         return changed

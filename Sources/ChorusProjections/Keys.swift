@@ -325,6 +325,15 @@ func keyBytes<each Part: KeyPart>(_ prefix: UInt8, _ parts: repeat each Part) ->
     return out
 }
 
+/// A `state` key as a dictionary key: hashed as one block of bytes, where
+/// `[UInt8]` feeds the hasher a byte at a time (a bulk fold builds and
+/// compares the entries of every object it folds).
+struct StateKey: Hashable {
+    let bytes: [UInt8]
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+}
+
 /// Key prefixes of the `index` database: lookups the folds need, derived
 /// from the log but not part of the projected state.
 enum IndexTable: UInt8 {

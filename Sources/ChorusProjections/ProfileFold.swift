@@ -11,9 +11,9 @@ extension FoldRun {
             guard let (field, value) = try effectiveProfileEdit(user, f) else { continue }
             registers[field] = (value, f)
         }
-        var entries: [[UInt8]: [UInt8]] = [:]
+        var entries: [StateKey: [UInt8]] = [:]
         for (field, r) in registers {
-            entries[Table.profile.key(user, Array(field.utf8))] = Self.profileRegister(r.value, r.fact)
+            entries[StateKey(Table.profile.key(user, Array(field.utf8)))] = Self.profileRegister(r.value, r.fact)
         }
         try replace(prefix: Table.profile.key(user), with: entries)
     }
@@ -80,9 +80,9 @@ extension FoldRun {
                 try decide(f.id, nil)
             }
         }
-        var entries: [[UInt8]: [UInt8]] = [:]
+        var entries: [StateKey: [UInt8]] = [:]
         for (slot, r) in registers {
-            entries[Table.slot.key(user, UInt8(slot))] = Codec.cbor(
+            entries[StateKey(Table.slot.key(user, UInt8(slot)))] = Codec.cbor(
                 .array([r.picture, .unsigned(r.fact.hlc.rawValue), .bytes(r.fact.id.bytes)]))
         }
         try replace(prefix: Table.slot.key(user), with: entries)

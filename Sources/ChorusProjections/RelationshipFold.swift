@@ -61,18 +61,18 @@ extension FoldRun {
         }
 
         let prefix = Table.edge.key(cls.rawValue, target)
-        var oldActors: Set<[UInt8]> = []
+        var oldActors: Set<PublicKey> = []
         try txn.scan(p.state, prefix: prefix) { key, _ in
-            oldActors.insert(Array(key[34...]))
+            oldActors.insert(try Codec.b32(key[34...], "edge actor"))
             return true
         }
         // Only the actors that start or stop relating change their
         // `edgeOut` entry: a popular picture has thousands of likers.
-        let newActors = Set(live.keys.map(\.bytes))
+        let newActors = Set(live.keys)
         for actor in oldActors.subtracting(newActors) { try deleteState(Table.edgeOut.key(cls.rawValue, actor, target)) }
         for actor in newActors.subtracting(oldActors) { try putState(Table.edgeOut.key(cls.rawValue, actor, target), []) }
-        var entries: [[UInt8]: [UInt8]] = [:]
-        for (user, ids) in live { entries[Table.edge.key(cls.rawValue, target, user)] = ids.sorted().flatMap(\.bytes) }
+        var entries: [StateKey: [UInt8]] = [:]
+        for (user, ids) in live { entries[StateKey(Table.edge.key(cls.rawValue, target, user))] = ids.sorted().flatMap(\.bytes) }
         try replace(prefix: prefix, with: entries)
     }
 
