@@ -27,6 +27,45 @@ public func pipelined<Step: Sendable, Output: Sendable>(
     }
 }
 
+/// Like `pipelined(from:produce:consume:)`, for a producer in two parts:
+/// `plan`, which is cheap and says which step follows (called in turn on
+/// the calling thread), and `build`, the costly part, of which up to
+/// `ahead` run at once on threads of their own while `consume` handles
+/// the outputs in order. For a `build` that is partly serial (reading a
+/// slice) and partly on all cores (folding it): one build at a time left
+/// the cores idle in its serial part.
+///
+/// Whatever a stage throws ends the pipeline and is rethrown here after
+/// every started build has finished.
+public func pipelined<Step: Sendable, Plan: Sendable, Output: Sendable>(
+    from start: Step,
+    ahead: Int = 2,
+    plan: (Step) throws -> (plan: Plan, next: Step?)?,
+    build: @escaping @Sendable (Plan) throws -> Output,
+    consume: (Output) throws -> Void
+) throws {
+    var building: [Background<Output>] = []
+    defer { for b in building { _ = try? b.wait() } }
+    var step: Step? = start
+    func startBuilds() throws {
+        while building.count < max(1, ahead), let current = step {
+            guard let (planned, next) = try plan(current) else {
+                step = nil
+                return
+            }
+            step = next
+            building.append(Background { try build(planned) })
+        }
+    }
+    try startBuilds()
+    while !building.isEmpty {
+        let output = try building[0].wait()
+        building.removeFirst()
+        try startBuilds()
+        try consume(output)
+    }
+}
+
 /// Work started at once on a thread of its own, whose result (or error) is
 /// waited for later: for independent stages that can overlap (a replay
 /// verification checks the feeds while the copy of the log is folded).

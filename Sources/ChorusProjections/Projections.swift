@@ -174,11 +174,14 @@ public struct Projections: Sendable {
             progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
         }
         var deleted = FoldRun.DeletedObjects()
-        // Classes in fold order; the next slice's facts and payloads are
-        // read and decoded while this one is folded (`pipelined`), across
-        // class boundaries too (a slice reads only `facts` and the log,
-        // which folding does not write). The write transaction is the one
-        // stage that cannot run on both cores. Messages fold on their own.
+        // Classes in fold order; the next two slices' facts and payloads
+        // are read and decoded (and, off the write transaction, folded)
+        // while this one is written (`pipelined`), across class boundaries
+        // too (a slice reads only `facts`, the log and the committed device
+        // bindings, which folding does not write). Two at once, because
+        // reading a slice is serial: one left a core idle while it read.
+        // The write transaction is the one stage that cannot run on both
+        // cores. Messages fold on their own.
         let order = ObjectClass.foldOrder
         let messageAt = order.firstIndex(of: .message) ?? order.count
         func foldClasses(_ classes: ArraySlice<ObjectClass>) throws {
@@ -192,12 +195,14 @@ public struct Projections: Sendable {
             try pipelined(from: SliceCursor(cls: first, after: nil)) { start in
                 var cursor = start
                 while true {
-                    if let (slice, next) = try objectSlice(cursor, limit: sliceSize, part: part ?? 256) {
-                        return (slice, next ?? following(cursor.cls))
+                    if let (plan, next) = try planSlice(cursor, limit: sliceSize) {
+                        return (plan, next ?? following(cursor.cls))
                     }
                     guard let next = following(cursor.cls) else { return nil }  // a class without facts
                     cursor = next
                 }
+            } build: { [self] plan in
+                try buildSlice(plan, part: part ?? 256)
             } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
                 if let parts = slice.folded {
@@ -550,6 +555,15 @@ public struct Projections: Sendable {
         let after: Bytes32?
     }
 
+    /// The objects of one slice of a bulk fold and their raw facts
+    /// (`planSlice`), before their payloads are read.
+    struct SlicePlan: Sendable {
+        let cls: ObjectClass
+        let objects: [Bytes32]
+        let entries: [(object: Bytes32, key: [UInt8], value: [UInt8])]
+        let arrivals: [UInt64]
+    }
+
     /// One slice of a bulk fold, read ahead: up to `limit` objects of a
     /// class in key order, how many facts they have, and those facts'
     /// payloads decoded.
@@ -582,10 +596,25 @@ public struct Projections: Sendable {
     /// The slice of `cls` after `cursor` and the cursor of the next (nil
     /// after the last), or nil when none is left.
     func objectSlice(_ cursor: SliceCursor, limit: Int, part: Int? = nil) throws -> (output: ObjectSlice, next: SliceCursor?)? {
-        let cls = cursor.cls
-        let (objects, entries, arrivals) = try objectsToFold(cls, after: cursor.after, limit: limit)
+        guard let (plan, next) = try planSlice(cursor, limit: limit) else { return nil }
+        return (try buildSlice(plan, part: part), next)
+    }
+
+    /// Which objects and facts the slice at `cursor` holds (up to `limit`
+    /// objects, or about `limit` facts), and where the next one starts:
+    /// the cheap part of `objectSlice`, which says what follows.
+    func planSlice(_ cursor: SliceCursor, limit: Int) throws -> (plan: SlicePlan, next: SliceCursor?)? {
+        let (objects, entries, arrivals) = try objectsToFold(cursor.cls, after: cursor.after, limit: limit)
         guard let last = objects.last else { return nil }
-        let preloaded = try PreloadedPayloads.load(arrivals, log: log)
+        let plan = SlicePlan(cls: cursor.cls, objects: objects, entries: entries, arrivals: arrivals)
+        return (plan, objects.count < limit && entries.count < limit ? nil : SliceCursor(cls: cursor.cls, after: last))
+    }
+
+    /// The facts of `plan` loaded with their payloads and, for the classes
+    /// folded off the write transaction, folded in parts of `part` objects.
+    func buildSlice(_ plan: SlicePlan, part: Int?) throws -> ObjectSlice {
+        let (cls, objects, entries) = (plan.cls, plan.objects, plan.entries)
+        let preloaded = try PreloadedPayloads.load(plan.arrivals, log: log)
         let loaded: [Bytes32: [Fact]] = try log.env.read { txn in
             var out: [Bytes32: [Fact]] = [:]
             out.reserveCapacity(objects.count)
@@ -608,8 +637,7 @@ public struct Projections: Sendable {
                 for object in objects { try fold(&run, object) }
             }
         }
-        let slice = ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, folded: folded)
-        return (slice, objects.count < limit && entries.count < limit ? nil : SliceCursor(cls: cls, after: last))
+        return ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, folded: folded)
     }
 
     /// Up to `limit` objects of class `cls` after `after`, in key order, how

@@ -102,6 +102,89 @@ struct PipelineTests {
         #expect(producing.load(ordering: .sequentiallyConsistent) == 0)
     }
 
+    @Test("a planned pipeline consumes every output once, in order, with at most `ahead` builds at once")
+    func plannedOrderAndBound() throws {
+        for ahead in [1, 2, 3] {
+            let building = Atomic<Int>(0)
+            let mostAtOnce = Atomic<Int>(0)
+            var planned: [Int] = []
+            var consumed: [Int] = []
+            try pipelined(from: 0, ahead: ahead) { step -> (plan: Int, next: Int?)? in
+                planned.append(step)
+                return (step, step + 1 < 100 ? step + 1 : nil)
+            } build: { step in
+                let now = building.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+                mostAtOnce.max(now, ordering: .sequentiallyConsistent)
+                defer { building.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+                return step * 10
+            } consume: { output in
+                consumed.append(output)
+            }
+            #expect(planned == Array(0..<100))
+            #expect(consumed == (0..<100).map { $0 * 10 })
+            #expect(mostAtOnce.load(ordering: .sequentiallyConsistent) <= ahead)
+        }
+    }
+
+    @Test("a planned pipeline builds the next steps side by side")
+    func plannedBuildsOverlap() throws {
+        // build(n) waits until build(n + 1) has begun: with one build at a
+        // time it would wait out its bound.
+        let started = (0..<6).map { _ in DispatchSemaphore(value: 0) }
+        let overlapped = Atomic<Int>(0)
+        try pipelined(from: 0, ahead: 2) { step -> (plan: Int, next: Int?)? in
+            (step, step < 5 ? step + 1 : nil)
+        } build: { step in
+            started[step].signal()
+            if step < 5, started[step + 1].wait(timeout: .now() + 10) == .success {
+                overlapped.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            }
+            return step
+        } consume: { _ in }
+        #expect(overlapped.load(ordering: .sequentiallyConsistent) == 5)
+    }
+
+    @Test("an error from any stage of a planned pipeline ends it, after what came before, with every build finished")
+    func plannedErrorsEndIt() throws {
+        let building = Atomic<Int>(0)
+        @Sendable func build(_ step: Int) throws -> Int {
+            building.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            defer { building.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+            if step == 3 { throw Boom(step: 3) }
+            return step
+        }
+        var consumed: [Int] = []
+        #expect(throws: Boom(step: 3)) {
+            try pipelined(from: 0, ahead: 2) { (step: Int) -> (plan: Int, next: Int?)? in (step, step + 1) } build: { try build($0) } consume: {
+                consumed.append($0)
+            }
+        }
+        #expect(consumed == [0, 1, 2])
+        #expect(building.load(ordering: .sequentiallyConsistent) == 0)
+
+        consumed = []
+        #expect(throws: Boom(step: 2)) {
+            try pipelined(from: 0, ahead: 2) { (step: Int) -> (plan: Int, next: Int?)? in
+                if step == 2 { throw Boom(step: 2) }
+                return (step, step + 1)
+            } build: { $0 } consume: { consumed.append($0) }
+        }
+        // Plans run ahead of the consumer: step 2 is planned once step 0
+        // is taken, before step 0 is consumed.
+        #expect(consumed.isEmpty)
+
+        #expect(throws: Boom(step: 1)) {
+            try pipelined(from: 0, ahead: 2) { (step: Int) -> (plan: Int, next: Int?)? in (step, step + 1) } build: { step in
+                building.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                defer { building.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+                return step
+            } consume: { step in
+                if step == 1 { throw Boom(step: 1) }
+            }
+        }
+        #expect(building.load(ordering: .sequentiallyConsistent) == 0)
+    }
+
     @Test("background work returns its value to every wait, or rethrows its error")
     func background() throws {
         let work = Background { (1...1000).reduce(0, +) }
