@@ -78,6 +78,10 @@ struct FoldRun {
     var bufferedDecisions: [EventID: [UInt8]]? = nil
     /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
     var preloaded: PreloadedPayloads? = nil
+    /// A bulk fold of device bindings: the `device.added` facts of its
+    /// objects whose consent signature verified, checked ahead on all cores
+    /// (`Projections.buildSlice`). Nil: `foldDevice` checks each itself.
+    var consentsChecked: Set<EventID>? = nil
     /// The payloads and blobs this run decided to purge, carried out by the
     /// store once the fold is done (`Purges`).
     var purges = Purges()

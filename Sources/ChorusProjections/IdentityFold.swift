@@ -19,9 +19,7 @@ extension FoldRun {
                     try decide(f.id, NoEffect("self_binding", "a key cannot bind itself as its own device"))
                     continue
                 }
-                guard let proof = f.payload?[text: "proof"]?.bytesValue,
-                    Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: f.author), publicKey: device)
-                else {
+                guard consentsChecked?.contains(f.id) ?? Self.deviceConsents(f) else {
                     try decide(f.id, NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid"))
                     continue
                 }
@@ -68,6 +66,13 @@ extension FoldRun {
             }
         }
         return changed
+    }
+
+    /// Whether a `device.added` carries the device's signature consenting
+    /// to its author as its user (Specs/projections.md §6.1).
+    static func deviceConsents(_ f: Fact) -> Bool {
+        guard let proof = f.payload?[text: "proof"]?.bytesValue else { return false }
+        return Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: f.author), publicKey: f.object)
     }
 
     /// Re-folds everything the device signed: its events now act for

@@ -247,6 +247,7 @@ public struct Projections: Sendable {
             var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
             run.preloaded = slice.preloaded
             run.bulkFacts = (slice.cls, slice.loaded)
+            run.consentsChecked = slice.consents
             try run.foldInBulk(slice.cls, try only?(&run, slice.objects) ?? slice.objects)
             return run.deletedInBulk
         }
@@ -574,6 +575,9 @@ public struct Projections: Sendable {
         let preloaded: PreloadedPayloads
         /// Each object's facts in merge order, with their payloads.
         let loaded: [Bytes32: [Fact]]
+        /// For device bindings, the `device.added` facts whose consent
+        /// signature verified (`FoldRun.consentsChecked`).
+        let consents: Set<EventID>?
         /// What the folds of the slice decided, when it was folded off the
         /// write transaction (`foldedInParts`); nil when it is folded in it.
         let folded: [FoldedPart]?
@@ -637,7 +641,15 @@ public struct Projections: Sendable {
                 for object in objects { try fold(&run, object) }
             }
         }
-        return ObjectSlice(cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, folded: folded)
+        // A binding's consent is a signature to verify: on all cores here,
+        // not one by one in the write transaction.
+        var consents: Set<EventID>? = nil
+        if cls == .device {
+            let adds = loaded.values.flatMap { $0.filter { $0.kind == .deviceAdded } }
+            consents = Set(zip(adds, parallelMap(adds, chunk: 16, FoldRun.deviceConsents)).filter(\.1).map(\.0.id))
+        }
+        return ObjectSlice(
+            cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, consents: consents, folded: folded)
     }
 
     /// Up to `limit` objects of class `cls` after `after`, in key order, how

@@ -453,6 +453,13 @@ struct RuleTests {
         #expect(try r.projections.binding(of: bob.d1.publicKey)?.user == bob.key)
         #expect(try r.projections.noEffect(edit.id)?.code == "not_owner")
         #expect(try r.projections.devices(of: alice.key).map(\.device.raw) == [alice.d1.publicKey])
+        // A rebuild checks the consents ahead, on all cores: the same state.
+        let folded = try r.digest()
+        try r.projections.rebuild()
+        #expect(try r.digest() == folded)
+        #expect(try r.projections.noEffect(noProof.id)?.code == "no_device_consent")
+        #expect(try r.projections.noEffect(wrongProof.id)?.code == "no_device_consent")
+        #expect(try r.projections.binding(of: bob.d1.publicKey)?.user == bob.key)
     }
 
     @Test func removedDeviceEventsAfterRemovalTakeNoEffect() throws {
