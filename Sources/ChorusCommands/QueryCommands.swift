@@ -433,7 +433,7 @@ struct Upgrade: AsyncParsableCommand {
 
     func run() async throws {
         let bar = ProgressBar()
-        let upgraded = try await Node.upgrade(at: store.path) { done, total in bar.update("copying events", done, total) }
+        let upgraded = try await Node.upgrade(at: store.path) { done, total in bar.update("upgrading", done, total) }
         bar.finish()
         let (events, digest) = try await withNode(store) { node in (try node.log.eventCount(), try node.projections.digest()) }
         if output.json {

@@ -13,7 +13,8 @@ extension LogStore {
     /// databases are read, never written, until the last transaction drops
     /// them and records the new version, so an interrupted upgrade resumes
     /// where it stopped and the store keeps its old version until it is
-    /// complete.
+    /// complete. `progress` reports the entries copied, over every step the
+    /// store needs (a format 2 store takes two).
     @discardableResult
     public static func upgrade(
         env: Environment, sliceSize: Int = 20_000, progress: ((_ done: Int, _ total: Int) -> Void)? = nil,
@@ -24,23 +25,32 @@ extension LogStore {
         if version == formatVersion { return nil }
         if version > formatVersion { throw LogError.newerFormat(found: version, supported: formatVersion) }
         // Each step records the version it reaches, so an interrupted
-        // upgrade resumes at the step it was in.
-        var reached = version
-        while reached < formatVersion {
-            switch reached {
-            case 1:
-                try upgradeFromFormat1(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
-                reached = formatVersion
-            case 2:
-                try upgradeFromFormat2(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
-                reached = 3
-            case 3:
-                try upgradeFromFormat3(env: env, meta: meta, sliceSize: sliceSize, progress: progress, isCancelled: isCancelled)
-                reached = 4
-            default: throw LogError.corrupt("unknown format version \(reached)")
+        // upgrade resumes at the step it was in. Format 1 goes to the
+        // current one in one step.
+        let steps: [UInt64] = version == 1 ? [1] : Array(version..<formatVersion)
+        // One progress over every step: the entries each step copies, added up.
+        let totals = try steps.map { try entriesToCopy(from: $0, env: env) }
+        let total = totals.reduce(0, +)
+        var before = 0
+        for (step, stepTotal) in zip(steps, totals) {
+            let offset = before
+            let overall = progress.map { report in { (done: Int, _: Int) in report(offset + done, total) } }
+            switch step {
+            case 1: try upgradeFromFormat1(env: env, meta: meta, sliceSize: sliceSize, progress: overall, isCancelled: isCancelled)
+            case 2: try upgradeFromFormat2(env: env, meta: meta, sliceSize: sliceSize, progress: overall, isCancelled: isCancelled)
+            case 3: try upgradeFromFormat3(env: env, meta: meta, sliceSize: sliceSize, progress: overall, isCancelled: isCancelled)
+            default: throw LogError.corrupt("unknown format version \(step)")
             }
+            before += stepTotal
         }
         return version
+    }
+
+    /// How many entries the upgrade step from format `version` copies: the
+    /// events, feed positions or id index entries of the old layout.
+    static func entriesToCopy(from version: UInt64, env: Environment) throws -> Int {
+        let old = try env.openDatabase(version == 1 ? "arrivals" : version == 2 ? "positions" : "ids")
+        return try env.read { txn in try txn.count(old) }
     }
 
     /// Format 1 kept envelopes under their ids (`events`), feeds as

@@ -306,7 +306,8 @@ public actor Node {
     /// runs beside a node that writes the store. The projections are folded
     /// again on the next read-write `open` (with its progress). Runs on a
     /// thread of its own and can be cancelled; an interrupted upgrade
-    /// resumes where it stopped.
+    /// resumes where it stopped. `progress` counts the entries copied over
+    /// every step the store needs.
     public static func upgrade(
         at path: String, options: NodeOptions = NodeOptions(), progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
     ) async throws -> Bool {

@@ -109,6 +109,21 @@ struct UpgradeTests {
         await node.close()
     }
 
+    @Test(arguments: [1, 2, 3])
+    func theUpgradeReportsOneProgressOverAllItsSteps(format: Int) throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let env = try Environment(path: try copyOfFixture(dir, format: format))
+        var reports: [(done: Int, total: Int)] = []
+        try LogStore.upgrade(env: env, sliceSize: 7, progress: { reports.append(($0, $1)) })
+        // Format 2 takes two steps (feed positions, then the id index),
+        // each copying an entry per event; formats 1 and 3 one.
+        let total = 40 * (format == 2 ? 2 : 1)
+        #expect(Set(reports.map(\.total)) == [total])
+        #expect(zip(reports, reports.dropFirst()).allSatisfy { $0.done < $1.done })
+        #expect(reports.last?.done == total)
+    }
+
     /// The format 3 → 4 step (Specs/storage.md §4.3) on a crafted id index:
     /// two ids that share their first 8 bytes end up side by side under
     /// that prefix, also when a slice boundary falls between them and the
