@@ -503,6 +503,24 @@ public struct Transaction {
         if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
     }
 
+    /// Visits every entry of `db` in key order, with its bytes where LMDB
+    /// holds them (valid only inside `body`), until `body` returns false:
+    /// for a pass over a whole table that copies nothing it does not keep.
+    public func scanInPlace(_ db: Database, _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool) throws {
+        let cursor = try openCursor(db.dbi)
+        defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
+        while rc == 0 {
+            if try !body(UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size), UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)) {
+                return
+            }
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
+        }
+        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+    }
+
     /// Whether `db` here and `otherDB` in `other` (a transaction of any
     /// environment) hold exactly the same keys with the same values. Both
     /// are walked in key order side by side, comparing the bytes in place:
