@@ -46,6 +46,8 @@ func chorusExecutable() throws -> String {
 final class ChorusProcess: @unchecked Sendable {
     let process = Process()
     let lines = LogLines()
+    /// Set once stderr has reached its end and every line is in `lines`.
+    private let drained = DrainedFlag()
     private let reader: Thread
     private let stdout = Pipe()
 
@@ -66,6 +68,7 @@ final class ChorusProcess: @unchecked Sendable {
         process.standardOutput = stdout
         process.standardInput = FileHandle.nullDevice
         let lines = self.lines
+        let drained = self.drained
         reader = Thread {
             var pending = Data()
             while true {
@@ -77,6 +80,8 @@ final class ChorusProcess: @unchecked Sendable {
                     pending.removeSubrange(pending.startIndex...nl)
                 }
             }
+            if !pending.isEmpty { lines.append(String(decoding: pending, as: UTF8.self)) }
+            drained.set()
         }
         try process.run()
         reader.start()
@@ -105,7 +110,9 @@ final class ChorusProcess: @unchecked Sendable {
         if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
     }
 
-    /// Waits (bounded) for the process to exit; SIGKILLs it after `limit`.
+    /// Waits (bounded) for the process to exit, and for its last stderr
+    /// lines to be in `lines` (the reader may still hold them when the
+    /// process is gone); SIGKILLs it after `limit`.
     @discardableResult
     func waitExit(_ limit: Duration = .seconds(20)) async throws -> Int32 {
         if !(try await eventually(limit) { !process.isRunning }) {
@@ -113,10 +120,20 @@ final class ChorusProcess: @unchecked Sendable {
             _ = try await eventually(.seconds(30)) { !process.isRunning }
             throw SyncTestFailure("chorus \(process.arguments ?? []) did not exit within \(limit)")
         }
+        guard try await eventually(.seconds(10), { drained.isSet }) else {
+            throw SyncTestFailure("chorus \(process.arguments ?? []) exited, but its stderr did not reach its end")
+        }
         return process.terminationStatus
     }
 
     var output: String { String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+}
+
+/// Whether a reader thread has reached the end of its pipe.
+final class DrainedFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .sequentiallyConsistent) }
+    var isSet: Bool { value.load(ordering: .sequentiallyConsistent) }
 }
 
 /// Records the events of every data frame sent and which of them the peer
