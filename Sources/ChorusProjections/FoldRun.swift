@@ -78,10 +78,11 @@ struct FoldRun {
     var bufferedDecisions: [EventID: [UInt8]]? = nil
     /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
     var preloaded: PreloadedPayloads? = nil
-    /// A bulk fold of device bindings: the `device.added` facts of its
-    /// objects whose consent signature verified, checked ahead on all cores
-    /// (`Projections.buildSlice`). Nil: `foldDevice` checks each itself.
-    var consentsChecked: Set<EventID>? = nil
+    /// A bulk fold of device bindings: whether each `device.added` fact of
+    /// its objects carries a consent signature that verifies, checked ahead
+    /// on all cores (`Projections.buildSlice`). `foldDevice` checks any
+    /// other itself.
+    var consentsChecked: [EventID: Bool]? = nil
     /// The payloads and blobs this run decided to purge, carried out by the
     /// store once the fold is done (`Purges`).
     var purges = Purges()

@@ -19,7 +19,7 @@ extension FoldRun {
                     try decide(f.id, NoEffect("self_binding", "a key cannot bind itself as its own device"))
                     continue
                 }
-                guard consentsChecked?.contains(f.id) ?? Self.deviceConsents(f) else {
+                guard consentsChecked?[f.id] ?? Self.deviceConsents(f) else {
                     try decide(f.id, NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid"))
                     continue
                 }

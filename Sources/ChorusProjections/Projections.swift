@@ -575,9 +575,9 @@ public struct Projections: Sendable {
         let preloaded: PreloadedPayloads
         /// Each object's facts in merge order, with their payloads.
         let loaded: [Bytes32: [Fact]]
-        /// For device bindings, the `device.added` facts whose consent
-        /// signature verified (`FoldRun.consentsChecked`).
-        let consents: Set<EventID>?
+        /// For device bindings, whether each `device.added` fact's consent
+        /// signature verifies (`FoldRun.consentsChecked`).
+        let consents: [EventID: Bool]?
         /// What the folds of the slice decided, when it was folded off the
         /// write transaction (`foldedInParts`); nil when it is folded in it.
         let folded: [FoldedPart]?
@@ -643,10 +643,10 @@ public struct Projections: Sendable {
         }
         // A binding's consent is a signature to verify: on all cores here,
         // not one by one in the write transaction.
-        var consents: Set<EventID>? = nil
+        var consents: [EventID: Bool]? = nil
         if cls == .device {
             let adds = loaded.values.flatMap { $0.filter { $0.kind == .deviceAdded } }
-            consents = Set(zip(adds, parallelMap(adds, chunk: 16, FoldRun.deviceConsents)).filter(\.1).map(\.0.id))
+            consents = Dictionary(zip(adds.map(\.id), parallelMap(adds, chunk: 16, FoldRun.deviceConsents)), uniquingKeysWith: { a, _ in a })
         }
         return ObjectSlice(
             cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, consents: consents, folded: folded)
