@@ -482,6 +482,16 @@ public struct Transaction {
     public func scan(
         _ db: Database, from: [UInt8]? = nil, _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
+        try scanInPlace(db, from: from) { k, v in try body(Array(k), Array(v)) }
+    }
+
+    /// Visits entries in key order starting at the first key >= `from`
+    /// (or the first key), with their bytes where LMDB holds them (valid
+    /// only inside `body`), until `body` returns false: for a pass over a
+    /// whole table that copies nothing it does not keep.
+    public func scanInPlace(
+        _ db: Database, from: [UInt8]? = nil, _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
         let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
@@ -496,22 +506,6 @@ public struct Transaction {
         } else {
             rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
         }
-        while rc == 0 {
-            if try !body(Self.copy(k), Self.copy(v)) { return }
-            rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
-        }
-        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
-    }
-
-    /// Visits every entry of `db` in key order, with its bytes where LMDB
-    /// holds them (valid only inside `body`), until `body` returns false:
-    /// for a pass over a whole table that copies nothing it does not keep.
-    public func scanInPlace(_ db: Database, _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool) throws {
-        let cursor = try openCursor(db.dbi)
-        defer { mdb_cursor_close(cursor) }
-        var k = MDB_val()
-        var v = MDB_val()
-        var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
         while rc == 0 {
             if try !body(UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size), UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)) {
                 return
