@@ -103,10 +103,30 @@ public enum Ed25519 {
     /// validity (Specs/events.md §5): it rejects non-canonical S, small-order
     /// or non-canonical public keys and small-order R.
     public static func verify(signature: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
+        verify(signature: signature, prefix: [], message: message, publicKey: publicKey)
+    }
+
+    /// `verify` of the message `prefix ‖ message`, joined on the stack: a
+    /// verification on every core should not contend for the heap (events
+    /// are signed with a context prefix, Specs/events.md §5).
+    public static func verify(signature: [UInt8], prefix: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
         guard signature.count == 64 else { return false }
         requireSodium()
-        return message.withUnsafeBufferPointer { m in
-            crypto_sign_verify_detached(signature, m.baseAddress, UInt64(m.count), publicKey.bytes) == 0
+        let length = prefix.count + message.count
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(1, length)) { joined in
+            guard let base = joined.baseAddress else { return false }
+            prefix.withUnsafeBufferPointer { p in
+                if let from = p.baseAddress { base.update(from: from, count: p.count) }
+            }
+            message.withUnsafeBufferPointer { m in
+                if let from = m.baseAddress { (base + prefix.count).update(from: from, count: m.count) }
+            }
+            return publicKey.withUnsafeBytes { key in
+                signature.withUnsafeBufferPointer { sig in
+                    guard let sig = sig.baseAddress, let key = key.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return false }
+                    return crypto_sign_verify_detached(sig, base, UInt64(length), key) == 0
+                }
+            }
         }
     }
 }

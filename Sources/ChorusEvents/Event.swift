@@ -307,8 +307,7 @@ public struct Event: Hashable, Sendable {
 
     /// Strict Ed25519 verification of the header signature (Specs/events.md §5).
     public func verifySignature() -> Bool {
-        Ed25519.verify(
-            signature: signature, message: Event.signedMessage(headerBytes: headerBytes), publicKey: header.author)
+        Ed25519.verify(signature: signature, prefix: Event.signingContext, message: headerBytes, publicKey: header.author)
     }
 }
 

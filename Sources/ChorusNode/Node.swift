@@ -629,69 +629,79 @@ public actor Node {
     }
 
     static let verifySlice = 2048
-    /// Verified events gathered before they are queued for the writer:
-    /// half of its transaction cap, so two such requests share a commit.
-    static let commitGather = GroupCommitWriter.maxEventsPerTransaction / 2
+    /// Verified events gathered before they are queued for the writer: a
+    /// whole transaction, so a sync's batch commits as one (Specs/storage.md
+    /// §5.1 step 2).
+    static let commitGather = GroupCommitWriter.maxEventsPerTransaction
 
     private func ingest(
         decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: @escaping @Sendable () -> Void = {}
     ) async -> IngestReport {
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
-        var valid: [(index: Int, event: Event)] = []
-        valid.reserveCapacity(decoded.count)
+        // Events are large values (three arrays and a header): the batch is
+        // put in feed order as input positions, then held once in that
+        // order, and everything after works by position, not by copies.
+        var order: [Int] = []
+        order.reserveCapacity(decoded.count)
+        var binders = Set<PublicKey>()
         for (i, r) in decoded.enumerated() {
             switch r {
-            case .success(let e): valid.append((i, e))
+            case .success(let e):
+                order.append(i)
+                if e.kind == .deviceAdded || e.kind == .deviceRemoved { binders.insert(e.author) }
             case .failure(let e): results[i] = .refused(e)
             }
         }
         // Feeds that bind or remove devices go first: their devices' events
         // in the same batch are then folded once, for the right user,
         // instead of being folded and then re-folded when the binding lands.
-        let binders = Set(valid.lazy.filter { $0.event.kind == .deviceAdded || $0.event.kind == .deviceRemoved }.map(\.event.author))
-        if binders.isEmpty {
-            valid.sort { a, b in
-                a.event.author != b.event.author ? a.event.author < b.event.author
-                    : a.event.seq != b.event.seq ? a.event.seq < b.event.seq : a.index < b.index
+        decoded.withUnsafeBufferPointer { d in
+            func header(_ i: Int) -> EventHeader {
+                guard case .success(let e) = d[i] else { preconditionFailure("only decoded events are ordered") }
+                return e.header
             }
-        } else {
-            var keyed = valid.map { (first: binders.contains($0.event.author), item: $0) }
-            keyed.sort { a, b in
-                if a.first != b.first { return a.first }
-                let x = a.item, y = b.item
-                return x.event.author != y.event.author ? x.event.author < y.event.author
-                    : x.event.seq != y.event.seq ? x.event.seq < y.event.seq : x.index < y.index
+            order.sort { i, j in
+                let a = header(i), b = header(j)
+                if !binders.isEmpty {
+                    let x = binders.contains(a.author), y = binders.contains(b.author)
+                    if x != y { return x }
+                }
+                return a.author != b.author ? a.author < b.author : a.seq != b.seq ? a.seq < b.seq : i < j
             }
-            valid = keyed.map(\.item)
+        }
+        let events: [Event] = order.map { i in
+            guard case .success(let e) = decoded[i] else { preconditionFailure("only decoded events are ordered") }
+            return e
         }
         guard let writer else {
-            for v in valid { results[v.index] = .refused(.malformedEnvelope("store is read-only")) }
+            for i in order { results[i] = .refused(.malformedEnvelope("store is read-only")) }
             NodeMetrics.record(results)
             enqueued()
             return IngestReport(results: results)
         }
         let (written, sink) = AsyncStream.makeStream(of: (slice: Int, result: Result<[AppendOutcome], any Error>).self)
-        var slices: [[(index: Int, event: Event)]] = []
-        var good: [(index: Int, event: Event)] = []
+        // Positions in `events` of each request handed to the writer.
+        var slices: [[Int]] = []
+        var good: [Int] = []
         var start = 0
-        while start < valid.count {
-            let slice = Array(valid[start..<min(valid.count, start + Self.verifySlice)])
-            start += slice.count
+        while start < events.count {
+            let range = start..<min(events.count, start + Self.verifySlice)
+            start = range.upperBound
             let checks: [Bool] =
-                verified ? Array(repeating: true, count: slice.count)
-                : await Self.parallel(slice.map(\.event)) { $0.verifySignature() }
-            for (item, ok) in zip(slice, checks) {
-                if ok { good.append(item) } else { results[item.index] = .refused(.badSignature) }
+                verified ? Array(repeating: true, count: range.count)
+                : await Self.parallel(Array(range)) { events[$0].verifySignature() }
+            for (k, ok) in zip(range, checks) {
+                if ok { good.append(k) } else { results[order[k]] = .refused(.badSignature) }
             }
             // Verified events are handed to the writer in requests of up to
             // `commitGather`, not slice by slice: in a large store a commit
             // costs mostly the pages its scattered writes touch, about as
             // many for 2,048 events as for 30,000, and a writer fed slice by
             // slice commits each slice alone (Specs/storage.md §5.1).
-            if good.count >= Self.commitGather || start >= valid.count {
+            if good.count >= Self.commitGather || start >= events.count {
                 let number = slices.count
                 slices.append(good)
-                writer.enqueue(good.map(\.event)) { sink.yield((number, $0)) }
+                writer.enqueue(good.map { events[$0] }) { sink.yield((number, $0)) }
                 good = []
             }
         }
@@ -705,18 +715,19 @@ public actor Node {
                 let slice = slices[number]
                 switch outcome {
                 case .success(let outcomes):
-                    for (item, o) in zip(slice, outcomes) {
+                    for (k, o) in zip(slice, outcomes) {
                         switch o {
                         case .accepted:
-                            results[item.index] = .accepted(item.event.id)
-                            clock.observe(item.event.hlc)
-                            if signingHeads[item.event.author] != nil { forgetSigningHead(item.event.author) }
-                        case .duplicate, .refilled: results[item.index] = .duplicate(item.event.id)
-                        case .refused(let e): results[item.index] = .refused(e)
+                            results[order[k]] = .accepted(events[k].id)
+                            let header = events[k].header
+                            clock.observe(header.hlc)
+                            if signingHeads[header.author] != nil { forgetSigningHead(header.author) }
+                        case .duplicate, .refilled: results[order[k]] = .duplicate(events[k].id)
+                        case .refused(let e): results[order[k]] = .refused(e)
                         }
                     }
                 case .failure(let error):
-                    for item in slice { results[item.index] = .notStored("\(error)") }
+                    for k in slice { results[order[k]] = .notStored("\(error)") }
                 }
                 if remaining == 0 { break }
             }
