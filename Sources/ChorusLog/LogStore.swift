@@ -132,6 +132,11 @@ public struct LogStore: Sendable {
         /// each by `finish` instead of once per event (a sync delivers a
         /// feed's events together).
         var heads: [PublicKey: FeedHead] = [:]
+        /// The id-index entries of the events appended so far, written by
+        /// `finish` in key order: an id is random, and inserting a commit's
+        /// ids in order walks the index's pages once, in order, instead of
+        /// descending to a cold page for each (Specs/storage.md §5.3).
+        var newIDs: [(prefix: UInt64, arrival: UInt64)] = []
     }
 
     /// Starts appending inside the caller's write transaction. `nowMillis`
@@ -146,10 +151,24 @@ public struct LogStore: Sendable {
     /// Writes what `append` kept in `context`: the feeds' new heads and the
     /// largest HLC. Called once, after the transaction's last append.
     public func finish(_ context: AppendContext, in txn: Transaction) throws {
+        var context = context
+        try writeIDIndex(&context, in: txn)
         for (author, head) in context.heads.sorted(by: { $0.key < $1.key }) {
             try txn.put(heads, author.bytes, Self.encodeU64(head.seq) + head.id.bytes + Self.encodeU64(head.hlc.rawValue))
         }
         if context.maxHLC > context.storedMaxHLC { try txn.put(meta, Self.maxHLCKey, Self.encodeU64(context.maxHLC)) }
+    }
+
+    /// Writes the id-index entries of the events appended so far (`finish`
+    /// does it for the rest): until then `readArrival` does not find them.
+    public func writeIDIndex(_ context: inout AppendContext, in txn: Transaction) throws {
+        // Prefixes compare as big-endian numbers in the order LMDB keeps
+        // their bytes; arrivals ascend under one prefix (`MDB_APPENDDUP`).
+        context.newIDs.sort { ($0.prefix, $0.arrival) < ($1.prefix, $1.arrival) }
+        for entry in context.newIDs {
+            try txn.putDuplicate(ids, Self.encodeU64(entry.prefix), Self.encodeU64(entry.arrival), last: true)
+        }
+        context.newIDs.removeAll()
     }
 
     /// Validates `event` against its feed and stores it, inside the caller's
@@ -162,21 +181,22 @@ public struct LogStore: Sendable {
         // event of this author has a sequence number at most the head's, and
         // the id covers the author and the sequence number. So checks 1 and
         // 2 cannot hold for an event beyond the head, and the common case,
-        // the next event of a feed, skips both lookups.
-        if seq <= head?.seq ?? 0 {
-            if let arrival = try readArrival(of: event.id, in: txn) {
+        // the next event of a feed, skips both lookups. At or below the
+        // head the feed holds an event at this position, and it is this
+        // event (check 1) exactly when its id is this id; the id index is
+        // not needed, so it can be written once per transaction (`finish`).
+        if seq <= head?.seq ?? 0, let arrival = try arrival(of: author, seq: seq, in: txn) {
+            if try storedID(at: arrival, in: txn) == event.id {
                 guard event.payloadBytes != nil, event.kind.payloadIsPurgeable else { return .duplicate }
                 let existing = try readEnvelope(at: arrival, in: txn)
                 guard existing.payloadBytes == nil else { return .duplicate }
                 try txn.put(envelopes, Self.encodeU64(arrival), event.encoded())
                 return .refilled(arrival: arrival)
             }
-            if let keptArrival = try arrival(of: author, seq: seq, in: txn) {
-                // A different event at a position the feed already holds: keep the evidence.
-                try txn.put(forks, Self.feedKey(author, seq) + event.id.bytes, event.encoded())
-                let kept = try Self.decodeTrusted(try rawEnvelope(at: keptArrival, in: txn), arrival: keptArrival)
-                return .refused(.fork(seq: seq, existing: kept.id))
-            }
+            // A different event at a position the feed already holds: keep the evidence.
+            try txn.put(forks, Self.feedKey(author, seq) + event.id.bytes, event.encoded())
+            let kept = try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival)
+            return .refused(.fork(seq: seq, existing: kept.id))
         }
         let expected = (head?.seq ?? 0) + 1
         if seq != expected {
@@ -195,8 +215,7 @@ public struct LogStore: Sendable {
         context.maxHLC = max(context.maxHLC, event.hlc.rawValue)
         let arrivalKey = Self.encodeU64(arrival)
         try txn.put(envelopes, arrivalKey, event.encoded(), append: true)
-        // Arrivals increase, so the new one is its prefix's greatest.
-        try txn.putDuplicate(ids, Self.idPrefix(event.id), arrivalKey, last: true)
+        context.newIDs.append((event.id.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self).bigEndian }, arrival))
         // The next position of its feed: the greatest of the author's values.
         try txn.putDuplicate(positions, author.bytes, Self.encodeU64(seq) + arrivalKey, last: true)
         context.heads[author] = FeedHead(seq: seq, id: event.id, hlc: event.hlc)
@@ -257,7 +276,9 @@ public struct LogStore: Sendable {
 
     /// The arrival position of a stored event: of the events the id index
     /// lists under the id's first 8 bytes (nearly always one), the one
-    /// whose id it is (Specs/storage.md §3).
+    /// whose id it is (Specs/storage.md §3). In a transaction that is
+    /// appending, its own events are found once `finish` (or `writeIDIndex`)
+    /// has written their entries.
     public func readArrival(of id: EventID, in txn: Transaction) throws -> UInt64? {
         var found: UInt64? = nil
         try txn.scanDuplicates(ids, Self.idPrefix(id), from: Self.encodeU64(0)) { value in

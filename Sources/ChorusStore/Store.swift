@@ -99,6 +99,12 @@ public struct CommitBatch {
         return outcome
     }
 
+    /// Writes the id-index entries of the events appended so far, for a
+    /// body that reads the log by id before the commit ends (a fold run in
+    /// the body); otherwise the commit writes them all at its end, in key
+    /// order (Specs/storage.md §5.3).
+    public mutating func writeIDIndex() throws { try store.log.writeIDIndex(&context, in: transaction) }
+
     /// The head of `author`'s feed as this transaction holds it so far,
     /// including the events appended earlier in it.
     public func head(of author: PublicKey) throws -> FeedHead? { try store.log.head(of: author, in: transaction, context: context) }

@@ -104,6 +104,40 @@ struct IngestTests {
         await node.close()
     }
 
+    @Test("a duplicate and a fork of events stored earlier in the same commit are told apart, and every id is found after it")
+    func duplicatesAndForksWithinOneCommit() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        var a = FeedWriter(seedByte: 1)
+        let first = a.next("one")
+        var forked = a
+        let second = a.next("two")
+        let fork = forked.next("other two")
+        let third = a.next("three")
+        // One call, so one commit: the feed checks of the last two see the
+        // events the commit stored before them, whose id-index entries are
+        // written only at its end.
+        let report = await node.ingest([first, second, third, fork, second].map { $0.encoded() })
+        let codes = report.results.map { r -> String in
+            switch r {
+            case .accepted: "accepted"
+            case .duplicate: "duplicate"
+            case .refused(let e): e.code
+            default: "other"
+            }
+        }
+        #expect(codes == ["accepted", "accepted", "accepted", "fork", "duplicate"])
+        #expect(try node.forks().map(\.refused.id) == [fork.id])
+        for e in [first, second, third] { #expect(try node.event(e.id)?.event.id == e.id) }
+        #expect(try node.event(fork.id) == nil)
+        #expect(try node.log.integrityProblems() == [])
+        let again = await node.ingest([third, fork].map { $0.encoded() })
+        #expect(again.duplicates == 1)
+        #expect(try node.forks().count == 1)
+        await node.close()
+    }
+
     @Test func largeBatchesCommitInSlicesAndStayInFeedOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }

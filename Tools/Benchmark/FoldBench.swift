@@ -92,6 +92,8 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
                         }
                     }
                     guard folds else { return (appended, Double?.none) }
+                    // The fold finds events by id: as `Store.commit` does before it folds.
+                    try batch.writeIDIndex()
                     let window = stored + appended
                     let foldStarted = threadCPUSeconds()
                     let txn = batch.transaction
