@@ -629,10 +629,10 @@ public actor Node {
     }
 
     static let verifySlice = 2048
-    /// Verified events gathered before they are queued for the writer: a
-    /// whole transaction, so a sync's batch commits as one (Specs/storage.md
-    /// §5.1 step 2).
-    static let commitGather = GroupCommitWriter.maxEventsPerTransaction
+    /// Verified events gathered before they are queued for the writer:
+    /// half of its transaction cap (Specs/storage.md §5.1 step 2 says why
+    /// not a whole one).
+    static let commitGather = GroupCommitWriter.maxEventsPerTransaction / 2
 
     private func ingest(
         decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: @escaping @Sendable () -> Void = {}
