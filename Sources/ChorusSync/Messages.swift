@@ -446,7 +446,7 @@ public enum SyncLimits {
     public static let eventBatchBytes = 256 << 10
     /// A sender puts at most this many events in one events frame
     /// (Specs/sync.md §4.3).
-    public static let eventBatchCount = 512
+    public static let eventBatchCount = 1024
     /// Announcements and requests per frame.
     public static let listBatch = 1024
     /// Blob bytes per blobData frame.

@@ -62,7 +62,7 @@ public struct ServeState: Sendable {
 
     /// Adds one envelope to the events frame being gathered. Returns the
     /// frame to send first when this one does not fit in it (§4.3: at most
-    /// 512 events or 256 KiB, a larger event alone).
+    /// 1024 events or 256 KiB, a larger event alone).
     public mutating func add(_ envelope: [UInt8]) -> [[UInt8]]? {
         var full: [[UInt8]]? = nil
         if batchBytes + envelope.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount { full = flush() }

@@ -281,10 +281,11 @@ struct SyncSessionTests {
         // More events than the two cut sessions' frames can carry (32 frames
         // of at most SyncLimits.eventBatchCount), so both cuts land mid-stream
         // however the frames are timed.
+        let perFeed = SyncLimits.eventBatchCount * 32 / 4 + 1000
         for f in 0..<4 {
             let k = SigningKey.generate()
             var prev: EventID? = nil
-            for s in 1...5000 {
+            for s in 1...perFeed {
                 let e = try Event.sign(
                     with: k, seq: UInt64(s), prev: prev, hlc: HLC(physicalMillis: now + UInt64(s), logical: 0), kind: .profileSet,
                     object: k.publicKey, payload: .textMap([("field", .text("bio")), ("value", .text("feed \(f) event \(s)"))]))
@@ -292,7 +293,7 @@ struct SyncSessionTests {
                 batch.append(e)
             }
         }
-        #expect(await a.ingest(events: batch).accepted == 20_000)
+        #expect(await a.ingest(events: batch).accepted == 4 * perFeed)
         let total = try a.log.eventCount()
         for cut in [9, 23] {
             let (ra, rb) = try await syncPairResults(a, b, cutAfterFrames: cut, capacity: 4)

@@ -184,7 +184,7 @@ struct SyncStateTests {
         #expect(moved.request([(Self.key(5), nil)]) == [Self.key(5)])
     }
 
-    @Test("serving: the window shuts after its frames and reopens with acks; frames of at most 512 events or 256 KiB")
+    @Test("serving: the window shuts after its frames and reopens with acks; frames of at most 1024 events or 256 KiB")
     func serving() throws {
         var state = ServeState(window: 2)
         let taken = [state.takeCredit(), state.takeCredit(), state.takeCredit()]
@@ -198,9 +198,13 @@ struct SyncStateTests {
         var early = fresh
         #expect(throws: SyncError.self) { try early.acknowledge(1) }
         var frames: [[[UInt8]]] = []
-        for _ in 0..<1200 { if let full = fresh.add([UInt8](repeating: 1, count: 100)) { frames.append(full) } }
+        for _ in 0..<2400 { if let full = fresh.add([UInt8](repeating: 1, count: 100)) { frames.append(full) } }
         if let last = fresh.flush() { frames.append(last) }
-        #expect(frames.map(\.count) == [512, 512, 176])
+        #expect(frames.map(\.count) == [1024, 1024, 352])
+        // 256 KiB holds 873 envelopes of 300 bytes: the bytes end the frame first.
+        for _ in 0..<1000 { if let full = fresh.add([UInt8](repeating: 3, count: 300)) { frames.append(full) } }
+        if let last = fresh.flush() { frames.append(last) }
+        #expect(frames.suffix(2).map(\.count) == [873, 127])
         for _ in 0..<3 { if let full = fresh.add([UInt8](repeating: 2, count: 100_000)) { frames.append(full) } }
         #expect(frames.last?.count == 2)
         let rest = fresh.flush(), none = fresh.flush()
