@@ -20,6 +20,20 @@ func snapshot(_ node: Node) throws -> [String] {
         + node.heads().map { "\($0.author.hex) \($0.head.seq) \($0.head.id.hex)" }
 }
 
+extension IngestReport {
+    /// Each result as a word: its error code when refused.
+    var codes: [String] {
+        results.map { r in
+            switch r {
+            case .accepted: "accepted"
+            case .duplicate: "duplicate"
+            case .refused(let e): e.code
+            default: "other"
+            }
+        }
+    }
+}
+
 @Suite("Ingest")
 struct IngestTests {
     @Test func validVectorsAreAcceptedInAnyOrder() async throws {
@@ -85,14 +99,7 @@ struct IngestTests {
         envelopes[4][envelopes[4].count - 1] ^= 0x01  // last payload byte: hash mismatch
         envelopes.append(bEvents[0].encoded())  // a duplicate inside the batch
         let report = await node.ingest(envelopes)
-        let codes = report.results.map { r -> String in
-            switch r {
-            case .accepted: "accepted"
-            case .duplicate: "duplicate"
-            case .refused(let e): e.code
-            default: "other"
-            }
-        }
+        let codes = report.codes
         #expect(codes == ["accepted", "accepted", "accepted", "accepted", "payload_hash_mismatch", "accepted",
                           "sequence_gap", "sequence_gap", "duplicate"])
         #expect(try node.head(of: a.key.publicKey)?.seq == 2)
@@ -119,14 +126,7 @@ struct IngestTests {
         // events the commit stored before them, whose id-index entries are
         // written only at its end.
         let report = await node.ingest([first, second, third, fork, second].map { $0.encoded() })
-        let codes = report.results.map { r -> String in
-            switch r {
-            case .accepted: "accepted"
-            case .duplicate: "duplicate"
-            case .refused(let e): e.code
-            default: "other"
-            }
-        }
+        let codes = report.codes
         #expect(codes == ["accepted", "accepted", "accepted", "fork", "duplicate"])
         #expect(try node.forks().map(\.refused.id) == [fork.id])
         for e in [first, second, third] { #expect(try node.event(e.id)?.event.id == e.id) }
