@@ -56,6 +56,20 @@ final class Scenario {
 
     func replica() throws -> Replica { try Replica(config: config, blobSource: blobs, label: "rule") }
 
+    /// Alice creates a chat alone (at 10), adds Bob (at 20), and Bob sends a
+    /// message (at 30), each with one device.
+    func bobJoinsThenSends() throws -> (
+        alice: Person, bob: Person, chat: ObjectID, create: Event, add: Event, message: Event
+    ) {
+        let alice = try person(devices: 1)
+        let bob = try person(devices: 1)
+        let chat = rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Self.at(10))
+        let add = try alice.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Self.at(20))
+        let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "hello"), hlc: Self.at(30))
+        return (alice, bob, chat, create, add, message)
+    }
+
     /// Delivers `events` one by one to a fresh replica, checking the coin
     /// invariants after each delivery.
     func fold(_ events: [Event], users: [PublicKey] = []) throws -> Replica {
@@ -180,12 +194,7 @@ struct RuleTests {
 
     @Test func messageArrivingBeforeItsMembershipTakesEffectWhenItArrives() throws {
         let s = Scenario()
-        let alice = try s.person(devices: 1)
-        let bob = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
-        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Scenario.at(10))
-        let add = try alice.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Scenario.at(20))
-        let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "hello"), hlc: Scenario.at(30))
+        let (alice, bob, chat, create, add, message) = try s.bobJoinsThenSends()
         let r = try s.replica()
         try r.deliver(bob.bindings + [message])
         #expect(try r.projections.noEffect(message.id)?.code == "not_member")
@@ -205,12 +214,7 @@ struct RuleTests {
     /// and digested as if it were stored there; it goes with the entry.
     @Test func aWithdrawnSendsReasonIsKeptInItsEntry() throws {
         let s = Scenario()
-        let alice = try s.person(devices: 1)
-        let bob = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
-        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Scenario.at(10))
-        let add = try alice.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Scenario.at(20))
-        let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "hello"), hlc: Scenario.at(30))
+        let (alice, bob, _, create, add, message) = try s.bobJoinsThenSends()
         let edit = try bob.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Mallory")), hlc: Scenario.at(31))
         let r = try s.replica()
         try r.deliver(alice.bindings + bob.bindings + [create, message, edit])
