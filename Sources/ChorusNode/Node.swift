@@ -639,15 +639,15 @@ public actor Node {
     ) async -> IngestReport {
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
         // Events are large values (three arrays and a header): the batch is
-        // put in feed order as input positions, then held once in that
-        // order, and everything after works by position, not by copies.
-        var order: [Int] = []
-        order.reserveCapacity(decoded.count)
+        // put in feed order by sort keys of plain values, then held once in
+        // that order, and everything after works by position, not by copies.
+        var keys: [(first: Bool, author: PublicKey, seq: UInt64, index: Int)] = []
+        keys.reserveCapacity(decoded.count)
         var binders = Set<PublicKey>()
         for (i, r) in decoded.enumerated() {
             switch r {
             case .success(let e):
-                order.append(i)
+                keys.append((false, e.author, e.seq, i))
                 if e.kind == .deviceAdded || e.kind == .deviceRemoved { binders.insert(e.author) }
             case .failure(let e): results[i] = .refused(e)
             }
@@ -655,20 +655,14 @@ public actor Node {
         // Feeds that bind or remove devices go first: their devices' events
         // in the same batch are then folded once, for the right user,
         // instead of being folded and then re-folded when the binding lands.
-        decoded.withUnsafeBufferPointer { d in
-            func header(_ i: Int) -> EventHeader {
-                guard case .success(let e) = d[i] else { preconditionFailure("only decoded events are ordered") }
-                return e.header
-            }
-            order.sort { i, j in
-                let a = header(i), b = header(j)
-                if !binders.isEmpty {
-                    let x = binders.contains(a.author), y = binders.contains(b.author)
-                    if x != y { return x }
-                }
-                return a.author != b.author ? a.author < b.author : a.seq != b.seq ? a.seq < b.seq : i < j
-            }
+        if !binders.isEmpty {
+            for k in keys.indices where binders.contains(keys[k].author) { keys[k].first = true }
         }
+        keys.sort { a, b in
+            a.first != b.first ? a.first
+                : a.author != b.author ? a.author < b.author : a.seq != b.seq ? a.seq < b.seq : a.index < b.index
+        }
+        let order = keys.map(\.index)
         let events: [Event] = order.map { i in
             guard case .success(let e) = decoded[i] else { preconditionFailure("only decoded events are ordered") }
             return e
@@ -689,7 +683,7 @@ public actor Node {
             start = range.upperBound
             let checks: [Bool] =
                 verified ? Array(repeating: true, count: range.count)
-                : await Self.parallel(Array(range)) { events[$0].verifySignature() }
+                : await Self.parallel(Array(range)) { k in events.withUnsafeBufferPointer { $0[k].verifySignature() } }
             for (k, ok) in zip(range, checks) {
                 if ok { good.append(k) } else { results[order[k]] = .refused(.badSignature) }
             }
