@@ -184,9 +184,9 @@ extension FoldRun {
         let chat = sent.object
         let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
         let attachment = sent.payload?[text: "blob"]?.id32
-        // The entry this key holds now: a bulk fold finds only the
-        // withdrawn entry the filing pass wrote for every send (§9.2), and
-        // a send first stored in this transaction has none yet.
+        // The entry this key holds now: a bulk fold (§9.2) writes each
+        // message's entry once, and a send first stored in this
+        // transaction has none yet.
         let existing: [UInt8]? = bulk || newEvents.contains(message) ? nil : try txn.get(p.state, key)
         let wasEffective = try existing.map { try !MessageEntry.isWithdrawn($0) } ?? false
         func store(_ entry: MessageEntry) throws {
@@ -500,8 +500,8 @@ struct MessageEntry: Sendable {
     /// state of Specs/projections.md §5. `sender` then holds the device.
     var withdrawn = false
     /// Why a withdrawn send takes no effect: its `noEffect` record of §5,
-    /// kept here instead of under its own key (§9.1). nil until the send is
-    /// folded (a rebuild's filing pass writes every send's entry first).
+    /// kept here instead of under its own key (§9.1). nil only in an entry
+    /// a rebuild of before 2026-11-26 wrote and had not folded yet (§9.2).
     var reason: NoEffect? = nil
 
     /// The entry of an effective message.

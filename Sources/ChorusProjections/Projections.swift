@@ -92,15 +92,8 @@ public struct Projections: Sendable {
                 // Not a fact (Specs/projections.md §9.1): the message's own
                 // state entry, keyed by chat and time, names it with its
                 // arrival position. The fold writes it; a rebuild's filing
-                // pass writes it withdrawn, for its message pass to list
-                // and overwrite.
-                if run != nil {
-                    run?.addSent(Fact(stored))
-                } else {
-                    try sink.put(
-                        state, Table.message.key(event.object, Codec.u64(event.hlc.rawValue), event.id),
-                        MessageEntry(withdrawnBy: event.author, sent: stored.arrival).encoded())
-                }
+                // pass lists the sends (`BulkSend`) for its message pass.
+                run?.addSent(Fact(stored))
                 continue
             }
             try sink.put(facts, Self.factKey(cls, object, order), Fact.encode(stored, filedUnder: object))
@@ -167,7 +160,7 @@ public struct Projections: Sendable {
         let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, part: part ?? 4_096, isCancelled: isCancelled) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
-        let factTotal = try log.env.read { txn in try txn.count(facts) } + sends
+        let factTotal = try log.env.read { txn in try txn.count(facts) } + sends.count
         var folded = 0
         func foldedMore(_ count: Int) {
             folded += count
@@ -228,7 +221,8 @@ public struct Projections: Sendable {
         func beside(_ classes: ArraySlice<ObjectClass>) -> ArraySlice<ObjectClass> { classes.filter { $0 != .coins }[...] }
         try foldClasses(beside(order[afterDevices..<messageAt]))
         if messageAt < order.count {
-            try foldMessagesInBulk(sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
+            try foldMessagesInBulk(
+                sends, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
             try foldClasses(beside(order[(messageAt + 1)...]))
         }
         foldedMore(try alone.wait())
@@ -277,21 +271,22 @@ public struct Projections: Sendable {
     /// when the whole log's entries fit the budget (a million events take
     /// about 180 MB) every table is written that way, once. A later write's
     /// keys interleave with earlier ones and are put in key order. Returns
-    /// how many `message.sent` it filed (in the index, not as facts).
+    /// every `message.sent`, which it files not as facts but as a list in
+    /// the order of their `message` entries, for the message pass (80 bytes
+    /// a send, held beside the budget).
     func fileInBulk(
         sliceSize: Int, budget: Int = Projections.filingBudget, part: Int = 4_096, isCancelled: (() -> Bool)?,
         progress: (_ filed: Int) -> Void
-    ) throws -> Int {
+    ) throws -> [BulkSend] {
         var filed = 0
         var writes = 0
-        var sends = 0
+        var sends: [BulkSend] = []
         var held: [FilingSlice] = []
         var heldBytes = 0
         func writeHeld() throws {
             guard !held.isEmpty else { return }
             try SortedEntries.writeMerged(held.flatMap(\.facts), to: facts, in: log.env, append: writes == 0)
             try SortedEntries.writeMerged(held.flatMap(\.index), to: index, in: log.env, append: writes == 0)
-            try SortedEntries.writeMerged(held.flatMap(\.state), to: state, in: log.env, append: writes == 0)
             writes += 1
             held.removeAll()
             heldBytes = 0
@@ -303,7 +298,7 @@ public struct Projections: Sendable {
             try filingSlice(since: since, limit: sliceSize, part: part, last: last)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
-            let bytes = (slice.facts + slice.index + slice.state).reduce(0) { $0 + $1.memoryBytes }
+            let bytes = (slice.facts + slice.index).reduce(0) { $0 + $1.memoryBytes }
             if heldBytes + bytes > budget { try writeHeld() }
             held.append(slice)
             heldBytes += bytes
@@ -312,6 +307,8 @@ public struct Projections: Sendable {
             progress(filed)
         }
         try writeHeld()
+        // Each part's sends are in order already: the sort merges runs.
+        sends.sort()
         return sends
     }
 
@@ -320,16 +317,25 @@ public struct Projections: Sendable {
     /// inside the 1 GiB a rebuild may take.
     public static let filingBudget = 256 << 20
 
-    /// One slice of the log filed into sorted runs of `facts`, `index` and
-    /// `state` entries (one run per part of the slice, in filing order),
-    /// with how many events and sends it held.
+    /// One slice of the log filed into sorted runs of `facts` and `index`
+    /// entries (one run per part of the slice, in filing order), with how
+    /// many events it held and its sends (§9.2).
     struct FilingSlice: Sendable {
         let facts: [SortedEntries]
         let index: [SortedEntries]
-        /// The withdrawn message entries naming each send (§9.2).
-        let state: [SortedEntries]
         let events: Int
-        let sends: Int
+        let sends: [BulkSend]
+    }
+
+    /// A `message.sent` as a rebuild's message pass takes it: ordered as its
+    /// `message` entry's key (chat, time, id), with where the log holds it.
+    struct BulkSend: Sendable, Comparable {
+        let chat: ObjectID
+        let hlc: UInt64
+        let id: EventID
+        let arrival: UInt64
+
+        static func < (a: BulkSend, b: BulkSend) -> Bool { (a.chat, a.hlc, a.id) < (b.chat, b.hlc, b.id) }
     }
 
     /// The events at arrivals after `since` and at most `since + limit`
@@ -348,25 +354,27 @@ public struct Projections: Sendable {
         let parts = max(1, min(span / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
         let partSpan = UInt64((span + parts - 1) / parts)
         let chunks = stride(from: since, to: end, by: Int(partSpan)).map { ($0 + 1)...min(end, $0 + partSpan) }
-        let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, Int, Int), Error> in
+        let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, [BulkSend], Int), Error> in
             Result {
                 let chunk = try log.rawEnvelopes(arrivals: range)
                 var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
                 var none: FoldRun? = nil
-                var sends = 0
+                var sends: [BulkSend] = []
                 for (arrival, bytes) in chunk {
                     let event = try LogStore.decodeTrusted(bytes, arrival: arrival)
                     try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
-                    if event.kind == .messageSent { sends += 1 }
+                    if event.kind == .messageSent {
+                        sends.append(BulkSend(chat: event.object, hlc: event.hlc.rawValue, id: event.id, arrival: arrival))
+                    }
                 }
                 sink.facts.sort()
                 sink.index.sort()
-                sink.state.sort()
+                sends.sort()
                 return (sink, sends, chunk.count)
             }
         }
         var sinks: [SortedRunSink] = []
-        var sends = 0
+        var sends: [BulkSend] = []
         var events = 0
         for chunk in filedChunks {
             let (filedSink, filedSends, filedEvents) = try chunk.get()
@@ -374,13 +382,13 @@ public struct Projections: Sendable {
             sends += filedSends
             events += filedEvents
         }
-        let output = FilingSlice(
-            facts: sinks.map(\.facts), index: sinks.map(\.index), state: sinks.map(\.state), events: events, sends: sends)
+        let output = FilingSlice(facts: sinks.map(\.facts), index: sinks.map(\.index), events: events, sends: sends)
         return (output, end < last ? end : nil)
     }
 
     /// The messages of a bulk rebuild (Specs/projections.md §9.2): every
-    /// send in the order of the chats' message index (chat, time, id), read
+    /// send the filing listed (`sends`, in the order of the chats' message
+    /// entries: chat, time, id), read
     /// from the log in arrival order and decoded on all cores, each folded
     /// once with its edits and deletion; then the edits and deletions of
     /// messages this node does not hold. `folded` counts what each slice
@@ -388,7 +396,8 @@ public struct Projections: Sendable {
     /// `part` messages, one core each, off the write transaction
     /// (`foldedMessages`).
     func foldMessagesInBulk(
-        sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
+        _ sends: [BulkSend], sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects,
+        folded: (Int) -> Void
     ) throws {
         // Every message's edits and deletions (a few percent of the log),
         // read in one scan: looking each held message up would cost a seek
@@ -401,10 +410,14 @@ public struct Projections: Sendable {
             }
         }
         let edits = rawEdits
-        // The next slice of sends is read and decoded while this one is
-        // folded (`pipelined`).
-        try pipelined(from: MessageCursor(after: nil)) { cursor in
-            try messageSlice(cursor, edits: edits, limit: sliceSize, part: part)
+        // The next slice of sends is read and folded on all cores while this
+        // one is written (`pipelined`).
+        let perSlice = max(1, sliceSize)
+        try pipelined(from: 0) { (start: Int) throws -> (output: MessageSlice, next: Int?)? in
+            guard start < sends.count else { return nil }
+            let end = min(sends.count, start + perSlice)
+            let parts = try foldedMessages(sends[start..<end].map { ($0.id, $0.arrival) }, edits: edits, part: part)
+            return (MessageSlice(messages: end - start, parts: parts), end < sends.count ? end : nil)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
             try write(slice.parts, deleted: &deleted)
@@ -421,14 +434,8 @@ public struct Projections: Sendable {
         }
     }
 
-    /// Where the next slice of held messages starts: after the chat
-    /// message index key `after`.
-    struct MessageCursor: Sendable {
-        let after: [UInt8]?
-    }
-
-    /// One slice of held messages, read ahead and folded: how many, and
-    /// what the folds of its parts decided.
+    /// One slice of held messages, folded off the write transaction: how
+    /// many, and what the folds of its parts decided.
     struct MessageSlice: Sendable {
         let messages: Int
         let parts: [FoldedPart]
@@ -493,29 +500,6 @@ public struct Projections: Sendable {
                 }
             }
         }.map { try $0.get() }
-    }
-
-    /// The held messages after `cursor`: the sends read from the log in
-    /// arrival order and decoded on all cores, with the edits and
-    /// deletions `edits` lists for them (raw `facts` entries by message),
-    /// folded on all cores (`foldedMessages`).
-    func messageSlice(
-        _ cursor: MessageCursor, edits: [EventID: [(key: [UInt8], value: [UInt8])]], limit: Int, part: Int
-    ) throws -> (output: MessageSlice, next: MessageCursor?)? {
-        var sends: [(message: EventID, arrival: UInt64)] = []
-        var after = cursor.after
-        try log.env.read { txn in
-            try txn.scan(state, from: after.map { $0 + [0] } ?? [Table.message.rawValue]) { key, value in
-                guard key.first == Table.message.rawValue else { return false }
-                guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
-                sends.append((try Codec.b32(key.suffix(32), "message id"), try MessageEntry.send(of: value).arrival))
-                after = key
-                return sends.count < limit
-            }
-        }
-        guard !sends.isEmpty else { return nil }
-        let parts = try foldedMessages(sends, edits: edits, part: part)
-        return (MessageSlice(messages: sends.count, parts: parts), sends.count < limit ? nil : after.map { MessageCursor(after: $0) })
     }
 
     /// Folds held messages (`sends`, in the order of the chats' message
