@@ -4,8 +4,7 @@ import HeapModule
 import Foundation
 
 /// Where filing an event (`Projections.file`) writes its `facts` and
-/// `index` entries (and, in a rebuild, a withdrawn `message` entry per
-/// send): straight into a write transaction (the incremental
+/// `index` entries: straight into a write transaction (the incremental
 /// fold), or into sorted runs that a bulk rebuild appends in key order
 /// (Specs/projections.md §9.2).
 protocol FilingSink {
@@ -24,17 +23,14 @@ struct TransactionSink: FilingSink {
 struct SortedRunSink: FilingSink {
     let factsDB: Database
     let indexDB: Database
-    let stateDB: Database
     var facts = SortedEntries()
     var index = SortedEntries()
-    var state = SortedEntries()
 
     mutating func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
         switch db {
         case factsDB: facts.add(key, value)
         case indexDB: index.add(key, value)
-        case stateDB: state.add(key, value)
-        default: preconditionFailure("filing writes only facts, index and state")
+        default: preconditionFailure("filing writes only facts and index")
         }
     }
 }

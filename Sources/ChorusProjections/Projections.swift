@@ -357,7 +357,7 @@ public struct Projections: Sendable {
         let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, [BulkSend], Int), Error> in
             Result {
                 let chunk = try log.rawEnvelopes(arrivals: range)
-                var sink = SortedRunSink(factsDB: facts, indexDB: index, stateDB: state)
+                var sink = SortedRunSink(factsDB: facts, indexDB: index)
                 var none: FoldRun? = nil
                 var sends: [BulkSend] = []
                 for (arrival, bytes) in chunk {
