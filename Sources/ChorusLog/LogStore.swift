@@ -150,8 +150,7 @@ public struct LogStore: Sendable {
 
     /// Writes what `append` kept in `context`: the feeds' new heads and the
     /// largest HLC. Called once, after the transaction's last append.
-    public func finish(_ context: AppendContext, in txn: Transaction) throws {
-        var context = context
+    public func finish(_ context: inout AppendContext, in txn: Transaction) throws {
         try writeIDIndex(&context, in: txn)
         for (author, head) in context.heads.sorted(by: { $0.key < $1.key }) {
             try txn.put(heads, author.bytes, Self.encodeU64(head.seq) + head.id.bytes + Self.encodeU64(head.hlc.rawValue))

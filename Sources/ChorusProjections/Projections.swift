@@ -416,7 +416,7 @@ public struct Projections: Sendable {
         try pipelined(from: 0) { (start: Int) throws -> (output: MessageSlice, next: Int?)? in
             guard start < sends.count else { return nil }
             let end = min(sends.count, start + perSlice)
-            let parts = try foldedMessages(sends[start..<end].map { ($0.id, $0.arrival) }, edits: edits, part: part)
+            let parts = try foldedMessages(Array(sends[start..<end]), edits: edits, part: part)
             return (MessageSlice(messages: end - start, parts: parts), end < sends.count ? end : nil)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
@@ -502,8 +502,8 @@ public struct Projections: Sendable {
         }.map { try $0.get() }
     }
 
-    /// Folds held messages (`sends`, in the order of the chats' message
-    /// index) in consecutive parts on all cores, each part in its own read
+    /// Folds held messages (`sends`, in the order of their `message`
+    /// entries) in consecutive parts on all cores, each part in its own read
     /// transaction, off the write transaction: a part reads its sends from
     /// the log in arrival order and decodes them, loads their edits and
     /// deletions (`edits`: raw `facts` entries by message), and folds each
@@ -512,10 +512,10 @@ public struct Projections: Sendable {
     /// (memberships, device bindings), and the bulk fold writes nothing
     /// that another message's fold reads (Specs/projections.md §9.2).
     func foldedMessages(
-        _ sends: [(message: EventID, arrival: UInt64)], edits: [EventID: [(key: [UInt8], value: [UInt8])]], part: Int
+        _ sends: [BulkSend], edits: [EventID: [(key: [UInt8], value: [UInt8])]], part: Int
     ) throws -> [FoldedPart] {
         try foldedInParts(sends, part: part) { run, part, txn in
-            let held = part.compactMap { send in edits[send.message].map { (send.message, $0) } }
+            let held = part.compactMap { send in edits[send.id].map { (send.id, $0) } }
             let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
             var sent: [EventID: Fact] = [:]
             sent.reserveCapacity(part.count)
@@ -530,7 +530,7 @@ public struct Projections: Sendable {
             }
             run.sentFacts = sent
             run.bulkMessageEdits = loaded
-            for send in part { try run.foldMessage(send.message) }
+            for send in part { try run.foldMessage(send.id) }
         }
     }
 

@@ -48,7 +48,7 @@ public struct Store: Sendable {
         let result = try env.write { txn in
             var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
             let result = try body(&batch)
-            try log.finish(batch.context, in: txn)
+            try log.finish(&batch.context, in: txn)
             if fold { try projections.carryOut(try projections.apply(batch.stored, refilled: batch.refilled, in: txn, purging: purging), in: txn) }
             stored = batch.stored.count
             return result
