@@ -53,6 +53,7 @@ func runPagesBenchmark(_ options: PagesBenchOptions) throws {
     var writtenLeaves: [String: [UInt8: Int]] = [:]
     var last: (events: Int, written: Int, inTrees: Int)? = nil
     var commits = 0
+    var pageSize = 0
     var previous = Set<Int>()
     var since: UInt64 = 0
     var done = 0
@@ -70,7 +71,8 @@ func runPagesBenchmark(_ options: PagesBenchOptions) throws {
         }
         done += events.count
         commits += 1
-        let trees = try LMDBFileTrees.read(path + "/data.mdb")
+        let (trees, filePageSize) = try LMDBFileTrees.read(path + "/data.mdb")
+        pageSize = filePageSize
         var now = Set<Int>()
         var thisCommit = 0
         for (name, tree) in trees {
@@ -88,7 +90,6 @@ func runPagesBenchmark(_ options: PagesBenchOptions) throws {
         if Bench.progress { Bench.note("  \(done) events, \(commits) commits") }
     }
     let sum = written.values.reduce(0, +)
-    let pageSize = LMDBFileTrees.pageSize
     let databases = written.sorted { $0.value > $1.value }
     let detailed = ["state", "facts", "index"]
     if options.json {
@@ -136,7 +137,6 @@ struct LMDBFileTrees {
     /// A leaf page's first key byte, for the leaves that hold a key.
     var leafFirstByte: [Int: UInt8] = [:]
 
-    static let pageSize = 4096
     static let headerSize = 16
 
     struct Damaged: Error, CustomStringConvertible {
@@ -145,8 +145,8 @@ struct LMDBFileTrees {
 
     /// Every tree of the file at `path` as its newer meta page describes it:
     /// the free list as "(free)", the main database as "(main)", and each
-    /// named database by its name.
-    static func read(_ path: String) throws -> [String: LMDBFileTrees] {
+    /// named database by its name; and the file's page size.
+    static func read(_ path: String) throws -> (trees: [String: LMDBFileTrees], pageSize: Int) {
         let data = try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)
         return try data.withUnsafeBytes { file in
             func u16(_ at: Int) throws -> Int {
@@ -166,13 +166,19 @@ struct LMDBFileTrees {
             // map size, then the free and main databases (48 bytes each,
             // the root page last), the last page and the transaction id.
             let dbSize = 48
+            // The page size is the free database's first field in the
+            // first meta page (LMDB keeps it there), which starts the file.
+            let pageSize = try u32(headerSize + 24)
+            guard try u32(headerSize) == 0xBEEF_C0DE, pageSize >= 512, pageSize & (pageSize - 1) == 0 else {
+                throw Damaged(description: "\(path) is not an LMDB data file (page size \(pageSize))")
+            }
             var newest: (txn: Int, dbs: Int)? = nil
             for meta in 0..<2 {
                 let base = meta * pageSize + headerSize
                 let txn = try u64(base + 24 + 2 * dbSize + 8)
                 if newest.map({ txn > $0.txn }) ?? true { newest = (txn, base + 24) }
             }
-            guard let newest else { return [:] }
+            guard let newest else { return ([:], pageSize) }
             func root(_ db: Int) throws -> Int { try u64(db + 40) }
             var subdatabases: [(name: String, db: Int)] = []
             func walk(_ root: Int, named: Bool) throws -> LMDBFileTrees {
@@ -212,7 +218,7 @@ struct LMDBFileTrees {
             }
             var trees = ["(free)": try walk(try root(newest.dbs), named: false), "(main)": try walk(try root(newest.dbs + dbSize), named: true)]
             for sub in subdatabases { trees[sub.name] = try walk(try root(sub.db), named: false) }
-            return trees
+            return (trees, pageSize)
         }
     }
 }
