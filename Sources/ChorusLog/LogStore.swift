@@ -214,7 +214,7 @@ public struct LogStore: Sendable {
         context.maxHLC = max(context.maxHLC, event.hlc.rawValue)
         let arrivalKey = Self.encodeU64(arrival)
         try txn.put(envelopes, arrivalKey, event.encoded(), append: true)
-        context.newIDs.append((event.id.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self).bigEndian }, arrival))
+        context.newIDs.append((Self.idPrefixNumber(event.id), arrival))
         // The next position of its feed: the greatest of the author's values.
         try txn.putDuplicate(positions, author.bytes, Self.encodeU64(seq) + arrivalKey, last: true)
         context.heads[author] = FeedHead(seq: seq, id: event.id, hlc: event.hlc)
@@ -300,7 +300,11 @@ public struct LogStore: Sendable {
     }
 
     /// The key an event id is indexed under: its first 8 bytes.
-    static func idPrefix(_ id: EventID) -> [UInt8] { id.withUnsafeBytes { Array($0.prefix(8)) } }
+    static func idPrefix(_ id: EventID) -> [UInt8] { encodeU64(idPrefixNumber(id)) }
+
+    /// The id's first 8 bytes read as a big-endian number, which orders as
+    /// the key bytes do (a commit sorts its new entries by it).
+    static func idPrefixNumber(_ id: EventID) -> UInt64 { id.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self).bigEndian } }
 
     /// The envelope bytes stored at `arrival`; a missing one is damage.
     public func rawEnvelope(at arrival: UInt64, in txn: Transaction) throws -> [UInt8] {
