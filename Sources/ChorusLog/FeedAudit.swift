@@ -161,22 +161,25 @@ public struct FeedAudit: Sendable {
         }
         var named = [Bool](repeating: false, count: ids.count)
         var indexed = 0
-        // A million entries: read in place, not copied.
-        try txn.scanInPlace(log.ids) { key, value in
-            guard key.count == 8, value.count == 8 else {
+        // A million entries: read in place, not copied. An event is listed
+        // in one of the two levels (Specs/storage.md §3).
+        for level in [log.ids, log.recentIDs] {
+            try txn.scanInPlace(level) { key, value in
+                guard key.count == 8, value.count == 8 else {
+                    indexed += 1
+                    problems.append("an id index entry of \(key.count) and \(value.count) bytes")
+                    return true
+                }
+                let arrival = value.reduce(0) { $0 << 8 | UInt64($1) }
+                if arrival > lastArrival { return true }  // appended after the pass
                 indexed += 1
-                problems.append("an id index entry of \(key.count) and \(value.count) bytes")
+                if let i = position(of: arrival), ids[i].id.withUnsafeBytes({ $0.prefix(8).elementsEqual(key) }) {
+                    named[i] = true
+                } else {
+                    problems.append("the id index lists arrival \(arrival) under \(Hex.encode(Array(key))), which holds no event with an id starting so")
+                }
                 return true
             }
-            let arrival = value.reduce(0) { $0 << 8 | UInt64($1) }
-            if arrival > lastArrival { return true }  // appended after the pass
-            indexed += 1
-            if let i = position(of: arrival), ids[i].id.withUnsafeBytes({ $0.prefix(8).elementsEqual(key) }) {
-                named[i] = true
-            } else {
-                problems.append("the id index lists arrival \(arrival) under \(Hex.encode(Array(key))), which holds no event with an id starting so")
-            }
-            return true
         }
         for (i, event) in ids.enumerated() where !named[i] {
             problems.append("the id index does not map \(event.id.hex) to arrival \(event.arrival)")

@@ -60,32 +60,49 @@ public struct ForkEvidence: Sendable {
 /// evidence and metadata (layout in Specs/storage.md). It validates every
 /// event against its feed before storing it; a refused event changes nothing.
 public struct LogStore: Sendable {
-    public static let formatVersion: UInt64 = 4
+    public static let formatVersion: UInt64 = 5
 
     public let env: Environment
     let envelopes: Database
     let ids: Database
+    let recentIDs: Database
     let positions: Database
     let heads: Database
     let forks: Database
     let meta: Database
+    let recentIDsMinimum: Int
 
     static let formatKey = Array("format".utf8)
     /// The id index: the first 8 bytes of an event id → u64be(arrival),
     /// kept sorted under their prefix (Specs/storage.md §3).
     public static let idsName = "id_prefixes"
+    /// The id index's recent level: the same entries for the events
+    /// appended since the last merge into `id_prefixes` (Specs/storage.md §3, §5.3).
+    public static let recentIDsName = "id_recent"
+    /// The recent level is merged into the main one once it holds at least
+    /// `recentIDsMinimum` entries and at least 1/`recentIDsRatio` of the main
+    /// level's (§5.3 says why these).
+    static let defaultRecentIDsMinimum = 65_536
+    static let recentIDsRatio = 8
     /// Feed positions: author → u64be(seq) ‖ u64be(arrival), 16-byte
     /// values kept sorted under their author (Specs/storage.md §3).
     public static let positionsName = "feed_positions"
     static let maxHLCKey = Array("max_hlc".utf8)
 
-    public static let databaseNames = ["envelopes", idsName, "feed_positions", "heads", "forks", "meta"]
+    public static let databaseNames = ["envelopes", idsName, recentIDsName, "feed_positions", "heads", "forks", "meta"]
 
     /// Opens the log in `env`, creating its databases on first use and
     /// refusing a store written by another format (an older one is upgraded
     /// by `LogStore.upgrade`).
     public init(env: Environment) throws {
+        try self.init(env: env, recentIDsMinimum: Self.defaultRecentIDsMinimum)
+    }
+
+    /// With another merge threshold, for tests that merge the id index's
+    /// levels after a few events.
+    init(env: Environment, recentIDsMinimum: Int) throws {
         self.env = env
+        self.recentIDsMinimum = recentIDsMinimum
         // The format is checked before anything else is created, so a store
         // of another format is refused without being written to.
         let meta = try env.openDatabase("meta")
@@ -101,6 +118,7 @@ public struct LogStore: Sendable {
         }
         envelopes = try env.openDatabase("envelopes")
         ids = try env.openDatabase(Self.idsName, fixedSizeDuplicates: true)
+        recentIDs = try env.openDatabase(Self.recentIDsName, fixedSizeDuplicates: true)
         positions = try env.openDatabase(Self.positionsName, fixedSizeDuplicates: true)
         heads = try env.openDatabase("heads")
         forks = try env.openDatabase("forks")
@@ -152,6 +170,7 @@ public struct LogStore: Sendable {
     /// largest HLC. Called once, after the transaction's last append.
     public func finish(_ context: inout AppendContext, in txn: Transaction) throws {
         try writeIDIndex(&context, in: txn)
+        try mergeRecentIDsIfDue(in: txn)
         for (author, head) in context.heads.sorted(by: { $0.key < $1.key }) {
             try txn.put(heads, author.bytes, Self.encodeU64(head.seq) + head.id.bytes + Self.encodeU64(head.hlc.rawValue))
         }
@@ -165,9 +184,35 @@ public struct LogStore: Sendable {
         // their bytes; arrivals ascend under one prefix (`MDB_APPENDDUP`).
         context.newIDs.sort { ($0.prefix, $0.arrival) < ($1.prefix, $1.arrival) }
         for entry in context.newIDs {
-            try txn.putDuplicate(ids, Self.encodeU64(entry.prefix), Self.encodeU64(entry.arrival), last: true)
+            try txn.putDuplicate(recentIDs, Self.encodeU64(entry.prefix), Self.encodeU64(entry.arrival), last: true)
         }
         context.newIDs.removeAll()
+    }
+
+    /// Moves the recent level of the id index into the main one once it is
+    /// large enough (Specs/storage.md §5.3). A commit's random ids then
+    /// rewrite the pages of the small recent level, and the main level's
+    /// pages are each rewritten about once per merge, not once per commit.
+    func mergeRecentIDsIfDue(in txn: Transaction) throws {
+        let recent = try txn.count(recentIDs)
+        guard recent >= recentIDsMinimum, recent * Self.recentIDsRatio >= (try txn.count(ids)) else { return }
+        // Read whole before writing: LMDB's in-place bytes are valid only
+        // until the transaction's next write.
+        var entries: [(prefix: UInt64, arrival: UInt64)] = []
+        entries.reserveCapacity(recent)
+        try txn.scanInPlace(recentIDs) { key, value in
+            guard key.count == 8, value.count == 8 else {
+                throw LogError.corrupt("a recent id index entry of \(key.count) and \(value.count) bytes")
+            }
+            entries.append((key.loadUnaligned(as: UInt64.self).bigEndian, value.loadUnaligned(as: UInt64.self).bigEndian))
+            return true
+        }
+        // Every recent arrival is later than every arrival of the main
+        // level, so it goes after the main level's values under its prefix.
+        for entry in entries {
+            try txn.putDuplicate(ids, Self.encodeU64(entry.prefix), Self.encodeU64(entry.arrival), last: true)
+        }
+        try txn.clear(recentIDs)
     }
 
     /// Validates `event` against its feed and stores it, inside the caller's
@@ -280,13 +325,17 @@ public struct LogStore: Sendable {
     /// has written their entries.
     public func readArrival(of id: EventID, in txn: Transaction) throws -> UInt64? {
         var found: UInt64? = nil
-        try txn.scanDuplicates(ids, Self.idPrefix(id), from: Self.encodeU64(0)) { value in
-            let arrival = try Self.decodeU64(value, what: "arrival under id prefix \(id.short)")
-            if try storedID(at: arrival, in: txn) == id {
-                found = arrival
-                return false
+        let prefix = Self.idPrefix(id)
+        for level in [recentIDs, ids] {
+            try txn.scanDuplicates(level, prefix, from: Self.encodeU64(0)) { value in
+                let arrival = try Self.decodeU64(value, what: "arrival under id prefix \(id.short)")
+                if try storedID(at: arrival, in: txn) == id {
+                    found = arrival
+                    return false
+                }
+                return true
             }
-            return true
+            if found != nil { break }
         }
         return found
     }
@@ -473,7 +522,7 @@ public struct LogStore: Sendable {
 
     /// Database sizes in bytes (pages in use), by name.
     public func databaseSizes() throws -> [(name: String, bytes: Int)] {
-        [("envelopes", envelopes), (Self.idsName, ids), (Self.positionsName, positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
+        [("envelopes", envelopes), (Self.idsName, ids), (Self.recentIDsName, recentIDs), (Self.positionsName, positions), ("heads", heads), ("forks", forks), ("meta", meta)].map {
             ($0.0, (try? env.pageCount(of: $0.1)) ?? 0)
         }
     }
@@ -483,7 +532,7 @@ public struct LogStore: Sendable {
     /// the key is author ‖ u64be(seq) and the value u64be(arrival), as if
     /// each position were an entry of its own; for the id index the key is
     /// an event id, and the value replaces every arrival listed under its
-    /// prefix.
+    /// prefix, in either level.
     public func unsafeWrite(database name: String, key: [UInt8], value: [UInt8]?) throws {
         let db: Database
         switch name {
@@ -498,6 +547,7 @@ public struct LogStore: Sendable {
             if db == ids {
                 guard let id = Bytes32(key) else { throw LogError.corrupt("an id index key here is an event id (32 bytes)") }
                 _ = try txn.delete(ids, Self.idPrefix(id))
+                _ = try txn.delete(recentIDs, Self.idPrefix(id))
                 if let value { try txn.putDuplicate(ids, Self.idPrefix(id), value, last: false) }
                 return
             }

@@ -26,8 +26,8 @@ extension LogStore {
         if version > formatVersion { throw LogError.newerFormat(found: version, supported: formatVersion) }
         // Each step records the version it reaches, so an interrupted
         // upgrade resumes at the step it was in. Format 1 goes to the
-        // current one in one step.
-        let steps: [UInt64] = version == 1 ? [1] : Array(version..<formatVersion)
+        // layout of format 4 in one step.
+        let steps: [UInt64] = version == 1 ? [1] + Array(4..<formatVersion) : Array(version..<formatVersion)
         // One progress over every step: the entries each step copies, added up.
         let totals = try steps.map { try entriesToCopy(from: $0, env: env) }
         let total = totals.reduce(0, +)
@@ -39,6 +39,7 @@ extension LogStore {
             case 1: try upgradeFromFormat1(env: env, meta: meta, sliceSize: sliceSize, progress: overall, isCancelled: isCancelled)
             case 2: try upgradeFromFormat2(env: env, meta: meta, sliceSize: sliceSize, progress: overall, isCancelled: isCancelled)
             case 3: try upgradeFromFormat3(env: env, meta: meta, sliceSize: sliceSize, progress: overall, isCancelled: isCancelled)
+            case 4: try upgradeFromFormat4(env: env, meta: meta, isCancelled: isCancelled)
             default: throw LogError.corrupt("unknown format version \(step)")
             }
             before += stepTotal
@@ -47,8 +48,10 @@ extension LogStore {
     }
 
     /// How many entries the upgrade step from format `version` copies: the
-    /// events, feed positions or id index entries of the old layout.
+    /// events, feed positions or id index entries of the old layout (none
+    /// from format 4).
     static func entriesToCopy(from version: UInt64, env: Environment) throws -> Int {
+        if version == 4 { return 0 }
         let old = try env.openDatabase(version == 1 ? "arrivals" : version == 2 ? "positions" : "ids")
         return try env.read { txn in try txn.count(old) }
     }
@@ -110,7 +113,7 @@ extension LogStore {
             try txn.drop(oldEvents)
             try txn.drop(oldArrivals)
             try txn.drop(oldFeeds)
-            try txn.put(meta, formatKey, encodeU64(formatVersion))
+            try txn.put(meta, formatKey, encodeU64(4))
         }
     }
 
@@ -221,6 +224,19 @@ extension LogStore {
             try txn.drop(old)
             _ = try txn.delete(meta, idsUpgradeKey)
             try txn.put(meta, formatKey, encodeU64(4))
+        }
+    }
+
+    /// Format 4 kept the id index in one level (`id_prefixes`); format 5
+    /// adds its recent level (`id_recent`, Specs/storage.md §4.4), which
+    /// starts empty: every event stays listed where it is. Nothing is copied.
+    static func upgradeFromFormat4(env: Environment, meta: Database, isCancelled: (() -> Bool)?) throws {
+        if isCancelled?() == true { throw CancellationError() }
+        let recent = try env.openDatabase(recentIDsName, fixedSizeDuplicates: true)
+        try env.write { txn in
+            // Empty already, unless something other than Chorus wrote it.
+            try txn.clear(recent)
+            try txn.put(meta, formatKey, encodeU64(5))
         }
     }
 }

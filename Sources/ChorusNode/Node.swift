@@ -319,8 +319,8 @@ public actor Node {
             let env = try Environment(path: path, initialMapSize: mapSize)
             guard let from = try LogStore.upgrade(env: env, progress: progress, isCancelled: cancelled) else { return false }
             // A format 1 store's projections are folded again (Specs/storage.md
-            // §4.1); from formats 2 and 3 only an index of the log changes
-            // (§4.2, §4.3), and arrival positions stay.
+            // §4.1); from formats 2, 3 and 4 only an index of the log changes
+            // (§4.2–§4.4), and arrival positions stay.
             if from < 2 { try Projections.markStale(env: env) }
             return true
         }

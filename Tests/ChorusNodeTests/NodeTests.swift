@@ -1,7 +1,6 @@
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
-import ChorusLog
 import ChorusNode
 import ChorusProjections
 import ChorusStore
@@ -10,6 +9,7 @@ import Synchronization
 import ChorusTestSupport
 import Testing
 
+@testable import ChorusLog
 @testable import ChorusStorage
 
 func bio(_ text: String) -> CBORValue { .textMap([("field", .text("bio")), ("value", .text(text))]) }
@@ -122,7 +122,8 @@ struct NodeTests {
         let (other, target) = (events[1], events[3])
         #expect(other.arrival < target.arrival)  // listed first under the prefix below
         let env = node.log.env
-        let ids = try env.openDatabase(LogStore.idsName, fixedSizeDuplicates: true)
+        // A few events: all in the id index's recent level (§5.3).
+        let ids = try env.openDatabase(LogStore.recentIDsName, fixedSizeDuplicates: true)
         try env.write { txn in
             try txn.putDuplicate(ids, Array(target.event.id.bytes[0..<8]), LogStore.encodeU64(other.arrival), last: false)
         }
@@ -143,6 +144,53 @@ struct NodeTests {
                 "\(stored) events stored but \(stored + 1) in the id index",
             ])
         await node.close()
+    }
+
+    /// The id index's two levels (Specs/storage.md §3, §5.3): a commit
+    /// lists its events in the recent level, which is merged into the main
+    /// level, in the same transaction, once it holds at least the minimum
+    /// and at least an eighth of the main level. After every commit each
+    /// event is found by id, in whichever level lists it, and the audit
+    /// finds the index whole.
+    @Test func theIDIndexMergesItsRecentLevelIntoTheMainOne() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        try FileManager.default.createDirectory(atPath: tmp.store("levels"), withIntermediateDirectories: true)
+        let env = try Environment(path: tmp.store("levels"))
+        let log = try LogStore(env: env, recentIDsMinimum: 5)
+        var feeds = [FeedWriter(seedByte: 1), FeedWriter(seedByte: 2)]
+        var stored: [Event] = []
+        var expected = (main: 0, recent: 0)
+        var merges = 0
+        for commit in 0..<30 {
+            // Commits of 1 to 4 events, from both feeds.
+            let batch = (0..<(1 + commit % 4)).map { i in feeds[i % 2].next("\(commit).\(i)") }
+            try env.write { txn in
+                var context = try log.appendContext(in: txn, nowMillis: 1_800_000_000_000, driftMillis: 60_000)
+                for e in batch {
+                    guard case .accepted = try log.append(e, in: txn, context: &context) else { throw TestFailure("not accepted") }
+                }
+                try log.finish(&context, in: txn)
+            }
+            stored += batch
+            expected.recent += batch.count
+            if expected.recent >= 5, expected.recent * 8 >= expected.main {
+                (expected.main, expected.recent) = (expected.main + expected.recent, 0)
+                merges += 1
+            }
+            let levels = try env.read { txn in (main: try txn.count(log.ids), recent: try txn.count(log.recentIDs)) }
+            #expect(levels == expected, "after commit \(commit)")
+            for (position, e) in stored.enumerated() {
+                #expect(try log.event(e.id)?.arrival == UInt64(position + 1))
+            }
+            #expect(try log.integrityProblems().isEmpty)
+        }
+        // Both rules decided some merges: the minimum at first, then the ratio.
+        #expect(merges >= 3 && expected.main > 5 * 8)
+        // An event listed in both levels is damage the audit names.
+        let first = try #require(stored.first)
+        try env.write { txn in try txn.putDuplicate(log.recentIDs, Array(first.id.bytes[0..<8]), LogStore.encodeU64(1), last: false) }
+        #expect(try log.integrityProblems() == ["\(stored.count) events stored but \(stored.count + 1) in the id index"])
     }
 
     @Test func aStoreOfANewerFormatIsRefused() async throws {

@@ -5,9 +5,9 @@ import Foundation
 import ChorusTestSupport
 import Testing
 
-/// `Tests/Fixtures/store-format-1`, `-2` and `-3` are Alice's phone
+/// `Tests/Fixtures/store-format-1` to `-4` are Alice's phone
 /// store at the end of `Tools/demo.sh`, written by the builds before store
-/// formats 2, 3 and 4 (pictures, a purged picture, blobs, an encrypted chat,
+/// formats 2, 3, 4 and 5 (pictures, a purged picture, blobs, an encrypted chat,
 /// coins, slots). Their `log.json` and `digest.txt` are what those builds
 /// printed for them.
 @Suite("store format upgrade")
@@ -41,7 +41,7 @@ struct UpgradeTests {
         try String(contentsOfFile: Self.fixture(format) + "/" + name, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    @Test(arguments: [1, 2, 3])
+    @Test(arguments: [1, 2, 3, 4])
     func anOldStoreSaysHowToUpgradeAndTheUpgradeKeepsEveryEventAndTheDigest(format: Int) async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
@@ -124,6 +124,35 @@ struct UpgradeTests {
         #expect(reports.last?.done == total)
     }
 
+    /// The format 4 → 5 step (Specs/storage.md §4.4) copies nothing: the
+    /// events stay listed in the id index's main level, new ones go to the
+    /// recent level, and both are found by id. Cancelled before it starts,
+    /// it leaves format 4.
+    @Test func aFormat4StoreKeepsItsIDIndexAsTheMainLevel() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let store = try copyOfFixture(dir, format: 4)
+        do {
+            let env = try Environment(path: store)
+            #expect(throws: CancellationError.self) { try LogStore.upgrade(env: env, isCancelled: { true }) }
+            #expect(try LogStore.format(of: env) == 4)
+            var reports: [(done: Int, total: Int)] = []
+            #expect(try LogStore.upgrade(env: env, progress: { reports.append(($0, $1)) }) == 4)
+            #expect(try LogStore.format(of: env) == 5)
+            #expect(reports.isEmpty)
+            let ids = try env.openDatabase(LogStore.idsName, create: false, fixedSizeDuplicates: true)
+            let recent = try env.openDatabase(LogStore.recentIDsName, create: false, fixedSizeDuplicates: true)
+            #expect(try env.read { txn in [try txn.count(ids), try txn.count(recent)] } == [40, 0])
+        }
+        let node = try await Node.open(at: store)
+        let old = try node.feed(node.identity.device.raw)
+        let new = try await node.append(.profileSet, object: node.identity.user.raw, payload: .textMap([("field", .text("bio")), ("value", .text("upgraded"))]))
+        for e in old.map(\.event) + [new] { #expect(try node.log.event(e.id)?.event.id == e.id) }
+        #expect(try node.log.integrityProblems().isEmpty)
+        #expect(try node.projections.digest().hex != (try fixtureText("digest.txt", format: 4)))
+        await node.close()
+    }
+
     /// The format 3 → 4 step (Specs/storage.md §4.3) on a crafted id index:
     /// two ids that share their first 8 bytes end up side by side under
     /// that prefix, also when a slice boundary falls between them and the
@@ -150,7 +179,7 @@ struct UpgradeTests {
         }
         #expect(try LogStore.format(of: env) == 3)
         #expect(try LogStore.upgrade(env: env, sliceSize: 1) == 3)
-        #expect(try LogStore.format(of: env) == 4)
+        #expect(try LogStore.format(of: env) == LogStore.formatVersion)
         let ids = try env.openDatabase(LogStore.idsName, fixedSizeDuplicates: true)
         var listed: [[UInt8]: [UInt64]] = [:]
         try env.read { txn in
