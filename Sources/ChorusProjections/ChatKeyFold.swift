@@ -172,7 +172,7 @@ extension Projections {
     func keyEventsWithAuthors(of chat: ObjectID, epoch: Hash32) throws -> [(author: PublicKey, key: ChatKeyPayload)] {
         try log.env.read { txn in
             var out: [(PublicKey, ChatKeyPayload)] = []
-            try txn.scan(facts, prefix: [ObjectClass.chatKeys.rawValue] + chat.bytes) { key, value in
+            try scanFacts(prefix: [ObjectClass.chatKeys.rawValue] + chat.bytes, in: txn) { key, value in
                 let fact = try Fact.load(key: key, value: value, log: log, in: txn)
                 guard let payload = fact.payload, let k = try? ChatKeyPayload(reading: payload), k.epoch == epoch else { return true }
                 out.append((fact.author, k))

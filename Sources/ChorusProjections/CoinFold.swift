@@ -105,7 +105,7 @@ extension FoldRun {
         var walk = LedgerWalk()
         var orders: [MergeOrder] = []
         let prefix = [ObjectClass.coins.rawValue] + Bytes32.zero.bytes
-        try txn.scan(p.facts, prefix: prefix) { key, _ in
+        try p.scanFacts(prefix: prefix, in: txn) { key, _ in
             orders.append(try MergeOrder(bytes: key[33...]))
             return true
         }
@@ -150,7 +150,7 @@ extension FoldRun {
             if let old { for key in old.parties where walk.rights[key] != nil { try walk.add(old.effect(on: key), to: key) } }
             return
         }
-        guard let raw = try txn.get(p.facts, Projections.factKey(.coins, .zero, order)) else {
+        guard let raw = try p.fact(Projections.factKey(.coins, .zero, order), in: txn) else {
             throw ProjectionError.corrupt("ledger entry without its coin fact")
         }
         let f = try Fact.load(order: order, value: raw, log: p.log, in: txn)

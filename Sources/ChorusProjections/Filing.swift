@@ -11,10 +11,15 @@ protocol FilingSink {
     mutating func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws
 }
 
-/// Files into the caller's write transaction.
+/// Files into the caller's write transaction, facts into their recent
+/// level (Specs/projections.md §9.1).
 struct TransactionSink: FilingSink {
     let txn: Transaction
-    func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws { try txn.put(db, key, value) }
+    let facts: Database
+    let recentFacts: Database
+    func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
+        try txn.put(db == facts ? recentFacts : db, key, value)
+    }
 }
 
 /// Files into one buffer per database, for a rebuild: the entries of a
@@ -54,9 +59,14 @@ struct SortedEntries: Sendable {
     var count: Int { records.count }
     var byteCount: Int { bytes.count }
 
-    mutating func add(_ key: [UInt8], _ value: [UInt8]) {
+    mutating func add<Key: Collection<UInt8>, Value: Collection<UInt8>>(_ key: Key, _ value: Value) {
         var head: UInt64 = 0
-        for i in 0..<8 { head = head << 8 | UInt64(i < key.count ? key[i] : 0) }
+        var taken = 0
+        for byte in key.prefix(8) {
+            head = head << 8 | UInt64(byte)
+            taken += 1
+        }
+        head <<= UInt64(8 * (8 - taken))
         records.append(Record(offset: bytes.count, keyCount: Int32(key.count), valueCount: Int32(value.count), head: head))
         bytes += key
         bytes += value
@@ -237,4 +247,91 @@ private func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -
         if c != 0 { return Int(c) }
     }
     return a.count - b.count
+}
+
+extension Projections {
+    /// Visits the facts whose keys start with `prefix`, in key order, from
+    /// both levels (Specs/projections.md §9.1), until `body` returns false.
+    /// A fact filed again since the merge (a refilled event) is in both
+    /// levels under one key: it is visited once, with the recent value.
+    func scanFacts(prefix: [UInt8], in txn: Transaction, _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
+        var recent: [(key: [UInt8], value: [UInt8])] = []
+        try txn.scan(recentFacts, prefix: prefix) { key, value in
+            recent.append((key, value))
+            return true
+        }
+        if recent.isEmpty { return try txn.scan(facts, prefix: prefix, body) }
+        var next = 0
+        var stopped = false
+        try txn.scan(facts, prefix: prefix) { key, value in
+            while next < recent.count, recent[next].key.lexicographicallyPrecedes(key) {
+                guard try body(recent[next].key, recent[next].value) else {
+                    stopped = true
+                    return false
+                }
+                next += 1
+            }
+            if next < recent.count, recent[next].key == key {
+                next += 1
+                guard try body(key, recent[next - 1].value) else {
+                    stopped = true
+                    return false
+                }
+                return true
+            }
+            guard try body(key, value) else {
+                stopped = true
+                return false
+            }
+            return true
+        }
+        while !stopped, next < recent.count {
+            guard try body(recent[next].key, recent[next].value) else { return }
+            next += 1
+        }
+    }
+
+    /// The fact under `key`, in whichever level holds it (the recent one
+    /// first: it holds the later filing).
+    func fact(_ key: [UInt8], in txn: Transaction) throws -> [UInt8]? {
+        try txn.get(recentFacts, key) ?? txn.get(facts, key)
+    }
+
+    /// Moves facts from the recent level into the main one, in the caller's
+    /// transaction, once the recent level holds more than its target:
+    /// `recentFactsMinimum` entries, or 1/`recentFactsRatio` of the main
+    /// level's when that is more (Specs/projections.md §9.1). It moves the
+    /// excess, in key order, from where the last move stopped
+    /// (`factsMergedKey`, wrapping round at the end), so successive commits
+    /// walk the key space: a commit rewrites the main level's pages of one
+    /// narrow key range, and each of its pages about once per walk, instead
+    /// of all of them at once when the recent level would fill.
+    func mergeRecentFactsIfDue(in txn: Transaction) throws {
+        let recent = try txn.count(recentFacts)
+        let target = max(recentFactsMinimum, try txn.count(facts) / Self.recentFactsRatio)
+        guard recent > target else { return }
+        let wanted = recent - target
+        let resume = try txn.get(index, Self.factsMergedKey).map { $0 + [0] }
+        // Read whole before writing: LMDB's in-place bytes are valid only
+        // until the transaction's next write.
+        var moving: [(key: [UInt8], value: [UInt8])] = []
+        moving.reserveCapacity(wanted)
+        try txn.scanInPlace(recentFacts, from: resume) { key, value in
+            moving.append((Array(key), Array(value)))
+            return moving.count < wanted
+        }
+        if moving.count < wanted, let resume {
+            // Round from the first key, up to where this move began.
+            try txn.scanInPlace(recentFacts) { key, value in
+                guard key.lexicographicallyPrecedes(resume) else { return false }
+                moving.append((Array(key), Array(value)))
+                return moving.count < wanted
+            }
+        }
+        for (key, value) in moving {
+            try txn.put(facts, key, value)
+            try txn.delete(recentFacts, key)
+        }
+        if let last = moving.last { try txn.put(index, Self.factsMergedKey, last.key) }
+    }
 }

@@ -279,7 +279,7 @@ struct FoldRun {
     func facts(_ cls: ObjectClass, _ object: Bytes32, payloadNeeded: (EventKind) -> Bool = { _ in true }) throws -> [Fact] {
         if let bulkFacts, bulkFacts.cls == cls, let read = bulkFacts.facts[object] { return read }
         var out: [Fact] = []
-        try txn.scan(p.facts, prefix: Projections.factKeyPrefix(cls, object)) { key, value in
+        try p.scanFacts(prefix: Projections.factKeyPrefix(cls, object), in: txn) { key, value in
             let kind = value.first.flatMap { EventKind(knownCode: UInt64($0)) }
             out.append(
                 try Fact.load(

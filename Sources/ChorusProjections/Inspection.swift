@@ -52,7 +52,7 @@ extension Projections {
             var out: [FiledEvent] = []
             for cls in ObjectClass.allCases where cls != .coins {
                 var filed: [Fact] = []
-                try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
+                try scanFacts(prefix: [cls.rawValue] + object.bytes, in: txn) { key, value in
                     filed.append(try Fact.load(key: key, value: value, log: log, in: txn))
                     return true
                 }
@@ -74,7 +74,7 @@ extension Projections {
             }
             for order in coinOrders {
                 let key = Self.factKey(.coins, .zero, order)
-                guard let raw = try txn.get(facts, key) else { continue }
+                guard let raw = try fact(key, in: txn) else { continue }
                 let f = try Fact.load(order: order, value: raw, log: log, in: txn)
                 out.append(
                     FiledEvent(objectClass: "coins", object: .zero, order: order, kind: f.kind, headerObject: f.object, payload: f.payload))
@@ -147,7 +147,7 @@ extension Projections {
 
     /// Database sizes in bytes (pages in use) of the projection databases.
     public func databaseSizes() throws -> [(name: String, bytes: Int)] {
-        [("facts", facts), ("index", index), ("state", state)].map { ($0.0, (try? log.env.pageCount(of: $0.1)) ?? 0) }
+        [("facts", facts), ("facts_recent", recentFacts), ("index", index), ("state", state)].map { ($0.0, (try? log.env.pageCount(of: $0.1)) ?? 0) }
     }
 
     /// Writes one raw state entry (tests use it to damage a store behind
@@ -181,7 +181,7 @@ extension Projections {
             for (cls, object) in objects {
                 var filed: [Fact] = []
                 if cls == .message, let sent = try sentEvent(object, in: txn) { filed.append(Fact(sent)) }
-                try txn.scan(facts, prefix: [cls.rawValue] + object.bytes) { key, value in
+                try scanFacts(prefix: [cls.rawValue] + object.bytes, in: txn) { key, value in
                     filed.append(try Fact.load(key: key, value: value, log: log, in: txn))
                     return true
                 }

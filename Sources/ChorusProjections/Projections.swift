@@ -24,24 +24,41 @@ public struct Projections: Sendable {
     /// The network configuration folds read (issuers, slot prices); its
     /// fingerprint is part of the digest.
     public let config: NetworkConfig
+    /// The facts' main level; `recentFacts` holds those filed since its
+    /// last merge into this one (Specs/projections.md §9.1).
     let facts: Database
+    let recentFacts: Database
     let index: Database
     let state: Database
+    /// The recent level of the facts is merged into the main one once it
+    /// holds at least this many entries and at least 1/`recentFactsRatio`
+    /// of the main level's (Specs/projections.md §9.1).
+    let recentFactsMinimum: Int
+    static let defaultRecentFactsMinimum = 65_536
+    static let recentFactsRatio = 8
 
     /// The LMDB databases the projections keep beside the log
     /// (Specs/projections.md §9.1).
-    public static let databaseNames = ["facts", "index", "state"]
+    public static let databaseNames = ["facts", "facts_recent", "index", "state"]
 
-    /// Opens the `facts`, `index` and `state` databases in `log`'s environment
-    /// (creating them in a writable one); throws when LMDB cannot. Folds
-    /// nothing: see `rebuildIfNeeded`.
+    /// Opens the `facts`, `facts_recent`, `index` and `state` databases in
+    /// `log`'s environment (creating them in a writable one); throws when
+    /// LMDB cannot. Folds nothing: see `rebuildIfNeeded`.
     public init(log: LogStore, blobs: BlobStore, config: NetworkConfig) throws {
+        try self.init(log: log, blobs: blobs, config: config, recentFactsMinimum: Self.defaultRecentFactsMinimum)
+    }
+
+    /// With another merge threshold for the facts' levels, for tests that
+    /// merge them after a few events.
+    init(log: LogStore, blobs: BlobStore, config: NetworkConfig, recentFactsMinimum: Int) throws {
         self.log = log
         self.blobs = blobs
         self.config = config
+        self.recentFactsMinimum = recentFactsMinimum
         facts = try log.env.openDatabase("facts")
         index = try log.env.openDatabase("index")
         state = try log.env.openDatabase("state")
+        recentFacts = try log.env.openDatabase("facts_recent")
     }
 
     /// Folds newly stored events (accepted or refilled) into the projections,
@@ -57,7 +74,7 @@ public struct Projections: Sendable {
     ) throws -> Purges {
         guard !events.isEmpty else { return Purges() }
         var run: FoldRun? = FoldRun(projections: self, txn: txn, purging: purging)
-        var sink = TransactionSink(txn: txn)
+        var sink = TransactionSink(txn: txn, facts: facts, recentFacts: recentFacts)
         // Sized once: grown one insert at a time, these sets rehashed every
         // id a commit of tens of thousands of events stores, again and again.
         run?.newEvents.reserveCapacity(events.count)
@@ -70,6 +87,7 @@ public struct Projections: Sendable {
         }
         guard var run else { return Purges() }
         try run.execute()
+        try mergeRecentFactsIfDue(in: txn)
         return run.purges
     }
 
@@ -151,6 +169,7 @@ public struct Projections: Sendable {
         try log.env.write { txn in
             _ = try txn.delete(index, Self.builtKey)
             try txn.clear(facts)
+            try txn.clear(recentFacts)
             try txn.clear(index)
             try txn.clear(state)
         }
@@ -403,6 +422,7 @@ public struct Projections: Sendable {
         // read in one scan: looking each held message up would cost a seek
         // per message, nearly always finding nothing.
         var rawEdits: [EventID: [(key: [UInt8], value: [UInt8])]] = [:]
+        // A rebuild files every fact into the main level (`facts`).
         try log.env.read { txn in
             try txn.scan(facts, prefix: [ObjectClass.message.rawValue]) { key, value in
                 rawEdits[try Codec.b32(key[1..<33], "message id"), default: []].append((key, value))
@@ -646,6 +666,7 @@ public struct Projections: Sendable {
             var facts: [(object: Bytes32, key: [UInt8], value: [UInt8])] = []
             var arrivals: [UInt64] = []
             let start = after.map { [cls.rawValue] + $0.bytes + [UInt8](repeating: 0xFF, count: 73) } ?? [cls.rawValue]
+            // A rebuild files every fact into the main level (`facts`).
             try txn.scan(self.facts, from: start) { key, value in
                 guard key.first == cls.rawValue, key.count == 105 else { return false }
                 let object = try Codec.b32(key[1..<33], "object")
@@ -692,6 +713,9 @@ public struct Projections: Sendable {
     /// The index key recording which projection format and network
     /// configuration the state was built with.
     static let builtKey: [UInt8] = [0xFF] + Array("built".utf8)
+    /// The index key holding the last fact key moved from the recent level
+    /// into the main one (Specs/projections.md §9.1).
+    static let factsMergedKey: [UInt8] = [0xFF] + Array("facts_merged".utf8)
     /// 2: chat encryption (device and chat keys, sealed chat content) and
     /// the retired profile field `visibility`. 3: facts reference the log by
     /// arrival position instead of copying payloads. 4: the coin ledger's
@@ -706,7 +730,9 @@ public struct Projections: Sendable {
     /// 10: no index entry per relationship add (a removal finds the adds it
     /// names through the log's id index). 11: a withdrawn send's no-effect
     /// record is kept in its message entry, not under its own key.
-    public static let formatVersion: UInt64 = 11
+    /// 12: facts in two levels, a recent one each commit writes and a main
+    /// one it is merged into (`facts_recent`, §9.1).
+    public static let formatVersion: UInt64 = 12
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

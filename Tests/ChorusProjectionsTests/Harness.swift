@@ -2,12 +2,13 @@ import ChorusBlobs
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
-import ChorusLog
-import ChorusProjections
 import ChorusStorage
 import ChorusStore
 import ChorusTestSupport
 import Foundation
+
+@testable import ChorusLog
+@testable import ChorusProjections
 
 // A fast, Node-free harness for projection tests: a replica is an LMDB
 // environment on a temporary directory (tmpfs when available) with a log, a
@@ -66,14 +67,18 @@ final class Replica {
     var originals: [EventID: Event] = [:]
 
     static let nowMillis: UInt64 = 1 << 46
+    static let recentMinimum = 6
     static let driftMillis: UInt64 = 60_000
 
     init(config: NetworkConfig, blobSource: [Hash32: [UInt8]] = [:], label: String = "replica") throws {
         dir = try scratchDirectory(label)
         env = try Environment(path: dir, initialMapSize: 16 << 20)
-        log = try LogStore(env: env)
+        // The id index's and the facts' levels merge every few events
+        // (Specs/storage.md §5.3, projections.md §9.1), so that every
+        // property test also folds across merges and across both levels.
+        log = try LogStore(env: env, recentIDsMinimum: Self.recentMinimum)
         blobs = try BlobStore(env: env)
-        projections = try Projections(log: log, blobs: blobs, config: config)
+        projections = try Projections(log: log, blobs: blobs, config: config, recentFactsMinimum: Self.recentMinimum)
         self.blobSource = blobSource
     }
 
