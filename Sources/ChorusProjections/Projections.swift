@@ -58,7 +58,18 @@ public struct Projections: Sendable {
         facts = try log.env.openDatabase("facts")
         index = try log.env.openDatabase("index")
         state = try log.env.openDatabase("state")
-        recentFacts = try log.env.openDatabase("facts_recent")
+        if !log.env.readOnly {
+            recentFacts = try log.env.openDatabase("facts_recent")
+        } else if let recent = try? log.env.openDatabase("facts_recent", create: false) {
+            recentFacts = recent
+        } else {
+            // Projections from before format 12 have no recent level, and a
+            // read-only open cannot add one; they are stale (`isCurrent`)
+            // until a read-write open rebuilds them. `facts` read as both
+            // levels reads as an empty recent level would: `scanFacts`
+            // visits a key held in both once, and nothing read-only moves.
+            recentFacts = facts
+        }
     }
 
     /// Folds newly stored events (accepted or refilled) into the projections,

@@ -1,8 +1,8 @@
+import ChorusBlobs
 import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
-import ChorusProjections
 import ChorusStore
 import Foundation
 import Synchronization
@@ -10,6 +10,7 @@ import ChorusTestSupport
 import Testing
 
 @testable import ChorusLog
+@testable import ChorusProjections
 @testable import ChorusStorage
 
 func bio(_ text: String) -> CBORValue { .textMap([("field", .text("bio")), ("value", .text(text))]) }
@@ -209,6 +210,40 @@ struct NodeTests {
         } catch let error as LogError {
             #expect("\(error)".contains("newer"))
         }
+    }
+
+    /// Projections from before format 12 have no `facts_recent` (Specs/projections.md
+    /// §9.1). A read-only open says they are stale, as for any older
+    /// projections, instead of failing in LMDB; a read-write open rebuilds
+    /// them, with the same digest.
+    @Test func projectionsWithoutTheRecentFactsAreStaleReadOnlyAndRebuiltReadWrite() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"))
+        try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("before"))
+        let digest = try node.projections.digest()
+        await node.close()
+        do {
+            // As a format 11 build left them: one level of facts.
+            let env = try Environment(path: tmp.store("a"))
+            let log = try LogStore(env: env)
+            let projections = try Projections(log: log, blobs: try BlobStore(env: env), config: NetworkConfig())
+            try env.write { txn in
+                var moved: [([UInt8], [UInt8])] = []
+                try txn.scan(projections.recentFacts) { key, value in
+                    moved.append((key, value))
+                    return true
+                }
+                for (key, value) in moved { try txn.put(projections.facts, key, value) }
+                try txn.drop(projections.recentFacts)
+                try txn.put(projections.index, Projections.builtKey, Codec.u64(11) + NetworkConfig().fingerprint.bytes)
+            }
+        }
+        await #expect(throws: NodeError.projectionsStale(path: tmp.store("a"))) { _ = try await Node.open(at: tmp.store("a"), readOnly: true) }
+        let reopened = try await Node.open(at: tmp.store("a"))
+        #expect(try reopened.projections.isCurrent())
+        #expect(try reopened.projections.digest() == digest)
+        await reopened.close()
     }
 
     @Test("a missing store is a typed error whose message speaks of the library, not of CLI commands (the CLI adds those)")
