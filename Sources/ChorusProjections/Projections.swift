@@ -34,7 +34,7 @@ public struct Projections: Sendable {
     /// holds at least this many entries and at least 1/`recentFactsRatio`
     /// of the main level's (Specs/projections.md §9.1).
     let recentFactsMinimum: Int
-    static let defaultRecentFactsMinimum = 65_536
+    static let defaultRecentFactsMinimum = 32_768
     static let recentFactsRatio = 8
 
     /// The LMDB databases the projections keep beside the log
