@@ -77,17 +77,20 @@ public struct LogStore: Sendable {
     /// kept sorted under their prefix (Specs/storage.md §3).
     public static let idsName = "id_prefixes"
     /// The id index's recent level: the same entries for the events
-    /// appended since the last merge into `id_prefixes` (Specs/storage.md §3, §5.3).
+    /// appended and not yet moved into `id_prefixes` (Specs/storage.md §3, §5.3).
     public static let recentIDsName = "id_recent"
-    /// The recent level is merged into the main one once it holds at least
-    /// `recentIDsMinimum` entries and at least 1/`recentIDsRatio` of the main
-    /// level's (§5.3 says why these).
+    /// The recent level's target: at least `recentIDsMinimum` entries, or
+    /// 1/`recentIDsRatio` of the main level's; a commit moves the excess
+    /// into the main level (§5.3 says why these).
     static let defaultRecentIDsMinimum = 65_536
     static let recentIDsRatio = 8
     /// Feed positions: author → u64be(seq) ‖ u64be(arrival), 16-byte
     /// values kept sorted under their author (Specs/storage.md §3).
     public static let positionsName = "feed_positions"
     static let maxHLCKey = Array("max_hlc".utf8)
+    /// The last id index entry moved from `id_recent` to `id_prefixes`:
+    /// u64be(prefix) ‖ u64be(arrival) (Specs/storage.md §5.3).
+    static let idsMovedKey = Array("ids_moved".utf8)
 
     public static let databaseNames = ["envelopes", idsName, recentIDsName, "feed_positions", "heads", "forks", "meta"]
 
@@ -98,8 +101,8 @@ public struct LogStore: Sendable {
         try self.init(env: env, recentIDsMinimum: Self.defaultRecentIDsMinimum)
     }
 
-    /// With another merge threshold, for tests that merge the id index's
-    /// levels after a few events.
+    /// With another least target for the recent level, for tests that
+    /// move entries between the id index's levels after a few events.
     init(env: Environment, recentIDsMinimum: Int) throws {
         self.env = env
         self.recentIDsMinimum = recentIDsMinimum
@@ -170,7 +173,7 @@ public struct LogStore: Sendable {
     /// largest HLC. Called once, after the transaction's last append.
     public func finish(_ context: inout AppendContext, in txn: Transaction) throws {
         try writeIDIndex(&context, in: txn)
-        try mergeRecentIDsIfDue(in: txn)
+        try moveRecentIDsIfDue(in: txn)
         for (author, head) in context.heads.sorted(by: { $0.key < $1.key }) {
             try txn.put(heads, author.bytes, Self.encodeU64(head.seq) + head.id.bytes + Self.encodeU64(head.hlc.rawValue))
         }
@@ -189,30 +192,55 @@ public struct LogStore: Sendable {
         context.newIDs.removeAll()
     }
 
-    /// Moves the recent level of the id index into the main one once it is
-    /// large enough (Specs/storage.md §5.3). A commit's random ids then
-    /// rewrite the pages of the small recent level, and the main level's
-    /// pages are each rewritten about once per merge, not once per commit.
-    func mergeRecentIDsIfDue(in txn: Transaction) throws {
+    /// Moves entries from the id index's recent level into the main one
+    /// once the recent level holds more than its target: `recentIDsMinimum`
+    /// entries, or 1/`recentIDsRatio` of the main level's when that is more
+    /// (Specs/storage.md §5.3). It moves the excess, in key order, from
+    /// after the entry the last move ended with (`meta["ids_moved"]`),
+    /// going round at the end, so a commit's random ids rewrite the pages
+    /// of the small recent level and of one range of the main level, and
+    /// no commit rewrites the whole main level.
+    func moveRecentIDsIfDue(in txn: Transaction) throws {
         let recent = try txn.count(recentIDs)
-        guard recent >= recentIDsMinimum, recent * Self.recentIDsRatio >= (try txn.count(ids)) else { return }
+        let target = max(recentIDsMinimum, try txn.count(ids) / Self.recentIDsRatio)
+        guard recent > target else { return }
+        let wanted = recent - target
+        let resume: (prefix: UInt64, arrival: UInt64)? = try txn.get(meta, Self.idsMovedKey).map { raw in
+            guard raw.count == 16 else { throw LogError.corrupt("ids_moved of \(raw.count) bytes") }
+            return (try Self.decodeU64(Array(raw[0..<8]), what: "id prefix"), try Self.decodeU64(Array(raw[8..<16]), what: "arrival"))
+        }
         // Read whole before writing: LMDB's in-place bytes are valid only
         // until the transaction's next write.
-        var entries: [(prefix: UInt64, arrival: UInt64)] = []
-        entries.reserveCapacity(recent)
-        try txn.scanInPlace(recentIDs) { key, value in
+        var moving: [(prefix: UInt64, arrival: UInt64)] = []
+        moving.reserveCapacity(wanted)
+        func entry(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> (prefix: UInt64, arrival: UInt64) {
             guard key.count == 8, value.count == 8 else {
                 throw LogError.corrupt("a recent id index entry of \(key.count) and \(value.count) bytes")
             }
-            entries.append((key.loadUnaligned(as: UInt64.self).bigEndian, value.loadUnaligned(as: UInt64.self).bigEndian))
-            return true
+            return (key.loadUnaligned(as: UInt64.self).bigEndian, value.loadUnaligned(as: UInt64.self).bigEndian)
         }
-        // Every recent arrival is later than every arrival of the main
-        // level, so it goes after the main level's values under its prefix.
-        for entry in entries {
-            try txn.putDuplicate(ids, Self.encodeU64(entry.prefix), Self.encodeU64(entry.arrival), last: true)
+        try txn.scanInPlace(recentIDs, from: resume.map { Self.encodeU64($0.prefix) }) { key, value in
+            let e = try entry(key, value)
+            if let resume, (e.prefix, e.arrival) <= (resume.prefix, resume.arrival) { return true }
+            moving.append(e)
+            return moving.count < wanted
         }
-        try txn.clear(recentIDs)
+        if moving.count < wanted, let resume {
+            // Round from the first entry, up to where this move began.
+            try txn.scanInPlace(recentIDs) { key, value in
+                let e = try entry(key, value)
+                guard (e.prefix, e.arrival) <= (resume.prefix, resume.arrival) else { return false }
+                moving.append(e)
+                return moving.count < wanted
+            }
+        }
+        for e in moving {
+            let key = Self.encodeU64(e.prefix)
+            let value = Self.encodeU64(e.arrival)
+            try txn.putDuplicate(ids, key, value, last: false)
+            _ = try txn.deleteDuplicate(recentIDs, key, value)
+        }
+        if let last = moving.last { try txn.put(meta, Self.idsMovedKey, Self.encodeU64(last.prefix) + Self.encodeU64(last.arrival)) }
     }
 
     /// Validates `event` against its feed and stores it, inside the caller's

@@ -252,7 +252,7 @@ private func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -
 extension Projections {
     /// Visits the facts whose keys start with `prefix`, in key order, from
     /// both levels (Specs/projections.md §9.1), until `body` returns false.
-    /// A fact filed again since the merge (a refilled event) is in both
+    /// A fact filed again after it moved (a refilled event) is in both
     /// levels under one key: it is visited once, with the recent value.
     func scanFacts(prefix: [UInt8], in txn: Transaction, _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
         var recent: [(key: [UInt8], value: [UInt8])] = []

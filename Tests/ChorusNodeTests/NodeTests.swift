@@ -148,12 +148,13 @@ struct NodeTests {
     }
 
     /// The id index's two levels (Specs/storage.md §3, §5.3): a commit
-    /// lists its events in the recent level, which is merged into the main
-    /// level, in the same transaction, once it holds at least the minimum
-    /// and at least an eighth of the main level. After every commit each
-    /// event is found by id, in whichever level lists it, and the audit
-    /// finds the index whole.
-    @Test func theIDIndexMergesItsRecentLevelIntoTheMainOne() throws {
+    /// lists its events in the recent level, and then moves the recent
+    /// level's excess over its target (at least the minimum, or an eighth
+    /// of the main level) into the main level, in key order from after the
+    /// entry the last move ended with, going round at the end. After every
+    /// commit each event is found by id, in whichever level lists it, and
+    /// the audit finds the index whole.
+    @Test func theIDIndexMovesItsRecentLevelIntoTheMainOneARangeAtATime() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         try FileManager.default.createDirectory(atPath: tmp.store("levels"), withIntermediateDirectories: true)
@@ -162,10 +163,13 @@ struct NodeTests {
         var feeds = [FeedWriter(seedByte: 1), FeedWriter(seedByte: 2)]
         var stored: [Event] = []
         var expected = (main: 0, recent: 0)
-        var merges = 0
-        for commit in 0..<30 {
+        var moves = 0
+        var wentRound = false
+        func cursor() throws -> [UInt8]? { try env.read { txn in try txn.get(log.meta, LogStore.idsMovedKey) } }
+        for commit in 0..<40 {
             // Commits of 1 to 4 events, from both feeds.
             let batch = (0..<(1 + commit % 4)).map { i in feeds[i % 2].next("\(commit).\(i)") }
+            let before = try cursor()
             try env.write { txn in
                 var context = try log.appendContext(in: txn, nowMillis: 1_800_000_000_000, driftMillis: 60_000)
                 for e in batch {
@@ -175,22 +179,28 @@ struct NodeTests {
             }
             stored += batch
             expected.recent += batch.count
-            if expected.recent >= 5, expected.recent * 8 >= expected.main {
-                (expected.main, expected.recent) = (expected.main + expected.recent, 0)
-                merges += 1
+            let target = max(5, expected.main / 8)
+            if expected.recent > target {
+                (expected.main, expected.recent) = (expected.main + expected.recent - target, target)
+                moves += 1
             }
             let levels = try env.read { txn in (main: try txn.count(log.ids), recent: try txn.count(log.recentIDs)) }
             #expect(levels == expected, "after commit \(commit)")
+            if let before, let after = try cursor(), after.lexicographicallyPrecedes(before) { wentRound = true }
             for (position, e) in stored.enumerated() {
                 #expect(try log.event(e.id)?.arrival == UInt64(position + 1))
             }
             #expect(try log.integrityProblems().isEmpty)
         }
-        // Both rules decided some merges: the minimum at first, then the ratio.
-        #expect(merges >= 3 && expected.main > 5 * 8)
+        // Both targets decided some moves: the minimum at first, then the
+        // ratio; and the moves went round the end of the key space.
+        #expect(moves >= 10 && expected.main > 5 * 8)
+        #expect(wentRound)
         // An event listed in both levels is damage the audit names.
         let first = try #require(stored.first)
-        try env.write { txn in try txn.putDuplicate(log.recentIDs, Array(first.id.bytes[0..<8]), LogStore.encodeU64(1), last: false) }
+        let listed = try env.read { txn in try txn.firstDuplicate(log.ids, Array(first.id.bytes[0..<8]), from: LogStore.encodeU64(0)) }
+        let other = listed != nil ? log.recentIDs : log.ids
+        try env.write { txn in try txn.putDuplicate(other, Array(first.id.bytes[0..<8]), LogStore.encodeU64(1), last: false) }
         #expect(try log.integrityProblems() == ["\(stored.count) events stored but \(stored.count + 1) in the id index"])
     }
 
