@@ -306,7 +306,7 @@ extension Projections {
     /// walk the key space: a commit rewrites the main level's pages of one
     /// narrow key range, and each of its pages about once per walk, instead
     /// of all of them at once when the recent level would fill.
-    func mergeRecentFactsIfDue(in txn: Transaction) throws {
+    func moveRecentFactsIfDue(in txn: Transaction) throws {
         let recent = try txn.count(recentFacts)
         let target = max(recentFactsMinimum, try txn.count(facts) / Self.recentFactsRatio)
         guard recent > target else { return }

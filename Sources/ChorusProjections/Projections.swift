@@ -24,15 +24,15 @@ public struct Projections: Sendable {
     /// The network configuration folds read (issuers, slot prices); its
     /// fingerprint is part of the digest.
     public let config: NetworkConfig
-    /// The facts' main level; `recentFacts` holds those filed since its
-    /// last merge into this one (Specs/projections.md §9.1).
+    /// The facts' main level; `recentFacts` holds those filed and not yet
+    /// moved into this one (Specs/projections.md §9.1).
     let facts: Database
     let recentFacts: Database
     let index: Database
     let state: Database
-    /// The recent level of the facts is merged into the main one once it
-    /// holds at least this many entries and at least 1/`recentFactsRatio`
-    /// of the main level's (Specs/projections.md §9.1).
+    /// The recent level's target: at least this many entries, or
+    /// 1/`recentFactsRatio` of the main level's; a commit moves the excess
+    /// into the main level (Specs/projections.md §9.1 says why these).
     let recentFactsMinimum: Int
     static let defaultRecentFactsMinimum = 32_768
     static let recentFactsRatio = 8
@@ -48,8 +48,8 @@ public struct Projections: Sendable {
         try self.init(log: log, blobs: blobs, config: config, recentFactsMinimum: Self.defaultRecentFactsMinimum)
     }
 
-    /// With another merge threshold for the facts' levels, for tests that
-    /// merge them after a few events.
+    /// With another least target for the facts' recent level, for tests
+    /// that move facts between the levels after a few events.
     init(log: LogStore, blobs: BlobStore, config: NetworkConfig, recentFactsMinimum: Int) throws {
         self.log = log
         self.blobs = blobs
@@ -98,7 +98,7 @@ public struct Projections: Sendable {
         }
         guard var run else { return Purges() }
         try run.execute()
-        try mergeRecentFactsIfDue(in: txn)
+        try moveRecentFactsIfDue(in: txn)
         return run.purges
     }
 
