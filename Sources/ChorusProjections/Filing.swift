@@ -59,14 +59,9 @@ struct SortedEntries: Sendable {
     var count: Int { records.count }
     var byteCount: Int { bytes.count }
 
-    mutating func add<Key: Collection<UInt8>, Value: Collection<UInt8>>(_ key: Key, _ value: Value) {
+    mutating func add(_ key: [UInt8], _ value: [UInt8]) {
         var head: UInt64 = 0
-        var taken = 0
-        for byte in key.prefix(8) {
-            head = head << 8 | UInt64(byte)
-            taken += 1
-        }
-        head <<= UInt64(8 * (8 - taken))
+        for i in 0..<8 { head = head << 8 | UInt64(i < key.count ? key[i] : 0) }
         records.append(Record(offset: bytes.count, keyCount: Int32(key.count), valueCount: Int32(value.count), head: head))
         bytes += key
         bytes += value
