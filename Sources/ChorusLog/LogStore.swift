@@ -205,42 +205,19 @@ public struct LogStore: Sendable {
         let target = max(recentIDsMinimum, try txn.count(ids) / Self.recentIDsRatio)
         guard recent > target else { return }
         let wanted = recent - target
-        let resume: (prefix: UInt64, arrival: UInt64)? = try txn.get(meta, Self.idsMovedKey).map { raw in
+        let resume = try txn.get(meta, Self.idsMovedKey).map { raw -> (key: [UInt8], value: [UInt8]?) in
             guard raw.count == 16 else { throw LogError.corrupt("ids_moved of \(raw.count) bytes") }
-            return (try Self.decodeU64(Array(raw[0..<8]), what: "id prefix"), try Self.decodeU64(Array(raw[8..<16]), what: "arrival"))
+            return (Array(raw[0..<8]), Array(raw[8..<16]))
         }
-        // Read whole before writing: LMDB's in-place bytes are valid only
-        // until the transaction's next write.
-        var moving: [(prefix: UInt64, arrival: UInt64)] = []
-        moving.reserveCapacity(wanted)
-        func entry(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> (prefix: UInt64, arrival: UInt64) {
+        let moving = try txn.entriesAfter(recentIDs, cursor: resume, count: wanted)
+        for (key, value) in moving {
             guard key.count == 8, value.count == 8 else {
                 throw LogError.corrupt("a recent id index entry of \(key.count) and \(value.count) bytes")
             }
-            return (key.loadUnaligned(as: UInt64.self).bigEndian, value.loadUnaligned(as: UInt64.self).bigEndian)
-        }
-        try txn.scanInPlace(recentIDs, from: resume.map { Self.encodeU64($0.prefix) }) { key, value in
-            let e = try entry(key, value)
-            if let resume, (e.prefix, e.arrival) <= (resume.prefix, resume.arrival) { return true }
-            moving.append(e)
-            return moving.count < wanted
-        }
-        if moving.count < wanted, let resume {
-            // Round from the first entry, up to where this move began.
-            try txn.scanInPlace(recentIDs) { key, value in
-                let e = try entry(key, value)
-                guard (e.prefix, e.arrival) <= (resume.prefix, resume.arrival) else { return false }
-                moving.append(e)
-                return moving.count < wanted
-            }
-        }
-        for e in moving {
-            let key = Self.encodeU64(e.prefix)
-            let value = Self.encodeU64(e.arrival)
             try txn.putDuplicate(ids, key, value, last: false)
             _ = try txn.deleteDuplicate(recentIDs, key, value)
         }
-        if let last = moving.last { try txn.put(meta, Self.idsMovedKey, Self.encodeU64(last.prefix) + Self.encodeU64(last.arrival)) }
+        if let last = moving.last { try txn.put(meta, Self.idsMovedKey, last.key + last.value) }
     }
 
     /// Validates `event` against its feed and stores it, inside the caller's

@@ -306,23 +306,8 @@ extension Projections {
         let target = max(recentFactsMinimum, try txn.count(facts) / Self.recentFactsRatio)
         guard recent > target else { return }
         let wanted = recent - target
-        let resume = try txn.get(index, Self.factsMergedKey).map { $0 + [0] }
-        // Read whole before writing: LMDB's in-place bytes are valid only
-        // until the transaction's next write.
-        var moving: [(key: [UInt8], value: [UInt8])] = []
-        moving.reserveCapacity(wanted)
-        try txn.scanInPlace(recentFacts, from: resume) { key, value in
-            moving.append((Array(key), Array(value)))
-            return moving.count < wanted
-        }
-        if moving.count < wanted, let resume {
-            // Round from the first key, up to where this move began.
-            try txn.scanInPlace(recentFacts) { key, value in
-                guard key.lexicographicallyPrecedes(resume) else { return false }
-                moving.append((Array(key), Array(value)))
-                return moving.count < wanted
-            }
-        }
+        let resume = try txn.get(index, Self.factsMergedKey).map { (key: $0, value: nil as [UInt8]?) }
+        let moving = try txn.entriesAfter(recentFacts, cursor: resume, count: wanted)
         for (key, value) in moving {
             try txn.put(facts, key, value)
             try txn.delete(recentFacts, key)

@@ -485,6 +485,40 @@ public struct Transaction {
         try scanInPlace(db, from: from) { k, v in try body(Array(k), Array(v)) }
     }
 
+    /// Up to `count` entries of `db` in (key, value) order after `cursor`,
+    /// going round to the first entry at the end but never back past
+    /// `cursor`: the next stretch of a walk round the database. With a nil
+    /// `cursor.value`, every entry under `cursor.key` counts as passed.
+    /// Copied, so the caller may write next (LMDB's in-place bytes last
+    /// only until the transaction's next write).
+    public func entriesAfter(
+        _ db: Database, cursor: (key: [UInt8], value: [UInt8]?)?, count: Int
+    ) throws -> [(key: [UInt8], value: [UInt8])] {
+        var out: [(key: [UInt8], value: [UInt8])] = []
+        guard count > 0 else { return out }
+        out.reserveCapacity(count)
+        func passed(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Bool {
+            guard let cursor else { return false }
+            if key.lexicographicallyPrecedes(cursor.key) { return true }
+            guard key.elementsEqual(cursor.key) else { return false }
+            guard let at = cursor.value else { return true }
+            return !at.lexicographicallyPrecedes(value)
+        }
+        try scanInPlace(db, from: cursor?.key) { key, value in
+            if passed(key, value) { return true }
+            out.append((Array(key), Array(value)))
+            return out.count < count
+        }
+        if out.count < count, cursor != nil {
+            try scanInPlace(db) { key, value in
+                guard passed(key, value) else { return false }
+                out.append((Array(key), Array(value)))
+                return out.count < count
+            }
+        }
+        return out
+    }
+
     /// Visits entries in key order starting at the first key >= `from`
     /// (or the first key), with their bytes where LMDB holds them (valid
     /// only inside `body`), until `body` returns false: for a pass over a
