@@ -346,7 +346,7 @@ public struct LogStore: Sendable {
     }
 
     /// The id of the event stored at `arrival`, hashed where LMDB holds it.
-    func storedID(at arrival: UInt64, in txn: Transaction) throws -> EventID {
+    public func storedID(at arrival: UInt64, in txn: Transaction) throws -> EventID {
         try txn.withValue(envelopes, Self.encodeU64(arrival)) { raw in
             guard let raw else { throw LogError.corrupt("no event at arrival \(arrival)") }
             do { return try Event.storedID(ofEnvelope: raw) } catch { throw LogError.corrupt("event at arrival \(arrival): \(error)") }

@@ -84,7 +84,7 @@ extension FoldRun {
             guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .chatCreated {
                 if created != nil {
-                    try decide(f.id, NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event"))
+                    try decide(f, NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event"))
                     continue
                 }
                 created = (f, user)
@@ -92,11 +92,11 @@ extension FoldRun {
                 for m in f.payload?[text: "members"]?.arrayValue?.compactMap(\.id32) ?? [] where m != user {
                     join(m, admin: false, at: f.hlc)
                 }
-                try decide(f.id, nil)
+                try decide(f, nil)
                 continue
             }
             guard created != nil else {
-                try decide(f.id, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+                try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
                 continue
             }
             guard let target = f.payload?[text: "user"]?.id32 else {
@@ -106,17 +106,17 @@ extension FoldRun {
             switch f.kind {
             case .chatMemberAdded:
                 guard isAdmin else {
-                    try decide(f.id, NoEffect("not_admin", "only an administrator of the chat may add members"))
+                    try decide(f, NoEffect("not_admin", "only an administrator of the chat may add members"))
                     continue
                 }
                 join(target, admin: f.payload?[text: "admin"]?.boolValue ?? false, at: f.hlc)
             case .chatMemberRemoved:
                 guard isAdmin || target == user else {
-                    try decide(f.id, NoEffect("not_admin", "only an administrator may remove another member"))
+                    try decide(f, NoEffect("not_admin", "only an administrator may remove another member"))
                     continue
                 }
                 guard var m = members[target], m.isCurrent, let last = m.intervals.indices.last else {
-                    try decide(f.id, NoEffect("not_member", "\(target.short) is not a member at this point"))
+                    try decide(f, NoEffect("not_member", "\(target.short) is not a member at this point"))
                     continue
                 }
                 m.intervals[last].to = f.hlc
@@ -124,7 +124,7 @@ extension FoldRun {
             default:
                 throw ProjectionError.corrupt("\(f.kind.name) filed as a chat fact")
             }
-            try decide(f.id, nil)
+            try decide(f, nil)
         }
 
         let chatKey = Table.chat.key(chat)
@@ -177,7 +177,7 @@ extension FoldRun {
         let (sentFact, edits, all) = try messageFacts(message)
         guard let sent = sentFact else {
             for f in edits {
-                try decide(f.id, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
+                try decide(f, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
             }
             return
         }
@@ -196,7 +196,7 @@ extension FoldRun {
         func withdraw(_ why: NoEffect) throws {
             // The send's reason is kept in its entry (§9.1), not under its own key.
             for f in all where f.id != sent.id {
-                try decide(f.id, NoEffect("message_no_effect", "message \(message.short) took no effect"))
+                try decide(f, NoEffect("message_no_effect", "message \(message.short) took no effect"))
             }
             // Every held send keeps an entry, withdrawn when it takes no
             // effect: the chat's messages are listed from these entries
@@ -218,23 +218,23 @@ extension FoldRun {
         for f in all where f.id != sent.id {
             switch try actor(f) {
             case .failure(let why):
-                try decide(f.id, why)
+                try decide(f, why)
                 continue
             case .success(let user) where user != sender:
-                try decide(f.id, NoEffect("not_author", "only the sender may edit or delete a message"))
+                try decide(f, NoEffect("not_author", "only the sender may edit or delete a message"))
                 continue
             case .success: break
             }
             if let named = f.payload?[text: "chat"]?.id32, named != chat {
-                try decide(f.id, NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
+                try decide(f, NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
                 continue
             }
             if deleted != nil {
-                try decide(f.id, NoEffect("after_deletion", "the message was deleted before this event"))
+                try decide(f, NoEffect("after_deletion", "the message was deleted before this event"))
                 continue
             }
             if f.kind == .messageDeleted { deleted = f } else { edit = f }
-            try decide(f.id, nil)
+            try decide(f, nil)
         }
         // The stored entry names the events whose payloads hold the content
         // instead of copying it (Specs/projections.md §9.1);
@@ -315,7 +315,7 @@ extension FoldRun {
             }
             guard let user = try actingUserOrRecord(f) else { continue }
             guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
-                try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+                try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
                 continue
             }
             guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
@@ -323,11 +323,11 @@ extension FoldRun {
             }
             // Never backwards: the marker is the furthest (hlc, message) read.
             if let current = markers[user], !(current.hlc < hlc || (current.hlc == hlc && current.message < message)) {
-                try decide(f.id, nil)
+                try decide(f, nil)
                 continue
             }
             markers[user] = (hlc, message)
-            try decide(f.id, nil)
+            try decide(f, nil)
         }
         func encoded(_ m: (hlc: UInt64, message: EventID)) -> [UInt8] {
             Codec.cbor(.array([.unsigned(m.hlc), .bytes(m.message.bytes)]))
@@ -354,7 +354,7 @@ extension FoldRun {
     mutating func foldReadFact(_ chat: ObjectID, _ f: Fact) throws {
         guard let user = try actingUserOrRecord(f) else { return }
         guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
-            return try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+            return try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
         }
         guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
             throw ProjectionError.corrupt("chat.read fact without its payload")
@@ -369,7 +369,7 @@ extension FoldRun {
             forward = current < hlc || (current == hlc && currentMessage < message)
         }
         if forward { try txn.put(p.state, key, Codec.cbor(.array([.unsigned(hlc), .bytes(message.bytes)]))) }
-        try decide(f.id, nil)
+        try decide(f, nil)
     }
 }
 

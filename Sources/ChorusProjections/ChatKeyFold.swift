@@ -42,15 +42,15 @@ extension FoldRun {
         var winner: (fact: Fact, key: Bytes32)? = nil
         for f in try facts(.deviceKey, device) {
             guard f.author == device else {
-                try decide(f.id, NoEffect("not_owner", "only device \(device.short) may publish its encryption key"))
+                try decide(f, NoEffect("not_owner", "only device \(device.short) may publish its encryption key"))
                 continue
             }
             guard winner == nil else {
-                try decide(f.id, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+                try decide(f, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
                 continue
             }
             winner = (f, try f.read(DeviceKeyPayload.self).key)
-            try decide(f.id, nil)
+            try decide(f, nil)
         }
         let stateKey = Table.encryptionKey.key(device)
         if let winner {
@@ -74,11 +74,11 @@ extension FoldRun {
         for f in try facts(.chatKeys, chat) {
             guard let user = try actingUserOrRecord(f) else { continue }
             guard chatExists else {
-                try decide(f.id, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+                try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
                 continue
             }
             guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
-                try decide(f.id, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+                try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
                 continue
             }
             let key = try f.read(ChatKeyPayload.self)
@@ -96,7 +96,7 @@ extension FoldRun {
                 let wrapKey = StateKey(Table.wrap.key(chat, key.epoch, device))
                 if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
             }
-            try decide(f.id, nil)
+            try decide(f, nil)
         }
         try replace(prefix: Table.epoch.key(chat), with: epochs)
         try replace(prefix: Table.wrap.key(chat), with: wrapEntries)

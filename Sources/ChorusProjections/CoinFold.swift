@@ -175,7 +175,7 @@ extension FoldRun {
         }
         guard entry != old else { return }
         try writeLedgerEntry(order, old: old, new: entry)
-        try decide(f.id, entry.noEffect)
+        try decide(f, entry.noEffect)
         // A credit or unlock that starts or stops counting changes what
         // the later members of its group (same receipt, same slot) decide.
         // A bulk fold decides every entry in order anyway.

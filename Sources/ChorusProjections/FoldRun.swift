@@ -41,8 +41,8 @@ struct FoldRun {
     /// have no decision recorded yet, so clearing one is a no-op that can be
     /// skipped, and a new send has no `message` entry yet...
     var newEvents: Set<EventID> = []
-    /// ...unless this run recorded one for them.
-    var decidedNoEffect: Set<EventID> = []
+    /// ...unless this run recorded one for them (by arrival position).
+    var decidedNoEffect: Set<UInt64> = []
     /// The arrival positions of the events this run files: a device whose
     /// binding changes need not read them back (`deviceChanged`).
     var newArrivals: Set<UInt64> = []
@@ -73,9 +73,9 @@ struct FoldRun {
     /// A bulk fold run off the write transaction, on a read transaction
     /// beside the other parts of its slice (`Projections.foldedInParts`:
     /// held messages and the classes `foldOffTheWriteTransaction` names): its no-effect
-    /// decisions, by event, collected here, its state entries in
+    /// decisions, by arrival position, collected here, its state entries in
     /// `bufferedState`; the caller writes both. Nil in every other fold.
-    var bufferedDecisions: [EventID: [UInt8]]? = nil
+    var bufferedDecisions: [UInt64: [UInt8]]? = nil
     /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
     var preloaded: PreloadedPayloads? = nil
     /// A bulk fold of device bindings: whether each `device.added` fact of
@@ -350,23 +350,31 @@ struct FoldRun {
     }
 
     /// Records why an event takes no effect, or clears the record.
-    mutating func decide(_ id: EventID, _ reason: NoEffect?) throws {
+    mutating func decide(_ fact: Fact, _ reason: NoEffect?) throws {
+        try decide(fact.id, at: fact.arrival, reason)
+    }
+
+    /// Records why the event at `arrival` takes no effect, or clears its
+    /// record. The stored record is keyed by the arrival position, not the
+    /// event id (Specs/projections.md §9.1): a commit's decisions then land
+    /// together at the end of the table instead of on pages all over it.
+    mutating func decide(_ id: EventID, at arrival: UInt64, _ reason: NoEffect?) throws {
         if bufferedDecisions != nil {
             // Off the write transaction, in a bulk fold: the state held no
             // decision before, so clearing one is only clearing this run's.
             if let reason {
-                bufferedDecisions?[id] = Projections.encodeNoEffect(reason)
-                decidedNoEffect.insert(id)
-            } else if decidedNoEffect.remove(id) != nil {
-                bufferedDecisions?[id] = nil
+                bufferedDecisions?[arrival] = Projections.encodeNoEffect(reason)
+                decidedNoEffect.insert(arrival)
+            } else if decidedNoEffect.remove(arrival) != nil {
+                bufferedDecisions?[arrival] = nil
             }
             return
         }
-        let key = Table.noEffect.key(id)
+        let key = Projections.noEffectKey(arrival)
         if let reason {
             try txn.put(p.state, key, Projections.encodeNoEffect(reason))
-            decidedNoEffect.insert(id)
-        } else if !(bulk || newEvents.contains(id)) || decidedNoEffect.contains(id) {
+            decidedNoEffect.insert(arrival)
+        } else if !(bulk || newEvents.contains(id)) || decidedNoEffect.contains(arrival) {
             try txn.delete(p.state, key)
         }
     }
@@ -400,7 +408,7 @@ struct FoldRun {
     mutating func actingUserOrRecord(_ fact: Fact) throws -> PublicKey? {
         switch try actor(fact) {
         case .failure(let why):
-            try decide(fact.id, why)
+            try decide(fact, why)
             return nil
         case .success(let user): return user
         }

@@ -12,36 +12,36 @@ extension FoldRun {
             switch f.kind {
             case .deviceAdded:
                 if let b = binding {
-                    try decide(f.id, NoEffect("already_bound", "device \(device.short) is already bound to user \(b.user.short)"))
+                    try decide(f, NoEffect("already_bound", "device \(device.short) is already bound to user \(b.user.short)"))
                     continue
                 }
                 if f.author == device {
-                    try decide(f.id, NoEffect("self_binding", "a key cannot bind itself as its own device"))
+                    try decide(f, NoEffect("self_binding", "a key cannot bind itself as its own device"))
                     continue
                 }
                 guard consentsChecked?[f.id] ?? Self.deviceConsents(f) else {
-                    try decide(f.id, NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid"))
+                    try decide(f, NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid"))
                     continue
                 }
                 binding = DeviceBinding(
                     user: f.author, addedHLC: f.hlc, addedBy: f.id, removedHLC: nil,
                     name: f.payload?[text: "name"]?.textValue)
-                try decide(f.id, nil)
+                try decide(f, nil)
             case .deviceRemoved:
                 guard let b = binding else {
-                    try decide(f.id, NoEffect("not_bound", "device \(device.short) is not bound to a user at this point"))
+                    try decide(f, NoEffect("not_bound", "device \(device.short) is not bound to a user at this point"))
                     continue
                 }
                 guard f.author == b.user else {
-                    try decide(f.id, NoEffect("not_owner", "only user \(b.user.short) may remove this device"))
+                    try decide(f, NoEffect("not_owner", "only user \(b.user.short) may remove this device"))
                     continue
                 }
                 guard b.removedHLC == nil else {
-                    try decide(f.id, NoEffect("already_removed", "the device was already removed"))
+                    try decide(f, NoEffect("already_removed", "the device was already removed"))
                     continue
                 }
                 binding = DeviceBinding(user: b.user, addedHLC: b.addedHLC, addedBy: b.addedBy, removedHLC: f.hlc, name: b.name)
-                try decide(f.id, nil)
+                try decide(f, nil)
             default:
                 throw ProjectionError.corrupt("\(f.kind.name) filed as a device fact")
             }

@@ -276,7 +276,7 @@ enum Table: UInt8 {
     case slotUnlock = 0x62  // user || slot -> unlocking event id
     case ledger = 0x63  // merge order -> coin decision
     case slot = 0x70  // user || slot -> slot register
-    case noEffect = 0x7F  // event id -> [code, detail]
+    case noEffect = 0x7F  // event id -> [code, detail]; stored under u64 arrival (§9.1)
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -53,24 +53,24 @@ extension FoldRun {
             guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .pictureCreated {
                 if created != nil {
-                    try decide(f.id, NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event"))
+                    try decide(f, NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event"))
                     continue
                 }
                 created = (f, user)
                 caption = f.payload?[text: "caption"]?.textValue
-                try decide(f.id, nil)
+                try decide(f, nil)
                 continue
             }
             guard let owner = created?.owner else {
-                try decide(f.id, NoEffect("picture_unknown", "this node holds no creation of picture \(picture.short) before this event"))
+                try decide(f, NoEffect("picture_unknown", "this node holds no creation of picture \(picture.short) before this event"))
                 continue
             }
             guard user == owner else {
-                try decide(f.id, NoEffect("not_owner", "only user \(owner.short) may change this picture"))
+                try decide(f, NoEffect("not_owner", "only user \(owner.short) may change this picture"))
                 continue
             }
             if deleted != nil {
-                try decide(f.id, NoEffect("after_deletion", "the picture was deleted before this event"))
+                try decide(f, NoEffect("after_deletion", "the picture was deleted before this event"))
                 continue
             }
             switch f.kind {
@@ -83,7 +83,7 @@ extension FoldRun {
             default:
                 throw ProjectionError.corrupt("\(f.kind.name) filed as a picture fact")
             }
-            try decide(f.id, nil)
+            try decide(f, nil)
         }
         let recordKey = Table.picture.key(picture)
         if let oldRaw = try txn.get(p.state, recordKey) {

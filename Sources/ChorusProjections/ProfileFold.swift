@@ -36,20 +36,20 @@ extension FoldRun {
     private mutating func effectiveProfileEdit(_ user: PublicKey, _ f: Fact) throws -> (String, CBORValue)? {
         switch try actor(f) {
         case .failure(let why):
-            try decide(f.id, why)
+            try decide(f, why)
             return nil
         case .success(let actor) where actor != user:
-            try decide(f.id, NoEffect("not_owner", "only devices of user \(user.short) may edit this profile"))
+            try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may edit this profile"))
             return nil
         case .success:
             guard let payload = f.payload, let field = payload[text: "field"]?.textValue, let value = payload[text: "value"] else {
                 throw ProjectionError.corrupt("profile.set fact without its payload")
             }
             if ProfileField(rawValue: field)?.isRetired == true {
-                try decide(f.id, NoEffect("retired_field", "the profile field \(field) is retired and takes no effect: every profile field is public"))
+                try decide(f, NoEffect("retired_field", "the profile field \(field) is retired and takes no effect: every profile field is public"))
                 return nil
             }
-            try decide(f.id, nil)
+            try decide(f, nil)
             return (field, value)
         }
     }
@@ -65,19 +65,19 @@ extension FoldRun {
         var registers: [UInt64: (picture: CBORValue, fact: Fact)] = [:]
         for f in try facts(.slots, user) {
             switch try actor(f) {
-            case .failure(let why): try decide(f.id, why)
+            case .failure(let why): try decide(f, why)
             case .success(let actor) where actor != user:
-                try decide(f.id, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
+                try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
             case .success:
                 guard let payload = f.payload, let slot = payload[text: "slot"]?.unsignedValue,
                     let picture = payload[text: "picture"]
                 else { throw ProjectionError.corrupt("slot.set fact without its payload") }
                 guard slot < UInt64(p.config.slotCount) else {
-                    try decide(f.id, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
+                    try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
                     continue
                 }
                 registers[slot] = (picture, f)
-                try decide(f.id, nil)
+                try decide(f, nil)
             }
         }
         var entries: [StateKey: [UInt8]] = [:]

@@ -478,7 +478,7 @@ public struct Projections: Sendable {
     /// chat's message count, and the pictures and messages found deleted.
     struct FoldedPart: Sendable {
         let state: SortedEntries
-        let decisions: [EventID: [UInt8]]
+        let decisions: [UInt64: [UInt8]]
         let counts: [ObjectID: Int]
         let deleted: FoldRun.DeletedObjects
 
@@ -503,8 +503,8 @@ public struct Projections: Sendable {
                 try part.state.write(0..<part.state.count, to: state, in: txn, append: false)
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
-            for (id, reason) in parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
-                try txn.put(state, Table.noEffect.key(id), reason)
+            for (arrival, reason) in parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
+                try txn.put(state, Self.noEffectKey(arrival), reason)
             }
             try run.writeMessageCounts()
         }
@@ -742,8 +742,9 @@ public struct Projections: Sendable {
     /// names through the log's id index). 11: a withdrawn send's no-effect
     /// record is kept in its message entry, not under its own key.
     /// 12: facts in two levels, a recent one each commit writes and a main
-    /// one it is merged into (`facts_recent`, §9.1).
-    public static let formatVersion: UInt64 = 12
+    /// one it is merged into (`facts_recent`, §9.1). 13: no-effect records
+    /// are stored under the event's arrival position, not its id (§9.1).
+    public static let formatVersion: UInt64 = 13
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -817,8 +818,8 @@ public struct Projections: Sendable {
     /// The state of Specs/projections.md §5 in key order: every entry as
     /// stored, except `message` records, which the store keeps as entries
     /// naming the log's payloads (§9.1) and which are expanded here, and
-    /// the `noEffect` records of withdrawn sends, which their entries hold
-    /// (§9.1) and which take their place among the stored ones here.
+    /// the `noEffect` records, which the store keys by arrival position and
+    /// which withdrawn sends' entries hold (§9.1), keyed here by event id.
     ///
     /// The payloads are read in the scan, then decoded and the records
     /// encoded on all cores, a slice of messages at a time: every digest
@@ -831,46 +832,50 @@ public struct Projections: Sendable {
             for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
             pending.removeAll(keepingCapacity: true)
         }
-        // The withdrawn sends' records, in key order once the scan reaches
-        // the `noEffect` table (the last), merged there with the stored ones.
-        var withdrawn: [(key: [UInt8], value: [UInt8])] = []
-        var nextWithdrawn = 0
-        var sorted = false
-        func emitWithdrawn(before key: [UInt8]?) throws {
-            if !sorted {
-                withdrawn.sort { $0.key.lexicographicallyPrecedes($1.key) }
-                sorted = true
-            }
-            while nextWithdrawn < withdrawn.count {
-                let next = withdrawn[nextWithdrawn]
-                if let key {
-                    if next.key == key { throw ProjectionError.corrupt("a no-effect record stored for the withdrawn send \(Hex.encode(key))") }
-                    if !next.key.lexicographicallyPrecedes(key) { return }
-                }
-                try body(next.key, next.value)
-                nextWithdrawn += 1
-            }
-        }
+        // The no-effect records of §5, keyed by event id: the withdrawn
+        // sends' (their entries hold them) and the stored ones (keyed by
+        // arrival, §9.1), put in key order once the scan has passed every
+        // other table (`noEffect` is the last).
+        var noEffects: [(key: [UInt8], value: [UInt8])] = []
         try txn.scan(state) { key, value in
             if key.first == Table.message.rawValue {
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
                 let entry = try MessageEntry.decode(value)
                 // A withdrawn entry lists its send, and holds its reason (§9.1).
                 if entry.withdrawn {
-                    if let reason = entry.reason { withdrawn.append((Table.noEffect.key(key.suffix(32)), Self.encodeNoEffect(reason))) }
+                    if let reason = entry.reason { noEffects.append((Table.noEffect.key(key.suffix(32)), Self.encodeNoEffect(reason))) }
                     return true
                 }
                 pending.append((key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try entry.payloads(log: log, in: txn)))
                 if pending.count == 4096 { try flush() }
+            } else if key.first == Table.noEffect.rawValue {
+                noEffects.append((Table.noEffect.key(try log.storedID(at: try Self.noEffectArrival(key), in: txn)), value))
             } else {
                 try flush()
-                if key.first == Table.noEffect.rawValue { try emitWithdrawn(before: key) }
                 try body(key, value)
             }
             return true
         }
         try flush()
-        try emitWithdrawn(before: nil)
+        noEffects.sort { $0.key.lexicographicallyPrecedes($1.key) }
+        for (i, record) in noEffects.enumerated() {
+            if i > 0, noEffects[i - 1].key == record.key {
+                throw ProjectionError.corrupt("two no-effect records for event \(Hex.encode(record.key.suffix(32)))")
+            }
+            try body(record.key, record.value)
+        }
+    }
+
+    /// The stored key of the no-effect record of the event at `arrival`
+    /// (Specs/projections.md §9.1).
+    static func noEffectKey(_ arrival: UInt64) -> [UInt8] { Table.noEffect.key(Codec.u64(arrival)) }
+
+    /// The arrival position a stored no-effect key names.
+    static func noEffectArrival(_ key: [UInt8]) throws -> UInt64 {
+        guard key.count == 9, key.first == Table.noEffect.rawValue else {
+            throw ProjectionError.corrupt("no-effect key of \(key.count) bytes")
+        }
+        return Codec.readU64(key[1...])
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {

@@ -42,7 +42,8 @@ extension Projections {
     /// `noEffect` in the caller's transaction: the stored record, or for a
     /// `message.sent` the reason its withdrawn entry holds (§9.1).
     func noEffect(_ id: EventID, in txn: Transaction) throws -> NoEffect? {
-        if let raw = try txn.get(state, Table.noEffect.key(id)) { return try Self.decodeNoEffect(raw) }
+        guard let arrival = try log.readArrival(of: id, in: txn) else { return nil }
+        if let raw = try txn.get(state, Self.noEffectKey(arrival)) { return try Self.decodeNoEffect(raw) }
         guard let sent = try sentEvent(id, in: txn) else { return nil }
         return try withdrawnReason(of: sent.event, in: txn)
     }
@@ -51,7 +52,9 @@ extension Projections {
     /// `message.sent` is found by its chat and time, without a lookup by id.
     public func noEffect(of event: Event) throws -> NoEffect? {
         try log.env.read { txn in
-            if let raw = try txn.get(state, Table.noEffect.key(event.id)) { return try Self.decodeNoEffect(raw) }
+            if let arrival = try log.readArrival(of: event.id, in: txn), let raw = try txn.get(state, Self.noEffectKey(arrival)) {
+                return try Self.decodeNoEffect(raw)
+            }
             return event.kind == .messageSent ? try withdrawnReason(of: event, in: txn) : nil
         }
     }
@@ -77,31 +80,23 @@ extension Projections {
         }
     }
 
-    /// Visits every no-effect record in id order until `body` returns false.
-    /// The withdrawn sends' records come from a scan of every message entry.
+    /// Visits every no-effect record in id order until `body` returns false:
+    /// the stored ones, keyed by arrival (§9.1), and the withdrawn sends',
+    /// from a scan of every message entry.
     func scanNoEffects(in txn: Transaction, _ body: (NoEffectRecord) throws -> Bool) throws {
-        var withdrawn: [NoEffectRecord] = []
+        var records: [NoEffectRecord] = []
         try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
             guard try MessageEntry.isWithdrawn(value), let reason = try MessageEntry.decode(value).reason else { return true }
-            withdrawn.append(NoEffectRecord(event: try Codec.b32(key.suffix(32), "message id"), reason: reason))
+            records.append(NoEffectRecord(event: try Codec.b32(key.suffix(32), "message id"), reason: reason))
             return true
         }
-        withdrawn.sort { $0.event < $1.event }
-        var next = 0
-        var going = true
         try txn.scan(state, prefix: [Table.noEffect.rawValue]) { key, value in
-            let stored = NoEffectRecord(event: try Codec.b32(key[1...], "event id"), reason: try Self.decodeNoEffect(value))
-            while going, next < withdrawn.count, withdrawn[next].event < stored.event {
-                going = try body(withdrawn[next])
-                next += 1
-            }
-            if going { going = try body(stored) }
-            return going
+            let event = try log.storedID(at: try Self.noEffectArrival(key), in: txn)
+            records.append(NoEffectRecord(event: event, reason: try Self.decodeNoEffect(value)))
+            return true
         }
-        while going, next < withdrawn.count {
-            going = try body(withdrawn[next])
-            next += 1
-        }
+        records.sort { $0.event < $1.event }
+        for record in records where try !body(record) { return }
     }
 
     /// A no-effect record's value (Specs/projections.md §5, table 0x7F).

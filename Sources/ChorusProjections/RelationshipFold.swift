@@ -25,17 +25,17 @@ extension FoldRun {
         }
         for (f, actor) in all where Self.isAdd(f.kind) {
             switch actor {
-            case .failure(let why): try decide(f.id, why)
+            case .failure(let why): try decide(f, why)
             case .success(let user) where user == target && cls != .like:
-                try decide(f.id, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
+                try decide(f, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
             case .success(let user):
                 adds[f.id] = user
-                try decide(f.id, nil)
+                try decide(f, nil)
             }
         }
         for (f, actor) in all where !Self.isAdd(f.kind) {
             switch actor {
-            case .failure(let why): try decide(f.id, why)
+            case .failure(let why): try decide(f, why)
             case .success(let user):
                 guard let seen = f.payload?[text: "seen"]?.arrayValue else {
                     throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
@@ -46,7 +46,7 @@ extension FoldRun {
                     matched = true
                 }
                 try decide(
-                    f.id,
+                    f,
                     matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
             }
         }
@@ -94,7 +94,7 @@ extension FoldRun {
         guard let user = try actingUserOrRecord(f) else { return }
         if Self.isAdd(f.kind) {
             if user == target && cls != .like {
-                return try decide(f.id, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
+                return try decide(f, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
             }
             var cancelled = false
             var removers: [MergeOrder] = []
@@ -104,7 +104,11 @@ extension FoldRun {
             }
             for remover in removers where try actingUser(remover.author, at: remover.hlc) == user {
                 cancelled = true
-                try decide(remover.id, nil)  // it now names an add of its user
+                // It now names an add of its user.
+                guard let arrival = try p.log.readArrival(of: remover.id, in: txn) else {
+                    throw ProjectionError.corrupt("the remover \(remover.id.short) the cancel index names is not in the log")
+                }
+                try decide(remover.id, at: arrival, nil)
             }
             if !cancelled {
                 var ids = try liveAdds(cls, target, user)
@@ -113,7 +117,7 @@ extension FoldRun {
                     try setLiveAdds(cls, target, user, ids)
                 }
             }
-            return try decide(f.id, nil)
+            return try decide(f, nil)
         }
         guard let seen = f.payload?[text: "seen"]?.arrayValue else {
             throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
@@ -128,7 +132,7 @@ extension FoldRun {
             ids.removeAll { $0 == named }
         }
         if ids.count != before { try setLiveAdds(cls, target, user, ids) }
-        try decide(f.id, matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
+        try decide(f, matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
     }
 
     /// The add of class `cls` on `target` with id `id`, when the log holds

@@ -210,8 +210,10 @@ struct RuleTests {
     }
 
     /// A withdrawn send's no-effect record lives in its message entry, not
-    /// under its own key (Specs/projections.md §9.1), and is read, listed
-    /// and digested as if it were stored there; it goes with the entry.
+    /// under its own key, and other records under the event's arrival
+    /// position (Specs/projections.md §9.1); both are read, listed and
+    /// digested as the records of §5, keyed by event id; the send's goes
+    /// with its entry.
     @Test func aWithdrawnSendsReasonIsKeptInItsEntry() throws {
         let s = Scenario()
         let (alice, bob, _, create, add, message) = try s.bobJoinsThenSends()
@@ -220,7 +222,14 @@ struct RuleTests {
         try r.deliver(alice.bindings + bob.bindings + [create, message, edit])
         let env = r.projections.log.env
         let state = try env.openDatabase("state")
-        func stored(_ id: EventID) throws -> [UInt8]? { try env.read { txn in try txn.get(state, [0x7F] + id.bytes) } }
+        // Stored records are keyed by the event's arrival position (§9.1), never by its id.
+        func stored(_ id: EventID) throws -> [UInt8]? {
+            try env.read { txn in
+                guard let arrival = try r.projections.log.readArrival(of: id, in: txn) else { return nil }
+                #expect(try txn.get(state, [0x7F] + id.bytes) == nil)
+                return try txn.get(state, [0x7F] + (0..<8).reversed().map { UInt8(truncatingIfNeeded: arrival >> (8 * $0)) })
+            }
+        }
         #expect(try stored(message.id) == nil)
         #expect(try stored(edit.id) != nil)
         #expect(try r.projections.noEffect(message.id)?.code == "not_member")
