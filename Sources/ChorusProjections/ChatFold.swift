@@ -240,7 +240,7 @@ extension FoldRun {
         // instead of copying it (Specs/projections.md §9.1);
         // `MessageRecord.live` decides the content, here and when the
         // entry is read.
-        var entry = MessageEntry(sender: sender, device: sent.author, sent: sent.arrival)
+        var entry = MessageEntry(device: sent.author, sent: sent.arrival)
         if let deleted {
             entry.deleted = deleted.hlc
             if purging { try purgeContent(ofMessage: message, all) } else if bulk { deletedInBulk.messages.append(message) }
@@ -476,16 +476,16 @@ struct MessageRecord: Hashable, Sendable {
 /// holds them. `expand` gives the record of §5, which the digest, the
 /// diffs and the queries read.
 ///
-/// Layout: sender (32) ‖ device (32) ‖ u64be(sent arrival) ‖ u8(flags:
-/// 1 edited, 2 deleted, 4 purged) ‖ if edited: u64be(edit arrival) ‖
-/// u64be(edit hlc) ‖ editor (32) ‖ if deleted: u64be(deleted hlc). A
-/// withdrawn entry is device (32) ‖ device (32) ‖ u64be(sent arrival) ‖
-/// u8(8), followed, once folded, by the send's no-effect record (the
-/// value its `noEffect` entry would hold, which it stands in for). Arrival
-/// positions are local to a store, so two replicas' entries differ where
-/// their records do not.
+/// Layout: device (32) ‖ u64be(sent arrival) ‖ u8(flags: 1 edited,
+/// 2 deleted, 4 purged) ‖ if edited: u64be(edit arrival) ‖ u64be(edit
+/// hlc) ‖ editor (32) ‖ if deleted: u64be(deleted hlc). A withdrawn entry
+/// is device (32) ‖ u64be(sent arrival) ‖ u8(8) ‖ the send's no-effect
+/// record (the value its `noEffect` entry would hold, which it stands in
+/// for). The sender, the device's user, is not stored: it is read from
+/// the device's binding (`Projections.sender`, §9.1). Arrival positions
+/// are local to a store, so two replicas' entries differ where their
+/// records do not.
 struct MessageEntry: Sendable {
-    var sender: PublicKey
     var device: PublicKey
     /// Arrival position of the `message.sent`.
     var sent: UInt64
@@ -495,49 +495,47 @@ struct MessageEntry: Sendable {
     var deleted: HLC? = nil
     /// Live, but the `message.sent` payload is purged here.
     var purged = false
-    /// The send takes no effect (or is not folded yet): the entry only
-    /// names the send, for listing a chat's messages, and is no part of the
-    /// state of Specs/projections.md §5. `sender` then holds the device.
+    /// The send takes no effect: the entry only names the send, for
+    /// listing a chat's messages, and is no part of the state of
+    /// Specs/projections.md §5.
     var withdrawn = false
     /// Why a withdrawn send takes no effect: its `noEffect` record of §5,
-    /// kept here instead of under its own key (§9.1). nil only in an entry
-    /// a rebuild of before 2026-11-26 wrote and had not folded yet (§9.2).
+    /// kept here instead of under its own key (§9.1).
     var reason: NoEffect? = nil
 
     /// The entry of an effective message.
-    init(sender: PublicKey, device: PublicKey, sent: UInt64) {
-        self.sender = sender
+    init(device: PublicKey, sent: UInt64) {
         self.device = device
         self.sent = sent
     }
 
-    /// The entry of a send that takes no effect (for `reason`), or is not
-    /// folded yet.
-    init(withdrawnBy device: PublicKey, sent: UInt64, reason: NoEffect? = nil) {
-        self.init(sender: device, device: device, sent: sent)
+    /// The entry of a send that takes no effect, for `reason`.
+    init(withdrawnBy device: PublicKey, sent: UInt64, reason: NoEffect) {
+        self.init(device: device, sent: sent)
         withdrawn = true
         self.reason = reason
     }
 
     static let withdrawnFlag: UInt8 = 8
+    /// Bytes before the optional fields: device, sent arrival, flags.
+    static let baseLength = 41
 
     /// Whether a stored entry is withdrawn, without decoding it whole.
     static func isWithdrawn(_ raw: [UInt8]) throws -> Bool {
-        guard raw.count >= 73 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
-        return raw[72] & withdrawnFlag != 0
+        guard raw.count >= baseLength else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        return raw[40] & withdrawnFlag != 0
     }
 
     /// The device that signed the send and its arrival position, read from
     /// a stored entry of either kind.
     static func send(of raw: [UInt8]) throws -> (device: PublicKey, arrival: UInt64) {
-        guard raw.count >= 73 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
-        return (try Codec.b32(raw[32..<64], "device"), Codec.readU64(raw[64..<72]))
+        guard raw.count >= baseLength else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        return (try Codec.b32(raw[0..<32], "device"), Codec.readU64(raw[32..<40]))
     }
 
     func encoded() -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(73 + (edit == nil ? 0 : 48) + (deleted == nil ? 0 : 8))
-        out += sender.bytes
+        out.reserveCapacity(Self.baseLength + (edit == nil ? 0 : 48) + (deleted == nil ? 0 : 8))
         out += device.bytes
         out += Codec.u64(sent)
         if withdrawn {
@@ -552,23 +550,22 @@ struct MessageEntry: Sendable {
     }
 
     static func decode(_ raw: [UInt8]) throws -> MessageEntry {
-        guard raw.count >= 73, raw[72] & ~15 == 0 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
-        let flags = raw[72]
+        guard raw.count >= baseLength, raw[40] & ~15 == 0 else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        let flags = raw[40]
+        let device = try Codec.b32(raw[0..<32], "device")
+        let sent = Codec.readU64(raw[32..<40])
         if flags & withdrawnFlag != 0 {
-            // A withdrawn entry names its send, and once folded why it takes no effect.
-            guard flags == withdrawnFlag, raw[0..<32] == raw[32..<64] else {
+            // A withdrawn entry names its send, and why it takes no effect.
+            guard flags == withdrawnFlag, raw.count > baseLength else {
                 throw ProjectionError.corrupt("withdrawn message entry of \(raw.count) bytes, flags \(flags)")
             }
-            return MessageEntry(
-                withdrawnBy: try Codec.b32(raw[32..<64], "device"), sent: Codec.readU64(raw[64..<72]),
-                reason: raw.count == 73 ? nil : try Projections.decodeNoEffect(Array(raw[73...])))
+            return MessageEntry(withdrawnBy: device, sent: sent, reason: try Projections.decodeNoEffect(Array(raw[baseLength...])))
         }
-        let length = 73 + (flags & 1 == 0 ? 0 : 48) + (flags & 2 == 0 ? 0 : 8)
+        let length = baseLength + (flags & 1 == 0 ? 0 : 48) + (flags & 2 == 0 ? 0 : 8)
         guard raw.count == length else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes, flags \(flags)") }
-        var entry = MessageEntry(
-            sender: try Codec.b32(raw[0..<32], "sender"), device: try Codec.b32(raw[32..<64], "device"), sent: Codec.readU64(raw[64..<72]))
+        var entry = MessageEntry(device: device, sent: sent)
         entry.purged = flags & 4 != 0
-        var at = 73
+        var at = baseLength
         if flags & 1 != 0 {
             entry.edit = (Codec.readU64(raw[at..<at + 8]), HLC(rawValue: Codec.readU64(raw[at + 8..<at + 16])), try Codec.b32(raw[at + 16..<at + 48], "editor"))
             at += 48
@@ -578,9 +575,10 @@ struct MessageEntry: Sendable {
     }
 
     /// The record of Specs/projections.md §5, with the content read from the
-    /// payloads the entry names. `hlc` is the sending HLC, from the key.
-    func expand(hlc: HLC, log: LogStore, in txn: Transaction) throws -> MessageRecord {
-        try record(hlc: hlc, payloads: try payloads(log: log, in: txn))
+    /// payloads the entry names. `hlc` is the sending HLC, from the key;
+    /// `senders` gives the device's user.
+    func expand(hlc: HLC, senders: inout Senders, log: LogStore, in txn: Transaction) throws -> MessageRecord {
+        try record(hlc: hlc, sender: try senders.user(of: device, in: txn), payloads: try payloads(log: log, in: txn))
     }
 
     /// The payload bytes `record` reads: the send's and the edit's, none
@@ -594,8 +592,8 @@ struct MessageEntry: Sendable {
         return (sentBytes, try edit.flatMap { try log.readPayload(at: $0.arrival, in: txn) })
     }
 
-    /// The record of §5 from the payloads `payloads` read.
-    func record(hlc: HLC, payloads: (sent: [UInt8], edit: [UInt8]?)?) throws -> MessageRecord {
+    /// The record of §5 from the payloads `payloads` read, sent by `sender`.
+    func record(hlc: HLC, sender: PublicKey, payloads: (sent: [UInt8], edit: [UInt8]?)?) throws -> MessageRecord {
         var record = MessageRecord(sender: sender, device: device, hlc: hlc)
         if let deleted {
             record.deleted = deleted
@@ -611,5 +609,25 @@ struct MessageEntry: Sendable {
             edited = (edit.hlc, edit.author, try payloads.edit.map { try Codec.decode($0, "payload of the edit at arrival \(edit.arrival)") })
         }
         return MessageRecord.live(sender: sender, device: device, hlc: hlc, sent: payload, edit: edited)
+    }
+}
+
+/// The users that devices send messages for, read from their bindings
+/// (Specs/projections.md §9.1) and kept for one read of the state: a
+/// `message` entry stores the device, not its user. The fold re-folds a
+/// device's events whenever its binding changes, so an entry that takes
+/// effect was decided for the user this gives: the binding's user, or the
+/// key itself when it is bound to none (a user key, an unbound device).
+struct Senders {
+    let state: Database
+    private var users: [PublicKey: PublicKey] = [:]
+
+    init(state: Database) { self.state = state }
+
+    mutating func user(of device: PublicKey, in txn: Transaction) throws -> PublicKey {
+        if let user = users[device] { return user }
+        let user = try txn.get(state, Table.device.key(device)).map { try DeviceBinding.decode($0).user } ?? device
+        users[device] = user
+        return user
     }
 }

@@ -160,6 +160,7 @@ extension Projections {
             }
             var messages: [MessageView] = []
             var more = false
+            var senders = Senders(state: state)
             try txn.scanBackward(state, prefix: prefix, before: upper) { key, value in
                 // A withdrawn entry only lists its send (Specs/projections.md §9.1).
                 if try MessageEntry.isWithdrawn(value) { return true }
@@ -167,7 +168,7 @@ extension Projections {
                     more = true
                     return false
                 }
-                guard let m = try messageView(key: key, value: value, chat: id, in: txn) else { return true }
+                guard let m = try messageView(key: key, value: value, chat: id, senders: &senders, in: txn) else { return true }
                 if !blocked.contains(m.sender) { messages.append(m) }
                 return true
             }
@@ -186,11 +187,11 @@ extension Projections {
 
     /// The message a state entry holds; nil for a withdrawn entry (a send
     /// that takes no effect).
-    func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, in txn: Transaction) throws -> MessageView? {
+    func messageView(key: [UInt8], value: [UInt8], chat: ObjectID, senders: inout Senders, in txn: Transaction) throws -> MessageView? {
         let hlc = HLC(rawValue: Codec.readU64(key.dropLast(32).suffix(8)))
         let entry = try MessageEntry.decode(value)
         if entry.withdrawn { return nil }
-        let r = try entry.expand(hlc: hlc, log: log, in: txn)
+        let r = try entry.expand(hlc: hlc, senders: &senders, log: log, in: txn)
         return MessageView(
             id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(r.sender), device: DeviceID(r.device),
             hlc: r.hlc, body: r.body, blob: r.blob, blobSize: r.size, edited: r.edited, editor: r.editor.map(DeviceID.init),
@@ -211,7 +212,8 @@ extension Projections {
             let chat = sent.object
             let stateKey = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), id)
             guard let record = try txn.get(state, stateKey) else { return nil }
-            return try messageView(key: stateKey, value: record, chat: chat, in: txn)  // nil when withdrawn
+            var senders = Senders(state: state)
+            return try messageView(key: stateKey, value: record, chat: chat, senders: &senders, in: txn)  // nil when withdrawn
         }
     }
 

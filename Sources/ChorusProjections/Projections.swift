@@ -744,7 +744,9 @@ public struct Projections: Sendable {
     /// 12: facts in two levels, a recent one each commit writes and a main
     /// one it is merged into (`facts_recent`, §9.1). 13: no-effect records
     /// are stored under the event's arrival position, not its id (§9.1).
-    public static let formatVersion: UInt64 = 13
+    /// 14: a `message` entry leaves out the sender, read from the device's
+    /// binding (§9.1).
+    public static let formatVersion: UInt64 = 14
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -825,10 +827,13 @@ public struct Projections: Sendable {
     /// encoded on all cores, a slice of messages at a time: every digest
     /// (`chorus-replay verify` takes two) expands every message.
     func scanState(in txn: Transaction, _ body: ([UInt8], [UInt8]) throws -> Void) throws {
-        typealias Pending = (key: [UInt8], hlc: HLC, entry: MessageEntry, payloads: (sent: [UInt8], edit: [UInt8]?)?)
+        typealias Pending = (key: [UInt8], hlc: HLC, entry: MessageEntry, sender: PublicKey, payloads: (sent: [UInt8], edit: [UInt8]?)?)
         var pending: [Pending] = []
+        var senders = Senders(state: state)
         func flush() throws {
-            let records = parallelMap(pending, chunk: 64) { m in Result { try m.entry.record(hlc: m.hlc, payloads: m.payloads).encoded() } }
+            let records = parallelMap(pending, chunk: 64) { m in
+                Result { try m.entry.record(hlc: m.hlc, sender: m.sender, payloads: m.payloads).encoded() }
+            }
             for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
             pending.removeAll(keepingCapacity: true)
         }
@@ -846,7 +851,10 @@ public struct Projections: Sendable {
                     if let reason = entry.reason { noEffects.append((Table.noEffect.key(key.suffix(32)), Self.encodeNoEffect(reason))) }
                     return true
                 }
-                pending.append((key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try entry.payloads(log: log, in: txn)))
+                pending.append((
+                    key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try senders.user(of: entry.device, in: txn),
+                    try entry.payloads(log: log, in: txn)
+                ))
                 if pending.count == 4096 { try flush() }
             } else if key.first == Table.noEffect.rawValue {
                 noEffects.append((Table.noEffect.key(try log.storedID(at: try Self.noEffectArrival(key), in: txn)), value))

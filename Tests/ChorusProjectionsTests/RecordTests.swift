@@ -49,39 +49,40 @@ struct RecordTests {
         var rng = SplitMix64(seed: 0xE17_4E5)
         func key() -> Bytes32 { Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })! }
         for combination in 0..<8 {
-            var entry = MessageEntry(sender: key(), device: key(), sent: rng.next())
+            var entry = MessageEntry(device: key(), sent: rng.next())
             if combination & 1 != 0 { entry.edit = (rng.next(), HLC(rawValue: rng.next()), key()) }
             if combination & 2 != 0 { entry.deleted = HLC(rawValue: rng.next()) }
             if combination & 4 != 0 { entry.purged = true }
             let encoded = entry.encoded()
-            #expect(encoded.count == 73 + (entry.edit == nil ? 0 : 48) + (entry.deleted == nil ? 0 : 8))
+            #expect(encoded.count == 41 + (entry.edit == nil ? 0 : 48) + (entry.deleted == nil ? 0 : 8))
             let back = try MessageEntry.decode(encoded)
             #expect(back.encoded() == encoded)
-            #expect(back.sender == entry.sender && back.device == entry.device && back.sent == entry.sent)
+            #expect(back.device == entry.device && back.sent == entry.sent)
             #expect(back.deleted == entry.deleted && back.purged == entry.purged)
             #expect(back.edit?.arrival == entry.edit?.arrival && back.edit?.hlc == entry.edit?.hlc && back.edit?.author == entry.edit?.author)
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(encoded.dropLast()) }
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(encoded + [0]) }
             var unknownFlag = encoded
-            unknownFlag[72] |= 16
+            unknownFlag[40] |= 16
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(unknownFlag) }
-            // The withdrawn flag goes with no other flag and no other field.
+            // The withdrawn flag goes with no other flag and no other field,
+            // and with the reason.
             var withdrawnToo = encoded
-            withdrawnToo[72] |= MessageEntry.withdrawnFlag
+            withdrawnToo[40] |= MessageEntry.withdrawnFlag
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawnToo) }
             #expect(try !MessageEntry.isWithdrawn(encoded))
         }
         let device = key()
-        let withdrawn = MessageEntry(withdrawnBy: device, sent: 42).encoded()
-        #expect(withdrawn == device.bytes + device.bytes + [0, 0, 0, 0, 0, 0, 0, 42, MessageEntry.withdrawnFlag])
+        let why = NoEffect("not_member", "not a member")
+        let withdrawn = MessageEntry(withdrawnBy: device, sent: 42, reason: why).encoded()
+        #expect(withdrawn == device.bytes + [0, 0, 0, 0, 0, 0, 0, 42, MessageEntry.withdrawnFlag] + Projections.encodeNoEffect(why))
         let back = try MessageEntry.decode(withdrawn)
         #expect(back.withdrawn && back.device == device && back.sent == 42 && back.edit == nil && back.deleted == nil && !back.purged)
+        #expect(back.reason == why)
+        #expect(throws: ProjectionError.self) { try MessageEntry.decode(Array(withdrawn.prefix(41))) }
         #expect(try MessageEntry.isWithdrawn(withdrawn))
         #expect(try MessageEntry.send(of: withdrawn) == (device, 42))
         #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawn + [0]) }
-        var otherSender = withdrawn
-        otherSender[0] ^= 1
-        #expect(throws: ProjectionError.self) { try MessageEntry.decode(otherSender) }
     }
 
     /// The facts' two levels (Specs/projections.md §9.1): after every commit

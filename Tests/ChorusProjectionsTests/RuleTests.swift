@@ -209,6 +209,31 @@ struct RuleTests {
         #expect(try inOrder.digest() == r.digest())
     }
 
+    /// A message's sender is its device's user, read from the binding: the
+    /// stored entry holds the device only (Specs/projections.md §9.1). The
+    /// chat page, the message query and the digest agree whether the
+    /// binding arrived before the message or after it.
+    @Test func aMessagesSenderIsTheUserItsDeviceIsBoundTo() throws {
+        let s = Scenario()
+        let (alice, bob, chat, create, add, message) = try s.bobJoinsThenSends()
+        let bindingsFirst = try s.fold(alice.bindings + bob.bindings + [create, add, message])
+        let bindingLast = try s.fold(alice.bindings + [create, add, message] + bob.bindings)
+        for r in [bindingsFirst, bindingLast] {
+            let page = try r.projections.chat(chat).messages
+            #expect(page.map(\.id.raw) == [message.id])
+            #expect(page.first?.sender.raw == bob.key)
+            #expect(page.first?.device.raw == bob.d1.publicKey)
+            let single = try r.projections.message(message.id)
+            #expect(single?.sender.raw == bob.key && single?.device.raw == bob.d1.publicKey)
+            let env = r.projections.log.env
+            let state = try env.openDatabase("state")
+            let stored = try env.read { txn in try txn.get(state, [0x53] + chat.bytes + bigEndian(message.hlc.rawValue) + message.id.bytes) }
+            #expect(stored?.count == 41)
+            #expect(stored.map { !$0.contains(bob.key.bytes) } == true)
+        }
+        #expect(try bindingsFirst.digest() == bindingLast.digest())
+    }
+
     /// A withdrawn send's no-effect record lives in its message entry, not
     /// under its own key, and other records under the event's arrival
     /// position (Specs/projections.md §9.1); both are read, listed and
@@ -227,7 +252,7 @@ struct RuleTests {
             try env.read { txn in
                 guard let arrival = try r.projections.log.readArrival(of: id, in: txn) else { return nil }
                 #expect(try txn.get(state, [0x7F] + id.bytes) == nil)
-                return try txn.get(state, [0x7F] + (0..<8).reversed().map { UInt8(truncatingIfNeeded: arrival >> (8 * $0)) })
+                return try txn.get(state, [0x7F] + bigEndian(arrival))
             }
         }
         #expect(try stored(message.id) == nil)
@@ -519,3 +544,6 @@ struct RuleTests {
         }
     }
 }
+
+/// The 8 bytes of `n`, most significant first, as store keys hold numbers.
+private func bigEndian(_ n: UInt64) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: n >> (8 * $0)) } }
