@@ -745,8 +745,9 @@ public struct Projections: Sendable {
     /// one it is merged into (`facts_recent`, §9.1). 13: no-effect records
     /// are stored under the event's arrival position, not its id (§9.1).
     /// 14: a `message` entry leaves out the sender, read from the device's
-    /// binding (§9.1).
-    public static let formatVersion: UInt64 = 14
+    /// binding (§9.1). 15: an `edge` entry holds its live adds' arrival
+    /// positions, not their ids (§9.1).
+    public static let formatVersion: UInt64 = 15
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -856,6 +857,9 @@ public struct Projections: Sendable {
                     try entry.payloads(log: log, in: txn)
                 ))
                 if pending.count == 4096 { try flush() }
+            } else if key.first == Table.edge.rawValue {
+                try flush()
+                try body(key, try edgeAddIDs(value, in: txn).flatMap(\.bytes))
             } else if key.first == Table.noEffect.rawValue {
                 noEffects.append((Table.noEffect.key(try log.storedID(at: try Self.noEffectArrival(key), in: txn)), value))
             } else {
@@ -872,6 +876,12 @@ public struct Projections: Sendable {
             }
             try body(record.key, record.value)
         }
+    }
+
+    /// The value §5 gives an `edge` entry, the live adds' ids in order,
+    /// from the stored one, their arrival positions (§9.1).
+    func edgeAddIDs(_ raw: [UInt8], in txn: Transaction) throws -> [EventID] {
+        try FoldRun.edgeArrivals(raw).map { try log.storedID(at: $0, in: txn) }.sorted()
     }
 
     /// The stored key of the no-effect record of the event at `arrival`

@@ -14,7 +14,7 @@ extension FoldRun {
     mutating func foldRelationship(
         _ cls: ObjectClass, _ target: Bytes32, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil
     ) throws {
-        var adds: [EventID: PublicKey] = [:]
+        var adds: [EventID: (user: PublicKey, arrival: UInt64)] = [:]
         var cancelled: Set<EventID> = []
         // An add's payload is empty; only a removal's names what it saw.
         var all: [(fact: Fact, actor: Result<PublicKey, NoEffect>)] = []
@@ -29,7 +29,7 @@ extension FoldRun {
             case .success(let user) where user == target && cls != .like:
                 try decide(f, NoEffect("self", "a user cannot \(cls == .follow ? "follow" : "block") themself"))
             case .success(let user):
-                adds[f.id] = user
+                adds[f.id] = (user, f.arrival)
                 try decide(f, nil)
             }
         }
@@ -41,7 +41,7 @@ extension FoldRun {
                     throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
                 }
                 var matched = false
-                for id in seen.compactMap(\.id32) where adds[id] == user {
+                for id in seen.compactMap(\.id32) where adds[id]?.user == user {
                     cancelled.insert(id)
                     matched = true
                 }
@@ -50,12 +50,13 @@ extension FoldRun {
                     matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
             }
         }
-        var live: [PublicKey: [EventID]] = [:]
-        for (id, user) in adds where !cancelled.contains(id) { live[user, default: []].append(id) }
+        // Each user's live adds, by arrival position (§9.1).
+        var live: [PublicKey: [UInt64]] = [:]
+        for (id, add) in adds where !cancelled.contains(id) { live[add.user, default: []].append(add.arrival) }
         if let only {
             for user in only.users {
-                let ids = (live[user] ?? []).sorted()
-                if try liveAdds(cls, target, user).sorted() != ids { try setLiveAdds(cls, target, user, ids) }
+                let arrivals = (live[user] ?? []).sorted()
+                if try liveAdds(cls, target, user) != arrivals { try setLiveAdds(cls, target, user, arrivals) }
             }
             return
         }
@@ -72,7 +73,7 @@ extension FoldRun {
         for actor in oldActors.subtracting(newActors) { try deleteState(Table.edgeOut.key(cls.rawValue, actor, target)) }
         for actor in newActors.subtracting(oldActors) { try putState(Table.edgeOut.key(cls.rawValue, actor, target), []) }
         var entries: [StateKey: [UInt8]] = [:]
-        for (user, ids) in live { entries[StateKey(Table.edge.key(cls.rawValue, target, user))] = ids.sorted().flatMap(\.bytes) }
+        for (user, arrivals) in live { entries[StateKey(Table.edge.key(cls.rawValue, target, user))] = Self.edgeValue(arrivals) }
         try replace(prefix: prefix, with: entries)
     }
 
@@ -111,10 +112,10 @@ extension FoldRun {
                 try decide(remover.id, at: arrival, nil)
             }
             if !cancelled {
-                var ids = try liveAdds(cls, target, user)
-                if !ids.contains(f.id) {
-                    ids.append(f.id)
-                    try setLiveAdds(cls, target, user, ids)
+                var arrivals = try liveAdds(cls, target, user)
+                if !arrivals.contains(f.arrival) {
+                    arrivals.append(f.arrival)
+                    try setLiveAdds(cls, target, user, arrivals)
                 }
             }
             return try decide(f, nil)
@@ -123,43 +124,54 @@ extension FoldRun {
             throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
         }
         var matched = false
-        var ids = try liveAdds(cls, target, user)
-        let before = ids.count
+        var arrivals = try liveAdds(cls, target, user)
+        let before = arrivals.count
         for named in seen.compactMap(\.id32) {
             guard let add = try heldAdd(cls, target, named) else { continue }
             guard try actingUser(add.author, at: add.hlc) == user, user != target || cls == .like else { continue }
             matched = true
-            ids.removeAll { $0 == named }
+            arrivals.removeAll { $0 == add.arrival }
         }
-        if ids.count != before { try setLiveAdds(cls, target, user, ids) }
+        if arrivals.count != before { try setLiveAdds(cls, target, user, arrivals) }
         try decide(f, matched ? nil : NoEffect("nothing_to_remove", "names no add by the same user that this node holds"))
     }
 
     /// The add of class `cls` on `target` with id `id`, when the log holds
     /// one (Specs/projections.md §9.1): a removal names adds by id, and
     /// names of other events, or of adds on other targets, match nothing.
-    func heldAdd(_ cls: ObjectClass, _ target: Bytes32, _ id: EventID) throws -> (author: PublicKey, hlc: HLC)? {
+    func heldAdd(_ cls: ObjectClass, _ target: Bytes32, _ id: EventID) throws -> (author: PublicKey, hlc: HLC, arrival: UInt64)? {
         guard let arrival = try p.log.readArrival(of: id, in: txn) else { return nil }
         // `readArrival` found the event whose id this is.
         let event = try p.log.readTrusted(at: arrival, in: txn)
         guard Self.isAdd(event.kind), ObjectClass.targets(of: event).contains(where: { $0 == cls && $1 == target }) else { return nil }
-        return (event.author, event.hlc)
+        return (event.author, event.hlc, arrival)
     }
 
-    func liveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey) throws -> [EventID] {
+    /// The arrival positions of `user`'s live adds of `cls` on `target`, in
+    /// order: the stored `edge` value (§9.1).
+    func liveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey) throws -> [UInt64] {
         guard let raw = try txn.get(p.state, Table.edge.key(cls.rawValue, target, user)) else { return [] }
-        return try stride(from: 0, to: raw.count, by: 32).map { try Codec.b32(raw[$0..<min(raw.count, $0 + 32)], "add id") }
+        return try Self.edgeArrivals(raw)
     }
 
-    func setLiveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey, _ ids: [EventID]) throws {
+    func setLiveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey, _ arrivals: [UInt64]) throws {
         let edge = Table.edge.key(cls.rawValue, target, user)
         let out = Table.edgeOut.key(cls.rawValue, user, target)
-        if ids.isEmpty {
+        if arrivals.isEmpty {
             try txn.delete(p.state, edge)
             try txn.delete(p.state, out)
         } else {
-            try txn.put(p.state, edge, ids.sorted().flatMap(\.bytes))
+            try txn.put(p.state, edge, Self.edgeValue(arrivals))
             try txn.put(p.state, out, [])
         }
+    }
+
+    /// The stored value of an `edge` entry: the live adds' arrival
+    /// positions, u64be each, in increasing order (Specs/projections.md §9.1).
+    static func edgeValue(_ arrivals: [UInt64]) -> [UInt8] { arrivals.sorted().flatMap { Codec.u64($0) } }
+
+    static func edgeArrivals(_ raw: [UInt8]) throws -> [UInt64] {
+        guard !raw.isEmpty, raw.count % 8 == 0 else { throw ProjectionError.corrupt("edge value of \(raw.count) bytes") }
+        return stride(from: 0, to: raw.count, by: 8).map { Codec.readU64(raw[$0..<$0 + 8]) }
     }
 }

@@ -77,7 +77,7 @@ extension Projections {
             }
         return try log.env.read { txn in
             guard let raw = try txn.get(state, Table.edge.key(cls.rawValue, target, actor)) else { return [] }
-            return stride(from: 0, to: raw.count, by: 32).compactMap { Bytes32(raw[$0..<min(raw.count, $0 + 32)]) }
+            return try edgeAddIDs(raw, in: txn)
         }
     }
 }

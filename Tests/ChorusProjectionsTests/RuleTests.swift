@@ -141,6 +141,31 @@ struct RuleTests {
         #expect(try r.projections.followers(of: bob.key).isEmpty)
     }
 
+    /// An edge is stored as its live adds' arrival positions, 8 bytes each,
+    /// and read (the query, the state of §5 and its digest) as their ids in
+    /// id order (Specs/projections.md §9.1).
+    @Test func anEdgeStoresItsAddsArrivalsAndReadsAsTheirIDs() throws {
+        let s = Scenario()
+        let alice = try s.person()
+        let bob = try s.person(devices: 1)
+        let follow1 = try alice.d1.sign(.followAdded, bob.key, hlc: Scenario.at(10))
+        let follow2 = try alice.d2.sign(.followAdded, bob.key, hlc: Scenario.at(20))
+        let r = try s.fold(alice.bindings + bob.bindings + [follow2, follow1])
+        let ids = [follow1.id, follow2.id].sorted()
+        #expect(try r.projections.liveAdds(.followAdded, from: alice.key, to: bob.key) == ids)
+        let env = r.projections.log.env
+        let state = try env.openDatabase("state")
+        let edgeKey: [UInt8] = [0x40, 4] + bob.key.bytes + alice.key.bytes  // class 4: follow
+        try env.read { txn in
+            let arrivals = try [follow1.id, follow2.id].compactMap { try r.projections.log.readArrival(of: $0, in: txn) }.sorted()
+            #expect(try txn.get(state, edgeKey) == arrivals.flatMap(bigEndian))
+            let logical = try r.projections.stateEntries(in: txn).first { $0.key == edgeKey }
+            #expect(logical?.value == ids.flatMap(\.bytes))
+        }
+        let other = try s.fold([follow1, follow2] + bob.bindings + alice.bindings)
+        #expect(try other.digest() == r.digest())
+    }
+
     /// A removal cancels only adds of its own class on its own target: the
     /// ids it names are looked up in the log (Specs/projections.md §9.1),
     /// where an id may name any event.
