@@ -70,6 +70,15 @@ final class Scenario {
         return (alice, bob, chat, create, add, message)
     }
 
+    /// Alice (two devices) follows Bob (one) from each device, at times 10 and 20.
+    func aliceFollowsBobFromBothDevices() throws -> (alice: Person, bob: Person, follow1: Event, follow2: Event) {
+        let alice = try person()
+        let bob = try person(devices: 1)
+        let follow1 = try alice.d1.sign(.followAdded, bob.key, hlc: Self.at(10))
+        let follow2 = try alice.d2.sign(.followAdded, bob.key, hlc: Self.at(20))
+        return (alice, bob, follow1, follow2)
+    }
+
     /// Delivers `events` one by one to a fresh replica, checking the coin
     /// invariants after each delivery.
     func fold(_ events: [Event], users: [PublicKey] = []) throws -> Replica {
@@ -122,11 +131,8 @@ struct RuleTests {
 
     @Test func followSurvivesConcurrentUnfollowThatDidNotSeeIt() throws {
         let s = Scenario()
-        let alice = try s.person()
-        let bob = try s.person(devices: 1)
-        let follow1 = try alice.d1.sign(.followAdded, bob.key, hlc: Scenario.at(10))
         // d2 follows again, concurrently with d1's unfollow that saw only follow1.
-        let follow2 = try alice.d2.sign(.followAdded, bob.key, hlc: Scenario.at(20))
+        let (alice, bob, follow1, follow2) = try s.aliceFollowsBobFromBothDevices()
         let unfollow = try alice.d1.sign(.followRemoved, bob.key, Payload.seen([follow1.id]), hlc: Scenario.at(30))
         let base = alice.bindings + bob.bindings
         let replicas = try s.foldInOrders([
@@ -146,10 +152,7 @@ struct RuleTests {
     /// id order (Specs/projections.md §9.1).
     @Test func anEdgeStoresItsAddsArrivalsAndReadsAsTheirIDs() throws {
         let s = Scenario()
-        let alice = try s.person()
-        let bob = try s.person(devices: 1)
-        let follow1 = try alice.d1.sign(.followAdded, bob.key, hlc: Scenario.at(10))
-        let follow2 = try alice.d2.sign(.followAdded, bob.key, hlc: Scenario.at(20))
+        let (alice, bob, follow1, follow2) = try s.aliceFollowsBobFromBothDevices()
         let r = try s.fold(alice.bindings + bob.bindings + [follow2, follow1])
         let ids = [follow1.id, follow2.id].sorted()
         #expect(try r.projections.liveAdds(.followAdded, from: alice.key, to: bob.key) == ids)
