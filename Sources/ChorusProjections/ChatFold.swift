@@ -482,7 +482,7 @@ struct MessageRecord: Hashable, Sendable {
 /// is device (32) ‖ u64be(sent arrival) ‖ u8(8) ‖ the send's no-effect
 /// record (the value its `noEffect` entry would hold, which it stands in
 /// for). The sender, the device's user, is not stored: it is read from
-/// the device's binding (`Projections.sender`, §9.1). Arrival positions
+/// the device's binding (`Senders`, §9.1). Arrival positions
 /// are local to a store, so two replicas' entries differ where their
 /// records do not.
 struct MessageEntry: Sendable {

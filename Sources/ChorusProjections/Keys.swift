@@ -261,7 +261,7 @@ enum Table: UInt8 {
     case gallery = 0x31  // owner || position (64, zero padded) || picture -> ()
     case picturesByTime = 0x33  // owner || created hlc || picture -> ()
     case blobRef = 0x35  // blob hash || picture -> ()
-    case edge = 0x40  // class || target || actor user -> live add ids
+    case edge = 0x40  // class || target || actor user -> live add ids; stored as their u64 arrivals (§9.1)
     case edgeOut = 0x41  // class || actor user || target -> ()
     case chat = 0x50  // chat -> chat record
     case member = 0x51  // chat || user -> membership intervals
