@@ -861,7 +861,7 @@ public struct Projections: Sendable {
                 try flush()
                 try body(key, try edgeAddIDs(value, in: txn).flatMap(\.bytes))
             } else if key.first == Table.noEffect.rawValue {
-                noEffects.append((Table.noEffect.key(try log.storedID(at: try Self.noEffectArrival(key), in: txn)), value))
+                noEffects.append((Table.noEffect.key(try noEffectEvent(key, in: txn)), value))
             } else {
                 try flush()
                 try body(key, value)
@@ -888,12 +888,13 @@ public struct Projections: Sendable {
     /// (Specs/projections.md §9.1).
     static func noEffectKey(_ arrival: UInt64) -> [UInt8] { Table.noEffect.key(Codec.u64(arrival)) }
 
-    /// The arrival position a stored no-effect key names.
-    static func noEffectArrival(_ key: [UInt8]) throws -> UInt64 {
+    /// The event whose record a stored no-effect key names: the one at
+    /// the key's arrival position.
+    func noEffectEvent(_ key: [UInt8], in txn: Transaction) throws -> EventID {
         guard key.count == 9, key.first == Table.noEffect.rawValue else {
             throw ProjectionError.corrupt("no-effect key of \(key.count) bytes")
         }
-        return Codec.readU64(key[1...])
+        return try log.storedID(at: Codec.readU64(key[1...]), in: txn)
     }
 
     static func factKey(_ cls: ObjectClass, _ object: Bytes32, _ order: MergeOrder) -> [UInt8] {

@@ -43,8 +43,8 @@ extension Projections {
     /// `message.sent` the reason its withdrawn entry holds (§9.1).
     func noEffect(_ id: EventID, in txn: Transaction) throws -> NoEffect? {
         guard let arrival = try log.readArrival(of: id, in: txn) else { return nil }
-        if let raw = try txn.get(state, Self.noEffectKey(arrival)) { return try Self.decodeNoEffect(raw) }
-        guard let sent = try sentEvent(id, in: txn) else { return nil }
+        if let stored = try storedNoEffect(at: arrival, in: txn) { return stored }
+        guard let sent = try sentEvent(id, at: arrival, in: txn) else { return nil }
         return try withdrawnReason(of: sent.event, in: txn)
     }
 
@@ -52,11 +52,16 @@ extension Projections {
     /// `message.sent` is found by its chat and time, without a lookup by id.
     public func noEffect(of event: Event) throws -> NoEffect? {
         try log.env.read { txn in
-            if let arrival = try log.readArrival(of: event.id, in: txn), let raw = try txn.get(state, Self.noEffectKey(arrival)) {
-                return try Self.decodeNoEffect(raw)
+            if let arrival = try log.readArrival(of: event.id, in: txn), let stored = try storedNoEffect(at: arrival, in: txn) {
+                return stored
             }
             return event.kind == .messageSent ? try withdrawnReason(of: event, in: txn) : nil
         }
+    }
+
+    /// The no-effect record stored for the event at `arrival` (§9.1).
+    private func storedNoEffect(at arrival: UInt64, in txn: Transaction) throws -> NoEffect? {
+        try txn.get(state, Self.noEffectKey(arrival)).map(Self.decodeNoEffect)
     }
 
     /// The reason a `message.sent`'s withdrawn entry holds (§9.1); nil when
@@ -91,8 +96,7 @@ extension Projections {
             return true
         }
         try txn.scan(state, prefix: [Table.noEffect.rawValue]) { key, value in
-            let event = try log.storedID(at: try Self.noEffectArrival(key), in: txn)
-            records.append(NoEffectRecord(event: event, reason: try Self.decodeNoEffect(value)))
+            records.append(NoEffectRecord(event: try noEffectEvent(key, in: txn), reason: try Self.decodeNoEffect(value)))
             return true
         }
         records.sort { $0.event < $1.event }
