@@ -100,7 +100,8 @@ struct VerifySet: Sendable {
     }
 
     /// The same, verifying one signature per thread over and over: the
-    /// limit as measured before 2026-11-27, shown for comparison.
+    /// limit as measured before 2026-11-27 (`chorus-bench verify-limit`
+    /// compares the two).
     func repeatedPerSecond(threads: Int, seconds: Double) -> Double {
         rate(threads: threads, seconds: seconds) { t in
             let i = t % signatures.count
@@ -262,7 +263,6 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
     let verifySet = VerifySet(synthetic: 8_192)
     let verifyOne = verifySet.perSecond(threads: 1, seconds: options.seconds)
     let verifyAll = verifySet.perSecond(threads: cores, seconds: options.seconds)
-    let verifyRepeated = verifySet.repeatedPerSecond(threads: cores, seconds: options.seconds)
 
     Bench.note("raw LMDB batched durable append...")
     let lmdbAppend = try rawLMDBAppend(batch: 1000, seconds: options.seconds)
@@ -289,7 +289,6 @@ func runBaseBenchmark(_ options: BaseOptions) async throws {
         ("Ed25519 sign, \(cores) cores", signAll, "/s", nil, nil),
         ("Ed25519 verify, 1 core", verifyOne, "/s", nil, nil),
         ("Ed25519 verify, \(cores) cores", verifyAll, "/s", nil, nil),
-        ("  same, one signature a core repeated", verifyRepeated, "/s", nil, nil),
         ("LMDB batched durable append", lmdbAppend, "/s", nil, nil),
         ("local append, 1 writer", append1, "/s", append1 / appendLimit, nil),
         ("local append, 8 writers", append8, "/s", append8 / appendLimit, nil),

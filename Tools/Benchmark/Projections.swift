@@ -612,7 +612,6 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     // each phase's ratio is to the mean of the samples around it: this
     // machine's speed drifts by 20–25 % within a run.
     let verifyLimit = { verifySet.perSecond(threads: cores, seconds: options.seconds) }
-    let verifyRepeated = verifySet.repeatedPerSecond(threads: cores, seconds: options.seconds)
     var verifySamples = [verifyLimit()]
     var lmdbSamples = [lmdbAppend]
 
@@ -786,9 +785,6 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     var rows: [Row] = [
         limitRow("LMDB batched durable append (limit)", "lmdb_append", lmdbSamples),
         limitRow("Ed25519 verify, \(cores) cores (limit)", "verify_all_cores", verifySamples),
-        Row(
-            name: "  same, one event a core repeated", value: "\(Int(verifyRepeated))/s", ratio: nil, target: "(context)", met: nil,
-            json: ("verify_all_cores_one_event_repeated", .object([("per_second", .uint(UInt64(verifyRepeated)))]))),
         Row(name: "ingest with projections", value: "\(Int(ingestRate))/s", ratio: ingestRate / ingestLimit, target: "≥ 0.70 × verify",
             met: ingestRate / ingestLimit >= 0.7,
             json: ("ingest", .object([

@@ -492,7 +492,6 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     Bench.note("raw Ed25519 verify on \(cores) cores...")
     let verifySet = try VerifySet(envelopes: envelopes)
     let verifyAll = verifySet.perSecond(threads: cores, seconds: options.seconds)
-    let verifyRepeated = verifySet.repeatedPerSecond(threads: cores, seconds: options.seconds)
 
     // 3. Full sync of B from A over 127.0.0.1.
     Bench.note("full sync of B from A over 127.0.0.1...")
@@ -617,7 +616,6 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     func pct(_ v: Double) -> String { String(format: "%.2f %%", v * 100) }
     let rows: [Row] = [
         Row(name: "Ed25519 verify, \(cores) cores (limit)", value: "\(Int(verifyAll))/s", ratio: "", target: "", met: nil),
-        Row(name: "  same, one event a core repeated", value: "\(Int(verifyRepeated))/s", ratio: "", target: "(context)", met: nil),
         Row(name: "Node.ingest into A, 50,000 a call", value: "\(Int(ingestRate))/s", ratio: String(format: "%.2f", ingestRate / verifyAll),
             target: "(context)", met: nil),
         Row(name: "full sync, events/s", value: "\(Int(syncRate))/s", ratio: String(format: "%.2f", rateRatio),
@@ -649,7 +647,6 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
             ("feeds", .uint(UInt64(workload.feeds))), ("pictures", .uint(UInt64(workload.blobs.count))), ("seed", .uint(options.seed)),
             ("mix", .object(workload.kinds.sorted { $0.value > $1.value }.map { ($0.key.name, .uint(UInt64($0.value))) })),
             ("verify_all_cores_per_second", .uint(UInt64(verifyAll))),
-            ("verify_all_cores_one_event_repeated_per_second", .uint(UInt64(verifyRepeated))),
             ("ingest_into_a", .object([
                 ("per_second", .uint(UInt64(ingestRate))), ("seconds", s(ingestSeconds)), ("ratio_to_verify", s(ingestRate / verifyAll)),
                 ("calls_of", .uint(50_000)),
