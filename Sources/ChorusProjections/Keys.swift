@@ -345,6 +345,8 @@ enum IndexTable: UInt8 {
     case memberOf = 0x06  // user || chat -> () (every chat the user was ever a member of)
     case ledgerParty = 0x07  // key || merge order -> () (ledger entries debiting or crediting the key)
     case coinGroup = 0x08  // group hash || merge order -> () (credits of one receipt, unlocks of one slot)
+    /// Only while a rebuild runs, past its sends budget (Specs/projections.md §9.2).
+    case rebuildSend = 0x09  // chat || u64be(sending hlc) || message id -> u64be(arrival)
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

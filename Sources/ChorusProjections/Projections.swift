@@ -172,10 +172,12 @@ public struct Projections: Sendable {
     /// and the classes `foldOffTheWriteTransaction` names), split each
     /// slice into parts, one core each, of at least `part` events or
     /// objects (nil: 4,096 and 256; tests pass a few, to have several parts
-    /// in a small log).
+    /// in a small log). `sendsBudget` bounds the bytes of sends the filing
+    /// lists in memory for the message pass; past it they are filed in
+    /// `index` instead (§9.2).
     public func rebuild(
-        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, part: Int? = nil,
-        progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
+        part: Int? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
             _ = try txn.delete(index, Self.builtKey)
@@ -187,7 +189,9 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        let sends = try fileInBulk(sliceSize: sliceSize * 10, budget: filingBudget, part: part ?? 4_096, isCancelled: isCancelled) { filed in
+        let sends = try fileInBulk(
+            sliceSize: sliceSize * 10, budget: filingBudget, sendsBudget: sendsBudget, part: part ?? 4_096, isCancelled: isCancelled
+        ) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
         let factTotal = try log.env.read { txn in try txn.count(facts) } + sends.count
@@ -303,23 +307,40 @@ public struct Projections: Sendable {
     /// keys interleave with earlier ones and are put in key order. Returns
     /// every `message.sent`, which it files not as facts but as a list in
     /// the order of their `message` entries, for the message pass (80 bytes
-    /// a send, held beside the budget).
+    /// a send, held beside the budget). Once the list would pass
+    /// `sendsBudget` bytes, every send is filed in `index` instead, under
+    /// `IndexTable.rebuildSend`, with the other entries (§9.2): the list
+    /// grows with the log, the budgets do not.
     func fileInBulk(
-        sliceSize: Int, budget: Int = Projections.filingBudget, part: Int = 4_096, isCancelled: (() -> Bool)?,
-        progress: (_ filed: Int) -> Void
-    ) throws -> [BulkSend] {
+        sliceSize: Int, budget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget, part: Int = 4_096,
+        isCancelled: (() -> Bool)?, progress: (_ filed: Int) -> Void
+    ) throws -> BulkSends {
         var filed = 0
         var writes = 0
         var sends: [BulkSend] = []
+        var filedSends: Int? = nil
         var held: [FilingSlice] = []
+        var heldSends: [SortedEntries] = []
         var heldBytes = 0
         func writeHeld() throws {
-            guard !held.isEmpty else { return }
+            guard !held.isEmpty || !heldSends.isEmpty else { return }
             try SortedEntries.writeMerged(held.flatMap(\.facts), to: facts, in: log.env, append: writes == 0)
-            try SortedEntries.writeMerged(held.flatMap(\.index), to: index, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(held.flatMap(\.index) + heldSends, to: index, in: log.env, append: writes == 0)
             writes += 1
             held.removeAll()
+            heldSends.removeAll()
             heldBytes = 0
+        }
+        /// Files `list` (sorted) as one run of `index` entries, held with the others.
+        func fileSends(_ list: [BulkSend]) throws {
+            guard !list.isEmpty else { return }
+            var run = SortedEntries()
+            for send in list { run.add(send.indexKey, Codec.u64(send.arrival)) }
+            run.sort()
+            if heldBytes + run.memoryBytes > budget { try writeHeld() }
+            heldSends.append(run)
+            heldBytes += run.memoryBytes
+            filedSends = (filedSends ?? 0) + list.count
         }
         // The next slice is read and filed on all cores while this one is
         // taken in or written (`pipelined`).
@@ -332,14 +353,41 @@ public struct Projections: Sendable {
             if heldBytes + bytes > budget { try writeHeld() }
             held.append(slice)
             heldBytes += bytes
-            sends += slice.sends
+            if filedSends != nil {
+                try fileSends(slice.sends.sorted())
+            } else if (sends.count + slice.sends.count) * MemoryLayout<BulkSend>.stride > sendsBudget {
+                try fileSends((sends + slice.sends).sorted())
+                sends = []
+            } else {
+                sends += slice.sends
+            }
             filed += slice.events
             progress(filed)
         }
         try writeHeld()
+        if let filedSends { return .filed(count: filedSends) }
         // Each part's sends are in order already: the sort merges runs.
         sends.sort()
-        return sends
+        return .held(sends)
+    }
+
+    /// The bytes of sends a rebuild's filing lists in memory before it files
+    /// them in `index` instead (§9.2): about 840,000 sends, the messages of
+    /// about 1.8 million events of a social workload.
+    public static let sendsBudget = 64 << 20
+
+    /// The sends a rebuild's filing listed for its message pass: in memory,
+    /// or filed in `index` under `IndexTable.rebuildSend` (§9.2).
+    enum BulkSends {
+        case held([BulkSend])
+        case filed(count: Int)
+
+        var count: Int {
+            switch self {
+            case .held(let list): list.count
+            case .filed(let count): count
+            }
+        }
     }
 
     /// The bytes of sorted runs a rebuild's filing pass holds before it
@@ -366,6 +414,26 @@ public struct Projections: Sendable {
         let arrival: UInt64
 
         static func < (a: BulkSend, b: BulkSend) -> Bool { (a.chat, a.hlc, a.id) < (b.chat, b.hlc, b.id) }
+
+        /// Its `index` key when filed (§9.2): in the same order as `<`.
+        var indexKey: [UInt8] { IndexTable.rebuildSend.key(chat, Codec.u64(hlc), id) }
+
+        /// A send filed in `index`, read back.
+        init(indexKey key: [UInt8], value: [UInt8]) throws {
+            guard key.count == 73, value.count == 8 else {
+                throw ProjectionError.corrupt("rebuild send entry of \(key.count) + \(value.count) bytes")
+            }
+            self.init(
+                chat: try Codec.b32(key[1..<33], "chat"), hlc: Codec.readU64(key[33..<41]), id: try Codec.b32(key[41..<73], "message id"),
+                arrival: Codec.readU64(value[...]))
+        }
+
+        init(chat: ObjectID, hlc: UInt64, id: EventID, arrival: UInt64) {
+            self.chat = chat
+            self.hlc = hlc
+            self.id = id
+            self.arrival = arrival
+        }
     }
 
     /// The events at arrivals after `since` and at most `since + limit`
@@ -426,7 +494,7 @@ public struct Projections: Sendable {
     /// `part` messages, one core each, off the write transaction
     /// (`foldedMessages`).
     func foldMessagesInBulk(
-        _ sends: [BulkSend], sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects,
+        _ sends: BulkSends, sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects,
         folded: (Int) -> Void
     ) throws {
         // Every message's edits and deletions (a few percent of the log),
@@ -444,15 +512,52 @@ public struct Projections: Sendable {
         // The next slice of sends is read and folded on all cores while this
         // one is written (`pipelined`).
         let perSlice = max(1, sliceSize)
-        try pipelined(from: 0) { (start: Int) throws -> (output: MessageSlice, next: Int?)? in
-            guard start < sends.count else { return nil }
-            let end = min(sends.count, start + perSlice)
-            let parts = try foldedMessages(Array(sends[start..<end]), edits: edits, part: part)
-            return (MessageSlice(messages: end - start, parts: parts), end < sends.count ? end : nil)
-        } consume: { slice in
+        let fold: @Sendable ([BulkSend]) throws -> MessageSlice = { slice in
+            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, part: part))
+        }
+        func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
             try write(slice.parts, deleted: &deleted)
             folded(slice.messages)
+        }
+        switch sends {
+        case .held(let list):
+            try pipelined(from: 0) { (start: Int) throws -> (output: MessageSlice, next: Int?)? in
+                guard start < list.count else { return nil }
+                let end = min(list.count, start + perSlice)
+                return (try fold(Array(list[start..<end])), end < list.count ? end : nil)
+            } consume: { try consume($0) }
+        case .filed:
+            // Read back in key order, a slice at a time after the last key
+            // read; the write transactions between write no such key.
+            let prefix = [IndexTable.rebuildSend.rawValue]
+            try pipelined(from: prefix) { (after: [UInt8]) throws -> (output: MessageSlice, next: [UInt8]?)? in
+                var slice: [BulkSend] = []
+                var last: [UInt8]? = nil
+                try log.env.read { txn in
+                    try txn.scan(index, from: after) { key, value in
+                        guard key.starts(with: prefix) else { return false }
+                        if key == after { return true }
+                        slice.append(try BulkSend(indexKey: key, value: value))
+                        last = key
+                        return slice.count < perSlice
+                    }
+                }
+                guard let last else { return nil }
+                return (try fold(slice), slice.count < perSlice ? nil : last)
+            } consume: { try consume($0) }
+            // None may outlast the rebuild; deleted a bounded number at a
+            // time, so the keys held stay within the budget too.
+            let chunk = 65_536
+            while try log.env.write({ txn in
+                var keys: [[UInt8]] = []
+                try txn.scan(index, prefix: prefix) { key, _ in
+                    keys.append(key)
+                    return keys.count < chunk
+                }
+                for key in keys { _ = try txn.delete(index, key) }
+                return keys.count
+            }) == chunk {}
         }
         // What remains under the message class are edits and deletions;
         // those of a held message were folded with it above.

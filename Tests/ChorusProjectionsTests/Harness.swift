@@ -140,6 +140,19 @@ final class Replica {
         }
     }
 
+    /// Sends a rebuild filed in `index` past its sends budget and did not
+    /// delete (Specs/projections.md §9.2: none may outlast it).
+    func filedSendsLeft() throws -> Int {
+        try env.read { txn in
+            var count = 0
+            try txn.scan(projections.index, prefix: [IndexTable.rebuildSend.rawValue]) { _, _ in
+                count += 1
+                return true
+            }
+            return count
+        }
+    }
+
     /// Every stored event (payload purged or not), in arrival order.
     func storedEvents() throws -> [Event] { try log.arrivals(since: 0).map(\.event) }
 }
