@@ -16,7 +16,8 @@ struct VerifyLimitBench: AsyncParsableCommand {
         discussion: """
             Signs a workload's events, then measures, on one core and on all cores, pairs of \
             (one signature a thread verified over and over, the workload's distinct signatures \
-            in turn) and prints each pair's ratio, sorted, and the means.
+            in turn), each pair in the other order than the one before, and prints each pair's \
+            ratio, sorted, and the means.
             """)
 
     @Option(help: "Pairs of measurements for each thread count.") var pairs = 15
@@ -43,9 +44,16 @@ struct VerifyLimitBench: AsyncParsableCommand {
             Bench.note("\(pairs) pairs on \(threads) thread(s)...")
             var repeated: [Double] = []
             var distinct: [Double] = []
-            for _ in 0..<pairs {
-                repeated.append(set.repeatedPerSecond(threads: threads, seconds: seconds))
-                distinct.append(set.perSecond(threads: threads, seconds: seconds))
+            // Each pair in the other order than the one before, so that a
+            // drift within a pair favours neither.
+            for pair in 0..<pairs {
+                if pair % 2 == 0 {
+                    repeated.append(set.repeatedPerSecond(threads: threads, seconds: seconds))
+                    distinct.append(set.perSecond(threads: threads, seconds: seconds))
+                } else {
+                    distinct.append(set.perSecond(threads: threads, seconds: seconds))
+                    repeated.append(set.repeatedPerSecond(threads: threads, seconds: seconds))
+                }
             }
             let ratios = zip(repeated, distinct).map { $0 / $1 }.sorted()
             let mean = { (v: [Double]) in v.reduce(0, +) / Double(v.count) }
