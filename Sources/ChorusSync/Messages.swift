@@ -454,8 +454,10 @@ public enum SyncLimits {
     /// Unacknowledged data frames a sender may have in flight. Wide enough
     /// that a receiver's group commit takes tens of thousands of events
     /// (Specs/sync.md §5): a commit's cost in a large store is mostly the
-    /// pages it rewrites, so fewer, larger commits ingest faster.
-    public static let window = 64
+    /// pages it rewrites, so fewer, larger commits ingest faster; and wider
+    /// than one commit, so that the receiver verifies the next frames while
+    /// a commit is written.
+    public static let window = 128
     /// The most bytes of frames a sender queues for the network before
     /// it waits for the peer to read (Specs/sync.md §5).
     public static let outboxBytes = 2 << 20

@@ -54,7 +54,7 @@ struct BlobResyncTests {
         for node in [author, relay, reader] { await node.close() }
     }
 
-    /// A blob of more chunks than the window (64 frames of 64 KiB) travels:
+    /// A blob of more chunks than the window (frames of 64 KiB) travels:
     /// the chunks before the last are acknowledged without waiting for the
     /// blob's commit, which needs the last chunk (§4.4, §5).
     @Test("a blob larger than the window arrives whole, beside small ones")
@@ -64,14 +64,15 @@ struct BlobResyncTests {
         let net = testNetwork()
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
-        let big = pictureBytes(7, size: 5 << 20)
+        let size = (SyncLimits.window + 16) * SyncLimits.blobChunkBytes
+        let big = pictureBytes(7, size: size)
         _ = try await a.addPicture(pictureBytes(8), mime: "image/jpeg")
         _ = try await a.addPicture(big, mime: "image/jpeg")
         _ = try await a.addPicture(pictureBytes(9), mime: "image/jpeg")
         let (ra, rb) = try await syncPair(b, a)
         #expect(ra.complete && rb.complete)
         #expect(ra.blobsReceived == 3)
-        #expect(try b.blobs.read(pictureBytesHash(7, size: 5 << 20)) == big)
+        #expect(try b.blobs.read(pictureBytesHash(7, size: size)) == big)
         #expect(try digest(a) == digest(b))
         await a.close()
         await b.close()

@@ -226,7 +226,7 @@ struct FaultTests {
         // First sync: the server process dies after acknowledging 3 batches.
         // A window of 4 frames keeps the server from holding more than a few
         // frames beyond those when the kill lands, however fast it commits
-        // (with the default 64 frames all 24 could be stored by then).
+        // (with the default 128 frames all 24 could be stored by then).
         let (server, port) = try await ChorusProcess.serve(store: serverPath)
         let tracker = AckTracker(killAfterAckedFrames: 3) { server.kill() }
         let connection = try await SecureConnection.connect(
