@@ -549,15 +549,7 @@ public struct Projections: Sendable {
             // None may outlast the rebuild; deleted a bounded number at a
             // time, so the keys held stay within the budget too.
             let chunk = 65_536
-            while try log.env.write({ txn in
-                var keys: [[UInt8]] = []
-                try txn.scan(index, prefix: prefix) { key, _ in
-                    keys.append(key)
-                    return keys.count < chunk
-                }
-                for key in keys { _ = try txn.delete(index, key) }
-                return keys.count
-            }) == chunk {}
+            while try log.env.write({ txn in try txn.deletePrefix(index, prefix, limit: chunk) }) == chunk {}
         }
         // What remains under the message class are edits and deletions;
         // those of a held message were folded with it above.

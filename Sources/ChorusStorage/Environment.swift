@@ -653,13 +653,14 @@ public struct Transaction {
         return rc
     }
 
-    /// Deletes every entry whose key starts with `prefix`; returns how many.
+    /// Deletes every entry whose key starts with `prefix`, or the first
+    /// `limit` of them (the keys are held until deleted); returns how many.
     @discardableResult
-    public func deletePrefix(_ db: Database, _ prefix: [UInt8]) throws -> Int {
+    public func deletePrefix(_ db: Database, _ prefix: [UInt8], limit: Int = .max) throws -> Int {
         var keys: [[UInt8]] = []
         try scan(db, prefix: prefix) { key, _ in
             keys.append(key)
-            return true
+            return keys.count < limit
         }
         for key in keys { try delete(db, key) }
         return keys.count

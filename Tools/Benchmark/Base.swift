@@ -69,9 +69,8 @@ struct VerifySet: Sendable {
 
     /// Distinct events of a workload, `count` of them spread over it.
     init(envelopes: [[UInt8]], count: Int = 8_192) throws {
-        let picked = try (0..<min(count, envelopes.count)).map { i in
-            try Event.decode(envelopes[i * envelopes.count / min(count, envelopes.count)])
-        }
+        let n = min(count, envelopes.count)
+        let picked = try (0..<n).map { i in try Event.decode(envelopes[i * envelopes.count / n]) }
         signatures = picked.map(\.signature)
         messages = picked.map { Event.signedMessage(headerBytes: $0.headerBytes) }
         keys = picked.map(\.author)
