@@ -855,6 +855,20 @@ public struct Projections: Sendable {
         try log.env.read { txn in try txn.get(index, Self.builtKey) == builtMarker }
     }
 
+    /// Why the stored state is not this format's with this configuration,
+    /// or nil when it is (`isCurrent()`). A reader of stale state would read
+    /// records of another layout as this one's: tools that read a store
+    /// without rebuilding it refuse it instead.
+    public func staleness() throws -> Staleness? {
+        try log.env.read { txn in
+            guard let marker = try txn.get(index, Self.builtKey) else { return .neverBuilt }
+            if marker == builtMarker { return nil }
+            guard marker.count >= 8 else { return .neverBuilt }
+            let format = Codec.readU64(marker[0..<8])
+            return format == Self.formatVersion ? .configuration : .format(format)
+        }
+    }
+
     /// Marks the state stale, so the next read-write open rebuilds it from
     /// the log (after changing fold rules by hand; tests).
     public func markStale() throws {
@@ -1010,3 +1024,22 @@ public struct Projections: Sendable {
     }
 }
 
+/// Why a store's projections cannot be read as they stand (`Projections.staleness()`).
+public enum Staleness: Sendable, Equatable, CustomStringConvertible {
+    /// Never built, or a rebuild was interrupted.
+    case neverBuilt
+    /// Built by another projection format (an older or newer node).
+    case format(UInt64)
+    /// Built for another network configuration (issuers, as in network.json).
+    case configuration
+
+    /// Why, as the end of a sentence that starts "the projections".
+    public var description: String {
+        switch self {
+        case .neverBuilt: "were never built, or their rebuild was interrupted"
+        case .format(let old):
+            "were built by projection format \(old), and this version reads format \(Projections.formatVersion)"
+        case .configuration: "were built for another network configuration (network.json changed since)"
+        }
+    }
+}

@@ -13,6 +13,7 @@ public enum ReplayError: Error, Sendable, CustomStringConvertible {
     case outputExists(String)
     case badPoint(String)
     case io(String)
+    case staleProjections(String, Staleness)
 
     public var description: String {
         switch self {
@@ -21,6 +22,8 @@ public enum ReplayError: Error, Sendable, CustomStringConvertible {
         case .badPoint(let text):
             "\"\(text)\" is not a point in time: use an HLC (hlc:NUMBER), a time (2026-11-22T10:15:30Z or unix milliseconds), or an arrival position (arrival:N)"
         case .io(let what): what
+        case .staleProjections(let path, let why):
+            "the projections in \(path) \(why), so they cannot be read as they are; open the store once with this version of chorus (it rebuilds them from the log), or audit a rebuilt copy: chorus-replay rebuild --store \(path) --out NEW_DIR"
         }
     }
 }
@@ -46,6 +49,13 @@ public struct ReplayStore: Sendable {
         let blobs = try BlobStore(env: env)
         return ReplayStore(
             path: path, env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+    }
+
+    /// Throws `staleProjections` unless the projections were built by this
+    /// version with this configuration: an audit that read them would read
+    /// another layout's records as this one's.
+    public func requireCurrentProjections() throws {
+        if let why = try projections.staleness() { throw ReplayError.staleProjections(path, why) }
     }
 
     /// The user whose node this store is, from its key files (public part only).

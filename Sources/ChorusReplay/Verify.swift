@@ -10,7 +10,8 @@ import Synchronization
 /// Something `verify` (or an audit) found wrong, with where it is.
 public struct Finding: Error, Hashable, Sendable {
     /// A stable code: `undecodable`, `wrong_id`, `bad_signature`, `feed`,
-    /// `fork`, `bad_fork_evidence`, `blob_damaged`, `projection_differs`.
+    /// `fork`, `bad_fork_evidence`, `blob_damaged`, `projection_differs`,
+    /// `projections_stale`, `bad_key_event`, `epoch_unknown`.
     public let code: String
     public let message: String
     /// The event concerned, when there is one.
@@ -43,6 +44,17 @@ extension ReplayStore {
     public func verify(progress: ((_ stage: String, _ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
         var report = VerifyReport()
         let total = try log.eventCount()
+        // Stale live projections (another format, or another network
+        // configuration) hold records this version would misread: they are
+        // reported, not compared, and step 5 asks the rebuilt ones instead.
+        let stale = try projections.staleness()
+        if let stale {
+            report.findings.append(
+                Finding(
+                    code: "projections_stale",
+                    message: "the live projections \(stale), so they were not compared with the log; a node rebuilds them when it opens the store (then verify again)",
+                    event: nil, location: "index[built]"))
+        }
 
         // 6 (begun first). The log's tables are copied as stored to a
         // scratch store, whose projections are folded from scratch while
@@ -69,12 +81,13 @@ extension ReplayStore {
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
                     return try copy.projections.digest()
                 }
+                if stale != nil { return (live: Hash32?.none, rebuilt: rebuilt) }
                 if case .success(let digest) = rebuilt,
                     try copy.env.read({ try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) })
                 {
-                    return (live: digest, rebuilt: rebuilt)
+                    return (live: Optional(digest), rebuilt: rebuilt)
                 }
-                return (live: try projections.digest(in: snapshot), rebuilt: rebuilt)
+                return (live: Optional(try projections.digest(in: snapshot)), rebuilt: rebuilt)
             }
             return (copy: copy, live: digests.live, rebuilt: digests.rebuilt)
         }
@@ -86,7 +99,7 @@ extension ReplayStore {
         // (`FeedAudit`) and 5. chat encryption (`EncryptionAudit`) are
         // checked from the same pass.
         var feeds = FeedAudit()
-        var encryption = EncryptionAudit(projections)
+        var encryption = EncryptionAudit(stale == nil ? projections : nil)
         do {
             try pipelined(from: UInt64(0)) { since in
                 try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
@@ -131,7 +144,6 @@ extension ReplayStore {
             for problem in try feeds.finish(log) {
                 report.findings.append(Finding(code: "feed", message: problem, event: nil, location: "feeds"))
             }
-            report.findings += encryption.findings
             checked = try checks.wait()
         } catch {
             _ = try? checks.wait()
@@ -150,6 +162,8 @@ extension ReplayStore {
         // the damage changed.
         let (copy, liveDigest, foldedDigest) = try folding.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
         report.liveDigest = liveDigest
+        if stale != nil, case .success = foldedDigest { try encryption.finish(against: copy.projections) }
+        report.findings += encryption.findings
         let rebuilt: ReplayStore
         if report.findings.contains(where: { Self.damageToTheLog.contains($0.code) }) {
             rebuilt = try self.copy(
@@ -159,7 +173,7 @@ extension ReplayStore {
             rebuilt = copy
             report.rebuiltDigest = try foldedDigest.get()
         }
-        if report.liveDigest != report.rebuiltDigest {
+        if stale == nil, report.liveDigest != report.rebuiltDigest {
             for d in try StateDiff.between(self, rebuilt) {
                 report.findings.append(
                     Finding(
@@ -218,11 +232,23 @@ extension ReplayStore {
 /// body names an epoch no effective key event introduced (a member's device
 /// could never read them).
 struct EncryptionAudit {
-    let projections: Projections
+    /// The projections that say which epochs a chat has; nil while none can
+    /// be read (the live ones are stale), and then each sealed message is
+    /// kept for `finish(against:)`.
+    private var projections: Projections?
     private var epochs: [ObjectID: Set<Hash32>] = [:]
+    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, location: String)] = []
     private(set) var findings: [Finding] = []
 
-    init(_ projections: Projections) { self.projections = projections }
+    init(_ projections: Projections?) { self.projections = projections }
+
+    /// Checks the messages held while no projections could be read against
+    /// `projections` (a rebuild of the same log).
+    mutating func finish(against projections: Projections) throws {
+        self.projections = projections
+        for m in held { try check(chat: m.chat, epoch: m.epoch, kind: m.kind, id: m.id, location: m.location) }
+        held = []
+    }
 
     mutating func observe(_ e: Event, arrival: UInt64) throws {
         guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return }
@@ -237,18 +263,27 @@ struct EncryptionAudit {
         guard let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32]) else { return }
         let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
         guard let chat else { return }
+        guard projections != nil else {
+            held.append((chat, epoch, e.kind, id, location))
+            return
+        }
+        try check(chat: chat, epoch: epoch, kind: e.kind, id: id, location: location)
+    }
+
+    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, location: String) throws {
+        guard let projections else { return }
         // Whether it took effect is looked up only for the rare message
         // under an unknown epoch: one read of the store per message otherwise.
-        if try !epochs(of: chat).contains(epoch), try projections.noEffect(id) == nil {
+        if try !epochs(of: chat, in: projections).contains(epoch), try projections.noEffect(id) == nil {
             findings.append(
                 Finding(
                     code: "epoch_unknown",
-                    message: "\(e.kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
+                    message: "\(kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
                     event: id, location: location))
         }
     }
 
-    private mutating func epochs(of chat: ObjectID) throws -> Set<Hash32> {
+    private mutating func epochs(of chat: ObjectID, in projections: Projections) throws -> Set<Hash32> {
         if let known = epochs[chat] { return known }
         let set = Set(try projections.epochs(of: chat).map(\.epoch))
         epochs[chat] = set

@@ -57,15 +57,22 @@ struct Rebuild: AsyncParsableCommand {
         let copy = try s.copy(to: out, progress: { done, total in bar.update("rebuild", done, total) })
         bar.finish()
         let digest = try copy.projections.digest()
-        let live = try s.projections.digest()
+        // Stale live projections have no digest this version can compute.
+        let stale = try s.projections.staleness()
+        let live = stale == nil ? try s.projections.digest() : nil
         if output.json {
             printJSON(.object([
                 ("out", .string(out)), ("events", .int(Int64(try copy.log.eventCount()))), ("digest", .string(digest.hex)),
-                ("live_digest", .string(live.hex)), ("equal", .bool(digest == live)),
+                ("live_digest", live.map { .string($0.hex) } ?? .null), ("equal", live.map { .bool(digest == $0) } ?? .null),
+                ("live_stale", stale.map { .string($0.description) } ?? .null),
             ]))
         } else {
             print("rebuilt \(try copy.log.eventCount()) events into \(out)")
-            print("digest \(digest.hex)\(digest == live ? " (equal to the live store's)" : " (the live store's is \(live.hex): run `chorus-replay diff --against \(out)`)")")
+            if let stale {
+                print("digest \(digest.hex) (the live store's projections \(stale): not compared)")
+            } else if let live {
+                print("digest \(digest.hex)\(digest == live ? " (equal to the live store's)" : " (the live store's is \(live.hex): run `chorus-replay diff --against \(out)`)")")
+            }
         }
     }
 }
@@ -82,6 +89,8 @@ struct Diff: AsyncParsableCommand {
     func run() async throws {
         let a = try store.open()
         let b = try ReplayStore.open(against)
+        try a.requireCurrentProjections()
+        try b.requireCurrentProjections()
         let diffs = try StateDiff.between(a, b)
         if output.json {
             printJSON(.object([
@@ -131,6 +140,7 @@ struct History: AsyncParsableCommand {
 
     func run() async throws {
         let s = try store.open()
+        try s.requireCurrentProjections()
         let entries = try s.history(of: try parseObject(object))
         var reader: EpochKeyFinder? = nil
         if decrypt {
@@ -263,6 +273,7 @@ struct AuditCoins: AsyncParsableCommand {
 
     func run() async throws {
         let s = try store.open()
+        try s.requireCurrentProjections()
         let audit = try s.auditCoins(user: try user.map(parseObject))
         printCoinAudit(audit, json: output.json)
         if !audit.findings.isEmpty { throw ExitCode(Exit.finding) }

@@ -361,6 +361,51 @@ struct ReplayTests {
         #expect(opened.stdout.contains("locked: this device holds no key of epoch"))  // the bogus body
     }
 
+    /// Projections built by another format hold records this version would
+    /// misread: verify reports them and still checks the log (the chat
+    /// epochs against the rebuild), and the tools that read them refuse.
+    @Test func projectionsOfAnotherFormatAreReportedNotMisread() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let ana = try await Node.open(at: h.store)
+        let chat = try await ana.createChat(title: "t", members: [h.ben]).object
+        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").object
+        let bogus = try await ana.append(.messageSent, object: chat.raw, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        await ana.close()
+        let digest = try ReplayStore.open(h.store).projections.digest()
+        func markBuilt(_ marker: [UInt8]) throws {
+            let s = try ReplayStore.open(h.store, writable: true)
+            let index = try s.env.openDatabase("index")
+            try s.env.write { txn in try txn.put(index, [0xFF] + Array("built".utf8), marker) }
+        }
+        try markBuilt(LogStore.encodeU64(12) + [UInt8](repeating: 0, count: 32))
+        #expect(try ReplayStore.open(h.store).projections.staleness() == .format(12))
+
+        let report = try ReplayStore.open(h.store).verify()
+        #expect(report.findings.map(\.code).sorted() == ["epoch_unknown", "fork", "projections_stale"])
+        #expect(report.findings.first { $0.code == "epoch_unknown" }?.event == bogus)
+        #expect(report.findings.first { $0.code == "projections_stale" }?.message.contains("projection format 12") == true)
+        #expect(report.liveDigest == nil && report.rebuiltDigest == digest)
+
+        let replay = try replayProduct("chorus-replay")
+        for command in [["history", h.ana.hex], ["audit", "coins"], ["diff", "--against", h.dir + "/ben"]] {
+            let r = try await run(replay, command + ["--store", h.store])
+            #expect(r.status == 2 && r.stderr.contains("projection format 12") && r.stderr.contains("chorus-replay rebuild"), "\(command): \(r.stderr)")
+        }
+        let rebuilt = try await run(replay, ["rebuild", "--store", h.store, "--out", h.dir + "/rebuilt", "--json"])
+        #expect(rebuilt.status == 0 && rebuilt.stdout.contains("\"digest\":\"\(digest.hex)\"") && rebuilt.stdout.contains("\"live_digest\":null"))
+
+        // A rebuild cut short leaves no marker at all; another configuration, the same format.
+        try ReplayStore.open(h.store, writable: true).projections.markStale()
+        #expect(try ReplayStore.open(h.store).projections.staleness() == .neverBuilt)
+        try markBuilt(LogStore.encodeU64(Projections.formatVersion) + [UInt8](repeating: 0, count: 32))
+        #expect(try ReplayStore.open(h.store).projections.staleness() == .configuration)
+        #expect(try ReplayStore.open(h.store).verify().findings.contains { $0.code == "projections_stale" && $0.message.contains("network configuration") })
+        // A node rebuilds them on open; then verify is clean again.
+        await try Node.open(at: h.store).close()
+        #expect(try ReplayStore.open(h.store).verify().findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
+    }
+
     @Test func commandLineExitCodesAndHelp() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
