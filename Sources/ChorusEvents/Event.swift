@@ -437,6 +437,18 @@ extension Event {
         try storedParts(bytes).payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) }
     }
 
+    /// The header and the payload bytes (nil when purged) of an envelope
+    /// this node stored itself, read where the store holds it, for a fold
+    /// that already knows the event's id: the id is not computed again, nor
+    /// the signature copied.
+    public static func storedHeaderAndPayload(
+        ofEnvelope bytes: UnsafeRawBufferPointer
+    ) throws(EventError) -> (header: EventHeader, payload: [UInt8]?) {
+        let parts = try storedParts(bytes)
+        let header = try EventHeader.decode(Array(UnsafeRawBufferPointer(rebasing: bytes[parts.header])))
+        return (header, parts.payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) })
+    }
+
     /// Decodes an envelope this node stored itself after checking it in
     /// full (`decode`) when it arrived: the header is parsed and the id
     /// computed, but the payload's hash and schema are not checked again
@@ -449,5 +461,15 @@ extension Event {
         return Event(
             header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: Array(bytes[parts.signature]),
             payloadBytes: parts.payload.map { Array(bytes[$0]) })
+    }
+
+    /// `decodeStored` of an envelope where the store holds it.
+    public static func decodeStored(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Event {
+        let parts = try storedParts(bytes)
+        let headerBytes = Array(UnsafeRawBufferPointer(rebasing: bytes[parts.header]))
+        guard parts.signature.count == 64 else { throw .malformedEnvelope("signature must be a 64-byte byte string") }
+        return Event(
+            header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: Array(UnsafeRawBufferPointer(rebasing: bytes[parts.signature])),
+            payloadBytes: parts.payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) })
     }
 }

@@ -454,21 +454,21 @@ public struct Projections: Sendable {
         let chunks = stride(from: since, to: end, by: Int(partSpan)).map { ($0 + 1)...min(end, $0 + partSpan) }
         let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, [BulkSend], Int), Error> in
             Result {
-                let chunk = try log.rawEnvelopes(arrivals: range)
                 var sink = SortedRunSink(factsDB: facts, indexDB: index)
                 var none: FoldRun? = nil
                 var sends: [BulkSend] = []
-                for (arrival, bytes) in chunk {
-                    let event = try LogStore.decodeTrusted(bytes, arrival: arrival)
+                var count = 0
+                try log.forEachTrusted(arrivals: range) { arrival, event in
                     try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
                     if event.kind == .messageSent {
                         sends.append(BulkSend(chat: event.object, hlc: event.hlc.rawValue, id: event.id, arrival: arrival))
                     }
+                    count += 1
                 }
                 sink.facts.sort()
                 sink.index.sort()
                 sends.sort()
-                return (sink, sends, chunk.count)
+                return (sink, sends, count)
             }
         }
         var sinks: [SortedRunSink] = []
@@ -647,10 +647,17 @@ public struct Projections: Sendable {
             let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
             var sent: [EventID: Fact] = [:]
             sent.reserveCapacity(part.count)
-            for arrival in part.map(\.arrival).sorted() {
-                let event = try LogStore.decodeTrusted(try log.rawEnvelope(at: arrival, in: txn), arrival: arrival)
-                let fact = Fact(StoredEvent(event: event, arrival: arrival))
-                sent[fact.id] = fact
+            // In arrival order, and with the ids the filing computed: the
+            // header is read and the payload decoded, nothing else.
+            for send in part.sorted(by: { $0.arrival < $1.arrival }) {
+                let (header, payload) = try log.readHeaderAndPayload(at: send.arrival, in: txn)
+                let decoded: CBORValue?
+                do { decoded = try payload.map(CBORDecoder.decode) } catch {
+                    throw ProjectionError.corrupt("payload of the event at arrival \(send.arrival) does not decode: \(error)")
+                }
+                sent[send.id] = Fact(
+                    order: MergeOrder(hlc: header.hlc, author: header.author, id: send.id), kind: header.kind, object: header.object,
+                    arrival: send.arrival, payload: decoded)
             }
             var loaded: [EventID: [Fact]] = [:]
             for (message, entries) in held {
