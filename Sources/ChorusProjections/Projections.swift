@@ -909,12 +909,23 @@ public struct Projections: Sendable {
         let hasher = Blake2b.Hasher()
         hasher.update(Array("chorus/projections/v1".utf8) + [0])
         hasher.update(config.fingerprint.bytes)
+        // The entries' bytes are gathered and hashed 64 KiB at a time: the
+        // hash of a stream does not depend on how it is cut, and most
+        // entries are a few dozen bytes.
+        var pending: [UInt8] = []
+        pending.reserveCapacity(1 << 16 + 1 << 10)
+        func appendLength(_ n: Int) { withUnsafeBytes(of: UInt64(n).bigEndian) { pending.append(contentsOf: $0) } }
         try scanState(in: txn) { key, value in
-            hasher.update(Codec.u64(UInt64(key.count)))
-            hasher.update(key)
-            hasher.update(Codec.u64(UInt64(value.count)))
-            hasher.update(value)
+            appendLength(key.count)
+            pending += key
+            appendLength(value.count)
+            pending += value
+            if pending.count >= 1 << 16 {
+                hasher.update(pending)
+                pending.removeAll(keepingCapacity: true)
+            }
         }
+        hasher.update(pending)
         return hasher.finish()
     }
 
