@@ -325,10 +325,7 @@ struct ReplayTests {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
         let ana = try await Node.open(at: h.store)
-        let chat = try await ana.createChat(title: "t", members: [h.ben]).object
-        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").object
-        // A body that names an epoch no key event introduced.
-        let bogus = try await ana.append(.messageSent, object: chat.raw, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        let (chat, bogus) = try await chatWithAnUnknownEpoch(ana, h)
         // The same in a chat that does not exist: it takes no effect, so no member device misses it.
         let nowhere = try await ana.append(
             .messageSent, object: try #require(Bytes32(Random.bytes(32))), payload: .textMap([("body", .bytes(Random.bytes(120)))]))
@@ -368,9 +365,7 @@ struct ReplayTests {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
         let ana = try await Node.open(at: h.store)
-        let chat = try await ana.createChat(title: "t", members: [h.ben]).object
-        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").object
-        let bogus = try await ana.append(.messageSent, object: chat.raw, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        let bogus = try await chatWithAnUnknownEpoch(ana, h).bogus
         await ana.close()
         let digest = try ReplayStore.open(h.store).projections.digest()
         func markBuilt(_ marker: [UInt8]) throws {
@@ -425,6 +420,15 @@ struct ReplayTests {
         #expect(missing.status == 2 && missing.stderr.contains("not a Chorus store"))
         let badPoint = try await run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
         #expect(badPoint.status == 2)
+    }
+
+    /// Ana's chat "t" with Ben, holding a message sealed under its epoch
+    /// and one (`bogus`) whose body names an epoch no key event introduced.
+    func chatWithAnUnknownEpoch(_ ana: Node, _ h: KnownHistory) async throws -> (chat: ChatID, bogus: EventID) {
+        let chat = try await ana.createChat(title: "t", members: [h.ben]).object
+        _ = try await ana.sendMessage(chat, text: "sealed under a real epoch").object
+        let bogus = try await ana.append(.messageSent, object: chat.raw, payload: .textMap([("body", .bytes(Random.bytes(120)))])).id
+        return (chat, bogus)
     }
 
     func replayProduct(_ name: String) throws -> String {
