@@ -134,11 +134,25 @@ public struct ReplayStore: Sendable {
 
     /// `copyLog(to:)`, and what `inSnapshot` returns: it reads this store
     /// as copied (in the copy's read transaction, once the copy is
-    /// written), and is given the copy.
+    /// written), and is given the copy. With `whole`, the whole environment
+    /// is copied page for page (`Environment.copyWhole`), its projections
+    /// as they are stored too, for a caller that rebuilds them at once
+    /// (`verify`); table by table as without it when a writer commits
+    /// while the copy is made.
     func copyLog<T>(
-        to output: String, inSnapshot: (Transaction, ReplayStore) throws -> T
+        to output: String, whole: Bool = false, inSnapshot: (Transaction, ReplayStore) throws -> T
     ) throws -> (copy: ReplayStore, inSnapshot: T) {
-        let target = try prepareCopy(at: output, mapSize: env.mapSize)
+        if whole {
+            try prepareDirectory(output)
+            let copied: (ReplayStore, T)? = try env.read { snapshot in
+                guard try env.copyWhole(to: output, asOf: snapshot) else { return nil }
+                let target = try ReplayStore.open(output, writableNew: true, mapSize: env.mapSize)
+                return (target, try inSnapshot(snapshot, target))
+            }
+            if let copied { return copied }
+        }
+        let target = whole
+            ? try ReplayStore.open(output, writableNew: true, mapSize: env.mapSize) : try prepareCopy(at: output, mapSize: env.mapSize)
         let result = try env.read { snapshot in
             try target.env.copyDatabases(LogStore.databaseNames + BlobStore.databaseNames, from: snapshot)
             return try inSnapshot(snapshot, target)
@@ -181,6 +195,13 @@ public struct ReplayStore: Sendable {
     /// An empty store at `output` (which must not exist, or be empty) with
     /// this one's network configuration.
     func prepareCopy(at output: String, mapSize: Int) throws -> ReplayStore {
+        try prepareDirectory(output)
+        return try ReplayStore.open(output, writableNew: true, mapSize: mapSize)
+    }
+
+    /// The directory `output` (which must not exist, or be empty), holding
+    /// this one's network configuration.
+    func prepareDirectory(_ output: String) throws {
         let fm = FileManager.default
         if fm.fileExists(atPath: output), let items = try? fm.contentsOfDirectory(atPath: output), !items.isEmpty {
             throw ReplayError.outputExists(output)
@@ -191,7 +212,6 @@ public struct ReplayStore: Sendable {
             throw ReplayError.io("cannot create \(output): \(error.localizedDescription)")
         }
         try projections.config.write(to: output + "/" + NetworkConfig.fileName)
-        return try ReplayStore.open(output, writableNew: true, mapSize: mapSize)
     }
 
     /// Appends `events` to a copy in one commit. Clock checks are off: a

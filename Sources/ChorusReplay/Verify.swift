@@ -56,14 +56,16 @@ extension ReplayStore {
                     event: nil, location: "index[built]"))
         }
 
-        // 6 (begun first). The log's tables are copied as stored to a
+        // 6 (begun first). The store is copied as stored (page for page,
+        // or the log's tables one by one if a node commits meanwhile) to a
         // scratch store, whose projections are folded from scratch while
         // steps 1–5 check the live store: the fold needs none of their
         // results unless they find damage (below). This runs on another
         // thread: the checks below need none of it, and starting them at
         // once keeps both cores busy from the start.
-        // The copy takes about as many pages as the store has in use.
-        let scratch = try ScratchDirectory(room: try env.pageUse().inUse + (64 << 20))
+        // The copy takes the data file up to its last page in use (the
+        // whole environment, page for page: `copyLog(whole:)`).
+        let scratch = try ScratchDirectory(room: env.usedBytes + (64 << 20))
         defer { withExtendedLifetime(scratch) {} }  // removed only once the copies are no longer read
         let folded = ProgressCount()
         let folding = Background { [self] in
@@ -76,7 +78,7 @@ extension ReplayStore {
             // (Projections.storesSameState); only when they differ is the
             // live digest computed on its own, expanding every message
             // from the log again.
-            let (copy, digests) = try copyLog(to: scratch.path + "/tables") { snapshot, copy in
+            let (copy, digests) = try copyLog(to: scratch.path + "/tables", whole: true) { snapshot, copy in
                 let rebuilt = Result { () throws -> Hash32 in
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
                     return try copy.projections.digest()

@@ -288,7 +288,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// Bytes up to the file's last page in use, and the map's size.
-    private func usedAndMapSize() -> (used: Int, size: Int) {
+    func usedAndMapSize() -> (used: Int, size: Int) {
         var info = MDB_envinfo()
         var stat = MDB_stat()
         guard mdb_env_info(env, &info) == 0, mdb_env_stat(env, &stat) == 0 else { return (0, Int.max / 4) }

@@ -2,6 +2,30 @@ import CLMDB
 import Foundation
 
 extension Environment {
+    /// Copies the whole environment page for page (LMDB's hot copy,
+    /// `mdb_env_copy2`, without compaction) into `directory`, which must
+    /// hold no `data.mdb`, provided the copy is of the snapshot `snapshot`
+    /// reads. Returns false, and removes what it wrote, when a writer
+    /// committed while it copied: LMDB's copy reads a snapshot of its own,
+    /// which is then perhaps a later one. Far cheaper than `copyDatabases`
+    /// (the kernel writes the pages as they are; no B-tree is built), but
+    /// it copies every database, free pages included.
+    public func copyWhole(to directory: String, asOf snapshot: Transaction) throws -> Bool {
+        let snapshotID = mdb_txn_id(snapshot.txn)
+        try StorageError.check(mdb_env_copy2(env, directory, 0), "mdb_env_copy2(\(directory))")
+        // The copy's snapshot is at least `snapshot`'s and at most the
+        // last committed: the same when nothing was committed since.
+        var info = MDB_envinfo()
+        try StorageError.check(mdb_env_info(env, &info), "mdb_env_info")
+        if info.me_last_txnid == snapshotID { return true }
+        try? FileManager.default.removeItem(atPath: directory + "/data.mdb")
+        return false
+    }
+
+    /// Bytes of the data file up to its last page in use: what
+    /// `copyWhole` writes.
+    public var usedBytes: Int { usedAndMapSize().used }
+
     /// Copies the databases `names` of `source` (one snapshot of it) into
     /// this environment in key order. A database that is empty here is
     /// filled by appending (`MDB_APPEND`, `MDB_APPENDDUP`), so its pages are

@@ -80,4 +80,29 @@ struct TableCopyTests {
         #expect(sharedAfter.count == 101 && sharedAfter.first! == ([0], [1]) && sharedAfter.last! == ([200], [9]))
         #expect(throws: (any Error).self) { _ = try target.read { txn in try txn.get(try target.openDatabase("absent", create: false), [0]) } }
     }
+
+    /// The whole environment copied page for page is the snapshot asked
+    /// for, or, when a commit came between that snapshot and the copy's,
+    /// nothing at all (the caller copies table by table instead).
+    @Test func copiesTheWholeEnvironmentOnlyAsOfTheSnapshot() throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let source = try dir.freshEnvironment("source", initialMapSize: 8 << 20)
+        let db = try source.openDatabase("plain")
+        try source.write { txn in for k in 0..<2_000 { try txn.put(db, Array("key-\(k)".utf8), [UInt8](repeating: UInt8(k % 251), count: 100)) } }
+
+        try FileManager.default.createDirectory(atPath: dir.store("whole"), withIntermediateDirectories: true)
+        #expect(try source.read { snapshot in try source.copyWhole(to: dir.store("whole"), asOf: snapshot) })
+        let whole = try Environment(path: dir.store("whole"))
+        #expect(try Self.entries(whole, try whole.openDatabase("plain", create: false)).elementsEqual(try Self.entries(source, db)) { $0 == $1 })
+        whole.close()
+
+        try FileManager.default.createDirectory(atPath: dir.store("later"), withIntermediateDirectories: true)
+        let copied = try source.read { snapshot in
+            try source.write { txn in try txn.put(db, Array("after the snapshot".utf8), [1]) }
+            return try source.copyWhole(to: dir.store("later"), asOf: snapshot)
+        }
+        #expect(!copied)
+        #expect(!FileManager.default.fileExists(atPath: dir.store("later") + "/data.mdb"))
+    }
 }
