@@ -9,7 +9,10 @@ extension Environment {
     /// committed while it copied: LMDB's copy reads a snapshot of its own,
     /// which is then perhaps a later one. Far cheaper than `copyDatabases`
     /// (the kernel writes the pages as they are; no B-tree is built), but
-    /// it copies every database, free pages included.
+    /// it copies every database, free pages included. LMDB takes the
+    /// writers' lock for a moment to read the meta pages, so it waits for
+    /// a commit in progress, and must not be called while this process
+    /// holds a write transaction of the environment.
     public func copyWhole(to directory: String, asOf snapshot: Transaction) throws -> Bool {
         let snapshotID = mdb_txn_id(snapshot.txn)
         try StorageError.check(mdb_env_copy2(env, directory, 0), "mdb_env_copy2(\(directory))")
