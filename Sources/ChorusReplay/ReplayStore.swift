@@ -138,14 +138,19 @@ public struct ReplayStore: Sendable {
     /// is copied page for page (`Environment.copyWhole`), its projections
     /// as they are stored too, for a caller that rebuilds them at once
     /// (`verify`); table by table as without it when a writer commits
-    /// while the copy is made.
+    /// while the copy is made. `copyWhole` is `Environment.copyWhole`
+    /// (tests put a commit before it).
     func copyLog<T>(
-        to output: String, whole: Bool = false, inSnapshot: (Transaction, ReplayStore) throws -> T
+        to output: String, whole: Bool = false,
+        copyWhole: (Environment, String, Transaction) throws -> Bool = { env, output, snapshot in
+            try env.copyWhole(to: output, asOf: snapshot)
+        },
+        inSnapshot: (Transaction, ReplayStore) throws -> T
     ) throws -> (copy: ReplayStore, inSnapshot: T) {
         if whole {
             try prepareDirectory(output)
             let copied: (ReplayStore, T)? = try env.read { snapshot in
-                guard try env.copyWhole(to: output, asOf: snapshot) else { return nil }
+                guard try copyWhole(env, output, snapshot) else { return nil }
                 let target = try ReplayStore.open(output, writableNew: true, mapSize: env.mapSize)
                 return (target, try inSnapshot(snapshot, target))
             }

@@ -142,6 +142,36 @@ struct ReplayTests {
         #expect(try s.projections.digest() != inSnapshot)
     }
 
+    /// `verify`'s scratch store is the whole environment copied page for
+    /// page, of the snapshot it compares in; when a node commits while it
+    /// is copied, the log's tables are copied instead, and the comparison
+    /// reads the snapshot that copy is of.
+    @Test func theWholeCopyIsOfTheSnapshotComparedOrNotMadeAtAll() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let s = try ReplayStore.open(h.store, writable: true)
+        let scratch = try ScratchDirectory()
+        let rights = [0x60] + h.anaDevice.bytes
+        let (whole, wholeDigest) = try s.copyLog(to: scratch.path + "/whole", whole: true) { snapshot, _ in
+            try s.projections.digest(in: snapshot)
+        }
+        #expect(try whole.projections.isCurrent())  // the live projections came with it
+        try whole.projections.rebuild()
+        #expect(try whole.projections.digest() == wholeDigest)
+
+        let (tables, seen) = try s.copyLog(
+            to: scratch.path + "/tables", whole: true,
+            copyWhole: { env, output, snapshot in
+                // "A node" commits after the snapshot, before LMDB's copy starts.
+                try s.projections.unsafePutStateEntry(key: rights, value: LogStore.encodeU64(7))
+                return try env.copyWhole(to: output, asOf: snapshot)
+            }
+        ) { snapshot, _ in try s.projections.stateEntries(in: snapshot).first { $0.key == rights }?.value }
+        #expect(try !tables.projections.isCurrent())  // the log's tables only
+        #expect(try tables.log.eventCount() == (try s.log.eventCount()))
+        #expect(seen == LogStore.encodeU64(7))  // compared in the snapshot copied: the later one
+    }
+
     @Test func damageIsFoundWithItsLocation() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
