@@ -455,21 +455,17 @@ extension Event {
     /// (a whole-log fold reads every event this way; `chorus-replay verify`
     /// re-checks everything).
     public static func decodeStored(_ bytes: [UInt8]) throws(EventError) -> Event {
-        let parts = try storedParts(bytes)
-        let headerBytes = Array(bytes[parts.header])
-        guard parts.signature.count == 64 else { throw .malformedEnvelope("signature must be a 64-byte byte string") }
-        return Event(
-            header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: Array(bytes[parts.signature]),
-            payloadBytes: parts.payload.map { Array(bytes[$0]) })
+        try bytes.withUnsafeBytes { raw in Result { () throws(EventError) in try decodeStored(raw) } }.get()
     }
 
     /// `decodeStored` of an envelope where the store holds it.
     public static func decodeStored(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Event {
         let parts = try storedParts(bytes)
-        let headerBytes = Array(UnsafeRawBufferPointer(rebasing: bytes[parts.header]))
+        func copy(_ range: Range<Int>) -> [UInt8] { Array(UnsafeRawBufferPointer(rebasing: bytes[range])) }
+        let headerBytes = copy(parts.header)
         guard parts.signature.count == 64 else { throw .malformedEnvelope("signature must be a 64-byte byte string") }
         return Event(
-            header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: Array(UnsafeRawBufferPointer(rebasing: bytes[parts.signature])),
-            payloadBytes: parts.payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) })
+            header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: copy(parts.signature),
+            payloadBytes: parts.payload.map(copy))
     }
 }
