@@ -170,7 +170,13 @@ struct Serve: AsyncParsableCommand {
         let metrics = ServiceMetrics.bootstrap()
         let logger = Logger(label: "chorus.serve")
 
-        let node = try await store.open()
+        // A store opened after an upgrade may first fold its whole log again
+        // (minutes at millions of events): say why before it starts.
+        let node = try await store.open(onRebuild: { why, events in
+            logger.notice(
+                "rebuilding the projections from the log before serving: they \(why)",
+                metadata: ["store": "\(store.path)", "events": "\(events)"])
+        })
         var options = SyncOptions(live: true)
         options.budget = settings.budget
         let server = try SyncServer(node: node, options: options, logger: Logger(label: "chorus.sync"))

@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import Foundation
 
 /// `--store DIR`, shared by every command that touches a store.
@@ -22,9 +23,10 @@ struct StoreOptions: ParsableArguments {
 
     /// The node a command works on: the serving process's own when it runs
     /// the command for a client (Specs/api.md §4), else the store opened now.
-    func open(readOnly: Bool = false) async throws -> Node {
+    func open(readOnly: Bool = false, onRebuild: (@Sendable (_ why: Staleness, _ events: Int) -> Void)? = nil) async throws -> Node {
         if let served = ServedStore.node { return served }
         var options = NodeOptions()
+        options.onRebuild = onRebuild
         // Opening an older store folds its whole log into projections first.
         let bar = ProgressBar()
         options.rebuildProgress = { done, total in bar.update("rebuilding projections", done, total) }

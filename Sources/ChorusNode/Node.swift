@@ -25,6 +25,10 @@ public struct NodeOptions: Sendable {
     /// store whose projections are stale (an older store, or a changed
     /// network configuration) has to fold the whole log again.
     public var rebuildProgress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
+    /// Called once before such a rebuild starts, with why the stored
+    /// projections are stale and how many events the log holds: a serving
+    /// node logs it, since the rebuild may take minutes.
+    public var onRebuild: (@Sendable (_ why: Staleness, _ events: Int) -> Void)? = nil
     /// How long a read-write `open` waits for another process that holds the
     /// store's writer lock before it fails with `NodeError.storeInUse`. The
     /// default is a moment: a lock is also held, briefly, by a child process
@@ -213,8 +217,9 @@ public actor Node {
             }
             let blobs = try BlobStore(env: env)
             let projections = try Projections(log: log, blobs: blobs, config: network)
-            if try !projections.isCurrent() {
+            if let why = try projections.staleness() {
                 guard !readOnly else { throw NodeError.projectionsStale(path: path) }
+                options.onRebuild?(why, try log.eventCount())
                 // Minutes on a large store: on a thread of its own, not one of
                 // the cooperative pool's few, and cancellable.
                 let progress = options.rebuildProgress

@@ -594,16 +594,20 @@ struct StaleOpenTests {
 
         // The next open rebuilds, reporting progress, to the same state.
         let seen = Mutex<[Int]>([])
+        let told = Mutex<[(Staleness, Int)]>([])
         var options = NodeOptions()
         options.rebuildProgress = { done, total in
             #expect(total >= 25_000)
             seen.withLock { $0.append(done) }
         }
+        options.onRebuild = { why, events in told.withLock { $0.append((why, events)) } }
         let reopened = try await Node.open(at: path, options: options)
         #expect(try reopened.projections.digest() == digest)
         let reports = seen.withLock { $0 }
         let count = try reopened.log.eventCount()
         #expect(reports.count >= 2 && reports == reports.sorted() && reports.last == count)
+        // Told once, before it began, why and over how many events.
+        #expect(told.withLock { $0.map(\.0) } == [.neverBuilt] && told.withLock { $0.map(\.1) } == [count])
         await reopened.close()
     }
 }

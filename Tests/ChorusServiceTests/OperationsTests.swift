@@ -91,6 +91,29 @@ struct OperationsTests {
         #expect(entries.contains { $0["message"] == "stopped" })
     }
 
+    @Test("serving a store whose projections are stale logs why before it rebuilds them")
+    func aRebuildBeforeServingIsLogged() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let store = dir.store("node")
+        #expect(try await runCommand(chorus, ["init", "--store", store, "--name", "Node"]).status == 0)
+        // Another slot price: the projections were built for another configuration.
+        let network = store + "/network.json"
+        let text = try String(contentsOfFile: network, encoding: .utf8)
+        let changed = text.replacingOccurrences(of: "[0, 50,", with: "[0, 60,")
+        #expect(changed != text)
+        try changed.write(toFile: network, atomically: true, encoding: .utf8)
+        let server = try await ServerProcess.start(chorus: chorus, store: store)
+        defer { server.stop() }
+        let log = server.output
+        #expect(log.contains("rebuilding the projections from the log before serving"), "\(log)")
+        #expect(log.contains("another network configuration"), "\(log)")
+        let rebuilt = try #require(log.range(of: "rebuilding the projections"))
+        let listening = try #require(log.range(of: "local API on"))
+        #expect(rebuilt.lowerBound < listening.lowerBound)
+    }
+
     @Test("a config file with an unknown option or a bad value is refused with the reason")
     func badConfig() async throws {
         let chorus = try productPath("chorus")
