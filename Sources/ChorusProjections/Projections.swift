@@ -858,9 +858,7 @@ public struct Projections: Sendable {
     /// Whether the state was built by this format with this configuration
     /// (false for a store from before projections, or after the network
     /// configuration changed): then it must be rebuilt before use.
-    public func isCurrent() throws -> Bool {
-        try log.env.read { txn in try txn.get(index, Self.builtKey) == builtMarker }
-    }
+    public func isCurrent() throws -> Bool { try staleness() == nil }
 
     /// Why the stored state is not this format's with this configuration,
     /// or nil when it is (`isCurrent()`). A reader of stale state would read
