@@ -218,8 +218,14 @@ enum Payload {
         if admin { p.append(("admin", .bool(true))) }
         return p
     }
-    static func message(text: String?, picture: ObjectID? = nil) -> [(String, CBORValue)] {
-        [("body", .bytes(fakeSealed((text ?? "") + (picture.map { " " + $0.hex } ?? ""))))]
+    /// A message; with `attachment`, carrying an (encrypted) picture whose
+    /// blob is those bytes (`blob` and `size`, Specs/events.md §6.2.17).
+    static func message(text: String?, picture: ObjectID? = nil, attachment: [UInt8]? = nil) -> [(String, CBORValue)] {
+        var p: [(String, CBORValue)] = [("body", .bytes(fakeSealed((text ?? "") + (picture.map { " " + $0.hex } ?? ""))))]
+        if let attachment {
+            p += [("blob", .bytes(Blake2b.hash256(attachment).bytes)), ("size", .unsigned(UInt64(attachment.count)))]
+        }
+        return p
     }
     static func edit(chat: ObjectID, text: String) -> [(String, CBORValue)] {
         [("chat", .bytes(chat.bytes)), ("body", .bytes(fakeSealed(text)))]

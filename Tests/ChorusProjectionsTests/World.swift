@@ -232,7 +232,12 @@ final class World {
             guard let chat = rng.pick(visible(chats, to: d)) else { return }
             var picture: ObjectID? = nil
             if rng.chance(0.35) { picture = rng.pick(pictures.map(\.value.id)) }
-            let e = try emit(w, .messageSent, chat, Payload.message(text: picture == nil || rng.chance(0.5) ? text() : nil, picture: picture), skew: skew)
+            // Some carry a picture of their own, whose blob the chat's
+            // state references while the message is live.
+            let attachment = rng.chance(0.2) ? newBlob() : nil
+            let e = try emit(
+                w, .messageSent, chat,
+                Payload.message(text: picture == nil || rng.chance(0.5) ? text() : nil, picture: picture, attachment: attachment), skew: skew)
             messages.append(Known(value: (e.id, chat, me, e.hlc), index: events.count - 1, author: e.author))
         case 20:
             guard let m = rng.pick(visible(messages, to: d).filter { $0.sender == me || rng.chance(0.2) }) else { return }
