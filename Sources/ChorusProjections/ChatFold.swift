@@ -183,7 +183,8 @@ extension FoldRun {
         }
         let chat = sent.object
         let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
-        let attachment = sent.payload?[text: "blob"]?.id32
+        let content = sentContents[message] ?? SentContent(payload: sent.payload)
+        let attachment = content.attachment
         // The entry this key holds now: a bulk fold (§9.2) writes each
         // message's entry once, and a send first stored in this
         // transaction has none yet.
@@ -244,7 +245,7 @@ extension FoldRun {
         if let deleted {
             entry.deleted = deleted.hlc
             if purging { try purgeContent(ofMessage: message, all) } else if bulk { deletedInBulk.messages.append(message) }
-        } else if sent.payload != nil {
+        } else if content.held {
             if let edit { entry.edit = (edit.arrival, edit.hlc, edit.author) }
         } else {
             entry.purged = true
@@ -370,6 +371,26 @@ extension FoldRun {
         }
         if forward { try txn.put(p.state, key, Codec.cbor(.array([.unsigned(hlc), .bytes(message.bytes)]))) }
         try decide(f, nil)
+    }
+}
+
+/// What a message's fold reads of its `message.sent` beyond the event's
+/// order, chat and arrival: whether the log holds its payload, and the
+/// blob of the picture it carries (`blob`, Specs/events.md §6.2.17).
+struct SentContent: Sendable, Equatable {
+    /// The blob of the message's picture; nil without one, or when purged.
+    let attachment: Hash32?
+    /// Whether the payload is held (false: purged).
+    let held: Bool
+
+    init(payload: CBORValue?) {
+        attachment = payload?[text: "blob"]?.id32
+        held = payload != nil
+    }
+
+    init(attachment: Hash32?, held: Bool) {
+        self.attachment = held ? attachment : nil
+        self.held = held
     }
 }
 

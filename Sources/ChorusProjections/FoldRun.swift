@@ -47,9 +47,14 @@ struct FoldRun {
     /// binding changes need not read them back (`deviceChanged`).
     var newArrivals: Set<UInt64> = []
     /// The `message.sent` events of this run's messages, by message id:
-    /// new ones as filed (not read back from the log), and those a bulk
-    /// fold read ahead. A message's send is not a fact (§9.1).
+    /// new ones as filed (not read back from the log), and those of a bulk
+    /// fold, as the rebuild's filing listed them. A message's send is not a
+    /// fact (§9.1).
     var sentFacts: [EventID: Fact] = [:]
+    /// What a bulk fold's sends hold (`SentContent`): their facts in
+    /// `sentFacts` come from the filing's list, without their payloads,
+    /// which the log is not read again for (§9.2).
+    var sentContents: [EventID: SentContent] = [:]
     /// Arrival positions of sends known from the chat's message index, so
     /// re-folding a chat's messages reads each from the log directly.
     var sentArrivals: [EventID: UInt64] = [:]
@@ -280,7 +285,7 @@ struct FoldRun {
         if let bulkFacts, bulkFacts.cls == cls, let read = bulkFacts.facts[object] { return read }
         var out: [Fact] = []
         try p.scanFacts(prefix: Projections.factKeyPrefix(cls, object), in: txn) { key, value in
-            let kind = value.first.flatMap { EventKind(knownCode: UInt64($0)) }
+            let kind = Fact.kind(ofValue: value)
             out.append(
                 try Fact.load(
                     key: key, value: value, log: p.log, in: txn, preloaded: preloaded, withPayload: kind.map(payloadNeeded) ?? true))

@@ -183,6 +183,12 @@ struct Fact {
             preloaded: preloaded, withPayload: withPayload)
     }
 
+    /// The kind a fact's value names; nil for a value that names none
+    /// this version knows (`load` reports it as damage).
+    static func kind(ofValue raw: [UInt8]) -> EventKind? {
+        raw.first.flatMap { EventKind(knownCode: UInt64($0)) }
+    }
+
     /// The arrival position a fact's value names.
     static func arrival(ofValue raw: [UInt8]) -> UInt64? {
         raw.count == 41 || raw.count == 9 ? Codec.readU64(raw[(raw.count - 8)...]) : nil

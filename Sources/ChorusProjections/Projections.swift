@@ -306,7 +306,7 @@ public struct Projections: Sendable {
     /// about 180 MB) every table is written that way, once. A later write's
     /// keys interleave with earlier ones and are put in key order. Returns
     /// every `message.sent`, which it files not as facts but as a list in
-    /// the order of their `message` entries, for the message pass (80 bytes
+    /// the order of their `message` entries, for the message pass (152 bytes
     /// a send, held beside the budget). Once the list would pass
     /// `sendsBudget` bytes, every send is filed in `index` instead, under
     /// `IndexTable.rebuildSend`, with the other entries (§9.2): the list
@@ -335,7 +335,7 @@ public struct Projections: Sendable {
         func fileSends(_ list: [BulkSend]) throws {
             guard !list.isEmpty else { return }
             var run = SortedEntries()
-            for send in list { run.add(send.indexKey, Codec.u64(send.arrival)) }
+            for send in list { run.add(send.indexKey, send.indexValue) }
             run.sort()
             if heldBytes + run.memoryBytes > budget { try writeHeld() }
             heldSends.append(run)
@@ -372,9 +372,9 @@ public struct Projections: Sendable {
     }
 
     /// The bytes of sends a rebuild's filing lists in memory before it files
-    /// them in `index` instead (§9.2): about 840,000 sends, the messages of
-    /// about 1.8 million events of a social workload.
-    public static let sendsBudget = 64 << 20
+    /// them in `index` instead (§9.2): about 880,000 sends (152 bytes
+    /// each), the messages of about 1.9 million events of a social workload.
+    public static let sendsBudget = 128 << 20
 
     /// The sends a rebuild's filing listed for its message pass: in memory,
     /// or filed in `index` under `IndexTable.rebuildSend` (§9.2).
@@ -406,33 +406,67 @@ public struct Projections: Sendable {
     }
 
     /// A `message.sent` as a rebuild's message pass takes it: ordered as its
-    /// `message` entry's key (chat, time, id), with where the log holds it.
+    /// `message` entry's key (chat, time, id), with where the log holds it,
+    /// its sending device and what its fold reads of the payload, taken
+    /// when the filing decoded it: the pass does not read the log again.
     struct BulkSend: Sendable, Comparable {
         let chat: ObjectID
         let hlc: UInt64
         let id: EventID
         let arrival: UInt64
+        let author: PublicKey
+        let content: SentContent
 
         static func < (a: BulkSend, b: BulkSend) -> Bool { (a.chat, a.hlc, a.id) < (b.chat, b.hlc, b.id) }
 
         /// Its `index` key when filed (§9.2): in the same order as `<`.
         var indexKey: [UInt8] { IndexTable.rebuildSend.key(chat, Codec.u64(hlc), id) }
 
+        /// Its `index` value when filed (§9.2): u64be(arrival) ‖ author ‖
+        /// u8(0: purged, 1: held, 2: held with a picture) ‖ that picture's
+        /// blob when 2.
+        var indexValue: [UInt8] {
+            var out = Codec.u64(arrival) + author.bytes
+            if let blob = content.attachment {
+                out.append(2)
+                out += blob.bytes
+            } else {
+                out.append(content.held ? 1 : 0)
+            }
+            return out
+        }
+
+        /// The send's fact as its message's fold takes it, without its
+        /// payload (`content` says what the fold reads of it).
+        var fact: Fact {
+            Fact(order: MergeOrder(hlc: HLC(rawValue: hlc), author: author, id: id), kind: .messageSent, object: chat, arrival: arrival, payload: nil)
+        }
+
         /// A send filed in `index`, read back.
         init(indexKey key: [UInt8], value: [UInt8]) throws {
-            guard key.count == 73, value.count == 8 else {
+            guard key.count == 73, value.count == 41 && value[40] < 2 || value.count == 73 && value[40] == 2 else {
                 throw ProjectionError.corrupt("rebuild send entry of \(key.count) + \(value.count) bytes")
             }
             self.init(
                 chat: try Codec.b32(key[1..<33], "chat"), hlc: Codec.readU64(key[33..<41]), id: try Codec.b32(key[41..<73], "message id"),
-                arrival: Codec.readU64(value[...]))
+                arrival: Codec.readU64(value[0..<8]), author: try Codec.b32(value[8..<40], "sending device"),
+                content: SentContent(attachment: value.count == 73 ? try Codec.b32(value[41..<73], "blob") : nil, held: value[40] != 0))
         }
 
-        init(chat: ObjectID, hlc: UInt64, id: EventID, arrival: UInt64) {
+        /// The send of `event`, held at `arrival`.
+        init(_ event: Event, arrival: UInt64) {
+            self.init(
+                chat: event.object, hlc: event.hlc.rawValue, id: event.id, arrival: arrival, author: event.author,
+                content: SentContent(payload: event.payload))
+        }
+
+        init(chat: ObjectID, hlc: UInt64, id: EventID, arrival: UInt64, author: PublicKey, content: SentContent) {
             self.chat = chat
             self.hlc = hlc
             self.id = id
             self.arrival = arrival
+            self.author = author
+            self.content = content
         }
     }
 
@@ -461,7 +495,7 @@ public struct Projections: Sendable {
                 try log.forEachTrusted(arrivals: range) { arrival, event in
                     try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
                     if event.kind == .messageSent {
-                        sends.append(BulkSend(chat: event.object, hlc: event.hlc.rawValue, id: event.id, arrival: arrival))
+                        sends.append(BulkSend(event, arrival: arrival))
                     }
                     count += 1
                 }
@@ -632,10 +666,10 @@ public struct Projections: Sendable {
 
     /// Folds held messages (`sends`, in the order of their `message`
     /// entries) in consecutive parts on all cores, each part in its own read
-    /// transaction, off the write transaction: a part reads its sends from
-    /// the log in arrival order and decodes them, loads their edits and
-    /// deletions (`edits`: raw `facts` entries by message), and folds each
-    /// message. A message's fold reads only its own facts (in hand) and state
+    /// transaction, off the write transaction: a part takes its sends as
+    /// the filing listed them (the log is not read again for them), loads
+    /// their edits and deletions (`edits`: raw `facts` entries by message),
+    /// and folds each message. A message's fold reads only its own facts (in hand) and state
     /// that every class folded before messages wrote and committed
     /// (memberships, device bindings), and the bulk fold writes nothing
     /// that another message's fold reads (Specs/projections.md §9.2).
@@ -646,24 +680,19 @@ public struct Projections: Sendable {
             let held = part.compactMap { send in edits[send.id].map { (send.id, $0) } }
             let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
             var sent: [EventID: Fact] = [:]
+            var contents: [EventID: SentContent] = [:]
             sent.reserveCapacity(part.count)
-            // In arrival order, and with the ids the filing computed: the
-            // header is read and the payload decoded, nothing else.
-            for send in part.sorted(by: { $0.arrival < $1.arrival }) {
-                let (header, payload) = try log.readHeaderAndPayload(at: send.arrival, in: txn)
-                let decoded: CBORValue?
-                do { decoded = try payload.map(CBORDecoder.decode) } catch {
-                    throw ProjectionError.corrupt("payload of the event at arrival \(send.arrival) does not decode: \(error)")
-                }
-                sent[send.id] = Fact(
-                    order: MergeOrder(hlc: header.hlc, author: header.author, id: send.id), kind: header.kind, object: header.object,
-                    arrival: send.arrival, payload: decoded)
+            contents.reserveCapacity(part.count)
+            for send in part {
+                sent[send.id] = send.fact
+                contents[send.id] = send.content
             }
             var loaded: [EventID: [Fact]] = [:]
             for (message, entries) in held {
                 loaded[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
             }
             run.sentFacts = sent
+            run.sentContents = contents
             run.bulkMessageEdits = loaded
             for send in part { try run.foldMessage(send.id) }
         }
@@ -742,7 +771,10 @@ public struct Projections: Sendable {
             var out: [Bytes32: [Fact]] = [:]
             out.reserveCapacity(objects.count)
             for (object, key, value) in entries {
-                out[object, default: []].append(try Fact.load(key: key, value: value, log: log, in: txn, preloaded: preloaded))
+                out[object, default: []].append(
+                    try Fact.load(
+                        key: key, value: value, log: log, in: txn, preloaded: preloaded,
+                        withPayload: Fact.kind(ofValue: value).map { Self.bulkFoldReadsPayload(cls, $0) } ?? true))
             }
             return out
         }
@@ -771,8 +803,19 @@ public struct Projections: Sendable {
             cls: cls, objects: objects, facts: entries.count, preloaded: preloaded, loaded: loaded, consents: consents, folded: folded)
     }
 
+    /// Whether the bulk fold of `cls` reads the payload of its facts of
+    /// `kind`: a slice loads only those (Specs/projections.md §9.2). No
+    /// default: a new class does not compile until it says.
+    static func bulkFoldReadsPayload(_ cls: ObjectClass, _ kind: EventKind) -> Bool {
+        switch cls {
+        case .follow, .like, .block: FoldRun.relationshipReadsPayload(kind)
+        case .device, .profile, .picture, .chat, .reads, .message, .slots, .coins, .deviceKey, .chatKeys: true
+        }
+    }
+
     /// Up to `limit` objects of class `cls` after `after`, in key order, how
-    /// many facts they hold, and the arrival positions those facts name.
+    /// many facts they hold, and the arrival positions of those whose
+    /// payloads the fold reads (`bulkFoldReadsPayload`).
     func objectsToFold(
         _ cls: ObjectClass, after: Bytes32?, limit: Int
     ) throws -> (objects: [Bytes32], facts: [(object: Bytes32, key: [UInt8], value: [UInt8])], arrivals: [UInt64]) {
@@ -792,7 +835,9 @@ public struct Projections: Sendable {
                     objects.append(object)
                 }
                 facts.append((object, key, value))
-                if let arrival = Fact.arrival(ofValue: value) { arrivals.append(arrival) }
+                if let arrival = Fact.arrival(ofValue: value), Fact.kind(ofValue: value).map({ Self.bulkFoldReadsPayload(cls, $0) }) ?? true {
+                    arrivals.append(arrival)
+                }
                 return true
             }
             return (objects, facts, arrivals)

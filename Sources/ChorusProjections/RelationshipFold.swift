@@ -11,14 +11,17 @@ extension FoldRun {
     /// only those users' edges. Exact, because an edge and every decision
     /// under this target read only facts of one acting user (a removal
     /// cancels only adds by its own user) (§9.1).
+    /// Whether this fold reads the payload of a fact of `kind`: an add's
+    /// payload is empty; only a removal's names what it saw.
+    static func relationshipReadsPayload(_ kind: EventKind) -> Bool { !isAdd(kind) }
+
     mutating func foldRelationship(
         _ cls: ObjectClass, _ target: Bytes32, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil
     ) throws {
         var adds: [EventID: (user: PublicKey, arrival: UInt64)] = [:]
         var cancelled: Set<EventID> = []
-        // An add's payload is empty; only a removal's names what it saw.
         var all: [(fact: Fact, actor: Result<PublicKey, NoEffect>)] = []
-        for f in try facts(cls, target, payloadNeeded: { !Self.isAdd($0) }) {
+        for f in try facts(cls, target, payloadNeeded: Self.relationshipReadsPayload) {
             let actor = try actor(f)
             if let only, !refolds(f, actor: try? actor.get(), only: only) { continue }
             all.append((f, actor))
