@@ -226,16 +226,31 @@ struct Fact {
 }
 
 /// Decoded payloads of the facts a bulk fold is about to read, by arrival
-/// position (`.some(nil)`: purged), read from the log in arrival order and
+/// position (`.some(nil)`: purged), taken from what the rebuild's filing
+/// kept (`FiledPayloads`) or else read from the log in arrival order, and
 /// decoded on all cores before the fold (Specs/projections.md §9.2).
 struct PreloadedPayloads: Sendable {
     var payloads: [UInt64: CBORValue?] = [:]
 
-    /// Reads and decodes the payloads of the events at `arrivals`.
-    static func load(_ arrivals: [UInt64], log: LogStore) throws -> PreloadedPayloads {
+    /// Reads and decodes the payloads of the events at `arrivals`: those
+    /// `filed` holds from there, the others from the log.
+    static func load(_ arrivals: [UInt64], log: LogStore, filed: FiledPayloads = FiledPayloads()) throws -> PreloadedPayloads {
         let sorted = Array(Set(arrivals)).sorted()
-        let raw: [(UInt64, [UInt8]?)] = try log.env.read { txn in
-            try sorted.map { ($0, try log.readPayload(at: $0, in: txn)) }
+        var raw: [(UInt64, [UInt8]?)] = []
+        raw.reserveCapacity(sorted.count)
+        var unread: [Int] = []
+        for arrival in sorted {
+            if let held = filed.payload(at: arrival) {
+                raw.append((arrival, held))
+            } else {
+                unread.append(raw.count)
+                raw.append((arrival, nil))
+            }
+        }
+        if !unread.isEmpty {
+            try log.env.read { txn in
+                for i in unread { raw[i].1 = try log.readPayload(at: raw[i].0, in: txn) }
+            }
         }
         let decoded = parallelMap(raw, chunk: 256) { arrival, bytes -> Result<(UInt64, CBORValue?), Error> in
             Result {
@@ -252,6 +267,55 @@ struct PreloadedPayloads: Sendable {
             out.payloads[arrival] = .some(payload)
         }
         return out
+    }
+}
+
+/// The payloads a rebuild's filing copied from the log as it read it, for
+/// the fold of the classes after it (Specs/projections.md §9.2): that fold
+/// takes them in key order of its objects, which is random in arrival
+/// order, so reading them from the log again costs a B-tree descent and a
+/// cache miss each. Held in arrival order, up to a budget; a payload past
+/// it is read from the log.
+struct FiledPayloads: Sendable {
+    /// Each payload's arrival position, increasing, and where its bytes are
+    /// (`count` -1: purged).
+    private var entries: [(arrival: UInt64, start: Int, count: Int)] = []
+    private var bytes: [UInt8] = []
+
+    var count: Int { entries.count }
+    /// Bytes held, the per-entry records included: what counts against the budget.
+    var memoryBytes: Int { bytes.count + entries.count * MemoryLayout<(UInt64, Int, Int)>.stride }
+
+    /// Keeps the payload of the event at `arrival` (nil: purged), which
+    /// follows every arrival kept so far.
+    mutating func add(_ arrival: UInt64, _ payload: [UInt8]?) {
+        precondition(entries.last.map { $0.arrival < arrival } ?? true, "payloads are filed in arrival order")
+        entries.append((arrival, bytes.count, payload?.count ?? -1))
+        if let payload { bytes += payload }
+    }
+
+    /// Appends `other`, whose arrivals all follow these.
+    mutating func append(_ other: FiledPayloads) {
+        precondition(
+            entries.last.map { last in other.entries.first.map { last.arrival < $0.arrival } ?? true } ?? true,
+            "payloads are filed in arrival order")
+        let base = bytes.count
+        entries += other.entries.lazy.map { ($0.arrival, $0.start + base, $0.count) }
+        bytes += other.bytes
+    }
+
+    /// The payload kept for `arrival`: `.some(nil)` when it was purged, nil
+    /// when none was kept.
+    func payload(at arrival: UInt64) -> [UInt8]?? {
+        var low = 0
+        var high = entries.count
+        while low < high {
+            let mid = (low + high) / 2
+            if entries[mid].arrival < arrival { low = mid + 1 } else { high = mid }
+        }
+        guard low < entries.count, entries[low].arrival == arrival else { return nil }
+        let e = entries[low]
+        return .some(e.count < 0 ? nil : Array(bytes[e.start..<(e.start + e.count)]))
     }
 }
 

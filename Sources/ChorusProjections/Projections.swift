@@ -174,10 +174,12 @@ public struct Projections: Sendable {
     /// objects (nil: 4,096 and 256; tests pass a few, to have several parts
     /// in a small log). `sendsBudget` bounds the bytes of sends the filing
     /// lists in memory for the message pass; past it they are filed in
-    /// `index` instead (§9.2).
+    /// `index` instead (§9.2). `payloadsBudget` bounds the bytes of
+    /// payloads the filing keeps for the fold of the classes; past it they
+    /// are read from the log again.
     public func rebuild(
         sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
-        part: Int? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+        payloadsBudget: Int = Projections.payloadsBudget, part: Int? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
             _ = try txn.delete(index, Self.builtKey)
@@ -189,8 +191,9 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        let sends = try fileInBulk(
-            sliceSize: sliceSize * 10, budget: filingBudget, sendsBudget: sendsBudget, part: part ?? 4_096, isCancelled: isCancelled
+        let (sends, payloads) = try fileInBulk(
+            sliceSize: sliceSize * 10, budget: filingBudget, sendsBudget: sendsBudget, payloadsBudget: payloadsBudget,
+            part: part ?? 4_096, isCancelled: isCancelled
         ) { filed in
             progress?(filingShare * filed / max(1, total), total)
         }
@@ -229,7 +232,7 @@ public struct Projections: Sendable {
                     cursor = next
                 }
             } build: { [self] plan in
-                try buildSlice(plan, part: part ?? 256)
+                try buildSlice(plan, part: part ?? 256, payloads: payloads)
             } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
                 if let parts = slice.folded {
@@ -250,13 +253,13 @@ public struct Projections: Sendable {
         // reads it, so it is folded beside them on a thread of its own, in
         // write transactions of its own: its fold is one walk on one core,
         // which at the end of the rebuild overlapped nothing.
-        let alone = Background { [self] in try foldAlone(.coins, sliceSize: sliceSize) }
+        let alone = Background { [self] in try foldAlone(.coins, sliceSize: sliceSize, payloads: payloads) }
         defer { _ = try? alone.wait() }  // nothing writes after a rebuild returns or throws
         func beside(_ classes: ArraySlice<ObjectClass>) -> ArraySlice<ObjectClass> { classes.filter { $0 != .coins }[...] }
         try foldClasses(beside(order[afterDevices..<messageAt]))
         if messageAt < order.count {
             try foldMessagesInBulk(
-                sends, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
+                sends, payloads: payloads, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
             try foldClasses(beside(order[(messageAt + 1)...]))
         }
         foldedMore(try alone.wait())
@@ -285,10 +288,10 @@ public struct Projections: Sendable {
     /// write transaction (a rebuild's coin ledger, beside the other
     /// classes); returns how many facts it folded. For a class that no other
     /// reads, whose fold deletes no picture or message.
-    func foldAlone(_ cls: ObjectClass, sliceSize: Int) throws -> Int {
+    func foldAlone(_ cls: ObjectClass, sliceSize: Int, payloads: FiledPayloads) throws -> Int {
         var facts = 0
         var cursor: SliceCursor? = SliceCursor(cls: cls, after: nil)
-        while let current = cursor, let (slice, next) = try objectSlice(current, limit: sliceSize) {
+        while let current = cursor, let (slice, next) = try objectSlice(current, limit: sliceSize, payloads: payloads) {
             _ = try foldInWriteTransaction(slice)
             facts += slice.facts
             cursor = next
@@ -312,10 +315,13 @@ public struct Projections: Sendable {
     /// `IndexTable.rebuildSend`, with the other entries (§9.2): the list
     /// grows with the log, the budgets do not.
     func fileInBulk(
-        sliceSize: Int, budget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget, part: Int = 4_096,
-        isCancelled: (() -> Bool)?, progress: (_ filed: Int) -> Void
-    ) throws -> BulkSends {
+        sliceSize: Int, budget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
+        payloadsBudget: Int = Projections.payloadsBudget, part: Int = 4_096, isCancelled: (() -> Bool)?,
+        progress: (_ filed: Int) -> Void
+    ) throws -> (sends: BulkSends, payloads: FiledPayloads) {
         var filed = 0
+        var payloads = FiledPayloads()
+        var payloadsFull = false
         var writes = 0
         var sends: [BulkSend] = []
         var filedSends: Int? = nil
@@ -361,20 +367,35 @@ public struct Projections: Sendable {
             } else {
                 sends += slice.sends
             }
+            // Kept in arrival order up to the budget; the class pass reads
+            // the payloads past it from the log.
+            for run in slice.payloads where !payloadsFull {
+                if payloads.memoryBytes + run.memoryBytes > payloadsBudget {
+                    payloadsFull = true
+                } else {
+                    payloads.append(run)
+                }
+            }
             filed += slice.events
             progress(filed)
         }
         try writeHeld()
-        if let filedSends { return .filed(count: filedSends) }
+        if let filedSends { return (.filed(count: filedSends), payloads) }
         // Each part's sends are in order already: the sort merges runs.
         sends.sort()
-        return .held(sends)
+        return (.held(sends), payloads)
     }
 
     /// The bytes of sends a rebuild's filing lists in memory before it files
     /// them in `index` instead (§9.2): about 880,000 sends (152 bytes
     /// each), the messages of about 1.9 million events of a social workload.
     public static let sendsBudget = 128 << 20
+
+    /// The bytes of payloads a rebuild's filing keeps for the fold of the
+    /// classes (`FiledPayloads`, §9.2): those of about 2.5 million events of
+    /// a social workload (the payloads of follows', likes' and blocks' adds
+    /// and of messages' sends are not kept: their folds do not read them).
+    public static let payloadsBudget = 64 << 20
 
     /// The sends a rebuild's filing listed for its message pass: in memory,
     /// or filed in `index` under `IndexTable.rebuildSend` (§9.2).
@@ -403,6 +424,8 @@ public struct Projections: Sendable {
         let index: [SortedEntries]
         let events: Int
         let sends: [BulkSend]
+        /// The payloads the fold of the classes reads, one run per part.
+        let payloads: [FiledPayloads]
     }
 
     /// A `message.sent` as a rebuild's message pass takes it: ordered as its
@@ -486,35 +509,41 @@ public struct Projections: Sendable {
         let parts = max(1, min(span / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
         let partSpan = UInt64((span + parts - 1) / parts)
         let chunks = stride(from: since, to: end, by: Int(partSpan)).map { ($0 + 1)...min(end, $0 + partSpan) }
-        let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, [BulkSend], Int), Error> in
+        let filedChunks = parallelMap(chunks, chunk: 1) { range -> Result<(SortedRunSink, [BulkSend], FiledPayloads, Int), Error> in
             Result {
                 var sink = SortedRunSink(factsDB: facts, indexDB: index)
                 var none: FoldRun? = nil
                 var sends: [BulkSend] = []
+                var payloads = FiledPayloads()
                 var count = 0
                 try log.forEachTrusted(arrivals: range) { arrival, event in
                     try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
                     if event.kind == .messageSent {
                         sends.append(BulkSend(event, arrival: arrival))
+                    } else if ObjectClass.targets(of: event).contains(where: { Self.bulkFoldReadsPayload($0.0, event.kind) }) {
+                        payloads.add(arrival, event.payloadBytes)
                     }
                     count += 1
                 }
                 sink.facts.sort()
                 sink.index.sort()
                 sends.sort()
-                return (sink, sends, count)
+                return (sink, sends, payloads, count)
             }
         }
         var sinks: [SortedRunSink] = []
         var sends: [BulkSend] = []
+        var payloads: [FiledPayloads] = []
         var events = 0
         for chunk in filedChunks {
-            let (filedSink, filedSends, filedEvents) = try chunk.get()
+            let (filedSink, filedSends, filedPayloads, filedEvents) = try chunk.get()
             sinks.append(filedSink)
             sends += filedSends
+            payloads.append(filedPayloads)
             events += filedEvents
         }
-        let output = FilingSlice(facts: sinks.map(\.facts), index: sinks.map(\.index), events: events, sends: sends)
+        let output = FilingSlice(
+            facts: sinks.map(\.facts), index: sinks.map(\.index), events: events, sends: sends, payloads: payloads)
         return (output, end < last ? end : nil)
     }
 
@@ -528,8 +557,8 @@ public struct Projections: Sendable {
     /// `part` messages, one core each, off the write transaction
     /// (`foldedMessages`).
     func foldMessagesInBulk(
-        _ sends: BulkSends, sliceSize: Int, part: Int, isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects,
-        folded: (Int) -> Void
+        _ sends: BulkSends, payloads: FiledPayloads, sliceSize: Int, part: Int, isCancelled: (() -> Bool)?,
+        deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
     ) throws {
         // Every message's edits and deletions (a few percent of the log),
         // read in one scan: looking each held message up would cost a seek
@@ -547,7 +576,7 @@ public struct Projections: Sendable {
         // one is written (`pipelined`).
         let perSlice = max(1, sliceSize)
         let fold: @Sendable ([BulkSend]) throws -> MessageSlice = { slice in
-            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, part: part))
+            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part))
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
@@ -588,7 +617,7 @@ public struct Projections: Sendable {
         // What remains under the message class are edits and deletions;
         // those of a held message were folded with it above.
         try pipelined(from: SliceCursor(cls: .message, after: nil)) { cursor in
-            try objectSlice(cursor, limit: sliceSize)
+            try objectSlice(cursor, limit: sliceSize, payloads: payloads)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
             _ = try foldInWriteTransaction(slice) { run, objects in try objects.filter { try !run.holdsSend($0) } }
@@ -674,11 +703,12 @@ public struct Projections: Sendable {
     /// (memberships, device bindings), and the bulk fold writes nothing
     /// that another message's fold reads (Specs/projections.md §9.2).
     func foldedMessages(
-        _ sends: [BulkSend], edits: [EventID: [(key: [UInt8], value: [UInt8])]], part: Int
+        _ sends: [BulkSend], edits: [EventID: [(key: [UInt8], value: [UInt8])]], payloads: FiledPayloads, part: Int
     ) throws -> [FoldedPart] {
         try foldedInParts(sends, part: part) { run, part, txn in
             let held = part.compactMap { send in edits[send.id].map { (send.id, $0) } }
-            let preloaded = try PreloadedPayloads.load(held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log)
+            let preloaded = try PreloadedPayloads.load(
+                held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log, filed: payloads)
             var sent: [EventID: Fact] = [:]
             var contents: [EventID: SentContent] = [:]
             sent.reserveCapacity(part.count)
@@ -747,9 +777,11 @@ public struct Projections: Sendable {
 
     /// The slice of `cls` after `cursor` and the cursor of the next (nil
     /// after the last), or nil when none is left.
-    func objectSlice(_ cursor: SliceCursor, limit: Int, part: Int? = nil) throws -> (output: ObjectSlice, next: SliceCursor?)? {
+    func objectSlice(
+        _ cursor: SliceCursor, limit: Int, part: Int? = nil, payloads: FiledPayloads
+    ) throws -> (output: ObjectSlice, next: SliceCursor?)? {
         guard let (plan, next) = try planSlice(cursor, limit: limit) else { return nil }
-        return (try buildSlice(plan, part: part), next)
+        return (try buildSlice(plan, part: part, payloads: payloads), next)
     }
 
     /// Which objects and facts the slice at `cursor` holds (up to `limit`
@@ -764,9 +796,9 @@ public struct Projections: Sendable {
 
     /// The facts of `plan` loaded with their payloads and, for the classes
     /// folded off the write transaction, folded in parts of `part` objects.
-    func buildSlice(_ plan: SlicePlan, part: Int?) throws -> ObjectSlice {
+    func buildSlice(_ plan: SlicePlan, part: Int?, payloads: FiledPayloads) throws -> ObjectSlice {
         let (cls, objects, entries) = (plan.cls, plan.objects, plan.entries)
-        let preloaded = try PreloadedPayloads.load(plan.arrivals, log: log)
+        let preloaded = try PreloadedPayloads.load(plan.arrivals, log: log, filed: payloads)
         let loaded: [Bytes32: [Fact]] = try log.env.read { txn in
             var out: [Bytes32: [Fact]] = [:]
             out.reserveCapacity(objects.count)

@@ -106,4 +106,27 @@ struct FilingTests {
         let wrong = expected.keys.filter { stored[$0] != expected[$0] }.count
         #expect(stored.count == expected.count && wrong == 0, "\(stored.count) entries stored of \(expected.count), \(wrong) missing or different")
     }
+
+    @Test("the payloads kept for the fold are found by arrival, purged ones as purged, across appended runs, and no others")
+    func filedPayloadsAreFoundByArrival() {
+        var rng = SplitMix64(seed: 7)
+        var expected: [UInt64: [UInt8]?] = [:]
+        var all = FiledPayloads()
+        var arrival: UInt64 = 0
+        for _ in 0..<20 {
+            var run = FiledPayloads()
+            for _ in 0..<rng.int(0...30) {
+                arrival += UInt64(rng.int(1...3))
+                let payload: [UInt8]? = rng.int(0...4) == 0 ? nil : (0..<rng.int(0...9)).map { _ in UInt8(rng.int(0...255)) }
+                run.add(arrival, payload)
+                expected[arrival] = .some(payload)
+            }
+            all.append(run)
+        }
+        #expect(all.count == expected.count)
+        for a in 0...(arrival + 1) {
+            let found = all.payload(at: a)
+            #expect(found == expected[a], "arrival \(a)")
+        }
+    }
 }

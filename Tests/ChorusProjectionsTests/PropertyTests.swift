@@ -169,13 +169,15 @@ struct ScheduleRun {
         // A rebuild from replica 0's own log; half the time with a filing
         // budget so small that the filed runs are written in several merges,
         // half the time with a sends budget so small that the sends are
-        // filed in `index` (from the first slice, or from a later one), and
-        // half the time with slices filed and messages folded in parts of a
-        // few, one core each.
+        // filed in `index` (from the first slice, or from a later one), half
+        // the time with a payloads budget so small that the fold reads some
+        // or all payloads from the log again, and half the time with slices
+        // filed and messages folded in parts of a few, one core each.
         let before = try replicas[0].stateLines()
         try replicas[0].projections.rebuild(
             sliceSize: rng.int(1...64), filingBudget: rng.int(0...1) == 0 ? rng.int(1...40_000) : Projections.filingBudget,
             sendsBudget: rng.int(0...1) == 0 ? rng.int(0...4_000) : Projections.sendsBudget,
+            payloadsBudget: rng.int(0...1) == 0 ? rng.int(0...4_000) : Projections.payloadsBudget,
             part: rng.int(0...1) == 0 ? rng.int(1...16) : nil)
         if try replicas[0].digest() != digests[0] {
             problems.append("rebuild of replica 0 from its log differs from its incremental state")
