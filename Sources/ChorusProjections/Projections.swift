@@ -348,11 +348,17 @@ public struct Projections: Sendable {
             heldBytes += run.memoryBytes
             filedSends = (filedSends ?? 0) + list.count
         }
-        // The next slice is read and filed on all cores while this one is
-        // taken in or written (`pipelined`).
+        // The next two slices are read and filed on all cores while this one
+        // is taken in or written (`pipelined`): two at once, because the
+        // parts of one slice do not end together, and a core waiting for
+        // the last part of its slice takes parts of the next.
         let last = try log.lastArrival()
-        try pipelined(from: UInt64(0)) { since in
-            try filingSlice(since: since, limit: sliceSize, part: part, last: last)
+        try pipelined(from: UInt64(0), ahead: 2) { since -> (plan: ClosedRange<UInt64>, next: UInt64?)? in
+            guard since < last else { return nil }
+            let end = min(last, since &+ UInt64(max(1, sliceSize)))
+            return ((since + 1)...end, end < last ? end : nil)
+        } build: { [self] arrivals in
+            try filingSlice(arrivals, part: part)
         } consume: { slice in
             if isCancelled?() == true { throw CancellationError() }
             let bytes = (slice.facts + slice.index).reduce(0) { $0 + $1.memoryBytes }
@@ -493,16 +499,13 @@ public struct Projections: Sendable {
         }
     }
 
-    /// The events at arrivals after `since` and at most `since + limit`
-    /// (and `last`, the log's newest), decoded and filed on all cores; and
-    /// the arrival the next slice starts after (nil after the last). Each
+    /// The events at `arrivals`, decoded and filed on all cores. Each
     /// part reads its own range of arrivals in a read transaction of its
     /// own, and is filed and sorted on its own core, and kept as its own
     /// run: merging them is left to the write, which merges runs anyway, so
     /// nothing here runs on one core.
-    func filingSlice(since: UInt64, limit: Int, part: Int, last: UInt64) throws -> (output: FilingSlice, next: UInt64?)? {
-        guard since < last else { return nil }
-        let end = min(last, since &+ UInt64(max(1, limit)))
+    func filingSlice(_ arrivals: ClosedRange<UInt64>, part: Int) throws -> FilingSlice {
+        let (since, end) = (arrivals.lowerBound - 1, arrivals.upperBound)
         let span = Int(end - since)
         // Two parts per core balance the load when a core is busy elsewhere,
         // and keep the runs the write merges few.
@@ -542,9 +545,7 @@ public struct Projections: Sendable {
             payloads.append(filedPayloads)
             events += filedEvents
         }
-        let output = FilingSlice(
-            facts: sinks.map(\.facts), index: sinks.map(\.index), events: events, sends: sends, payloads: payloads)
-        return (output, end < last ? end : nil)
+        return FilingSlice(facts: sinks.map(\.facts), index: sinks.map(\.index), events: events, sends: sends, payloads: payloads)
     }
 
     /// The messages of a bulk rebuild (Specs/projections.md §9.2): every
