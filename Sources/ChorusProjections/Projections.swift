@@ -325,28 +325,35 @@ public struct Projections: Sendable {
         var writes = 0
         var sends: [BulkSend] = []
         var filedSends: Int? = nil
-        var held: [FilingSlice] = []
+        // Only the runs are held: a slice's sends and payloads are taken
+        // from it as it comes, and held on in the slice they were kept twice.
+        var heldFacts: [SortedEntries] = []
+        var heldIndex: [SortedEntries] = []
         var heldSends: [SortedEntries] = []
         var heldBytes = 0
         func writeHeld() throws {
-            guard !held.isEmpty || !heldSends.isEmpty else { return }
-            try SortedEntries.writeMerged(held.flatMap(\.facts), to: facts, in: log.env, append: writes == 0)
-            try SortedEntries.writeMerged(held.flatMap(\.index) + heldSends, to: index, in: log.env, append: writes == 0)
+            guard !heldFacts.isEmpty || !heldIndex.isEmpty || !heldSends.isEmpty else { return }
+            try SortedEntries.writeMerged(heldFacts, to: facts, in: log.env, append: writes == 0)
+            try SortedEntries.writeMerged(heldIndex + heldSends, to: index, in: log.env, append: writes == 0)
             writes += 1
-            held.removeAll()
+            heldFacts.removeAll()
+            heldIndex.removeAll()
             heldSends.removeAll()
             heldBytes = 0
         }
-        /// Files `list` (sorted) as one run of `index` entries, held with the others.
-        func fileSends(_ list: [BulkSend]) throws {
+        /// Files `list` (sorted) as one run of `index` entries, held with the
+        /// others, and empties it before the run is sorted.
+        func fileSends(_ list: inout [BulkSend]) throws {
             guard !list.isEmpty else { return }
             var run = SortedEntries()
             for send in list { run.add(send.indexKey, send.indexValue) }
+            let count = list.count
+            list = []
             run.sort()
             if heldBytes + run.memoryBytes > budget { try writeHeld() }
             heldSends.append(run)
             heldBytes += run.memoryBytes
-            filedSends = (filedSends ?? 0) + list.count
+            filedSends = (filedSends ?? 0) + count
         }
         // The next two slices are read and filed on all cores while this one
         // is taken in or written (`pipelined`): two at once, because the
@@ -363,13 +370,22 @@ public struct Projections: Sendable {
             if isCancelled?() == true { throw CancellationError() }
             let bytes = (slice.facts + slice.index).reduce(0) { $0 + $1.memoryBytes }
             if heldBytes + bytes > budget { try writeHeld() }
-            held.append(slice)
+            heldFacts += slice.facts
+            heldIndex += slice.index
             heldBytes += bytes
             if filedSends != nil {
-                try fileSends(slice.sends.sorted())
+                var list = slice.sends.sorted()
+                try fileSends(&list)
             } else if (sends.count + slice.sends.count) * MemoryLayout<BulkSend>.stride > sendsBudget {
-                try fileSends((sends + slice.sends).sorted())
-                sends = []
+                // The list, sorted, and its run are the largest allocations
+                // of a rebuild: the held runs are written first, and the
+                // list is sorted in place and freed once its run is built
+                // (the slice's sends are a run of their own).
+                try writeHeld()
+                sends.sort()
+                try fileSends(&sends)
+                var list = slice.sends.sorted()
+                try fileSends(&list)
             } else {
                 sends += slice.sends
             }
@@ -398,10 +414,10 @@ public struct Projections: Sendable {
     public static let sendsBudget = 128 << 20
 
     /// The bytes of payloads a rebuild's filing keeps for the fold of the
-    /// classes (`FiledPayloads`, §9.2): those of about 2.5 million events of
+    /// classes (`FiledPayloads`, §9.2): those of about a million events of
     /// a social workload (the payloads of follows', likes' and blocks' adds
     /// and of messages' sends are not kept: their folds do not read them).
-    public static let payloadsBudget = 64 << 20
+    public static let payloadsBudget = 32 << 20
 
     /// The sends a rebuild's filing listed for its message pass: in memory,
     /// or filed in `index` under `IndexTable.rebuildSend` (§9.2).
