@@ -179,7 +179,8 @@ public struct Projections: Sendable {
     /// are read from the log again.
     public func rebuild(
         sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
-        payloadsBudget: Int = Projections.payloadsBudget, part: Int? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+        payloadsBudget: Int = Projections.payloadsBudget, part: Int? = nil,
+        progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {
         try log.env.write { txn in
             _ = try txn.delete(index, Self.builtKey)
@@ -259,7 +260,8 @@ public struct Projections: Sendable {
         try foldClasses(beside(order[afterDevices..<messageAt]))
         if messageAt < order.count {
             try foldMessagesInBulk(
-                sends, payloads: payloads, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted, folded: foldedMore)
+                sends, payloads: payloads, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted,
+                folded: foldedMore)
             try foldClasses(beside(order[(messageAt + 1)...]))
         }
         foldedMore(try alone.wait())
@@ -325,8 +327,8 @@ public struct Projections: Sendable {
         var writes = 0
         var sends: [BulkSend] = []
         var filedSends: Int? = nil
-        // Only the runs are held: a slice's sends and payloads are taken
-        // from it as it comes, and held on in the slice they were kept twice.
+        // Only the runs are held: a slice's sends and payloads go into
+        // lists of their own as it comes (a held slice kept them twice).
         var heldFacts: [SortedEntries] = []
         var heldIndex: [SortedEntries] = []
         var heldSends: [SortedEntries] = []
