@@ -825,7 +825,7 @@ public struct Projections: Sendable {
                 out[object, default: []].append(
                     try Fact.load(
                         key: key, value: value, log: log, in: txn, preloaded: preloaded,
-                        withPayload: Fact.kind(ofValue: value).map { Self.bulkFoldReadsPayload(cls, $0) } ?? true))
+                        withPayload: Self.bulkFoldReadsPayload(cls, factValue: value)))
             }
             return out
         }
@@ -864,6 +864,12 @@ public struct Projections: Sendable {
         }
     }
 
+    /// `bulkFoldReadsPayload` of the kind a `facts` value names; true for
+    /// one it names none of (`Fact.load` reports it as damage).
+    static func bulkFoldReadsPayload(_ cls: ObjectClass, factValue: [UInt8]) -> Bool {
+        Fact.kind(ofValue: factValue).map { bulkFoldReadsPayload(cls, $0) } ?? true
+    }
+
     /// Up to `limit` objects of class `cls` after `after`, in key order, how
     /// many facts they hold, and the arrival positions of those whose
     /// payloads the fold reads (`bulkFoldReadsPayload`).
@@ -886,7 +892,7 @@ public struct Projections: Sendable {
                     objects.append(object)
                 }
                 facts.append((object, key, value))
-                if let arrival = Fact.arrival(ofValue: value), Fact.kind(ofValue: value).map({ Self.bulkFoldReadsPayload(cls, $0) }) ?? true {
+                if let arrival = Fact.arrival(ofValue: value), Self.bulkFoldReadsPayload(cls, factValue: value) {
                     arrivals.append(arrival)
                 }
                 return true
