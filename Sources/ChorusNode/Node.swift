@@ -634,10 +634,11 @@ public actor Node {
     }
 
     static let verifySlice = 2048
-    /// Verified events gathered before they are queued for the writer:
-    /// half of its transaction cap (Specs/storage.md §5.1 step 2 says why
-    /// not a whole one).
-    static let commitGather = GroupCommitWriter.maxEventsPerTransaction / 2
+    /// Verified events gathered before they are queued for the writer: its
+    /// whole transaction cap, so a sync batch commits as one transaction
+    /// (Specs/storage.md §5.1 step 2 weighs the pages saved against the
+    /// freed pages the file keeps).
+    static let commitGather = GroupCommitWriter.maxEventsPerTransaction
 
     private func ingest(
         decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: @escaping @Sendable () -> Void = {}
