@@ -589,13 +589,14 @@ public actor Node {
     // MARK: Ingesting remote events
 
     /// The one path by which events from elsewhere enter the store.
-    /// Envelopes are decoded, put in feed order (so a batch behaves as a set),
-    /// and verified on all cores in slices; each verified slice goes to the
-    /// group-commit writer while the next one is being verified. Returns one
-    /// result per input, in input order. `enqueued` is as for
+    /// Envelopes are decoded and their signatures verified on all cores, in
+    /// one pass: an event is verified by the core that just decoded it, while
+    /// its bytes are in that core's cache. They are then put in feed order
+    /// (so a batch behaves as a set) and go to the group-commit writer.
+    /// Returns one result per input, in input order. `enqueued` is as for
     /// `ingest(events:enqueued:)`.
     public func ingest(_ envelopes: [[UInt8]], enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
-        await ingest(decoded: await Self.parallel(envelopes, Self.decodeOnly), enqueued: enqueued)
+        await ingest(decoded: await Self.parallel(envelopes, ParallelVerifier.check), verified: true, enqueued: enqueued)
     }
 
     /// Like `ingest(_:)`, but refuses the whole batch, storing nothing, if any
