@@ -642,7 +642,8 @@ public actor Node {
     static let commitGather = GroupCommitWriter.maxEventsPerTransaction
 
     private func ingest(
-        decoded: [Result<Event, EventError>], verified: Bool = false, enqueued: @escaping @Sendable () -> Void = {}
+        decoded: consuming [Result<Event, EventError>], verified: Bool = false,
+        enqueued: @escaping @Sendable () -> Void = {}
     ) async -> IngestReport {
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
         // Events are large values (three arrays and a header): the batch is
@@ -670,10 +671,19 @@ public actor Node {
                 : a.author != b.author ? a.author < b.author : a.seq != b.seq ? a.seq < b.seq : a.index < b.index
         }
         let order = keys.map(\.index)
-        let events: [Event] = order.map { i in
-            guard case .success(let e) = decoded[i] else { preconditionFailure("only decoded events are ordered") }
-            return e
+        // Moved out of `decoded`, not copied: a copy retains each of the
+        // event's buffers, which other cores wrote (a cache miss each).
+        var ordered: [Event] = []
+        ordered.reserveCapacity(order.count)
+        decoded.withUnsafeMutableBufferPointer { slots in
+            guard let base = slots.baseAddress else { return }
+            for i in order {
+                guard case .success(let e) = (base + i).move() else { preconditionFailure("only decoded events are ordered") }
+                ordered.append(e)
+                (base + i).initialize(to: .failure(.badSignature))  // any value: the slot is no longer read
+            }
         }
+        let events = ordered
         guard let writer else {
             for i in order { results[i] = .refused(.malformedEnvelope("store is read-only")) }
             NodeMetrics.record(results)
@@ -702,7 +712,9 @@ public actor Node {
             if good.count >= Self.commitGather || start >= events.count {
                 let number = slices.count
                 slices.append(good)
-                writer.enqueue(good.map { events[$0] }) { sink.yield((number, $0)) }
+                // A whole call's events go as the array itself, not copied.
+                let request = good.count == events.count ? events : good.map { events[$0] }
+                writer.enqueue(request) { sink.yield((number, $0)) }
                 good = []
             }
         }

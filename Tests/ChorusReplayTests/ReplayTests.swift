@@ -427,7 +427,7 @@ struct ReplayTests {
         #expect(try ReplayStore.open(h.store).projections.staleness() == .configuration)
         #expect(try ReplayStore.open(h.store).verify().findings.contains { $0.code == "projections_stale" && $0.message.contains("network configuration") })
         // A node rebuilds them on open; then verify is clean again.
-        await try Node.open(at: h.store).close()
+        try await Node.open(at: h.store).close()
         #expect(try ReplayStore.open(h.store).verify().findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
     }
 
