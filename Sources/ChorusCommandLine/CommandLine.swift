@@ -169,9 +169,13 @@ public final class ProgressBar: Sendable {
         write("\r\(stage) [\(bar)] \(done)/\(total)   ")
     }
 
-    /// Clears the bar's line, if one was drawn.
+    /// Clears the bar's line, if one was drawn (and not cleared since).
     public func finish() {
-        if state.withLock({ $0.shown }) { write("\r\u{1B}[K") }
+        let shown = state.withLock { s -> Bool in
+            defer { s.shown = false }
+            return s.shown
+        }
+        if shown { write("\r\u{1B}[K") }
     }
 
     private func write(_ text: String) {

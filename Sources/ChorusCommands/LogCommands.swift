@@ -143,8 +143,15 @@ struct Import: AsyncParsableCommand {
     @Argument(help: "An export file (CBOR sequence or JSON lines; - for standard input).") var file: String
     @Flag(help: "Store the valid events even if others in the file are damaged.") var partial = false
 
-    /// Events checked or ingested per slice: memory stays bounded whatever the file.
+    /// Events checked per slice in the first pass: memory stays bounded
+    /// whatever the file.
     static let slice = 2048
+    /// Events per `Node.ingest` call in the second pass, and calls queued at
+    /// once: the next slice is decoded and verified while the writer commits
+    /// the ones before it, as a sync receiver does (Specs/storage.md §5.1
+    /// step 2). Memory stays bounded by the calls in flight.
+    static let ingestSlice = 8192
+    static let ingestCallsInFlight = 3
 
     func run() async throws {
         let (handle, spooled) = try openInput()
@@ -152,8 +159,18 @@ struct Import: AsyncParsableCommand {
             try? handle.close()
             if let spooled { try? FileManager.default.removeItem(atPath: spooled) }
         }
+        let size = (try? handle.seekToEnd()) ?? 0
+        try handle.seek(toOffset: 0)
+        let bar = ProgressBar()
+        defer { bar.finish() }
+        func showProgress(_ stage: String) {
+            guard let offset = try? handle.offset() else { return }
+            bar.update(stage, Int(offset >> 20), Int(size >> 20))
+        }
         var summary = ImportSummary()
-        var envelopes = 0  // items shaped like an envelope, damaged or not
+        // Whether any item is shaped like an envelope, damaged or not: once
+        // one is, no other is looked at.
+        var sawEnvelope = false
         // Pass 1 (all-or-nothing): is any event damaged in itself? Nothing is stored.
         if !partial {
             let reader = EventFileReader(handle: handle)
@@ -162,7 +179,7 @@ struct Import: AsyncParsableCommand {
                 let items = try reader.next(limit: Self.slice)
                 if items.isEmpty { break }
                 let base = reader.count - items.count
-                envelopes += items.count { Self.looksLikeEnvelope($0) }
+                if !sawEnvelope { sawEnvelope = items.contains(where: Self.looksLikeEnvelope) }
                 for (i, error) in await Node.check(items).enumerated() {
                     if let error {
                         damaged = true
@@ -171,37 +188,55 @@ struct Import: AsyncParsableCommand {
                         summary.record(index: base + i, .withheld)
                     }
                 }
+                showProgress("checking (MiB)")
             }
             if let unreadable = reader.unreadable {
                 damaged = true
                 summary.record(index: unreadable.index, .refused(.malformedEnvelope(unreadable.reason)))
             }
-            if damaged, envelopes == 0 { try notAnEventFile(summary.errors.first?.reason) }
-            if damaged { return try finish(summary) }
+            if damaged, !sawEnvelope { try notAnEventFile(summary.errors.first?.reason) }
+            if damaged {
+                bar.finish()
+                return try finish(summary)
+            }
             try handle.seek(toOffset: 0)
             summary = ImportSummary()
         }
-        // Pass 2: ingest slice by slice, each through the one ingest path.
+        // Pass 2: ingest slice by slice, each through the one ingest path,
+        // with up to `ingestCallsInFlight` calls queued; their results are
+        // recorded in file order.
         let node = try await store.open()
         let reader = EventFileReader(handle: handle)
+        var inFlight: [(base: Int, ingest: Task<IngestReport, Never>)] = []
+        func settleOldest() async {
+            let call = inFlight.removeFirst()
+            for (i, r) in await call.ingest.value.results.enumerated() { summary.record(index: call.base + i, r) }
+        }
         do {
             while true {
-                let items = try reader.next(limit: Self.slice)
+                let items = try reader.next(limit: Self.ingestSlice)
                 if items.isEmpty { break }
                 let base = reader.count - items.count
-                envelopes += items.count { Self.looksLikeEnvelope($0) }
-                let report = await node.ingest(items)
-                for (i, r) in report.results.enumerated() { summary.record(index: base + i, r) }
+                if !sawEnvelope { sawEnvelope = items.contains(where: Self.looksLikeEnvelope) }
+                let (queued, signal) = AsyncStream<Void>.makeStream()
+                inFlight.append((base, Task { await node.ingest(items, enqueued: { signal.finish() }) }))
+                for await _ in queued {}
+                if inFlight.count >= Self.ingestCallsInFlight { await settleOldest() }
+                showProgress("importing (MiB)")
             }
+            while !inFlight.isEmpty { await settleOldest() }
             if let unreadable = reader.unreadable {
                 summary.record(index: unreadable.index, .refused(.malformedEnvelope(unreadable.reason)))
             }
-            if envelopes == 0, summary.errorCount > 0 { try notAnEventFile(summary.errors.first?.reason) }
+            if !sawEnvelope, summary.errorCount > 0 { try notAnEventFile(summary.errors.first?.reason) }
         } catch {
+            // What was queued still becomes durable before the node closes.
+            while !inFlight.isEmpty { await settleOldest() }
             await release(node)
             throw error
         }
         await release(node)
+        bar.finish()
         try finish(summary)
     }
 

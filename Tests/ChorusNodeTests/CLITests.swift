@@ -1,3 +1,6 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
 import Foundation
 import ChorusTestSupport
 import Testing
@@ -105,6 +108,46 @@ struct CLITests {
             #expect(try await events(fresh) == freshBefore, "offset \(offset): store changed")
         }
         #expect(try await events(b) == before)
+    }
+
+    /// Import keeps several ingest calls in flight: every result must still
+    /// be recorded at its item's place in the file.
+    @Test func importOfManySlicesReportsEachRefusalAtItsPlaceInTheFile() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a"), b = tmp.store("b")
+        #expect(try await run("init", "--store", b).status == 0)
+        let node = try await Node.create(at: a)
+        let items = (0..<30_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("edit \($0)")), object: node.identity.user.raw) }
+        _ = try await node.appendBatch(items)
+        await node.close()
+        let file = tmp.path + "/many.jsonl"
+        #expect(try await run("export", "--store", a, file, "--format", "jsonl").status == 0)
+        var lines = try String(contentsOfFile: file, encoding: .utf8).split(separator: "\n").map(String.init)
+        let stored = lines.count
+        // A copy of an event with one signature byte flipped, inserted at
+        // places that fall in different ingest calls (8,192 items each).
+        let places = [3, 9_000, 17_500, 29_999]
+        for place in places {
+            let object = try #require(try json(lines[place]) as? [String: Any])
+            let raw = try #require(object["raw"] as? String)
+            var envelope = try #require(Hex.decode(raw))
+            // [header, signature, payload]: the header's length is in its
+            // CBOR head (one or two bytes after 0x58 / 0x59).
+            let headerEnd = envelope[1] == 0x58 ? 3 + Int(envelope[2]) : 4 + Int(envelope[2]) << 8 + Int(envelope[3])
+            #expect(envelope[headerEnd] == 0x58 && envelope[headerEnd + 1] == 64)
+            envelope[headerEnd + 2] ^= 0x01
+            lines.insert("{\"raw\":\"\(Hex.encode(envelope))\"}", at: place)
+        }
+        try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let result = try await run("import", "--store", b, file, "--partial", "--json")
+        #expect(result.status == 1, "\(result.stderr)")
+        let report = try #require(try json(result.stdout) as? [String: Any])
+        #expect(report["accepted"] as? Int == stored)
+        #expect(report["refused"] as? Int == places.count)
+        let errors = try #require(report["errors"] as? [[String: Any]])
+        #expect(errors.compactMap { $0["index"] as? Int } == places)
+        #expect(errors.allSatisfy { $0["code"] as? String == "bad_signature" })
     }
 
     @Test func importSaysWhenAFileIsNotAnEventFileAndReadsStandardInput() async throws {
