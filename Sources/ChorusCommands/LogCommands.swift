@@ -134,8 +134,10 @@ struct Import: AsyncParsableCommand {
         discussion: """
             Every event is checked (canonical encoding, payload hash and schema, \
             signature, its place in its feed). If any event in the file is damaged \
-            in itself, nothing is imported unless --partial is given. Exit status: \
-            0 when nothing was refused, 1 otherwise, 2 when the file or store cannot be used.
+            in itself, nothing is imported unless --partial is given; with it, the \
+            events after a damaged one in the same feed are refused too (a feed is \
+            never stored with a gap). Exit status: 0 when nothing was refused, 1 \
+            otherwise, 2 when the file or store cannot be used.
             """)
 
     @OptionGroup var store: StoreOptions
