@@ -112,11 +112,16 @@ public struct Projections: Sendable {
 
     /// Files an event under every object it touches (its `facts` entries
     /// and index entries) and, with a run, marks what must be folded again
-    /// (nil: a rebuild, which folds every object afterwards).
-    func file<Sink: FilingSink>(_ stored: StoredEvent, into sink: inout Sink, run: inout FoldRun?) throws {
+    /// (nil: a rebuild, which folds every object afterwards). Returns those
+    /// objects (`ObjectClass.targets(of:)`).
+    @discardableResult
+    func file<Sink: FilingSink>(
+        _ stored: StoredEvent, into sink: inout Sink, run: inout FoldRun?
+    ) throws -> [(ObjectClass, Bytes32)] {
         let event = stored.event
         let order = MergeOrder(event)
-        for (cls, object) in ObjectClass.targets(of: event) {
+        let targets = ObjectClass.targets(of: event)
+        for (cls, object) in targets {
             if event.kind == .messageSent {
                 // Not a fact (Specs/projections.md §9.1): the message's own
                 // state entry, keyed by chat and time, names it with its
@@ -156,6 +161,7 @@ public struct Projections: Sendable {
                 run?.mark(cls, object)
             }
         }
+        return targets
     }
 
     /// Drops every projection and folds the whole log again, in bulk
@@ -538,10 +544,10 @@ public struct Projections: Sendable {
                 var payloads = FiledPayloads()
                 var count = 0
                 try log.forEachTrusted(arrivals: range) { arrival, event in
-                    try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
+                    let targets = try file(StoredEvent(event: event, arrival: arrival), into: &sink, run: &none)
                     if event.kind == .messageSent {
                         sends.append(BulkSend(event, arrival: arrival))
-                    } else if ObjectClass.targets(of: event).contains(where: { Self.bulkFoldReadsPayload($0.0, event.kind) }) {
+                    } else if targets.contains(where: { Self.bulkFoldReadsPayload($0.0, event.kind) }) {
                         payloads.add(arrival, event.payloadBytes)
                     }
                     count += 1
