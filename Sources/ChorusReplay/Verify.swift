@@ -102,20 +102,25 @@ extension ReplayStore {
         // checked from the same pass.
         var feeds = FeedAudit()
         var encryption = EncryptionAudit(stale == nil ? projections : nil)
+        // Counted by kind, named once at the end: hashing each event's kind
+        // name was a string hash per event on the thread that takes them all.
+        var kinds: [EventKind: (events: Int, purged: Int)] = [:]
         do {
             try pipelined(from: UInt64(0)) { since in
                 try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
-                    let location = "envelopes[\(record.arrival)]"
+                    // Locations are spelled out only for findings: a string
+                    // per event cost more than its decoding's bookkeeping.
                     let event: Event
                     do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
-                        return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: location))
+                        return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: "envelopes[\(record.arrival)]"))
                     }
                     guard event.verifySignature() else {
                         return (
                             event,
                             Finding(
                                 code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
-                                event: event.id, location: "\(location) (\(event.id.hex), \(event.author.short)#\(event.seq))")
+                                event: event.id,
+                                location: "envelopes[\(record.arrival)] (\(event.id.hex), \(event.author.short)#\(event.seq))")
                         )
                     }
                     return (event, nil)
@@ -124,15 +129,15 @@ extension ReplayStore {
                 for (arrival, item) in slice {
                     report.events += 1
                     if let finding = item.finding { report.findings.append(finding) }
-                    if let event = item.event {
-                        feeds.observe(event, arrival: arrival)
-                        try encryption.observe(event, arrival: arrival)
-                    } else {
+                    guard let event = item.event else {
                         feeds.unreadable(arrival: arrival)
+                        continue
                     }
-                    guard let event = item.event, item.finding == nil else { continue }
-                    report.perKind[event.kind.name, default: 0] += 1
-                    if event.payloadBytes == nil { report.purged[event.kind.name, default: 0] += 1 }
+                    feeds.observe(event, arrival: arrival)
+                    try encryption.observe(event, arrival: arrival)
+                    guard item.finding == nil else { continue }
+                    kinds[event.kind, default: (0, 0)].events += 1
+                    if event.payloadBytes == nil { kinds[event.kind, default: (0, 0)].purged += 1 }
                 }
                 progress?("events", report.events, total)
             }
@@ -140,6 +145,10 @@ extension ReplayStore {
             _ = try? checks.wait()  // nothing reads the stores after this returns
             _ = try? folding.wait()
             throw error
+        }
+        for (kind, n) in kinds {
+            report.perKind[kind.name, default: 0] += n.events
+            if n.purged > 0 { report.purged[kind.name, default: 0] += n.purged }
         }
         let checked: VerifyReport
         do {
@@ -239,26 +248,35 @@ struct EncryptionAudit {
     /// kept for `finish(against:)`.
     private var projections: Projections?
     private var epochs: [ObjectID: Set<Hash32>] = [:]
-    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, location: String)] = []
+    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, place: Place)] = []
     private(set) var findings: [Finding] = []
 
     init(_ projections: Projections?) { self.projections = projections }
+
+    /// Where a key event or message is, spelled out only for a finding.
+    struct Place {
+        let arrival: UInt64
+        let id: EventID
+        let author: PublicKey
+        let seq: UInt64
+        var location: String { "envelopes[\(arrival)] (\(id.hex), \(author.short)#\(seq))" }
+    }
 
     /// Checks the messages held while no projections could be read against
     /// `projections` (a rebuild of the same log).
     mutating func finish(against projections: Projections) throws {
         self.projections = projections
-        for m in held { try check(chat: m.chat, epoch: m.epoch, kind: m.kind, id: m.id, location: m.location) }
+        for m in held { try check(chat: m.chat, epoch: m.epoch, kind: m.kind, id: m.id, place: m.place) }
         held = []
     }
 
     mutating func observe(_ e: Event, arrival: UInt64) throws {
         guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return }
         let id = e.id
-        let location = "envelopes[\(arrival)] (\(id.hex), \(e.author.short)#\(e.seq))"
+        let place = Place(arrival: arrival, id: id, author: e.author, seq: e.seq)
         if e.kind == .chatKey {
             if let problem = EventKind.chatKey.schema?.violation(in: payload) {
-                findings.append(Finding(code: "bad_key_event", message: problem, event: id, location: location))
+                findings.append(Finding(code: "bad_key_event", message: problem, event: id, location: place.location))
             }
             return
         }
@@ -266,13 +284,13 @@ struct EncryptionAudit {
         let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
         guard let chat else { return }
         guard projections != nil else {
-            held.append((chat, epoch, e.kind, id, location))
+            held.append((chat, epoch, e.kind, id, place))
             return
         }
-        try check(chat: chat, epoch: epoch, kind: e.kind, id: id, location: location)
+        try check(chat: chat, epoch: epoch, kind: e.kind, id: id, place: place)
     }
 
-    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, location: String) throws {
+    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, place: Place) throws {
         guard let projections else { return }
         // Whether it took effect is looked up only for the rare message
         // under an unknown epoch: one read of the store per message otherwise.
@@ -281,7 +299,7 @@ struct EncryptionAudit {
                 Finding(
                     code: "epoch_unknown",
                     message: "\(kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
-                    event: id, location: location))
+                    event: id, location: place.location))
         }
     }
 

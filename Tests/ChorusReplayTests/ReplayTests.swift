@@ -372,7 +372,11 @@ struct ReplayTests {
         let store = try ReplayStore.open(h.store)
         let report = try store.verify()
         #expect(report.findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
-        #expect(report.findings.first { $0.code == "epoch_unknown" }?.event == bogus)
+        let unknownEpoch = report.findings.first { $0.code == "epoch_unknown" }
+        #expect(unknownEpoch?.event == bogus)
+        // The place is spelled out for the finding: its arrival, id and feed position.
+        #expect(unknownEpoch?.location.hasPrefix("envelopes[") == true)
+        #expect(unknownEpoch?.location.contains(bogus.hex) == true)
         #expect(report.liveDigest == report.rebuiltDigest)
         let stats = try store.stats()
         #expect(stats.unknownKinds == [4242: 1])
