@@ -20,21 +20,42 @@ public struct StoreStats: Sendable {
     public var fileBytes: UInt64 = 0
 }
 
+/// Events counted by kind, and those of them whose payload is purged,
+/// named only when the count is read: hashing a kind's name for every
+/// event of a log was a string hash per event.
+struct KindTally {
+    private var counts: [EventKind: (events: Int, purged: Int)] = [:]
+
+    mutating func add(_ event: Event) {
+        counts[event.kind, default: (0, 0)].events += 1
+        if event.payloadBytes == nil { counts[event.kind, default: (0, 0)].purged += 1 }
+    }
+
+    /// Adds the counts, by kind name, to `perKind` and `purged`.
+    func add(to perKind: inout [String: Int], purged: inout [String: Int]) {
+        for (kind, n) in counts {
+            perKind[kind.name, default: 0] += n.events
+            if n.purged > 0 { purged[kind.name, default: 0] += n.purged }
+        }
+    }
+}
+
 extension ReplayStore {
     /// Events per kind and per author, purged payloads, forks, and the size
     /// of every database.
     public func stats() throws -> StoreStats {
         var s = StoreStats()
+        var kinds = KindTally()
         try log.rawEnvelopes { slice in
             for record in slice {
                 guard let event = try? LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) else { continue }
                 s.events += 1
-                s.perKind[event.kind.name, default: 0] += 1
-                if event.payloadBytes == nil { s.purged[event.kind.name, default: 0] += 1 }
+                kinds.add(event)
                 if !event.kind.isKnown { s.unknownKinds[event.kind.code, default: 0] += 1 }
             }
             return true
         }
+        kinds.add(to: &s.perKind, purged: &s.purged)
         s.perAuthor = try log.allHeads().map { ($0.author, Int($0.head.seq), $0.head.seq) }
             .sorted { ($0.events, $1.author) > ($1.events, $0.author) }
         s.forks = try log.forkEvidence().map { ($0.author, $0.seq) }

@@ -102,9 +102,7 @@ extension ReplayStore {
         // checked from the same pass.
         var feeds = FeedAudit()
         var encryption = EncryptionAudit(stale == nil ? projections : nil)
-        // Counted by kind, named once at the end: hashing each event's kind
-        // name was a string hash per event on the thread that takes them all.
-        var kinds: [EventKind: (events: Int, purged: Int)] = [:]
+        var kinds = KindTally()
         do {
             try pipelined(from: UInt64(0)) { since in
                 try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
@@ -136,8 +134,7 @@ extension ReplayStore {
                     feeds.observe(event, arrival: arrival)
                     try encryption.observe(event, arrival: arrival)
                     guard item.finding == nil else { continue }
-                    kinds[event.kind, default: (0, 0)].events += 1
-                    if event.payloadBytes == nil { kinds[event.kind, default: (0, 0)].purged += 1 }
+                    kinds.add(event)
                 }
                 progress?("events", report.events, total)
             }
@@ -146,10 +143,7 @@ extension ReplayStore {
             _ = try? folding.wait()
             throw error
         }
-        for (kind, n) in kinds {
-            report.perKind[kind.name, default: 0] += n.events
-            if n.purged > 0 { report.purged[kind.name, default: 0] += n.purged }
-        }
+        kinds.add(to: &report.perKind, purged: &report.purged)
         let checked: VerifyReport
         do {
             for problem in try feeds.finish(log) {
@@ -248,7 +242,7 @@ struct EncryptionAudit {
     /// kept for `finish(against:)`.
     private var projections: Projections?
     private var epochs: [ObjectID: Set<Hash32>] = [:]
-    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, place: Place)] = []
+    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, place: Place)] = []
     private(set) var findings: [Finding] = []
 
     init(_ projections: Projections?) { self.projections = projections }
@@ -266,17 +260,16 @@ struct EncryptionAudit {
     /// `projections` (a rebuild of the same log).
     mutating func finish(against projections: Projections) throws {
         self.projections = projections
-        for m in held { try check(chat: m.chat, epoch: m.epoch, kind: m.kind, id: m.id, place: m.place) }
+        for m in held { try check(chat: m.chat, epoch: m.epoch, kind: m.kind, place: m.place) }
         held = []
     }
 
     mutating func observe(_ e: Event, arrival: UInt64) throws {
         guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return }
-        let id = e.id
-        let place = Place(arrival: arrival, id: id, author: e.author, seq: e.seq)
+        let place = Place(arrival: arrival, id: e.id, author: e.author, seq: e.seq)
         if e.kind == .chatKey {
             if let problem = EventKind.chatKey.schema?.violation(in: payload) {
-                findings.append(Finding(code: "bad_key_event", message: problem, event: id, location: place.location))
+                findings.append(Finding(code: "bad_key_event", message: problem, event: place.id, location: place.location))
             }
             return
         }
@@ -284,22 +277,22 @@ struct EncryptionAudit {
         let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
         guard let chat else { return }
         guard projections != nil else {
-            held.append((chat, epoch, e.kind, id, place))
+            held.append((chat, epoch, e.kind, place))
             return
         }
-        try check(chat: chat, epoch: epoch, kind: e.kind, id: id, place: place)
+        try check(chat: chat, epoch: epoch, kind: e.kind, place: place)
     }
 
-    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, id: EventID, place: Place) throws {
+    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, place: Place) throws {
         guard let projections else { return }
         // Whether it took effect is looked up only for the rare message
         // under an unknown epoch: one read of the store per message otherwise.
-        if try !epochs(of: chat, in: projections).contains(epoch), try projections.noEffect(id) == nil {
+        if try !epochs(of: chat, in: projections).contains(epoch), try projections.noEffect(place.id) == nil {
             findings.append(
                 Finding(
                     code: "epoch_unknown",
                     message: "\(kind.name) in chat \(chat.short) is sealed under epoch \(epoch.short), which no effective chat.key introduced: no member device can read it",
-                    event: id, location: place.location))
+                    event: place.id, location: place.location))
         }
     }
 
