@@ -106,8 +106,7 @@ extension ReplayStore {
         do {
             try pipelined(from: UInt64(0)) { since in
                 try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
-                    // Locations are spelled out only for findings: a string
-                    // per event cost more than its decoding's bookkeeping.
+                    // Locations are spelled out only for findings (`EventPlace`).
                     let event: Event
                     do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
                         return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: "envelopes[\(record.arrival)]"))
@@ -117,8 +116,7 @@ extension ReplayStore {
                             event,
                             Finding(
                                 code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
-                                event: event.id,
-                                location: "envelopes[\(record.arrival)] (\(event.id.hex), \(event.author.short)#\(event.seq))")
+                                event: event.id, location: EventPlace(record.arrival, event).location)
                         )
                     }
                     return (event, nil)
@@ -242,19 +240,10 @@ struct EncryptionAudit {
     /// kept for `finish(against:)`.
     private var projections: Projections?
     private var epochs: [ObjectID: Set<Hash32>] = [:]
-    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, place: Place)] = []
+    private var held: [(chat: ObjectID, epoch: Hash32, kind: EventKind, place: EventPlace)] = []
     private(set) var findings: [Finding] = []
 
     init(_ projections: Projections?) { self.projections = projections }
-
-    /// Where a key event or message is, spelled out only for a finding.
-    struct Place {
-        let arrival: UInt64
-        let id: EventID
-        let author: PublicKey
-        let seq: UInt64
-        var location: String { "envelopes[\(arrival)] (\(id.hex), \(author.short)#\(seq))" }
-    }
 
     /// Checks the messages held while no projections could be read against
     /// `projections` (a rebuild of the same log).
@@ -266,7 +255,7 @@ struct EncryptionAudit {
 
     mutating func observe(_ e: Event, arrival: UInt64) throws {
         guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return }
-        let place = Place(arrival: arrival, id: e.id, author: e.author, seq: e.seq)
+        let place = EventPlace(arrival, e)
         if e.kind == .chatKey {
             if let problem = EventKind.chatKey.schema?.violation(in: payload) {
                 findings.append(Finding(code: "bad_key_event", message: problem, event: place.id, location: place.location))
@@ -283,7 +272,7 @@ struct EncryptionAudit {
         try check(chat: chat, epoch: epoch, kind: e.kind, place: place)
     }
 
-    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, place: Place) throws {
+    private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, place: EventPlace) throws {
         guard let projections else { return }
         // Whether it took effect is looked up only for the rare message
         // under an unknown epoch: one read of the store per message otherwise.
@@ -302,6 +291,25 @@ struct EncryptionAudit {
         epochs[chat] = set
         return set
     }
+}
+
+/// Where a stored event is, kept as values and spelled out only for a
+/// finding: a string per event of the log cost more than its decoding's
+/// bookkeeping.
+struct EventPlace {
+    let arrival: UInt64
+    let id: EventID
+    let author: PublicKey
+    let seq: UInt64
+
+    init(_ arrival: UInt64, _ event: Event) {
+        self.arrival = arrival
+        id = event.id
+        author = event.author
+        seq = event.seq
+    }
+
+    var location: String { "envelopes[\(arrival)] (\(id.hex), \(author.short)#\(seq))" }
 }
 
 /// A count one thread sets and another reads (the fold's progress).
