@@ -124,6 +124,44 @@ public struct ReplayStore: Sendable {
         return target
     }
 
+    /// What `rebuild(to:)` wrote: the copy and the digests compared.
+    public struct Rebuilt: Sendable {
+        public let copy: ReplayStore
+        /// The copy's projections, folded from the log.
+        public let digest: Hash32
+        /// This store's, as they were when the log was copied; nil when
+        /// they are stale (`liveStale` says why).
+        public let liveDigest: Hash32?
+        public let liveStale: Staleness?
+    }
+
+    /// `copy(to:)` of the whole log, with the digest of the projections
+    /// folded in the copy and the digest of this store's in the snapshot
+    /// the log was copied from (`liveDigest`).
+    public func rebuild(to output: String, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Rebuilt {
+        let stale = try projections.staleness()
+        let (copy, digests) = try copyLog(to: output) { snapshot, copy in
+            try copy.projections.rebuild(progress: progress)
+            let digest = try copy.projections.digest()
+            return (digest, stale == nil ? Optional(try liveDigest(in: snapshot, besides: copy, folded: digest)) : nil)
+        }
+        return Rebuilt(copy: copy, digest: digests.0, liveDigest: digests.1, liveStale: stale)
+    }
+
+    /// The digest of this store's projections in `snapshot`, which `copy`'s
+    /// log was copied from, once `copy`'s projections are folded with the
+    /// digest `folded`. The copy holds the log at the same arrival
+    /// positions, so live state equal to the fold's byte for byte has the
+    /// fold's digest (`Projections.storesSameState`); only when they differ
+    /// is the live digest computed on its own, expanding every message from
+    /// the log again.
+    func liveDigest(in snapshot: Transaction, besides copy: ReplayStore, folded: Hash32?) throws -> Hash32 {
+        if let folded, try copy.env.read({ try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) }) {
+            return folded
+        }
+        return try projections.digest(in: snapshot)
+    }
+
     /// A store at `output` with this one's configuration, and its log, fork
     /// evidence and blobs copied table by table in key order, each written
     /// once in order (`Environment.copyDatabases`) instead of event by event

@@ -69,27 +69,17 @@ extension ReplayStore {
         defer { withExtendedLifetime(scratch) {} }  // removed only once the copies are no longer read
         let folded = ProgressCount()
         let folding = Background { [self] in
-            let projections = self.projections
             // The live projections are compared in the snapshot copied, so
             // events a node appends meanwhile change neither; the snapshot
-            // is held until the fold of the copy is done. The copy holds
-            // the log at the same arrival positions, so live state equal
-            // to the fold's byte for byte has the fold's digest
-            // (Projections.storesSameState); only when they differ is the
-            // live digest computed on its own, expanding every message
-            // from the log again.
-            let (copy, digests) = try copyLog(to: scratch.path + "/tables", whole: true) { snapshot, copy in
+            // is held until the fold of the copy is done (`liveDigest`).
+            let (copy, digests) = try copyLog(to: scratch.path + "/tables", whole: true) {
+                snapshot, copy -> (live: Hash32?, rebuilt: Result<Hash32, any Error>) in
                 let rebuilt = Result { () throws -> Hash32 in
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
                     return try copy.projections.digest()
                 }
-                if stale != nil { return (live: Hash32?.none, rebuilt: rebuilt) }
-                if case .success(let digest) = rebuilt,
-                    try copy.env.read({ try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) })
-                {
-                    return (live: Optional(digest), rebuilt: rebuilt)
-                }
-                return (live: Optional(try projections.digest(in: snapshot)), rebuilt: rebuilt)
+                if stale != nil { return (nil, rebuilt) }
+                return (try self.liveDigest(in: snapshot, besides: copy, folded: try? rebuilt.get()), rebuilt)
             }
             return (copy: copy, live: digests.live, rebuilt: digests.rebuilt)
         }

@@ -54,12 +54,9 @@ struct Rebuild: AsyncParsableCommand {
     func run() async throws {
         let s = try store.open()
         let bar = ProgressBar()
-        let copy = try s.copy(to: out, progress: { done, total in bar.update("rebuild", done, total) })
+        let rebuilt = try s.rebuild(to: out, progress: { done, total in bar.update("rebuild", done, total) })
         bar.finish()
-        let digest = try copy.projections.digest()
-        // Stale live projections have no digest this version can compute.
-        let stale = try s.projections.staleness()
-        let live = stale == nil ? try s.projections.digest() : nil
+        let (copy, digest, live, stale) = (rebuilt.copy, rebuilt.digest, rebuilt.liveDigest, rebuilt.liveStale)
         if output.json {
             printJSON(.object([
                 ("out", .string(out)), ("events", .int(Int64(try copy.log.eventCount()))), ("digest", .string(digest.hex)),

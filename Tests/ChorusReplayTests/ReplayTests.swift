@@ -109,6 +109,22 @@ struct ReplayTests {
         #expect(report.perKind["coin.credited"] == 2)
     }
 
+    @Test func rebuildComparesTheLiveDigestWithoutRecomputingItWhenTheStoredStateIsTheSame() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let live = try ReplayStore.open(h.store).projections.digest()
+        let same = try ReplayStore.open(h.store).rebuild(to: h.dir + "/same")
+        #expect(same.digest == live && same.liveDigest == live && same.liveStale == nil)
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(1_000_000))
+        }
+        let edited = try ReplayStore.open(h.store).rebuild(to: h.dir + "/edited")
+        // The fold of the log is unchanged; the live digest is the edited store's own.
+        #expect(edited.digest == live)
+        #expect(edited.liveDigest == (try ReplayStore.open(h.store).projections.digest()) && edited.liveDigest != live)
+    }
+
     @Test func aProjectionEditedBehindAnIntactLogIsFound() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }

@@ -34,17 +34,8 @@ struct APIBench: AsyncParsableCommand {
         if mutations < 10 || clients < 1 || queries < 10 { throw ValidationError("mutations ≥ 10, clients ≥ 1, queries ≥ 10") }
     }
 
-    static func chorusExecutable() throws -> String {
-        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        let path = me.deletingLastPathComponent().appendingPathComponent("chorus").path
-        guard FileManager.default.isExecutableFile(atPath: path) else {
-            throw ValidationError("no chorus executable next to chorus-bench at \(path): build it (swift build -c release --product chorus)")
-        }
-        return path
-    }
-
     func run() async throws {
-        let chorus = try Self.chorusExecutable()
+        let chorus = try siblingExecutable("chorus")
         let dir = temporaryDirectory("api")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let direct = try await Node.create(at: dir + "/direct")

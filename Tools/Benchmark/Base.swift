@@ -109,6 +109,19 @@ struct VerifySet: Sendable {
     }
 }
 
+/// The path of `name`, an executable of this package built beside
+/// chorus-bench (the same build configuration), for benchmarks that run a
+/// tool as its users do: in a process of its own.
+func siblingExecutable(_ name: String) throws -> String {
+    let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    let path = me.deletingLastPathComponent().appendingPathComponent(name).path
+    guard FileManager.default.isExecutableFile(atPath: path) else {
+        throw ValidationError(
+            "no \(name) executable next to chorus-bench at \(path): build it with the same configuration (swift build -c release --product \(name))")
+    }
+    return path
+}
+
 func temporaryDirectory(_ name: String) -> String {
     let path = NSTemporaryDirectory() + "chorus-bench-\(name)-\(UUID().uuidString)"
     try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)

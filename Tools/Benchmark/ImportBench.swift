@@ -64,12 +64,7 @@ func measuredChild(_ path: String, _ arguments: [String]) throws -> (seconds: Do
 }
 
 func runImportBenchmark(_ options: ImportBenchOptions) async throws {
-    let chorus = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
-        .appendingPathComponent("chorus").path
-    guard FileManager.default.isExecutableFile(atPath: chorus) else {
-        FileHandle.standardError.write(Data("chorus-bench import needs the chorus executable at \(chorus): build it with the same configuration\n".utf8))
-        throw ExitCode(2)
-    }
+    let chorus = try siblingExecutable("chorus")
     let dir = temporaryDirectory("import")
     defer { try? FileManager.default.removeItem(atPath: dir) }
     // Many feeds of 100 events each, every author editing its own profile:

@@ -734,7 +734,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     await node.close()
 
     // 6. The replay tool on the closed store (issue 5): verify and rebuild --out.
-    var replayFigures: (verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Int)? = nil
+    var replayFigures: (verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Bool)? = nil
     if !options.skipReplay {
         Bench.note("chorus-replay verify of \(logged) events...")
         verifySamples.append(verifyLimit())
@@ -742,8 +742,8 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         verifySamples.append(verifyLimit())
         // The workload is an honest network's: its chats introduce their
         // epochs, so any finding is a fault of the benchmark or the node.
-        if let findings = replayFigures?.findings, findings > 0 {
-            FileHandle.standardError.write(Data("chorus-replay verify found \(findings) findings in the benchmark's store (run `chorus-replay verify --store` on a --keep store)\n".utf8))
+        if replayFigures?.findings == true {
+            FileHandle.standardError.write(Data("chorus-replay verify found something wrong in the benchmark's store (run `chorus-replay verify --store` on a --keep store)\n".utf8))
             exit(1)
         }
     }
@@ -852,7 +852,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("per_second", .uint(UInt64(r.verifyRate))), ("seconds", .string(String(format: "%.1f", r.verifySeconds))),
                 ("limit_per_second", .uint(UInt64(verifyLimit))),
                 ("ratio_to_verify", .string(String(format: "%.3f", r.verifyRate / verifyLimit))), ("target", .string("0.80")),
-                ("met", .bool(r.verifyRate / verifyLimit >= 0.8)), ("findings", .uint(UInt64(r.findings))),
+                ("met", .bool(r.verifyRate / verifyLimit >= 0.8)), ("findings", .bool(r.findings)),
             ]))))
         rows.append(Row(
             name: "chorus-replay rebuild --out", value: "\(Int(r.copyRate))/s", ratio: r.copyRate / rebuildLimit,
