@@ -25,10 +25,31 @@ public struct FeedAudit: Sendable {
     private var lastArrival: UInt64 = 0
     private var problems: [String] = []
 
+    /// What the audit reads of an event: plain values, which a caller that
+    /// decodes on other threads can keep instead of the event.
+    public struct Link: Sendable {
+        public let author: PublicKey
+        public let seq: UInt64
+        public let id: EventID
+        public let prev: EventID?
+        public let hlc: HLC
+
+        public init(_ e: Event) {
+            author = e.author
+            seq = e.seq
+            id = e.id
+            prev = e.header.prev
+            hlc = e.hlc
+        }
+    }
+
     public init() {}
 
     /// The event stored at `arrival`, in arrival order.
-    public mutating func observe(_ e: Event, arrival: UInt64) {
+    public mutating func observe(_ e: Event, arrival: UInt64) { observe(Link(e), arrival: arrival) }
+
+    /// `observe(_:arrival:)` of what the audit reads of the event.
+    public mutating func observe(_ e: Link, arrival: UInt64) {
         records += 1
         lastArrival = max(lastArrival, arrival)
         let author = e.author
@@ -38,10 +59,10 @@ public struct FeedAudit: Sendable {
             if e.seq != previous.seq + 1 {
                 problems.append("feed \(author.hex) #\(e.seq): stored after #\(previous.seq)")
             } else {
-                if e.header.prev != previous.id { problems.append("feed \(author.hex) #\(e.seq): does not chain to #\(previous.seq)") }
+                if e.prev != previous.id { problems.append("feed \(author.hex) #\(e.seq): does not chain to #\(previous.seq)") }
                 if e.hlc <= previous.hlc { problems.append("feed \(author.hex) #\(e.seq): timestamp not increasing") }
             }
-        } else if e.seq == 1, e.header.prev != nil {
+        } else if e.seq == 1, e.prev != nil {
             problems.append("feed \(author.hex) #1: prev is not null")
         }
         // A feed whose first stored event is not #1 shows in the positions check.

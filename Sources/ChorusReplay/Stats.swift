@@ -26,9 +26,11 @@ public struct StoreStats: Sendable {
 struct KindTally {
     private var counts: [EventKind: (events: Int, purged: Int)] = [:]
 
-    mutating func add(_ event: Event) {
-        counts[event.kind, default: (0, 0)].events += 1
-        if event.payloadBytes == nil { counts[event.kind, default: (0, 0)].purged += 1 }
+    mutating func add(_ event: Event) { add(event.kind, purged: event.payloadBytes == nil) }
+
+    mutating func add(_ kind: EventKind, purged: Bool) {
+        counts[kind, default: (0, 0)].events += 1
+        if purged { counts[kind, default: (0, 0)].purged += 1 }
     }
 
     /// Adds the counts, by kind name, to `perKind` and `purged`.

@@ -95,34 +95,36 @@ extension ReplayStore {
         var kinds = KindTally()
         do {
             try pipelined(from: UInt64(0)) { since in
-                try rawSlice(since: since) { record -> (event: Event?, finding: Finding?) in
+                try rawSlice(since: since) { record -> (event: CheckedEvent?, finding: Finding?) in
                     // Locations are spelled out only for findings (`EventPlace`).
                     let event: Event
                     do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
                         return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: "envelopes[\(record.arrival)]"))
                     }
+                    let checked = CheckedEvent(event)
                     guard event.verifySignature() else {
                         return (
-                            event,
+                            checked,
                             Finding(
                                 code: "bad_signature", message: "the signature does not verify for author \(event.author.hex)",
-                                event: event.id, location: EventPlace(record.arrival, event).location)
+                                event: event.id, location: EventPlace(record.arrival, checked.link).location)
                         )
                     }
-                    return (event, nil)
+                    return (checked, nil)
                 }
             } consume: { slice in
-                for (arrival, item) in slice {
+                for i in slice.indices {
+                    let arrival = slice[i].arrival
                     report.events += 1
-                    if let finding = item.finding { report.findings.append(finding) }
-                    guard let event = item.event else {
+                    if let finding = slice[i].item.finding { report.findings.append(finding) }
+                    guard let event = slice[i].item.event else {
                         feeds.unreadable(arrival: arrival)
                         continue
                     }
-                    feeds.observe(event, arrival: arrival)
+                    feeds.observe(event.link, arrival: arrival)
                     try encryption.observe(event, arrival: arrival)
-                    guard item.finding == nil else { continue }
-                    kinds.add(event)
+                    guard slice[i].item.finding == nil else { continue }
+                    kinds.add(event.kind, purged: event.purged)
                 }
                 progress?("events", report.events, total)
             }
@@ -243,23 +245,40 @@ struct EncryptionAudit {
         held = []
     }
 
-    mutating func observe(_ e: Event, arrival: UInt64) throws {
-        guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return }
-        let place = EventPlace(arrival, e)
-        if e.kind == .chatKey {
-            if let problem = EventKind.chatKey.schema?.violation(in: payload) {
-                findings.append(Finding(code: "bad_key_event", message: problem, event: place.id, location: place.location))
+    /// What the audit needs of an event, read where it was decoded (a
+    /// verify pass's worker): nil for an event of no other kind than these.
+    enum Examined: Sendable {
+        /// A `chat.key`, and how it breaks its schema, if it does.
+        case key(problem: String?)
+        /// A message sealed under `epoch` in `chat`.
+        case sealed(chat: ObjectID, epoch: Hash32)
+
+        init?(_ e: Event) {
+            guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return nil }
+            if e.kind == .chatKey {
+                self = .key(problem: EventKind.chatKey.schema?.violation(in: payload))
+                return
             }
-            return
+            guard let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32]) else { return nil }
+            let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
+            guard let chat else { return nil }
+            self = .sealed(chat: chat, epoch: epoch)
         }
-        guard let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32]) else { return }
-        let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
-        guard let chat else { return }
-        guard projections != nil else {
-            held.append((chat, epoch, e.kind, place))
-            return
+    }
+
+    mutating func observe(_ e: CheckedEvent, arrival: UInt64) throws {
+        guard let examined = e.encryption else { return }
+        let place = EventPlace(arrival, e.link)
+        switch examined {
+        case .key(let problem):
+            if let problem { findings.append(Finding(code: "bad_key_event", message: problem, event: place.id, location: place.location)) }
+        case .sealed(let chat, let epoch):
+            guard projections != nil else {
+                held.append((chat, epoch, e.kind, place))
+                return
+            }
+            try check(chat: chat, epoch: epoch, kind: e.kind, place: place)
         }
-        try check(chat: chat, epoch: epoch, kind: e.kind, place: place)
     }
 
     private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, place: EventPlace) throws {
@@ -283,6 +302,24 @@ struct EncryptionAudit {
     }
 }
 
+/// What the verify pass keeps of an event once a worker has decoded and
+/// checked it: plain values, so the event's buffers are freed by the thread
+/// that allocated them, and the consuming thread (the feed, kind and
+/// encryption audits) neither retains one nor decodes a payload again.
+struct CheckedEvent: Sendable {
+    let link: FeedAudit.Link
+    let kind: EventKind
+    let purged: Bool
+    let encryption: EncryptionAudit.Examined?
+
+    init(_ e: Event) {
+        link = FeedAudit.Link(e)
+        kind = e.kind
+        purged = e.payloadBytes == nil
+        encryption = EncryptionAudit.Examined(e)
+    }
+}
+
 /// Where a stored event is, kept as values and spelled out only for a
 /// finding: a string per event of the log cost more than its decoding's
 /// bookkeeping.
@@ -292,7 +329,7 @@ struct EventPlace {
     let author: PublicKey
     let seq: UInt64
 
-    init(_ arrival: UInt64, _ event: Event) {
+    init(_ arrival: UInt64, _ event: FeedAudit.Link) {
         self.arrival = arrival
         id = event.id
         author = event.author

@@ -188,6 +188,30 @@ struct ReplayTests {
         #expect(seen == LogStore.encodeU64(7))  // compared in the snapshot copied: the later one
     }
 
+    @Test func aForgedSignatureIsFoundWhereItIsAndItsFeedStillChecked() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        let stored: StoredEvent
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            stored = try #require(try s.log.event(h.secondName))
+            var bytes = stored.event.encoded()
+            let signature = try #require(
+                (0...(bytes.count - 64)).first { bytes[$0..<($0 + 64)].elementsEqual(stored.event.signature) })
+            bytes[signature + 10] ^= 0x01
+            try s.log.unsafeWrite(database: "envelopes", key: LogStore.encodeU64(stored.arrival), value: bytes)
+        }
+        let report = try ReplayStore.open(h.store).verify()
+        let forged = try #require(report.findings.first { $0.code == "bad_signature" })
+        #expect(forged.event == stored.event.id)
+        #expect(forged.location == "envelopes[\(stored.arrival)] (\(stored.event.id.hex), \(stored.event.author.short)#\(stored.event.seq))")
+        // The event decodes, so its feed is checked with it: no feed finding.
+        #expect(report.findings.map(\.code).sorted() == ["bad_signature", "fork"])
+        // Counted as read, not by kind: a forged event is no event of its kind.
+        #expect(report.events == (try ReplayStore.open(h.store).log.eventCount()))
+        #expect(report.perKind.values.reduce(0, +) == report.events - 1)
+    }
+
     @Test func damageIsFoundWithItsLocation() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
