@@ -140,12 +140,12 @@ public struct ReplayStore: Sendable {
     /// the log was copied from (`liveDigest`).
     public func rebuild(to output: String, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Rebuilt {
         let stale = try projections.staleness()
-        let (copy, digests) = try copyLog(to: output) { snapshot, copy in
+        let (copy, digests) = try copyLog(to: output) { snapshot, copy -> (folded: Hash32, live: Hash32?) in
             try copy.projections.rebuild(progress: progress)
-            let digest = try copy.projections.digest()
-            return (digest, stale == nil ? Optional(try liveDigest(in: snapshot, besides: copy, folded: digest)) : nil)
+            let folded = try copy.projections.digest()
+            return (folded, stale == nil ? try liveDigest(in: snapshot, besides: copy, folded: folded) : nil)
         }
-        return Rebuilt(copy: copy, digest: digests.0, liveDigest: digests.1, liveStale: stale)
+        return Rebuilt(copy: copy, digest: digests.folded, liveDigest: digests.live, liveStale: stale)
     }
 
     /// The digest of this store's projections in `snapshot`, which `copy`'s

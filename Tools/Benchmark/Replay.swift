@@ -5,9 +5,9 @@ import Foundation
 /// The replay tool's figures on a closed store, `verify` end to end (which
 /// includes a full rebuild in a scratch store) and `rebuild --out`, each
 /// timed as its users run it: the `chorus-replay` executable in a process
-/// of its own. Inside the benchmark's process, which holds the signed
-/// workload (3.8 GB at 1,000,000 events) and has just ingested and rebuilt,
-/// the same verify took 27.4 s where the tool took 25.0–26.3 s on that store.
+/// of its own: the benchmark's process holds the signed workload and has
+/// just ingested and rebuilt, which slowed the same work measurably (the
+/// README's forty-eighth session has the figures).
 enum ReplayBench {
     static func measure(store: String, events: Int) throws -> (
         verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Bool
