@@ -286,6 +286,33 @@ extension Projections {
         }
     }
 
+    /// Every fact whose key starts with `prefix`, as `scanFacts` visits
+    /// them, collected: read with the point cursors of a write
+    /// transaction, which a fold's lookups in key order keep near.
+    func factEntries(prefix: [UInt8], in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
+        let recent = try txn.entries(recentFacts, prefix: prefix)
+        let main = try txn.entries(facts, prefix: prefix)
+        if recent.isEmpty { return main }
+        if main.isEmpty { return recent }
+        var out: [(key: [UInt8], value: [UInt8])] = []
+        out.reserveCapacity(recent.count + main.count)
+        var r = 0
+        for entry in main {
+            while r < recent.count, recent[r].key.lexicographicallyPrecedes(entry.key) {
+                out.append(recent[r])
+                r += 1
+            }
+            if r < recent.count, recent[r].key == entry.key {
+                out.append(recent[r])
+                r += 1
+            } else {
+                out.append(entry)
+            }
+        }
+        out.append(contentsOf: recent[r...])
+        return out
+    }
+
     /// The fact under `key`, in whichever level holds it (the recent one
     /// first: it holds the later filing).
     func fact(_ key: [UInt8], in txn: Transaction) throws -> [UInt8]? {

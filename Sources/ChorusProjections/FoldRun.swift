@@ -272,9 +272,39 @@ struct FoldRun {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
         }
         for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
-        for message in (dirty[.message] ?? []).sorted() { try foldMessage(message) }
+        try foldMessages((dirty[.message] ?? []).sorted())
         try writeMessageCounts()
         if !coinsDirty.isEmpty { try foldCoins(dirty: coinsDirty) }
+    }
+
+    /// Folds a run's messages. Their edits and deletions are read first, in
+    /// message id order (the order of their `facts` keys), then each
+    /// message is folded in the order of its state key (chat, sending HLC,
+    /// id) where its send is in hand: a chat's new messages then land on the
+    /// leaf its last ones did, which the write transaction's cursor still
+    /// stands on, instead of a descent each into a random chat. Each
+    /// message's fold reads only its own facts and state and what earlier
+    /// classes decided, so the order changes nothing else.
+    mutating func foldMessages(_ messages: [EventID]) throws {
+        guard messages.count > 1, bulkMessageEdits == nil else {
+            for message in messages { try foldMessage(message) }
+            return
+        }
+        var edits: [EventID: [Fact]] = [:]
+        for message in messages {
+            let facts = try facts(.message, message)
+            if !facts.isEmpty { edits[message] = facts }
+        }
+        bulkMessageEdits = edits
+        defer { bulkMessageEdits = nil }
+        var inHand: [(chat: Bytes32, hlc: HLC, id: EventID)] = []
+        var others: [EventID] = []
+        for message in messages {
+            if let sent = sentFacts[message] { inHand.append((sent.object, sent.hlc, message)) } else { others.append(message) }
+        }
+        inHand.sort { ($0.chat, $0.hlc.rawValue, $0.id) < ($1.chat, $1.hlc.rawValue, $1.id) }
+        for message in inHand { try foldMessage(message.id) }
+        for message in others { try foldMessage(message) }
     }
 
     // MARK: Shared helpers
@@ -283,15 +313,11 @@ struct FoldRun {
     /// of the kinds `payloadNeeded` names (all by default) read from the log.
     func facts(_ cls: ObjectClass, _ object: Bytes32, payloadNeeded: (EventKind) -> Bool = { _ in true }) throws -> [Fact] {
         if let bulkFacts, bulkFacts.cls == cls, let read = bulkFacts.facts[object] { return read }
-        var out: [Fact] = []
-        try p.scanFacts(prefix: Projections.factKeyPrefix(cls, object), in: txn) { key, value in
+        return try p.factEntries(prefix: Projections.factKeyPrefix(cls, object), in: txn).map { key, value in
             let kind = Fact.kind(ofValue: value)
-            out.append(
-                try Fact.load(
-                    key: key, value: value, log: p.log, in: txn, preloaded: preloaded, withPayload: kind.map(payloadNeeded) ?? true))
-            return true
+            return try Fact.load(
+                key: key, value: value, log: p.log, in: txn, preloaded: preloaded, withPayload: kind.map(payloadNeeded) ?? true)
         }
-        return out
     }
 
     /// A message's facts: its `message.sent` (nil when this node does not

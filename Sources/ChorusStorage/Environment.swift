@@ -196,13 +196,16 @@ public final class Environment: @unchecked Sendable {
                 resizeLock.lockShared()
                 defer { resizeLock.unlock() }
                 let txn = try begin(flags: 0)
+                let points = PointCursors(txn: txn)
                 let result: T
                 do {
-                    result = try body(Transaction(txn: txn))
+                    result = try body(Transaction(txn: txn, points: points))
                 } catch {
+                    points.closeAll()
                     mdb_txn_abort(txn)
                     throw error
                 }
+                points.closeAll()
                 let started = DispatchTime.now().uptimeNanoseconds
                 let rc = mdb_txn_commit(txn)
                 durableNanos.add(DispatchTime.now().uptimeNanoseconds - started, ordering: .relaxed)
@@ -339,6 +342,14 @@ public final class Environment: @unchecked Sendable {
 /// A transaction borrowed for the duration of `Environment.read` or `write`.
 public struct Transaction {
     let txn: OpaquePointer
+    /// A write transaction's cursors for point reads and writes; nil in a
+    /// read transaction.
+    let points: PointCursors?
+
+    init(txn: OpaquePointer, points: PointCursors? = nil) {
+        self.txn = txn
+        self.points = points
+    }
 
     /// `fixedSizeDuplicates`: a key holds a sorted set of values of one
     /// size (`MDB_DUPSORT | MDB_DUPFIXED`), packed side by side in its pages.
@@ -354,8 +365,10 @@ public struct Transaction {
     /// (`MDB_APPENDDUP`: the page is filled in order and never split in two
     /// halves), which LMDB refuses with `MDB_KEYEXIST` otherwise.
     public func putDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8], last: Bool) throws(StorageError) {
+        let cursor = try points?.cursor(db.dbi)
+        let flags = last ? UInt32(MDB_APPENDDUP) : UInt32(MDB_NODUPDATA)
         let rc = Self.withValues(key, value) { k, v in
-            mdb_put(txn, db.dbi, &k, &v, last ? UInt32(MDB_APPENDDUP) : UInt32(MDB_NODUPDATA))
+            if let cursor { mdb_cursor_put(cursor, &k, &v, flags) } else { mdb_put(txn, db.dbi, &k, &v, flags) }
         }
         try StorageError.check(rc, "mdb_put")
     }
@@ -387,6 +400,7 @@ public struct Transaction {
     /// whether it was there.
     @discardableResult
     public func deleteDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws(StorageError) -> Bool {
+        points?.forget(db.dbi)
         let rc = Self.withValues(key, value) { k, v in mdb_del(txn, db.dbi, &k, &v) }
         if rc == MDB_NOTFOUND { return false }
         try StorageError.check(rc, "mdb_del")
@@ -419,9 +433,11 @@ public struct Transaction {
     private func lookup(_ db: Database, _ key: [UInt8]) throws(StorageError) -> MDB_val? {
         var k = MDB_val()
         var v = MDB_val()
+        let cursor = try points?.cursor(db.dbi)
         let rc: Int32 = key.withUnsafeBytes { kb in
             k.mv_size = kb.count
             k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+            if let cursor { return mdb_cursor_get(cursor, &k, &v, MDB_SET) }
             return mdb_get(txn, db.dbi, &k, &v)
         }
         if rc == MDB_NOTFOUND { return nil }
@@ -430,7 +446,11 @@ public struct Transaction {
     }
 
     public func put(_ db: Database, _ key: [UInt8], _ value: [UInt8], append: Bool = false) throws(StorageError) {
-        let rc = Self.withValues(key, value) { k, v in mdb_put(txn, db.dbi, &k, &v, append ? UInt32(MDB_APPEND) : 0) }
+        let cursor = try points?.cursor(db.dbi)
+        let flags = append ? UInt32(MDB_APPEND) : 0
+        let rc = Self.withValues(key, value) { k, v in
+            if let cursor { mdb_cursor_put(cursor, &k, &v, flags) } else { mdb_put(txn, db.dbi, &k, &v, flags) }
+        }
         try StorageError.check(rc, "mdb_put")
     }
 
@@ -461,12 +481,18 @@ public struct Transaction {
     ) throws(StorageError) {
         var k = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var v = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
-        try StorageError.check(mdb_put(txn, db.dbi, &k, &v, append ? UInt32(MDB_APPEND) : 0), "mdb_put")
+        let flags = append ? UInt32(MDB_APPEND) : 0
+        if let cursor = try points?.cursor(db.dbi) {
+            try StorageError.check(mdb_cursor_put(cursor, &k, &v, flags), "mdb_put")
+        } else {
+            try StorageError.check(mdb_put(txn, db.dbi, &k, &v, flags), "mdb_put")
+        }
     }
 
     @discardableResult
     public func delete(_ db: Database, _ key: [UInt8]) throws(StorageError) -> Bool {
         var k = MDB_val()
+        points?.forget(db.dbi)
         let rc: Int32 = key.withUnsafeBytes { kb in
             k.mv_size = kb.count
             k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
@@ -589,6 +615,43 @@ public struct Transaction {
         return (Self.copy(k), Self.copy(v))
     }
 
+    /// The entries whose key starts with `prefix`, in key order, copied. In
+    /// a write transaction it reads with the database's point cursor
+    /// (`PointCursors`), so lookups of nearby prefixes in key order search
+    /// one leaf instead of descending from the root; nothing runs while
+    /// the cursor is in use, so no caller can move it mid-walk.
+    public func entries(_ db: Database, prefix: [UInt8]) throws(StorageError) -> [(key: [UInt8], value: [UInt8])] {
+        guard let cursor = try points?.cursor(db.dbi) else {
+            var out: [(key: [UInt8], value: [UInt8])] = []
+            let cursor = try openCursor(db.dbi)
+            defer { mdb_cursor_close(cursor) }
+            try Self.collect(cursor, prefix: prefix, into: &out)
+            return out
+        }
+        var out: [(key: [UInt8], value: [UInt8])] = []
+        try Self.collect(cursor, prefix: prefix, into: &out)
+        return out
+    }
+
+    private static func collect(
+        _ cursor: OpaquePointer?, prefix: [UInt8], into out: inout [(key: [UInt8], value: [UInt8])]
+    ) throws(StorageError) {
+        var k = MDB_val()
+        var v = MDB_val()
+        var rc: Int32 = prefix.withUnsafeBytes { kb in
+            k.mv_size = kb.count
+            k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
+            return mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+        }
+        while rc == 0 {
+            let key = UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size)
+            guard key.starts(with: prefix) else { return }
+            out.append((Array(key), copy(v)))
+            rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
+        }
+        if rc != MDB_NOTFOUND { try StorageError.check(rc, "mdb_cursor_get") }
+    }
+
     /// Visits the entries whose key starts with `prefix`, in key order,
     /// until `body` returns false.
     public func scan(
@@ -668,12 +731,14 @@ public struct Transaction {
 
     /// Deletes every entry of a database.
     public func clear(_ db: Database) throws(StorageError) {
+        points?.forget(db.dbi)
         try StorageError.check(mdb_drop(txn, db.dbi, 0), "mdb_drop")
     }
 
     /// Deletes a database and its name from the environment (its handle is
     /// closed: do not use it again).
     public func drop(_ db: Database) throws(StorageError) {
+        points?.forget(db.dbi)
         try StorageError.check(mdb_drop(txn, db.dbi, 1), "mdb_drop")
     }
 
@@ -697,6 +762,51 @@ public struct Transaction {
         var walks = BackwardWalks(txn: self, db: db)
         defer { walks.closeAll() }
         return try body(&walks)
+    }
+}
+
+/// The cursors of one write transaction for its point reads and writes
+/// (`get`, `put`), one per database, kept open until it ends. `mdb_get` and
+/// `mdb_put` start a fresh cursor each time, which descends from the root
+/// and looks every page of the path up in the transaction's dirty list; a
+/// cursor still standing on a leaf searches only that leaf when the next
+/// key falls inside it (LMDB's `mdb_cursor_set`). Appends, a feed's
+/// positions, a commit's sorted id index entries and a chat's new messages
+/// mostly do. LMDB keeps the cursors of a write transaction consistent
+/// with its other writes. A delete closes its database's cursor first, so
+/// no cursor stands on an entry that is gone. Used only on the thread that
+/// began the transaction: LMDB's transactions are not shared across
+/// threads, and a caller that did so gets LMDB's own calls.
+final class PointCursors {
+    private let txn: OpaquePointer
+    private let owner = pthread_self()
+    private var cursors: [OpaquePointer?] = []
+
+    init(txn: OpaquePointer) { self.txn = txn }
+
+    /// The cursor for `dbi`, opened on first use; nil off the owning thread.
+    func cursor(_ dbi: MDB_dbi) throws(StorageError) -> OpaquePointer? {
+        guard pthread_equal(owner, pthread_self()) != 0 else { return nil }
+        let i = Int(dbi)
+        if i < cursors.count, let cursor = cursors[i] { return cursor }
+        if i >= cursors.count { cursors.append(contentsOf: repeatElement(nil, count: i + 1 - cursors.count)) }
+        var cursor: OpaquePointer?
+        try StorageError.check(mdb_cursor_open(txn, dbi, &cursor), "mdb_cursor_open")
+        cursors[i] = cursor
+        return cursor
+    }
+
+    func forget(_ dbi: MDB_dbi) {
+        let i = Int(dbi)
+        guard i < cursors.count, let cursor = cursors[i] else { return }
+        mdb_cursor_close(cursor)
+        cursors[i] = nil
+    }
+
+    /// Closes every cursor; before the transaction commits or aborts.
+    func closeAll() {
+        for cursor in cursors { if let cursor { mdb_cursor_close(cursor) } }
+        cursors = []
     }
 }
 
