@@ -11,20 +11,10 @@ protocol FilingSink {
     mutating func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws
 }
 
-/// Files into the caller's write transaction, facts into their recent
-/// level (Specs/projections.md §9.1).
-struct TransactionSink: FilingSink {
-    let txn: Transaction
-    let facts: Database
-    let recentFacts: Database
-    func put(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
-        try txn.put(db == facts ? recentFacts : db, key, value)
-    }
-}
-
-/// Files into one buffer per database, for a rebuild: the entries of a
-/// whole slice of the log are sorted by key and then appended, so the
-/// B-trees are written page after page instead of at random keys.
+/// Files into one buffer per database, sorted by key before it is written:
+/// a rebuild appends the entries of a whole slice of the log, so the
+/// B-trees are written page after page instead of at random keys; a
+/// commit puts its batch's in key order.
 struct SortedRunSink: FilingSink {
     let factsDB: Database
     let indexDB: Database

@@ -85,7 +85,10 @@ public struct Projections: Sendable {
     ) throws -> Purges {
         guard !events.isEmpty else { return Purges() }
         var run: FoldRun? = FoldRun(projections: self, txn: txn, purging: purging)
-        var sink = TransactionSink(txn: txn, facts: facts, recentFacts: recentFacts)
+        // Filed in key order once the batch is filed: the transaction's
+        // cursors then walk each table forward (facts into their recent
+        // level, Specs/projections.md §9.1). The fold reads them after.
+        var sink = SortedRunSink(factsDB: facts, indexDB: index)
         // Sized once: grown one insert at a time, these sets rehashed every
         // id a commit of tens of thousands of events stores, again and again.
         run?.newEvents.reserveCapacity(events.count)
@@ -96,6 +99,10 @@ public struct Projections: Sendable {
             if !refilled.contains(stored.event.id) { run?.newEvents.insert(stored.event.id) }
             run?.newArrivals.insert(stored.arrival)
         }
+        sink.facts.sort()
+        try sink.facts.write(0..<sink.facts.count, to: recentFacts, in: txn, append: false)
+        sink.index.sort()
+        try sink.index.write(0..<sink.index.count, to: index, in: txn, append: false)
         guard var run else { return Purges() }
         try run.execute()
         try moveRecentFactsIfDue(in: txn)
