@@ -400,8 +400,13 @@ public struct Transaction {
     /// whether it was there.
     @discardableResult
     public func deleteDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws(StorageError) -> Bool {
-        points?.forget(db.dbi)
-        let rc = Self.withValues(key, value) { k, v in mdb_del(txn, db.dbi, &k, &v) }
+        let cursor = try points?.cursor(db.dbi)
+        let rc = Self.withValues(key, value) { k, v in
+            guard let cursor else { return mdb_del(txn, db.dbi, &k, &v) }
+            // What `mdb_del` does, on the kept cursor.
+            let found = mdb_cursor_get(cursor, &k, &v, MDB_GET_BOTH)
+            return found == 0 ? mdb_cursor_del(cursor, 0) : found
+        }
         if rc == MDB_NOTFOUND { return false }
         try StorageError.check(rc, "mdb_del")
         return true
@@ -492,11 +497,16 @@ public struct Transaction {
     @discardableResult
     public func delete(_ db: Database, _ key: [UInt8]) throws(StorageError) -> Bool {
         var k = MDB_val()
-        points?.forget(db.dbi)
+        var v = MDB_val()
+        let cursor = try points?.cursor(db.dbi)
         let rc: Int32 = key.withUnsafeBytes { kb in
             k.mv_size = kb.count
             k.mv_data = UnsafeMutableRawPointer(mutating: kb.baseAddress)
-            return mdb_del(txn, db.dbi, &k, nil)
+            guard let cursor else { return mdb_del(txn, db.dbi, &k, nil) }
+            // What `mdb_del` does, on the kept cursor: every value of a
+            // key with duplicates goes.
+            let found = mdb_cursor_get(cursor, &k, &v, MDB_SET)
+            return found == 0 ? mdb_cursor_del(cursor, UInt32(MDB_NODUPDATA)) : found
         }
         if rc == MDB_NOTFOUND { return false }
         try StorageError.check(rc, "mdb_del")
@@ -773,8 +783,8 @@ public struct Transaction {
 /// key falls inside it (LMDB's `mdb_cursor_set`). Appends, a feed's
 /// positions, a commit's sorted id index entries and a chat's new messages
 /// mostly do. LMDB keeps the cursors of a write transaction consistent
-/// with its other writes. A delete closes its database's cursor first, so
-/// no cursor stands on an entry that is gone. Used only on the thread that
+/// with its other writes, and a delete through a cursor leaves it on the
+/// entry after. Used only on the thread that
 /// began the transaction: LMDB's transactions are not shared across
 /// threads, and a caller that did so gets LMDB's own calls.
 final class PointCursors {
