@@ -630,9 +630,19 @@ public actor Node {
     /// streams batches (a sync receiving frames) may then start the next
     /// call, whose verification overlaps this call's commit and whose
     /// events queue behind these, in order.
-    public func ingest(events: [Event], enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
-        await ingest(decoded: events.map { .success($0) }, enqueued: enqueued)
+    ///
+    /// `last`: no call is expected to follow soon (a sync's last requested
+    /// events). The events are then handed to the writer in
+    /// `lastCallParts` parts as they are verified, so commits overlap the
+    /// verification of the rest and what is written after the last
+    /// verification is one part, not the whole call. Otherwise the call goes
+    /// as whole transactions (`commitGather`), which write fewer pages.
+    public func ingest(events: [Event], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
+        let gather = last ? max(Self.verifySlice, (events.count + Self.lastCallParts - 1) / Self.lastCallParts) : Self.commitGather
+        return await ingest(decoded: events.map { .success($0) }, gather: min(gather, Self.commitGather), enqueued: enqueued)
     }
+
+    static let lastCallParts = 4
 
     static let verifySlice = 2048
     /// Verified events gathered before they are queued for the writer: its
@@ -642,7 +652,7 @@ public actor Node {
     static let commitGather = GroupCommitWriter.maxEventsPerTransaction
 
     private func ingest(
-        decoded: consuming [Result<Event, EventError>], verified: Bool = false,
+        decoded: consuming [Result<Event, EventError>], verified: Bool = false, gather: Int = commitGather,
         enqueued: @escaping @Sendable () -> Void = {}
     ) async -> IngestReport {
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
@@ -709,7 +719,7 @@ public actor Node {
             // costs mostly the pages its scattered writes touch, about as
             // many for 2,048 events as for 30,000, and a writer fed slice by
             // slice commits each slice alone (Specs/storage.md §5.1).
-            if good.count >= Self.commitGather || start >= events.count {
+            if good.count >= gather || start >= events.count {
                 let number = slices.count
                 slices.append(good)
                 // A whole call's events go as the array itself, not copied.

@@ -155,6 +155,10 @@ public struct FetchState: Sendable {
         case skipped
     }
 
+    /// Whether requested events have still to arrive: a range asked for is
+    /// open, or pushed events may come.
+    public var awaitsRequestedEvents: Bool { !expected.isEmpty || pushOpen }
+
     /// Classifies a received event; anything unrequested ends the session.
     public mutating func accept(_ event: Event, store: some FeedLookup) throws -> Received {
         if payloadsWanted.remove(event.id) != nil { return .refill }

@@ -34,7 +34,10 @@ extension SyncSession {
                 let node = self.node
                 let (queued, signal) = AsyncStream<Void>.makeStream()
                 ingesting = true
-                let ingest = Task { await node.ingest(events: all, enqueued: { signal.finish() }) }
+                // Every requested event is in hand: nothing will overlap
+                // this batch's commits but its own verification.
+                let last = !fetch.awaitsRequestedEvents
+                let ingest = Task { await node.ingest(events: all, last: last, enqueued: { signal.finish() }) }
                 for await _ in queued {}
                 inFlight.append((ingest, all, batch.events.count, batch.frames))
                 continue

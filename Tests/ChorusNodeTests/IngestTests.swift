@@ -179,6 +179,33 @@ struct IngestTests {
         await node.close()
     }
 
+    @Test("a last call handed to the writer in parts keeps every feed in order across the parts, and a forged event still refuses what follows it")
+    func lastCallInPartsKeepsFeedOrder() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), options: options())
+        let own = try node.log.eventCount()
+        var writers = (1...6).map { FeedWriter(seedByte: UInt8($0)) }
+        // 12,000 events in six feeds: the parts (a quarter each) split feeds.
+        var events = (0..<2_000).flatMap { _ in writers.indices.map { writers[$0].next() } }
+        events.shuffle()
+        // A forged signature on feed 1's event #100: the rest of feed 1 is a gap.
+        let forged = try #require(events.firstIndex { $0.author == writers[0].key.publicKey && $0.seq == 100 })
+        // [header, signature, payload]: the signature's bytes follow the
+        // header's and their own two-byte head.
+        var envelope = events[forged].encoded()
+        let headerEnd = envelope[1] == 0x58 ? 3 + Int(envelope[2]) : 4 + Int(envelope[2]) << 8 + Int(envelope[3])
+        envelope[headerEnd + 2] ^= 0x01
+        events[forged] = try Event.decode(envelope)
+        let report = await node.ingest(events: events, last: true)
+        #expect(report.accepted == 12_000 - 1_901, "\(report.errors.prefix(3))")
+        #expect(report.codes[forged] == "bad_signature")
+        #expect(Set(report.errors.map(\.code)) == ["bad_signature", "sequence_gap"])
+        #expect(try node.log.eventCount() == own + 12_000 - 1_901)
+        #expect(try node.log.integrityProblems() == [])
+        await node.close()
+    }
+
     @Test func acceptedRemoteTimestampsMoveTheLocalClockForward() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
