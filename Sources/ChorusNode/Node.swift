@@ -593,10 +593,17 @@ public actor Node {
     /// one pass: an event is verified by the core that just decoded it, while
     /// its bytes are in that core's cache. They are then put in feed order
     /// (so a batch behaves as a set) and go to the group-commit writer.
-    /// Returns one result per input, in input order. `enqueued` is as for
-    /// `ingest(events:enqueued:)`.
-    public func ingest(_ envelopes: [[UInt8]], enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
-        await ingest(decoded: await Self.parallel(envelopes, ParallelVerifier.check), verified: true, enqueued: enqueued)
+    /// Returns one result per input, in input order. `enqueued` and `last`
+    /// are as for `ingest(events:last:enqueued:)`; a last call is decoded
+    /// first and verified slice by slice as it is handed to the writer.
+    public func ingest(_ envelopes: [[UInt8]], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async
+        -> IngestReport
+    {
+        guard last else {
+            return await ingest(decoded: await Self.parallel(envelopes, ParallelVerifier.check), verified: true, enqueued: enqueued)
+        }
+        return await ingest(
+            decoded: await Self.parallel(envelopes, Self.decodeOnly), gather: Self.lastCallGather(envelopes.count), enqueued: enqueued)
     }
 
     /// Like `ingest(_:)`, but refuses the whole batch, storing nothing, if any
@@ -632,17 +639,19 @@ public actor Node {
     /// events queue behind these, in order.
     ///
     /// `last`: no call is expected to follow soon (a sync's last requested
-    /// events). The events are then handed to the writer in
-    /// `lastCallParts` parts as they are verified, so commits overlap the
-    /// verification of the rest and what is written after the last
-    /// verification is one part, not the whole call. Otherwise the call goes
-    /// as whole transactions (`commitGather`), which write fewer pages.
+    /// events). The events are then handed to the writer in parts as they
+    /// are verified (`lastCallGather`), so commits overlap the verification
+    /// of the rest and what is written after the last verification is one
+    /// part, not the whole call. Otherwise the call goes as whole
+    /// transactions (`commitGather`), which write fewer pages.
     public func ingest(events: [Event], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
-        let gather = last ? max(Self.verifySlice, (events.count + Self.lastCallParts - 1) / Self.lastCallParts) : Self.commitGather
-        return await ingest(decoded: events.map { .success($0) }, gather: min(gather, Self.commitGather), enqueued: enqueued)
+        await ingest(
+            decoded: events.map { .success($0) }, gather: last ? Self.lastCallGather(events.count) : Self.commitGather,
+            enqueued: enqueued)
     }
 
-    static let lastCallParts = 4
+    /// The events of a last call handed to the writer at once: a quarter.
+    static func lastCallGather(_ count: Int) -> Int { min(commitGather, max(verifySlice, (count + 3) / 4)) }
 
     static let verifySlice = 2048
     /// Verified events gathered before they are queued for the writer: its

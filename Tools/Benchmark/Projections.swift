@@ -638,7 +638,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 let end = min(envelopes.count, start + options.batch)
                 let batch = Array(envelopes[start..<end])
                 let (queued, signal) = AsyncStream<Void>.makeStream()
-                inFlight.append((start, end, Task { await node.ingest(batch, enqueued: { signal.finish() }) }))
+                // The last call, as a sync receiver's last batch (every requested event in hand).
+                let last = end == envelopes.count
+                inFlight.append((start, end, Task { await node.ingest(batch, last: last, enqueued: { signal.finish() }) }))
                 for await _ in queued {}
                 start = end
                 continue
