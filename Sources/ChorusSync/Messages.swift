@@ -451,7 +451,8 @@ public enum SyncLimits {
     public static let listBatch = 1024
     /// Blob bytes per blobData frame.
     public static let blobChunkBytes = 64 << 10
-    /// Unacknowledged data frames a sender may have in flight. Wide enough
+    /// Unacknowledged `events` frames a sender may have in flight, or four
+    /// times as many blob frames (`ServeState.DataFrame`). Wide enough
     /// that a receiver's group commit takes tens of thousands of events
     /// (Specs/sync.md §5): a commit's cost in a large store is mostly the
     /// pages it rewrites, so fewer, larger commits ingest faster; and wider

@@ -3,9 +3,16 @@
 /// of data frames sent and not yet acknowledged. Pure state: the session
 /// reads the store, sends the frames and waits when the window is shut.
 public struct ServeState: Sendable {
-    /// Data frames this side may still send before an `ack`.
+    /// Window units this side may still spend before an `ack`: an `events`
+    /// frame takes `DataFrame.events.units`, a blob frame one
+    /// (Specs/sync.md §5).
     public private(set) var credits: Int
-    let window: Int
+    /// The window in units: `window` events frames' worth.
+    let units: Int
+    /// The units of each data frame sent and not yet acknowledged, oldest
+    /// first: an `ack(n)` returns those of the n oldest.
+    private var unacknowledged: [Int] = []
+    private var oldest = 0
     private var batch: [[UInt8]] = []
     private var batchBytes = 0
     /// Requested items (ranges, ids, hashes) queued and not yet served.
@@ -28,25 +35,55 @@ public struct ServeState: Sendable {
     /// (Specs/sync.md §5).
     public static let maxQueuedItems = 1_000_000
 
-    /// Starts with `window` credits (at least 1) and nothing served; `budget`
-    /// bounds what the session serves (Specs/sync.md §5.1).
+    /// Starts with a window of `window` events frames (at least 1), so
+    /// four times as many blob frames, and nothing served; `budget` bounds
+    /// what the session serves (Specs/sync.md §5.1).
     public init(window: Int, budget: SessionBudget = SessionBudget()) {
         self.budget = budget
-        self.window = max(1, window)
-        credits = self.window
+        units = max(1, window) * DataFrame.events.units
+        credits = units
     }
 
-    /// An `ack(n)`: n more data frames may go.
+    /// The window's units a data frame takes (Specs/sync.md §5): its
+    /// largest size in 64 KiB, so the window bounds the bytes in flight
+    /// whatever the frames are.
+    public enum DataFrame: Sendable {
+        /// An `events` frame: at most 256 KiB of envelopes.
+        case events
+        /// A `blobData` (at most 64 KiB of a blob) or `blobMissing` frame.
+        case blob
+
+        /// The units this frame takes.
+        public var units: Int {
+            switch self {
+            case .events: 4
+            case .blob: 1
+            }
+        }
+    }
+
+    /// An `ack(n)`: the n oldest data frames in flight are acknowledged and
+    /// their units may be spent again. More than are in flight is
+    /// `unexpected_message`.
     public mutating func acknowledge(_ n: UInt64) throws(SyncError) {
-        guard n <= UInt64(window) else { throw .unexpected("ack of \(n) frames") }
-        credits += Int(n)
-        if credits > window { throw .unexpected("more acknowledgements than data frames sent") }
+        guard n <= UInt64(unacknowledged.count - oldest) else { throw .unexpected("more acknowledgements than data frames sent") }
+        let end = oldest + Int(n)
+        for i in oldest..<end { credits += unacknowledged[i] }
+        oldest = end
+        // Dropped from the front once half of the list is acknowledged:
+        // each frame is moved at most once more.
+        if oldest > 64, oldest * 2 > unacknowledged.count {
+            unacknowledged.removeFirst(oldest)
+            oldest = 0
+        }
     }
 
-    /// Takes one unit of the window for a data frame; false when it is shut.
-    public mutating func takeCredit() -> Bool {
-        guard credits > 0 else { return false }
-        credits -= 1
+    /// Takes the window's units for one data frame; false when they are not
+    /// all free.
+    public mutating func takeCredit(for frame: DataFrame) -> Bool {
+        guard credits >= frame.units else { return false }
+        credits -= frame.units
+        unacknowledged.append(frame.units)
         return true
     }
 

@@ -66,14 +66,14 @@ extension SyncSession {
                 try await flushBatch()
                 for hash in hashes {
                     guard let bytes = try blobs.servable(hash) else {
-                        try await acquireCredit()
+                        try await acquireCredit(for: .blob)
                         send(.blobMissing(hash))
                         continue
                     }
                     var offset = 0
                     while offset < bytes.count {
                         let end = min(bytes.count, offset + SyncLimits.blobChunkBytes)
-                        try await acquireCredit()
+                        try await acquireCredit(for: .blob)
                         send(.blobData(hash: hash, offset: UInt64(offset), total: UInt64(bytes.count), bytes: Array(bytes[offset..<end])))
                         offset = end
                     }
@@ -108,17 +108,17 @@ extension SyncSession {
     }
 
     func sendEvents(_ frame: [[UInt8]]) async throws {
-        try await acquireCredit()
+        try await acquireCredit(for: .events)
         report.eventsSent += frame.count
         send(.events(frame))
     }
 
-    /// Waits for a window credit, and for the frames not yet taken by the
-    /// network to fit `SyncLimits.outboxBytes`: the wide window lets a
-    /// reading peer commit large batches, while a peer that stops reading
-    /// holds only that much of this side's memory (Specs/sync.md §5).
-    func acquireCredit() async throws {
-        while outboxBytes > SyncLimits.outboxBytes || !serving.takeCredit() {
+    /// Waits for the window's units for `frame`, and for the frames not yet
+    /// taken by the network to fit `SyncLimits.outboxBytes`: the wide window
+    /// lets a reading peer commit large batches, while a peer that stops
+    /// reading holds only that much of this side's memory (Specs/sync.md §5).
+    func acquireCredit(for frame: ServeState.DataFrame) async throws {
+        while outboxBytes > SyncLimits.outboxBytes || !serving.takeCredit(for: frame) {
             if firstError != nil || closing { throw CancellationError() }
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in creditWaiter = c }
         }

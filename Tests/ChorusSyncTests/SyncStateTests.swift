@@ -187,16 +187,29 @@ struct SyncStateTests {
     @Test("serving: the window shuts after its frames and reopens with acks; frames of at most 1024 events or 256 KiB")
     func serving() throws {
         var state = ServeState(window: 2)
-        let taken = [state.takeCredit(), state.takeCredit(), state.takeCredit()]
+        let taken = [state.takeCredit(for: .events), state.takeCredit(for: .events), state.takeCredit(for: .events)]
         #expect(taken == [true, true, false])
         try state.acknowledge(1)
-        let again = state.takeCredit()
+        let again = state.takeCredit(for: .events)
         #expect(again)
         var over = state
         #expect(throws: SyncError.self) { try over.acknowledge(3) }
         var fresh = ServeState(window: 2)
         var early = fresh
         #expect(throws: SyncError.self) { try early.acknowledge(1) }
+        // A blob frame (at most 64 KiB) takes a quarter of an events frame's
+        // units (at most 256 KiB): four times as many fit, and an ack
+        // returns the units of the oldest frames, whatever they were.
+        var blobs = ServeState(window: 2)
+        var tookBlobs: [Bool] = []
+        for _ in 0..<9 { tookBlobs.append(blobs.takeCredit(for: .blob)) }
+        #expect(tookBlobs == Array(repeating: true, count: 8) + [false])
+        try blobs.acknowledge(4)
+        let events = blobs.takeCredit(for: .events), blob = blobs.takeCredit(for: .blob)
+        #expect(events && !blob)
+        try blobs.acknowledge(5)
+        #expect(blobs.credits == 8)
+        #expect(throws: SyncError.self) { try blobs.acknowledge(1) }
         var frames: [[[UInt8]]] = []
         for _ in 0..<2400 { if let full = fresh.add([UInt8](repeating: 1, count: 100)) { frames.append(full) } }
         if let last = fresh.flush() { frames.append(last) }
