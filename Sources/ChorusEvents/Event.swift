@@ -277,6 +277,20 @@ public struct Event: Hashable, Sendable {
 
     /// Decodes an envelope already parsed from a CBOR sequence.
     public static func decode(envelope value: CBORValue) throws(EventError) -> Event {
+        try decodeWithPayload(envelope: value).event
+    }
+
+    /// `decode(_:)`, with the payload as it was decoded for its schema
+    /// check (nil when purged): a caller that reads the payload next need
+    /// not decode it again.
+    public static func decodeWithPayload(_ bytes: [UInt8]) throws(EventError) -> (event: Event, payload: CBORValue?) {
+        if bytes.count > EventLimits.maxEnvelopeBytes { throw .envelopeTooLarge(size: bytes.count) }
+        let value: CBORValue
+        do { value = try CBORDecoder.decode(bytes) } catch { throw .cbor(error, part: "envelope") }
+        return try decodeWithPayload(envelope: value)
+    }
+
+    static func decodeWithPayload(envelope value: CBORValue) throws(EventError) -> (event: Event, payload: CBORValue?) {
         guard let items = value.arrayValue, items.count == 3 else {
             throw .malformedEnvelope("an event must be an array of [header, signature, payload]")
         }
@@ -286,6 +300,7 @@ public struct Event: Hashable, Sendable {
         }
         let header = try EventHeader.decode(headerBytes)
         let payloadBytes: [UInt8]?
+        var decodedPayload: CBORValue? = nil
         if items[2].isNull {
             guard header.kind.payloadIsPurgeable else { throw .payloadMissing(kind: header.kind.name) }
             payloadBytes = nil
@@ -301,8 +316,9 @@ public struct Event: Hashable, Sendable {
                 throw .schemaViolation(kind: header.kind.name, detail: problem)
             }
             payloadBytes = p
+            decodedPayload = payload
         }
-        return Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes)
+        return (Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes), decodedPayload)
     }
 
     /// Strict Ed25519 verification of the header signature (Specs/events.md §5).

@@ -537,7 +537,14 @@ public struct LogStore: Sendable {
     /// Decodes a stored envelope, re-applying the checks of
     /// Specs/events.md §7.1 (decoding); damage is reported as `corrupt`.
     public static func decodeEnvelope(_ raw: [UInt8], arrival: UInt64) throws -> Event {
-        do { return try Event.decode(raw) } catch { throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)") }
+        try decodeEnvelopeWithPayload(raw, arrival: arrival).event
+    }
+
+    /// `decodeEnvelope`, with the payload as decoded for its schema check.
+    public static func decodeEnvelopeWithPayload(_ raw: [UInt8], arrival: UInt64) throws -> (event: Event, payload: CBORValue?) {
+        do { return try Event.decodeWithPayload(raw) } catch {
+            throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
+        }
     }
 
     /// Database sizes in bytes (pages in use), by name.

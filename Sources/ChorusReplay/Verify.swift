@@ -1,3 +1,4 @@
+import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
@@ -98,10 +99,11 @@ extension ReplayStore {
                 try rawSlice(since: since) { record -> (event: CheckedEvent?, finding: Finding?) in
                     // Locations are spelled out only for findings (`EventPlace`).
                     let event: Event
-                    do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
+                    let payload: CBORValue?
+                    do { (event, payload) = try LogStore.decodeEnvelopeWithPayload(record.bytes, arrival: record.arrival) } catch {
                         return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: "envelopes[\(record.arrival)]"))
                     }
-                    let checked = CheckedEvent(event)
+                    let checked = CheckedEvent(event, payload: payload)
                     guard event.verifySignature() else {
                         return (
                             checked,
@@ -253,8 +255,9 @@ struct EncryptionAudit {
         /// A message sealed under `epoch` in `chat`.
         case sealed(chat: ObjectID, epoch: Hash32)
 
-        init?(_ e: Event) {
-            guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload = e.payload else { return nil }
+        /// `payload`: `e`'s, as decoded (nil when purged).
+        init?(_ e: Event, payload: CBORValue?) {
+            guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload else { return nil }
             if e.kind == .chatKey {
                 self = .key(problem: EventKind.chatKey.schema?.violation(in: payload))
                 return
@@ -312,11 +315,11 @@ struct CheckedEvent: Sendable {
     let purged: Bool
     let encryption: EncryptionAudit.Examined?
 
-    init(_ e: Event) {
+    init(_ e: Event, payload: CBORValue?) {
         link = FeedAudit.Link(e)
         kind = e.kind
         purged = e.payloadBytes == nil
-        encryption = EncryptionAudit.Examined(e)
+        encryption = EncryptionAudit.Examined(e, payload: payload)
     }
 }
 
