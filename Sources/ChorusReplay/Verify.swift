@@ -12,7 +12,7 @@ import Synchronization
 public struct Finding: Error, Hashable, Sendable {
     /// A stable code: `undecodable`, `wrong_id`, `bad_signature`, `feed`,
     /// `fork`, `bad_fork_evidence`, `blob_damaged`, `projection_differs`,
-    /// `projections_stale`, `bad_key_event`, `epoch_unknown`.
+    /// `projections_stale`, `epoch_unknown`.
     public let code: String
     public let message: String
     /// The event concerned, when there is one.
@@ -224,10 +224,12 @@ extension ReplayStore {
 }
 
 
-/// Step 5 of `verify`, event by event (Specs/encryption.md): key events
-/// re-checked against their schema, and effective messages whose sealed
-/// body names an epoch no effective key event introduced (a member's device
-/// could never read them).
+/// Step 5 of `verify`, event by event (Specs/encryption.md): effective
+/// messages whose sealed body names an epoch no effective key event
+/// introduced (a member's device could never read them). A `chat.key` that
+/// breaks its schema needs no check of its own: step 1's decoding refuses
+/// it (`undecodable`), as it refuses any payload that breaks its kind's
+/// schema.
 struct EncryptionAudit {
     /// The projections that say which epochs a chat has; nil while none can
     /// be read (the live ones are stale), and then each sealed message is
@@ -248,40 +250,31 @@ struct EncryptionAudit {
     }
 
     /// What the audit needs of an event, read where it was decoded (a
-    /// verify pass's worker): nil for an event of no other kind than these.
-    enum Examined: Sendable {
-        /// A `chat.key`, and how it breaks its schema, if it does.
-        case key(problem: String?)
-        /// A message sealed under `epoch` in `chat`.
-        case sealed(chat: ObjectID, epoch: Hash32)
+    /// verify pass's worker): a message sealed under `epoch` in `chat`;
+    /// nil for any other event.
+    struct Examined: Sendable {
+        let chat: ObjectID
+        let epoch: Hash32
 
         /// `payload`: `e`'s, as decoded (nil when purged).
         init?(_ e: Event, payload: CBORValue?) {
-            guard e.kind == .chatKey || e.kind == .messageSent || e.kind == .messageEdited, let payload else { return nil }
-            if e.kind == .chatKey {
-                self = .key(problem: EventKind.chatKey.schema?.violation(in: payload))
-                return
-            }
+            guard e.kind == .messageSent || e.kind == .messageEdited, let payload else { return nil }
             guard let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32]) else { return nil }
             let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
             guard let chat else { return nil }
-            self = .sealed(chat: chat, epoch: epoch)
+            self.chat = chat
+            self.epoch = epoch
         }
     }
 
     mutating func observe(_ e: CheckedEvent, arrival: UInt64) throws {
-        guard let examined = e.encryption else { return }
+        guard let sealed = e.encryption else { return }
         let place = EventPlace(arrival, e.link)
-        switch examined {
-        case .key(let problem):
-            if let problem { findings.append(Finding(code: "bad_key_event", message: problem, event: place.id, location: place.location)) }
-        case .sealed(let chat, let epoch):
-            guard projections != nil else {
-                held.append((chat, epoch, e.kind, place))
-                return
-            }
-            try check(chat: chat, epoch: epoch, kind: e.kind, place: place)
+        guard projections != nil else {
+            held.append((sealed.chat, sealed.epoch, e.kind, place))
+            return
         }
+        try check(chat: sealed.chat, epoch: sealed.epoch, kind: e.kind, place: place)
     }
 
     private mutating func check(chat: ObjectID, epoch: Hash32, kind: EventKind, place: EventPlace) throws {
