@@ -24,8 +24,6 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     /// size cap or the declared size, or does not match its hash (Specs/sync.md
     /// §4.4).
     case badBlob(String)
-    /// The peer sent more unacknowledged data frames than the window allows.
-    case windowExceeded
     /// The peer reported an error and ended the session.
     case peerError(code: String, message: String)
     /// The connection ended before both sides said "done".
@@ -50,7 +48,6 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         case .badEvent: "bad_event"
         case .unrequestedEvent: "unrequested_event"
         case .badBlob: "bad_blob"
-        case .windowExceeded: "window_exceeded"
         case .peerError: "peer_error"
         case .connectionClosed: "connection_closed"
         case .refused: "peer_refused"
@@ -63,7 +60,7 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Whether the peer is to blame (and is refused for a while).
     public var isPeerFault: Bool {
         switch self {
-        case .malformed, .frameTooLarge, .unexpected, .badEvent, .unrequestedEvent, .badBlob, .windowExceeded: true
+        case .malformed, .frameTooLarge, .unexpected, .badEvent, .unrequestedEvent, .badBlob: true
         default: false
         }
     }
@@ -78,7 +75,6 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         case .badEvent(let code, let detail): "peer sent an invalid event [\(code)]: \(detail)"
         case .unrequestedEvent(let d): "peer sent an event that was not requested: \(d)"
         case .badBlob(let d): "peer sent a bad blob: \(d)"
-        case .windowExceeded: "peer sent more unacknowledged data than the window allows"
         case .peerError(let code, let message): "peer ended the session [\(code)]: \(message)"
         case .connectionClosed: "the connection closed before the sync completed"
         case .refused(let key): "peer \(key.short) is refused for now after misbehaving"
