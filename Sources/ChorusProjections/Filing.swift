@@ -240,45 +240,15 @@ extension Projections {
     /// A fact filed again after it moved (a refilled event) is in both
     /// levels under one key: it is visited once, with the recent value.
     func scanFacts(prefix: [UInt8], in txn: Transaction, _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
-        var recent: [(key: [UInt8], value: [UInt8])] = []
-        try txn.scan(recentFacts, prefix: prefix) { key, value in
-            recent.append((key, value))
-            return true
-        }
-        if recent.isEmpty { return try txn.scan(facts, prefix: prefix, body) }
-        var next = 0
-        var stopped = false
-        try txn.scan(facts, prefix: prefix) { key, value in
-            while next < recent.count, recent[next].key.lexicographicallyPrecedes(key) {
-                guard try body(recent[next].key, recent[next].value) else {
-                    stopped = true
-                    return false
-                }
-                next += 1
-            }
-            if next < recent.count, recent[next].key == key {
-                next += 1
-                guard try body(key, recent[next - 1].value) else {
-                    stopped = true
-                    return false
-                }
-                return true
-            }
-            guard try body(key, value) else {
-                stopped = true
-                return false
-            }
-            return true
-        }
-        while !stopped, next < recent.count {
-            guard try body(recent[next].key, recent[next].value) else { return }
-            next += 1
+        for (key, value) in try factEntries(prefix: prefix, in: txn) {
+            guard try body(key, value) else { return }
         }
     }
 
-    /// Every fact whose key starts with `prefix`, as `scanFacts` visits
-    /// them, collected: read with the point cursors of a write
-    /// transaction, which a fold's lookups in key order keep near.
+    /// Every fact whose key starts with `prefix`, in key order, from both
+    /// levels, a key in both once with the recent value, collected: read
+    /// with the point cursors of a write transaction, which a fold's
+    /// lookups in key order keep near.
     func factEntries(prefix: [UInt8], in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
         let recent = try txn.entries(recentFacts, prefix: prefix)
         let main = try txn.entries(facts, prefix: prefix)
