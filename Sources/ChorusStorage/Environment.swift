@@ -631,15 +631,14 @@ public struct Transaction {
     /// one leaf instead of descending from the root; nothing runs while
     /// the cursor is in use, so no caller can move it mid-walk.
     public func entries(_ db: Database, prefix: [UInt8]) throws(StorageError) -> [(key: [UInt8], value: [UInt8])] {
-        guard let cursor = try points?.cursor(db.dbi) else {
-            var out: [(key: [UInt8], value: [UInt8])] = []
+        var out: [(key: [UInt8], value: [UInt8])] = []
+        if let kept = try points?.cursor(db.dbi) {
+            try Self.collect(kept, prefix: prefix, into: &out)
+        } else {
             let cursor = try openCursor(db.dbi)
             defer { mdb_cursor_close(cursor) }
             try Self.collect(cursor, prefix: prefix, into: &out)
-            return out
         }
-        var out: [(key: [UInt8], value: [UInt8])] = []
-        try Self.collect(cursor, prefix: prefix, into: &out)
         return out
     }
 
@@ -776,17 +775,17 @@ public struct Transaction {
 }
 
 /// The cursors of one write transaction for its point reads and writes
-/// (`get`, `put`), one per database, kept open until it ends. `mdb_get` and
-/// `mdb_put` start a fresh cursor each time, which descends from the root
-/// and looks every page of the path up in the transaction's dirty list; a
-/// cursor still standing on a leaf searches only that leaf when the next
-/// key falls inside it (LMDB's `mdb_cursor_set`). Appends, a feed's
-/// positions, a commit's sorted id index entries and a chat's new messages
-/// mostly do. LMDB keeps the cursors of a write transaction consistent
-/// with its other writes, and a delete through a cursor leaves it on the
-/// entry after. Used only on the thread that
-/// began the transaction: LMDB's transactions are not shared across
-/// threads, and a caller that did so gets LMDB's own calls.
+/// (`get`, `put`, `delete`), one per database, kept open until it ends
+/// (Specs/storage.md §5.1). `mdb_get`, `mdb_put` and `mdb_del` start a
+/// fresh cursor each time, which descends from the root and looks every
+/// page of the path up in the transaction's dirty list; a cursor still
+/// standing on a leaf searches only that leaf when the next key falls
+/// inside it (LMDB's `mdb_cursor_set`), as appends, a feed's positions, a
+/// commit's sorted id index entries and a chat's new messages mostly do.
+/// LMDB keeps a write transaction's cursors consistent with its other
+/// writes. Only the thread that began the transaction uses them (LMDB's
+/// transactions are not shared across threads); any other gets LMDB's own
+/// calls.
 final class PointCursors {
     private let txn: OpaquePointer
     private let owner = pthread_self()
