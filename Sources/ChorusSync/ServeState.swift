@@ -1,3 +1,5 @@
+import NIOCore
+
 /// The server's side of a session (Specs/sync.md §4.3, §5): requests queued
 /// and not yet served, received events gathered into frames, and the window
 /// of data frames sent and not yet acknowledged. Pure state: the session
@@ -7,12 +9,9 @@ public struct ServeState: Sendable {
     /// frame takes `DataFrame.events.units`, a blob frame one
     /// (Specs/sync.md §5).
     public private(set) var credits: Int
-    /// The window in units: `window` events frames' worth.
-    let units: Int
     /// The units of each data frame sent and not yet acknowledged, oldest
     /// first: an `ack(n)` returns those of the n oldest.
-    private var unacknowledged: [Int] = []
-    private var oldest = 0
+    private var unacknowledged = CircularBuffer<Int>()
     private var batch: [[UInt8]] = []
     private var batchBytes = 0
     /// Requested items (ranges, ids, hashes) queued and not yet served.
@@ -40,8 +39,7 @@ public struct ServeState: Sendable {
     /// what the session serves (Specs/sync.md §5.1).
     public init(window: Int, budget: SessionBudget = SessionBudget()) {
         self.budget = budget
-        units = max(1, window) * DataFrame.events.units
-        credits = units
+        credits = max(1, window) * DataFrame.events.units
     }
 
     /// The window's units a data frame takes (Specs/sync.md §5): its
@@ -66,16 +64,8 @@ public struct ServeState: Sendable {
     /// their units may be spent again. More than are in flight is
     /// `unexpected_message`.
     public mutating func acknowledge(_ n: UInt64) throws(SyncError) {
-        guard n <= UInt64(unacknowledged.count - oldest) else { throw .unexpected("more acknowledgements than data frames sent") }
-        let end = oldest + Int(n)
-        for i in oldest..<end { credits += unacknowledged[i] }
-        oldest = end
-        // Dropped from the front once half of the list is acknowledged:
-        // each frame is moved at most once more.
-        if oldest > 64, oldest * 2 > unacknowledged.count {
-            unacknowledged.removeFirst(oldest)
-            oldest = 0
-        }
+        guard n <= UInt64(unacknowledged.count) else { throw .unexpected("more acknowledgements than data frames sent") }
+        for _ in 0..<n { credits += unacknowledged.removeFirst() }
     }
 
     /// Takes the window's units for one data frame; false when they are not
