@@ -321,18 +321,15 @@ struct CheckedEvent: Sendable {
 /// bookkeeping.
 struct EventPlace {
     let arrival: UInt64
-    let id: EventID
-    let author: PublicKey
-    let seq: UInt64
+    let event: FeedAudit.Link
 
     init(_ arrival: UInt64, _ event: FeedAudit.Link) {
         self.arrival = arrival
-        id = event.id
-        author = event.author
-        seq = event.seq
+        self.event = event
     }
 
-    var location: String { "envelopes[\(arrival)] (\(id.hex), \(author.short)#\(seq))" }
+    var id: EventID { event.id }
+    var location: String { "envelopes[\(arrival)] (\(event.id.hex), \(event.author.short)#\(event.seq))" }
 }
 
 /// A count one thread sets and another reads (the fold's progress).
