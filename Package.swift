@@ -56,7 +56,7 @@ let package = Package(
         .target(name: "ChorusStorage", dependencies: ["CLMDB"]),
         .target(name: "ChorusEvents", dependencies: ["ChorusCBOR", "ChorusCrypto"]),
         .target(name: "ChorusEncryption", dependencies: ["ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
-        .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage"]),
+        .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage", "ChorusParallel"]),
         .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
         .target(
             name: "ChorusProjections",

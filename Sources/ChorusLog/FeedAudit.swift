@@ -1,5 +1,6 @@
 import ChorusCrypto
 import ChorusEvents
+import ChorusParallel
 import ChorusStorage
 
 /// The feed checks of `LogStore.integrityProblems`, made in one pass over
@@ -76,13 +77,43 @@ public struct FeedAudit: Sendable {
     }
 
     /// Compares what was observed with the feed positions, the id index and
-    /// the heads, and returns every problem found.
+    /// the heads, and returns every problem found. The id index (an entry
+    /// per event) is read in two halves of its key space on two other
+    /// threads while this one checks the positions and heads: at the end of
+    /// a verify pass nothing else is left to keep the cores busy. Each part
+    /// reads a snapshot of its own; entries appended after the pass are
+    /// left out whichever snapshot shows them.
     public mutating func finish(_ log: LogStore) throws -> [String] {
-        try log.env.read { txn in try finish(log, in: txn) }
+        sortIDs()
+        let audit = self
+        // Each half reads both levels: the parts' problems then go in the
+        // order one reader's would (each level in key order, main first).
+        let halves = [
+            Background { try log.env.read { txn in try [log.ids, log.recentIDs].map { try audit.scanIDs(log, in: txn, level: $0, before: [0x80]) } } },
+            Background { try log.env.read { txn in try [log.ids, log.recentIDs].map { try audit.scanIDs(log, in: txn, level: $0, from: [0x80]) } } },
+        ]
+        let feedProblems: [String]
+        do { feedProblems = try log.env.read { txn in try checkFeeds(log, in: txn) } } catch {
+            for half in halves { _ = try? half.wait() }
+            throw error
+        }
+        problems += feedProblems
+        let (low, high) = (try halves[0].wait(), try halves[1].wait())
+        problems += try Self.idProblems(ids, records: records, scanned: [low[0], high[0], low[1], high[1]])
+        return problems
     }
 
-    /// `finish` in the caller's read transaction.
+    /// `finish` in the caller's read transaction, on this thread.
     public mutating func finish(_ log: LogStore, in txn: Transaction) throws -> [String] {
+        sortIDs()
+        problems += try checkFeeds(log, in: txn)
+        problems += try Self.idProblems(ids, records: records, scanned: try [log.ids, log.recentIDs].map { try scanIDs(log, in: txn, level: $0) })
+        return problems
+    }
+
+    /// The heads and the feed positions against the events observed.
+    private func checkFeeds(_ log: LogStore, in txn: Transaction) throws -> [String] {
+        var problems: [String] = []
         var heads: [PublicKey: FeedHead] = [:]
         try txn.scan(log.heads) { key, value in
             guard let author = Bytes32(key) else {
@@ -92,7 +123,7 @@ public struct FeedAudit: Sendable {
             do { heads[author] = try LogStore.decodeHead(value) } catch { problems.append("feed \(author.hex): unreadable head") }
             return true
         }
-        let advanced = try checkPositions(log, heads: heads, in: txn)
+        let advanced = try checkPositions(log, heads: heads, in: txn, problems: &problems)
         for (author, head) in heads.sorted(by: { $0.key < $1.key }) where !advanced.contains(author) {
             guard let stored = last[author] else {
                 problems.append("feed \(author.hex): the head names #\(head.seq), but no event of the feed is stored")
@@ -103,13 +134,14 @@ public struct FeedAudit: Sendable {
             }
         }
         for author in last.keys.sorted() where heads[author] == nil { problems.append("feed \(author.hex): no head") }
-        try checkIDs(log, in: txn)
         return problems
     }
 
     /// Each feed's positions, in key order (author, then sequence), against
     /// the events observed. Returns the feeds that grew after the pass.
-    private mutating func checkPositions(_ log: LogStore, heads: [PublicKey: FeedHead], in txn: Transaction) throws -> Set<PublicKey> {
+    private func checkPositions(
+        _ log: LogStore, heads: [PublicKey: FeedHead], in txn: Transaction, problems: inout [String]
+    ) throws -> Set<PublicKey> {
         var listed: [PublicKey: [(seq: UInt64, arrival: UInt64)]] = [:]
         var advanced: Set<PublicKey> = []
         try txn.scan(log.positions) { key, value in
@@ -156,14 +188,27 @@ public struct FeedAudit: Sendable {
         return advanced
     }
 
-    /// The id index, in key order, against the events observed: every
-    /// entry names an arrival that holds an event whose id starts with the
-    /// entry's prefix, and every event is named under its id's prefix.
-    private mutating func checkIDs(_ log: LogStore, in txn: Transaction) throws {
-        // Observed in arrival order; sorted anyway (a no-op then), to look
-        // events up by arrival.
-        ids.sort { $0.arrival < $1.arrival }
-        let ids = self.ids
+    /// Observed in arrival order: sorted anyway (a no-op then), to look
+    /// events up by arrival.
+    private mutating func sortIDs() {
+        if !ids.indices.dropFirst().allSatisfy({ ids[$0 - 1].arrival < ids[$0].arrival }) { ids.sort { $0.arrival < $1.arrival } }
+    }
+
+    /// What a read of part of the id index found: its problems, the
+    /// observed events (by position in `ids`) it names, and its entries.
+    private struct IDScan: Sendable {
+        var problems: [String] = []
+        var named: [Int] = []
+        var indexed = 0
+    }
+
+    /// The entries of the id index's `level` with keys from `from` and
+    /// before `end` (nil: no bound), in key order, against the events observed
+    /// (`ids`, sorted by arrival): every entry names an arrival that holds
+    /// an event whose id starts with the entry's prefix.
+    private func scanIDs(
+        _ log: LogStore, in txn: Transaction, level: Database, from: [UInt8]? = nil, before end: [UInt8]? = nil
+    ) throws -> IDScan {
         let first = ids.first?.arrival ?? 0
         /// Where the event at `arrival` is in `ids`: at its distance from
         /// the first when no arrival is missing (a log's arrivals have no
@@ -180,31 +225,42 @@ public struct FeedAudit: Sendable {
             }
             return low < ids.count && ids[low].arrival == arrival ? low : nil
         }
-        var named = [Bool](repeating: false, count: ids.count)
-        var indexed = 0
+        var scan = IDScan()
         // A million entries: read in place, not copied. An event is listed
         // in one of the two levels (Specs/storage.md §3).
-        for level in [log.ids, log.recentIDs] {
-            try txn.scanInPlace(level) { key, value in
-                guard key.count == 8, value.count == 8 else {
-                    indexed += 1
-                    problems.append("an id index entry of \(key.count) and \(value.count) bytes")
-                    return true
-                }
-                let arrival = value.reduce(0) { $0 << 8 | UInt64($1) }
-                if arrival > lastArrival { return true }  // appended after the pass
-                indexed += 1
-                if let i = position(of: arrival), ids[i].id.withUnsafeBytes({ $0.prefix(8).elementsEqual(key) }) {
-                    named[i] = true
-                } else {
-                    problems.append("the id index lists arrival \(arrival) under \(Hex.encode(Array(key))), which holds no event with an id starting so")
-                }
+        try txn.scanInPlace(level, from: from) { key, value in
+            if let end, !key.lexicographicallyPrecedes(end) { return false }
+            guard key.count == 8, value.count == 8 else {
+                scan.indexed += 1
+                scan.problems.append("an id index entry of \(key.count) and \(value.count) bytes")
                 return true
             }
+            let arrival = value.reduce(0) { $0 << 8 | UInt64($1) }
+            if arrival > lastArrival { return true }  // appended after the pass
+            scan.indexed += 1
+            if let i = position(of: arrival), ids[i].id.withUnsafeBytes({ $0.prefix(8).elementsEqual(key) }) {
+                scan.named.append(i)
+            } else {
+                scan.problems.append("the id index lists arrival \(arrival) under \(Hex.encode(Array(key))), which holds no event with an id starting so")
+            }
+            return true
         }
+        return scan
+    }
+
+    /// The id index against the events observed, from the reads of its
+    /// parts (in key order): besides each part's problems, every event is
+    /// named under its id's prefix, and the index lists as many entries as
+    /// events were stored.
+    private static func idProblems(_ ids: [(id: EventID, arrival: UInt64)], records: Int, scanned: [IDScan]) throws -> [String] {
+        var problems = scanned.flatMap(\.problems)
+        var named = [Bool](repeating: false, count: ids.count)
+        for part in scanned { for i in part.named { named[i] = true } }
         for (i, event) in ids.enumerated() where !named[i] {
             problems.append("the id index does not map \(event.id.hex) to arrival \(event.arrival)")
         }
+        let indexed = scanned.reduce(0) { $0 + $1.indexed }
         if records != indexed { problems.append("\(records) events stored but \(indexed) in the id index") }
+        return problems
     }
 }

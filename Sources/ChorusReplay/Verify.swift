@@ -82,7 +82,16 @@ extension ReplayStore {
                 if stale != nil { return (nil, rebuilt) }
                 return (try self.liveDigest(in: snapshot, besides: copy, folded: try? rebuilt.get()), rebuilt)
             }
-            return (copy: copy, live: digests.live, rebuilt: digests.rebuilt)
+            // Live projections equal to the fold need nothing more of the
+            // copy: it is closed and removed here, while the checks below
+            // still run, not after them (a gigabyte's pages to unmap and
+            // free). A log found damaged is copied again anyway.
+            if stale == nil, case .success(let rebuilt) = digests.rebuilt, digests.live == rebuilt {
+                copy.env.close()
+                try? FileManager.default.removeItem(atPath: scratch.path + "/tables")
+                return (copy: ReplayStore?.none, live: digests.live, rebuilt: digests.rebuilt)
+            }
+            return (copy: ReplayStore?.some(copy), live: digests.live, rebuilt: digests.rebuilt)
         }
         // 3.–4. Fork evidence and blobs, on another thread.
         let checks = Background { [self] in try self.storeChecks() }
@@ -159,18 +168,19 @@ extension ReplayStore {
         // the damage changed.
         let (copy, liveDigest, foldedDigest) = try folding.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
         report.liveDigest = liveDigest
-        if stale != nil, case .success = foldedDigest { try encryption.finish(against: copy.projections) }
+        if stale != nil, case .success = foldedDigest, let copy { try encryption.finish(against: copy.projections) }
         report.findings += encryption.findings
-        let rebuilt: ReplayStore
+        let rebuilt: ReplayStore?
         if report.findings.contains(where: { Self.damageToTheLog.contains($0.code) }) {
-            rebuilt = try self.copy(
+            let again = try self.copy(
                 to: scratch.path + "/events", tolerant: true, progress: { done, total in progress?("rebuild", done, total) })
-            report.rebuiltDigest = try rebuilt.projections.digest()
+            report.rebuiltDigest = try again.projections.digest()
+            rebuilt = again
         } else {
             rebuilt = copy
             report.rebuiltDigest = try foldedDigest.get()
         }
-        if stale == nil, report.liveDigest != report.rebuiltDigest {
+        if stale == nil, report.liveDigest != report.rebuiltDigest, let rebuilt {
             for d in try StateDiff.between(self, rebuilt) {
                 report.findings.append(
                     Finding(

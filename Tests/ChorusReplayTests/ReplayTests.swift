@@ -302,6 +302,28 @@ struct ReplayTests {
         #expect(missing.contains("the id index does not map \(id.hex) to arrival \(stored.arrival)"), "\(missing)")
         let count = try s.log.eventCount()
         #expect(missing.contains("\(count) events stored but \(count - 1) in the id index"), "\(missing)")
+
+        // `finish(_:)` reads the id index in two halves of its key space on
+        // two threads: with damage in both halves it names what one reader
+        // (`finish(_:in:)`, which `integrityProblems` uses) names, in the
+        // same order.
+        let first = try #require(try s.log.rawEnvelopes(since: 0, limit: 1).first)
+        for prefix: UInt8 in [0x10, 0xF0] {
+            try s.log.unsafeWrite(database: LogStore.idsName, key: [prefix, 1, 2, 3, 4, 5, 6, 7] + [UInt8](repeating: 0, count: 24), value: LogStore.encodeU64(first.arrival))
+        }
+        var audit = FeedAudit()
+        try s.log.rawEnvelopes { slice in
+            for record in slice { audit.observe(try LogStore.decodeTrusted(record.bytes, arrival: record.arrival), arrival: record.arrival) }
+            return true
+        }
+        var oneReader = audit
+        let expected = try s.log.env.read { try oneReader.finish(s.log, in: $0) }
+        #expect(try audit.finish(s.log) == expected)
+        #expect(expected == (try s.log.integrityProblems()))
+        let halves = expected.filter { $0.hasPrefix("the id index lists arrival \(first.arrival) under ") }
+        #expect(halves == ["1001020304050607", "f001020304050607"].map {
+            "the id index lists arrival \(first.arrival) under \($0), which holds no event with an id starting so"
+        })
     }
 
     /// Scratch stores go to memory only when it has room for them.
