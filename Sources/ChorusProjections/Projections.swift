@@ -1019,27 +1019,57 @@ public struct Projections: Sendable {
     /// The digest of `digest()` inside the caller's transaction, so it covers
     /// state that transaction wrote (Specs/projections.md §8).
     public func digest(in txn: Transaction) throws -> Hash32 {
-        let hasher = Blake2b.Hasher()
-        hasher.update(Array("chorus/projections/v1".utf8) + [0])
-        hasher.update(config.fingerprint.bytes)
-        // The entries' bytes are gathered and hashed 64 KiB at a time: the
-        // hash of a stream does not depend on how it is cut, and most
-        // entries are a few dozen bytes.
+        let hasher = OrderedHashing()
+        defer { hasher.stop() }
+        try hasher.update(Array("chorus/projections/v1".utf8) + [0] + config.fingerprint.bytes)
+        // The entries' bytes are gathered and hashed a MiB at a time on
+        // another thread while the scan gathers the next: the hash of a
+        // stream does not depend on how it is cut, and most entries are a
+        // few dozen bytes.
+        let chunk = 1 << 20
         var pending: [UInt8] = []
-        pending.reserveCapacity(1 << 16 + 1 << 10)
+        pending.reserveCapacity(chunk + 1 << 10)
         func appendLength(_ n: Int) { withUnsafeBytes(of: UInt64(n).bigEndian) { pending.append(contentsOf: $0) } }
         try scanState(in: txn) { key, value in
             appendLength(key.count)
             pending += key
             appendLength(value.count)
             pending += value
-            if pending.count >= 1 << 16 {
-                hasher.update(pending)
-                pending.removeAll(keepingCapacity: true)
+            if pending.count >= chunk {
+                try hasher.update(pending)
+                pending = []
+                pending.reserveCapacity(chunk + 1 << 10)
             }
         }
-        hasher.update(pending)
-        return hasher.finish()
+        try hasher.update(pending)
+        return try hasher.finish()
+    }
+
+    /// One BLAKE2b-256 stream fed in order, each part hashed on a thread of
+    /// its own while the caller gathers the next (`Background`): a
+    /// digest's scan and its hashing, each about half of its time on one
+    /// core, overlap. `@unchecked Sendable`: one part is hashed at a time
+    /// (each waits for the one before), and only the caller's thread calls
+    /// in.
+    final class OrderedHashing: @unchecked Sendable {
+        private let hasher = Blake2b.Hasher()
+        private var running: Background<Void>? = nil
+
+        /// Hashes `bytes` after every part before it.
+        func update(_ bytes: [UInt8]) throws {
+            try running?.wait()
+            running = Background { [self] in hasher.update(bytes) }
+        }
+
+        /// The hash of every part, once each is hashed.
+        func finish() throws -> Hash32 {
+            try running?.wait()
+            running = nil
+            return hasher.finish()
+        }
+
+        /// Waits for the part being hashed, if any (after a failed scan).
+        func stop() { _ = try? running?.wait() }
     }
 
     /// Whether the `state` database read in `txn` holds exactly the entries
