@@ -1012,8 +1012,94 @@ public struct Projections: Sendable {
 
     /// BLAKE2b-256 over the network configuration and every entry of the
     /// projected state in key order (Specs/projections.md §8).
-    public func digest() throws -> Hash32 {
-        try log.env.read { txn in try digest(in: txn) }
+    public func digest() throws -> Hash32 { try digest(splitAbove: Self.digestSplitEntries) }
+
+    /// `digest()`, with the state's entries turned into the digest's stream
+    /// in batches on threads of their own (`digestInParts`) when it holds
+    /// more than `splitAbove` entries; in one read on this thread otherwise.
+    public func digest(splitAbove: Int) throws -> Hash32 {
+        try log.env.readSnapshot(count: Self.digestReaders) { txns in
+            try txns[0].count(state) > splitAbove ? digestInParts(txns) : digest(in: txns[0])
+        }
+    }
+
+    /// Read transactions a split digest takes (`digestInParts`): one walks
+    /// the state, two turn its batches into streams on threads of their own.
+    static let digestReaders = 3
+
+    /// State entries past which `digest()` splits its work: a split costs a
+    /// thread per batch, well under a millisecond each, which a small
+    /// store's whole digest does not take.
+    public static let digestSplitEntries = 50_000
+
+    /// The digest of `digest()`, from transactions on one snapshot: the
+    /// first reads the state's entries in key order, a batch at a time (a
+    /// cheap walk); the others each turn a batch into its stream on a
+    /// thread of their own (the costly part: a message's payloads and an
+    /// edge's ids are read from the log, a message's record decoded and
+    /// encoded), batch `i` with `txns[1 + i % (txns.count - 1)]`, whose
+    /// previous batch is done by then (`pipelined`); the calling thread
+    /// hashes the streams in order. The same stream as `digest(in:)`.
+    func digestInParts(_ txns: [Transaction], batch: Int = Projections.digestBatch) throws -> Hash32 {
+        guard txns.count > 2 else { return try digest(in: txns[0]) }
+        let walker = txns[0]
+        let readers = SnapshotReaders(Array(txns[1...]))
+        let hasher = Blake2b.Hasher()
+        hasher.update(Array("chorus/projections/v1".utf8) + [0] + config.fingerprint.bytes)
+        var noEffects: [(key: [UInt8], value: [UInt8])] = []
+        var batches = 0
+        typealias Batch = (index: Int, entries: [(key: [UInt8], value: [UInt8])])
+        try pipelined(from: [UInt8]?.none, ahead: readers.count) { after -> (plan: Batch, next: [UInt8]??)? in
+            var entries: [(key: [UInt8], value: [UInt8])] = []
+            entries.reserveCapacity(batch)
+            // The key right after `after`: it with a zero byte appended.
+            try walker.scan(state, from: after.map { $0 + [0] }) { key, value in
+                entries.append((key, value))
+                return entries.count < batch
+            }
+            guard let last = entries.last else { return nil }
+            batches += 1
+            return ((batches - 1, entries), entries.count < batch ? nil : .some(last.key))
+        } build: { [self] batch -> (stream: [UInt8], noEffects: [(key: [UInt8], value: [UInt8])]) in
+            var stream = DigestStream()
+            var found: [(key: [UInt8], value: [UInt8])] = []
+            try stateEntries(batch.entries, in: readers[batch.index], noEffects: &found) { stream.append($0, $1) }
+            return (stream.bytes, found)
+        } consume: { part in
+            hasher.update(part.stream)
+            noEffects += part.noEffects
+        }
+        var stream = DigestStream()
+        try Self.sortedNoEffects(noEffects) { stream.append($0, $1) }
+        hasher.update(stream.bytes)
+        return hasher.finish()
+    }
+
+    /// State entries a batch of `digestInParts` holds.
+    static let digestBatch = 8_192
+
+    /// A digest's stream of §8: each entry as u64be(key length) ‖ key ‖
+    /// u64be(value length) ‖ value.
+    struct DigestStream {
+        var bytes: [UInt8] = []
+
+        mutating func append(_ key: [UInt8], _ value: [UInt8]) {
+            withUnsafeBytes(of: UInt64(key.count).bigEndian) { bytes.append(contentsOf: $0) }
+            bytes += key
+            withUnsafeBytes(of: UInt64(value.count).bigEndian) { bytes.append(contentsOf: $0) }
+            bytes += value
+        }
+    }
+
+    /// Read transactions of one snapshot handed to the threads of a split
+    /// read. `@unchecked Sendable`: LMDB lets a read transaction move
+    /// between threads (`MDB_NOTLS`) as long as one uses it at a time,
+    /// which the caller arranges.
+    struct SnapshotReaders: @unchecked Sendable {
+        private let txns: [Transaction]
+        init(_ txns: [Transaction]) { self.txns = txns }
+        var count: Int { txns.count }
+        subscript(_ i: Int) -> Transaction { txns[i % txns.count] }
     }
 
     /// The digest of `digest()` inside the caller's transaction, so it covers
@@ -1100,50 +1186,88 @@ public struct Projections: Sendable {
     /// encoded on all cores, a slice of messages at a time: every digest
     /// (`chorus-replay verify` takes two) expands every message.
     func scanState(in txn: Transaction, _ body: ([UInt8], [UInt8]) throws -> Void) throws {
-        typealias Pending = (key: [UInt8], hlc: HLC, entry: MessageEntry, sender: PublicKey, payloads: (sent: [UInt8], edit: [UInt8]?)?)
-        var pending: [Pending] = []
-        var senders = Senders(state: state)
-        func flush() throws {
-            let records = parallelMap(pending, chunk: 64) { m in
-                Result { try m.entry.record(hlc: m.hlc, sender: m.sender, payloads: m.payloads).encoded() }
-            }
-            for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
-            pending.removeAll(keepingCapacity: true)
-        }
         // The no-effect records of §5, keyed by event id: the withdrawn
         // sends' (their entries hold them) and the stored ones (keyed by
         // arrival, §9.1), put in key order once the scan has passed every
         // other table (`noEffect` is the last).
         var noEffects: [(key: [UInt8], value: [UInt8])] = []
-        try txn.scan(state) { key, value in
-            if key.first == Table.message.rawValue {
-                guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
-                let entry = try MessageEntry.decode(value)
-                // A withdrawn entry lists its send, and holds its reason (§9.1).
-                if entry.withdrawn {
-                    if let reason = entry.reason { noEffects.append((Table.noEffect.key(key.suffix(32)), Self.encodeNoEffect(reason))) }
-                    return true
-                }
-                pending.append((
-                    key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try senders.user(of: entry.device, in: txn),
-                    try entry.payloads(log: log, in: txn)
-                ))
-                if pending.count == 4096 { try flush() }
-            } else if key.first == Table.edge.rawValue {
-                try flush()
-                try body(key, try edgeAddIDs(value, in: txn).flatMap(\.bytes))
-            } else if key.first == Table.noEffect.rawValue {
-                noEffects.append((Table.noEffect.key(try noEffectEvent(key, in: txn)), value))
-            } else {
-                try flush()
-                try body(key, value)
+        try stateEntries(in: txn, noEffects: &noEffects, body) { entry in
+            try txn.scanInPlace(state) { key, value in
+                try entry(Array(key), Array(value))
+                return true
             }
-            return true
         }
-        try flush()
-        noEffects.sort { $0.key.lexicographicallyPrecedes($1.key) }
-        for (i, record) in noEffects.enumerated() {
-            if i > 0, noEffects[i - 1].key == record.key {
+        try Self.sortedNoEffects(noEffects, body)
+    }
+
+    /// The entries of §5 that `entries` (stored entries of `state`, in key
+    /// order) give, as `scanState` passes them, but for the no-effect
+    /// records, which are appended to `noEffects`, keyed by event id, for
+    /// the caller to pass after every other entry (`sortedNoEffects`).
+    func stateEntries(
+        _ entries: [(key: [UInt8], value: [UInt8])], in txn: Transaction, noEffects: inout [(key: [UInt8], value: [UInt8])],
+        _ body: ([UInt8], [UInt8]) throws -> Void
+    ) throws {
+        try stateEntries(in: txn, noEffects: &noEffects, body) { entry in
+            for (key, value) in entries { try entry(key, value) }
+        }
+    }
+
+    /// The entries `walk` passes to its argument, stored entries of `state`
+    /// in key order, as §5 gives them (to `body`; the no-effect records to
+    /// `noEffects`): messages expanded and edges given their ids, reading
+    /// the log in `txn`.
+    private func stateEntries(
+        in txn: Transaction, noEffects: inout [(key: [UInt8], value: [UInt8])], _ body: ([UInt8], [UInt8]) throws -> Void,
+        walk: ((_ entry: ([UInt8], [UInt8]) throws -> Void) throws -> Void)
+    ) throws {
+        // `walk` and `body` are both the caller's: a closure passed to one
+        // may call the other only once it is known not to escape.
+        try withoutActuallyEscaping(body) { body in
+            typealias Pending = (key: [UInt8], hlc: HLC, entry: MessageEntry, sender: PublicKey, payloads: (sent: [UInt8], edit: [UInt8]?)?)
+            var pending: [Pending] = []
+            var senders = Senders(state: state)
+            func flush() throws {
+                let records = parallelMap(pending, chunk: 64) { m in
+                    Result { try m.entry.record(hlc: m.hlc, sender: m.sender, payloads: m.payloads).encoded() }
+                }
+                for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
+                pending.removeAll(keepingCapacity: true)
+            }
+            try walk { key, value in
+                if key.first == Table.message.rawValue {
+                    guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
+                    let entry = try MessageEntry.decode(value)
+                    // A withdrawn entry lists its send, and holds its reason (§9.1).
+                    if entry.withdrawn {
+                        if let reason = entry.reason { noEffects.append((Table.noEffect.key(key.suffix(32)), Self.encodeNoEffect(reason))) }
+                        return
+                    }
+                    pending.append((
+                        key, HLC(rawValue: Codec.readU64(key[33..<41])), entry, try senders.user(of: entry.device, in: txn),
+                        try entry.payloads(log: log, in: txn)
+                    ))
+                    if pending.count == 4096 { try flush() }
+                } else if key.first == Table.edge.rawValue {
+                    try flush()
+                    try body(key, try edgeAddIDs(value, in: txn).flatMap(\.bytes))
+                } else if key.first == Table.noEffect.rawValue {
+                    noEffects.append((Table.noEffect.key(try noEffectEvent(key, in: txn)), value))
+                } else {
+                    try flush()
+                    try body(key, value)
+                }
+            }
+            try flush()
+        }
+    }
+
+    /// Passes the no-effect records `stateEntries` set aside to `body`
+    /// in key order; two for one event are damage.
+    static func sortedNoEffects(_ records: [(key: [UInt8], value: [UInt8])], _ body: ([UInt8], [UInt8]) throws -> Void) throws {
+        let sorted = records.sorted { $0.key.lexicographicallyPrecedes($1.key) }
+        for (i, record) in sorted.enumerated() {
+            if i > 0, sorted[i - 1].key == record.key {
                 throw ProjectionError.corrupt("two no-effect records for event \(Hex.encode(record.key.suffix(32)))")
             }
             try body(record.key, record.value)

@@ -77,7 +77,10 @@ extension ReplayStore {
                 snapshot, copy -> (live: Hash32?, rebuilt: Result<Hash32, any Error>) in
                 let rebuilt = Result { () throws -> Hash32 in
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
-                    return try copy.projections.digest()
+                    // On this thread alone: the checks keep the other core
+                    // busy, so a digest split across threads would only add
+                    // its own overhead.
+                    return try copy.projections.digest(splitAbove: .max)
                 }
                 if stale != nil { return (nil, rebuilt) }
                 return (try self.liveDigest(in: snapshot, besides: copy, folded: try? rebuilt.get()), rebuilt)

@@ -184,6 +184,34 @@ public final class Environment: @unchecked Sendable {
         return try body(Transaction(txn: txn))
     }
 
+    /// Runs `body` with `count` read transactions that all see the same
+    /// snapshot (begun again until their transaction ids agree, should a
+    /// commit land between them), for a read split across threads: each
+    /// transaction used by one thread at a time (`MDB_NOTLS`), and none
+    /// after `body` returns.
+    public func readSnapshot<T>(count: Int, _ body: ([Transaction]) throws -> T) throws -> T {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        while true {
+            // The first may adopt a map another process grew: none other is open yet.
+            var txns = [try begin(flags: UInt32(MDB_RDONLY))]
+            var rc: Int32 = 0
+            while txns.count < max(1, count) {
+                var txn: OpaquePointer?
+                rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
+                guard rc == 0, let txn else { break }
+                txns.append(txn)
+                guard mdb_txn_id(txn) == mdb_txn_id(txns[0]) else { break }
+            }
+            if txns.count == max(1, count), mdb_txn_id(txns[txns.count - 1]) == mdb_txn_id(txns[0]) {
+                defer { for txn in txns { mdb_txn_abort(txn) } }
+                return try body(txns.map { Transaction(txn: $0) })
+            }
+            for txn in txns { mdb_txn_abort(txn) }
+            if rc != 0, rc != MDB_MAP_RESIZED { try StorageError.check(rc, "mdb_txn_begin") }
+        }
+    }
+
     /// Runs `body` in a write transaction and commits it durably. When the
     /// map is full the transaction is aborted, the map doubled and `body` run
     /// again from scratch, so `body` must derive everything from the

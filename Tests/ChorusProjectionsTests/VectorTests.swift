@@ -3,7 +3,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
-import ChorusProjections
+@testable import ChorusProjections
 import ChorusStorage
 import ChorusStore
 import ChorusTestSupport
@@ -57,6 +57,8 @@ struct VectorTests {
             for order in [events, VectorReplica.reversedKeepingFeeds(events)] {
                 let state = try VectorReplica.fold(order, config: config)
                 #expect(state.digest.hex == expected["digest"] as? String, "vector \(name): digest")
+                #expect(state.digestInOneRead == state.digest, "vector \(name): digest in one read")
+                #expect(state.digestInParts == state.digest, "vector \(name): digest in key ranges")
                 let got = state.entries.map { (Hex.encode($0.key), Hex.encode($0.value)) }
                 #expect(got.map(\.0) == expectedState.map(\.0), "vector \(name): state keys")
                 #expect(got.map(\.1) == expectedState.map(\.1), "vector \(name): state values")
@@ -69,6 +71,13 @@ struct VectorTests {
 enum VectorReplica {
     struct Result {
         let digest: Hash32
+        /// The digest read in one transaction on one thread
+        /// (`digest(in:)`), which `digest()` takes of so small a state.
+        let digestInOneRead: Hash32
+        /// The digest taken in batches on two threads, as `digest()` takes
+        /// it of a large state: batches of two entries, so every vector's
+        /// state is several.
+        let digestInParts: Hash32
         let entries: [(key: [UInt8], value: [UInt8])]
         let noEffects: [NoEffectRecord]
     }
@@ -87,7 +96,10 @@ enum VectorReplica {
             }
         }
         let entries = try env.read { try projections.stateEntries(in: $0) }
-        return Result(digest: try projections.digest(), entries: entries, noEffects: try projections.noEffects())
+        return Result(
+            digest: try projections.digest(), digestInOneRead: try env.read { try projections.digest(in: $0) },
+            digestInParts: try env.readSnapshot(count: 3) { try projections.digestInParts($0, batch: 2) }, entries: entries,
+            noEffects: try projections.noEffects())
     }
 
     /// The reverse delivery order that the log accepts: feeds in reverse
