@@ -1113,21 +1113,15 @@ public struct Projections: Sendable {
         // stream does not depend on how it is cut, and most entries are a
         // few dozen bytes.
         let chunk = 1 << 20
-        var pending: [UInt8] = []
-        pending.reserveCapacity(chunk + 1 << 10)
-        func appendLength(_ n: Int) { withUnsafeBytes(of: UInt64(n).bigEndian) { pending.append(contentsOf: $0) } }
+        var pending = DigestStream()
         try scanState(in: txn) { key, value in
-            appendLength(key.count)
-            pending += key
-            appendLength(value.count)
-            pending += value
-            if pending.count >= chunk {
-                try hasher.update(pending)
-                pending = []
-                pending.reserveCapacity(chunk + 1 << 10)
+            pending.append(key, value)
+            if pending.bytes.count >= chunk {
+                try hasher.update(pending.bytes)
+                pending = DigestStream()
             }
         }
-        try hasher.update(pending)
+        try hasher.update(pending.bytes)
         return try hasher.finish()
     }
 
@@ -1184,7 +1178,7 @@ public struct Projections: Sendable {
     ///
     /// The payloads are read in the scan, then decoded and the records
     /// encoded on all cores, a slice of messages at a time: every digest
-    /// (`chorus-replay verify` takes two) expands every message.
+    /// (`chorus-replay verify` takes one) expands every message.
     func scanState(in txn: Transaction, _ body: ([UInt8], [UInt8]) throws -> Void) throws {
         // The no-effect records of §5, keyed by event id: the withdrawn
         // sends' (their entries hold them) and the stored ones (keyed by
