@@ -188,11 +188,9 @@ public struct FeedAudit: Sendable {
         return advanced
     }
 
-    /// Observed in arrival order: sorted anyway (a no-op then), to look
-    /// events up by arrival.
-    private mutating func sortIDs() {
-        if !ids.indices.dropFirst().allSatisfy({ ids[$0 - 1].arrival < ids[$0].arrival }) { ids.sort { $0.arrival < $1.arrival } }
-    }
+    /// Observed in arrival order: sorted anyway (one pass over sorted
+    /// input), to look events up by arrival.
+    private mutating func sortIDs() { ids.sort { $0.arrival < $1.arrival } }
 
     /// What a read of part of the id index found: its problems, the
     /// observed events (by position in `ids`) it names, and its entries.

@@ -80,7 +80,7 @@ extension ReplayStore {
                     // On this thread alone: the checks keep the other core
                     // busy, so a digest split across threads would only add
                     // its own overhead.
-                    return try copy.projections.digest(splitAbove: .max)
+                    return try copy.env.read { try copy.projections.digest(in: $0) }
                 }
                 if stale != nil { return (nil, rebuilt) }
                 return (try self.liveDigest(in: snapshot, besides: copy, folded: try? rebuilt.get()), rebuilt)
