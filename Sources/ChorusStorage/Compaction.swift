@@ -11,11 +11,22 @@ extension Environment {
         defer { resizeLock.unlock() }
         if isClosed { throw .closed }
         try StorageError.check(mdb_env_copy2(env, directory, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(directory))")
+        try Self.restrictToOwner(directory + "/data.mdb")
         let fd = Foundation.open(directory + "/data.mdb", O_RDONLY)
         guard fd >= 0 else { throw .writeFailed(operation: "open(\(directory)/data.mdb)") }
         defer { Foundation.close(fd) }
         // mdb_env_copy2 does not flush what it wrote.
         guard fsync(fd) == 0 else { throw .writeFailed(operation: "fsync(\(directory)/data.mdb)") }
+    }
+
+    /// Makes a data file LMDB copied (`mdb_env_copy2` creates it readable
+    /// by all, 0666 less the umask) its owner's alone, as `Environment`
+    /// creates a store's own.
+    static func restrictToOwner(_ file: String) throws(StorageError) {
+        guard chmod(file, 0o600) == 0 else {
+            let code = errno
+            throw .lmdb(code: code, operation: "chmod(\(file))", message: String(cString: strerror(code)))
+        }
     }
 
     /// A process other than this one that has the store at `path` open

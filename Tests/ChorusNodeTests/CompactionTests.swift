@@ -38,8 +38,9 @@ struct CompactionTests {
         #expect(result.events == before.events && result.digest.hex == before.digest)
         // Four deleted pictures of 1 MiB: their blob pages were free.
         #expect(result.bytesAfter < result.bytesBefore - (3 << 20), "\(result.bytesBefore) → \(result.bytesAfter)")
-        let size = try FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int
-        #expect(size == result.bytesAfter)
+        let attributes = try FileManager.default.attributesOfItem(atPath: path + "/data.mdb")
+        #expect(attributes[.size] as? Int == result.bytesAfter)
+        #expect(attributes[.posixPermissions] as? Int == 0o600)  // the owner's alone, as before
         #expect(!FileManager.default.fileExists(atPath: path + "/compacting"))
 
         // The compacted store opens, answers and takes new writes.
