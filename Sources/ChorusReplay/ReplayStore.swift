@@ -303,7 +303,11 @@ public final class ScratchDirectory: Sendable {
     public init(prefix: String = "chorus-replay", room: Int = 0) throws {
         let base = Self.freeBytes("/dev/shm").map { $0 >= room } == true ? "/dev/shm/" : NSTemporaryDirectory()
         path = base + prefix + "-" + UUID().uuidString
-        do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) } catch {
+        // The owner's alone, like a store's directory: in `/dev/shm` others
+        // could otherwise list what an audit copies there.
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
             throw ReplayError.io("cannot create a scratch directory: \(error.localizedDescription)")
         }
     }

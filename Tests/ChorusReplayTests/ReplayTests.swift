@@ -326,13 +326,18 @@ struct ReplayTests {
         })
     }
 
-    /// Scratch stores go to memory only when it has room for them.
+    /// Scratch stores go to memory only when it has room for them, in a
+    /// directory only the owner can list or enter.
     @Test func scratchDirectoriesGoWhereThereIsRoom() throws {
         let fits = try ScratchDirectory(room: 0)
         let tooBig = try ScratchDirectory(room: .max)
         #expect(tooBig.path.hasPrefix(NSTemporaryDirectory()))
         if FileManager.default.fileExists(atPath: "/dev/shm") { #expect(fits.path.hasPrefix("/dev/shm/")) }
-        for scratch in [fits, tooBig] { #expect(FileManager.default.fileExists(atPath: scratch.path)) }
+        for scratch in [fits, tooBig] {
+            #expect(FileManager.default.fileExists(atPath: scratch.path))
+            let mode = try FileManager.default.attributesOfItem(atPath: scratch.path)[.posixPermissions] as? Int
+            #expect(mode == 0o700)
+        }
     }
 
     @Test func historyGivesEveryDecision() async throws {
