@@ -74,9 +74,10 @@ func table(_ rows: [[String]], header: [String]) -> String {
 /// in slices, never held in memory); returns its path. The caller removes it.
 func spoolStandardInput(prefix: String) throws -> String {
     let path = NSTemporaryDirectory() + prefix + UUID().uuidString
-    guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
-        let out = FileHandle(forWritingAtPath: path)
-    else { throw CommandFailure(message: "cannot create a temporary file for standard input in \(NSTemporaryDirectory())") }
+    let out: FileHandle
+    do { out = try OwnerOnlyFile.create(path) } catch {
+        throw CommandFailure(message: "cannot create a temporary file for standard input: \(error)")
+    }
     defer { try? out.close() }
     while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty { try out.write(contentsOf: chunk) }
     return path

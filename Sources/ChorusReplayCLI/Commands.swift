@@ -236,9 +236,9 @@ struct AsOf: AsyncParsableCommand {
         let device = Random.bytes(32)
         let userKey = user ?? SigningKey(seed: device)?.publicKey ?? .zero
         for (name, text) in [("device.secret", Hex.encode(device)), ("user.public", userKey.hex)] {
-            guard FileManager.default.createFile(
-                atPath: keys + "/" + name, contents: Data((text + "\n").utf8), attributes: [.posixPermissions: 0o600])
-            else { throw ValidationError("cannot write a scratch key file in \(keys)") }
+            do { try OwnerOnlyFile.write(Data((text + "\n").utf8), to: keys + "/" + name) } catch {
+                throw ValidationError("cannot write a scratch key file: \(error)")
+            }
         }
     }
 

@@ -1,3 +1,4 @@
+import ChorusCommandLine
 import ChorusNode
 import Foundation
 import Hummingbird
@@ -237,9 +238,7 @@ public struct APIServer: Sendable {
     /// A request body as a file the command reads (owner-only, removed after the request).
     static func spool(_ data: Data) throws -> String {
         let path = NSTemporaryDirectory() + "chorus-api-" + UUID().uuidString
-        guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
-            throw APIServerError.cannotSpool(path)
-        }
+        do { try OwnerOnlyFile.write(data, to: path) } catch { throw APIServerError.cannotSpool(path) }
         return path
     }
 

@@ -1,3 +1,4 @@
+import ChorusCommandLine
 import Foundation
 
 /// The bearer token of the local API over TCP (Specs/api.md §3): 32 random
@@ -13,7 +14,9 @@ public enum APIToken {
         let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
         let directory = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        guard FileManager.default.createFile(atPath: path, contents: Data((token + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+        do { try OwnerOnlyFile.write(Data((token + "\n").utf8), to: path) } catch .exists {
+            return try loadOrCreate(at: path)  // another process made it first: theirs
+        } catch {
             throw APITokenError.cannotWrite(path)
         }
         return token

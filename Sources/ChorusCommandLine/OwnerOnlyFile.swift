@@ -1,0 +1,49 @@
+import Foundation
+
+/// New files only their owner may read (Specs/storage.md §1), created with
+/// that mode. `FileManager.createFile(atPath:contents:attributes:)` writes
+/// the file with the default mode (0644 under the usual umask) and narrows
+/// it afterwards: for that moment anyone may open it, and whoever did keeps
+/// reading what is written after. In a shared temporary directory that is
+/// a request body or a piped message in plain text.
+public enum OwnerOnlyFile {
+    /// Creates `path`, which must not exist, with mode 0600 and opens it
+    /// for writing.
+    public static func create(_ path: String) throws(OwnerOnlyFileError) -> FileHandle {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let code = errno
+            throw code == EEXIST ? .exists(path) : .cannotCreate(path, String(cString: strerror(code)))
+        }
+        return FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+    }
+
+    /// Creates `path`, which must not exist, with mode 0600 and writes
+    /// `contents` to it. A file left half written is removed.
+    public static func write(_ contents: Data, to path: String) throws(OwnerOnlyFileError) {
+        let handle = try create(path)
+        do {
+            try handle.write(contentsOf: contents)
+            try handle.close()
+        } catch {
+            try? FileManager.default.removeItem(atPath: path)
+            throw .cannotCreate(path, error.localizedDescription)
+        }
+    }
+}
+
+/// Why `OwnerOnlyFile` could not create a file.
+public enum OwnerOnlyFileError: Error, Equatable, CustomStringConvertible {
+    /// The file already exists: it is never overwritten (another process
+    /// may have made it, with a mode of its own).
+    case exists(String)
+    /// The file could not be created or written, with the system's reason.
+    case cannotCreate(String, String)
+
+    public var description: String {
+        switch self {
+        case .exists(let path): "\(path) already exists"
+        case .cannotCreate(let path, let reason): "cannot write \(path): \(reason)"
+        }
+    }
+}
