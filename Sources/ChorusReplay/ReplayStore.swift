@@ -80,8 +80,9 @@ public struct ReplayStore: Sendable {
     /// blobs, fork evidence and network configuration, and projections folded
     /// from scratch. Signatures are not checked again here (`verify` does).
     ///
-    /// The whole log, without `tolerant`, is copied table by table in key
-    /// order (`copyLog`): as stored, which is what `verify` checks. A
+    /// The whole log, without `tolerant`, is copied as stored (`copyLog`
+    /// with `whole`: the environment page for page, or its log's tables in
+    /// key order while a node commits), which is what `verify` checks. A
     /// selection, or with `tolerant`, is copied event by event: each one is
     /// decoded in full and appended to its feed again, and with `tolerant`
     /// events that cannot be read or no longer fit their feed (a damaged
@@ -92,7 +93,7 @@ public struct ReplayStore: Sendable {
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws -> ReplayStore {
         guard include != nil || tolerant else {
-            let target = try copyLog(to: output)
+            let target = try copyLog(to: output, whole: true) { _, _ in }.copy
             try target.projections.rebuild(progress: progress)
             return target
         }
@@ -140,7 +141,7 @@ public struct ReplayStore: Sendable {
     /// the log was copied from (`liveDigest`).
     public func rebuild(to output: String, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Rebuilt {
         let stale = try projections.staleness()
-        let (copy, digests) = try copyLog(to: output) { snapshot, copy -> (folded: Hash32, live: Hash32?) in
+        let (copy, digests) = try copyLog(to: output, whole: true) { snapshot, copy -> (folded: Hash32, live: Hash32?) in
             try copy.projections.rebuild(progress: progress)
             let folded = try copy.projections.digest()
             return (folded, stale == nil ? try liveDigest(in: snapshot, besides: copy, folded: folded) : nil)
@@ -165,18 +166,19 @@ public struct ReplayStore: Sendable {
     /// A store at `output` with this one's configuration, and its log, fork
     /// evidence and blobs copied table by table in key order, each written
     /// once in order (`Environment.copyDatabases`) instead of event by event
-    /// under random ids. Its projections are empty: rebuild them.
-    func copyLog(to output: String) throws -> ReplayStore {
-        try copyLog(to: output) { _, _ in }.copy
-    }
-
-    /// `copyLog(to:)`, and what `inSnapshot` returns: it reads this store
-    /// as copied (in the copy's read transaction, once the copy is
-    /// written), and is given the copy. With `whole`, the whole environment
-    /// is copied page for page (`Environment.copyWhole`), its projections
-    /// as they are stored too, for a caller that rebuilds them at once
-    /// (`verify`); table by table as without it when a writer commits
-    /// while the copy is made. `copyWhole` is `Environment.copyWhole`
+    /// under random ids, its projections empty (rebuild them); and what
+    /// `inSnapshot` returns: it reads this store as copied (in the copy's
+    /// read transaction, once the copy is written), and is given the copy.
+    ///
+    /// With `whole`, the whole environment is copied page for page
+    /// (`Environment.copyWhole`), its projections as they are stored too,
+    /// for a caller that rebuilds them at once (`verify`, `rebuild(to:)`),
+    /// and its other databases dropped; table by table as without it when
+    /// a writer commits while the copy is made. Page for page is the
+    /// faster: the kernel writes the pages, no B-tree is built, and the
+    /// rebuild reuses the old projections' pages instead of growing a new
+    /// file (which makes the copy about as large as this store's pages in
+    /// use, free ones included). `copyWhole` is `Environment.copyWhole`
     /// (tests put a commit before it).
     func copyLog<T>(
         to output: String, whole: Bool = false,
@@ -190,6 +192,10 @@ public struct ReplayStore: Sendable {
             let copied: (ReplayStore, T)? = try env.read { snapshot in
                 guard try copyWhole(env, output, snapshot) else { return nil }
                 let target = try ReplayStore.open(output, writableNew: true, mapSize: env.mapSize)
+                // What a node keeps beside its log and projections (its
+                // peers) is not the copy's: the table-by-table copy leaves
+                // it out too.
+                try target.env.dropDatabases(keeping: Self.copiedDatabases)
                 return (target, try inSnapshot(snapshot, target))
             }
             if let copied { return copied }
@@ -202,6 +208,10 @@ public struct ReplayStore: Sendable {
         }
         return (target, result)
     }
+
+    /// The databases a copy of the whole environment keeps: the log's, the
+    /// blobs' and the projections' (which a rebuild clears).
+    static let copiedDatabases = Set(LogStore.databaseNames + BlobStore.databaseNames + Projections.databaseNames)
 
     /// The envelopes after arrival `since` (10,000 at most), each read by
     /// `read` on all cores, with the arrival the next slice starts after.

@@ -29,6 +29,30 @@ extension Environment {
         return false
     }
 
+    /// The names of the environment's named databases, in order.
+    public func databaseNames() throws -> [String] {
+        try read { txn in
+            var main: MDB_dbi = 0
+            try StorageError.check(mdb_dbi_open(txn.txn, nil, 0, &main), "mdb_dbi_open(main)")
+            var names: [String] = []
+            try txn.scanInPlace(Database(dbi: main)) { key, _ in
+                names.append(String(decoding: key, as: UTF8.self))
+                return true
+            }
+            return names
+        }
+    }
+
+    /// Deletes every named database but those in `names`, with its entries
+    /// (a copy made whole, `copyWhole`, that should hold only some of them).
+    public func dropDatabases(keeping names: Set<String>) throws {
+        let others = try databaseNames().filter { !names.contains($0) }
+        guard !others.isEmpty else { return }
+        try write { txn in
+            for name in others { try txn.drop(try txn.openDatabase(name, create: false)) }
+        }
+    }
+
     /// Bytes of the data file up to its last page in use: what
     /// `copyWhole` writes.
     public var usedBytes: Int { usedAndMapSize().used }

@@ -125,6 +125,28 @@ struct ReplayTests {
         #expect(edited.liveDigest == (try ReplayStore.open(h.store).projections.digest()) && edited.liveDigest != live)
     }
 
+    /// `rebuild --out` copies the store page for page, then keeps only the
+    /// log's, the blobs' and the projections' databases, in a data file
+    /// only its owner reads.
+    @Test func aRebuiltCopyHoldsTheLogBlobsAndProjectionsOnlyForItsOwner() async throws {
+        let h = try await KnownHistory.build()
+        defer { h.cleanup() }
+        do {
+            let s = try ReplayStore.open(h.store, writable: true)
+            let extra = try s.env.openDatabase("node_only")
+            try s.env.write { txn in try txn.put(extra, [1], [2]) }
+        }
+        let source = try ReplayStore.open(h.store)
+        #expect(try source.env.databaseNames().contains("node_only"))
+        let rebuilt = try source.rebuild(to: h.dir + "/out")
+        #expect(rebuilt.digest == rebuilt.liveDigest)
+        #expect(try rebuilt.copy.log.eventCount() == (try source.log.eventCount()))
+        #expect(try rebuilt.copy.projections.isCurrent())
+        #expect(Set(try rebuilt.copy.env.databaseNames()) == Set(try source.env.databaseNames()).subtracting(["node_only"]))
+        let mode = try FileManager.default.attributesOfItem(atPath: h.dir + "/out/data.mdb")[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+    }
+
     @Test func aProjectionEditedBehindAnIntactLogIsFound() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }

@@ -81,6 +81,25 @@ struct TableCopyTests {
         #expect(throws: (any Error).self) { _ = try target.read { txn in try txn.get(try target.openDatabase("absent", create: false), [0]) } }
     }
 
+    /// `dropDatabases(keeping:)` deletes the other named databases with
+    /// their entries, and `databaseNames()` lists what is left.
+    @Test func dropsEveryDatabaseButThoseKept() throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let env = try dir.freshEnvironment("drop", initialMapSize: 8 << 20)
+        for name in ["b", "a", "c"] {
+            let db = try env.openDatabase(name)
+            try env.write { txn in for k in 0..<300 { try txn.put(db, Array("\(name)\(k)".utf8), [UInt8](repeating: 7, count: 200)) } }
+        }
+        #expect(try env.databaseNames() == ["a", "b", "c"])
+        try env.dropDatabases(keeping: ["b", "absent"])
+        #expect(try env.databaseNames() == ["b"])
+        #expect(try env.read { txn in try txn.count(try env.openDatabase("b", create: false)) } == 300)
+        #expect(throws: StorageError.self) { _ = try env.openDatabase("a", create: false) }
+        try env.dropDatabases(keeping: ["b"])  // nothing else left: no write
+        #expect(try env.databaseNames() == ["b"])
+    }
+
     /// The whole environment copied page for page is the snapshot asked
     /// for, or, when a commit came between that snapshot and the copy's,
     /// nothing at all (the caller copies table by table instead).
