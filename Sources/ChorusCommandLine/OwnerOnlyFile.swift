@@ -30,6 +30,20 @@ public enum OwnerOnlyFile {
             throw .cannotCreate(path, error.localizedDescription)
         }
     }
+
+    /// Writes `contents` to `path` with mode 0600, replacing whatever file
+    /// is there: written beside it first, then renamed over it, so the
+    /// path never holds a half-written file (for output the user named,
+    /// such as a decrypted attachment).
+    public static func replace(_ path: String, with contents: Data) throws(OwnerOnlyFileError) {
+        let partial = path + ".partial-" + UUID().uuidString
+        try write(contents, to: partial)
+        guard rename(partial, path) == 0 else {
+            let code = errno
+            try? FileManager.default.removeItem(atPath: partial)
+            throw .cannotCreate(path, String(cString: strerror(code)))
+        }
+    }
 }
 
 /// Why `OwnerOnlyFile` could not create a file.

@@ -235,8 +235,9 @@ struct ChatAttachment: AsyncParsableCommand {
             }
             return (bytes, attachment.mime)
         }
-        do { try Data(bytes).write(to: URL(fileURLWithPath: Console.path(file))) } catch {
-            throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
+        // Decrypted private content: readable by its owner only.
+        do { try OwnerOnlyFile.replace(Console.path(file), with: Data(bytes)) } catch {
+            throw CommandFailure(message: "cannot write \(file): \(error)")
         }
         if output.json {
             printJSON(.object([("message", .string(id.hex)), ("file", .string(file)), ("mime", .string(mime)), ("bytes", .uint(UInt64(bytes.count)))]))

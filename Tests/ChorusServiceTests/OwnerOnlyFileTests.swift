@@ -29,6 +29,14 @@ struct OwnerOnlyFileTests {
         #expect(FileManager.default.contents(atPath: dir.path + "/spool") == Data("piped".utf8))
 
         #expect(throws: OwnerOnlyFileError.self) { try OwnerOnlyFile.write(Data(), to: dir.path + "/absent/file") }
+
+        // Output the user names replaces what stood there, owner-only.
+        let output = dir.path + "/picture.jpg"
+        #expect(FileManager.default.createFile(atPath: output, contents: Data("old".utf8), attributes: [.posixPermissions: 0o644]))
+        try OwnerOnlyFile.replace(output, with: Data("decrypted".utf8))
+        #expect(FileManager.default.contents(atPath: output) == Data("decrypted".utf8))
+        #expect(try Self.mode(output) == 0o600)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted() == ["body", "picture.jpg", "spool"])
     }
 
     @Test func theAPITokenIsMadeOnceOwnerOnlyAndThenRead() throws {

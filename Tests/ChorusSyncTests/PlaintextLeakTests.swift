@@ -80,6 +80,8 @@ struct PlaintextLeakTests {
         let withImage = try #require((page["messages"] as? [[String: Any]])?.first { $0["attachment"] is [String: Any] })
         try await chorusOK("chat", "attachment", "--store", alice, try #require(withImage["id"] as? String), "--output", picture)
         #expect(try Data(contentsOf: URL(fileURLWithPath: picture)) == Data(image))
+        // Decrypted, it is its owner's alone.
+        #expect(try FileManager.default.attributesOfItem(atPath: picture)[.posixPermissions] as? Int == 0o600)
 
         // Carol and the relay hold every event of the chat ...
         for other in [relay, carol] {
