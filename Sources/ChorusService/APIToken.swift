@@ -4,21 +4,28 @@ import Foundation
 /// The bearer token of the local API over TCP (Specs/api.md §3): 32 random
 /// bytes as 64 hex digits in `keys/api.token`, owner-only like the keys.
 public enum APIToken {
+    /// The token in the file at `path`; made, owner-only, when there is none.
     public static func loadOrCreate(at path: String) throws -> String {
-        if let data = FileManager.default.contents(atPath: path) {
-            let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard token.count >= 32 else { throw APITokenError.tooShort(path) }
-            return token
-        }
+        if let token = try load(path) { return token }
         var generator = SystemRandomNumberGenerator()
         let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
         let directory = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         do { try OwnerOnlyFile.write(Data((token + "\n").utf8), to: path) } catch .exists {
-            return try loadOrCreate(at: path)  // another process made it first: theirs
+            // Another process made it first: theirs.
+            guard let theirs = try load(path) else { throw APITokenError.cannotWrite(path) }
+            return theirs
         } catch {
             throw APITokenError.cannotWrite(path)
         }
+        return token
+    }
+
+    /// The token in the file at `path`, or nil when there is none to read.
+    private static func load(_ path: String) throws -> String? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard token.count >= 32 else { throw APITokenError.tooShort(path) }
         return token
     }
 }
