@@ -15,7 +15,11 @@ extension Environment {
     /// holds a write transaction of the environment.
     public func copyWhole(to directory: String, asOf snapshot: Transaction) throws -> Bool {
         let snapshotID = mdb_txn_id(snapshot.txn)
-        try StorageError.check(mdb_env_copy2(env, directory, 0), "mdb_env_copy2(\(directory))")
+        // A copy cut short (a full disk) leaves no partial data file behind.
+        do { try StorageError.check(mdb_env_copy2(env, directory, 0), "mdb_env_copy2(\(directory))") } catch {
+            try? FileManager.default.removeItem(atPath: directory + "/data.mdb")
+            throw error
+        }
         do { try Self.restrictToOwner(directory + "/data.mdb") } catch {
             try? FileManager.default.removeItem(atPath: directory + "/data.mdb")
             throw error

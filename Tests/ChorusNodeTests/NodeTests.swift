@@ -353,12 +353,11 @@ struct NodeTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let mountPoint = tmp.store("tiny")
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint]) == 0 else {
+        guard mountSmallDisk(at: mountPoint, size: "2m") else {
             print("full-disk test skipped: this machine refused to mount a tmpfs")  // some containers forbid mounts
             return
         }
-        defer { _ = run("/bin/umount", ["-l", mountPoint]) }
+        defer { unmountSmallDisk(at: mountPoint) }
         let store = mountPoint + "/store"
         let node = try await Node.create(at: store)
         var acknowledged: [PictureID] = []
@@ -386,17 +385,6 @@ struct NodeTests {
         #expect(ids == Set(acknowledged))
         await reopened.close()
     }
-}
-
-private func run(_ tool: String, _ arguments: [String]) -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: tool)
-    process.arguments = arguments
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    do { try process.run() } catch { return -1 }
-    process.waitUntilExit()
-    return process.terminationStatus
 }
 
 @Suite("Node: batch append")

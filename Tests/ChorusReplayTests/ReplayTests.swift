@@ -147,6 +147,35 @@ struct ReplayTests {
         #expect(mode == 0o600)
     }
 
+    /// `rebuild --out` onto a disk too small for the copy: a clear
+    /// "disk full", and no partial data file left in the output.
+    @Test(.enabled(if: getuid() == 0, "mounting a small tmpfs needs root"))
+    func aRebuildOntoAFullDiskSaysSoAndLeavesNoPartialCopy() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let store = dir.store("source")
+        let node = try await Node.create(at: store)
+        for i in 0..<24 {
+            let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ i) }
+            _ = try await node.addPicture(bytes, mime: "image/png")
+        }
+        await node.close()
+        let mountPoint = dir.store("tiny")
+        guard mountSmallDisk(at: mountPoint, size: "2m") else {
+            print("full-disk test skipped: this machine refused to mount a tmpfs")  // some containers forbid mounts
+            return
+        }
+        defer { unmountSmallDisk(at: mountPoint) }
+        let out = mountPoint + "/out"
+        #expect {
+            _ = try ReplayStore.open(store).rebuild(to: out)
+        } throws: { error in
+            guard case .diskFull(let operation) = error as? StorageError else { return false }
+            return operation.hasPrefix("mdb_env_copy2")
+        }
+        #expect(!FileManager.default.fileExists(atPath: out + "/data.mdb"))
+    }
+
     @Test func aProjectionEditedBehindAnIntactLogIsFound() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }

@@ -112,3 +112,18 @@ public func rawTCPConnection(port: Int) -> Int32? {
     }
     return fd
 }
+
+/// Mounts a tmpfs of `size` (mount's notation: "2m") at `path`, a new
+/// directory, for a full-disk test; false where this machine refuses (the
+/// mount needs root, and some containers forbid mounts). The test unmounts
+/// it (`unmountSmallDisk`).
+public func mountSmallDisk(at path: String, size: String) -> Bool {
+    guard (try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)) != nil,
+        let mounted = try? runCommandSync("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
+    else { return false }
+    return mounted.status == 0
+}
+
+/// Unmounts what `mountSmallDisk` mounted at `path` (lazily: a store still
+/// open there does not keep it).
+public func unmountSmallDisk(at path: String) { _ = try? runCommandSync("/bin/umount", ["-l", path]) }
