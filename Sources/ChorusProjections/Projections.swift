@@ -1045,7 +1045,7 @@ public struct Projections: Sendable {
         let walker = txns[0]
         let readers = SnapshotReaders(Array(txns[1...]))
         let hasher = Blake2b.Hasher()
-        hasher.update(Array("chorus/projections/v1".utf8) + [0] + config.fingerprint.bytes)
+        hasher.update(digestPrefix)
         var noEffects: [(key: [UInt8], value: [UInt8])] = []
         var batches = 0
         typealias Batch = (index: Int, entries: [(key: [UInt8], value: [UInt8])])
@@ -1074,6 +1074,10 @@ public struct Projections: Sendable {
         hasher.update(stream.bytes)
         return hasher.finish()
     }
+
+    /// What a digest's stream starts with (§8): its domain and the network
+    /// configuration's fingerprint.
+    var digestPrefix: [UInt8] { Array("chorus/projections/v1".utf8) + [0] + config.fingerprint.bytes }
 
     /// State entries a batch of `digestInParts` holds.
     static let digestBatch = 8_192
@@ -1107,7 +1111,7 @@ public struct Projections: Sendable {
     public func digest(in txn: Transaction) throws -> Hash32 {
         let hasher = OrderedHashing()
         defer { hasher.stop() }
-        try hasher.update(Array("chorus/projections/v1".utf8) + [0] + config.fingerprint.bytes)
+        try hasher.update(digestPrefix)
         // The entries' bytes are gathered and hashed a MiB at a time on
         // another thread while the scan gathers the next: the hash of a
         // stream does not depend on how it is cut, and most entries are a

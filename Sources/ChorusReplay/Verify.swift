@@ -77,8 +77,8 @@ extension ReplayStore {
                 snapshot, copy -> (live: Hash32?, rebuilt: Result<Hash32, any Error>) in
                 let rebuilt = Result { () throws -> Hash32 in
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
-                    // On this thread alone: the checks keep the other core
-                    // busy, so a digest split across threads would only add
+                    // Not split into batches (`digestInParts`): the checks
+                    // keep the other core busy, so the split would only add
                     // its own overhead.
                     return try copy.env.read { try copy.projections.digest(in: $0) }
                 }
