@@ -29,7 +29,14 @@ public struct VerifyReport: Sendable {
     public var feeds = 0
     public var forks = 0
     public var blobs = 0
+    /// Whether the live projections equal those folded from the log,
+    /// entry by entry (every difference is a `projection_differs`
+    /// finding); nil when they were not compared (`projections_stale`).
+    public var projectionsMatch: Bool? = nil
+    /// The live projections' digest (Specs/projections.md §8), when asked
+    /// for and compared.
     public var liveDigest: Hash32? = nil
+    /// The digest of the projections folded from the log, when asked for.
     public var rebuiltDigest: Hash32? = nil
     public var findings: [Finding] = []
 
@@ -42,7 +49,15 @@ extension ReplayStore {
     /// heads, arrival log), fork evidence and blobs, then folds the log into
     /// fresh projections in a scratch store and compares them with the live
     /// ones entry by entry.
-    public func verify(progress: ((_ stage: String, _ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
+    ///
+    /// With `digests`, the report also holds both projection digests
+    /// (§8), to compare with other replicas'. The entry-by-entry
+    /// comparison does not need them, and they cost a pass over the state
+    /// that expands every message from the log again (about a tenth of
+    /// what the rest of `verify` costs).
+    public func verify(
+        digests: Bool = false, progress: ((_ stage: String, _ done: Int, _ total: Int) -> Void)? = nil
+    ) throws -> VerifyReport {
         var report = VerifyReport()
         let total = try log.eventCount()
         // Stale live projections (another format, or another network
@@ -73,28 +88,32 @@ extension ReplayStore {
             // The live projections are compared in the snapshot copied, so
             // events a node appends meanwhile change neither; the snapshot
             // is held until the fold of the copy is done (`liveDigest`).
-            let (copy, digests) = try copyLog(to: scratch.path + "/tables", whole: true) {
-                snapshot, copy -> (live: Hash32?, rebuilt: Result<Hash32, any Error>) in
-                let rebuilt = Result { () throws -> Hash32 in
+            let (copy, folding) = try copyLog(to: scratch.path + "/tables", whole: true) {
+                snapshot, copy -> FoldOutcome in
+                let rebuilt = Result { () throws -> Hash32? in
                     try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
                     // Not split into batches (`digestInParts`): the checks
                     // keep the other core busy, so the split would only add
                     // its own overhead.
-                    return try copy.env.read { try copy.projections.digest(in: $0) }
+                    return digests ? try copy.env.read { try copy.projections.digest(in: $0) } : nil
                 }
-                if stale != nil { return (nil, rebuilt) }
-                return (try self.liveDigest(in: snapshot, besides: copy, folded: try? rebuilt.get()), rebuilt)
+                guard stale == nil, case .success(let digest) = rebuilt else { return FoldOutcome(rebuilt: rebuilt) }
+                // The copy holds the log at the same arrival positions, so
+                // stored state equal byte for byte is equal state.
+                let same = try copy.env.read { try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) }
+                let live = digests ? (same ? digest : try projections.digest(in: snapshot)) : nil
+                return FoldOutcome(rebuilt: rebuilt, storedSame: same, live: live)
             }
             // Live projections equal to the fold need nothing more of the
             // copy: it is closed and removed here, while the checks below
             // still run, not after them (a gigabyte's pages to unmap and
             // free). A log found damaged is copied again anyway.
-            if stale == nil, case .success(let rebuilt) = digests.rebuilt, digests.live == rebuilt {
+            if folding.storedSame == true {
                 copy.env.close()
                 try? FileManager.default.removeItem(atPath: scratch.path + "/tables")
-                return (copy: ReplayStore?.none, live: digests.live, rebuilt: digests.rebuilt)
+                return (copy: ReplayStore?.none, outcome: folding)
             }
-            return (copy: ReplayStore?.some(copy), live: digests.live, rebuilt: digests.rebuilt)
+            return (copy: ReplayStore?.some(copy), outcome: folding)
         }
         // 3.–4. Fork evidence and blobs, on another thread.
         let checks = Background { [self] in try self.storeChecks() }
@@ -169,30 +188,53 @@ extension ReplayStore {
         // by event, leaving out what cannot be read or does not fit, as a
         // node would never have stored it: the comparison then shows what
         // the damage changed.
-        let (copy, liveDigest, foldedDigest) = try folding.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
-        report.liveDigest = liveDigest
-        if stale != nil, case .success = foldedDigest, let copy { try encryption.finish(against: copy.projections) }
+        let (copy, outcome) = try folding.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
+        if stale != nil, case .success = outcome.rebuilt, let copy { try encryption.finish(against: copy.projections) }
         report.findings += encryption.findings
+        // The projections to compare with, and whether they are known to
+        // equal the live ones (stored the same, at the same positions).
         let rebuilt: ReplayStore?
+        var knownSame: Bool
         if report.findings.contains(where: { Self.damageToTheLog.contains($0.code) }) {
             let again = try self.copy(
                 to: scratch.path + "/events", tolerant: true, progress: { done, total in progress?("rebuild", done, total) })
-            report.rebuiltDigest = try again.projections.digest()
+            if digests {
+                report.rebuiltDigest = try again.projections.digest()
+                if stale == nil { report.liveDigest = try projections.digest() }
+            }
             rebuilt = again
+            knownSame = false
         } else {
+            report.rebuiltDigest = try outcome.rebuilt.get()
+            report.liveDigest = outcome.live
             rebuilt = copy
-            report.rebuiltDigest = try foldedDigest.get()
+            knownSame = outcome.storedSame == true
         }
-        if stale == nil, report.liveDigest != report.rebuiltDigest, let rebuilt {
-            for d in try StateDiff.between(self, rebuilt) {
+        guard stale == nil else { return report }
+        if !knownSame, let rebuilt {
+            // Stored differently (or at other positions) may still be the
+            // same state: only the entries of §5 that differ are findings.
+            let differences = try StateDiff.between(self, rebuilt)
+            for d in differences {
                 report.findings.append(
                     Finding(
                         code: "projection_differs",
                         message: "\(d.description): live \(d.left.map(Hex.encode) ?? "absent"), from the log \(d.right.map(Hex.encode) ?? "absent")",
                         event: nil, location: "state[\(Hex.encode(d.key))]"))
             }
+            knownSame = differences.isEmpty
         }
+        report.projectionsMatch = knownSame
         return report
+    }
+
+    /// What `verify`'s fold of the copied log found: the fold's digest
+    /// (when asked for) or why it failed, and, when the live projections
+    /// were compared, whether they are stored the same and their digest.
+    struct FoldOutcome: Sendable {
+        var rebuilt: Result<Hash32?, any Error>
+        var storedSame: Bool? = nil
+        var live: Hash32? = nil
     }
 
     /// Findings after which the log, copied as stored, is not what a fold

@@ -13,11 +13,15 @@ struct Verify: AsyncParsableCommand {
         discussion: "Exit status 0 when the store is intact, 1 with findings.")
     @OptionGroup var store: StoreOption
     @OptionGroup var output: OutputOptions
+    @Flag(
+        name: .long,
+        help: "Also print both projection digests (the live and the rebuilt), to compare with other replicas' (`chorus query digest`). The entry-by-entry comparison does not need them; they cost another pass over the state.")
+    var digest = false
 
     func run() async throws {
         let s = try store.open()
         let bar = ProgressBar()
-        let r = try s.verify { stage, done, total in bar.update(stage, done, total) }
+        let r = try s.verify(digests: digest) { stage, done, total in bar.update(stage, done, total) }
         bar.finish()
         if output.json {
             printJSON(.object([
@@ -25,6 +29,7 @@ struct Verify: AsyncParsableCommand {
                 ("blobs", .int(Int64(r.blobs))),
                 ("kinds", .object(r.perKind.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
                 ("purged", .object(r.purged.sorted { $0.key < $1.key }.map { ($0.key, .int(Int64($0.value))) })),
+                ("projections", .string(r.projectionsMatch.map { $0 ? "equal" : "differ" } ?? "not_compared")),
                 ("live_digest", r.liveDigest.map { .string($0.hex) } ?? .null),
                 ("rebuilt_digest", r.rebuiltDigest.map { .string($0.hex) } ?? .null),
                 ("findings", .array(r.findings.map(findingJSON))),
@@ -35,8 +40,15 @@ struct Verify: AsyncParsableCommand {
                 let purged = r.purged[kind].map { " (\($0) purged)" } ?? ""
                 print("  \(kind.padding(toLength: 20, withPad: " ", startingAt: 0)) \(n)\(purged)")
             }
-            print("projection digest: live \(r.liveDigest?.hex ?? "-")")
-            print("                   log  \(r.rebuiltDigest?.hex ?? "-")")
+            switch r.projectionsMatch {
+            case true?: print("projections: equal to a fold of the log, entry by entry")
+            case false?: print("projections: differ from a fold of the log (projection_differs below)")
+            case nil: print("projections: not compared (projections_stale below)")
+            }
+            if digest {
+                print("projection digest: live \(r.liveDigest?.hex ?? "-")")
+                print("                   log  \(r.rebuiltDigest?.hex ?? "-")")
+            }
             printFindings(r.findings)
         }
         if !r.isClean { throw ExitCode(Exit.finding) }

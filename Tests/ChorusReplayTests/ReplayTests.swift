@@ -98,15 +98,21 @@ struct ReplayTests {
     @Test func verifyOnAHealthyStoreReportsTheForkAndNothingElse() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
-        let report = try ReplayStore.open(h.store).verify()
+        let report = try ReplayStore.open(h.store).verify(digests: true)
         #expect(report.findings.map(\.code) == ["fork"])
         #expect(report.forks == 1)
+        #expect(report.projectionsMatch == true)
         #expect(report.liveDigest == report.rebuiltDigest)
         // Taken from the fold of the copy when the stored state is the same
         // byte for byte: still the live store's own digest.
         #expect(report.liveDigest == (try ReplayStore.open(h.store).projections.digest()))
         #expect(report.purged["picture.created"] == 1)
         #expect(report.perKind["coin.credited"] == 2)
+
+        // Digests only when asked for: the comparison is the same without them.
+        let plain = try ReplayStore.open(h.store).verify()
+        #expect(plain.findings.map(\.code) == ["fork"] && plain.projectionsMatch == true)
+        #expect(plain.liveDigest == nil && plain.rebuiltDigest == nil)
     }
 
     @Test func rebuildComparesTheLiveDigestWithoutRecomputingItWhenTheStoredStateIsTheSame() async throws {
@@ -183,12 +189,16 @@ struct ReplayTests {
             let s = try ReplayStore.open(h.store, writable: true)
             try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(1_000_000))
         }
-        let report = try ReplayStore.open(h.store).verify()
-        #expect(report.liveDigest != report.rebuiltDigest)
+        let report = try ReplayStore.open(h.store).verify(digests: true)
+        #expect(report.liveDigest != report.rebuiltDigest && report.projectionsMatch == false)
         // The stored states differ, so the live digest is computed on its own.
         #expect(report.liveDigest == (try ReplayStore.open(h.store).projections.digest()))
         #expect(report.findings.map(\.code).sorted() == ["fork", "projection_differs"])
         #expect(report.findings.contains { $0.code == "projection_differs" && $0.message.contains("coin rights of \(h.anaDevice.hex)") })
+        // Without digests the difference is found all the same.
+        let plain = try ReplayStore.open(h.store).verify()
+        #expect(plain.projectionsMatch == false && plain.liveDigest == nil)
+        #expect(plain.findings.map(\.code).sorted() == ["fork", "projection_differs"])
     }
 
     /// `verify` runs beside a live node: the live digest it compares is
@@ -488,7 +498,7 @@ struct ReplayTests {
         await ana.close()
 
         let store = try ReplayStore.open(h.store)
-        let report = try store.verify()
+        let report = try store.verify(digests: true)
         #expect(report.findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
         let unknownEpoch = report.findings.first { $0.code == "epoch_unknown" }
         #expect(unknownEpoch?.event == bogus)
@@ -528,7 +538,8 @@ struct ReplayTests {
         try markBuilt(LogStore.encodeU64(12) + [UInt8](repeating: 0, count: 32))
         #expect(try ReplayStore.open(h.store).projections.staleness() == .format(12))
 
-        let report = try ReplayStore.open(h.store).verify()
+        let report = try ReplayStore.open(h.store).verify(digests: true)
+        #expect(report.projectionsMatch == nil)
         #expect(report.findings.map(\.code).sorted() == ["epoch_unknown", "fork", "projections_stale"])
         #expect(report.findings.first { $0.code == "epoch_unknown" }?.event == bogus)
         #expect(report.findings.first { $0.code == "projections_stale" }?.message.contains("projection format 12") == true)
@@ -564,6 +575,11 @@ struct ReplayTests {
         // The fork is a finding: exit 1, listed in JSON.
         let verify = try await run(replay, ["verify", "--store", h.store, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"code\":\"fork\""))
+        #expect(verify.stdout.contains("\"projections\":\"equal\"") && verify.stdout.contains("\"live_digest\":null"))
+        let digest = try ReplayStore.open(h.store).projections.digest()
+        let withDigests = try await run(replay, ["verify", "--store", h.store, "--digest"])
+        #expect(withDigests.status == 1 && withDigests.stdout.contains("projections: equal to a fold of the log"))
+        #expect(withDigests.stdout.contains("projection digest: live \(digest.hex)") && withDigests.stdout.contains("log  \(digest.hex)"))
         let audit = try await run(replay, ["audit", "coins", h.ana.hex, "--store", h.store])
         #expect(audit.status == 0 && audit.stdout.contains("store-tx-1") && audit.stdout.contains("NO EFFECT duplicate_receipt"))
         let asOf = try await run(replay, ["as-of", "hlc:\(h.spendHLC.rawValue - 1)", "--store", h.store, "--", "balance", h.ana.hex, "--json"])
