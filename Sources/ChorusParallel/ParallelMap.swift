@@ -90,14 +90,24 @@ final class HelperPool: Sendable {
         private let next = Atomic<Int>(0)
         private let completed = Atomic<Int>(0)
         /// Cleared once every chunk has run, so a helper that takes the job
-        /// late keeps none of the caller's captures alive.
-        private let body: Mutex<(@Sendable (Int) -> Void)?>
+        /// late keeps none of the caller's captures alive. The closure sits
+        /// in a box, and the lock hands out the box: a closure read through
+        /// `withLock`'s generic `inout` is converted to the generic form and
+        /// back, and the converted one is written back, so each read wrapped
+        /// the stored closure in two more thunks, and every chunk called
+        /// through all the layers added before it (quadratic in the chunks).
+        private let body: Mutex<Body?>
         /// Signalled once, by whoever completes the last chunk.
         let finished = DispatchSemaphore(value: 0)
 
+        private final class Body: Sendable {
+            let call: @Sendable (Int) -> Void
+            init(_ call: @escaping @Sendable (Int) -> Void) { self.call = call }
+        }
+
         init(chunks: Int, body: @escaping @Sendable (Int) -> Void) {
             self.chunks = chunks
-            self.body = Mutex(body)
+            self.body = Mutex(Body(body))
         }
 
         func work() {
@@ -109,7 +119,7 @@ final class HelperPool: Sendable {
                 // before the chunk counts as completed.
                 do {
                     guard let body = body.withLock({ $0 }) else { return }
-                    body(c)
+                    body.call(c)
                 }
                 if completed.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == chunks { finished.signal() }
             }
