@@ -81,7 +81,7 @@ let package = Package(
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusService",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync",
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusStorage",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),
@@ -97,14 +97,15 @@ let package = Package(
             ]),
         .target(
             name: "ChorusCommandLine",
-            dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
             dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+                           "ChorusStorage", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "ChorusCommands",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption",
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption", "ChorusStorage",
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),

@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusEvents
 import ChorusCrypto
 import ChorusNode
+import ChorusStorage
 import Foundation
 
 struct Chat: AsyncParsableCommand {

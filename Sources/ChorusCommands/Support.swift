@@ -4,6 +4,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusNode
 import ChorusProjections
+import ChorusStorage
 import Foundation
 
 /// `--store DIR`, shared by every command that touches a store.

@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusProjections
+import ChorusStorage
 import Foundation
 
 /// The public identity of a node: the user it acts for and its own device key.
@@ -66,13 +67,10 @@ enum KeyStore {
     }
 
     private static func writeSecret(_ secret: [UInt8], to path: String) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw NodeError.keyFile(path: path, problem: String(cString: strerror(errno))) }
-        defer { close(fd) }
-        let text = Array((Hex.encode(secret) + "\n").utf8)
-        let written = text.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
-        guard written == text.count, fsync(fd) == 0 else {
-            throw NodeError.keyFile(path: path, problem: "could not write the key: \(String(cString: strerror(errno)))")
+        var text = Array((Hex.encode(secret) + "\n").utf8)
+        defer { text.withUnsafeMutableBytes { buf in for i in buf.indices { buf[i] = 0 } } }
+        do { try OwnerOnlyFile.write(text, to: path, durable: true) } catch {
+            throw NodeError.keyFile(path: path, problem: "\(error)")
         }
     }
 

@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusStorage
 import Foundation
 
 /// Settings every node of one network shares, because projections depend
@@ -173,20 +174,8 @@ public struct NetworkConfig: Sendable, Hashable {
     /// lets anyone who has it join the network. Throws
     /// `NetworkConfigError.cannotWrite` when that fails.
     public func write(to path: String) throws {
-        let temporary = path + ".writing-" + UUID().uuidString
-        func problem() -> String { String(cString: strerror(errno)) }
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw NetworkConfigError.cannotWrite(path: path, reason: problem()) }
-        let bytes = Array(json().utf8)
-        var failure: String? = nil
-        if bytes.withUnsafeBytes({ Foundation.write(fd, $0.baseAddress, $0.count) }) != bytes.count || fsync(fd) != 0 {
-            failure = problem()
-        }
-        close(fd)
-        if failure == nil, rename(temporary, path) != 0 { failure = problem() }
-        if let failure {
-            unlink(temporary)
-            throw NetworkConfigError.cannotWrite(path: path, reason: failure)
+        do { try OwnerOnlyFile.replace(path, with: Array(json().utf8), durable: true) } catch {
+            throw NetworkConfigError.cannotWrite(path: path, reason: "\(error)")
         }
     }
 }

@@ -5,6 +5,7 @@ import ChorusCrypto
 import ChorusNode
 import ChorusProjections
 import ChorusReplay
+import ChorusStorage
 import Foundation
 
 struct Verify: AsyncParsableCommand {

@@ -1,5 +1,6 @@
 import ChorusCommandLine
 import ChorusNode
+import ChorusStorage
 import Foundation
 import Hummingbird
 import Logging

@@ -1,4 +1,5 @@
 import ChorusCommandLine
+import ChorusStorage
 import Foundation
 
 /// The bearer token of the local API over TCP (Specs/api.md §3): 32 random

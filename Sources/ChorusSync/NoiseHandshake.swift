@@ -1,5 +1,6 @@
 import ChorusCrypto
 import ChorusNoise
+import ChorusStorage
 import Foundation
 
 /// Constants and byte layouts of the encrypted transport (Specs/sync-transport.md).
@@ -68,18 +69,13 @@ public enum NoiseStaticKeyFile {
         try FileManager.default.createDirectory(
             atPath: store + "/keys", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let pair = NoiseKeyPair.generate()
-        let fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else {
-            // Another process created it first: use theirs.
-            if errno == EEXIST { return try load(file) }
-            throw SecureConnectionError.keyFile(path: file, problem: String(cString: strerror(errno)))
-        }
-        defer { close(fd) }
         var text = Array((pair.privateKey.withUnsafeBytes { Hex.encode($0) } + "\n").utf8)
         defer { text.withUnsafeMutableBytes { buf in for i in buf.indices { buf[i] = 0 } } }
-        let written = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        guard written == text.count, fsync(fd) == 0 else {
-            throw SecureConnectionError.keyFile(path: file, problem: "could not write: \(String(cString: strerror(errno)))")
+        do { try OwnerOnlyFile.write(text, to: file, durable: true) } catch .exists {
+            // Another process created it first: use theirs.
+            return try load(file)
+        } catch {
+            throw SecureConnectionError.keyFile(path: file, problem: "\(error)")
         }
         return pair
     }

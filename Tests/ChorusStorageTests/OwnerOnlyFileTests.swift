@@ -1,11 +1,11 @@
-import ChorusCommandLine
-import ChorusService
+import ChorusStorage
 import ChorusTestSupport
 import Foundation
 import Testing
 
 /// Files that hold what others must not read (request bodies spooled for a
-/// command, standard input piped to one, the API token) are created owner-only.
+/// command, standard input piped to one, keys, the network configuration)
+/// are created owner-only, with that mode from the start.
 @Suite("owner-only files")
 struct OwnerOnlyFileTests {
     static func mode(_ path: String) throws -> Int? {
@@ -39,14 +39,16 @@ struct OwnerOnlyFileTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted() == ["body", "picture.jpg", "spool"])
     }
 
-    @Test func theAPITokenIsMadeOnceOwnerOnlyAndThenRead() throws {
+    @Test func aDurableWriteAndReplaceLeaveOnlyTheFileOwnerOnly() throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let path = dir.path + "/keys/api.token"
-        let token = try APIToken.loadOrCreate(at: path)
-        #expect(token.count == 64)
-        #expect(try Self.mode(path) == 0o600)
-        #expect(try Self.mode(dir.path + "/keys") == 0o700)
-        #expect(try APIToken.loadOrCreate(at: path) == token)
+        let key = dir.path + "/device.key"
+        try OwnerOnlyFile.write(Array("00ff\n".utf8), to: key, durable: true)
+        #expect(try Self.mode(key) == 0o600)
+        #expect(FileManager.default.contents(atPath: key) == Data("00ff\n".utf8))
+        try OwnerOnlyFile.replace(key, with: Array("11ee\n".utf8), durable: true)
+        #expect(FileManager.default.contents(atPath: key) == Data("11ee\n".utf8))
+        #expect(try Self.mode(key) == 0o600)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["device.key"])
     }
 }

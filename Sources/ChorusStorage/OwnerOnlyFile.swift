@@ -5,7 +5,9 @@ import Foundation
 /// the file with the default mode (0644 under the usual umask) and narrows
 /// it afterwards: for that moment anyone may open it, and whoever did keeps
 /// reading what is written after. In a shared temporary directory that is
-/// a request body or a piped message in plain text.
+/// a request body or a piped message in plain text. The store's secrets
+/// (its keys, the network configuration) are written through it too, with
+/// `durable`.
 public enum OwnerOnlyFile {
     /// Creates `path`, which must not exist, with mode 0600 and opens it
     /// for writing.
@@ -19,11 +21,16 @@ public enum OwnerOnlyFile {
     }
 
     /// Creates `path`, which must not exist, with mode 0600 and writes
-    /// `contents` to it. A file left half written is removed.
-    public static func write(_ contents: Data, to path: String) throws(OwnerOnlyFileError) {
+    /// `contents` to it; with `durable`, on the disk (`fsync`) before it
+    /// returns (a key the store is about to use). A file left half written
+    /// is removed.
+    public static func write(
+        _ contents: some DataProtocol, to path: String, durable: Bool = false
+    ) throws(OwnerOnlyFileError) {
         let handle = try create(path)
         do {
             try handle.write(contentsOf: contents)
+            if durable { try handle.synchronize() }
             try handle.close()
         } catch {
             try? FileManager.default.removeItem(atPath: path)
@@ -32,12 +39,15 @@ public enum OwnerOnlyFile {
     }
 
     /// Writes `contents` to `path` with mode 0600, replacing whatever file
-    /// is there: written beside it first, then renamed over it, so the
-    /// path never holds a half-written file (for output the user named,
-    /// such as a decrypted attachment).
-    public static func replace(_ path: String, with contents: Data) throws(OwnerOnlyFileError) {
+    /// is there: written beside it first (on the disk first, with
+    /// `durable`), then renamed over it, so the path never holds a
+    /// half-written file (output the user named, such as a decrypted
+    /// attachment; a configuration rewritten).
+    public static func replace(
+        _ path: String, with contents: some DataProtocol, durable: Bool = false
+    ) throws(OwnerOnlyFileError) {
         let partial = path + ".partial-" + UUID().uuidString
-        try write(contents, to: partial)
+        try write(contents, to: partial, durable: durable)
         guard rename(partial, path) == 0 else {
             let code = errno
             try? FileManager.default.removeItem(atPath: partial)
