@@ -144,22 +144,28 @@ public struct ReplayStore: Sendable {
         let (copy, digests) = try copyLog(to: output, whole: true) { snapshot, copy -> (folded: Hash32, live: Hash32?) in
             try copy.projections.rebuild(progress: progress)
             let folded = try copy.projections.digest()
-            return (folded, stale == nil ? try liveDigest(in: snapshot, besides: copy, folded: folded) : nil)
+            guard stale == nil else { return (folded, nil) }
+            return (folded, try liveDigest(in: snapshot, storedSame: try storesSameState(in: snapshot, as: copy), folded: folded))
         }
         return Rebuilt(copy: copy, digest: digests.folded, liveDigest: digests.live, liveStale: stale)
     }
 
-    /// The digest of this store's projections in `snapshot`, which `copy`'s
-    /// log was copied from, once `copy`'s projections are folded with the
-    /// digest `folded`. The copy holds the log at the same arrival
-    /// positions, so live state equal to the fold's byte for byte has the
-    /// fold's digest (`Projections.storesSameState`); only when they differ
-    /// is the live digest computed on its own, expanding every message from
+    /// Whether this store's projections in `snapshot`, which `copy`'s log
+    /// was copied from, are stored byte for byte as `copy`'s. The copy
+    /// holds the log at the same arrival positions, so that is equal state
+    /// (`Projections.storesSameState`).
+    func storesSameState(in snapshot: Transaction, as copy: ReplayStore) throws -> Bool {
+        try copy.env.read { try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) }
+    }
+
+    /// The digest of this store's projections in `snapshot`, which a copy's
+    /// log was copied from, once the copy's projections are folded with the
+    /// digest `folded`: the fold's when the state is stored the same
+    /// (`storedSame`, `storesSameState(in:as:)`); only when it differs is
+    /// the live digest computed on its own, expanding every message from
     /// the log again.
-    func liveDigest(in snapshot: Transaction, besides copy: ReplayStore, folded: Hash32?) throws -> Hash32 {
-        if let folded, try copy.env.read({ try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) }) {
-            return folded
-        }
+    func liveDigest(in snapshot: Transaction, storedSame: Bool, folded: Hash32?) throws -> Hash32 {
+        if let folded, storedSame { return folded }
         return try projections.digest(in: snapshot)
     }
 

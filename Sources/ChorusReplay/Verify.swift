@@ -97,11 +97,15 @@ extension ReplayStore {
                     // its own overhead.
                     return digests ? try copy.env.read { try copy.projections.digest(in: $0) } : nil
                 }
-                guard stale == nil, case .success(let digest) = rebuilt else { return FoldOutcome(rebuilt: rebuilt) }
-                // The copy holds the log at the same arrival positions, so
-                // stored state equal byte for byte is equal state.
-                let same = try copy.env.read { try projections.storesSameState(in: snapshot, as: copy.projections, in: $0) }
-                let live = digests ? (same ? digest : try projections.digest(in: snapshot)) : nil
+                guard stale == nil else { return FoldOutcome(rebuilt: rebuilt) }
+                // Compared only with a fold that completed.
+                var foldedDigest: Hash32? = nil
+                var same = false
+                if case .success(let digest) = rebuilt {
+                    foldedDigest = digest
+                    same = try storesSameState(in: snapshot, as: copy)
+                }
+                let live = digests ? try liveDigest(in: snapshot, storedSame: same, folded: foldedDigest) : nil
                 return FoldOutcome(rebuilt: rebuilt, storedSame: same, live: live)
             }
             // Live projections equal to the fold need nothing more of the
@@ -189,6 +193,7 @@ extension ReplayStore {
         // node would never have stored it: the comparison then shows what
         // the damage changed.
         let (copy, outcome) = try folding.wait(tickingEvery: 0.2) { progress?("rebuild", folded.value, total) }
+        report.liveDigest = outcome.live
         if stale != nil, case .success = outcome.rebuilt, let copy { try encryption.finish(against: copy.projections) }
         report.findings += encryption.findings
         // The projections to compare with, and whether they are known to
@@ -198,15 +203,11 @@ extension ReplayStore {
         if report.findings.contains(where: { Self.damageToTheLog.contains($0.code) }) {
             let again = try self.copy(
                 to: scratch.path + "/events", tolerant: true, progress: { done, total in progress?("rebuild", done, total) })
-            if digests {
-                report.rebuiltDigest = try again.projections.digest()
-                if stale == nil { report.liveDigest = try projections.digest() }
-            }
+            if digests { report.rebuiltDigest = try again.projections.digest() }
             rebuilt = again
             knownSame = false
         } else {
             report.rebuiltDigest = try outcome.rebuilt.get()
-            report.liveDigest = outcome.live
             rebuilt = copy
             knownSame = outcome.storedSame == true
         }
