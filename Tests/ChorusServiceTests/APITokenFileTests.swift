@@ -7,18 +7,14 @@ import Testing
 /// are in ChorusStorageTests).
 @Suite("owner-only files of the local API")
 struct APITokenFileTests {
-    static func mode(_ path: String) throws -> Int? {
-        try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
-    }
-
     @Test func theAPITokenIsMadeOnceOwnerOnlyAndThenRead() throws {
         let dir = TempDir()
         defer { dir.cleanup() }
         let path = dir.path + "/keys/api.token"
         let token = try APIToken.loadOrCreate(at: path)
         #expect(token.count == 64)
-        #expect(try Self.mode(path) == 0o600)
-        #expect(try Self.mode(dir.path + "/keys") == 0o700)
+        #expect(try fileMode(path) == 0o600)
+        #expect(try fileMode(dir.path + "/keys") == 0o700)
         #expect(try APIToken.loadOrCreate(at: path) == token)
     }
 }

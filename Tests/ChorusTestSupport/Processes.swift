@@ -127,3 +127,8 @@ public func mountSmallDisk(at path: String, size: String) -> Bool {
 /// Unmounts what `mountSmallDisk` mounted at `path` (lazily: a store still
 /// open there does not keep it).
 public func unmountSmallDisk(at path: String) { _ = try? runCommandSync("/bin/umount", ["-l", path]) }
+
+/// The permission bits of the file at `path` (0o600: its owner's alone).
+public func fileMode(_ path: String) throws -> Int? {
+    try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+}
