@@ -5,6 +5,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusStorage
 import Foundation
 
 struct Log: AsyncParsableCommand {
@@ -84,15 +85,17 @@ struct Export: AsyncParsableCommand {
         let node = try await store.open(readOnly: true)
         let fileFormat: EventFileFormat = format == .cbor ? .cbor : .jsonl
         // Written page by page (bounded memory), into a temporary file that
-        // is renamed at the end: a failed export leaves no half-written file.
+        // is renamed over the target at the end: a failed export leaves no
+        // half-written file. Owner-only, as the store is (Specs/storage.md
+        // §1): beyond public events it holds who talks to whom and when.
         let target = Console.path(file)
         let temporary = file == "-" ? nil : target + ".partial-" + UUID().uuidString
         let handle: FileHandle?
         if let temporary {
-            guard FileManager.default.createFile(atPath: temporary, contents: nil), let h = FileHandle(forWritingAtPath: temporary) else {
-                throw CommandFailure(message: "cannot write \(file): check the directory exists and is writable")
+            do { handle = try OwnerOnlyFile.create(temporary) } catch {
+                let reason = if case .cannotCreate(_, let why) = error { why } else { "\(error)" }
+                throw CommandFailure(message: "cannot write \(file): \(reason); check the directory exists and is writable")
             }
-            handle = h
         } else {
             handle = nil  // standard output
         }
@@ -112,8 +115,7 @@ struct Export: AsyncParsableCommand {
             }
             if let temporary, let handle {
                 try handle.close()
-                if FileManager.default.fileExists(atPath: target) { try FileManager.default.removeItem(atPath: target) }
-                try FileManager.default.moveItem(atPath: temporary, toPath: target)
+                guard rename(temporary, target) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
             }
         } catch {
             if let temporary { try? FileManager.default.removeItem(atPath: temporary) }

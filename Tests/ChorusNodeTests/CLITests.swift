@@ -69,6 +69,11 @@ struct CLITests {
             let file = tmp.path + "/export.\(format)"
             let exported = try await run("export", "--store", a, file, "--format", format, "--json")
             #expect(exported.status == 0, "\(exported.stderr)")
+            #expect(try fileMode(file) == 0o600)  // the store's metadata: its owner's alone
+            // Exported again over it: replaced whole, no partial file left beside it.
+            #expect(try await run("export", "--store", a, file, "--format", format).status == 0)
+            #expect(try fileMode(file) == 0o600)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: tmp.path).allSatisfy { !$0.contains(".partial-") })
             let imported = try await run("import", "--store", c, file, "--json")
             #expect(imported.status == 0, "\(imported.stderr)")
             let report = try #require(try json(imported.stdout) as? [String: Any])
