@@ -604,7 +604,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let eventCount = envelopes.count
     let envelopeSizes = envelopes.map(\.count)
     let signSeconds = Bench.clock() - t0
-    let bytes = envelopes.reduce(0) { $0 + $1.count }
+    let bytes = envelopeSizes.reduce(0, +)
     let mix = workload.kinds.sorted { $0.value > $1.value }
     Bench.note("  signed in \(String(format: "%.1f", signSeconds)) s; \(bytes / max(1, envelopes.count)) bytes per envelope on average")
     let sampleUsers = (0..<64).map { _ in workload.users[Int.random(in: 0..<workload.users.count, using: &rng)].key.publicKey }
@@ -925,12 +925,12 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
 
 /// Frees the signed workload once it is ingested, and hands the freed
 /// heap back to the system, before the queries, the rebuild and the
-/// replay tool: on the development machine (a virtual
-/// machine whose balloon device reports free pages to its host), another
-/// process holding 3 GB made the same `chorus-replay verify` take 25.1 s
-/// instead of 23.3–23.7, with 4.0 system core-seconds instead of 1.0, in
-/// the kernel's zeroing and filling of the pages it was handed. They are
-/// timed as a node and the tool's users run them, beside no such process.
+/// replay tool: on the development machine (a virtual machine whose
+/// balloon device reports free pages to its host), another process
+/// holding 3 GB made the same `chorus-replay verify` take 25.1 s instead
+/// of 23.3–23.7, with 4.0 system core-seconds instead of 1.0, in the
+/// kernel's zeroing and filling of the pages it was handed. They are timed
+/// as a node and the tool's users run them, beside no such process.
 func releaseWorkload(_ envelopes: inout [[UInt8]]) {
     envelopes = []
     #if os(Linux)
