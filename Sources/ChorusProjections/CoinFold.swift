@@ -101,17 +101,15 @@ struct LedgerWalk {
 extension FoldRun {
     /// The whole ledger from empty state (a bulk rebuild, Specs/projections.md
     /// §9.2): every coin event decided once, in merge order.
+    /// Nothing is stored yet, so every key starts at zero rights and
+    /// "activating" one never reads a later entry (`activate`). Run off
+    /// the write transaction (`Projections.foldCoinsAlone`), the entries it
+    /// writes are buffered, and `ledgerDecided` answers for them where the
+    /// walk reads one back.
     mutating func foldCoinsInBulk() throws {
         var walk = LedgerWalk()
-        var orders: [MergeOrder] = []
-        let prefix = [ObjectClass.coins.rawValue] + Bytes32.zero.bytes
-        try p.scanFacts(prefix: prefix, in: txn) { key, _ in
-            orders.append(try MergeOrder(bytes: key[33...]))
-            return true
-        }
-        // Nothing is stored yet, so every key starts at zero rights and
-        // "activating" one never reads a later entry.
-        for order in orders { try processLedgerEntry(order, dirty: true, walk: &walk) }
+        // In merge order: the facts filed under the ledger's one object.
+        for f in try facts(.coins, .zero) { try processLedgerEntry(f.order, dirty: true, walk: &walk, fact: f) }
         try storeRights(walk)
     }
 
@@ -128,21 +126,23 @@ extension FoldRun {
         try storeRights(walk)
     }
 
-    private func storeRights(_ walk: LedgerWalk) throws {
+    private mutating func storeRights(_ walk: LedgerWalk) throws {
         for (key, amount) in walk.rights {
             guard amount >= 0 else { throw ProjectionError.corrupt("coin rights of \(key.short) below zero") }
             if amount == 0 {
-                try txn.delete(p.state, Table.rights.key(key))
+                try deleteState(Table.rights.key(key))
             } else {
-                try txn.put(p.state, Table.rights.key(key), Codec.u64(UInt64(amount)))
+                try putState(Table.rights.key(key), Codec.u64(UInt64(amount)))
             }
         }
     }
 
     /// Decides (or re-applies) the ledger entry at `order`: every entry
-    /// before it is final.
-    private mutating func processLedgerEntry(_ order: MergeOrder, dirty: Bool, walk: inout LedgerWalk) throws {
-        let old = try txn.get(p.state, Table.ledger.key(order)).map { try LedgerEntry.decode($0) }
+    /// before it is final. `fact` is the entry's coin fact when it is in
+    /// hand (a bulk fold), read from `facts` and the log otherwise.
+    private mutating func processLedgerEntry(_ order: MergeOrder, dirty: Bool, walk: inout LedgerWalk, fact: Fact? = nil) throws {
+        // A bulk fold decides each entry once, into empty state.
+        let old = bulk ? nil : try txn.get(p.state, Table.ledger.key(order)).map { try LedgerEntry.decode($0) }
         var redecide = dirty || old == nil
         if !redecide, let from = old?.from, walk.rights[from] != nil { redecide = true }
         guard redecide else {
@@ -150,10 +150,15 @@ extension FoldRun {
             if let old { for key in old.parties where walk.rights[key] != nil { try walk.add(old.effect(on: key), to: key) } }
             return
         }
-        guard let raw = try p.fact(Projections.factKey(.coins, .zero, order), in: txn) else {
-            throw ProjectionError.corrupt("ledger entry without its coin fact")
+        let f: Fact
+        if let fact {
+            f = fact
+        } else {
+            guard let raw = try p.fact(Projections.factKey(.coins, .zero, order), in: txn) else {
+                throw ProjectionError.corrupt("ledger entry without its coin fact")
+            }
+            f = try Fact.load(order: order, value: raw, log: p.log, in: txn)
         }
-        let f = try Fact.load(order: order, value: raw, log: p.log, in: txn)
         var entry = try decideCoin(f)
         if entry.isEffective, let from = entry.from {
             try activate(from, at: order, walk: &walk)
@@ -194,6 +199,11 @@ extension FoldRun {
     /// queues those entries so the walk decides or re-applies them.
     private func activate(_ key: PublicKey, at order: MergeOrder, walk: inout LedgerWalk) throws {
         guard walk.rights[key] == nil else { return }
+        if bulk {
+            // No rights stored, and no entry at or after `order` written yet.
+            walk.rights[key] = 0
+            return
+        }
         var held = try txn.get(p.state, Table.rights.key(key)).map { Int64(Codec.readU64($0[...])) } ?? 0
         let prefix = IndexTable.ledgerParty.key(key)
         var later: [MergeOrder] = []
@@ -213,11 +223,12 @@ extension FoldRun {
         walk.rights[key] = held
     }
 
-    private func writeLedgerEntry(_ order: MergeOrder, old: LedgerEntry?, new entry: LedgerEntry) throws {
-        try txn.put(p.state, Table.ledger.key(order), entry.encoded())
+    private mutating func writeLedgerEntry(_ order: MergeOrder, old: LedgerEntry?, new entry: LedgerEntry) throws {
+        try putState(Table.ledger.key(order), entry.encoded())
+        if ledgerDecided != nil { ledgerDecided?[order] = entry.isEffective }
         let oldParties = Set(old?.parties ?? []), newParties = Set(entry.parties)
         for key in oldParties.subtracting(newParties) { _ = try txn.delete(p.index, IndexTable.ledgerParty.key(key, order)) }
-        for key in newParties.subtracting(oldParties) { try txn.put(p.index, IndexTable.ledgerParty.key(key, order), []) }
+        for key in newParties.subtracting(oldParties) { try putIndex(IndexTable.ledgerParty.key(key, order), []) }
         let id = order.id.bytes
         if let old, old.isEffective {
             // Only the record this entry made: a credit earlier in merge
@@ -232,8 +243,8 @@ extension FoldRun {
             }
         }
         if entry.isEffective {
-            if let receipt = entry.receipt { try txn.put(p.state, Table.receipt.key(Array(receipt.utf8)), id) }
-            if let s = entry.slot { try txn.put(p.state, Table.slotUnlock.key(s.user, UInt8(s.slot)), id) }
+            if let receipt = entry.receipt { try putState(Table.receipt.key(Array(receipt.utf8)), id) }
+            if let s = entry.slot { try putState(Table.slotUnlock.key(s.user, UInt8(s.slot)), id) }
         }
     }
 
@@ -261,7 +272,12 @@ extension FoldRun {
         try txn.scan(p.index, prefix: prefix) { key, _ in
             let member = try MergeOrder(bytes: key[33...])
             guard member < order else { return false }
-            if let raw = try txn.get(p.state, Table.ledger.key(member)), try LedgerEntry.decode(raw).isEffective {
+            if let ledgerDecided {
+                if ledgerDecided[member] == true {
+                    found = member
+                    return false
+                }
+            } else if let raw = try txn.get(p.state, Table.ledger.key(member)), try LedgerEntry.decode(raw).isEffective {
                 found = member
                 return false
             }

@@ -81,6 +81,14 @@ struct FoldRun {
     /// decisions, by arrival position, collected here, its state entries in
     /// `bufferedState`; the caller writes both. Nil in every other fold.
     var bufferedDecisions: [UInt64: [UInt8]]? = nil
+    /// The `index` entries of a fold off the write transaction that writes
+    /// any (the coin ledger's, `Projections.foldCoinsAlone`); the caller
+    /// writes them. Nil in every other fold, which puts them directly.
+    var bufferedIndex: SortedEntries? = nil
+    /// The coin ledger folded off the write transaction: whether each entry
+    /// it decided took effect, where the walk reads an earlier one back
+    /// (`effectiveGroupMember`). Nil in every other fold.
+    var ledgerDecided: [MergeOrder: Bool]? = nil
     /// A bulk fold's payloads, read and decoded ahead for the objects it folds.
     var preloaded: PreloadedPayloads? = nil
     /// A bulk fold of device bindings: whether each `device.added` fact of
@@ -168,6 +176,11 @@ struct FoldRun {
     /// in a fold off the write transaction.
     mutating func putState(_ key: [UInt8], _ value: [UInt8]) throws {
         if bufferedState != nil { bufferedState?.add(key, value) } else { try txn.put(p.state, key, value) }
+    }
+
+    /// Puts an `index` entry, or buffers it off the write transaction.
+    mutating func putIndex(_ key: [UInt8], _ value: [UInt8]) throws {
+        if bufferedIndex != nil { bufferedIndex?.add(key, value) } else { try txn.put(p.index, key, value) }
     }
 
     /// Deletes a state entry. Off the write transaction (a bulk fold, from

@@ -264,10 +264,11 @@ public struct Projections: Sendable {
         let afterDevices = (order.firstIndex(of: .device) ?? -1) + 1
         try foldClasses(order[..<afterDevices])
         // The coin ledger reads only device bindings, and no other class
-        // reads it, so it is folded beside them on a thread of its own, in
-        // write transactions of its own: its fold is one walk on one core,
-        // which at the end of the rebuild overlapped nothing.
-        let alone = Background { [self] in try foldAlone(.coins, sliceSize: sliceSize, payloads: payloads) }
+        // reads it, so it is folded beside them on a thread of its own: its
+        // fold is one walk on one core, which at the end of the rebuild
+        // overlapped nothing. The walk runs off the write transaction; held
+        // in it, it stopped the other classes' writes for its whole length.
+        let alone = Background { [self] in try foldCoinsAlone(payloads: payloads) }
         defer { _ = try? alone.wait() }  // nothing writes after a rebuild returns or throws
         func beside(_ classes: ArraySlice<ObjectClass>) -> ArraySlice<ObjectClass> { classes.filter { $0 != .coins }[...] }
         try foldClasses(beside(order[afterDevices..<messageAt]))
@@ -299,19 +300,29 @@ public struct Projections: Sendable {
         }
     }
 
-    /// Folds every object of `cls` in bulk, slice after slice, each in a
-    /// write transaction (a rebuild's coin ledger, beside the other
-    /// classes); returns how many facts it folded. For a class that no other
-    /// reads, whose fold deletes no picture or message.
-    func foldAlone(_ cls: ObjectClass, sliceSize: Int, payloads: FiledPayloads) throws -> Int {
-        var facts = 0
-        var cursor: SliceCursor? = SliceCursor(cls: cls, after: nil)
-        while let current = cursor, let (slice, next) = try objectSlice(current, limit: sliceSize, payloads: payloads) {
-            _ = try foldInWriteTransaction(slice)
-            facts += slice.facts
-            cursor = next
+    /// Folds the coin ledger in bulk, beside the other classes (a
+    /// rebuild's, §9.2): its walk runs in a read transaction of its own,
+    /// off the write transaction, and its entries are then written in one
+    /// short write transaction, so the other classes' writes never wait for
+    /// the walk. Returns how many facts it folded. The ledger reads only
+    /// device bindings and its own entries, and no other class reads it.
+    func foldCoinsAlone(payloads: FiledPayloads) throws -> Int {
+        // One object: the slice holds all of its facts, whatever the limit.
+        guard let (slice, _) = try objectSlice(SliceCursor(cls: .coins, after: nil), limit: 1, payloads: payloads) else { return 0 }
+        let part = try log.env.read { txn in
+            var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+            run.bufferedState = SortedEntries()
+            run.bufferedDecisions = [:]
+            run.bufferedIndex = SortedEntries()
+            run.ledgerDecided = [:]
+            run.preloaded = slice.preloaded
+            run.bulkFacts = (.coins, slice.loaded)
+            try run.foldCoinsInBulk()
+            return FoldedPart(run)
         }
-        return facts
+        var deleted = FoldRun.DeletedObjects()
+        try write([part], deleted: &deleted)
+        return slice.facts
     }
 
     /// The filing pass of a rebuild (Specs/projections.md §9.2): reads the
@@ -670,6 +681,7 @@ public struct Projections: Sendable {
     /// chat's message count, and the pictures and messages found deleted.
     struct FoldedPart: Sendable {
         let state: SortedEntries
+        let index: SortedEntries
         let decisions: [UInt64: [UInt8]]
         let counts: [ObjectID: Int]
         let deleted: FoldRun.DeletedObjects
@@ -679,6 +691,9 @@ public struct Projections: Sendable {
             var state = run.bufferedState ?? SortedEntries()
             state.sort()
             self.state = state
+            var index = run.bufferedIndex ?? SortedEntries()
+            index.sort()
+            self.index = index
             decisions = run.bufferedDecisions ?? [:]
             counts = run.messageCountDeltas
             deleted = run.deletedInBulk
@@ -693,6 +708,7 @@ public struct Projections: Sendable {
             var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
             for part in parts {
                 try part.state.write(0..<part.state.count, to: state, in: txn, append: false)
+                try part.index.write(0..<part.index.count, to: index, in: txn, append: false)
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
             for (arrival, reason) in parts.flatMap(\.decisions).sorted(by: { $0.key < $1.key }) {
