@@ -135,29 +135,31 @@ extension FoldRun {
             ]
             // Sealed (Specs/encryption.md §7): every replica keeps the same ciphertext.
             if let title = created.fact.payload?[text: "title"]?.bytesValue { record.append(("title", .bytes(title))) }
-            try txn.put(p.state, chatKey, Codec.cbor(.textMap(record)))
+            try putState(chatKey, Codec.cbor(.textMap(record)))
         } else {
-            try txn.delete(p.state, chatKey)
+            try deleteState(chatKey)
         }
-        let prefix = Table.member.key(chat)
+        // A bulk fold writes into empty state: no member is stored yet.
         var old: [PublicKey: [UInt8]] = [:]
-        var oldCurrent: [PublicKey] = []
-        try txn.scan(p.state, prefix: prefix) { key, value in
-            let user = try Codec.b32(key[33...], "member")
-            old[user] = value
-            if try Membership.decode(value).isCurrent { oldCurrent.append(user) }
-            return true
+        if !bulk {
+            var oldCurrent: [PublicKey] = []
+            try txn.scan(p.state, prefix: Table.member.key(chat)) { key, value in
+                let user = try Codec.b32(key[33...], "member")
+                old[user] = value
+                if try Membership.decode(value).isCurrent { oldCurrent.append(user) }
+                return true
+            }
+            for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat)) }
         }
-        for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat)) }
         var changed: Set<PublicKey> = []
         for (user, m) in members {
             let value = m.encoded()
             if old.removeValue(forKey: user) != value {
                 changed.insert(user)
-                try txn.put(p.index, IndexTable.memberOf.key(user, chat), [])
-                try txn.put(p.state, Table.member.key(chat, user), value)
+                try putIndex(IndexTable.memberOf.key(user, chat), [])
+                try putState(Table.member.key(chat, user), value)
             }
-            if m.isCurrent { try txn.put(p.state, Table.userChat.key(user, chat), []) }
+            if m.isCurrent { try putState(Table.userChat.key(user, chat), []) }
         }
         for user in old.keys {
             changed.insert(user)

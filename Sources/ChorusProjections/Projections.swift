@@ -271,7 +271,12 @@ public struct Projections: Sendable {
         let alone = Background { [self] in try foldCoinsAlone(payloads: payloads) }
         defer { _ = try? alone.wait() }  // nothing writes after a rebuild returns or throws
         func beside(_ classes: ArraySlice<ObjectClass>) -> ArraySlice<ObjectClass> { classes.filter { $0 != .coins }[...] }
-        try foldClasses(beside(order[afterDevices..<messageAt]))
+        // Read markers and chat keys, folded off the write transaction too,
+        // read memberships: their slices are read once every chat's is
+        // written.
+        let afterChats = min(messageAt, max(afterDevices, (order.firstIndex(of: .chat) ?? -1) + 1))
+        try foldClasses(beside(order[afterDevices..<afterChats]))
+        try foldClasses(beside(order[afterChats..<messageAt]))
         if messageAt < order.count {
             try foldMessagesInBulk(
                 sends, payloads: payloads, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted,
@@ -733,6 +738,7 @@ public struct Projections: Sendable {
                 try log.env.read { txn in
                     var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
                     run.bufferedState = SortedEntries()
+                    run.bufferedIndex = SortedEntries()
                     run.bufferedDecisions = [:]
                     try fold(&run, items[range], txn)
                     return FoldedPart(run)
@@ -819,7 +825,10 @@ public struct Projections: Sendable {
         case .picture: { run, picture in try run.foldPicture(picture) }
         case .slots: { run, user in try run.foldSlots(user) }
         case .follow, .like, .block: { run, object in try run.foldRelationship(cls, object) }
-        case .device, .deviceKey, .chat, .reads, .chatKeys, .message, .coins: nil
+        case .chat: { run, chat in _ = try run.foldChat(chat) }
+        case .reads: { run, chat in try run.foldReads(chat) }
+        case .chatKeys: { run, chat in try run.foldChatKeys(chat) }
+        case .device, .deviceKey, .message, .coins: nil
         }
     }
 
@@ -858,12 +867,14 @@ public struct Projections: Sendable {
             }
             return out
         }
-        // Profiles, pictures, follows, likes, blocks and lock slots are
-        // folded here, in parts on all cores, off the write transaction: an
-        // object's fold reads only its own facts (in hand) and device
-        // bindings, and writes only the object's own entries (§6.2–§6.4,
+        // Profiles, pictures, follows, likes, blocks, lock slots and chats
+        // are folded here, in parts on all cores, off the write transaction:
+        // an object's fold reads only its own facts (in hand) and device
+        // bindings, and writes only the object's own entries (§6.2–§6.5,
         // §6.8, §9.2). Device bindings are committed: the rebuild folds them
-        // before any other class.
+        // before any other class. Read markers and chat keys read
+        // memberships too, which the rebuild commits before it reads their
+        // first slice.
         var folded: [FoldedPart]? = nil
         if let part, let fold = Self.foldOffTheWriteTransaction(cls) {
             folded = try foldedInParts(objects, part: part) { run, objects, _ in
