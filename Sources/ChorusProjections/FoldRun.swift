@@ -357,9 +357,6 @@ struct FoldRun {
         return Fact(order: f.order, kind: f.kind, object: f.object, arrival: f.arrival, payload: payload)
     }
 
-    /// Whether this node holds a `message.sent` with id `message`.
-    func holdsSend(_ message: EventID) throws -> Bool { try p.sentEvent(message, in: txn) != nil }
-
     /// Whether a per-identity re-fold (`only`: the identities re-folded
     /// and the run's new facts) takes in `f`, whose acting identity is now
     /// `actor` (nil: its device was removed before it): the new facts, those

@@ -624,12 +624,16 @@ public struct Projections: Sendable {
         // one is written (`pipelined`).
         let perSlice = max(1, sliceSize)
         let fold: @Sendable ([BulkSend]) throws -> MessageSlice = { slice in
-            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part))
+            MessageSlice(
+                messages: slice.count, edited: slice.compactMap { edits[$0.id] == nil ? nil : $0.id },
+                parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part))
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
             try write(slice.parts, deleted: &deleted)
-            folded(slice.messages)
+            var editFacts = 0
+            for message in slice.edited { editFacts += rawEdits.removeValue(forKey: message)?.count ?? 0 }
+            folded(slice.messages + editFacts)
         }
         switch sends {
         case .held(let list):
@@ -662,13 +666,18 @@ public struct Projections: Sendable {
             let chunk = 65_536
             while try log.env.write({ txn in try txn.deletePrefix(index, prefix, limit: chunk) }) == chunk {}
         }
-        // What remains under the message class are edits and deletions;
-        // those of a held message were folded with it above.
-        try pipelined(from: SliceCursor(cls: .message, after: nil)) { cursor in
-            try objectSlice(cursor, limit: sliceSize, payloads: payloads)
-        } consume: { slice in
+        // What remains are the edits and deletions of messages whose send
+        // the log does not hold (every send is listed): usually none.
+        let unknown = rawEdits.keys.sorted()
+        for start in stride(from: 0, to: unknown.count, by: perSlice) {
             if isCancelled?() == true { throw CancellationError() }
-            _ = try foldInWriteTransaction(slice) { run, objects in try objects.filter { try !run.holdsSend($0) } }
+            let objects = Array(unknown[start..<min(unknown.count, start + perSlice)])
+            let entries = objects.flatMap { object in (rawEdits[object] ?? []).map { (object: object, key: $0.key, value: $0.value) } }
+            let plan = SlicePlan(
+                cls: .message, objects: objects, entries: entries,
+                arrivals: entries.compactMap { Fact.arrival(ofValue: $0.value) })
+            let slice = try buildSlice(plan, part: nil, payloads: payloads)
+            _ = try foldInWriteTransaction(slice)
             folded(slice.facts)
         }
     }
@@ -677,6 +686,8 @@ public struct Projections: Sendable {
     /// many, and what the folds of its parts decided.
     struct MessageSlice: Sendable {
         let messages: Int
+        /// Those with edits or a deletion.
+        let edited: [EventID]
         let parts: [FoldedPart]
     }
 

@@ -498,6 +498,43 @@ struct RuleTests {
         #expect(try fresh.digest() == r.digest())
     }
 
+    /// An edit and a deletion of a message whose send this node does not
+    /// hold take no effect (`message_unknown`), by the incremental fold and
+    /// by a rebuild, which folds them after every held message; once the
+    /// send arrives they are decided by the message's rules (here: only
+    /// its sender edits or deletes it).
+    @Test func editsOfAMessageNotHeldTakeNoEffectUntilItsSendArrives() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: Scenario.at(10))
+        let held = try alice.d1.sign(.messageSent, chat, Payload.message(text: "held"), hlc: Scenario.at(11))
+        let bobs = try bob.d1.sign(.messageSent, chat, Payload.message(text: "bob's"), hlc: Scenario.at(12))
+        let editHeld = try alice.d1.sign(.messageEdited, held.id, Payload.edit(chat: chat, text: "held 2"), hlc: Scenario.at(13))
+        let editBobs = try alice.d1.sign(.messageEdited, bobs.id, Payload.edit(chat: chat, text: "alice's words"), hlc: Scenario.at(14))
+        let deleteBobs = try alice.d1.sign(.messageDeleted, bobs.id, Payload.delete(chat: chat), hlc: Scenario.at(15))
+        let r = try s.replica()
+        try r.deliver(alice.bindings + bob.bindings + [create, held, editHeld, editBobs, deleteBobs])
+        func expectUnknown() throws {
+            for id in [editBobs.id, deleteBobs.id] { #expect(try r.projections.noEffect(id)?.code == "message_unknown") }
+            #expect(try r.projections.chat(chat).messages.map(\.body) == [fakeSealed("held 2")])
+        }
+        try expectUnknown()
+        let incremental = try r.digest()
+        // One object per slice and per part: the held message and the
+        // unknown one are folded in different slices.
+        try r.projections.rebuild(sliceSize: 1, part: 1)
+        #expect(try r.digest() == incremental)
+        try expectUnknown()
+        try r.deliver([bobs])
+        for id in [editBobs.id, deleteBobs.id] { #expect(try r.projections.noEffect(id)?.code == "not_author") }
+        #expect(try r.projections.chat(chat).messages.map(\.body) == [fakeSealed("held 2"), fakeSealed("bob's")])
+        let decided = try r.digest()
+        try r.projections.rebuild()
+        #expect(try r.digest() == decided)
+    }
+
     @Test func deviceBindingWithoutValidProofDoesNotBind() throws {
         let s = Scenario()
         let alice = try s.person(devices: 1)
