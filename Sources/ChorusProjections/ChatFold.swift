@@ -246,7 +246,16 @@ extension FoldRun {
         var entry = MessageEntry(device: sent.author, sent: sent.arrival)
         if let deleted {
             entry.deleted = deleted.hlc
-            if purging { try purgeContent(ofMessage: message, all) } else if bulk { deletedInBulk.messages.append(message) }
+            if purging {
+                try purgeContent(ofMessage: message, all)
+            } else if bulk {
+                // As `purgeContent`, from what the bulk fold holds: its send
+                // comes without its payload, which `content` says is held.
+                for f in all where f.kind.payloadIsPurgeable && (f.payload != nil || (f.id == sent.id && content.held)) {
+                    deletedInBulk.messagePurges.payloads.append(f.arrival)
+                }
+                if let attachment { deletedInBulk.messagePurges.blobs.append(attachment) }
+            }
         } else if content.held {
             if let edit { entry.edit = (edit.arrival, edit.hlc, edit.author) }
         } else {

@@ -99,19 +99,21 @@ struct FoldRun {
     /// The payloads and blobs this run decided to purge, carried out by the
     /// store once the fold is done (`Purges`).
     var purges = Purges()
-    /// The pictures and messages a bulk fold that does not purge found
-    /// deleted: final, since a bulk fold folds each object once with every
-    /// fact (§9.2), so the rebuild purges them at the end without scanning
-    /// the state for them.
+    /// The pictures a bulk fold that does not purge found deleted, and
+    /// what the deleted messages it folded leave to purge: final, since a
+    /// bulk fold folds each object once with every fact (§9.2), so the
+    /// rebuild purges them at the end without scanning the state for them.
     var deletedInBulk = DeletedObjects()
 
     struct DeletedObjects {
         var pictures: [ObjectID] = []
-        var messages: [EventID] = []
+        /// Decided from each message's facts in hand (`FoldRun.foldMessage`),
+        /// so the end of the rebuild need not read them again.
+        var messagePurges = Purges()
 
         mutating func absorb(_ other: DeletedObjects) {
             pictures += other.pictures
-            messages += other.messages
+            messagePurges.add(other.messagePurges)
         }
     }
 

@@ -285,7 +285,12 @@ public struct Projections: Sendable {
         }
         foldedMore(try alone.wait())
         if isCancelled?() == true { throw CancellationError() }
-        try log.env.write { txn in try purge(deletedPictures: deleted.pictures, messages: deleted.messages, in: txn) }
+        try log.env.write { txn in
+            var run = FoldRun(projections: self, txn: txn)
+            for picture in deleted.pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
+            run.purges.add(deleted.messagePurges)
+            try carryOut(run.purges, in: txn)
+        }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
         progress?(total, total)
     }

@@ -535,6 +535,47 @@ struct RuleTests {
         #expect(try r.digest() == decided)
     }
 
+    /// A rebuild purges what the state it folds holds deleted, where the
+    /// log still holds it: here a log written without its fold keeps the
+    /// payloads of a deleted message (its send, with an encrypted picture,
+    /// and its edit), of a deleted picture and their blobs. The live message
+    /// and the blob it shares with the deleted one stay.
+    @Test func aRebuildPurgesWhatTheLogStillHoldsOfDeletedContent() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let pic = try s.picture(alice.d1, at: 10, caption: "private")
+        let caption = try alice.d1.sign(.pictureCaptioned, pic.id, Payload.caption("very private"), hlc: Scenario.at(11))
+        let chat = s.rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(12))
+        let gone = [UInt8](repeating: 7, count: 40), shared = [UInt8](repeating: 9, count: 40)
+        let message = try alice.d1.sign(.messageSent, chat, Payload.message(text: "secret", attachment: gone), hlc: Scenario.at(13))
+        let edit = try alice.d1.sign(.messageEdited, message.id, Payload.edit(chat: chat, text: "secret 2"), hlc: Scenario.at(14))
+        let sharing = try alice.d1.sign(.messageSent, chat, Payload.message(text: "shares", attachment: shared), hlc: Scenario.at(15))
+        let live = try alice.d1.sign(.messageSent, chat, Payload.message(text: "kept", attachment: shared), hlc: Scenario.at(16))
+        let deletePic = try alice.d1.sign(.pictureDeleted, pic.id, [], hlc: Scenario.at(17))
+        let deleteMessage = try alice.d1.sign(.messageDeleted, message.id, Payload.delete(chat: chat), hlc: Scenario.at(18))
+        let deleteSharing = try alice.d1.sign(.messageDeleted, sharing.id, Payload.delete(chat: chat), hlc: Scenario.at(19))
+        let events = alice.bindings + [pic.event, caption, create, message, edit, sharing, live, deletePic, deleteMessage, deleteSharing]
+        let r = try s.replica()
+        // The log and blobs only: nothing folded, nothing purged.
+        try r.env.write { txn in
+            var context = try r.log.appendContext(in: txn, nowMillis: Replica.nowMillis, driftMillis: Replica.driftMillis)
+            for e in events { #expect(try r.log.append(e, in: txn, context: &context) != .duplicate) }
+            try r.log.finish(&context, in: txn)
+            for bytes in [s.blobs[pic.blob] ?? [], gone, shared] { try r.blobs.put(bytes, in: txn) }
+        }
+        let purged = [pic.event.id, caption.id, message.id, edit.id, sharing.id]
+        for id in purged { #expect(try r.log.event(id)?.event.payloadBytes != nil) }
+        // One object per slice and per part.
+        try r.projections.rebuild(sliceSize: 1, part: 1)
+        for id in purged { #expect(try r.log.event(id)?.event.payloadBytes == nil, "payload of \(id.short) survived the rebuild") }
+        #expect(try r.log.event(live.id)?.event.payloadBytes != nil)
+        #expect(try r.blobs.read(pic.blob) == nil)
+        #expect(try r.blobs.read(Blake2b.hash256(gone)) == nil)
+        #expect(try r.blobs.read(Blake2b.hash256(shared)) == shared)
+        #expect(try r.digest() == s.fold(events).digest())
+    }
+
     @Test func deviceBindingWithoutValidProofDoesNotBind() throws {
         let s = Scenario()
         let alice = try s.person(devices: 1)
