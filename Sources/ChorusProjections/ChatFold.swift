@@ -175,8 +175,11 @@ extension FoldRun {
     /// A message: it takes effect when its sender was a member at its HLC;
     /// edits and deletion by the sender; deletion final and purging
     /// (Specs/projections.md §6.6).
-    mutating func foldMessage(_ message: EventID) throws {
-        let (sentFact, edits, all) = try messageFacts(message)
+    ///
+    /// `held` is the send as a bulk fold's list gives it (§9.2): its fact,
+    /// without its payload, and what the fold reads of that payload.
+    mutating func foldMessage(_ message: EventID, held: (fact: Fact, content: SentContent)? = nil) throws {
+        let (sentFact, edits, all) = try messageFacts(message, sent: held?.fact)
         guard let sent = sentFact else {
             for f in edits {
                 try decide(f, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
@@ -185,7 +188,7 @@ extension FoldRun {
         }
         let chat = sent.object
         let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
-        let content = sentContents[message] ?? SentContent(payload: sent.payload)
+        let content = held?.content ?? SentContent(payload: sent.payload)
         let attachment = content.attachment
         // The entry this key holds now: a bulk fold (§9.2) writes each
         // message's entry once, and a send first stored in this

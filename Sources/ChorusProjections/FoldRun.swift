@@ -46,15 +46,10 @@ struct FoldRun {
     /// The arrival positions of the events this run files: a device whose
     /// binding changes need not read them back (`deviceChanged`).
     var newArrivals: Set<UInt64> = []
-    /// The `message.sent` events of this run's messages, by message id:
-    /// new ones as filed (not read back from the log), and those of a bulk
-    /// fold, as the rebuild's filing listed them. A message's send is not a
-    /// fact (§9.1).
+    /// The new `message.sent` events of this run's messages, by message
+    /// id, as filed (not read back from the log). A message's send is not
+    /// a fact (§9.1); a bulk fold hands each its send (`foldMessage(_:held:)`).
     var sentFacts: [EventID: Fact] = [:]
-    /// What a bulk fold's sends hold (`SentContent`): their facts in
-    /// `sentFacts` come from the filing's list, without their payloads,
-    /// which the log is not read again for (§9.2).
-    var sentContents: [EventID: SentContent] = [:]
     /// Arrival positions of sends known from the chat's message index, so
     /// re-folding a chat's messages reads each from the log directly.
     var sentArrivals: [EventID: UInt64] = [:]
@@ -337,12 +332,12 @@ struct FoldRun {
 
     /// A message's facts: its `message.sent` (nil when this node does not
     /// hold one under that id) and its edits and deletions in merge order.
-    /// The send is not filed as a fact: it comes from this run's new sends,
-    /// or from the log by the arrival position the chat's message index or
-    /// `ids` names.
-    func messageFacts(_ message: EventID) throws -> (sent: Fact?, edits: [Fact], all: [Fact]) {
+    /// The send is not filed as a fact: it is `given` (a bulk fold's), or
+    /// comes from this run's new sends, or from the log by the arrival
+    /// position the chat's message index or `ids` names.
+    func messageFacts(_ message: EventID, sent given: Fact? = nil) throws -> (sent: Fact?, edits: [Fact], all: [Fact]) {
         let edits = try bulkMessageEdits.map { $0[message] ?? [] } ?? facts(.message, message)
-        var sent = sentFacts[message]
+        var sent = given ?? sentFacts[message]
         if sent == nil, let stored = try p.sentEvent(message, at: sentArrivals[message], in: txn) { sent = Fact(stored) }
         return (sent, edits, (sent.map { [$0] } ?? []) + edits)
     }

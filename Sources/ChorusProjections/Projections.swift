@@ -629,9 +629,8 @@ public struct Projections: Sendable {
         // one is written (`pipelined`).
         let perSlice = max(1, sliceSize)
         let fold: @Sendable ([BulkSend]) throws -> MessageSlice = { slice in
-            MessageSlice(
-                messages: slice.count, edited: slice.compactMap { edits[$0.id] == nil ? nil : $0.id },
-                parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part))
+            let parts = try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part)
+            return MessageSlice(messages: slice.count, edited: parts.flatMap(\.editedMessages), parts: parts)
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
@@ -706,6 +705,9 @@ public struct Projections: Sendable {
         let decisions: [UInt64: [UInt8]]
         let counts: [ObjectID: Int]
         let deleted: FoldRun.DeletedObjects
+        /// The messages of a part of held messages that have edits or a
+        /// deletion, folded with them.
+        let editedMessages: [EventID]
 
         /// What `run`, which folded a part off the write transaction, decided.
         init(_ run: FoldRun) {
@@ -718,6 +720,7 @@ public struct Projections: Sendable {
             decisions = run.bufferedDecisions ?? [:]
             counts = run.messageCountDeltas
             deleted = run.deletedInBulk
+            editedMessages = run.bulkMessageEdits.map { Array($0.keys) } ?? []
         }
     }
 
@@ -779,22 +782,12 @@ public struct Projections: Sendable {
             let held = part.compactMap { send in edits[send.id].map { (send.id, $0) } }
             let preloaded = try PreloadedPayloads.load(
                 held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log, filed: payloads)
-            var sent: [EventID: Fact] = [:]
-            var contents: [EventID: SentContent] = [:]
-            sent.reserveCapacity(part.count)
-            contents.reserveCapacity(part.count)
-            for send in part {
-                sent[send.id] = send.fact
-                contents[send.id] = send.content
-            }
             var loaded: [EventID: [Fact]] = [:]
             for (message, entries) in held {
                 loaded[message] = try entries.map { try Fact.load(key: $0.key, value: $0.value, log: log, in: txn, preloaded: preloaded) }
             }
-            run.sentFacts = sent
-            run.sentContents = contents
             run.bulkMessageEdits = loaded
-            for send in part { try run.foldMessage(send.id) }
+            for send in part { try run.foldMessage(send.id, held: (send.fact, send.content)) }
         }
     }
 
