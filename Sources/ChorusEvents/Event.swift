@@ -476,12 +476,42 @@ extension Event {
 
     /// `decodeStored` of an envelope where the store holds it.
     public static func decodeStored(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Event {
+        try decodeStoredUnidentified(bytes).identified()
+    }
+
+    /// `decodeStored` but for the id, whose BLAKE2b hash of the header is
+    /// most of the cost of reading a stored event: a reader of the log in
+    /// arrival order takes it from the next event of the same feed (its
+    /// `prev`) where it has one (`LogStore.forEachTrusted`).
+    public static func decodeStoredUnidentified(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Unidentified {
         let parts = try storedParts(bytes)
         func copy(_ range: Range<Int>) -> [UInt8] { Array(UnsafeRawBufferPointer(rebasing: bytes[range])) }
         let headerBytes = copy(parts.header)
         guard parts.signature.count == 64 else { throw .malformedEnvelope("signature must be a 64-byte byte string") }
-        return Event(
+        return Unidentified(
             header: try EventHeader.decode(headerBytes), headerBytes: headerBytes, signature: copy(parts.signature),
             payloadBytes: parts.payload.map(copy))
+    }
+
+    /// A stored event decoded but for its id (`decodeStoredUnidentified`).
+    public struct Unidentified: Sendable {
+        /// The decoded header.
+        public let header: EventHeader
+        let headerBytes: [UInt8]
+        let signature: [UInt8]
+        let payloadBytes: [UInt8]?
+
+        /// The event, its id the hash of its header.
+        public func identified() -> Event {
+            Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes)
+        }
+
+        /// The event with the id `id`, which the caller knows to be the
+        /// hash of its header: the `prev` of the next event of its feed as
+        /// the store holds them, which the store checked against this one
+        /// when it appended that one.
+        public func identified(as id: EventID) -> Event {
+            Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes, id: id)
+        }
     }
 }

@@ -512,19 +512,33 @@ public struct LogStore: Sendable {
     /// the store holds it without re-checking its payload (`decodeTrusted`):
     /// a rebuild's filing, one part of the log per core, each in a read
     /// transaction of its own.
+    ///
+    /// An event's id is the BLAKE2b hash of its header, most of the cost of
+    /// reading it. Where the next stored event is the next event of the
+    /// same feed (a feed arrives in ranges, in order), its `prev` is that
+    /// id: `append` stores an event only if its `prev` is the stored head's
+    /// id (Specs/events.md §7.2), and no stored header ever changes. So
+    /// each event is handed on once the next one is read, with the id the
+    /// next one names, and hashed only where it names none.
     public func forEachTrusted(arrivals range: ClosedRange<UInt64>, _ body: (_ arrival: UInt64, _ event: Event) throws -> Void) throws {
         try env.read { txn in
+            var pending: (arrival: UInt64, event: Event.Unidentified)? = nil
             try txn.scanInPlace(envelopes, from: Self.encodeU64(range.lowerBound)) { key, value in
                 guard key.count == 8 else { throw LogError.corrupt("arrival position of \(key.count) bytes") }
                 let arrival = UInt64(bigEndian: key.loadUnaligned(as: UInt64.self))
                 guard arrival <= range.upperBound else { return false }
-                let event: Event
-                do { event = try Event.decodeStored(value) } catch {
+                let event: Event.Unidentified
+                do { event = try Event.decodeStoredUnidentified(value) } catch {
                     throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
                 }
-                try body(arrival, event)
+                if let (before, previous) = pending {
+                    let successor = event.header.author == previous.header.author && event.header.seq == previous.header.seq + 1
+                    try body(before, successor ? event.header.prev.map(previous.identified(as:)) ?? previous.identified() : previous.identified())
+                }
+                pending = (arrival, event)
                 return arrival < range.upperBound
             }
+            if let (last, event) = pending { try body(last, event.identified()) }
         }
     }
 

@@ -154,6 +154,44 @@ struct NodeTests {
     /// entry the last move ended with, going round at the end. After every
     /// commit each event is found by id, in whichever level lists it, and
     /// the audit finds the index whole.
+    /// A whole-log reader takes an event's id from the next event of its
+    /// feed where that follows it in the log (`forEachTrusted`), and hashes
+    /// the header elsewhere: every id it hands on is the event's own, for
+    /// feeds stored in runs, interleaved one by one, and cut by the ends of
+    /// the range read.
+    @Test func aWholeLogReaderHandsOnEveryEventWithItsOwnID() throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        try FileManager.default.createDirectory(atPath: tmp.store("ids"), withIntermediateDirectories: true)
+        let env = try Environment(path: tmp.store("ids"))
+        let log = try LogStore(env: env)
+        var feeds = [FeedWriter(seedByte: 1), FeedWriter(seedByte: 2), FeedWriter(seedByte: 3)]
+        var order: [Event] = []
+        for run in 0..<12 {
+            // A run of one feed, then the feeds one event each.
+            for _ in 0..<(1 + run % 4) { order.append(feeds[run % 3].next("run \(run)")) }
+            for f in feeds.indices { order.append(feeds[f].next("turn \(run).\(f)")) }
+        }
+        try env.write { txn in
+            var context = try log.appendContext(in: txn, nowMillis: 1_800_000_000_000, driftMillis: 60_000)
+            for e in order {
+                guard case .accepted = try log.append(e, in: txn, context: &context) else { throw TestFailure("not accepted") }
+            }
+            try log.finish(&context, in: txn)
+        }
+        let count = UInt64(order.count)
+        for range in [1...count, 2...(count - 1), 5...5, 7...8] {
+            var seen: [UInt64] = []
+            try log.forEachTrusted(arrivals: range) { arrival, event in
+                seen.append(arrival)
+                let expected = order[Int(arrival) - 1]
+                #expect(event.id == expected.id && event.id == Event.computeID(headerBytes: event.headerBytes))
+                #expect(event.headerBytes == expected.headerBytes && event.payloadBytes == expected.payloadBytes)
+            }
+            #expect(seen == Array(range))
+        }
+    }
+
     @Test func theIDIndexMovesItsRecentLevelIntoTheMainOneARangeAtATime() throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
