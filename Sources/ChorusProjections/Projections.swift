@@ -205,8 +205,11 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
+        // Filing slices of 100,000 events by default: the last one's parts,
+        // which end unevenly while nothing else runs, stay short (200,000
+        // left a core idle for longer at the end of the filing).
         let (sends, payloads) = try fileInBulk(
-            sliceSize: sliceSize * 10, budget: filingBudget, sendsBudget: sendsBudget, payloadsBudget: payloadsBudget,
+            sliceSize: sliceSize * 5, budget: filingBudget, sendsBudget: sendsBudget, payloadsBudget: payloadsBudget,
             part: part ?? 4_096, isCancelled: isCancelled
         ) { filed in
             progress?(filingShare * filed / max(1, total), total)
