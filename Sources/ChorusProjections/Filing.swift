@@ -89,6 +89,18 @@ struct SortedEntries: Sendable {
         }
     }
 
+    /// The index of the first entry (after `sort()`) whose key starts with
+    /// a byte of at least `byte`.
+    func firstIndex(startingWithAtLeast byte: UInt8) -> Int {
+        // A record's `head` holds its first key bytes big-endian.
+        var (low, high) = (0, records.count)
+        while low < high {
+            let mid = (low + high) / 2
+            if records[mid].head >> 56 < UInt64(byte) { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
     /// The first key, after `sort()`.
     var firstKey: [UInt8]? {
         guard let r = records.first else { return nil }

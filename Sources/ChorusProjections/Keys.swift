@@ -321,7 +321,7 @@ struct FiledPayloads: Sendable {
 
 /// Key prefixes of the `state` database: every projected table lives in it,
 /// so the projection digest is one hash over one database
-/// (Specs/projections.md §4 lists every table and its encoding).
+/// (Specs/projections.md §5 lists every table and its encoding).
 enum Table: UInt8 {
     case device = 0x10  // device -> binding
     case userDevice = 0x11  // user || device -> ()
@@ -336,7 +336,7 @@ enum Table: UInt8 {
     case chat = 0x50  // chat -> chat record
     case member = 0x51  // chat || user -> membership intervals
     case userChat = 0x52  // user || chat -> () (current members)
-    case message = 0x53  // chat || hlc || message -> message record
+    case message = 0xFE  // chat || hlc || message -> message entry; 0x53 in §5 and the digest (`stateOrder`)
     case read = 0x54  // chat || user -> read marker
     case messageCount = 0x55  // chat -> u64 number of effective messages
     case epoch = 0x56  // chat || epoch id -> [start hlc, introducing event id]
@@ -349,6 +349,27 @@ enum Table: UInt8 {
     case noEffect = 0x7F  // event id -> [code, detail]; stored under u64 arrival (§9.1)
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
+
+    /// The table byte Specs/projections.md §5 and the digest (§8) give
+    /// `message` entries. They are stored under `message` (0xFE), after
+    /// every other table, so a rebuild writes them, in key order, as LMDB
+    /// appends (pages filled, never split; §9.1, §9.2).
+    static let messageInState: UInt8 = 0x53
+
+    /// The stored key ranges of `state` in the order of §5's keys, each
+    /// as [first byte, first byte past it): `message` entries, stored
+    /// last, come where §5 puts them.
+    static let stateOrder: [(from: UInt16, to: UInt16)] = [
+        (0, UInt16(messageInState) + 1), (UInt16(Table.message.rawValue), 0x100), (UInt16(messageInState) + 1, UInt16(Table.message.rawValue)),
+    ]
+
+    /// `key` (stored) as §5 gives it.
+    static func stateKey(_ key: [UInt8]) -> [UInt8] {
+        guard key.first == Table.message.rawValue else { return key }
+        var logical = key
+        logical[0] = messageInState
+        return logical
+    }
 }
 
 /// A piece of a `state` or `index` key, appended in place: a key is built

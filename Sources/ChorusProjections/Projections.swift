@@ -637,7 +637,7 @@ public struct Projections: Sendable {
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
-            try write(slice.parts, deleted: &deleted)
+            try write(slice.parts, deleted: &deleted, appendMessages: true)
             var editFacts = 0
             for message in slice.edited { editFacts += rawEdits.removeValue(forKey: message)?.count ?? 0 }
             folded(slice.messages + editFacts)
@@ -729,12 +729,17 @@ public struct Projections: Sendable {
 
     /// Writes, in one write transaction, what the parts of a slice folded
     /// off it decided. The parts hold consecutive objects in key order, so
-    /// their entries are written nearly in key order.
-    func write(_ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects) throws {
+    /// their entries are written nearly in key order. With
+    /// `appendMessages` (a bulk rebuild's held messages, folded in the
+    /// order of their keys, §9.2), the `message` entries, stored after
+    /// every other table, are written as LMDB appends.
+    func write(_ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects, appendMessages: Bool = false) throws {
         try log.env.write { txn in
             var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
             for part in parts {
-                try part.state.write(0..<part.state.count, to: state, in: txn, append: false)
+                let messages = part.state.firstIndex(startingWithAtLeast: Table.message.rawValue)
+                try part.state.write(0..<messages, to: state, in: txn, append: false)
+                try part.state.write(messages..<part.state.count, to: state, in: txn, append: appendMessages)
                 try part.index.write(0..<part.index.count, to: index, in: txn, append: false)
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
@@ -1004,8 +1009,9 @@ public struct Projections: Sendable {
     /// are stored under the event's arrival position, not its id (§9.1).
     /// 14: a `message` entry leaves out the sender, read from the device's
     /// binding (§9.1). 15: an `edge` entry holds its live adds' arrival
-    /// positions, not their ids (§9.1).
-    public static let formatVersion: UInt64 = 15
+    /// positions, not their ids (§9.1). 16: `message` entries are stored
+    /// under the table byte 0xFE, after every other table (§9.1).
+    public static let formatVersion: UInt64 = 16
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -1091,8 +1097,7 @@ public struct Projections: Sendable {
         try pipelined(from: [UInt8]?.none, ahead: readers.count) { after -> (plan: Batch, next: [UInt8]??)? in
             var entries: [(key: [UInt8], value: [UInt8])] = []
             entries.reserveCapacity(batch)
-            // The key right after `after`: it with a zero byte appended.
-            try walker.scan(state, from: after.map { $0 + [0] }) { key, value in
+            try scanStateInOrder(walker, after: after) { key, value in
                 entries.append((key, value))
                 return entries.count < batch
             }
@@ -1229,12 +1234,36 @@ public struct Projections: Sendable {
         // other table (`noEffect` is the last).
         var noEffects: [(key: [UInt8], value: [UInt8])] = []
         try stateEntries(in: txn, noEffects: &noEffects, body) { entry in
-            try txn.scanInPlace(state) { key, value in
-                try entry(Array(key), Array(value))
+            try scanStateInOrder(txn, after: nil) { key, value in
+                try entry(key, value)
                 return true
             }
         }
         try Self.sortedNoEffects(noEffects, body)
+    }
+
+    /// Scans the stored `state` in `txn` in the order of §5's keys
+    /// (`Table.stateOrder`: the `message` entries, stored last, where §5
+    /// puts them), from after the stored key `after` (from the first:
+    /// nil), while `body` returns true.
+    func scanStateInOrder(_ txn: Transaction, after: [UInt8]?, _ body: ([UInt8], [UInt8]) throws -> Bool) throws {
+        let ranges = Table.stateOrder
+        var i = 0
+        if let first = after?.first {
+            i = ranges.firstIndex { UInt16(first) >= $0.from && UInt16(first) < $0.to } ?? ranges.count
+        }
+        var going = true
+        var resume = after.map { $0 + [0] }  // the key right after `after`
+        while going, i < ranges.count {
+            let range = ranges[i]
+            try txn.scanInPlace(state, from: resume ?? [UInt8(range.from)]) { key, value in
+                guard let first = key.first, UInt16(first) < range.to else { return false }
+                going = try body(Array(key), Array(value))
+                return going
+            }
+            resume = nil
+            i += 1
+        }
     }
 
     /// The entries of §5 that `entries` (stored entries of `state`, in key
@@ -1268,7 +1297,7 @@ public struct Projections: Sendable {
                 let records = parallelMap(pending, chunk: 64) { m in
                     Result { try m.entry.record(hlc: m.hlc, sender: m.sender, payloads: m.payloads).encoded() }
                 }
-                for (m, record) in zip(pending, records) { try body(m.key, try record.get()) }
+                for (m, record) in zip(pending, records) { try body(Table.stateKey(m.key), try record.get()) }
                 pending.removeAll(keepingCapacity: true)
             }
             try walk { key, value in

@@ -255,7 +255,8 @@ struct RuleTests {
             #expect(single?.sender.raw == bob.key && single?.device.raw == bob.d1.publicKey)
             let env = r.projections.log.env
             let state = try env.openDatabase("state")
-            let stored = try env.read { txn in try txn.get(state, [0x53] + chat.bytes + bigEndian(message.hlc.rawValue) + message.id.bytes) }
+            // Stored under 0xFE, after every other table (Specs/projections.md §9.1).
+            let stored = try env.read { txn in try txn.get(state, [0xFE] + chat.bytes + bigEndian(message.hlc.rawValue) + message.id.bytes) }
             #expect(stored?.count == 41)
             #expect(stored.map { !$0.contains(bob.key.bytes) } == true)
         }
