@@ -331,12 +331,12 @@ enum Table: UInt8 {
     case gallery = 0x31  // owner || position (64, zero padded) || picture -> ()
     case picturesByTime = 0x33  // owner || created hlc || picture -> ()
     case blobRef = 0x35  // blob hash || picture -> ()
-    case edge = 0x40  // class || target || actor user -> live add ids; stored as their u64 arrivals (§9.1)
+    case edge = 0xFD  // class || target || actor user -> live add ids; stored as their u64 arrivals; 0x40 in §5 (`storedLast`)
     case edgeOut = 0x41  // class || actor user || target -> ()
     case chat = 0x50  // chat -> chat record
     case member = 0x51  // chat || user -> membership intervals
     case userChat = 0x52  // user || chat -> () (current members)
-    case message = 0xFE  // chat || hlc || message -> message entry; 0x53 in §5 and the digest (`stateOrder`)
+    case message = 0xFE  // chat || hlc || message -> message entry; 0x53 in §5 (`storedLast`)
     case read = 0x54  // chat || user -> read marker
     case messageCount = 0x55  // chat -> u64 number of effective messages
     case epoch = 0x56  // chat || epoch id -> [start hlc, introducing event id]
@@ -350,25 +350,34 @@ enum Table: UInt8 {
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 
-    /// The table byte Specs/projections.md §5 and the digest (§8) give
-    /// `message` entries. They are stored under `message` (0xFE), after
-    /// every other table, so a rebuild writes them, in key order, as LMDB
-    /// appends (pages filled, never split; §9.1, §9.2).
-    static let messageInState: UInt8 = 0x53
+    /// Tables stored under another byte than the one Specs/projections.md
+    /// §5 and the digest (§8) give them, (stored, §5), in the order of
+    /// both: after every other table and in the order a rebuild folds
+    /// them, so it writes each, in key order, as LMDB appends (pages filled,
+    /// never split; §9.1, §9.2).
+    static let storedLast: [(stored: UInt8, inState: UInt8)] = [(Table.edge.rawValue, 0x40), (Table.message.rawValue, 0x53)]
 
     /// The stored key ranges of `state` in the order of §5's keys, each
-    /// as [first byte, first byte past it): `message` entries, stored
-    /// last, come where §5 puts them.
-    static let stateOrder: [(from: UInt16, to: UInt16)] = [
-        (0, UInt16(messageInState) + 1), (UInt16(Table.message.rawValue), 0x100), (UInt16(messageInState) + 1, UInt16(Table.message.rawValue)),
-    ]
+    /// as [first byte, first byte past it): the tables stored last come
+    /// where §5 puts them.
+    static let stateOrder: [(from: UInt16, to: UInt16)] = {
+        var ranges: [(from: UInt16, to: UInt16)] = []
+        var start: UInt16 = 0
+        for (stored, inState) in storedLast {
+            ranges += [(start, UInt16(inState)), (UInt16(stored), UInt16(stored) + 1)]
+            start = UInt16(inState) + 1
+        }
+        return ranges + [(start, UInt16(storedLast.first?.stored ?? 0xFF))]
+    }()
 
     /// `key` (stored) as §5 gives it.
     static func stateKey(_ key: [UInt8]) -> [UInt8] {
-        guard key.first == Table.message.rawValue else { return key }
-        var logical = key
-        logical[0] = messageInState
-        return logical
+        guard let first = key.first, first >= storedLast[0].stored, let moved = storedLast.first(where: { $0.stored == first }) else {
+            return key
+        }
+        var inState = key
+        inState[0] = moved.inState
+        return inState
     }
 }
 

@@ -253,7 +253,7 @@ public struct Projections: Sendable {
             } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
                 if let parts = slice.folded {
-                    try write(parts, deleted: &deleted)
+                    try write(parts, deleted: &deleted, appendStoredLast: true)
                 } else {
                     deleted.absorb(try foldInWriteTransaction(slice))
                 }
@@ -637,7 +637,7 @@ public struct Projections: Sendable {
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
-            try write(slice.parts, deleted: &deleted, appendMessages: true)
+            try write(slice.parts, deleted: &deleted, appendStoredLast: true)
             var editFacts = 0
             for message in slice.edited { editFacts += rawEdits.removeValue(forKey: message)?.count ?? 0 }
             folded(slice.messages + editFacts)
@@ -730,16 +730,17 @@ public struct Projections: Sendable {
     /// Writes, in one write transaction, what the parts of a slice folded
     /// off it decided. The parts hold consecutive objects in key order, so
     /// their entries are written nearly in key order. With
-    /// `appendMessages` (a bulk rebuild's held messages, folded in the
-    /// order of their keys, §9.2), the `message` entries, stored after
-    /// every other table, are written as LMDB appends.
-    func write(_ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects, appendMessages: Bool = false) throws {
+    /// `appendStoredLast` (a bulk rebuild's, which folds the tables stored
+    /// after every other, `Table.storedLast`, in their order and each in
+    /// key order, §9.2), the entries of those tables are written as LMDB
+    /// appends.
+    func write(_ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects, appendStoredLast: Bool = false) throws {
         try log.env.write { txn in
             var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
             for part in parts {
-                let messages = part.state.firstIndex(startingWithAtLeast: Table.message.rawValue)
-                try part.state.write(0..<messages, to: state, in: txn, append: false)
-                try part.state.write(messages..<part.state.count, to: state, in: txn, append: appendMessages)
+                let last = part.state.firstIndex(startingWithAtLeast: Table.storedLast[0].stored)
+                try part.state.write(0..<last, to: state, in: txn, append: false)
+                try part.state.write(last..<part.state.count, to: state, in: txn, append: appendStoredLast)
                 try part.index.write(0..<part.index.count, to: index, in: txn, append: false)
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
@@ -1010,8 +1011,9 @@ public struct Projections: Sendable {
     /// 14: a `message` entry leaves out the sender, read from the device's
     /// binding (§9.1). 15: an `edge` entry holds its live adds' arrival
     /// positions, not their ids (§9.1). 16: `message` entries are stored
-    /// under the table byte 0xFE, after every other table (§9.1).
-    public static let formatVersion: UInt64 = 16
+    /// under the table byte 0xFE, after every other table (§9.1). 17: and
+    /// `edge` entries under 0xFD (§9.1).
+    public static let formatVersion: UInt64 = 17
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -1316,7 +1318,7 @@ public struct Projections: Sendable {
                     if pending.count == 4096 { try flush() }
                 } else if key.first == Table.edge.rawValue {
                     try flush()
-                    try body(key, try edgeAddIDs(value, in: txn).flatMap(\.bytes))
+                    try body(Table.stateKey(key), try edgeAddIDs(value, in: txn).flatMap(\.bytes))
                 } else if key.first == Table.noEffect.rawValue {
                     noEffects.append((Table.noEffect.key(try noEffectEvent(key, in: txn)), value))
                 } else {
