@@ -70,6 +70,15 @@ final class Scenario {
         return (alice, bob, chat, create, add, message)
     }
 
+    /// Alice creates a chat (at 10) with Bob as a member, each with one device.
+    func aliceCreatesAChatWithBob() throws -> (alice: Person, bob: Person, chat: ObjectID, create: Event) {
+        let alice = try person(devices: 1)
+        let bob = try person(devices: 1)
+        let chat = rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: Self.at(10))
+        return (alice, bob, chat, create)
+    }
+
     /// Alice (two devices) follows Bob (one) from each device, at times 10 and 20.
     func aliceFollowsBobFromBothDevices() throws -> (alice: Person, bob: Person, follow1: Event, follow2: Event) {
         let alice = try person()
@@ -206,10 +215,7 @@ struct RuleTests {
 
     @Test func messageFromMemberRemovedBeforeSendingTakesNoEffect() throws {
         let s = Scenario()
-        let alice = try s.person(devices: 1)
-        let bob = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
-        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: Scenario.at(10))
+        let (alice, bob, chat, create) = try s.aliceCreatesAChatWithBob()
         let before = try bob.d1.sign(.messageSent, chat, Payload.message(text: "still here"), hlc: Scenario.at(15))
         let remove = try alice.d1.sign(.chatMemberRemoved, chat, Payload.member(bob.key), hlc: Scenario.at(20))
         let after = try bob.d1.sign(.messageSent, chat, Payload.message(text: "am I?"), hlc: Scenario.at(25))
@@ -510,10 +516,7 @@ struct RuleTests {
     /// its sender edits or deletes it).
     @Test func editsOfAMessageNotHeldTakeNoEffectUntilItsSendArrives() throws {
         let s = Scenario()
-        let alice = try s.person(devices: 1)
-        let bob = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
-        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: Scenario.at(10))
+        let (alice, bob, chat, create) = try s.aliceCreatesAChatWithBob()
         let held = try alice.d1.sign(.messageSent, chat, Payload.message(text: "held"), hlc: Scenario.at(11))
         let bobs = try bob.d1.sign(.messageSent, chat, Payload.message(text: "bob's"), hlc: Scenario.at(12))
         let editHeld = try alice.d1.sign(.messageEdited, held.id, Payload.edit(chat: chat, text: "held 2"), hlc: Scenario.at(13))
