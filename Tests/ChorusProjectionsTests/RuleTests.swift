@@ -70,6 +70,19 @@ final class Scenario {
         return (alice, bob, chat, create, add, message)
     }
 
+    /// Alice (one device) posts a picture (at 10), captions it (at 11) and
+    /// creates a chat of her own (at 12).
+    func alicesCaptionedPictureAndChat() throws -> (
+        alice: Person, pic: (id: ObjectID, event: Event, blob: Hash32), caption: Event, chat: ObjectID, create: Event
+    ) {
+        let alice = try person(devices: 1)
+        let pic = try picture(alice.d1, at: 10, caption: "private")
+        let caption = try alice.d1.sign(.pictureCaptioned, pic.id, Payload.caption("very private"), hlc: Self.at(11))
+        let chat = rng.bytes32()
+        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Self.at(12))
+        return (alice, pic, caption, chat, create)
+    }
+
     /// Alice creates a chat (at 10) with Bob as a member, each with one device.
     func aliceCreatesAChatWithBob() throws -> (alice: Person, bob: Person, chat: ObjectID, create: Event) {
         let alice = try person(devices: 1)
@@ -482,11 +495,7 @@ struct RuleTests {
 
     @Test func deletionPurgesPayloadsAndBlob() throws {
         let s = Scenario()
-        let alice = try s.person(devices: 1)
-        let pic = try s.picture(alice.d1, at: 10, caption: "private")
-        let caption = try alice.d1.sign(.pictureCaptioned, pic.id, Payload.caption("very private"), hlc: Scenario.at(11))
-        let chat = s.rng.bytes32()
-        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(12))
+        let (alice, pic, caption, chat, create) = try s.alicesCaptionedPictureAndChat()
         let message = try alice.d1.sign(.messageSent, chat, Payload.message(text: "secret"), hlc: Scenario.at(13))
         let edit = try alice.d1.sign(.messageEdited, message.id, Payload.edit(chat: chat, text: "secret 2"), hlc: Scenario.at(14))
         let deletePic = try alice.d1.sign(.pictureDeleted, pic.id, [], hlc: Scenario.at(15))
@@ -550,11 +559,7 @@ struct RuleTests {
     /// and the blob it shares with the deleted one stay.
     @Test func aRebuildPurgesWhatTheLogStillHoldsOfDeletedContent() throws {
         let s = Scenario()
-        let alice = try s.person(devices: 1)
-        let pic = try s.picture(alice.d1, at: 10, caption: "private")
-        let caption = try alice.d1.sign(.pictureCaptioned, pic.id, Payload.caption("very private"), hlc: Scenario.at(11))
-        let chat = s.rng.bytes32()
-        let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(12))
+        let (alice, pic, caption, chat, create) = try s.alicesCaptionedPictureAndChat()
         let gone = [UInt8](repeating: 7, count: 40), shared = [UInt8](repeating: 9, count: 40)
         let message = try alice.d1.sign(.messageSent, chat, Payload.message(text: "secret", attachment: gone), hlc: Scenario.at(13))
         let edit = try alice.d1.sign(.messageEdited, message.id, Payload.edit(chat: chat, text: "secret 2"), hlc: Scenario.at(14))
