@@ -289,10 +289,7 @@ public struct Projections: Sendable {
         foldedMore(try alone.wait())
         if isCancelled?() == true { throw CancellationError() }
         try log.env.write { txn in
-            var run = FoldRun(projections: self, txn: txn)
-            for picture in deleted.pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
-            run.purges.add(deleted.messagePurges)
-            try carryOut(run.purges, in: txn)
+            try purge(deletedPictures: deleted.pictures, messages: [], decided: deleted.messagePurges, in: txn)
         }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
         progress?(total, total)
@@ -632,14 +629,13 @@ public struct Projections: Sendable {
         // one is written (`pipelined`).
         let perSlice = max(1, sliceSize)
         let fold: @Sendable ([BulkSend]) throws -> MessageSlice = { slice in
-            let parts = try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part)
-            return MessageSlice(messages: slice.count, edited: parts.flatMap(\.editedMessages), parts: parts)
+            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part))
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
             try write(slice.parts, deleted: &deleted, appendStoredLast: true)
             var editFacts = 0
-            for message in slice.edited { editFacts += rawEdits.removeValue(forKey: message)?.count ?? 0 }
+            for message in slice.parts.flatMap(\.editedMessages) { editFacts += rawEdits.removeValue(forKey: message)?.count ?? 0 }
             folded(slice.messages + editFacts)
         }
         switch sends {
@@ -693,8 +689,6 @@ public struct Projections: Sendable {
     /// many, and what the folds of its parts decided.
     struct MessageSlice: Sendable {
         let messages: Int
-        /// Those with edits or a deletion.
-        let edited: [EventID]
         let parts: [FoldedPart]
     }
 
@@ -977,11 +971,13 @@ public struct Projections: Sendable {
         try purge(deletedPictures: pictures, messages: messages, in: txn)
     }
 
-    /// Purges the payloads (and unused blobs) of these deleted pictures and messages.
-    func purge(deletedPictures pictures: [ObjectID], messages: [EventID], in txn: Transaction) throws {
+    /// Purges the payloads (and unused blobs) of these deleted pictures and
+    /// messages, and what a bulk fold already `decided` to purge.
+    func purge(deletedPictures pictures: [ObjectID], messages: [EventID], decided: Purges = Purges(), in txn: Transaction) throws {
         var run = FoldRun(projections: self, txn: txn)
         for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
         for message in messages { try run.purgeContent(ofMessage: message, try run.messageFacts(message).all) }
+        run.purges.add(decided)
         try carryOut(run.purges, in: txn)
     }
 
