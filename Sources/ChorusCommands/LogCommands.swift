@@ -84,41 +84,35 @@ struct Export: AsyncParsableCommand {
     func run() async throws {
         let node = try await store.open(readOnly: true)
         let fileFormat: EventFileFormat = format == .cbor ? .cbor : .jsonl
-        // Written page by page (bounded memory), into a temporary file that
-        // is renamed over the target at the end: a failed export leaves no
-        // half-written file. Owner-only, as the store is (Specs/storage.md
-        // §1): beyond public events it holds who talks to whom and when.
-        let target = Console.path(file)
-        let temporary = file == "-" ? nil : target + ".partial-" + UUID().uuidString
-        let handle: FileHandle?
-        if let temporary {
-            do { handle = try OwnerOnlyFile.create(temporary) } catch {
-                let reason = if case .cannotCreate(_, let why) = error { why } else { "\(error)" }
-                throw CommandFailure(message: "cannot write \(file): \(reason); check the directory exists and is writable")
-            }
-        } else {
-            handle = nil  // standard output
-        }
         var count = 0
         var bytes = 0
-        var since: UInt64 = 0
-        do {
+        /// Every event, page by page (bounded memory).
+        func exportPages(_ write: ([UInt8]) throws -> Void) throws {
+            var since: UInt64 = 0
             while true {
                 let page = try node.arrivals(since: since, limit: 4096)
                 guard let last = page.last else { break }
                 var out: [UInt8] = []
                 for stored in page { EventFile.append(stored, format: fileFormat, to: &out) }
-                if let handle { try handle.write(contentsOf: out) } else { Console.write(Data(out)) }
+                try write(out)
                 bytes += out.count
                 count += page.count
                 since = last.arrival
             }
-            if let temporary, let handle {
-                try handle.close()
-                guard rename(temporary, target) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        }
+        do {
+            if file == "-" {
+                try exportPages { Console.write(Data($0)) }
+            } else {
+                // Into a file beside the target, renamed over it at the end:
+                // a failed export leaves no half-written file. Owner-only, as
+                // the store is (Specs/storage.md §1): beyond public events it
+                // holds who talks to whom and when.
+                try OwnerOnlyFile.replace(Console.path(file)) { handle in try exportPages { try handle.write(contentsOf: $0) } }
             }
+        } catch OwnerOnlyFileError.cannotCreate(_, let reason) {
+            throw CommandFailure(message: "cannot write \(file): \(reason); check the directory exists and is writable")
         } catch {
-            if let temporary { try? FileManager.default.removeItem(atPath: temporary) }
             throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
         }
         await release(node)

@@ -533,7 +533,8 @@ public struct LogStore: Sendable {
                 }
                 if let (before, previous) = pending {
                     let successor = event.header.author == previous.header.author && event.header.seq == previous.header.seq + 1
-                    try body(before, successor ? event.header.prev.map(previous.identified(as:)) ?? previous.identified() : previous.identified())
+                    let named = successor ? event.header.prev : nil
+                    try body(before, named.map(previous.identified(as:)) ?? previous.identified())
                 }
                 pending = (arrival, event)
                 return arrival < range.upperBound

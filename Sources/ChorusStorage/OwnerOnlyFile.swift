@@ -46,12 +46,29 @@ public enum OwnerOnlyFile {
     public static func replace(
         _ path: String, with contents: some DataProtocol, durable: Bool = false
     ) throws(OwnerOnlyFileError) {
+        do { try replace(path, durable: durable) { try $0.write(contentsOf: contents) } } catch let error as OwnerOnlyFileError {
+            throw error
+        } catch {
+            throw .cannotCreate(path, error.localizedDescription)
+        }
+    }
+
+    /// `replace(_:with:durable:)` for contents written a piece at a time
+    /// (an export of a whole store, in bounded memory): `write` writes them
+    /// to the file beside `path`, which is renamed over `path` once it
+    /// returns. If it throws, the file beside is removed and `path` left as
+    /// it was; its error is rethrown.
+    public static func replace(_ path: String, durable: Bool = false, writing write: (FileHandle) throws -> Void) throws {
         let partial = path + ".partial-" + UUID().uuidString
-        try write(contents, to: partial, durable: durable)
-        guard rename(partial, path) == 0 else {
-            let code = errno
+        let handle = try create(partial)
+        do {
+            try write(handle)
+            if durable { try handle.synchronize() }
+            try handle.close()
+            guard rename(partial, path) == 0 else { throw OwnerOnlyFileError.cannotCreate(path, String(cString: strerror(errno))) }
+        } catch {
             try? FileManager.default.removeItem(atPath: partial)
-            throw .cannotCreate(path, String(cString: strerror(code)))
+            throw error
         }
     }
 }
