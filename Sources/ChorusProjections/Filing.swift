@@ -101,6 +101,18 @@ struct SortedEntries: Sendable {
         return low
     }
 
+    /// Entries `range` (after `sort()`), in a buffer of their own.
+    func copy(_ range: Range<Int>) -> SortedEntries {
+        var out = SortedEntries()
+        out.records.reserveCapacity(range.count)
+        for r in records[range] {
+            let length = Int(r.keyCount) + Int(r.valueCount)
+            out.records.append(Record(offset: out.bytes.count, keyCount: r.keyCount, valueCount: r.valueCount, head: r.head))
+            out.bytes += bytes[r.offset..<(r.offset + length)]
+        }
+        return out
+    }
+
     /// The first key, after `sort()`.
     var firstKey: [UInt8]? {
         guard let r = records.first else { return nil }

@@ -370,6 +370,12 @@ struct FoldRun {
     /// whether anything changed.
     @discardableResult
     mutating func replace(prefix: [UInt8], with entries: [StateKey: [UInt8]]) throws -> Bool {
+        if bulk {
+            // A bulk fold folds each object once, from empty state (§9.2):
+            // there is nothing under `prefix` to read, compare or delete.
+            for (k, v) in entries { try putState(k.bytes, v) }
+            return !entries.isEmpty
+        }
         var existing: [StateKey: [UInt8]] = [:]
         try txn.scan(p.state, prefix: prefix) { k, v in
             existing[StateKey(k)] = v

@@ -101,13 +101,14 @@ extension Projections {
         try log.env.read { txn in try txn.get(state, Table.ledger.key(order)).map(LedgerEntry.decode) }
     }
 
-    /// A readable name for a state key: the table and its key parts.
+    /// A readable name for a state key, as §5 of Specs/projections.md
+    /// gives it or as stored (§9.1): the table and its key parts.
     public static func describe(key: [UInt8]) -> String {
         guard let first = key.first else { return "(empty key)" }
         let rest = Array(key.dropFirst())
         func hex(_ r: Range<Int>) -> String { r.upperBound <= rest.count ? Hex.encode(rest[r]) : Hex.encode(rest) }
         func tail(_ from: Int) -> String { from < rest.count ? Hex.encode(rest[from...]) : "" }
-        switch Table(rawValue: first) {
+        switch Table(keyByte: first) {
         case .device: return "device \(hex(0..<32))"
         case .userDevice: return "user \(hex(0..<32)) device \(hex(32..<64))"
         case .profile: return "profile \(hex(0..<32)) field \(String(decoding: rest.dropFirst(32), as: UTF8.self))"

@@ -331,8 +331,8 @@ enum Table: UInt8 {
     case gallery = 0x31  // owner || position (64, zero padded) || picture -> ()
     case picturesByTime = 0x33  // owner || created hlc || picture -> ()
     case blobRef = 0x35  // blob hash || picture -> ()
-    case edge = 0xFD  // class || target || actor user -> live add ids; stored as their u64 arrivals; 0x40 in §5 (`storedLast`)
-    case edgeOut = 0x41  // class || actor user || target -> ()
+    case edge = 0xFC  // class || target || actor user -> live add ids; stored as their u64 arrivals; 0x40 in §5 (`storedLast`)
+    case edgeOut = 0xFD  // class || actor user || target -> (); 0x41 in §5 (`storedLast`)
     case chat = 0x50  // chat -> chat record
     case member = 0x51  // chat || user -> membership intervals
     case userChat = 0x52  // user || chat -> () (current members)
@@ -355,7 +355,16 @@ enum Table: UInt8 {
     /// both: after every other table and in the order a rebuild folds
     /// them, so it writes each, in key order, as LMDB appends (pages filled,
     /// never split; §9.1, §9.2).
-    static let storedLast: [(stored: UInt8, inState: UInt8)] = [(Table.edge.rawValue, 0x40), (Table.message.rawValue, 0x53)]
+    static let storedLast: [(stored: UInt8, inState: UInt8)] = [
+        (Table.edge.rawValue, 0x40), (Table.edgeOut.rawValue, 0x41), (Table.message.rawValue, 0x53),
+    ]
+
+    /// The tables stored last whose entries a rebuild's folds do not make
+    /// in key order (an `edgeOut` key starts with the actor, the fold goes
+    /// by target): the rebuild holds them, sorted, until the classes that
+    /// write them are folded, and then appends them (§9.2). As [first
+    /// byte, first byte past it).
+    static let appendedAfterTheirClasses: Range<UInt8> = Table.edgeOut.rawValue..<(Table.edgeOut.rawValue + 1)
 
     /// The stored key ranges of `state` in the order of §5's keys, each
     /// as [first byte, first byte past it): the tables stored last come
@@ -367,8 +376,17 @@ enum Table: UInt8 {
             ranges += [(start, UInt16(inState)), (UInt16(stored), UInt16(stored) + 1)]
             start = UInt16(inState) + 1
         }
-        return ranges + [(start, UInt16(storedLast.first?.stored ?? 0xFF))]
+        return (ranges + [(start, UInt16(storedLast.first?.stored ?? 0xFF))]).filter { $0.from < $0.to }
     }()
+
+    /// The table of a key of §5 (`inState`) or of a stored one.
+    init?(keyByte byte: UInt8) {
+        if let moved = Self.storedLast.first(where: { $0.inState == byte }) {
+            self.init(rawValue: moved.stored)
+        } else {
+            self.init(rawValue: byte)
+        }
+    }
 
     /// `key` (stored) as §5 gives it.
     static func stateKey(_ key: [UInt8]) -> [UInt8] {

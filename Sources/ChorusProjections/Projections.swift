@@ -230,6 +230,9 @@ public struct Projections: Sendable {
         // The write transaction is the one stage that cannot run on both
         // cores. Messages fold on their own.
         let order = ObjectClass.foldOrder
+        // The entries of `Table.appendedAfterTheirClasses`, held until the
+        // classes that make them are folded, a sorted run per part.
+        var heldRuns: [SortedEntries] = []
         let messageAt = order.firstIndex(of: .message) ?? order.count
         func foldClasses(_ classes: ArraySlice<ObjectClass>) throws {
             guard let first = classes.first else { return }
@@ -253,7 +256,7 @@ public struct Projections: Sendable {
             } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
                 if let parts = slice.folded {
-                    try write(parts, deleted: &deleted, appendStoredLast: true)
+                    try write(parts, deleted: &deleted, appendStoredLast: true) { heldRuns.append($0) }
                 } else {
                     deleted.absorb(try foldInWriteTransaction(slice))
                 }
@@ -279,7 +282,19 @@ public struct Projections: Sendable {
         // written.
         let afterChats = min(messageAt, max(afterDevices, (order.firstIndex(of: .chat) ?? -1) + 1))
         try foldClasses(beside(order[afterDevices..<afterChats]))
+        // The held entries (every edge's `edgeOut`, made by the classes
+        // folded so far) are appended while markers and chat keys fold:
+        // their stored table byte comes after `edge`'s and before
+        // `message`'s, which the message pass appends (§9.1, §9.2).
+        let held = heldRuns
+        heldRuns = []
+        let appendingHeld = Background { [self] in try SortedEntries.writeMerged(held, to: state, in: log.env, append: true) }
+        defer { _ = try? appendingHeld.wait() }  // nothing writes after a rebuild returns or throws
         try foldClasses(beside(order[afterChats..<messageAt]))
+        try appendingHeld.wait()
+        // Held by classes folded since (none in this fold order): put.
+        try SortedEntries.writeMerged(heldRuns, to: state, in: log.env, append: false)
+        heldRuns = []
         if messageAt < order.count {
             try foldMessagesInBulk(
                 sends, payloads: payloads, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted,
@@ -727,14 +742,30 @@ public struct Projections: Sendable {
     /// `appendStoredLast` (a bulk rebuild's, which folds the tables stored
     /// after every other, `Table.storedLast`, in their order and each in
     /// key order, §9.2), the entries of those tables are written as LMDB
-    /// appends.
-    func write(_ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects, appendStoredLast: Bool = false) throws {
+    /// appends. With `hold`, the entries of the tables a rebuild appends
+    /// once their classes are folded (`Table.appendedAfterTheirClasses`)
+    /// are handed to it, a sorted run per part, instead of written; without,
+    /// they are written as the others (for folds that make none, or
+    /// without `appendStoredLast`).
+    func write(
+        _ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects, appendStoredLast: Bool = false,
+        hold: ((SortedEntries) -> Void)? = nil
+    ) throws {
         try log.env.write { txn in
             var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
+            let heldTables = Table.appendedAfterTheirClasses
             for part in parts {
                 let last = part.state.firstIndex(startingWithAtLeast: Table.storedLast[0].stored)
                 try part.state.write(0..<last, to: state, in: txn, append: false)
-                try part.state.write(last..<part.state.count, to: state, in: txn, append: appendStoredLast)
+                if let hold {
+                    let held = part.state.firstIndex(startingWithAtLeast: heldTables.lowerBound)
+                        ..< part.state.firstIndex(startingWithAtLeast: heldTables.upperBound)
+                    if !held.isEmpty { hold(part.state.copy(held)) }
+                    try part.state.write(last..<held.lowerBound, to: state, in: txn, append: appendStoredLast)
+                    try part.state.write(held.upperBound..<part.state.count, to: state, in: txn, append: appendStoredLast)
+                } else {
+                    try part.state.write(last..<part.state.count, to: state, in: txn, append: appendStoredLast)
+                }
                 try part.index.write(0..<part.index.count, to: index, in: txn, append: false)
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
@@ -1008,8 +1039,9 @@ public struct Projections: Sendable {
     /// binding (§9.1). 15: an `edge` entry holds its live adds' arrival
     /// positions, not their ids (§9.1). 16: `message` entries are stored
     /// under the table byte 0xFE, after every other table (§9.1). 17: and
-    /// `edge` entries under 0xFD (§9.1).
-    public static let formatVersion: UInt64 = 17
+    /// `edge` entries under 0xFD (§9.1). 18: `edge` entries under 0xFC and
+    /// `edgeOut` entries under 0xFD (§9.1).
+    public static let formatVersion: UInt64 = 18
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 
@@ -1319,7 +1351,7 @@ public struct Projections: Sendable {
                     noEffects.append((Table.noEffect.key(try noEffectEvent(key, in: txn)), value))
                 } else {
                     try flush()
-                    try body(key, value)
+                    try body(Table.stateKey(key), value)
                 }
             }
             try flush()

@@ -66,9 +66,12 @@ extension FoldRun {
 
         let prefix = Table.edge.key(cls.rawValue, target)
         var oldActors: Set<PublicKey> = []
-        try txn.scan(p.state, prefix: prefix) { key, _ in
-            oldActors.insert(try Codec.b32(key[34...], "edge actor"))
-            return true
+        // A bulk fold starts from empty state (§9.2): no edges to read.
+        if !bulk {
+            try txn.scan(p.state, prefix: prefix) { key, _ in
+                oldActors.insert(try Codec.b32(key[34...], "edge actor"))
+                return true
+            }
         }
         // Only the actors that start or stop relating change their
         // `edgeOut` entry: a popular picture has thousands of likers.

@@ -180,16 +180,25 @@ struct RuleTests {
         #expect(try r.projections.liveAdds(.followAdded, from: alice.key, to: bob.key) == ids)
         let env = r.projections.log.env
         let state = try env.openDatabase("state")
-        // Stored under 0xFD, after every other table but messages; 0x40 in
-        // the state of Specs/projections.md §5 (§9.1).
-        let storedKey: [UInt8] = [0xFD, 4] + bob.key.bytes + alice.key.bytes  // class 4: follow
+        // Stored under 0xFC, after every other table but `edgeOut` and
+        // messages; 0x40 in the state of Specs/projections.md §5 (§9.1).
+        let storedKey: [UInt8] = [0xFC, 4] + bob.key.bytes + alice.key.bytes  // class 4: follow
         let edgeKey: [UInt8] = [0x40, 4] + bob.key.bytes + alice.key.bytes
+        // `edgeOut` under 0xFD; 0x41 in §5.
+        let outKey: [UInt8] = [0x41, 4] + alice.key.bytes + bob.key.bytes
         try env.read { txn in
             let arrivals = try [follow1.id, follow2.id].compactMap { try r.projections.log.readArrival(of: $0, in: txn) }.sorted()
             #expect(try txn.get(state, storedKey) == arrivals.flatMap(bigEndian))
             #expect(try txn.get(state, edgeKey) == nil)
             let logical = try r.projections.stateEntries(in: txn).first { $0.key == edgeKey }
             #expect(logical?.value == ids.flatMap(\.bytes))
+            #expect(try txn.get(state, [0xFD] + outKey.dropFirst()) == [])
+            #expect(try txn.get(state, outKey) == nil)
+            #expect(try r.projections.stateEntries(in: txn).contains { $0.key == outKey && $0.value.isEmpty })
+            // Diffs name §5's keys, and listings may name stored ones.
+            #expect(Projections.describe(key: edgeKey).hasPrefix("follow of "))
+            #expect(Projections.describe(key: storedKey).hasPrefix("follow of "))
+            #expect(Projections.describe(key: outKey).hasPrefix("follow by "))
         }
         let other = try s.fold([follow1, follow2] + bob.bindings + alice.bindings)
         #expect(try other.digest() == r.digest())
