@@ -24,14 +24,23 @@ public enum CBOREncoder {
             appendHead(major: 2, argument: UInt64(b.count), to: &out)
             out.append(contentsOf: b)
         case .text(let s):
-            let utf8 = Array(s.utf8)
-            appendHead(major: 3, argument: UInt64(utf8.count), to: &out)
-            out.append(contentsOf: utf8)
+            appendHead(major: 3, argument: UInt64(s.utf8.count), to: &out)
+            out.append(contentsOf: s.utf8)
         case .array(let items):
             appendHead(major: 4, argument: UInt64(items.count), to: &out)
             for item in items { append(item, to: &out) }
         case .map(let entries):
             appendHead(major: 5, argument: UInt64(entries.count), to: &out)
+            if entries.allSatisfy({ $0.key.isText }) {
+                // Text keys (nearly every map) are put in order without
+                // encoding each on its own first (projection records are
+                // encoded for every object a fold writes).
+                for entry in entries.sorted(by: { textKeyPrecedes($0.key, $1.key) }) {
+                    append(entry.key, to: &out)
+                    append(entry.value, to: &out)
+                }
+                return
+            }
             let encoded = entries.map { (key: encode($0.key), value: $0.value) }
                 .sorted { lexicographicallyPrecedes($0.key, $1.key) }
             for entry in encoded {
@@ -63,7 +72,23 @@ public enum CBOREncoder {
         }
     }
 
+    /// The order of two text keys' encodings: a shorter string's head is
+    /// the smaller (shortest-form heads grow with the length they give),
+    /// and strings of one length are ordered by their UTF-8 bytes.
+    static func textKeyPrecedes(_ a: CBORValue, _ b: CBORValue) -> Bool {
+        guard case .text(let a) = a, case .text(let b) = b else { return false }
+        let (na, nb) = (a.utf8.count, b.utf8.count)
+        return na != nb ? na < nb : a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+
     static func lexicographicallyPrecedes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         a.lexicographicallyPrecedes(b)
+    }
+}
+
+extension CBORValue {
+    fileprivate var isText: Bool {
+        if case .text = self { return true }
+        return false
     }
 }

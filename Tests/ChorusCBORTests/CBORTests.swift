@@ -128,6 +128,28 @@ struct CanonicalTests {
         }
     }
 
+    @Test func textKeysAreSortedByTheirEncodingsAtEveryLength() throws {
+        // The encoder orders text keys without encoding them one by one:
+        // check it against the rule itself (sort by each key's encoding).
+        var rng = SplitMix64(seed: 0xC0DE)
+        let alphabet = Array("ab") + ["é", "€", "𝄞"]
+        for _ in 0..<200 {
+            let keys = Set((0..<Int.random(in: 1...12, using: &rng)).map { _ -> String in
+                let length = [0, 1, 2, 3, 22, 23, 24, 25, 255, 256, 300].randomElement(using: &rng) ?? 1
+                return String((0..<length).map { _ in alphabet.randomElement(using: &rng) ?? "a" })
+            })
+            let entries = keys.shuffled(using: &rng).enumerated().map { CBORMapEntry(.text($0.element), .unsigned(UInt64($0.offset))) }
+            var expected: [UInt8] = []
+            CBOREncoder.appendHead(major: 5, argument: UInt64(entries.count), to: &expected)
+            for entry in entries.map({ (key: CBOREncoder.encode($0.key), value: $0.value) }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+                expected += entry.key + CBOREncoder.encode(entry.value)
+            }
+            let bytes = CBOREncoder.encode(.map(entries))
+            #expect(bytes == expected)
+            #expect(try CBORDecoder.decode(bytes).mapEntries?.count == entries.count)
+        }
+    }
+
     @Test func mapKeysAreSortedByEncodedBytesAndMustArriveSorted() throws {
         // Shorter encodings sort first: 10 (0x0a) < 100 (0x1864) < "a" (0x6161) < "aa".
         let value = CBORValue.map([
