@@ -16,6 +16,11 @@ struct FoldRun {
     /// changed (Specs/projections.md §6.9.1).
     var coinsDirty: Set<MergeOrder> = []
     var bindings: [Bytes32: DeviceBinding?] = [:]
+    /// A bulk fold after device bindings are folded and committed: every
+    /// binding, read once for the whole rebuild (none changes while the
+    /// other classes fold, §9.2); a key it lacks is bound to no user. Nil
+    /// in every other fold, which reads bindings from the state.
+    var knownBindings: [Bytes32: DeviceBinding]? = nil
     /// Users whose device bindings changed in this run: their chats' key
     /// wraps are decided again (Specs/projections.md §6.11).
     var usersWithChangedDevices: Set<PublicKey> = []
@@ -425,6 +430,7 @@ struct FoldRun {
 
     /// The device binding of `key`, cached for this run.
     mutating func binding(_ key: Bytes32) throws -> DeviceBinding? {
+        if let knownBindings { return knownBindings[key] }
         if let cached = bindings[key] { return cached }
         let b = try txn.get(p.state, Table.device.key(key)).map { try DeviceBinding.decode($0) }
         bindings[key] = .some(b)

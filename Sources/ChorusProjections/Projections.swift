@@ -234,7 +234,7 @@ public struct Projections: Sendable {
         // classes that make them are folded, a sorted run per part.
         var heldRuns: [SortedEntries] = []
         let messageAt = order.firstIndex(of: .message) ?? order.count
-        func foldClasses(_ classes: ArraySlice<ObjectClass>) throws {
+        func foldClasses(_ classes: ArraySlice<ObjectClass>, bindings: [Bytes32: DeviceBinding]? = nil) throws {
             guard let first = classes.first else { return }
             let classes = Array(classes)
             /// The first slice of the class after `cls`, once `cls` is done.
@@ -252,7 +252,7 @@ public struct Projections: Sendable {
                     cursor = next
                 }
             } build: { [self] plan in
-                try buildSlice(plan, part: part ?? 256, payloads: payloads)
+                try buildSlice(plan, part: part ?? 256, payloads: payloads, bindings: bindings)
             } consume: { slice in
                 if isCancelled?() == true { throw CancellationError() }
                 if let parts = slice.folded {
@@ -269,19 +269,22 @@ public struct Projections: Sendable {
         // between hold no facts) is still being written.
         let afterDevices = (order.firstIndex(of: .device) ?? -1) + 1
         try foldClasses(order[..<afterDevices])
+        // Final from here on: the folds off the write transaction take
+        // them from memory instead of reading and decoding them per part.
+        let bindings = try allBindings()
         // The coin ledger reads only device bindings, and no other class
         // reads it, so it is folded beside them on a thread of its own: its
         // fold is one walk on one core, which at the end of the rebuild
         // overlapped nothing. The walk runs off the write transaction; held
         // in it, it stopped the other classes' writes for its whole length.
-        let alone = Background { [self] in try foldCoinsAlone(payloads: payloads) }
+        let alone = Background { [self] in try foldCoinsAlone(payloads: payloads, bindings: bindings) }
         defer { _ = try? alone.wait() }  // nothing writes after a rebuild returns or throws
         func beside(_ classes: ArraySlice<ObjectClass>) -> ArraySlice<ObjectClass> { classes.filter { $0 != .coins }[...] }
         // Read markers and chat keys, folded off the write transaction too,
         // read memberships: their slices are read once every chat's is
         // written.
         let afterChats = min(messageAt, max(afterDevices, (order.firstIndex(of: .chat) ?? -1) + 1))
-        try foldClasses(beside(order[afterDevices..<afterChats]))
+        try foldClasses(beside(order[afterDevices..<afterChats]), bindings: bindings)
         // The held entries (every edge's `edgeOut`, made by the classes
         // folded so far) are appended while markers and chat keys fold:
         // their stored table byte comes after `edge`'s and before
@@ -290,16 +293,16 @@ public struct Projections: Sendable {
         heldRuns = []
         let appendingHeld = Background { [self] in try SortedEntries.writeMerged(held, to: state, in: log.env, append: true) }
         defer { _ = try? appendingHeld.wait() }  // nothing writes after a rebuild returns or throws
-        try foldClasses(beside(order[afterChats..<messageAt]))
+        try foldClasses(beside(order[afterChats..<messageAt]), bindings: bindings)
         try appendingHeld.wait()
         // Held by classes folded since (none in this fold order): put.
         try SortedEntries.writeMerged(heldRuns, to: state, in: log.env, append: false)
         heldRuns = []
         if messageAt < order.count {
             try foldMessagesInBulk(
-                sends, payloads: payloads, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled, deleted: &deleted,
-                folded: foldedMore)
-            try foldClasses(beside(order[(messageAt + 1)...]))
+                sends, payloads: payloads, bindings: bindings, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled,
+                deleted: &deleted, folded: foldedMore)
+            try foldClasses(beside(order[(messageAt + 1)...]), bindings: bindings)
         }
         foldedMore(try alone.wait())
         if isCancelled?() == true { throw CancellationError() }
@@ -331,7 +334,7 @@ public struct Projections: Sendable {
     /// short write transaction, so the other classes' writes never wait for
     /// the walk. Returns how many facts it folded. The ledger reads only
     /// device bindings and its own entries, and no other class reads it.
-    func foldCoinsAlone(payloads: FiledPayloads) throws -> Int {
+    func foldCoinsAlone(payloads: FiledPayloads, bindings: [Bytes32: DeviceBinding]) throws -> Int {
         // One object: the slice holds all of its facts, whatever the limit.
         guard let (slice, _) = try objectSlice(SliceCursor(cls: .coins, after: nil), limit: 1, payloads: payloads) else { return 0 }
         let part = try log.env.read { txn in
@@ -340,6 +343,7 @@ public struct Projections: Sendable {
             run.bufferedDecisions = [:]
             run.bufferedIndex = SortedEntries()
             run.ledgerDecided = [:]
+            run.knownBindings = bindings
             run.preloaded = slice.preloaded
             run.bulkFacts = (.coins, slice.loaded)
             try run.foldCoinsInBulk()
@@ -625,8 +629,8 @@ public struct Projections: Sendable {
     /// `part` messages, one core each, off the write transaction
     /// (`foldedMessages`).
     func foldMessagesInBulk(
-        _ sends: BulkSends, payloads: FiledPayloads, sliceSize: Int, part: Int, isCancelled: (() -> Bool)?,
-        deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
+        _ sends: BulkSends, payloads: FiledPayloads, bindings: [Bytes32: DeviceBinding], sliceSize: Int, part: Int,
+        isCancelled: (() -> Bool)?, deleted: inout FoldRun.DeletedObjects, folded: (Int) -> Void
     ) throws {
         // Every message's edits and deletions (a few percent of the log),
         // read in one scan: looking each held message up would cost a seek
@@ -644,7 +648,7 @@ public struct Projections: Sendable {
         // one is written (`pipelined`).
         let perSlice = max(1, sliceSize)
         let fold: @Sendable ([BulkSend]) throws -> MessageSlice = { slice in
-            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, part: part))
+            MessageSlice(messages: slice.count, parts: try self.foldedMessages(slice, edits: edits, payloads: payloads, bindings: bindings, part: part))
         }
         func consume(_ slice: MessageSlice) throws {
             if isCancelled?() == true { throw CancellationError() }
@@ -779,9 +783,12 @@ public struct Projections: Sendable {
 
     /// Runs `fold` over `items` in consecutive parts of at least `part`
     /// items on all cores, each part with a `FoldRun` of its own in a read
-    /// transaction of its own, whose writes are collected (§9.2).
+    /// transaction of its own, whose writes are collected (§9.2). With
+    /// `bindings` (every device binding, once they are final), the runs
+    /// take bindings from it (`FoldRun.knownBindings`).
     func foldedInParts<Item: Sendable>(
-        _ items: [Item], part: Int, _ fold: @escaping @Sendable (inout FoldRun, ArraySlice<Item>, Transaction) throws -> Void
+        _ items: [Item], part: Int, bindings: [Bytes32: DeviceBinding]? = nil,
+        _ fold: @escaping @Sendable (inout FoldRun, ArraySlice<Item>, Transaction) throws -> Void
     ) throws -> [FoldedPart] {
         let parts = max(1, min(items.count / max(1, part), 2 * ProcessInfo.processInfo.activeProcessorCount))
         let size = (items.count + parts - 1) / parts
@@ -793,6 +800,7 @@ public struct Projections: Sendable {
                     run.bufferedState = SortedEntries()
                     run.bufferedIndex = SortedEntries()
                     run.bufferedDecisions = [:]
+                    run.knownBindings = bindings
                     try fold(&run, items[range], txn)
                     return FoldedPart(run)
                 }
@@ -810,9 +818,10 @@ public struct Projections: Sendable {
     /// (memberships, device bindings), and the bulk fold writes nothing
     /// that another message's fold reads (Specs/projections.md §9.2).
     func foldedMessages(
-        _ sends: [BulkSend], edits: [EventID: [(key: [UInt8], value: [UInt8])]], payloads: FiledPayloads, part: Int
+        _ sends: [BulkSend], edits: [EventID: [(key: [UInt8], value: [UInt8])]], payloads: FiledPayloads,
+        bindings: [Bytes32: DeviceBinding], part: Int
     ) throws -> [FoldedPart] {
-        try foldedInParts(sends, part: part) { run, part, txn in
+        try foldedInParts(sends, part: part, bindings: bindings) { run, part, txn in
             let held = part.compactMap { send in edits[send.id].map { (send.id, $0) } }
             let preloaded = try PreloadedPayloads.load(
                 held.flatMap { $0.1.compactMap { Fact.arrival(ofValue: $0.value) } }, log: log, filed: payloads)
@@ -896,7 +905,7 @@ public struct Projections: Sendable {
 
     /// The facts of `plan` loaded with their payloads and, for the classes
     /// folded off the write transaction, folded in parts of `part` objects.
-    func buildSlice(_ plan: SlicePlan, part: Int?, payloads: FiledPayloads) throws -> ObjectSlice {
+    func buildSlice(_ plan: SlicePlan, part: Int?, payloads: FiledPayloads, bindings: [Bytes32: DeviceBinding]? = nil) throws -> ObjectSlice {
         let (cls, objects, entries) = (plan.cls, plan.objects, plan.entries)
         let preloaded = try PreloadedPayloads.load(plan.arrivals, log: log, filed: payloads)
         let loaded: [Bytes32: [Fact]] = try log.env.read { txn in
@@ -920,7 +929,7 @@ public struct Projections: Sendable {
         // first slice.
         var folded: [FoldedPart]? = nil
         if let part, let fold = Self.foldOffTheWriteTransaction(cls) {
-            folded = try foldedInParts(objects, part: part) { run, objects, _ in
+            folded = try foldedInParts(objects, part: part, bindings: bindings) { run, objects, _ in
                 run.preloaded = preloaded
                 run.bulkFacts = (cls, loaded)
                 for object in objects { try fold(&run, object) }
@@ -1010,6 +1019,19 @@ public struct Projections: Sendable {
         for message in messages { try run.purgeContent(ofMessage: message, try run.messageFacts(message).all) }
         run.purges.add(decided)
         try carryOut(run.purges, in: txn)
+    }
+
+    /// Every device binding of the committed state (Specs/projections.md
+    /// §5, `device`), by device key.
+    func allBindings() throws -> [Bytes32: DeviceBinding] {
+        try log.env.read { txn in
+            var out: [Bytes32: DeviceBinding] = [:]
+            try txn.scan(state, prefix: [Table.device.rawValue]) { key, value in
+                out[try Codec.b32(key[1...], "device key")] = try DeviceBinding.decode(value)
+                return true
+            }
+            return out
+        }
     }
 
     /// The index key recording which projection format and network
