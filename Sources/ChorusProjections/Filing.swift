@@ -145,13 +145,19 @@ extension SortedEntries {
     /// the log it filed), on another thread, a chunk ahead of the writes
     /// (`pipelined`): the comparisons and the puts each take about half of
     /// this single write's time.
+    /// With `below`, only the entries whose keys start with a byte under
+    /// it; with `from`, only those starting with `from` or above.
     static func writeMerged(
-        _ runs: [SortedEntries], to db: Database, in env: Environment, append: Bool, chunk: Int = 100_000
+        _ runs: [SortedEntries], below: UInt8? = nil, from: UInt8? = nil, to db: Database, in env: Environment, append: Bool,
+        chunk: Int = 100_000
     ) throws {
         let runs = runs.filter { $0.count > 0 }
-        guard !runs.isEmpty else { return }
+        let ranges = runs.map { run in
+            (from.map { run.firstIndex(startingWithAtLeast: $0) } ?? 0)..<(below.map { run.firstIndex(startingWithAtLeast: $0) } ?? run.count)
+        }
+        guard ranges.contains(where: { !$0.isEmpty }) else { return }
         try withBytes(of: runs[...], []) { buffers in
-            let merge = RunMerge(runs: runs, buffers: buffers)
+            let merge = RunMerge(runs: runs, ranges: ranges, buffers: buffers)
             try pipelined(from: 0) { _ in
                 let next = merge.next(chunk)
                 return next.isEmpty ? nil : (next, 0)
@@ -199,21 +205,23 @@ extension SortedEntries {
 
         private let runs: [SortedEntries]
         private let buffers: [UnsafeRawBufferPointer]
-        /// Each run's position, and the next entry of every run not yet
-        /// handed out.
+        /// Each run's position and where its entries to merge end, and the
+        /// next entry of every run not yet handed out.
         private var positions: [Int]
+        private let ends: [Int]
         private var heap = Heap<Next>()
 
-        init(runs: [SortedEntries], buffers: [UnsafeRawBufferPointer]) {
+        init(runs: [SortedEntries], ranges: [Range<Int>], buffers: [UnsafeRawBufferPointer]) {
             self.runs = runs
             self.buffers = buffers
-            positions = [Int](repeating: 0, count: runs.count)
+            positions = ranges.map(\.lowerBound)
+            ends = ranges.map(\.upperBound)
             for run in runs.indices { enter(run) }
         }
 
         /// Puts `run`'s entry at its position into the heap, unless the run is done.
         private func enter(_ run: Int) {
-            guard positions[run] < runs[run].records.count else { return }
+            guard positions[run] < ends[run] else { return }
             let r = runs[run].records[positions[run]]
             let key = UnsafeRawBufferPointer(rebasing: buffers[run][r.offset..<(r.offset + Int(r.keyCount))])
             heap.insert(Next(run: run, head: r.head, key: key))

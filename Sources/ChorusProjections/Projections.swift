@@ -205,20 +205,14 @@ public struct Projections: Sendable {
         // Progress in events: filing counts as the first third of the work.
         let total = try log.eventCount()
         let filingShare = total / 3
-        // Filing slices of 100,000 events by default: the last one's parts,
-        // which end unevenly while nothing else runs, stay short (200,000
-        // left a core idle for longer at the end of the filing).
-        let (sends, payloads) = try fileInBulk(
-            sliceSize: sliceSize * 5, budget: filingBudget, sendsBudget: sendsBudget, payloadsBudget: payloadsBudget,
-            part: part ?? 4_096, isCancelled: isCancelled
-        ) { filed in
-            progress?(filingShare * filed / max(1, total), total)
-        }
-        let factTotal = try log.env.read { txn in try txn.count(facts) } + sends.count
+        // Facts and sends to fold, known once they are filed: until then
+        // (device bindings fold as the filing's last write ends), the
+        // events, which file one each but for events of unknown kinds.
+        var factTotal = total
         var folded = 0
         func foldedMore(_ count: Int) {
             folded += count
-            progress?(filingShare + (total - filingShare) * folded / max(1, factTotal), total)
+            progress?(filingShare + (total - filingShare) * min(folded, factTotal) / max(1, factTotal), total)
         }
         var deleted = FoldRun.DeletedObjects()
         // Classes in fold order; the next two slices' facts and payloads
@@ -234,7 +228,7 @@ public struct Projections: Sendable {
         // classes that make them are folded, a sorted run per part.
         var heldRuns: [SortedEntries] = []
         let messageAt = order.firstIndex(of: .message) ?? order.count
-        func foldClasses(_ classes: ArraySlice<ObjectClass>, bindings: [Bytes32: DeviceBinding]? = nil) throws {
+        func foldClasses(_ classes: ArraySlice<ObjectClass>, payloads: FiledPayloads, bindings: [Bytes32: DeviceBinding]? = nil) throws {
             guard let first = classes.first else { return }
             let classes = Array(classes)
             /// The first slice of the class after `cls`, once `cls` is done.
@@ -268,7 +262,24 @@ public struct Projections: Sendable {
         // read while the slice before it (of any class, when the classes
         // between hold no facts) is still being written.
         let afterDevices = (order.firstIndex(of: .device) ?? -1) + 1
-        try foldClasses(order[..<afterDevices])
+        // Their facts come first in `facts` (class byte 1): they are folded
+        // as soon as the filing's last write has written them, while it
+        // writes the other classes' facts and the index entries (§9.2).
+        let firstBytes = Set(order[..<afterDevices].map(\.rawValue))
+        let below = (firstBytes.max() ?? 0) + 1
+        let foldsFirst = firstBytes == Set(ObjectClass.allCases.map(\.rawValue).filter { $0 < below })
+        // Filing slices of 100,000 events by default: the last one's parts,
+        // which end unevenly while nothing else runs, stay short (200,000
+        // left a core idle for longer at the end of the filing).
+        let (sends, payloads) = try fileInBulk(
+            sliceSize: sliceSize * 5, budget: filingBudget, sendsBudget: sendsBudget, payloadsBudget: payloadsBudget,
+            part: part ?? 4_096, isCancelled: isCancelled,
+            foldingFirst: foldsFirst ? (below, { payloads in try foldClasses(order[..<afterDevices], payloads: payloads) }) : nil
+        ) { filed in
+            progress?(filingShare * filed / max(1, total), total)
+        }
+        if !foldsFirst { try foldClasses(order[..<afterDevices], payloads: payloads) }
+        factTotal = try log.env.read { txn in try txn.count(facts) } + sends.count
         // Final from here on: the folds off the write transaction take
         // them from memory instead of reading and decoding them per part.
         let bindings = try allBindings()
@@ -284,7 +295,7 @@ public struct Projections: Sendable {
         // read memberships: their slices are read once every chat's is
         // written.
         let afterChats = min(messageAt, max(afterDevices, (order.firstIndex(of: .chat) ?? -1) + 1))
-        try foldClasses(beside(order[afterDevices..<afterChats]), bindings: bindings)
+        try foldClasses(beside(order[afterDevices..<afterChats]), payloads: payloads, bindings: bindings)
         // The held entries (every edge's `edgeOut`, made by the classes
         // folded so far) are appended while markers and chat keys fold:
         // their stored table byte comes after `edge`'s and before
@@ -293,7 +304,7 @@ public struct Projections: Sendable {
         heldRuns = []
         let appendingHeld = Background { [self] in try SortedEntries.writeMerged(held, to: state, in: log.env, append: true) }
         defer { _ = try? appendingHeld.wait() }  // nothing writes after a rebuild returns or throws
-        try foldClasses(beside(order[afterChats..<messageAt]), bindings: bindings)
+        try foldClasses(beside(order[afterChats..<messageAt]), payloads: payloads, bindings: bindings)
         try appendingHeld.wait()
         // Held by classes folded since (none in this fold order): put.
         try SortedEntries.writeMerged(heldRuns, to: state, in: log.env, append: false)
@@ -302,7 +313,7 @@ public struct Projections: Sendable {
             try foldMessagesInBulk(
                 sends, payloads: payloads, bindings: bindings, sliceSize: sliceSize, part: part ?? 256, isCancelled: isCancelled,
                 deleted: &deleted, folded: foldedMore)
-            try foldClasses(beside(order[(messageAt + 1)...]), bindings: bindings)
+            try foldClasses(beside(order[(messageAt + 1)...]), payloads: payloads, bindings: bindings)
         }
         foldedMore(try alone.wait())
         if isCancelled?() == true { throw CancellationError() }
@@ -372,7 +383,7 @@ public struct Projections: Sendable {
     func fileInBulk(
         sliceSize: Int, budget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
         payloadsBudget: Int = Projections.payloadsBudget, part: Int = 4_096, isCancelled: (() -> Bool)?,
-        progress: (_ filed: Int) -> Void
+        foldingFirst: (below: UInt8, fold: (FiledPayloads) throws -> Void)? = nil, progress: (_ filed: Int) -> Void
     ) throws -> (sends: BulkSends, payloads: FiledPayloads) {
         var filed = 0
         var payloads = FiledPayloads()
@@ -456,10 +467,30 @@ public struct Projections: Sendable {
             filed += slice.events
             progress(filed)
         }
-        try writeHeld()
+        if let (below, fold) = foldingFirst {
+            // The facts under `below` first; then the rest, and the index
+            // entries, are written on another thread while `fold` folds
+            // those, and the sends are sorted (§9.2).
+            let append = writes == 0
+            try SortedEntries.writeMerged(heldFacts, below: below, to: facts, in: log.env, append: append)
+            let (factRuns, indexRuns) = (heldFacts, heldIndex + heldSends)
+            heldFacts = []
+            heldIndex = []
+            heldSends = []
+            let rest = Background { [self] in
+                try SortedEntries.writeMerged(factRuns, from: below, to: facts, in: log.env, append: append)
+                try SortedEntries.writeMerged(indexRuns, to: index, in: log.env, append: append)
+            }
+            defer { _ = try? rest.wait() }  // nothing writes after a rebuild returns or throws
+            try fold(payloads)
+            if filedSends == nil { sends.sort() }
+            try rest.wait()
+        } else {
+            try writeHeld()
+            // Each part's sends are in order already: the sort merges runs.
+            if filedSends == nil { sends.sort() }
+        }
         if let filedSends { return (.filed(count: filedSends), payloads) }
-        // Each part's sends are in order already: the sort merges runs.
-        sends.sort()
         return (.held(sends), payloads)
     }
 
