@@ -37,20 +37,31 @@ public struct BlobStore: Sendable {
     /// hash. Storing a blob that is already present changes nothing.
     @discardableResult
     public func put(_ bytes: [UInt8], in txn: Transaction) throws -> Hash32 {
-        guard !bytes.isEmpty else { throw BlobError.empty }
         let hash = Blake2b.hash256(bytes)
-        if try txn.get(blobs, hash.bytes) != nil { return hash }
+        try put(bytes, checkedAgainst: hash, in: txn)
+        return hash
+    }
+
+    /// `put` for bytes the caller has already checked against `hash` (a
+    /// sync receiver checks every blob it assembles, Specs/sync.md §4.4):
+    /// they are not hashed again, inside the writer's transaction.
+    public func put(_ bytes: [UInt8], checkedAgainst hash: Hash32, in txn: Transaction) throws {
+        guard !bytes.isEmpty else { throw BlobError.empty }
+        if try txn.get(blobs, hash.bytes) != nil { return }
         var index: UInt32 = 0
         var start = 0
-        while start < bytes.count {
-            let end = min(bytes.count, start + Self.chunkSize)
-            try txn.put(blobs, Self.chunkKey(hash, index), Array(bytes[start..<end]))
-            index += 1
-            start = end
+        try bytes.withUnsafeBytes { raw in
+            while start < raw.count {
+                let end = min(raw.count, start + Self.chunkSize)
+                try Self.chunkKey(hash, index).withUnsafeBytes { key in
+                    try txn.put(blobs, key, UnsafeRawBufferPointer(rebasing: raw[start..<end]))
+                }
+                index += 1
+                start = end
+            }
         }
         try txn.put(blobs, hash.bytes, Self.u64(UInt64(bytes.count)))
         try txn.put(blobs, Self.serialKey, Self.u64(try serial(in: txn) + 1))
-        return hash
     }
 
     /// The key of the blob serial: 6 bytes, so it is never a hash (32) or a

@@ -556,7 +556,7 @@ public actor Node {
             var count = 0
             for (hash, bytes) in received {
                 guard try projections.isBlobReferenced(hash, in: txn), try !blobs.contains(hash, in: txn) else { continue }
-                try blobs.put(bytes, in: txn)
+                try blobs.put(bytes, checkedAgainst: hash, in: txn)
                 count += 1
             }
             stored.withLock { $0 = count }
