@@ -786,21 +786,22 @@ public struct Projections: Sendable {
         _ parts: [FoldedPart], deleted: inout FoldRun.DeletedObjects, appendStoredLast: Bool = false,
         hold: ((SortedEntries) -> Void)? = nil
     ) throws {
+        // Each part's held entries, handed on before the transaction (whose
+        // body runs again if the map grows) and skipped in it.
+        let heldTables = Table.appendedAfterTheirClasses
+        let held: [Range<Int>] = parts.map { part in
+            guard hold != nil else { return part.state.count..<part.state.count }
+            return part.state.firstIndex(startingWithAtLeast: heldTables.lowerBound)
+                ..< part.state.firstIndex(startingWithAtLeast: heldTables.upperBound)
+        }
+        if let hold { for (part, range) in zip(parts, held) where !range.isEmpty { hold(part.state.copy(range)) } }
         try log.env.write { txn in
             var run = FoldRun(projections: self, txn: txn, purging: false, bulk: true)
-            let heldTables = Table.appendedAfterTheirClasses
-            for part in parts {
+            for (part, held) in zip(parts, held) {
                 let last = part.state.firstIndex(startingWithAtLeast: Table.storedLast[0].stored)
                 try part.state.write(0..<last, to: state, in: txn, append: false)
-                if let hold {
-                    let held = part.state.firstIndex(startingWithAtLeast: heldTables.lowerBound)
-                        ..< part.state.firstIndex(startingWithAtLeast: heldTables.upperBound)
-                    if !held.isEmpty { hold(part.state.copy(held)) }
-                    try part.state.write(last..<held.lowerBound, to: state, in: txn, append: appendStoredLast)
-                    try part.state.write(held.upperBound..<part.state.count, to: state, in: txn, append: appendStoredLast)
-                } else {
-                    try part.state.write(last..<part.state.count, to: state, in: txn, append: appendStoredLast)
-                }
+                try part.state.write(last..<max(last, held.lowerBound), to: state, in: txn, append: appendStoredLast)
+                try part.state.write(max(last, held.upperBound)..<part.state.count, to: state, in: txn, append: appendStoredLast)
                 try part.index.write(0..<part.index.count, to: index, in: txn, append: false)
                 for (chat, delta) in part.counts { run.countMessage(in: chat, by: delta) }
             }
