@@ -163,22 +163,41 @@ public struct PictureRecord: Hashable, Sendable {
     /// Whether no effective deletion is held (a purged record is still live).
     public var isLive: Bool { deleted == nil }
 
+    /// The record's canonical CBOR map (Specs/projections.md §5), written
+    /// field by field in the order of its keys' encodings (shorter keys
+    /// first, then bytewise): a rebuild encodes one per picture, and a map
+    /// of `CBORValue`s allocated for each field.
     func encoded() -> [UInt8] {
-        var m: [(String, CBORValue)] = [
-            ("owner", .bytes(owner.bytes)), ("author", .bytes(author.bytes)), ("hlc", .unsigned(hlc.rawValue)),
-            ("created_by", .bytes(createdBy.bytes)),
-        ]
-        if let blob { m.append(("blob", .bytes(blob.bytes))) }
-        if let size { m.append(("size", .unsigned(size))) }
-        if let mime { m.append(("mime", .text(mime))) }
-        if let width { m.append(("width", .unsigned(width))) }
-        if let height { m.append(("height", .unsigned(height))) }
-        if let caption { m.append(("caption", .text(caption))) }
-        if let position { m.append(("position", .bytes(position))) }
-        if let deleted { m.append(("deleted", .unsigned(deleted.rawValue))) }
-        if let deletedBy { m.append(("deleted_by", .bytes(deletedBy.bytes))) }
-        if purged { m.append(("purged", .bool(true))) }
-        return Codec.cbor(.textMap(m))
+        var out: [UInt8] = []
+        out.reserveCapacity(240 + (caption?.utf8.count ?? 0) + (mime?.utf8.count ?? 0) + (position?.count ?? 0))
+        let optional = [blob != nil, size != nil, mime != nil, width != nil, height != nil, caption != nil, position != nil,
+            deleted != nil, deletedBy != nil, purged]
+        CBOREncoder.appendHead(major: 5, argument: UInt64(4 + optional.filter { $0 }.count), to: &out)
+        func key(_ name: String) { CBOREncoder.append(.text(name), to: &out) }
+        func bytes(_ value: [UInt8]) {
+            CBOREncoder.appendHead(major: 2, argument: UInt64(value.count), to: &out)
+            out += value
+        }
+        func bytes(_ value: Bytes32) {
+            CBOREncoder.appendHead(major: 2, argument: 32, to: &out)
+            value.append(to: &out)
+        }
+        func unsigned(_ value: UInt64) { CBOREncoder.appendHead(major: 0, argument: value, to: &out) }
+        key("hlc"); unsigned(hlc.rawValue)
+        if let blob { key("blob"); bytes(blob) }
+        if let mime { key("mime"); CBOREncoder.append(.text(mime), to: &out) }
+        if let size { key("size"); unsigned(size) }
+        key("owner"); bytes(owner)
+        if let width { key("width"); unsigned(width) }
+        key("author"); bytes(author)
+        if let height { key("height"); unsigned(height) }
+        if purged { key("purged"); out.append(0xf5) }
+        if let caption { key("caption"); CBOREncoder.append(.text(caption), to: &out) }
+        if let deleted { key("deleted"); unsigned(deleted.rawValue) }
+        if let position { key("position"); bytes(position) }
+        key("created_by"); bytes(createdBy)
+        if let deletedBy { key("deleted_by"); bytes(deletedBy) }
+        return out
     }
 
     static func decode(_ raw: [UInt8]) throws -> PictureRecord {

@@ -44,6 +44,46 @@ struct RecordTests {
         }
     }
 
+    @Test("a picture record, with every combination of its optional fields and arguments of every width")
+    func pictureRecordEncoding() throws {
+        var rng = SplitMix64(seed: 0x91C7_0E)
+        func key() -> Bytes32 { Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })! }
+        let numbers: [UInt64] = [0, 23, 24, 255, 256, 65_535, 65_536, 4_294_967_295, 4_294_967_296, .max]
+        func number() -> UInt64 { numbers[Int(rng.next() % UInt64(numbers.count))] }
+        let texts = ["", "image/jpeg", "a caption of twenty-four", String(repeating: "é", count: 150)]
+        for combination in 0..<(1 << 10) {
+            func has(_ bit: Int) -> Bool { combination & (1 << bit) != 0 }
+            var record = PictureRecord(owner: key(), author: key(), hlc: HLC(rawValue: number()), createdBy: key())
+            if has(0) { record.blob = key() }
+            if has(1) { record.size = number() }
+            if has(2) { record.mime = texts[Int(rng.next() % 4)] }
+            if has(3) { record.width = number() }
+            if has(4) { record.height = number() }
+            if has(5) { record.caption = texts[Int(rng.next() % 4)] }
+            if has(6) { record.position = (0..<[0, 8, 24, 64][Int(rng.next() % 4)]).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
+            if has(7) { record.deleted = HLC(rawValue: number()) }
+            if has(8) { record.deletedBy = key() }
+            if has(9) { record.purged = true }
+            var map: [(String, CBORValue)] = [
+                ("owner", .bytes(record.owner.bytes)), ("author", .bytes(record.author.bytes)), ("hlc", .unsigned(record.hlc.rawValue)),
+                ("created_by", .bytes(record.createdBy.bytes)),
+            ]
+            if let v = record.blob { map.append(("blob", .bytes(v.bytes))) }
+            if let v = record.size { map.append(("size", .unsigned(v))) }
+            if let v = record.mime { map.append(("mime", .text(v))) }
+            if let v = record.width { map.append(("width", .unsigned(v))) }
+            if let v = record.height { map.append(("height", .unsigned(v))) }
+            if let v = record.caption { map.append(("caption", .text(v))) }
+            if let v = record.position { map.append(("position", .bytes(v))) }
+            if let v = record.deleted { map.append(("deleted", .unsigned(v.rawValue))) }
+            if let v = record.deletedBy { map.append(("deleted_by", .bytes(v.bytes))) }
+            if record.purged { map.append(("purged", .bool(true))) }
+            let encoded = record.encoded()
+            #expect(encoded == CBOREncoder.encode(.textMap(map)), "combination \(combination)")
+            #expect(try PictureRecord.decode(encoded) == record, "combination \(combination)")
+        }
+    }
+
     @Test("a stored message entry reads back whole, and any other length or flag is damage")
     func messageEntryEncoding() throws {
         var rng = SplitMix64(seed: 0xE17_4E5)
