@@ -57,7 +57,10 @@ extension FoldRun {
         }
         bindings[device] = .some(binding)
         let changed = old?.user != binding?.user || old?.removedHLC != binding?.removedHLC
-        if changed {
+        // A bulk fold marks nothing (`foldInBulk`): every class after
+        // devices folds whole, and the coin ledger from all of its facts;
+        // nor does it read `index`, which a rebuild is still writing (§9.2).
+        if changed, !bulk {
             // Whom the device's events acted for before and after: an unbound key acts for itself.
             changedDevices[device, default: []].formUnion([old?.user ?? device, binding?.user ?? device])
             for user in [old?.user, binding?.user].compactMap({ $0 }) {
