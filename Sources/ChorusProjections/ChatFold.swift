@@ -437,32 +437,19 @@ struct MessageRecord: Hashable, Sendable {
     /// encoding. The keys go in canonical order (shorter first, then
     /// bytewise), which a test checks against the generic encoder.
     func encoded() -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(160 + (body?.count ?? 0))
-        func one(_ present: Bool) -> UInt64 { present ? 1 : 0 }
-        let count = 3 + one(body != nil) + one(blob != nil) + one(size != nil) + one(edited != nil) + one(editor != nil)
-            + one(deleted != nil) + one(purged)
-        CBOREncoder.appendHead(major: 5, argument: count, to: &out)
-        func key(_ name: String) {
-            CBOREncoder.appendHead(major: 3, argument: UInt64(name.utf8.count), to: &out)
-            out.append(contentsOf: name.utf8)
-        }
-        func bytes(_ b: [UInt8]) {
-            CBOREncoder.appendHead(major: 2, argument: UInt64(b.count), to: &out)
-            out.append(contentsOf: b)
-        }
-        func unsigned(_ n: UInt64) { CBOREncoder.appendHead(major: 0, argument: n, to: &out) }
-        key("hlc"); unsigned(hlc.rawValue)
-        if let blob { key("blob"); bytes(blob.bytes) }
-        if let body { key("body"); bytes(body) }
-        if let size { key("size"); unsigned(size) }
-        key("device"); bytes(device.bytes)
-        if let edited { key("edited"); unsigned(edited.rawValue) }
-        if let editor { key("editor"); bytes(editor.bytes) }
-        if purged { key("purged"); out.append(0xF5) }
-        key("sender"); bytes(sender.bytes)
-        if let deleted { key("deleted"); unsigned(deleted.rawValue) }
-        return out
+        let optional = [body != nil, blob != nil, size != nil, edited != nil, editor != nil, deleted != nil, purged]
+        var w = RecordMapWriter(entries: 3 + optional.filter { $0 }.count, capacity: 160 + (body?.count ?? 0))
+        w.key("hlc"); w.unsigned(hlc.rawValue)
+        if let blob { w.key("blob"); w.bytes(blob) }
+        if let body { w.key("body"); w.bytes(body) }
+        if let size { w.key("size"); w.unsigned(size) }
+        w.key("device"); w.bytes(device)
+        if let edited { w.key("edited"); w.unsigned(edited.rawValue) }
+        if let editor { w.key("editor"); w.bytes(editor) }
+        if purged { w.key("purged"); w.true() }
+        w.key("sender"); w.bytes(sender)
+        if let deleted { w.key("deleted"); w.unsigned(deleted.rawValue) }
+        return w.out
     }
 
     /// The content of a live message whose `message.sent` payload is

@@ -469,6 +469,36 @@ enum IndexTable: UInt8 {
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }
 
+/// A state record's canonical CBOR map written field by field, without a
+/// `CBORValue` tree (records are encoded for every object a fold writes).
+/// The caller gives the entry count and puts the keys in canonical order
+/// (shorter first, then bytewise); each record's test checks it against
+/// the generic encoder.
+struct RecordMapWriter {
+    private(set) var out: [UInt8] = []
+
+    init(entries: Int, capacity: Int) {
+        out.reserveCapacity(capacity)
+        CBOREncoder.appendHead(major: 5, argument: UInt64(entries), to: &out)
+    }
+
+    mutating func key(_ name: String) { text(name) }
+    mutating func text(_ value: String) {
+        CBOREncoder.appendHead(major: 3, argument: UInt64(value.utf8.count), to: &out)
+        out.append(contentsOf: value.utf8)
+    }
+    mutating func bytes(_ value: [UInt8]) {
+        CBOREncoder.appendHead(major: 2, argument: UInt64(value.count), to: &out)
+        out.append(contentsOf: value)
+    }
+    mutating func bytes(_ value: Bytes32) {
+        CBOREncoder.appendHead(major: 2, argument: 32, to: &out)
+        value.append(to: &out)
+    }
+    mutating func unsigned(_ value: UInt64) { CBOREncoder.appendHead(major: 0, argument: value, to: &out) }
+    mutating func `true`() { out.append(0xF5) }
+}
+
 enum Codec {
     static func u64(_ n: UInt64) -> [UInt8] { LogStore.encodeU64(n) }
 

@@ -164,40 +164,28 @@ public struct PictureRecord: Hashable, Sendable {
     public var isLive: Bool { deleted == nil }
 
     /// The record's canonical CBOR map (Specs/projections.md §5), written
-    /// field by field in the order of its keys' encodings (shorter keys
-    /// first, then bytewise): a rebuild encodes one per picture, and a map
-    /// of `CBORValue`s allocated for each field.
+    /// directly (`RecordMapWriter`): a rebuild encodes one per picture.
     func encoded() -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(240 + (caption?.utf8.count ?? 0) + (mime?.utf8.count ?? 0) + (position?.count ?? 0))
         let optional = [blob != nil, size != nil, mime != nil, width != nil, height != nil, caption != nil, position != nil,
             deleted != nil, deletedBy != nil, purged]
-        CBOREncoder.appendHead(major: 5, argument: UInt64(4 + optional.filter { $0 }.count), to: &out)
-        func key(_ name: String) { CBOREncoder.append(.text(name), to: &out) }
-        func bytes(_ value: [UInt8]) {
-            CBOREncoder.appendHead(major: 2, argument: UInt64(value.count), to: &out)
-            out += value
-        }
-        func bytes(_ value: Bytes32) {
-            CBOREncoder.appendHead(major: 2, argument: 32, to: &out)
-            value.append(to: &out)
-        }
-        func unsigned(_ value: UInt64) { CBOREncoder.appendHead(major: 0, argument: value, to: &out) }
-        key("hlc"); unsigned(hlc.rawValue)
-        if let blob { key("blob"); bytes(blob) }
-        if let mime { key("mime"); CBOREncoder.append(.text(mime), to: &out) }
-        if let size { key("size"); unsigned(size) }
-        key("owner"); bytes(owner)
-        if let width { key("width"); unsigned(width) }
-        key("author"); bytes(author)
-        if let height { key("height"); unsigned(height) }
-        if purged { key("purged"); out.append(0xf5) }
-        if let caption { key("caption"); CBOREncoder.append(.text(caption), to: &out) }
-        if let deleted { key("deleted"); unsigned(deleted.rawValue) }
-        if let position { key("position"); bytes(position) }
-        key("created_by"); bytes(createdBy)
-        if let deletedBy { key("deleted_by"); bytes(deletedBy) }
-        return out
+        var w = RecordMapWriter(
+            entries: 4 + optional.filter { $0 }.count,
+            capacity: 240 + (caption?.utf8.count ?? 0) + (mime?.utf8.count ?? 0) + (position?.count ?? 0))
+        w.key("hlc"); w.unsigned(hlc.rawValue)
+        if let blob { w.key("blob"); w.bytes(blob) }
+        if let mime { w.key("mime"); w.text(mime) }
+        if let size { w.key("size"); w.unsigned(size) }
+        w.key("owner"); w.bytes(owner)
+        if let width { w.key("width"); w.unsigned(width) }
+        w.key("author"); w.bytes(author)
+        if let height { w.key("height"); w.unsigned(height) }
+        if purged { w.key("purged"); w.true() }
+        if let caption { w.key("caption"); w.text(caption) }
+        if let deleted { w.key("deleted"); w.unsigned(deleted.rawValue) }
+        if let position { w.key("position"); w.bytes(position) }
+        w.key("created_by"); w.bytes(createdBy)
+        if let deletedBy { w.key("deleted_by"); w.bytes(deletedBy) }
+        return w.out
     }
 
     static func decode(_ raw: [UInt8]) throws -> PictureRecord {
