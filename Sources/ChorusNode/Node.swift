@@ -713,9 +713,12 @@ public actor Node {
         // Positions in `events` of each request handed to the writer.
         var slices: [[Int]] = []
         var good: [Int] = []
+        // A call that goes to the writer whole is verified in one pass:
+        // slices would only add a wait for the slowest core at each end.
+        let slice = events.count <= gather ? max(1, events.count) : Self.verifySlice
         var start = 0
         while start < events.count {
-            let range = start..<min(events.count, start + Self.verifySlice)
+            let range = start..<min(events.count, start + slice)
             start = range.upperBound
             let checks: [Bool] =
                 verified ? Array(repeating: true, count: range.count)

@@ -35,7 +35,8 @@ extension SyncSession {
             }
             try await refillPayloads()
             if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
-                let missing = blobFetch.request(try blobs.missing())
+                let blobs = self.blobs
+                let missing = blobFetch.request(try await offTheActor { try blobs.missing() })
                 if !missing.isEmpty {
                     report.blobsRequested += missing.count
                     reportProgress()
@@ -65,7 +66,9 @@ extension SyncSession {
         guard options.refill, peerHello?.capabilities.contains(.refill) == true else { return }
         if let checked = refillCheckedAt, checked == report.eventsReceived { return }
         refillCheckedAt = report.eventsReceived
-        let ids = fetch.refills(among: try node.projections.eventsMissingPayload(limit: SyncLimits.maxRefill))
+        let projections = node.projections
+        let held = try await offTheActor { try projections.eventsMissingPayload(limit: SyncLimits.maxRefill) }
+        let ids = fetch.refills(among: held)
         guard !ids.isEmpty else { return }
         for chunk in ids.chunked(SyncLimits.listBatch) { send(.payloadWant(chunk)) }
         send(.payloadWantEnd)

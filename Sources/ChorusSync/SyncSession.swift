@@ -51,12 +51,17 @@ public actor SyncSession {
     var lastProgress = ContinuousClock.now
     var fetchWaiting = false
     var ingesting = false
-    /// Received event frames waiting for the ingest in flight. Each ingest
-    /// takes every frame that arrived while the previous one was being
-    /// committed (up to the peer's window), so one durable commit covers
-    /// several frames and the receive loop keeps checking frames meanwhile.
-    var ingestBuffer: (events: [Event], refills: [Event], frames: Int) = ([], [], 0)
+    /// Received event frames waiting to be verified, in arrival order: each
+    /// frame's checked events and payload refills. A batch takes the frames
+    /// that arrived while the previous batch was verified, up to
+    /// `batchEvents`, so one durable commit covers several frames and the
+    /// receive loop keeps checking frames meanwhile.
+    var ingestFrames: [(events: [Event], refills: [Event])] = []
     var ingestTask: Task<Void, Never>? = nil
+    /// Batches handed to the node's ingest and not yet acknowledged.
+    var batchesPending = 0
+    /// The ingest loop waiting for a frame to arrive or a batch to become durable.
+    var ingestWaiter: CheckedContinuation<Void, Never>? = nil
     var ingestError: (any Error)? = nil
     /// Received blob frames waiting for the blob commit in flight: the
     /// whole blobs among them, and how many frames their acknowledgement
@@ -291,11 +296,8 @@ public actor SyncSession {
             try fetch.invite(feeds, scoped: options.scope.hops != nil && options.invitations)
         case .events(let envelopes):
             if let error = ingestError { throw error }
-            let (events, refills) = try checkEvents(envelopes)
-            ingestBuffer.events += events
-            ingestBuffer.refills += refills
-            ingestBuffer.frames += 1
-            if ingestTask == nil { ingestTask = Task { await self.drainIngestBuffer() } }
+            ingestFrames.append(try checkEvents(envelopes))
+            if ingestTask == nil { ingestTask = Task { await self.drainIngestBuffer() } } else { wakeIngest() }
         case .ack(let n):
             try serving.acknowledge(n)
             if let w = creditWaiter {
