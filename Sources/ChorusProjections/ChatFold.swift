@@ -548,6 +548,13 @@ struct MessageEntry: Sendable {
         return raw[40] & withdrawnFlag != 0
     }
 
+    /// Whether a stored entry is live with its `message.sent` payload
+    /// purged, without decoding it whole.
+    static func isPurged(_ raw: UnsafeRawBufferPointer) throws -> Bool {
+        guard raw.count >= baseLength else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        return raw[40] & withdrawnFlag == 0 && raw[40] & 4 != 0
+    }
+
     /// The device that signed the send and its arrival position, read from
     /// a stored entry of either kind.
     static func send(of raw: [UInt8]) throws -> (device: PublicKey, arrival: UInt64) {

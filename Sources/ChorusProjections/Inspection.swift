@@ -172,9 +172,11 @@ extension Projections {
                 if try PictureRecord.decode(value).purged { objects.append((.picture, try Codec.b32(key[1...], "picture id"))) }
                 return true
             }
-            try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
-                if try MessageEntry.decode(value).purged {
-                    objects.append((.message, try Codec.b32(key.suffix(32), "message id")))
+            // Messages are most of a store: their flags are read in place.
+            try txn.scanInPlace(state, from: [Table.message.rawValue]) { key, value in
+                guard key.first == Table.message.rawValue else { return false }
+                if try MessageEntry.isPurged(value) {
+                    objects.append((.message, try Codec.b32(ArraySlice(key.suffix(32)), "message id")))
                 }
                 return true
             }

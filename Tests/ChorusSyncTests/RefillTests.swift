@@ -50,6 +50,35 @@ struct RefillTests {
         await b.close()
     }
 
+    @Test("a message whose send arrived stripped is listed and refilled; a deleted one is not listed")
+    func refillsStrippedMessage() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let a = try await makeNode(dir, "a", network: net)
+        let b = try await makeNode(dir, "b", network: net)
+        let chat = try await a.createChat(title: "notes").object
+        let kept = try await a.sendMessage(chat, text: "kept").object
+        let gone = try await a.sendMessage(chat, text: "gone").object
+        _ = try await a.deleteMessage(gone)
+        let all = try a.arrivals().map(\.event)
+        // A message's id is its send's event id.
+        let keptSend = try #require(all.first { $0.id == kept.raw })
+        let goneSend = try #require(all.first { $0.id == gone.raw })
+        #expect(try a.event(goneSend.id)?.event.payloadBytes == nil)
+        let stripped = all.map { $0.kind == .messageSent ? $0.purged() : $0 }
+        #expect(await b.ingest(events: stripped).accepted == all.count)
+        // The deleted message's payload is purged by its deletion: nothing to refill.
+        #expect(try b.projections.eventsMissingPayload() == [keptSend.id])
+
+        let (_, rb) = try await syncPair(a, b)
+        #expect(rb.complete && rb.payloadsRefilled == 1)
+        #expect(try b.projections.eventsMissingPayload().isEmpty)
+        #expect(try digest(a) == digest(b))
+        await a.close()
+        await b.close()
+    }
+
     @Test("a peer that lacks the payload too answers with nothing; the sync still completes")
     func refillFromPeerWithoutPayload() async throws {
         let dir = SyncTempDir()
