@@ -644,10 +644,17 @@ public actor Node {
     /// of the rest and what is written after the last verification is one
     /// part, not the whole call. Otherwise the call goes as whole
     /// transactions (`commitGather`), which write fewer pages.
-    public func ingest(events: [Event], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async -> IngestReport {
+    ///
+    /// `after`: the events go to the writer only once it has finished (an
+    /// earlier call's `enqueued`), so a caller may start this call's
+    /// verification while the earlier call's is still running, and the
+    /// cores never wait between the two, yet the writer gets them in order.
+    public func ingest(
+        events: [Event], last: Bool = false, after: Task<Void, Never>? = nil, enqueued: @escaping @Sendable () -> Void = {}
+    ) async -> IngestReport {
         await ingest(
             decoded: events.map { .success($0) }, gather: last ? Self.lastCallGather(events.count) : Self.commitGather,
-            enqueued: enqueued)
+            after: after, enqueued: enqueued)
     }
 
     /// The events of a last call handed to the writer at once: a quarter.
@@ -662,8 +669,9 @@ public actor Node {
 
     private func ingest(
         decoded: consuming [Result<Event, EventError>], verified: Bool = false, gather: Int = commitGather,
-        enqueued: @escaping @Sendable () -> Void = {}
+        after: Task<Void, Never>? = nil, enqueued: @escaping @Sendable () -> Void = {}
     ) async -> IngestReport {
+        var after = after
         var results = [IngestResult](repeating: .withheld, count: decoded.count)
         // Events are large values (three arrays and a header): the batch is
         // put in feed order by sort keys of plain values, then held once in
@@ -736,6 +744,10 @@ public actor Node {
                 slices.append(good)
                 // A whole call's events go as the array itself, not copied.
                 let request = good.count == events.count ? events : good.map { events[$0] }
+                if let earlier = after {
+                    await earlier.value
+                    after = nil
+                }
                 writer.enqueue(request) { sink.yield((number, $0)) }
                 good = []
             }

@@ -29,19 +29,32 @@ extension SyncSession {
         let frames: Int
     }
 
+    /// Batches whose verification runs at once: the next starts while one
+    /// is finishing, so the cores do not wait between them.
+    static let batchesVerifying = 2
+
     /// Verifies and commits buffered frames until none are left (Specs/sync.md
-    /// §4.3). A batch is verified while the ones before it are written, and
-    /// queued behind them in the node's writer; another task acknowledges
-    /// each batch once it is durable, in order, so an acknowledgement never
-    /// waits for a later batch's verification. Every batch is unacknowledged
-    /// frames, so the window bounds them.
+    /// §4.3). A batch is verified while the ones before it are written (and
+    /// while the one before it finishes its verification), and queued behind
+    /// them in the node's writer; another task acknowledges each batch once
+    /// it is durable, in order, so an acknowledgement never waits for a
+    /// later batch's verification. Every batch is unacknowledged frames, so
+    /// the window bounds them.
     func drainIngestBuffer() async {
         let (started, queue) = AsyncStream.makeStream(of: IngestBatch.self)
         let acknowledging = Task { await self.acknowledgeInOrder(started) }
+        // Each started batch's hand-over to the writer, oldest first; the
+        // next batch goes to the writer after the last one.
+        var verifying: [Task<Void, Never>] = []
+        var lastHandedOver: Task<Void, Never>? = nil
         while ingestError == nil {
             if ingestFrames.isEmpty {
                 if batchesPending == 0 { break }
                 await withCheckedContinuation { ingestWaiter = $0 }
+                continue
+            }
+            if verifying.count >= Self.batchesVerifying {
+                await verifying.removeFirst().value
                 continue
             }
             var frames = 0
@@ -61,8 +74,11 @@ extension SyncSession {
             // Every requested event is in hand: nothing will overlap this
             // batch's commits but its own verification.
             let last = ingestFrames.isEmpty && !fetch.awaitsRequestedEvents
-            let ingest = Task { await node.ingest(events: all, last: last, enqueued: { signal.finish() }) }
-            for await _ in enqueued {}
+            let after = lastHandedOver
+            let ingest = Task { await node.ingest(events: all, last: last, after: after, enqueued: { signal.finish() }) }
+            let handedOver = Task { for await _ in enqueued {} }
+            verifying.append(handedOver)
+            lastHandedOver = handedOver
             queue.yield(IngestBatch(ingest: ingest, events: all, refillsFrom: events.count, frames: frames))
         }
         queue.finish()

@@ -5,6 +5,7 @@ import ChorusLog
 import ChorusNode
 import ChorusTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 typealias InvalidVector = InvalidEventVector
@@ -203,6 +204,37 @@ struct IngestTests {
         #expect(Set(report.errors.map(\.code)) == ["bad_signature", "sequence_gap"])
         #expect(try node.log.eventCount() == own + 12_000 - 1_901)
         #expect(try node.log.integrityProblems() == [])
+        await node.close()
+    }
+
+    @Test("a call started after another's verification began goes to the writer after it: its feed continues the first's")
+    func overlappingCallsKeepTheirOrder() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), options: options())
+        var writer = FeedWriter(seedByte: 9)
+        let first = (0..<3).map { _ in writer.next() }
+        let second = (0..<3).map { _ in writer.next() }
+        // The first call's hand-over to the writer, released by the test.
+        let (release, opened) = AsyncStream<Void>.makeStream()
+        let gate = Task { for await _ in release {} }
+        let handedOver = Atomic<Bool>(false)
+        let secondCall = Task {
+            await node.ingest(events: second, after: gate, enqueued: { handedOver.store(true, ordering: .sequentiallyConsistent) })
+        }
+        // Before the gate opens the second call hands nothing to the writer,
+        // however long it has had to verify: here that would be a sequence
+        // gap. (The pause gives a broken order time to show; it bounds
+        // nothing a correct one does.)
+        try await Task.sleep(for: .milliseconds(300))
+        let handedOverEarly = handedOver.load(ordering: .sequentiallyConsistent)
+        #expect(!handedOverEarly)
+        #expect(try node.head(of: writer.key.publicKey) == nil)
+        let report = await node.ingest(events: first, enqueued: { opened.finish() })
+        #expect(report.accepted == 3)
+        let after = await secondCall.value
+        #expect(after.accepted == 3, "\(after.codes)")
+        #expect(try node.head(of: writer.key.publicKey)?.seq == 6)
         await node.close()
     }
 
