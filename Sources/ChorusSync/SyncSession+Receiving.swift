@@ -66,7 +66,9 @@ extension SyncSession {
                 frames += 1
             }
             ingestFrames.removeFirst(frames)
-            let all = events + refills
+            // Refills are rare: without them the batch is the events array
+            // itself, not a copy of every event.
+            let all = refills.isEmpty ? events : events + refills
             let node = self.node
             let (enqueued, signal) = AsyncStream<Void>.makeStream()
             ingesting = true
@@ -154,8 +156,9 @@ extension SyncSession {
     /// were payload refills.
     func ingested(_ events: [Event], _ result: IngestReport, refillsFrom: Int) throws {
         lastProgress = .now
-        for (index, (event, r)) in zip(events, result.results).enumerated() {
-            try fetch.ingested(event, r, refill: index >= refillsFrom, report: &report)
+        // By index: zipping copied every event (a retain of each of its buffers).
+        for index in events.indices where index < result.results.count {
+            try fetch.ingested(events[index], result.results[index], refill: index >= refillsFrom, report: &report)
         }
         reportProgress()
     }
