@@ -117,6 +117,7 @@ func printReport(_ r: SyncReport, json: Bool) {
                 ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
                 ("duplicates_received", .uint(UInt64(r.duplicatesReceived))),
                 ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
+                ("damaged_blobs", .array(r.damagedBlobs.map { .string($0.hex) })),
                 ("forks_seen", .uint(UInt64(r.forksSeen))), ("chat_keys_shared", .uint(UInt64(r.keyEventsWritten))),
                 ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
                 ("frames_received", .uint(UInt64(r.framesReceived))), ("frames_sent", .uint(UInt64(r.framesSent))),
@@ -131,6 +132,9 @@ func printReport(_ r: SyncReport, json: Bool) {
               sent:     \(r.eventsSent) events, \(r.blobsSent) blobs
               wire:     \(r.bytesReceived) bytes in, \(r.bytesSent) bytes out (\(r.framesReceived + r.framesSent) frames)
             """)
+        for hash in r.damagedBlobs {
+            emit("  damaged:  blob \(hash.hex) no longer matches its hash in this store; answered as missing. Fetch it again from a peer.")
+        }
         if r.keyEventsWritten > 0 {
             emit("  keys:     wrote \(r.keyEventsWritten) chat.key events for member devices that lacked a chat key")
         }

@@ -109,6 +109,10 @@ public struct SyncReport: Sendable, Hashable {
     public var blobsSent = 0
     /// Blob hashes this side asked the peer for.
     public var blobsRequested = 0
+    /// Blobs the peer asked for that this side holds with bytes that no
+    /// longer match their hash (damaged on its disk): answered
+    /// `blobMissing`, so the session goes on (Specs/sync.md §4.4).
+    public var damagedBlobs: [Hash32] = []
     /// Received events the log refused as forks and kept as evidence
     /// (Specs/sync.md §4.3).
     public var forksSeen = 0

@@ -83,6 +83,11 @@ public final class SyncServer: Sendable {
                     "events_sent": "\(r.eventsSent)", "blobs_sent": "\(r.blobsSent)", "bytes_in": "\(r.bytesReceived)",
                     "bytes_out": "\(r.bytesSent)", "seconds": "\(String(format: "%.3f", r.seconds))",
                 ])
+            for hash in r.damagedBlobs {
+                logger.error(
+                    "blob \(hash.hex) is damaged in this store (its bytes no longer match their hash); answered as missing",
+                    metadata: ["blob": "\(hash.hex)"])
+            }
             Self.sessions(outcome).increment()
             Self.bytesIn.increment(by: r.bytesReceived)
             Self.bytesOut.increment(by: r.bytesSent)

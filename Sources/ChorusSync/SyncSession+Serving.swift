@@ -1,3 +1,4 @@
+import ChorusBlobs
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
@@ -65,7 +66,7 @@ extension SyncSession {
                 serving.served(hashes.count)
                 try await flushBatch()
                 for hash in hashes {
-                    guard let bytes = try blobs.servable(hash) else {
+                    guard let bytes = try servableBlob(hash) else {
                         try await acquireCredit(for: .blob)
                         send(.blobMissing(hash))
                         continue
@@ -83,6 +84,20 @@ extension SyncSession {
                 serving.served(1)
                 send(.blobEnd)
             }
+        }
+    }
+
+    /// The bytes of a blob to serve, or nil to answer `blobMissing`: not
+    /// held, not referenced by a live picture, or damaged. A damaged blob
+    /// (bytes that no longer match their hash on this disk) is reported, not
+    /// served and not a reason to end the session: every session with this
+    /// node would end the same way until the blob is fetched again.
+    func servableBlob(_ hash: Hash32) throws -> [UInt8]? {
+        do {
+            return try blobs.servable(hash)
+        } catch BlobError.damaged {
+            report.damagedBlobs.append(hash)
+            return nil
         }
     }
 

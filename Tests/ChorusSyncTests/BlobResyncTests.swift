@@ -54,6 +54,35 @@ struct BlobResyncTests {
         for node in [author, relay, reader] { await node.close() }
     }
 
+    @Test("a blob damaged on the serving side's disk is answered as missing and reported there; the sync completes, and the next fetches it from a sound peer")
+    func damagedBlobIsAnsweredAsMissing() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let author = try await makeNode(dir, "author", network: net)
+        let relay = try await makeNode(dir, "relay", network: net)
+        let reader = try await makeNode(dir, "reader", network: net)
+        let bytes = pictureBytes(7, size: 5_000)
+        _ = try await author.addPicture(bytes, mime: "image/png").object
+        let hash = Blake2b.hash256(bytes)
+        let (toRelay, _) = try await syncPair(relay, author)
+        #expect(toRelay.complete && toRelay.blobsReceived == 1)
+        // The relay's copy rots: its first chunk (key hash ‖ u32be(0),
+        // Specs/storage.md) no longer holds the blob's bytes.
+        let blobsDB = try relay.log.env.openDatabase("blobs")
+        try relay.log.env.write { txn in try txn.put(blobsDB, hash.bytes + [0, 0, 0, 0], bytes.map { $0 ^ 0x5A }) }
+
+        let (fromRelay, relaySide) = try await syncPair(reader, relay)
+        #expect(fromRelay.complete && relaySide.complete)
+        #expect(relaySide.damagedBlobs == [hash])
+        #expect(fromRelay.blobsRequested == 1 && fromRelay.blobsReceived == 0)
+        #expect(try reader.blobs.read(hash) == nil)
+        let (fromAuthor, _) = try await syncPair(reader, author)
+        #expect(fromAuthor.complete && fromAuthor.blobsReceived == 1)
+        #expect(try reader.blobs.read(hash) == bytes)
+        for node in [author, relay, reader] { await node.close() }
+    }
+
     /// A blob of more chunks than the window (frames of 64 KiB) travels:
     /// the chunks before the last are acknowledged without waiting for the
     /// blob's commit, which needs the last chunk (§4.4, §5).
