@@ -9,14 +9,20 @@ import Testing
 
 @Suite("Re-syncs with blobs neither side holds (Specs/sync.md §4.4)")
 struct BlobResyncTests {
+    /// An author, a relay and a reader in one network, in a fresh directory.
+    static func authorRelayReader() async throws -> (SyncTempDir, Node, Node, Node) {
+        let dir = SyncTempDir()
+        let net = testNetwork()
+        return (
+            dir, try await makeNode(dir, "author", network: net), try await makeNode(dir, "relay", network: net),
+            try await makeNode(dir, "reader", network: net)
+        )
+    }
+
     @Test("1,001 pictures whose bytes neither side holds: a re-sync asks none and stays under 1 KB each way; once the relay stores them, the next sync fetches them")
     func blobsAPeerLackedAreNotAskedAgainUntilItStoresANewBlob() async throws {
-        let dir = SyncTempDir()
+        let (dir, author, relay, reader) = try await Self.authorRelayReader()
         defer { dir.cleanup() }
-        let net = testNetwork()
-        let author = try await makeNode(dir, "author", network: net)
-        let relay = try await makeNode(dir, "relay", network: net)
-        let reader = try await makeNode(dir, "reader", network: net)
         // Pictures whose bytes only the author holds; the relay gets their
         // events without the bytes, as an export and import carries them.
         for i in 0..<1001 {
@@ -56,12 +62,8 @@ struct BlobResyncTests {
 
     @Test("a blob damaged on the serving side's disk is answered as missing and reported there; the sync completes, and the next fetches it from a sound peer")
     func damagedBlobIsAnsweredAsMissing() async throws {
-        let dir = SyncTempDir()
+        let (dir, author, relay, reader) = try await Self.authorRelayReader()
         defer { dir.cleanup() }
-        let net = testNetwork()
-        let author = try await makeNode(dir, "author", network: net)
-        let relay = try await makeNode(dir, "relay", network: net)
-        let reader = try await makeNode(dir, "reader", network: net)
         let bytes = pictureBytes(7, size: 5_000)
         _ = try await author.addPicture(bytes, mime: "image/png").object
         let hash = Blake2b.hash256(bytes)
