@@ -74,7 +74,8 @@ extension SyncSession {
             ingesting = true
             batchesPending += 1
             // Every requested event is in hand: nothing will overlap this
-            // batch's commits but its own verification.
+            // batch's commits but its own verification (and the end of the
+            // previous batch's).
             let last = ingestFrames.isEmpty && !fetch.awaitsRequestedEvents
             let after = lastHandedOver
             let ingest = Task { await node.ingest(events: all, last: last, after: after, enqueued: { signal.finish() }) }
