@@ -790,11 +790,7 @@ public actor Node {
         -> [Out]
     {
         guard !items.isEmpty else { return [] }
-        return await withCheckedContinuation { continuation in
-            DispatchQueue.global(qos: .userInitiated).async {
-                continuation.resume(returning: parallelMap(items, transform))
-            }
-        }
+        return await offThePool { parallelMap(items, transform) }
     }
 
     @Sendable static func decodeOnly(_ envelope: [UInt8]) -> Result<Event, EventError> {

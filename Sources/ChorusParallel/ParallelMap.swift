@@ -33,6 +33,23 @@ public func parallelMap<In: Sendable, Out>(
     }
 }
 
+/// Runs synchronous work (a store scan, a `parallelMap`) on a dispatch
+/// thread and resumes the caller with its result: off the Swift
+/// concurrency pool, whose few threads it would otherwise hold, and off
+/// the caller's actor, which keeps serving meanwhile.
+public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global(qos: .userInitiated).async { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+/// `offThePool` for work that cannot fail.
+public func offThePool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global(qos: .userInitiated).async { continuation.resume(returning: body()) }
+    }
+}
+
 /// The output buffer, shared by the chunks: each writes only its own
 /// slots, so no two threads touch the same memory.
 private struct Slots<T>: @unchecked Sendable {

@@ -36,7 +36,7 @@ extension SyncSession {
             try await refillPayloads()
             if options.blobs, peerHello?.capabilities.contains(.blobs) == true {
                 let blobs = self.blobs
-                let missing = blobFetch.request(try await offTheActor { try blobs.missing() })
+                let missing = blobFetch.request(try await offThePool { try blobs.missing() })
                 if !missing.isEmpty {
                     report.blobsRequested += missing.count
                     reportProgress()
@@ -67,7 +67,7 @@ extension SyncSession {
         if let checked = refillCheckedAt, checked == report.eventsReceived { return }
         refillCheckedAt = report.eventsReceived
         let projections = node.projections
-        let held = try await offTheActor { try projections.eventsMissingPayload(limit: SyncLimits.maxRefill) }
+        let held = try await offThePool { try projections.eventsMissingPayload(limit: SyncLimits.maxRefill) }
         let ids = fetch.refills(among: held)
         guard !ids.isEmpty else { return }
         for chunk in ids.chunked(SyncLimits.listBatch) { send(.payloadWant(chunk)) }

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 extension Array {
@@ -27,12 +26,3 @@ func withTimeout<T: Sendable>(
     }
 }
 
-/// Runs a synchronous store scan on a dispatch thread, so the session's
-/// actor keeps serving the peer meanwhile: a scan of every picture and
-/// message record held the actor, and with it the events it was sending,
-/// for tens of milliseconds at 200,000 events.
-func offTheActor<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global(qos: .userInitiated).async { continuation.resume(with: Result { try body() }) }
-    }
-}
