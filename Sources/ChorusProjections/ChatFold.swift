@@ -195,9 +195,11 @@ extension FoldRun {
         // transaction has none yet.
         let existing: [UInt8]? = bulk || newEvents.contains(message) ? nil : try txn.get(p.state, key)
         let wasEffective = try existing.map { try !MessageEntry.isWithdrawn($0) } ?? false
+        let wasPurged = try existing.map { raw in try raw.withUnsafeBytes { try MessageEntry.isPurged($0) } } ?? false
         func store(_ entry: MessageEntry) throws {
             let value = entry.encoded()
             if value != existing { try putState(key, value) }
+            try setPayloadGap(.message, message, was: wasPurged, now: entry.purged)
         }
         func withdraw(_ why: NoEffect) throws {
             // The send's reason is kept in its entry (§9.1), not under its own key.

@@ -185,6 +185,22 @@ struct FoldRun {
         if bufferedIndex != nil { bufferedIndex?.add(key, value) } else { try txn.put(p.index, key, value) }
     }
 
+    /// Deletes an `index` entry. Off the write transaction (a bulk fold,
+    /// from an `index` that holds nothing of the object yet) there is
+    /// nothing to delete.
+    mutating func deleteIndex(_ key: [UInt8]) throws {
+        if bufferedIndex == nil { try txn.delete(p.index, key) }
+    }
+
+    /// Keeps `object`'s `payloadGap` entry (§9.1) present exactly while it
+    /// is live with its payload purged here; `was` says whether the state
+    /// it replaces was, so an object that stays as it was costs nothing.
+    mutating func setPayloadGap(_ cls: ObjectClass, _ object: Bytes32, was: Bool, now: Bool) throws {
+        guard was != now else { return }
+        let key = IndexTable.payloadGap.key(cls.rawValue, object)
+        if now { try putIndex(key, []) } else { try deleteIndex(key) }
+    }
+
     /// Deletes a state entry. Off the write transaction (a bulk fold, from
     /// state that holds nothing of the object yet) there is nothing to
     /// delete: a fold deletes before it puts, and an entry the committed

@@ -164,20 +164,18 @@ extension Projections {
     /// Events this node holds without their payload although no deletion
     /// covers them (a purge whose deletion later lost its effect, or a copy
     /// stripped by a relay): sync asks peers for the full events, and the
-    /// log refills them (Specs/projections.md §9).
+    /// log refills them (Specs/projections.md §9). Read from the
+    /// `payloadGap` entries (§9.1), so its cost follows the objects held
+    /// that way, not the size of the store: sync asks at every round that
+    /// received events.
     public func eventsMissingPayload(limit: Int = 10_000) throws -> [EventID] {
         try log.env.read { txn in
             var objects: [(ObjectClass, Bytes32)] = []
-            try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
-                if try PictureRecord.decode(value).purged { objects.append((.picture, try Codec.b32(key[1...], "picture id"))) }
-                return true
-            }
-            // Messages are most of a store: their flags are read in place.
-            try txn.scanInPlace(state, from: [Table.message.rawValue]) { key, value in
-                guard key.first == Table.message.rawValue else { return false }
-                if try MessageEntry.isPurged(value) {
-                    objects.append((.message, try Codec.b32(ArraySlice(key.suffix(32)), "message id")))
+            try txn.scan(index, prefix: [IndexTable.payloadGap.rawValue]) { key, _ in
+                guard key.count == 34, let cls = ObjectClass(rawValue: key[1]), cls == .picture || cls == .message else {
+                    throw ProjectionError.corrupt("payload gap entry \(Hex.encode(key))")
                 }
+                objects.append((cls, try Codec.b32(key[2...], "object id")))
                 return true
             }
             var out: [EventID] = []

@@ -465,6 +465,9 @@ enum IndexTable: UInt8 {
     case coinGroup = 0x08  // group hash || merge order -> () (credits of one receipt, unlocks of one slot)
     /// Only while a rebuild runs, past its sends budget (Specs/projections.md §9.2).
     case rebuildSend = 0x09  // chat || u64be(sending hlc) || message id -> u64be(arrival)
+    /// Live pictures and messages whose payload this node holds purged
+    /// (Specs/projections.md §9.1): what sync asks peers to refill.
+    case payloadGap = 0x0A  // u8(object class) || object id -> ()
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -86,12 +86,15 @@ extension FoldRun {
             try decide(f, nil)
         }
         let recordKey = Table.picture.key(picture)
+        var wasPurged = false
         if let oldRaw = try txn.get(p.state, recordKey) {
             let old = try PictureRecord.decode(oldRaw)
             for key in old.indexKeys(picture) { try deleteState(key) }
+            wasPurged = old.purged
         }
         guard let created else {
             try deleteState(recordKey)
+            try setPayloadGap(.picture, picture, was: wasPurged, now: false)
             return
         }
         let payload = created.fact.payload
@@ -114,6 +117,7 @@ extension FoldRun {
         }
         try putState(recordKey, record.encoded())
         for key in record.indexKeys(picture) { try putState(key, []) }
+        try setPayloadGap(.picture, picture, was: wasPurged, now: record.purged)
     }
 }
 

@@ -1094,8 +1094,10 @@ public struct Projections: Sendable {
     /// positions, not their ids (§9.1). 16: `message` entries are stored
     /// under the table byte 0xFE, after every other table (§9.1). 17: and
     /// `edge` entries under 0xFD (§9.1). 18: `edge` entries under 0xFC and
-    /// `edgeOut` entries under 0xFD (§9.1).
-    public static let formatVersion: UInt64 = 18
+    /// `edgeOut` entries under 0xFD (§9.1). 19: `payloadGap` index entries
+    /// name the live pictures and messages held without their payload
+    /// (§9.1).
+    public static let formatVersion: UInt64 = 19
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

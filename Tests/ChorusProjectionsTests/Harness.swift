@@ -153,6 +153,32 @@ final class Replica {
         }
     }
 
+    /// Where the `payloadGap` entries (Specs/projections.md §9.1) differ
+    /// from the live pictures and messages the state holds with their
+    /// payload purged, found here the long way (a walk of every record),
+    /// and how many such objects the state holds.
+    func payloadGapProblems() throws -> (problems: [String], gaps: Int) {
+        try env.read { txn in
+            var indexed: Set<[UInt8]> = []
+            try txn.scan(projections.index, prefix: [IndexTable.payloadGap.rawValue]) { key, _ in
+                indexed.insert(Array(key.dropFirst()))
+                return true
+            }
+            var held: Set<[UInt8]> = []
+            try txn.scan(projections.state, prefix: [Table.picture.rawValue]) { key, value in
+                if try PictureRecord.decode(value).purged { held.insert([ObjectClass.picture.rawValue] + key.dropFirst()) }
+                return true
+            }
+            try txn.scan(projections.state, prefix: [Table.message.rawValue]) { key, value in
+                if try value.withUnsafeBytes({ try MessageEntry.isPurged($0) }) { held.insert([ObjectClass.message.rawValue] + key.suffix(32)) }
+                return true
+            }
+            let problems = indexed.subtracting(held).map { "payload gap entry \(Hex.encode($0)) names no live object held purged" }
+                + held.subtracting(indexed).map { "no payload gap entry for \(Hex.encode($0)), live and held purged" }
+            return (problems.sorted(), held.count)
+        }
+    }
+
     /// Every stored event (payload purged or not), in arrival order.
     func storedEvents() throws -> [Event] { try log.arrivals(since: 0).map(\.event) }
 }

@@ -114,6 +114,18 @@ struct ScheduleRun {
         // object whose payload it purged (`PictureRecord.purged`), and only
         // the payload, fetched again from a peer, can bring it back. A refill
         // of a payload that is still deleted is purged again at once.
+        // Before it, the replicas' payload gap entries name exactly those
+        // objects (Specs/projections.md §9.1), incrementally and, for a
+        // replica that holds some, after a rebuild (its bulk fold).
+        for (i, replica) in replicas.enumerated() {
+            let (gapProblems, gaps) = try replica.payloadGapProblems()
+            problems += gapProblems.map { "replica \(i) before the refill: " + $0 }
+            guard i == 1, gaps > 0 else { continue }
+            let digest = try replica.digest()
+            try replica.projections.rebuild(sliceSize: rng.int(1...64), part: rng.int(0...1) == 0 ? rng.int(1...16) : nil)
+            if try replica.digest() != digest { problems.append("a rebuild of replica 1 before the refill changed its state") }
+            problems += try replica.payloadGapProblems().problems.map { "replica 1 rebuilt before the refill: " + $0 }
+        }
         let originals = Dictionary(events.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         func refill(_ replica: Replica) throws {
             let purged = try replica.storedEvents().filter { $0.payloadBytes == nil }.compactMap { originals[$0.id] }
@@ -183,6 +195,9 @@ struct ScheduleRun {
             problems.append("rebuild of replica 0 from its log differs from its incremental state")
             let after = try replicas[0].stateLines()
             problems += lineDiff(before, after)
+        }
+        for (label, replica) in [("replica 0 rebuilt", replicas[0]), ("replica 1", replicas[1]), ("replica 2", replicas[2]), ("fresh", fresh), ("single", single)] {
+            problems += try replica.payloadGapProblems().problems.map { "\(label): " + $0 }
         }
         if try replicas[0].filedSendsLeft() != 0 {
             problems.append("the rebuild left \(try replicas[0].filedSendsLeft()) sends filed in its index")

@@ -26,6 +26,8 @@ struct RefillTests {
         #expect(ingested.accepted == all.count)
         #expect(try b.event(creation.id)?.event.payloadBytes == nil)
         #expect(try b.projections.eventsMissingPayload() == [creation.id])
+        try await b.rebuildProjections()
+        #expect(try b.projections.eventsMissingPayload() == [creation.id])
         #expect(try digest(a) != digest(b))
 
         let (ra, rb) = try await syncPair(a, b)
@@ -69,6 +71,9 @@ struct RefillTests {
         let stripped = all.map { $0.kind == .messageSent ? $0.purged() : $0 }
         #expect(await b.ingest(events: stripped).accepted == all.count)
         // The deleted message's payload is purged by its deletion: nothing to refill.
+        #expect(try b.projections.eventsMissingPayload() == [keptSend.id])
+        // A rebuild (the bulk fold, Specs/projections.md §9.2) lists the same.
+        try await b.rebuildProjections()
         #expect(try b.projections.eventsMissingPayload() == [keptSend.id])
 
         let (_, rb) = try await syncPair(a, b)
