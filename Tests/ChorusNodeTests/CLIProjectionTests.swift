@@ -459,6 +459,7 @@ struct CLIProjectionTests {
         let rebuilt = try object(try await ok("rebuild", "--store", y, "--json"))
         #expect(rebuilt["before"] as? String == digests[0] && rebuilt["after"] as? String == digests[0])
         #expect(rebuilt["equal"] as? Bool == true)
+        #expect((rebuilt["seconds"] as? String).flatMap(Double.init).map { $0 >= 0 } == true)
         #expect(try await ok("rebuild", "--store", x).contains("digest is unchanged"))
         let json = try object(try await ok("query", "digest", "--store", x, "--json"))
         #expect(json["digest"] as? String == digests[0])

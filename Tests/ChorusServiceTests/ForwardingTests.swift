@@ -13,7 +13,8 @@ struct Normalizer {
     mutating func callAsFunction(_ text: String) -> String {
         var out = ""
         var rest = Substring(text)
-        let pattern = /[0-9a-f]{16,}|[0-9]{12,}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\+[0-9]+/
+        // Ids, keys and times; also a duration (`rebuild`'s), which differs from run to run.
+        let pattern = /[0-9a-f]{16,}|[0-9]{12,}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\+[0-9]+|[0-9]+\.[0-9]{3}(?= s[;.]|")/
         while let match = rest.firstMatch(of: pattern) {
             out += rest[..<match.range.lowerBound]
             let value = String(match.output)

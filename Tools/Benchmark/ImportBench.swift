@@ -30,12 +30,19 @@ struct ImportBench: AsyncParsableCommand {
 
 /// Runs a child process to completion with posix_spawn (Foundation's
 /// Process reaps its children itself, which would lose their rusage); its
-/// wall time, peak RSS in bytes and exit status. Its output goes to /dev/null.
-func measuredChild(_ path: String, _ arguments: [String]) throws -> (seconds: Double, peakRSS: Int, peakAnon: Int, status: Int32) {
+/// wall time, peak RSS in bytes and exit status. Its output goes to the
+/// file `stdout`, or to /dev/null.
+func measuredChild(
+    _ path: String, _ arguments: [String], stdout: String? = nil
+) throws -> (seconds: Double, peakRSS: Int, peakAnon: Int, status: Int32) {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    if let stdout {
+        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    } else {
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    }
     let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
     defer { for p in argv { free(p) } }
     var pid: pid_t = 0
