@@ -167,19 +167,16 @@ struct ReplayTests {
         }
         await node.close()
         let mountPoint = dir.store("tiny")
-        guard mountSmallDisk(at: mountPoint, size: "2m") else {
-            print("full-disk test skipped: this machine refused to mount a tmpfs")  // some containers forbid mounts
-            return
+        await withSmallDisk(at: mountPoint, size: "2m") {
+            let out = mountPoint + "/out"
+            #expect {
+                _ = try ReplayStore.open(store).rebuild(to: out)
+            } throws: { error in
+                guard case .diskFull(let operation) = error as? StorageError else { return false }
+                return operation.hasPrefix("mdb_env_copy2")
+            }
+            #expect(!FileManager.default.fileExists(atPath: out + "/data.mdb"))
         }
-        defer { unmountSmallDisk(at: mountPoint) }
-        let out = mountPoint + "/out"
-        #expect {
-            _ = try ReplayStore.open(store).rebuild(to: out)
-        } throws: { error in
-            guard case .diskFull(let operation) = error as? StorageError else { return false }
-            return operation.hasPrefix("mdb_env_copy2")
-        }
-        #expect(!FileManager.default.fileExists(atPath: out + "/data.mdb"))
     }
 
     @Test func aProjectionEditedBehindAnIntactLogIsFound() async throws {

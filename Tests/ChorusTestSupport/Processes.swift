@@ -128,6 +128,18 @@ public func mountSmallDisk(at path: String, size: String) -> Bool {
 /// open there does not keep it).
 public func unmountSmallDisk(at path: String) { _ = try? runCommandSync("/bin/umount", ["-l", path]) }
 
+/// Runs `body` with a tmpfs of `size` mounted at `path` (`mountSmallDisk`)
+/// and unmounts it after; where this machine refuses the mount, says so and
+/// skips `body`.
+public func withSmallDisk(at path: String, size: String, _ body: () async throws -> Void) async rethrows {
+    guard mountSmallDisk(at: path, size: size) else {
+        print("full-disk test skipped: this machine refused to mount a tmpfs")  // some containers forbid mounts
+        return
+    }
+    defer { unmountSmallDisk(at: path) }
+    try await body()
+}
+
 /// The permission bits of the file at `path` (0o600: its owner's alone).
 public func fileMode(_ path: String) throws -> Int? {
     try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
