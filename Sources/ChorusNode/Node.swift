@@ -557,6 +557,7 @@ public actor Node {
             for (hash, bytes) in received {
                 guard try projections.isBlobReferenced(hash, in: txn), try !blobs.contains(hash, in: txn) else { continue }
                 try blobs.put(bytes, checkedAgainst: hash, in: txn)
+                try projections.blobStored(hash, in: txn)
                 count += 1
             }
             stored.withLock { $0 = count }

@@ -278,8 +278,10 @@ extension FoldRun {
         let key = Table.blobRef.key(blob, message)
         if live {
             try putState(key, [])
+            try blobReferenced(blob)
         } else {
             try deleteState(key)
+            try blobUnreferenced(blob)
         }
     }
 
@@ -287,7 +289,10 @@ extension FoldRun {
     /// live object still references the same bytes.
     mutating func purgeContent(ofMessage message: EventID, _ all: [Fact]) throws {
         let blob = all.first { $0.kind == .messageSent && $0.id == message }?.payload?[text: "blob"]?.id32
-        if let blob { try txn.delete(p.state, Table.blobRef.key(blob, message)) }
+        if let blob {
+            try txn.delete(p.state, Table.blobRef.key(blob, message))
+            try blobUnreferenced(blob)
+        }
         for f in all { purge(f) }
         if let blob { purges.blobs.append(blob) }
     }

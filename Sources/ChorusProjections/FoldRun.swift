@@ -201,6 +201,21 @@ struct FoldRun {
         if now { try putIndex(key, []) } else { try deleteIndex(key) }
     }
 
+    /// Notes that a live object references `blob` (its `blobRef` entry is
+    /// put): while this node lacks the blob, a `blobWanted` entry (§9.1)
+    /// says so, for sync to fetch it.
+    mutating func blobReferenced(_ blob: Hash32) throws {
+        if try !p.blobs.contains(blob, in: txn) { try putIndex(IndexTable.blobWanted.key(blob), []) }
+    }
+
+    /// Notes that a `blobRef` entry of `blob` was deleted: once no live
+    /// object references the blob, it is not wanted. A bulk fold starts
+    /// from an empty state, where no object it folds had put one.
+    mutating func blobUnreferenced(_ blob: Hash32) throws {
+        guard !bulk, try !p.isBlobReferenced(blob, in: txn) else { return }
+        try deleteIndex(IndexTable.blobWanted.key(blob))
+    }
+
     /// Deletes a state entry. Off the write transaction (a bulk fold, from
     /// state that holds nothing of the object yet) there is nothing to
     /// delete: a fold deletes before it puts, and an entry the committed

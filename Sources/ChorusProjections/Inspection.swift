@@ -207,6 +207,38 @@ extension Projections {
         }
     }
 
+    /// Blobs that live pictures and messages reference and this node lacks,
+    /// each with one object that references it: what sync fetches. Read
+    /// from the `blobWanted` entries (Specs/projections.md §9.1), so its
+    /// cost follows the blobs lacked, not the pictures held; each entry is
+    /// checked against the `blobRef` table and the blob store as it is read.
+    public func wantedBlobs() throws -> [(blob: Hash32, object: ObjectID)] {
+        try log.env.read { txn in
+            var hashes: [Hash32] = []
+            try txn.scan(index, prefix: [IndexTable.blobWanted.rawValue]) { key, _ in
+                hashes.append(try Codec.b32(key[1...], "wanted blob"))
+                return true
+            }
+            var out: [(Hash32, ObjectID)] = []
+            for hash in hashes where try !blobs.contains(hash, in: txn) {
+                var object: ObjectID? = nil
+                try txn.scan(state, prefix: Table.blobRef.key(hash)) { key, _ in
+                    guard key.count == 65 else { throw ProjectionError.corrupt("blob reference key of \(key.count) bytes") }
+                    object = try Codec.b32(key[33...], "object id")
+                    return false
+                }
+                if let object { out.append((hash, object)) }
+            }
+            return out
+        }
+    }
+
+    /// Records, in the transaction that stores `blob`, that it is no longer
+    /// wanted (its `blobWanted` entry, §9.1).
+    public func blobStored(_ blob: Hash32, in txn: Transaction) throws {
+        try txn.delete(index, IndexTable.blobWanted.key(blob))
+    }
+
     /// Whether a live picture still references `blob`.
     public func isBlobReferenced(_ blob: Hash32, in txn: Transaction) throws -> Bool {
         var found = false

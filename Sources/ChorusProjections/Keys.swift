@@ -468,6 +468,9 @@ enum IndexTable: UInt8 {
     /// Live pictures and messages whose payload this node holds purged
     /// (Specs/projections.md §9.1): what sync asks peers to refill.
     case payloadGap = 0x0A  // u8(object class) || object id -> ()
+    /// Blobs that live pictures and messages reference (`blobRef`) and this
+    /// node lacks (Specs/projections.md §9.1): what sync fetches.
+    case blobWanted = 0x0B  // blob hash -> ()
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -87,14 +87,18 @@ extension FoldRun {
         }
         let recordKey = Table.picture.key(picture)
         var wasPurged = false
+        // The blob the stored record references (its `blobRef` entry).
+        var oldBlob: Hash32? = nil
         if let oldRaw = try txn.get(p.state, recordKey) {
             let old = try PictureRecord.decode(oldRaw)
             for key in old.indexKeys(picture) { try deleteState(key) }
             wasPurged = old.purged
+            if old.isLive { oldBlob = old.blob }
         }
         guard let created else {
             try deleteState(recordKey)
             try setPayloadGap(.picture, picture, was: wasPurged, now: false)
+            if let oldBlob { try blobUnreferenced(oldBlob) }
             return
         }
         let payload = created.fact.payload
@@ -118,6 +122,9 @@ extension FoldRun {
         try putState(recordKey, record.encoded())
         for key in record.indexKeys(picture) { try putState(key, []) }
         try setPayloadGap(.picture, picture, was: wasPurged, now: record.purged)
+        let blob = record.isLive ? record.blob : nil
+        if let blob { try blobReferenced(blob) }
+        if let oldBlob, oldBlob != blob { try blobUnreferenced(oldBlob) }
     }
 }
 

@@ -1096,8 +1096,9 @@ public struct Projections: Sendable {
     /// `edge` entries under 0xFD (§9.1). 18: `edge` entries under 0xFC and
     /// `edgeOut` entries under 0xFD (§9.1). 19: `payloadGap` index entries
     /// name the live pictures and messages held without their payload
-    /// (§9.1).
-    public static let formatVersion: UInt64 = 19
+    /// (§9.1). 20: `blobWanted` index entries name the blobs that live
+    /// objects reference and this node lacks (§9.1).
+    public static let formatVersion: UInt64 = 20
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

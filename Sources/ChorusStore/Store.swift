@@ -109,6 +109,9 @@ public struct CommitBatch {
     /// including the events appended earlier in it.
     public func head(of author: PublicKey) throws -> FeedHead? { try store.log.head(of: author, in: transaction, context: context) }
 
-    /// Stores blob bytes in the same transaction.
-    public func putBlob(_ bytes: [UInt8]) throws { try store.blobs.put(bytes, in: transaction) }
+    /// Stores blob bytes in the same transaction, and records that they are
+    /// no longer wanted (Specs/projections.md §9.1).
+    public func putBlob(_ bytes: [UInt8]) throws {
+        try store.projections.blobStored(try store.blobs.put(bytes, in: transaction), in: transaction)
+    }
 }

@@ -6,7 +6,7 @@ import ChorusProjections
 import ChorusStorage
 
 /// Blob bookkeeping for sync, through the projections' public blob
-/// queries (`referencedBlobs`, `isBlobReferenced`: Specs/projections.md §4,
+/// queries (`wantedBlobs`, `isBlobReferenced`: Specs/projections.md §4,
 /// the `blobRef` table, present exactly for live pictures whose blob is
 /// known). A deleted picture has no reference, so its blob is never wanted,
 /// served or stored.
@@ -20,18 +20,12 @@ struct BlobAccess: Sendable {
     /// This node's blob serial (Specs/sync.md §4.4).
     func serial() throws -> UInt64 { try node.blobs.serial() }
 
-    /// Blobs that live pictures reference and this node lacks, with the size
-    /// the picture declares.
+    /// Blobs that live pictures and messages reference and this node lacks,
+    /// with the size a picture declares (`Projections.wantedBlobs`: its
+    /// cost follows the blobs lacked, not the pictures held).
     func missing() throws -> [(hash: Hash32, size: UInt64?)] {
-        var seen: Set<Hash32> = []
-        var refs: [(Hash32, ObjectID)] = []
-        for (hash, picture) in try node.projections.referencedBlobs() where !seen.contains(hash) {
-            seen.insert(hash)
-            refs.append((hash, picture))
-        }
-        let lacking = try node.log.env.read { txn in try refs.filter { try !node.blobs.contains($0.0, in: txn) } }
-        return try lacking.map { hash, picture in
-            if case .live(let view) = try node.projections.picture(PictureID(picture)) { return (hash, view.size) }
+        try node.projections.wantedBlobs().map { hash, object in
+            if case .live(let view) = try node.projections.picture(PictureID(object)) { return (hash, view.size) }
             return (hash, nil)
         }
     }

@@ -179,6 +179,28 @@ final class Replica {
         }
     }
 
+    /// Where the `blobWanted` entries (Specs/projections.md §9.1) differ from
+    /// the blobs that `blobRef` entries name and the blob store lacks, found
+    /// here the long way, and how many such blobs there are.
+    func blobWantedProblems() throws -> (problems: [String], wanted: Int) {
+        try env.read { txn in
+            var indexed: Set<[UInt8]> = []
+            try txn.scan(projections.index, prefix: [IndexTable.blobWanted.rawValue]) { key, _ in
+                indexed.insert(Array(key.dropFirst()))
+                return true
+            }
+            var lacking: Set<[UInt8]> = []
+            try txn.scan(projections.state, prefix: [Table.blobRef.rawValue]) { key, _ in
+                let blob = Array(key[1..<33])
+                if let hash = Bytes32(blob), try !blobs.contains(hash, in: txn) { lacking.insert(blob) }
+                return true
+            }
+            let problems = indexed.subtracting(lacking).map { "blob wanted entry \(Hex.encode($0)) names a blob held or unreferenced" }
+                + lacking.subtracting(indexed).map { "no blob wanted entry for \(Hex.encode($0)), referenced and lacking" }
+            return (problems.sorted(), lacking.count)
+        }
+    }
+
     /// Every stored event (payload purged or not), in arrival order.
     func storedEvents() throws -> [Event] { try log.arrivals(since: 0).map(\.event) }
 }

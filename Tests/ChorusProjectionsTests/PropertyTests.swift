@@ -117,14 +117,18 @@ struct ScheduleRun {
         // Before it, the replicas' payload gap entries name exactly those
         // objects (Specs/projections.md §9.1), incrementally and, for a
         // replica that holds some, after a rebuild (its bulk fold).
+        // So do the blob wanted entries name the blobs referenced and lacking.
         for (i, replica) in replicas.enumerated() {
             let (gapProblems, gaps) = try replica.payloadGapProblems()
-            problems += gapProblems.map { "replica \(i) before the refill: " + $0 }
-            guard i == 1, gaps > 0 else { continue }
+            let (wantedProblems, wanted) = try replica.blobWantedProblems()
+            problems += (gapProblems + wantedProblems).map { "replica \(i) before the refill: " + $0 }
+            if gaps + wanted > 0 { FileHandle.standardError.write("TRACEW \(i) \(gaps) \(wanted)\n".data(using: .utf8)!) }
+            guard i == 1, gaps + wanted > 0 else { continue }
             let digest = try replica.digest()
             try replica.projections.rebuild(sliceSize: rng.int(1...64), part: rng.int(0...1) == 0 ? rng.int(1...16) : nil)
             if try replica.digest() != digest { problems.append("a rebuild of replica 1 before the refill changed its state") }
-            problems += try replica.payloadGapProblems().problems.map { "replica 1 rebuilt before the refill: " + $0 }
+            problems += try (replica.payloadGapProblems().problems + replica.blobWantedProblems().problems)
+                .map { "replica 1 rebuilt before the refill: " + $0 }
         }
         let originals = Dictionary(events.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         func refill(_ replica: Replica) throws {
@@ -197,7 +201,7 @@ struct ScheduleRun {
             problems += lineDiff(before, after)
         }
         for (label, replica) in [("replica 0 rebuilt", replicas[0]), ("replica 1", replicas[1]), ("replica 2", replicas[2]), ("fresh", fresh), ("single", single)] {
-            problems += try replica.payloadGapProblems().problems.map { "\(label): " + $0 }
+            problems += try (replica.payloadGapProblems().problems + replica.blobWantedProblems().problems).map { "\(label): " + $0 }
         }
         if try replicas[0].filedSendsLeft() != 0 {
             problems.append("the rebuild left \(try replicas[0].filedSendsLeft()) sends filed in its index")
