@@ -193,20 +193,6 @@ extension Projections {
         }
     }
 
-    /// Blobs that live pictures reference, whether or not they are stored
-    /// here (sync fetches the missing ones).
-    public func referencedBlobs() throws -> [(blob: Hash32, picture: ObjectID)] {
-        try log.env.read { txn in
-            var out: [(Hash32, ObjectID)] = []
-            try txn.scan(state, prefix: [Table.blobRef.rawValue]) { key, _ in
-                guard key.count == 65 else { throw ProjectionError.corrupt("blob reference key of \(key.count) bytes") }
-                out.append((try Codec.b32(key[1..<33], "blob"), try Codec.b32(key[33...], "picture id")))
-                return true
-            }
-            return out
-        }
-    }
-
     /// Blobs that live pictures and messages reference and this node lacks,
     /// each with one object that references it: what sync fetches. Read
     /// from the `blobWanted` entries (Specs/projections.md §9.1), so its

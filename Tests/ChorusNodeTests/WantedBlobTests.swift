@@ -26,6 +26,12 @@ struct WantedBlobTests {
         }
     }
 
+    /// A node that posts pictures and one that receives their events, in one network.
+    func nodes(in tmp: TempDir) async throws -> (author: Node, reader: Node) {
+        let network = NetworkConfig(networkKey: Random.bytes32())
+        return (try await Node.create(at: tmp.store("author"), network: network), try await Node.create(at: tmp.store("reader"), network: network))
+    }
+
     func bytes(_ seed: UInt8) -> [UInt8] {
         [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<4_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
     }
@@ -33,9 +39,7 @@ struct WantedBlobTests {
     @Test func aBlobIsWantedFromItsPictureUntilStoredOrUnreferenced() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let network = NetworkConfig(networkKey: Random.bytes32())
-        let author = try await Node.create(at: tmp.store("author"), network: network)
-        let reader = try await Node.create(at: tmp.store("reader"), network: network)
+        let (author, reader) = try await nodes(in: tmp)
         let (kept, gone) = (bytes(1), bytes(2))
         let keptPicture = try await author.addPicture(kept, mime: "image/png").object
         let gonePicture = try await author.addPicture(gone, mime: "image/png").object
@@ -72,9 +76,7 @@ struct WantedBlobTests {
     @Test func aBlobStoredWithALocalPictureIsNoLongerWanted() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let network = NetworkConfig(networkKey: Random.bytes32())
-        let author = try await Node.create(at: tmp.store("author"), network: network)
-        let reader = try await Node.create(at: tmp.store("reader"), network: network)
+        let (author, reader) = try await nodes(in: tmp)
         let shared = bytes(4)
         _ = try await author.addPicture(shared, mime: "image/png")
         let events = try author.arrivals().map(\.event)
@@ -91,9 +93,7 @@ struct WantedBlobTests {
     @Test func aRebuildListsTheBlobsItsPicturesLack() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let network = NetworkConfig(networkKey: Random.bytes32())
-        let author = try await Node.create(at: tmp.store("author"), network: network)
-        let reader = try await Node.create(at: tmp.store("reader"), network: network)
+        let (author, reader) = try await nodes(in: tmp)
         let picture = bytes(3)
         _ = try await author.addPicture(picture, mime: "image/png")
         let events = try author.arrivals().map(\.event)
