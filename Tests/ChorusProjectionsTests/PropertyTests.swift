@@ -116,13 +116,12 @@ struct ScheduleRun {
         // of a payload that is still deleted is purged again at once.
         // Before it, the replicas' payload gap entries name exactly those
         // objects (Specs/projections.md §9.1), incrementally and, for a
-        // replica that holds some, after a rebuild (its bulk fold).
-        // So do the blob wanted entries name the blobs referenced and lacking.
+        // replica that holds some, after a rebuild (its bulk fold); so do
+        // the blob wanted entries name the blobs referenced and lacking.
         for (i, replica) in replicas.enumerated() {
             let (gapProblems, gaps) = try replica.payloadGapProblems()
             let (wantedProblems, wanted) = try replica.blobWantedProblems()
             problems += (gapProblems + wantedProblems).map { "replica \(i) before the refill: " + $0 }
-            if gaps + wanted > 0 { FileHandle.standardError.write("TRACEW \(i) \(gaps) \(wanted)\n".data(using: .utf8)!) }
             guard i == 1, gaps + wanted > 0 else { continue }
             let digest = try replica.digest()
             try replica.projections.rebuild(sliceSize: rng.int(1...64), part: rng.int(0...1) == 0 ? rng.int(1...16) : nil)
