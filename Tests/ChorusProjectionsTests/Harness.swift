@@ -153,17 +153,30 @@ final class Replica {
         }
     }
 
+    /// The keys of `table`'s `index` entries, without the table byte.
+    func indexKeys(_ table: IndexTable, in txn: Transaction) throws -> Set<[UInt8]> {
+        var out: Set<[UInt8]> = []
+        try txn.scan(projections.index, prefix: [table.rawValue]) { key, _ in
+            out.insert(Array(key.dropFirst()))
+            return true
+        }
+        return out
+    }
+
+    /// Where the keys an index holds differ from those it should, each
+    /// named in hex in `stale` (held, not expected) or `missing`, sorted.
+    static func differences(indexed: Set<[UInt8]>, expected: Set<[UInt8]>, stale: String, missing: String) -> [String] {
+        (indexed.subtracting(expected).map { stale.replacingOccurrences(of: "%@", with: Hex.encode($0)) }
+            + expected.subtracting(indexed).map { missing.replacingOccurrences(of: "%@", with: Hex.encode($0)) }).sorted()
+    }
+
     /// Where the `payloadGap` entries (Specs/projections.md §9.1) differ
     /// from the live pictures and messages the state holds with their
     /// payload purged, found here the long way (a walk of every record),
     /// and how many such objects the state holds.
     func payloadGapProblems() throws -> (problems: [String], gaps: Int) {
         try env.read { txn in
-            var indexed: Set<[UInt8]> = []
-            try txn.scan(projections.index, prefix: [IndexTable.payloadGap.rawValue]) { key, _ in
-                indexed.insert(Array(key.dropFirst()))
-                return true
-            }
+            let indexed = try indexKeys(.payloadGap, in: txn)
             var held: Set<[UInt8]> = []
             try txn.scan(projections.state, prefix: [Table.picture.rawValue]) { key, value in
                 if try PictureRecord.decode(value).purged { held.insert([ObjectClass.picture.rawValue] + key.dropFirst()) }
@@ -173,9 +186,10 @@ final class Replica {
                 if try value.withUnsafeBytes({ try MessageEntry.isPurged($0) }) { held.insert([ObjectClass.message.rawValue] + key.suffix(32)) }
                 return true
             }
-            let problems = indexed.subtracting(held).map { "payload gap entry \(Hex.encode($0)) names no live object held purged" }
-                + held.subtracting(indexed).map { "no payload gap entry for \(Hex.encode($0)), live and held purged" }
-            return (problems.sorted(), held.count)
+            let problems = Self.differences(
+                indexed: indexed, expected: held, stale: "payload gap entry %@ names no live object held purged",
+                missing: "no payload gap entry for %@, live and held purged")
+            return (problems, held.count)
         }
     }
 
@@ -184,20 +198,17 @@ final class Replica {
     /// here the long way, and how many such blobs there are.
     func blobWantedProblems() throws -> (problems: [String], wanted: Int) {
         try env.read { txn in
-            var indexed: Set<[UInt8]> = []
-            try txn.scan(projections.index, prefix: [IndexTable.blobWanted.rawValue]) { key, _ in
-                indexed.insert(Array(key.dropFirst()))
-                return true
-            }
+            let indexed = try indexKeys(.blobWanted, in: txn)
             var lacking: Set<[UInt8]> = []
             try txn.scan(projections.state, prefix: [Table.blobRef.rawValue]) { key, _ in
                 let blob = Array(key[1..<33])
                 if let hash = Bytes32(blob), try !blobs.contains(hash, in: txn) { lacking.insert(blob) }
                 return true
             }
-            let problems = indexed.subtracting(lacking).map { "blob wanted entry \(Hex.encode($0)) names a blob held or unreferenced" }
-                + lacking.subtracting(indexed).map { "no blob wanted entry for \(Hex.encode($0)), referenced and lacking" }
-            return (problems.sorted(), lacking.count)
+            let problems = Self.differences(
+                indexed: indexed, expected: lacking, stale: "blob wanted entry %@ names a blob held or unreferenced",
+                missing: "no blob wanted entry for %@, referenced and lacking")
+            return (problems, lacking.count)
         }
     }
 
