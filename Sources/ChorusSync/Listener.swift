@@ -47,14 +47,13 @@ public final class SecureListener: Sendable {
     /// The bound port (the one picked by the system when asked for port 0).
     public let port: Int
     /// Authenticated connections, in the order their handshakes completed.
+    /// Each waits here until taken; the connection limits bound how many
+    /// can (`ConnectionLimits.total`).
     public let connections: AsyncStream<SecureConnection>
 
     private let serverChannel: any Channel
     private let children: ChildChannels
     private let acceptLoop: Task<Void, Never>
-
-    /// Connections whose handshakes are done but not yet taken from `connections`.
-    public static let acceptedBacklog = 64
 
     private init(
         host: String, port: Int, connections: AsyncStream<SecureConnection>, serverChannel: any Channel,
@@ -95,8 +94,10 @@ public final class SecureListener: Sendable {
             server.channel.close(promise: nil)
             throw SecureConnectionError.bindFailed("\(host):\(port): no local address")
         }
-        let (stream, continuation) = AsyncStream.makeStream(
-            of: SecureConnection.self, bufferingPolicy: .bufferingOldest(acceptedBacklog))
+        // Unbounded: admission (`ChildChannels.admit`) already bounds the
+        // connections. A smaller cap here closed authenticated peers without
+        // a word when more handshakes completed at once than were taken.
+        let (stream, continuation) = AsyncStream.makeStream(of: SecureConnection.self)
         let children = ChildChannels(limits: limits)
         let acceptLoop = Task {
             do {
@@ -138,8 +139,8 @@ public final class SecureListener: Sendable {
             configuration: configuration, isInitiator: false, channel: child.channel,
             onEstablished: { connection in
                 onAuthenticated()
-                if case .dropped = continuation.yield(connection) {
-                    // Nobody is taking connections (or the listener shut down): refuse this one.
+                if case .terminated = continuation.yield(connection) {
+                    // The listener shut down: refuse this one.
                     Task { await connection.close() }
                 }
             })
@@ -152,6 +153,10 @@ public final class SecureListener: Sendable {
         }
         if let error = await core.failureBeforeEstablished { onFailure?(core.address, error) }
     }
+
+    /// Connections authenticated and still open, taken from `connections`
+    /// or not.
+    var authenticatedConnections: Int { children.authenticatedCount }
 
     /// Stops accepting, closes every connection this listener accepted, and
     /// waits for their tasks to end.
@@ -225,6 +230,8 @@ private final class ChildChannels: @unchecked Sendable {
         lock.withLock { _ = channels.removeValue(forKey: id) }
         recordOpen()
     }
+
+    var authenticatedCount: Int { lock.withLock { channels.values.count(where: \.authenticated) } }
 
     func all() -> [any Channel] {
         lock.withLock { channels.values.map(\.channel) }

@@ -108,6 +108,45 @@ struct TransportTests {
         await listener.shutdown()
     }
 
+    @Test("a burst of handshakes completing before any is taken: every connection waits, none is closed")
+    func aBurstOfHandshakesIsDeliveredWhole() async throws {
+        let network = Random.bytes32()
+        // More than the 64 that once waited at most (the rest were closed).
+        let count = 100
+        let limits = ConnectionLimits(total: 256, unauthenticated: 200, unauthenticatedPerAddress: 200, perAddress: 200)
+        let listener = try await SecureListener.bind(
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network), limits: limits)
+        let identities = (0..<count).map { _ in SigningKey.generate() }
+        let clients = try await within(60) {
+            try await withThrowingTaskGroup(of: (Int, SecureConnection).self) { group in
+                for (i, identity) in identities.enumerated() {
+                    group.addTask {
+                        let config = configuration(network: network, identity: identity)
+                        return (i, try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: config))
+                    }
+                }
+                var out: [Int: SecureConnection] = [:]
+                for try await (i, client) in group { out[i] = client }
+                return out
+            }
+        }
+        // Nothing has taken a connection yet: all of them are authenticated and open.
+        #expect(try await eventually { listener.authenticatedConnections == count }, "\(listener.authenticatedConnections) of \(count) open")
+        var servers: [PublicKey: SecureConnection] = [:]
+        for _ in 0..<count {
+            let server = try await nextConnection(listener)
+            servers[server.peer.key] = server
+        }
+        #expect(servers.count == count)
+        for (i, client) in clients.sorted(by: { $0.key < $1.key }) {
+            try await within(30) { try await client.send(frame(i, size: 40)) }
+            let server = try #require(servers[identities[i].publicKey])
+            #expect(try await within(30) { try await server.receive() } == frame(i, size: 40))
+        }
+        for client in clients.values { await client.close() }
+        await listener.shutdown()
+    }
+
     @Test func wrongNetworkKeyFailsOnBothSides() async throws {
         let (failures, sink) = AsyncStream.makeStream(of: SecureConnectionError.self)
         let listener = try await SecureListener.bind(
