@@ -154,19 +154,32 @@ func runPeersBenchmark(_ options: PeersBenchOptions) async throws {
 
     Bench.note("\(options.peers) peers sync at once...")
     let start = Bench.clock()
-    let durations = try await withThrowingTaskGroup(of: Double.self) { group in
+    // Every session runs to its own end, failed or not: one failure must
+    // not cancel the others and hide how many failed, and why.
+    let outcomes = await withTaskGroup(of: Result<Double, SyncError>.self) { group in
         for peer in peers {
             group.addTask {
                 let s = Bench.clock()
-                let report = try await SyncNetwork.sync(peer, host: "127.0.0.1", port: listener.port)
-                guard report.complete else { throw ExitCode(1) }
-                return Bench.clock() - s
+                do {
+                    let report = try await SyncNetwork.sync(peer, host: "127.0.0.1", port: listener.port)
+                    guard report.complete else { return .failure(.local("the session ended incomplete")) }
+                    return .success(Bench.clock() - s)
+                } catch {
+                    return .failure(error as? SyncError ?? .local("\(error)"))
+                }
             }
         }
-        return try await group.reduce(into: []) { $0.append($1) }
+        return await group.reduce(into: []) { $0.append($1) }
     }
     let elapsed = Bench.clock() - start
     sampling.cancel()
+    let durations = outcomes.compactMap { try? $0.get() }
+    let failures = Dictionary(grouping: outcomes.compactMap { r -> SyncError? in if case .failure(let e) = r { e } else { nil } }, by: \.code)
+    guard failures.isEmpty else {
+        let counts = failures.sorted { $0.key < $1.key }.map { "\($0.value.count) \($0.key) (\($0.value[0]))" }
+        FileHandle.standardError.write(Data("\(options.peers - durations.count) of \(options.peers) syncs failed: \(counts.joined(separator: "; "))\n".utf8))
+        throw ExitCode(1)
+    }
     let received = try server.log.eventCount() - before
     guard received >= expected else {
         FileHandle.standardError.write(Data("the server holds \(received) new events, expected \(expected)\n".utf8))
