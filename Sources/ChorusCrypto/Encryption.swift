@@ -63,7 +63,7 @@ public enum XChaCha20Poly1305 {
     }
 
     /// `prefix || nonce || AEAD(key, nonce, ad, message)` in one buffer with
-    /// a fresh random nonce: the layout of a sealed value, built without
+    /// a fresh random nonce (`NoncePool`): the layout of a sealed value, built without
     /// intermediate copies (sealing sits on every message's hot path).
     public static func sealWithFreshNonce(key: [UInt8], prefix: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
         precondition(key.count == keyLength, "XChaCha20-Poly1305 key of wrong length")
@@ -74,7 +74,7 @@ public enum XChaCha20Poly1305 {
             prefix.withUnsafeBufferPointer { p in
                 if let src = p.baseAddress { base.update(from: src, count: p.count) }
             }
-            randombytes_buf(base + prefix.count, nonceLength)
+            NoncePool.fill(base + prefix.count, count: nonceLength)
             var written: UInt64 = 0
             _ = message.withUnsafeBufferPointer { m in
                 ad.withUnsafeBufferPointer { a in

@@ -20,6 +20,15 @@ public enum Random {
         return out
     }
 
+    /// Returns a fresh random nonce of `count` bytes (at most 4,096) from
+    /// `NoncePool`: unique, not secret, and cheaper than `bytes(_:)`.
+    public static func nonce(_ count: Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
+            if let base = out.baseAddress { NoncePool.fill(base, count: count) }
+            initialized = count
+        }
+    }
+
     /// Returns 32 fresh random bytes, for example a new object id.
     public static func bytes32() -> Bytes32 { Bytes32(unchecked: bytes(32)) }
 }
