@@ -895,14 +895,17 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("ratio_to_verify", .string(String(format: "%.3f", r.verifyRate / verifyLimit))), ("target", .string("0.80")),
                 ("met", .bool(r.verifyRate / verifyLimit >= 0.8)), ("findings", .bool(r.findings)),
             ]))))
+        // Context, not a target: it copies the whole store page for page,
+        // then rebuilds the copy's projections (the `chorus rebuild` row's
+        // work, which carries the 0.25 target) and compares their digest
+        // with the live one.
         rows.append(Row(
             name: "chorus-replay rebuild --out", value: "\(Int(r.copyRate))/s", ratio: r.copyRate / rebuildLimit,
-            target: "≥ 0.25 × LMDB append", met: r.copyRate / rebuildLimit >= 0.25,
+            target: "(context)", met: nil,
             json: ("replay_rebuild", .object([
                 ("per_second", .uint(UInt64(r.copyRate))), ("seconds", .string(String(format: "%.1f", r.copySeconds))),
                 ("limit_per_second", .uint(UInt64(rebuildLimit))),
-                ("ratio_to_lmdb_append", .string(String(format: "%.3f", r.copyRate / rebuildLimit))), ("target", .string("0.25")),
-                ("met", .bool(r.copyRate / rebuildLimit >= 0.25)),
+                ("ratio_to_lmdb_append", .string(String(format: "%.3f", r.copyRate / rebuildLimit))),
             ]))))
     }
     rows.append(latencyRow("profile(user)", "query_profile", profileLatency))
