@@ -33,6 +33,10 @@ struct SyncBenchOptions: ParsableArguments {
     @Option(help: "Events one side lacks (the last event of as many feeds) at the first-contact measurement.") var missing = 100
     @Option(help: "Seconds of the verify-rate measurement.") var seconds = 2.0
     @Option(help: "Seed of the workload.") var seed: UInt64 = 1
+    @Option(help: ArgumentHelp(
+        "Full syncs of A into a fresh node, each with the verify limit measured after it.",
+        discussion: "The first is reported in full; with more, the table adds the median, the range and how many met the target, each run's ratio to the mean of the limits measured just before and just after it."))
+    var runs = 1
     @Flag(inversion: .prefixedNo, help: "Pass the traffic through a byte-counting TCP relay (--no-relay: connect directly).")
     var relay = true
     @Flag(help: "Print machine-readable JSON.") var json = false
@@ -47,6 +51,7 @@ struct SyncBenchOptions: ParsableArguments {
         if feedsInSync < 1 || eventsPerFeed < 1 { throw ValidationError("--feeds-in-sync and --events-per-feed must be at least 1") }
         if missing < 0 || missing > feedsInSync { throw ValidationError("--missing must be between 0 and --feeds-in-sync") }
         if seconds <= 0 { throw ValidationError("--seconds must be positive") }
+        if runs < 1 || runs > 100 { throw ValidationError("--runs must be between 1 and 100") }
     }
 }
 
@@ -523,6 +528,31 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
         + "A \(countA) events, B \(countB); digests " + (digestA == digestB ? "equal" : "DIFFER"))
     let eventsMoved = r.eventsReceived + r.eventsSent
     let syncRate = Double(eventsMoved) / full.seconds
+    // 3a. More full syncs of A, each into a fresh node, for the spread of
+    // the ratio: each run's limit is the mean of the verify rates measured
+    // just before it (the previous run's "after") and just after it.
+    var runRatios = [syncRate / ((verifyBefore + verifyAfter) / 2)]
+    var previousLimit = verifyAfter
+    for run in stride(from: 2, through: options.runs, by: 1) {
+        Bench.note("full sync \(run) of \(options.runs) into a fresh node...")
+        let path = scratch + "/b\(run)"
+        let fresh = try await Node.create(at: path, deviceName: "B\(run)", network: network)
+        let again = try await measuredSync(client: fresh, server: a, relay: options.relay)
+        let limitAfter = verifySet.perSecond(threads: cores, seconds: options.seconds)
+        guard again.report.complete, try fresh.log.eventCount() == a.log.eventCount(),
+            try fresh.projections.digest() == a.projections.digest()
+        else { throw SyncBenchError.check("full sync \(run) did not converge") }
+        let moved = again.report.eventsReceived + again.report.eventsSent
+        runRatios.append(Double(moved) / again.seconds / ((previousLimit + limitAfter) / 2))
+        Bench.note(String(format: "  %.3f of verify (%.2f s)", runRatios[runRatios.count - 1], again.seconds))
+        previousLimit = limitAfter
+        await fresh.close()
+        try? FileManager.default.removeItem(atPath: path)
+    }
+    let sortedRatios = runRatios.sorted()
+    let medianRatio = sortedRatios.count % 2 == 1 ? sortedRatios[sortedRatios.count / 2]
+        : (sortedRatios[sortedRatios.count / 2 - 1] + sortedRatios[sortedRatios.count / 2]) / 2
+    let runsMet = runRatios.filter { $0 >= 0.7 }.count
     // Wire bytes of the whole session: counted by the relay when present,
     // else the frame tally plus handshake and close notifies.
     let computedWire = full.tally.wireBytes + handshakeWireBytes + closeNotifyWireBytes
@@ -619,7 +649,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
         let met: Bool?
     }
     func pct(_ v: Double) -> String { String(format: "%.2f %%", v * 100) }
-    let rows: [Row] = [
+    var rows: [Row] = [
         Row(
             name: "Ed25519 verify, \(cores) cores (limit)", value: "\(Int(verifyAll))/s (\(Int(verifyBefore)), \(Int(verifyAfter)))", ratio: "",
             target: "", met: nil),
@@ -645,6 +675,13 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
         Row(name: "  same, by the reconciliation tree", value: "\(treeWire) B in " + String(format: "%.2f s", treeRun.seconds), ratio: "",
             target: "(context)", met: nil),
     ]
+    if runRatios.count > 1 {
+        rows.insert(
+            Row(name: "  full sync over \(runRatios.count) runs", value: "median, met in \(runsMet) of \(runRatios.count)",
+                ratio: String(format: "%.3f", medianRatio),
+                target: String(format: "range %.3f–%.3f", sortedRatios[0], sortedRatios[sortedRatios.count - 1]), met: nil),
+            at: 3)
+    }
     let allMet = converged && inSyncDigests
 
     if options.json {
@@ -666,6 +703,11 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
                 ("met", .bool(rateRatio >= 0.7)), ("converged", .bool(converged)),
                 ("events_phase_seconds", eventsSeconds.map { s($0) } ?? .null),
                 ("events_a", .uint(UInt64(countA))), ("events_b", .uint(UInt64(countB))), ("digests_equal", .bool(digestA == digestB)),
+            ])),
+            ("full_sync_runs", .object([
+                ("ratios_to_verify", .array(runRatios.map { s($0) })), ("median", s(medianRatio)),
+                ("min", s(sortedRatios[0])), ("max", s(sortedRatios[sortedRatios.count - 1])),
+                ("met", .uint(UInt64(runsMet))), ("runs", .uint(UInt64(runRatios.count))),
             ])),
             ("wire", .object([
                 ("raw_event_bytes", .uint(UInt64(rawBytesBothWays))), ("total_wire_bytes", .uint(UInt64(totalWire))),
