@@ -259,3 +259,34 @@ extension SyncSession {
         }
     }
 }
+
+extension SyncMessage.Code {
+    /// Whether the receiver handles this message only once the events it
+    /// received before it are stored, so the rest of the protocol sees them
+    /// committed. Not more events, nor what concerns only this side's own
+    /// sending: an `ack` of its frames, and the peer's `done` (completion
+    /// also waits for this side's fetch). Waiting on those stopped reading
+    /// until everything buffered was durable: the pipeline emptied and the
+    /// cores idled, at every `ack` of a sync that sends both ways
+    /// (Specs/sync.md §4.3).
+    var waitsForReceivedEvents: Bool {
+        switch self {
+        case .events, .ack, .done: false
+        case .hello, .have, .haveEnd, .want, .wantEnd, .eventsEnd, .blobWant, .blobWantEnd, .blobData, .blobMissing, .blobEnd,
+            .error, .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult:
+            true
+        }
+    }
+
+    /// Whether the receiver handles this message only once the blobs it
+    /// received before it are stored: as `waitsForReceivedEvents`, with
+    /// more blob chunks going on at once instead of more events.
+    var waitsForReceivedBlobs: Bool {
+        switch self {
+        case .blobData, .ack, .done: false
+        case .hello, .have, .haveEnd, .want, .wantEnd, .events, .eventsEnd, .blobWant, .blobWantEnd, .blobMissing, .blobEnd,
+            .error, .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult:
+            true
+        }
+    }
+}

@@ -239,10 +239,8 @@ public actor SyncSession {
     }
 
     func handle(_ message: SyncMessage) async throws {
-        // Everything but more events waits for the events before it to be
-        // stored, so the rest of the protocol sees them committed.
-        if case .events = message {} else { try await finishIngest() }
-        if case .blobData = message {} else { try await finishBlobs() }
+        if message.code.waitsForReceivedEvents { try await finishIngest() }
+        if message.code.waitsForReceivedBlobs { try await finishBlobs() }
         switch message {
         case .hello:
             throw SyncError.unexpected("a second hello")
