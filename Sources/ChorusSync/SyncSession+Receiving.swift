@@ -73,10 +73,13 @@ extension SyncSession {
             let (enqueued, signal) = AsyncStream<Void>.makeStream()
             ingesting = true
             batchesPending += 1
-            // Every requested event is in hand: nothing will overlap this
-            // batch's commits but its own verification (and the end of the
-            // previous batch's).
-            let last = ingestFrames.isEmpty && !fetch.awaitsRequestedEvents
+            // Every requested event is in hand and this batch is one of the
+            // last two (which verify together): nothing will overlap their
+            // commits but their own verification, so they go to the writer
+            // in parts as verified. Handed over whole, the second last came
+            // with the last at the end and the writer worked alone on both.
+            let left = ingestFrames.reduce(0) { $0 + $1.events.count + $1.refills.count }
+            let last = !fetch.awaitsRequestedEvents && left < Self.batchesVerifying * Self.batchEvents
             let after = lastHandedOver
             let ingest = Task { await node.ingest(events: all, last: last, after: after, enqueued: { signal.finish() }) }
             let handedOver = Task { for await _ in enqueued {} }
