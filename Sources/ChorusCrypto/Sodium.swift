@@ -20,7 +20,7 @@ public enum Random {
         return out
     }
 
-    /// Returns a fresh random nonce of `count` bytes (at most 4,096) from
+    /// Returns a fresh random nonce of `count` bytes (1 to 4,096) from
     /// `NoncePool`: unique, not secret, and cheaper than `bytes(_:)`.
     public static func nonce(_ count: Int) -> [UInt8] {
         [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
