@@ -37,6 +37,10 @@ struct SyncBenchOptions: ParsableArguments {
         "Full syncs of A into a fresh node, each with the verify limit measured after it.",
         discussion: "The first is reported in full; with more, the table adds the median, the range and how many met the target, each run's ratio to the mean of the limits measured just before and just after it."))
     var runs = 1
+    @Flag(help: ArgumentHelp(
+        "Split the events between A and B, so the full sync carries half of them each way.",
+        discussion: "Each node holds the feeds whose author key's first byte is even (A) or odd (B), and every blob, so no blob travels."))
+    var bothWays = false
     @Flag(inversion: .prefixedNo, help: "Pass the traffic through a byte-counting TCP relay (--no-relay: connect directly).")
     var relay = true
     @Flag(help: "Print machine-readable JSON.") var json = false
@@ -52,6 +56,7 @@ struct SyncBenchOptions: ParsableArguments {
         if missing < 0 || missing > feedsInSync { throw ValidationError("--missing must be between 0 and --feeds-in-sync") }
         if seconds <= 0 { throw ValidationError("--seconds must be positive") }
         if runs < 1 || runs > 100 { throw ValidationError("--runs must be between 1 and 100") }
+        if bothWays && runs > 1 { throw ValidationError("--both-ways takes one run: after it A holds every event") }
     }
 }
 
@@ -468,20 +473,33 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     let network = NetworkConfig()
     let a = try await Node.create(at: scratch + "/a", deviceName: "A", network: network)
     let b = try await Node.create(at: scratch + "/b", deviceName: "B", network: network)
-    Bench.note("ingesting into A...")
-    t0 = Bench.clock()
-    var start = 0
-    var accepted = 0
-    while start < envelopes.count {
-        let end = min(envelopes.count, start + 50_000)
-        let report = await a.ingest(Array(envelopes[start..<end]))
-        accepted += report.accepted
-        if let e = report.errors.first { throw SyncBenchError.check("A refused event \(start + e.index): \(e.code): \(e.reason)") }
-        start = end
+    // With --both-ways, B holds the feeds of odd authors (first key byte).
+    var forA = envelopes
+    var forB: [[UInt8]] = []
+    if options.bothWays {
+        forA = []
+        for envelope in envelopes {
+            if try Event.decode(envelope).author.withUnsafeBytes({ $0[0] }) % 2 == 0 { forA.append(envelope) } else { forB.append(envelope) }
+        }
     }
-    guard accepted == envelopes.count else { throw SyncBenchError.check("A accepted only \(accepted) of \(envelopes.count) events") }
-    try a.log.env.write { txn in
-        for blob in workload.blobs { _ = try a.blobs.put(blob, in: txn) }
+    Bench.note(options.bothWays ? "ingesting \(forA.count) events into A and \(forB.count) into B..." : "ingesting into A...")
+    t0 = Bench.clock()
+    for (node, name, part) in [(a, "A", forA), (b, "B", forB)] {
+        var start = 0
+        var accepted = 0
+        while start < part.count {
+            let end = min(part.count, start + 50_000)
+            let report = await node.ingest(Array(part[start..<end]))
+            accepted += report.accepted
+            if let e = report.errors.first { throw SyncBenchError.check("\(name) refused event \(start + e.index): \(e.code): \(e.reason)") }
+            start = end
+        }
+        guard accepted == part.count else { throw SyncBenchError.check("\(name) accepted only \(accepted) of \(part.count) events") }
+    }
+    for node in options.bothWays ? [a, b] : [a] {
+        try node.log.env.write { txn in
+            for blob in workload.blobs { _ = try node.blobs.put(blob, in: txn) }
+        }
     }
     let ingestSeconds = Bench.clock() - t0
     let ingestRate = Double(envelopes.count) / ingestSeconds
@@ -503,7 +521,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     // 3. Full sync of B from A over 127.0.0.1.
     Bench.note("full sync of B from A over 127.0.0.1...")
     // When B holds every event of A (the blobs follow), polled every 20 ms.
-    let eventsTarget = try a.log.eventCount() + 1
+    let eventsTarget = options.bothWays ? try a.log.eventCount() + b.log.eventCount() : try a.log.eventCount() + 1
     let syncStart = Bench.clock()
     let eventsDone = Task { () -> Double? in
         while !Task.isCancelled {
@@ -523,7 +541,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     let countB = try b.log.eventCount()
     let digestA = try a.projections.digest()
     let digestB = try b.projections.digest()
-    let converged = r.complete && countA == countB && digestA == digestB && r.blobsReceived == workload.blobs.count
+    let converged = r.complete && countA == countB && digestA == digestB && r.blobsReceived == (options.bothWays ? 0 : workload.blobs.count)
     Bench.note("  received \(r.eventsReceived) events, \(r.blobsReceived) blobs; sent \(r.eventsSent); \(String(format: "%.2f", full.seconds)) s; "
         + "A \(countA) events, B \(countB); digests " + (digestA == digestB ? "equal" : "DIFFER"))
     let eventsMoved = r.eventsReceived + r.eventsSent
@@ -655,7 +673,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
             target: "", met: nil),
         Row(name: "Node.ingest into A, 50,000 a call", value: "\(Int(ingestRate))/s", ratio: String(format: "%.2f", ingestRate / verifyAll),
             target: "(context)", met: nil),
-        Row(name: "full sync, events/s", value: "\(Int(syncRate))/s", ratio: String(format: "%.2f", rateRatio),
+        Row(name: options.bothWays ? "full sync both ways, events/s" : "full sync, events/s", value: "\(Int(syncRate))/s", ratio: String(format: "%.2f", rateRatio),
             target: "≥ 0.70 × verify", met: rateRatio >= 0.7),
         Row(name: "  events phase (until B holds them all)", value: eventsSeconds.map { "\(Int(Double(eventsMoved) / $0))/s in \(String(format: "%.1f", $0)) s" } ?? "",
             ratio: eventsSeconds.map { String(format: "%.2f", Double(eventsMoved) / $0 / verifyAll) } ?? "", target: "(context)", met: nil),
@@ -689,6 +707,7 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
         let fields: [(String, JSONValue)] = [
             ("cores", .uint(UInt64(cores))), ("events", .uint(UInt64(envelopes.count))), ("users", .uint(UInt64(options.authors))),
             ("feeds", .uint(UInt64(workload.feeds))), ("pictures", .uint(UInt64(workload.blobs.count))), ("seed", .uint(options.seed)),
+            ("both_ways", .bool(options.bothWays)),
             ("mix", .object(workload.kinds.sorted { $0.value > $1.value }.map { ($0.key.name, .uint(UInt64($0.value))) })),
             ("verify_all_cores_per_second", .uint(UInt64(verifyAll))),
             ("verify_all_cores_samples", .array([.uint(UInt64(verifyBefore)), .uint(UInt64(verifyAfter))])),
