@@ -39,7 +39,7 @@ struct SyncBenchOptions: ParsableArguments {
     var runs = 1
     @Flag(help: ArgumentHelp(
         "Split the events between A and B, so the full sync carries half of them each way.",
-        discussion: "Each node holds the feeds whose author key's first byte is even (A) or odd (B), and every blob, so no blob travels."))
+        discussion: "Each node holds the feeds of the users whose key's first byte is even (A) or odd (B), a user's key feed and device feed together, and every blob, so no blob travels."))
     var bothWays = false
     @Flag(inversion: .prefixedNo, help: "Pass the traffic through a byte-counting TCP relay (--no-relay: connect directly).")
     var relay = true
@@ -473,13 +473,19 @@ func runSyncBenchmark(_ options: SyncBenchOptions) async throws {
     let network = NetworkConfig()
     let a = try await Node.create(at: scratch + "/a", deviceName: "A", network: network)
     let b = try await Node.create(at: scratch + "/b", deviceName: "B", network: network)
-    // With --both-ways, B holds the feeds of odd authors (first key byte).
+    // With --both-ways, B holds the feeds of the users whose key's first
+    // byte is odd (a user's key feed and its device's feed together, as
+    // each side of a real sync knows its own bindings), A the others.
     var forA = envelopes
     var forB: [[UInt8]] = []
     if options.bothWays {
+        let decoded = try envelopes.map { try Event.decode($0) }
+        var userOf: [PublicKey: PublicKey] = [:]
+        for e in decoded where e.kind == .deviceAdded { userOf[e.object] = e.author }
         forA = []
-        for envelope in envelopes {
-            if try Event.decode(envelope).author.withUnsafeBytes({ $0[0] }) % 2 == 0 { forA.append(envelope) } else { forB.append(envelope) }
+        for (envelope, e) in zip(envelopes, decoded) {
+            let user = userOf[e.author] ?? e.author
+            if user.withUnsafeBytes({ $0[0] }) % 2 == 0 { forA.append(envelope) } else { forB.append(envelope) }
         }
     }
     Bench.note(options.bothWays ? "ingesting \(forA.count) events into A and \(forB.count) into B..." : "ingesting into A...")
