@@ -264,32 +264,38 @@ extension SyncSession {
 }
 
 extension SyncMessage.Code {
-    /// Whether the receiver handles this message only once the events it
-    /// received before it are stored, so the rest of the protocol sees them
-    /// committed. Not more events, nor what concerns only this side's own
-    /// sending: an `ack` of its frames, and the peer's `done` (completion
-    /// also waits for this side's fetch). Waiting on those stopped reading
-    /// until everything buffered was durable: the pipeline emptied and the
-    /// cores idled, at every `ack` of a sync that sends both ways
-    /// (Specs/sync.md §4.3).
-    var waitsForReceivedEvents: Bool {
+    /// What a received message is to the receiver's pipeline of events
+    /// and blobs being stored (Specs/sync.md §4.3).
+    enum ReceivedRole {
+        /// More events, or more blob chunks: they join the pipeline.
+        case events, blobData
+        /// About this side's own sending: an `ack` of its frames, the
+        /// peer's `done` (completion also waits for this side's fetch).
+        case ownSending
+        /// The rest, handled once what came before it is stored, so the
+        /// protocol sees it committed.
+        case afterStored
+    }
+
+    /// One exhaustive switch, so a new message has to be placed.
+    var receivedRole: ReceivedRole {
         switch self {
-        case .events, .ack, .done: false
-        case .hello, .have, .haveEnd, .want, .wantEnd, .eventsEnd, .blobWant, .blobWantEnd, .blobData, .blobMissing, .blobEnd,
-            .error, .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult:
-            true
+        case .events: .events
+        case .blobData: .blobData
+        case .ack, .done: .ownSending
+        case .hello, .have, .haveEnd, .want, .wantEnd, .eventsEnd, .blobWant, .blobWantEnd, .blobMissing, .blobEnd, .error,
+            .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult:
+            .afterStored
         }
     }
 
+    /// Whether the receiver handles this message only once the events it
+    /// received before it are stored. Waiting at an `ack` or `done` too
+    /// stopped reading until everything buffered was durable: the pipeline
+    /// emptied, and in a one-way sync the cores idled.
+    var waitsForReceivedEvents: Bool { receivedRole == .afterStored || receivedRole == .blobData }
+
     /// Whether the receiver handles this message only once the blobs it
-    /// received before it are stored: as `waitsForReceivedEvents`, with
-    /// more blob chunks going on at once instead of more events.
-    var waitsForReceivedBlobs: Bool {
-        switch self {
-        case .blobData, .ack, .done: false
-        case .hello, .have, .haveEnd, .want, .wantEnd, .events, .eventsEnd, .blobWant, .blobWantEnd, .blobMissing, .blobEnd,
-            .error, .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult:
-            true
-        }
-    }
+    /// received before it are stored.
+    var waitsForReceivedBlobs: Bool { receivedRole == .afterStored || receivedRole == .events }
 }

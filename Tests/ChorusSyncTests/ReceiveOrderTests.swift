@@ -8,8 +8,7 @@ import Testing
 struct ReceiveOrderTests {
     /// An `ack` of this side's frames and the peer's `done` concern only this
     /// side's sending: waiting on them made a receiver stop reading until
-    /// everything it had buffered was durable, at every acknowledgement of a
-    /// sync that sends both ways.
+    /// everything it had buffered was durable.
     @Test func onlyMoreDataAcksAndDoneGoOnAtOnce() {
         let goOnBeforeEvents = Set(SyncMessage.Code.allCases.filter { !$0.waitsForReceivedEvents })
         let goOnBeforeBlobs = Set(SyncMessage.Code.allCases.filter { !$0.waitsForReceivedBlobs })
