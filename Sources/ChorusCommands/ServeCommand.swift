@@ -43,7 +43,7 @@ struct Serve: AsyncParsableCommand {
     var maxConnections: Int?
     @Option(help: "Most connections still in their handshake; the oldest is dropped for a new one (default 128).")
     var maxUnauthenticated: Int?
-    @Option(help: "Most authenticated connections from one address (default 64).")
+    @Option(help: "Most authenticated connections from one address (default: no cap but --max-connections, since many peers may share one address behind a NAT).")
     var maxPerAddress: Int?
     @Option(help: "Most events served to one peer in one session; the peer syncs again for the rest (default 1000000).")
     var maxEventsPerSession: Int?
@@ -136,10 +136,12 @@ struct Serve: AsyncParsableCommand {
             }
             if let n = s.maxConnections, n < 1 { throw ValidationError("--max-connections must be at least 1") }
             let unauthenticated = s.maxUnauthenticated ?? 128
-            let perAddress = s.maxPerAddress ?? 64
-            if unauthenticated < 1 || perAddress < 1 { throw ValidationError("--max-unauthenticated and --max-per-address must be at least 1") }
+            if unauthenticated < 1 || (s.maxPerAddress ?? 1) < 1 {
+                throw ValidationError("--max-unauthenticated and --max-per-address must be at least 1")
+            }
             limits = ConnectionLimits(
-                total: s.maxConnections, unauthenticated: unauthenticated, unauthenticatedPerAddress: unauthenticated, perAddress: perAddress)
+                total: s.maxConnections, unauthenticated: unauthenticated, unauthenticatedPerAddress: unauthenticated,
+                perAddress: s.maxPerAddress)
             let events = s.maxEventsPerSession ?? SessionBudget().events
             let bytes = s.maxBytesPerSession ?? SessionBudget().bytes
             if events < 1 || bytes < 1 { throw ValidationError("--max-events-per-session and --max-bytes-per-session must be at least 1") }
@@ -164,11 +166,15 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Before the limits' defaults are read from it.
+        Descriptors.raiseLimit()
         let settings = try Resolved(try settings())
         // Both once per process, before anything logs or counts.
         LoggingSystem.bootstrap { label in LineLogHandler(label: label, format: settings.logFormat, level: settings.logLevel) }
         let metrics = ServiceMetrics.bootstrap()
         let logger = Logger(label: "chorus.serve")
+        let (limits, lowered) = settings.limits.fittedToDescriptors()
+        for line in lowered { logger.warning("\(line)") }
 
         // A store opened after an upgrade may first fold its whole log again
         // (minutes at millions of events): say why before it starts.
@@ -184,7 +190,7 @@ struct Serve: AsyncParsableCommand {
         let services: [any Service]
         let socket = APIPaths.socket(inStore: store.path)
         do {
-            listener = try await server.listen(host: settings.host, port: settings.port, networkKey: settings.networkKey, limits: settings.limits)
+            listener = try await server.listen(host: settings.host, port: settings.port, networkKey: settings.networkKey, limits: limits)
             var api = APIConfiguration(socketPath: socket)
             if let address = settings.api {
                 api.tcp = address

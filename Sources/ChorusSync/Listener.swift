@@ -15,12 +15,29 @@ public struct ConnectionLimits: Sendable, Hashable {
     public var unauthenticated: Int
     /// Connections still in their handshake from one remote address.
     public var unauthenticatedPerAddress: Int
-    /// Authenticated connections from one remote address.
-    public var perAddress: Int
+    /// Authenticated connections from one remote address; nil (the default)
+    /// caps them by `total` only, since many honest peers share one address
+    /// behind a NAT.
+    public var perAddress: Int?
+
+    /// The limit a refused connection met.
+    public enum Limit: Sendable, Hashable, CustomStringConvertible {
+        /// `total` connections were open, every one authenticated.
+        case total(Int)
+        /// `perAddress` authenticated connections were open from the address.
+        case perAddress(Int)
+
+        public var description: String {
+            switch self {
+            case .total(let n): "all \(n) connections the listener allows are authenticated (chorus serve --max-connections)"
+            case .perAddress(let n): "\(n) authenticated connections from this address, the per-address limit (chorus serve --max-per-address)"
+            }
+        }
+    }
 
     /// Limits with the defaults of Specs/sync-transport.md §6a. `total` nil
     /// means half the process's file-descriptor limit (between 16 and 4096).
-    public init(total: Int? = nil, unauthenticated: Int = 128, unauthenticatedPerAddress: Int = 64, perAddress: Int = 64) {
+    public init(total: Int? = nil, unauthenticated: Int = 128, unauthenticatedPerAddress: Int = 64, perAddress: Int? = nil) {
         self.total = total ?? Self.defaultTotal()
         self.unauthenticated = unauthenticated
         self.unauthenticatedPerAddress = unauthenticatedPerAddress
@@ -29,11 +46,53 @@ public struct ConnectionLimits: Sendable, Hashable {
 
     /// Half the process's file-descriptor limit (at most 4096), so the
     /// store, the log and outgoing syncs always have descriptors left.
-    static func defaultTotal() -> Int {
+    static func defaultTotal() -> Int { max(16, min(4096, maxTotal)) }
+
+    /// The most `total` may be: half the process's descriptor limit.
+    public static var maxTotal: Int { max(16, Descriptors.limit / 2) }
+
+    /// These limits lowered to what the process's descriptors allow (`total`
+    /// at most `maxTotal`, the handshake caps at most `total`), with one
+    /// line for each value lowered. Above the descriptor limit `accept` would
+    /// fail with `EMFILE` instead of the listener choosing whom to refuse.
+    public func fittedToDescriptors() -> (limits: ConnectionLimits, lowered: [String]) {
+        var fitted = self
+        var lowered: [String] = []
+        if total > Self.maxTotal {
+            fitted.total = Self.maxTotal
+            lowered.append("--max-connections \(total) lowered to \(fitted.total): the process may open \(Descriptors.limit) descriptors (ulimit -n)")
+        }
+        if unauthenticated > fitted.total {
+            fitted.unauthenticated = fitted.total
+            lowered.append("--max-unauthenticated \(unauthenticated) lowered to \(fitted.total), the connection limit")
+        }
+        fitted.unauthenticatedPerAddress = min(unauthenticatedPerAddress, fitted.unauthenticated)
+        return (fitted, lowered)
+    }
+}
+
+/// The process's file-descriptor limit, which every listener's connection
+/// cap must fit in (Specs/sync-transport.md §6a).
+public enum Descriptors {
+    /// The soft `RLIMIT_NOFILE` (8192 when it reads as unlimited).
+    public static var limit: Int {
         var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 512 }
-        let soft = limit.rlim_cur > 1 << 20 ? 8192 : Int(limit.rlim_cur)
-        return max(16, min(4096, soft / 2))
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        return limit.rlim_cur > 1 << 20 ? 8192 : Int(limit.rlim_cur)
+    }
+
+    /// Raises the soft limit to the hard one (at most 2^20), as a server
+    /// that holds many connections should; returns the soft limit after.
+    @discardableResult
+    public static func raiseLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return Self.limit }
+        let target = min(limit.rlim_max, 1 << 20)
+        if limit.rlim_cur < target {
+            limit.rlim_cur = target
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+        return Self.limit
     }
 }
 
@@ -80,6 +139,9 @@ public final class SecureListener: Sendable {
             server = try await ServerBootstrap(group: group)
                 .serverChannelOption(ChannelOptions.backlog, value: 256)
                 .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+                .serverChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptPauseHandler()) }
+                }
                 .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
                 .bind(host: host, port: port) { child in
                     child.eventLoop.makeCompletedFuture {
@@ -105,10 +167,13 @@ public final class SecureListener: Sendable {
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await child in inbound {
                             let address = child.channel.remoteAddress?.ipAddress ?? "?"
-                            guard let id = children.admit(child.channel, address: address) else {
-                                // Every slot holds an authenticated peer: refuse at once.
-                                child.channel.close(promise: nil)
-                                onFailure?(address, .refusedAtCapacity)
+                            let admission = children.admit(child.channel, address: address)
+                            guard case .admitted(let id) = admission else {
+                                // At the limits: refuse at once. The channel is closed through
+                                // `executeThenClose`, which finishes its writer: an async channel
+                                // dropped with an unfinished writer traps the whole process.
+                                if case .refused(let limit) = admission { onFailure?(address, .refusedAtCapacity(limit)) }
+                                group.addTask { try? await child.executeThenClose { _, _ in } }
                                 continue
                             }
                             group.addTask {
@@ -154,6 +219,9 @@ public final class SecureListener: Sendable {
         if let error = await core.failureBeforeEstablished { onFailure?(core.address, error) }
     }
 
+    /// Test hook: the listening channel.
+    var serverChannelForTesting: any Channel { serverChannel }
+
     /// Connections authenticated and still open, taken from `connections`
     /// or not.
     var authenticatedConnections: Int { children.authenticatedCount }
@@ -182,11 +250,16 @@ private final class ChildChannels: @unchecked Sendable {
 
     init(limits: ConnectionLimits) { self.limits = limits }
 
+    enum Admission {
+        case admitted(Int)
+        case refused(ConnectionLimits.Limit)
+    }
+
     /// Admits a new connection, closing the oldest unauthenticated ones the
-    /// limits require; nil when it cannot be admitted.
-    func admit(_ channel: any Channel, address: String) -> Int? {
+    /// limits require, or says which limit refuses it.
+    func admit(_ channel: any Channel, address: String) -> Admission {
         var evict: [any Channel] = []
-        let id: Int? = lock.withLock {
+        let admission: Admission = lock.withLock {
             func oldestUnauthenticated(from address: String? = nil) -> Int? {
                 channels.filter { !$0.value.authenticated && (address == nil || $0.value.address == address) }.keys.min()
             }
@@ -195,8 +268,11 @@ private final class ChildChannels: @unchecked Sendable {
                 evict.append(entry.channel)
                 return true
             }
-            let fromAddress = channels.values.filter { $0.address == address }
-            if fromAddress.filter(\.authenticated).count >= limits.perAddress { return nil }
+            if let perAddress = limits.perAddress,
+                channels.values.count(where: { $0.authenticated && $0.address == address }) >= perAddress
+            {
+                return .refused(.perAddress(perAddress))
+            }
             while channels.values.filter({ !$0.authenticated && $0.address == address }).count >= limits.unauthenticatedPerAddress {
                 if !evictOne(from: address) { break }
             }
@@ -204,15 +280,15 @@ private final class ChildChannels: @unchecked Sendable {
                 if !evictOne() { break }
             }
             while channels.count >= limits.total {
-                if !evictOne() { return nil }
+                if !evictOne() { return .refused(.total(limits.total)) }
             }
             next += 1
             channels[next] = Entry(channel: channel, address: address)
-            return next
+            return .admitted(next)
         }
         for c in evict { c.close(promise: nil) }
         recordOpen()
-        return id
+        return admission
     }
 
     /// Connections accepted and not yet closed (Specs/api.md §8).
@@ -235,5 +311,43 @@ private final class ChildChannels: @unchecked Sendable {
 
     func all() -> [any Channel] {
         lock.withLock { channels.values.map(\.channel) }
+    }
+}
+
+/// Stops accepting for a second after `accept` fails for want of descriptors
+/// or memory (Specs/sync-transport.md §6a). SwiftNIO's own back-off handler
+/// only delays the next read request, but a failed accept leaves the read
+/// pending and the socket registered, so the event loop would retry at once,
+/// on a full core, until a descriptor is free. Turning `autoRead` off
+/// unregisters the socket; turning it on again after the pause re-registers it.
+final class AcceptPauseHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = any Channel
+    typealias InboundOut = any Channel
+
+    static let pause = TimeAmount.seconds(1)
+    private static let paused = Counter(label: "chorus_sync_accept_paused_total")
+    private var resume: Scheduled<Void>?
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let error = error as? IOError, Self.isExhaustion(error.errnoCode), resume == nil {
+            Self.paused.increment()
+            let channel = context.channel
+            try? channel.syncOptions?.setOption(.autoRead, value: false)
+            resume = context.eventLoop.assumeIsolated().scheduleTask(in: Self.pause) { [self] in
+                resume = nil
+                try? channel.syncOptions?.setOption(.autoRead, value: true)
+            }
+        }
+        context.fireErrorCaught(error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        resume?.cancel()
+        resume = nil
+        context.fireChannelInactive()
+    }
+
+    static func isExhaustion(_ code: Int32) -> Bool {
+        code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM
     }
 }

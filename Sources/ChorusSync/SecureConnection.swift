@@ -37,8 +37,11 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     case connectFailed(String)
     /// The listener could not bind its address.
     case bindFailed(String)
-    /// The listener holds as many authenticated connections as its limits allow.
-    case refusedAtCapacity
+    /// The listener refused the connection at one of its limits (Specs/sync-transport.md §6a).
+    case refusedAtCapacity(ConnectionLimits.Limit)
+    /// The peer closed the connection before it answered the first handshake
+    /// message: a listener at its connection limits does this.
+    case refusedBeforeHandshake
     /// The static key file could not be created, written or read, is readable
     /// by others, or holds no valid key; `problem` says which.
     case keyFile(path: String, problem: String)
@@ -47,7 +50,9 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     public var description: String {
         switch self {
         case .handshakeFailed(let e): return "handshake failed (wrong network key?): \(e)"
-        case .closedDuringHandshake: return "peer closed the connection during the handshake (wrong network key?)"
+        case .closedDuringHandshake: return "peer closed the connection during the handshake (a different network key?)"
+        case .refusedBeforeHandshake:
+            return "peer closed the connection before answering the handshake: it is at its connection limits (try again later) or not a Chorus listener"
         case .handshakeTimeout: return "handshake timed out"
         case .idleTimeout: return "connection idle for too long"
         case .identityRejected(let why): return "peer identity rejected: \(why)"
@@ -61,7 +66,7 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
         case .connectFailed(let why): return "connect failed: \(why)"
         case .bindFailed(let why): return "bind failed: \(why)"
         case .keyFile(let path, let problem): return "\(path): \(problem)"
-        case .refusedAtCapacity: return "refused: the listener holds as many authenticated connections as its limits allow"
+        case .refusedAtCapacity(let limit): return "refused at the connection limits: \(limit)"
         }
     }
 }
@@ -213,6 +218,8 @@ actor SecureConnectionCore {
     private let onEstablished: (@Sendable (SecureConnection) -> Void)?
 
     private var phase = Phase.handshake
+    /// Whether a handshake message from the peer has been read.
+    private var answered = false
     private var outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>?
     private var handshake: HandshakeState?
     private var sendCipher: CipherState?
@@ -293,18 +300,25 @@ actor SecureConnectionCore {
                 buffer.discardReadBytes()
                 armIdleTimer()
             }
-            if phase != .finished {
-                throw failure.error ?? (phase == .established ? .connectionLost : .closedDuringHandshake)
-            }
+            if phase != .finished { throw failure.error ?? closedByPeer }
         } catch let error as SecureConnectionError {
             fail(failure.error ?? error)
         } catch let error as NoiseError {
             fail(failure.error ?? .handshakeFailed(error))
         } catch {
-            fail(failure.error ?? (phase == .established ? .connectionLost : .closedDuringHandshake))
+            fail(failure.error ?? closedByPeer)
         }
         if end == nil { fail(.connectionLost) }
         stopTimers()
+    }
+
+    /// Why the connection ended when the peer closed it in the current phase.
+    private var closedByPeer: SecureConnectionError {
+        switch phase {
+        case .established, .finished: .connectionLost
+        case .handshake where isInitiator && !answered: .refusedBeforeHandshake
+        case .handshake, .awaitingProof: .closedDuringHandshake
+        }
     }
 
     /// One 2-byte-length-prefixed Noise message out of the buffer, if complete.
@@ -322,6 +336,7 @@ actor SecureConnectionCore {
         case .handshake:
             guard let hs = handshake else { throw SecureConnectionError.malformedMessage("no handshake in progress") }
             _ = try hs.readMessage(message)  // payloads are empty and ignored
+            answered = true
             if !hs.isComplete, hs.isMyTurn { try await writeMessages([hs.writeMessage()]) }
             if hs.isComplete {
                 handshakeHash = hs.handshakeHash
@@ -643,7 +658,7 @@ actor SecureConnectionCore {
         } catch {
             if let e = failure.error { throw e }
             if case .failure(let e) = end { throw e }
-            throw SecureConnectionError.connectionLost
+            throw closedByPeer
         }
     }
 }
@@ -667,6 +682,7 @@ extension SecureConnectionError {
         case .connectFailed: "connect_failed"
         case .bindFailed: "bind_failed"
         case .refusedAtCapacity: "refused_at_capacity"
+        case .refusedBeforeHandshake: "refused_before_handshake"
         case .keyFile: "key_file"
         }
     }

@@ -47,8 +47,10 @@ struct DescriptorTests {
         return (process, input, Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
     }
 
-    @Test("under ulimit -n 1024, 1,124 idle connections neither lock an honest peer out nor spin the server")
-    func idleFloodUnderDescriptorLimit() async throws {
+    @Test(
+        "under ulimit -n 1024, 1,124 idle connections neither lock an honest peer out nor spin the server",
+        arguments: [[], ["--max-connections", "4000", "--max-unauthenticated", "4000"]])
+    func idleFloodUnderDescriptorLimit(limits: [String]) async throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else {
             print("skipped: the flood is opened by python3, which this machine lacks")
             return
@@ -63,7 +65,8 @@ struct DescriptorTests {
             await s.close()
         }
         let client = try await makeNode(dir, "client", network: net)
-        let (server, port) = try await ChorusProcess.serve(store: serverPath, fileLimit: 1024)
+        // Limits above the descriptors are lowered to fit them, with a warning.
+        let (server, port) = try await ChorusProcess.serve(store: serverPath, extra: limits, fileLimit: 1024)
         defer { server.kill() }
         let pid = server.process.processIdentifier
 
@@ -101,6 +104,9 @@ struct DescriptorTests {
         #expect(floodTime <= quietTime * 2 + .seconds(2), "the honest sync took \(floodTime), \(quietTime) without the flood")
         if let share { #expect(share < 0.10, "the server used \(share * 100) % of a core while the connections sat idle") }
         #expect(server.process.isRunning)
+        if !limits.isEmpty {
+            #expect(server.lines.all.contains { $0.contains("--max-connections 4000 lowered to 512") }, "\(server.lines.all.prefix(5))")
+        }
         server.process.terminate()
         #expect(try await server.waitExit() == 0)
         await client.close()

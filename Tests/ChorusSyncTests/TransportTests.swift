@@ -1,5 +1,6 @@
 import ChorusCrypto
 import ChorusNoise
+import ChorusTestSupport
 import Foundation
 import NIOCore
 import NIOPosix
@@ -144,6 +145,83 @@ struct TransportTests {
             #expect(try await within(30) { try await server.receive() } == frame(i, size: 40))
         }
         for client in clients.values { await client.close() }
+        await listener.shutdown()
+    }
+
+    /// Connects `count` peers with their own identities and returns their connections.
+    private func connectPeers(_ count: Int, network: Bytes32, port: Int) async throws -> [SecureConnection] {
+        var out: [SecureConnection] = []
+        for _ in 0..<count {
+            out.append(try await within(30) {
+                try await SecureConnection.connect(host: "127.0.0.1", port: port, configuration: configuration(network: network))
+            })
+        }
+        return out
+    }
+
+    @Test("at each connection limit a further connection is refused with the limit named, and the listener keeps serving")
+    func refusalsAtTheLimitsKeepTheListenerServing() async throws {
+        let network = Random.bytes32()
+        for limits in [
+            ConnectionLimits(total: 3, unauthenticated: 3, unauthenticatedPerAddress: 3),
+            ConnectionLimits(total: 16, unauthenticated: 8, unauthenticatedPerAddress: 8, perAddress: 3),
+        ] {
+            let expected: ConnectionLimits.Limit = limits.perAddress.map { .perAddress($0) } ?? .total(limits.total)
+            let (failures, sink) = AsyncStream.makeStream(of: SecureConnectionError.self)
+            let listener = try await SecureListener.bind(
+                host: "127.0.0.1", port: 0, configuration: configuration(network: network), limits: limits,
+                onFailure: { _, error in sink.yield(error) })
+            var held = try await connectPeers(3, network: network, port: listener.port)
+            #expect(try await eventually { listener.authenticatedConnections == 3 })
+            // Refused again and again, with and without the network key: the
+            // process must survive every refusal (it once trapped on the first).
+            for round in 0..<5 {
+                let refused = await #expect(throws: SecureConnectionError.self) {
+                    _ = try await within(30) {
+                        try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
+                    }
+                }
+                #expect(refused == .refusedBeforeHandshake, "round \(round): \(String(describing: refused))")
+                let failure = try await firstFailure(failures)
+                #expect(failure == .refusedAtCapacity(expected), "\(failure)")
+                // Held open until refused: a socket closed before its accept has no address.
+                let fd = try #require(rawTCPConnection(port: listener.port))
+                let raw = try await firstFailure(failures)
+                close(fd)
+                #expect(raw == .refusedAtCapacity(expected), "\(raw)")
+            }
+            // The held connections still work, and a freed slot admits a new peer.
+            let server = try await nextConnection(listener)
+            let client = try #require(held.first { $0.handshakeHash == server.handshakeHash })
+            try await within(30) { try await client.send([1, 2, 3]) }
+            #expect(try await within(30) { try await server.receive() } == [1, 2, 3])
+            await held.removeLast().close()
+            #expect(try await eventually { listener.authenticatedConnections == 2 })
+            held += try await connectPeers(1, network: network, port: listener.port)
+            #expect(try await eventually { listener.authenticatedConnections == 3 })
+            for connection in held { await connection.close() }
+            await listener.shutdown()
+        }
+    }
+
+    @Test("accept failing for want of descriptors pauses accepting for a second, then accepts again")
+    func acceptPausesOnDescriptorExhaustion() async throws {
+        let network = Random.bytes32()
+        let listener = try await SecureListener.bind(host: "127.0.0.1", port: 0, configuration: configuration(network: network))
+        let channel = listener.serverChannelForTesting
+        func autoRead() async throws -> Bool { try await channel.getOption(.autoRead).get() }
+        #expect(try await autoRead())
+        // What the server socket reports when accept(2) meets EMFILE.
+        channel.pipeline.fireErrorCaught(IOError(errnoCode: EMFILE, reason: "accept"))
+        // Paused: the listening socket is no longer registered (so a pending
+        // connection cannot spin the event loop), then registered again.
+        #expect(try await !autoRead())
+        let client = Task { try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: configuration(network: network)) }
+        #expect(try await eventually(.seconds(30)) { (try? channel.getOption(.autoRead).wait()) == true })
+        let server = try await nextConnection(listener)
+        let connected = try await within(30) { try await client.value }
+        #expect(connected.handshakeHash == server.handshakeHash)
+        await connected.close()
         await listener.shutdown()
     }
 
