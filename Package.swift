@@ -85,6 +85,7 @@ let package = Package(
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "Prometheus", package: "swift-prometheus"),

@@ -54,6 +54,11 @@ struct Serve: AsyncParsableCommand {
             "Also serve the local API on this TCP address (every request needs the bearer token in keys/api.token).",
             valueName: "host:port"))
     var apiListen: String?
+    @Option(
+        help: ArgumentHelp(
+            "A host name the TCP API answers to besides localhost, the loopback addresses and the --api-listen host (repeatable). Requests naming any other Host are refused (DNS rebinding).",
+            valueName: "name"))
+    var apiHost: [String] = []
     @Option(help: ArgumentHelp("text or json (default text).", valueName: "format"))
     var logFormat: String?
     @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical (default info).", valueName: "level"))
@@ -69,13 +74,15 @@ struct Serve: AsyncParsableCommand {
         var maxEventsPerSession: Int?
         var maxBytesPerSession: Int?
         var apiListen: String?
+        var apiHost: [String]?
         var logFormat: String?
         var logLevel: String?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case listen, networkKey = "network-key", maxConnections = "max-connections", maxUnauthenticated = "max-unauthenticated"
             case maxPerAddress = "max-per-address", maxEventsPerSession = "max-events-per-session"
-            case maxBytesPerSession = "max-bytes-per-session", apiListen = "api-listen", logFormat = "log-format", logLevel = "log-level"
+            case maxBytesPerSession = "max-bytes-per-session", apiListen = "api-listen", apiHost = "api-host", logFormat = "log-format"
+            case logLevel = "log-level"
         }
 
         /// Reads a config file; an unknown key is an error (a typo must not be silently ignored).
@@ -106,6 +113,7 @@ struct Serve: AsyncParsableCommand {
         s.maxEventsPerSession = maxEventsPerSession ?? s.maxEventsPerSession
         s.maxBytesPerSession = maxBytesPerSession ?? s.maxBytesPerSession
         s.apiListen = apiListen ?? s.apiListen
+        if !apiHost.isEmpty { s.apiHost = apiHost }
         s.logFormat = logFormat ?? s.logFormat
         s.logLevel = logLevel ?? s.logLevel
         return s
@@ -118,6 +126,7 @@ struct Serve: AsyncParsableCommand {
         let host: String
         let port: Int
         let api: (host: String, port: Int)?
+        let apiHosts: [String]
         let networkKey: Bytes32?
         let limits: ConnectionLimits
         let budget: SessionBudget
@@ -133,6 +142,10 @@ struct Serve: AsyncParsableCommand {
                 self.api = api
             } else {
                 api = nil
+            }
+            apiHosts = s.apiHost ?? []
+            if let bad = apiHosts.first(where: { $0.isEmpty || $0.contains(where: { " /:@".contains($0) }) }) {
+                throw ValidationError("--api-host takes a host name without a port, got \"\(bad)\"")
             }
             if let n = s.maxConnections, n < 1 { throw ValidationError("--max-connections must be at least 1") }
             let unauthenticated = s.maxUnauthenticated ?? 128
@@ -194,7 +207,9 @@ struct Serve: AsyncParsableCommand {
             var api = APIConfiguration(socketPath: socket)
             if let address = settings.api {
                 api.tcp = address
+                api.tokenPath = APIPaths.token(inStore: store.path)
                 api.token = try APIToken.loadOrCreate(at: APIPaths.token(inStore: store.path))
+                api.hostNames = settings.apiHosts
             }
             // Hummingbird's own lines (one per listener start) stay below notice.
             var apiLogger = Logger(label: "chorus.api")

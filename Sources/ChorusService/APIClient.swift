@@ -61,22 +61,26 @@ public struct APIClient: Sendable {
         public func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
     }
 
-    /// Sends one request and collects the whole response.
-    public func send(_ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil) async throws -> Response {
+    /// Sends one request and collects the whole response. `headers` are
+    /// sent as well (a `Host` among them replaces the default, `localhost`).
+    public func send(
+        _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil, headers: [(String, String)] = []
+    ) async throws -> Response {
         var collected: [UInt8] = []
-        let (status, headers) = try await stream(method, path, body: body, contentType: contentType) { collected += $0 }
-        return Response(status: status, headers: headers, body: collected)
+        let (status, received) = try await stream(method, path, body: body, contentType: contentType, headers: headers) { collected += $0 }
+        return Response(status: status, headers: received, body: collected)
     }
 
     /// Sends one request and hands the response body to `onBody` as it arrives.
     public func stream(
-        _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil,
+        _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String? = nil, headers: [(String, String)] = [],
         onBody: (ByteBufferView) async throws -> Void
     ) async throws -> (status: Int, headers: [(String, String)]) {
         try await connect().executeThenClose { inbound, outbound in
             var responses = inbound.makeAsyncIterator()
             return try await exchange(
-                method, path, body: body, contentType: contentType, keepAlive: false, responses: &responses, outbound: outbound, onBody: onBody)
+                method, path, body: body, contentType: contentType, extraHeaders: headers, keepAlive: false, responses: &responses,
+                outbound: outbound, onBody: onBody)
         }
     }
 
@@ -129,12 +133,15 @@ public struct APIClient: Sendable {
 
     /// Sends one request and reads its response, handing the body to `onBody` as it arrives.
     func exchange(
-        _ method: HTTPMethod, _ path: String, body: [UInt8]?, contentType: String?, keepAlive: Bool,
+        _ method: HTTPMethod, _ path: String, body: [UInt8]?, contentType: String?, extraHeaders: [(String, String)] = [], keepAlive: Bool,
         responses: inout NIOAsyncChannelInboundStream<HTTPClientResponsePart>.AsyncIterator,
         outbound: NIOAsyncChannelOutboundWriter<HTTPClientRequestPart>, onBody: (ByteBufferView) async throws -> Void
     ) async throws -> (status: Int, headers: [(String, String)]) {
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: "localhost")
+        for (name, value) in extraHeaders {
+            if name.lowercased() == "host" { headers.replaceOrAdd(name: "Host", value: value) } else { headers.add(name: name, value: value) }
+        }
         headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let contentType { headers.add(name: "Content-Type", value: contentType) }

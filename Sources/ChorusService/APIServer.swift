@@ -1,8 +1,10 @@
 import ChorusCommandLine
 import ChorusNode
 import ChorusStorage
+import ChorusSync
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -16,8 +18,25 @@ public struct APIConfiguration: Sendable {
     public var tcp: (host: String, port: Int)?
     /// The bearer token for TCP.
     public var token: String?
+    /// The file the token was read from: read again when it changes, so a
+    /// rotated token takes effect without a restart.
+    public var tokenPath: String?
+    /// Host names, besides loopback and the bound address, that the TCP API
+    /// answers to (`chorus serve --api-host`); any other `Host` is refused
+    /// (DNS rebinding).
+    public var hostNames: [String] = []
     /// The largest request body (a picture, an import) accepted.
     public var maxBodyBytes = 64 << 20
+    /// Connections each listener holds at most; more wait in the kernel's
+    /// queue until one closes (Specs/api.md §2).
+    public var maxConnections = APIConfiguration.defaultMaxConnections
+    /// A connection with no complete request for this long is closed (an
+    /// idle keep-alive, or a request still arriving).
+    public var idleTimeout = Duration.seconds(30)
+
+    /// An eighth of the process's descriptor limit (between 16 and 1024):
+    /// the sync listener takes at most half (Specs/sync-transport.md §6a).
+    public static var defaultMaxConnections: Int { max(16, min(1024, Descriptors.limit / 8)) }
 
     public init(socketPath: String, tcp: (host: String, port: Int)? = nil, token: String? = nil) {
         self.socketPath = socketPath
@@ -54,10 +73,17 @@ public struct APIServer: Sendable {
     public func services() throws -> [any Service] {
         let socketPath = configuration.socketPath
         let onListening = self.onListening
+        let (seconds, attoseconds) = configuration.idleTimeout.components
+        let idle = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let server = HTTPServerBuilder.http1(configuration: .init(idleTimeout: idle))
+        let maxConnections = configuration.maxConnections
+        func limit() -> MaximumAvailableConnections { MaximumAvailableConnections(maxConnections) }
         var services: [any Service] = [
             Application(
-                router: router(local: true),
-                configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "chorus"),
+                router: try router(local: true),
+                server: server,
+                configuration: .init(
+                    address: .unixDomainSocket(path: socketPath), serverName: "chorus", availableConnectionsDelegate: limit()),
                 onServerRunning: { _ in
                     // Owner-only, as the store directory that holds it.
                     chmod(socketPath, 0o600)
@@ -69,21 +95,34 @@ public struct APIServer: Sendable {
             guard configuration.token != nil else { throw APIServerError.tokenRequired }
             services.append(
                 Application(
-                    router: router(local: false),
-                    configuration: .init(address: .hostname(host, port: port), serverName: "chorus"),
+                    router: try router(local: false),
+                    server: server,
+                    configuration: .init(address: .hostname(host, port: port), serverName: "chorus", availableConnectionsDelegate: limit()),
                     onServerRunning: { channel in onListening(.tcp(host: host, port: channel.localAddress?.port ?? port)) },
                     logger: logger))
         }
         return services
     }
 
-    func router(local: Bool) -> Router<APIRequestContext> {
+    func router(local: Bool) throws -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         // Requests, by route and status (Hummingbird's own metrics).
         if metrics != nil { router.add(middleware: MetricsMiddleware()) }
-        if !local, let token = configuration.token { router.add(middleware: BearerTokenMiddleware(token: token)) }
-        router.get("/") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: WebPage.html)))
+        router.add(middleware: SecurityHeadersMiddleware())
+        if !local, let (host, _) = configuration.tcp {
+            guard let token = configuration.token else { throw APIServerError.tokenRequired }
+            router.add(
+                middleware: BrowserGuardMiddleware(
+                    tokens: TokenSource(token: token, path: configuration.tokenPath), sessions: PageSessions(), boundHost: host,
+                    extraHosts: configuration.hostNames))
+        }
+        for (path, type, text) in [
+            ("/", "text/html; charset=utf-8", WebPage.html), ("/app.js", "text/javascript; charset=utf-8", WebPage.script),
+            ("/app.css", "text/css; charset=utf-8", WebPage.style),
+        ] {
+            router.get(RouterPath(path)) { _, _ in
+                Response(status: .ok, headers: [.contentType: type], body: .init(byteBuffer: ByteBuffer(string: text)))
+            }
         }
         router.get("/openapi.json") { _, _ in Self.json(try OpenAPIDocument.rendered()) }
         if let metrics {
@@ -154,6 +193,10 @@ public struct APIServer: Sendable {
             } else if route.readsBody {
                 let bytes = try await request.body.collect(upTo: 1 << 20)
                 if bytes.readableBytes > 0 {
+                    guard BrowserGuardMiddleware.mediaType(request) == "application/json" else {
+                        return errorResponse(
+                            .unsupportedMediaType, code: "unsupported_media_type", "the body must be JSON, sent as Content-Type: application/json")
+                    }
                     guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: bytes)) as? [String: Any] else {
                         throw CommandRoute.InputError.badBody("not a JSON object")
                     }
@@ -223,13 +266,17 @@ public struct APIServer: Sendable {
 
     static let watchHeartbeat = Duration.seconds(15)
 
-    static func errorResponse(_ status: HTTPResponse.Status, _ message: String) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: errorJSON(message))))
+    static func errorResponse(_ status: HTTPResponse.Status, code: String? = nil, _ message: String) -> Response {
+        Response(
+            status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: errorJSON(message, code: code))))
     }
 
-    /// `{"error": message}`, the body of every error answer (Specs/api.md §5).
-    static func errorJSON(_ message: String) -> Data {
-        (try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+    /// `{"error": message}`, the body of every error answer (Specs/api.md §5),
+    /// with `"code"` where the server itself refused the request (§3).
+    static func errorJSON(_ message: String, code: String? = nil) -> Data {
+        var object = ["error": message]
+        if let code { object["code"] = code }
+        return (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
     }
 
     static func json(_ data: Data) -> Response {
@@ -362,52 +409,4 @@ public struct APIRequestContext: RequestContext {
     public init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
     /// Pictures and imports are larger than the default.
     public var maxUploadSize: Int { 64 << 20 }
-}
-
-/// On TCP every request except `/health` and the page at `/` carries the
-/// token (Specs/api.md §3): `Authorization: Bearer TOKEN`, or, for a
-/// browser, the `chorus_token` cookie that opening `/?token=TOKEN` sets.
-struct BearerTokenMiddleware: RouterMiddleware {
-    typealias Context = APIRequestContext
-    static let cookie = "chorus_token"
-    let token: [UInt8]
-
-    init(token: String) { self.token = Array(token.utf8) }
-
-    /// Constant time in the token's length: no timing hint of how much matched.
-    func matches(_ given: Substring?) -> Bool {
-        guard let given else { return false }
-        let bytes = Array(given.utf8)
-        var difference = UInt8(bytes.count == token.count ? 0 : 1)
-        for i in token.indices { difference |= token[i] ^ (i < bytes.count ? bytes[i] : 0) }
-        return difference == 0
-    }
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let path = request.uri.path
-        if path == "/health" { return try await next(request, context) }
-        if path == "/" {
-            // The page holds no data; with a valid ?token= it also logs the browser in.
-            var response = try await next(request, context)
-            if let given = request.uri.queryParameters["token"], matches(given) {
-                response.headers[.setCookie] = "\(Self.cookie)=\(String(decoding: token, as: UTF8.self)); Path=/; HttpOnly; SameSite=Strict"
-            }
-            return response
-        }
-        let header = request.headers[.authorization]
-        let bearer = header.flatMap { $0.hasPrefix("Bearer ") ? $0.dropFirst(7) : nil }
-        let cookie = request.headers[values: .cookie].lazy.flatMap { $0.split(separator: ";") }
-            .map { $0.trimmingCharacters(in: .whitespaces) }
-            .first { $0.hasPrefix(Self.cookie + "=") }
-            .map { Substring($0.dropFirst(Self.cookie.count + 1)) }
-        guard matches(bearer) || matches(cookie) else {
-            var headers = HTTPFields()
-            headers[.wwwAuthenticate] = "Bearer"
-            headers[.contentType] = "application/json"
-            return Response(
-                status: .unauthorized, headers: headers,
-                body: .init(byteBuffer: ByteBuffer(string: #"{"error":"this endpoint needs Authorization: Bearer TOKEN (the token is in keys/api.token in the store); a browser opens /?token=TOKEN once"}"#)))
-        }
-        return try await next(request, context)
-    }
 }

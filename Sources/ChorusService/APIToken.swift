@@ -8,8 +8,7 @@ public enum APIToken {
     /// The token in the file at `path`; made, owner-only, when there is none.
     public static func loadOrCreate(at path: String) throws -> String {
         if let token = try load(path) { return token }
-        var generator = SystemRandomNumberGenerator()
-        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        let token = fresh()
         let directory = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         do { try OwnerOnlyFile.write(Data((token + "\n").utf8), to: path) } catch .exists {
@@ -20,6 +19,23 @@ public enum APIToken {
             throw APITokenError.cannotWrite(path)
         }
         return token
+    }
+
+    /// Replaces the token at `path` with a new one and returns it. A
+    /// running server reads the file again on its next request: the old
+    /// token and every page session made with it stop working at once.
+    public static func rotate(at path: String) throws -> String {
+        let token = fresh()
+        let directory = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        do { try OwnerOnlyFile.replace(path, with: Data((token + "\n").utf8), durable: true) } catch { throw APITokenError.cannotWrite(path) }
+        return token
+    }
+
+    /// 32 random bytes as 64 lowercase hex digits.
+    static func fresh() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
     }
 
     /// The token in the file at `path`, or nil when there is none to read.

@@ -27,6 +27,26 @@ public enum OpenAPIDocument {
             ] as [String: Any]
         ]
         paths["/v1/watch"] = ["get": watchOperation()]
+        paths["/v1/session"] = [
+            "post": [
+                "operationId": "createPageSession",
+                "summary":
+                    "TCP only: a page session (Specs/api.md §3.1) for the page of this API's own origin, made with the API token; send it as Authorization: Bearer SESSION on same-origin requests",
+                "responses": [
+                    "200": jsonResponse(
+                        "The session",
+                        schema: [
+                            "type": "object", "required": ["session", "expires_in"],
+                            "properties": ["session": ["type": "string"], "expires_in": ["type": "integer"]],
+                        ]),
+                    "403": jsonResponse("Asked from another origin", schema: ["$ref": "#/components/schemas/Error"]),
+                ],
+            ] as [String: Any],
+            "delete": [
+                "operationId": "endPageSession", "summary": "TCP only: ends the page session that authorizes the request",
+                "responses": ["204": ["description": "Ended"]],
+            ] as [String: Any],
+        ]
         return [
             "openapi": "3.1.0",
             "info": [
@@ -38,7 +58,13 @@ public enum OpenAPIDocument {
             "components": [
                 "securitySchemes": ["bearer": ["type": "http", "scheme": "bearer", "description": "keys/api.token in the store; needed on TCP only"]],
                 "schemas": [
-                    "Error": ["type": "object", "required": ["error"], "properties": ["error": ["type": "string"]]],
+                    "Error": [
+                        "type": "object", "required": ["error"],
+                        "properties": [
+                            "error": ["type": "string"],
+                            "code": ["type": "string", "description": "Set when the server refused the request itself (Specs/api.md §3)"],
+                        ],
+                    ],
                     "CommandOutput": ["description": "What the command prints with --json (Specs/api.md §5)"],
                 ],
             ],

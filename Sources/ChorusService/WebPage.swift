@@ -11,29 +11,7 @@ enum WebPage {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Chorus node</title>
-<style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; background: #f6f6f4; }
-  header { background: #2d3142; color: #fff; padding: 10px 16px; display: flex; gap: 16px; align-items: baseline; flex-wrap: wrap; }
-  header h1 { font-size: 18px; margin: 0; }
-  code, .id { font-family: ui-monospace, monospace; font-size: 12px; }
-  nav { display: flex; gap: 4px; padding: 8px 16px; background: #e4e4df; flex-wrap: wrap; }
-  nav button { border: 0; background: none; padding: 6px 10px; cursor: pointer; border-radius: 4px; }
-  nav button.active { background: #fff; font-weight: 600; }
-  main { padding: 16px; max-width: 1000px; }
-  section { display: none; } section.active { display: block; }
-  table { border-collapse: collapse; margin: 8px 0; } td, th { text-align: left; padding: 3px 10px 3px 0; vertical-align: top; }
-  .gallery { display: flex; flex-wrap: wrap; gap: 12px; }
-  figure { margin: 0; background: #fff; padding: 6px; border-radius: 4px; width: 150px; }
-  figure img { width: 150px; height: 110px; object-fit: contain; background: #ddd; image-rendering: pixelated; }
-  figcaption { font-size: 12px; overflow-wrap: anywhere; }
-  .chats { display: flex; gap: 16px; }
-  .chatlist { min-width: 220px; } .chatlist li { cursor: pointer; } .chatlist li.open { font-weight: 600; }
-  .message { background: #fff; margin: 4px 0; padding: 6px 8px; border-radius: 4px; }
-  .message .meta { color: #777; font-size: 12px; }
-  .message img { max-width: 120px; max-height: 90px; display: block; image-rendering: pixelated; }
-  .error { color: #b00020; } .muted { color: #777; }
-  input { font-family: ui-monospace, monospace; width: 36em; max-width: 100%; }
-</style>
+<link rel="stylesheet" href="/app.css">
 </head>
 <body>
 <header><h1>Chorus node</h1><span>user <code id="me-user">…</code></span><span>device <code id="me-device">…</code></span><span>digest <code id="digest">…</code></span></header>
@@ -57,22 +35,83 @@ enum WebPage {
   <section id="coins"><h2>Balance</h2><table id="balance"></table><h2>Coin audit</h2><p id="conservation"></p><table id="audit"></table></section>
   <section id="log"><h2>Latest events</h2><table id="events"></table></section>
 </main>
-<script>
+<script src="/app.js"></script>
+</body>
+</html>
+"""#
+
+    /// The page's style: a file of its own, as the policy allows no inline style.
+    static let style = #"""
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; background: #f6f6f4; }
+  header { background: #2d3142; color: #fff; padding: 10px 16px; display: flex; gap: 16px; align-items: baseline; flex-wrap: wrap; }
+  header h1 { font-size: 18px; margin: 0; }
+  code, .id { font-family: ui-monospace, monospace; font-size: 12px; }
+  nav { display: flex; gap: 4px; padding: 8px 16px; background: #e4e4df; flex-wrap: wrap; }
+  nav button { border: 0; background: none; padding: 6px 10px; cursor: pointer; border-radius: 4px; }
+  nav button.active { background: #fff; font-weight: 600; }
+  main { padding: 16px; max-width: 1000px; }
+  section { display: none; } section.active { display: block; }
+  table { border-collapse: collapse; margin: 8px 0; } td, th { text-align: left; padding: 3px 10px 3px 0; vertical-align: top; }
+  .gallery { display: flex; flex-wrap: wrap; gap: 12px; }
+  figure { margin: 0; background: #fff; padding: 6px; border-radius: 4px; width: 150px; }
+  figure img { width: 150px; height: 110px; object-fit: contain; background: #ddd; image-rendering: pixelated; }
+  figcaption { font-size: 12px; overflow-wrap: anywhere; }
+  .chats { display: flex; gap: 16px; }
+  .chatlist { min-width: 220px; } .chatlist li { cursor: pointer; } .chatlist li.open { font-weight: 600; }
+  .message { background: #fff; margin: 4px 0; padding: 6px 8px; border-radius: 4px; }
+  .message .meta { color: #777; font-size: 12px; }
+  .message img { max-width: 120px; max-height: 90px; display: block; image-rendering: pixelated; }
+  .error { color: #b00020; } .muted { color: #777; }
+  input { font-family: ui-monospace, monospace; width: 36em; max-width: 100%; }
+"""#
+
+    /// The page's script: a file of its own, as the policy allows no inline script.
+    static let script = #"""
 "use strict";
 const $ = (id) => document.getElementById(id);
 const short = (hex) => hex ? hex.slice(0, 16) : "-";
 function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined && text !== null) e.textContent = String(text); if (cls) e.className = cls; return e; }
 function row(table, cells) { const tr = el("tr"); for (const c of cells) { const td = el("td"); if (c instanceof Node) td.append(c); else td.textContent = c === null || c === undefined ? "-" : String(c); tr.append(td); } table.append(tr); }
+// The page's own credential (Specs/api.md §3.1): a short-lived session made
+// from the API token, kept in this origin's sessionStorage (no other port or
+// site can read it) and sent as a bearer token, never as a cookie. The token
+// comes once in the fragment (/#token=...), which is never sent to a server.
+const SESSION = "chorus_session";
+async function startSession() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const query = new URLSearchParams(location.search);
+  const token = fragment.get("token") || query.get("token");
+  if (!token) return;
+  fragment.delete("token"); query.delete("token");
+  const q = query.toString(), f = fragment.toString();
+  history.replaceState(null, "", location.pathname + (q ? "?" + q : "") + (f ? "#" + f : ""));
+  const r = await fetch("/v1/session", { method: "POST", headers: { Authorization: "Bearer " + token } });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || "the token was refused");
+  sessionStorage.setItem(SESSION, body.session);
+}
+function authorized(options) {
+  const session = sessionStorage.getItem(SESSION);
+  const headers = Object.assign({}, (options && options.headers) || {});
+  if (session) headers.Authorization = "Bearer " + session;
+  return Object.assign({}, options || {}, { headers });
+}
 async function get(path) {
-  const r = await fetch(path);
+  const r = await fetch(path, authorized());
   const body = await r.json().catch(() => ({ error: "not JSON" }));
   if (!r.ok && body && body.error) throw new Error(body.error);
   return body;
 }
 function showError(e) { $("error").textContent = e ? String(e.message || e) : ""; }
+// Images are fetched with the session and shown from blob: URLs (an <img src>
+// cannot carry a bearer token).
 function image(picture) {
   const img = el("img"); img.alt = picture.caption || "picture";
-  img.src = "/v1/pictures/" + picture.id + "/bytes"; return img;
+  fetch("/v1/pictures/" + picture.id + "/bytes", authorized())
+    .then((r) => { if (!r.ok) throw new Error("picture " + picture.id + ": HTTP " + r.status); return r.blob(); })
+    .then((blob) => { img.src = URL.createObjectURL(blob); })
+    .catch(showError);
+  return img;
 }
 function figure(picture) {
   const f = el("figure"); f.dataset.picture = picture.id; f.append(image(picture), el("figcaption", picture.caption || short(picture.id))); return f;
@@ -114,13 +153,39 @@ function renderChat(page) {
     box.append(div);
   }
 }
+// Reads server-sent events from a fetch (EventSource cannot send a bearer
+// token): calls onEvent(name, data) for each event until aborted.
+async function watch(path, signal, onEvent) {
+  const r = await fetch("/v1/watch?path=" + encodeURIComponent(path), authorized({ signal }));
+  if (!r.ok) { const body = await r.json().catch(() => ({})); throw new Error(body.error || "watch: HTTP " + r.status); }
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end); buffer = buffer.slice(end + 2);
+      let name = "message", data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) name = line.slice(7);
+        else if (line.startsWith("data: ")) data.push(line.slice(6));
+      }
+      if (data.length) onEvent(name, data.join("\n"));
+    }
+  }
+}
 function openChat(id) {
-  if (watching) watching.close();
+  if (watching) watching.abort();
   for (const li of document.querySelectorAll("#chat-list li")) li.classList.toggle("open", li.dataset.chat === id);
   // Live: the server pushes the page again whenever a commit changes it.
-  watching = new EventSource("/v1/watch?path=" + encodeURIComponent("/v1/chats/" + id + "?limit=50"));
-  watching.onmessage = (event) => { renderChat(JSON.parse(event.data)); showError(null); };
-  watching.addEventListener("error", (event) => { if (event.data) showError(JSON.parse(event.data).error); });
+  const controller = new AbortController();
+  watching = controller;
+  watch("/v1/chats/" + id + "?limit=50", controller.signal, (name, data) => {
+    if (name === "error") showError(JSON.parse(data).error);
+    else { renderChat(JSON.parse(data)); showError(null); }
+  }).catch((e) => { if (!controller.signal.aborted) showError(e); });
 }
 async function loadChats() {
   try {
@@ -156,6 +221,7 @@ for (const b of document.querySelectorAll("#tabs button")) b.onclick = () => {
 $("user-form").onsubmit = (e) => { e.preventDefault(); loadProfile(); };
 (async () => {
   try {
+    await startSession();
     me = await get("/v1/whoami"); $("me-user").textContent = me.user; $("me-device").textContent = short(me.device);
     const d = await get("/v1/digest"); $("digest").textContent = short(d.digest);
   } catch (e) { showError(e); }
@@ -165,8 +231,5 @@ $("user-form").onsubmit = (e) => { e.preventDefault(); loadProfile(); };
   await loadProfile();
   if (params.get("chat")) { document.querySelector('#tabs button[data-tab="chats"]').click(); openChat(params.get("chat")); }
 })();
-</script>
-</body>
-</html>
 """#
 }

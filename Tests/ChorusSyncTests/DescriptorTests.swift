@@ -19,6 +19,93 @@ struct DescriptorTests {
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
+    /// Starts `count` TCP connections to `port` without waiting for them to
+    /// be accepted (non-blocking connects: a server that stops accepting
+    /// leaves them in its queue), from a child process. Returns the process
+    /// (its stdin open: closing it ends the flood) and how many were started.
+    static func floodWithoutWaiting(port: Int, count: Int) throws -> (Process, Pipe, Int) {
+        let script = """
+            import socket, sys
+            held = []
+            for _ in range(\(count)):
+                s = socket.socket()
+                s.setblocking(False)
+                if s.connect_ex(("127.0.0.1", \(port))) in (0, 115):
+                    held.append(s)
+            print(len(held), flush=True)
+            sys.stdin.read()
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "ulimit -n 4096 && exec python3 -c \"$0\"", script]
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        return (process, input, Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+    }
+
+    @Test("under ulimit -n 1024, 1,100 idle connections to the local API's TCP port leave the owner's socket and peer sync working")
+    func idleFloodOfTheLocalAPI() async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else {
+            print("skipped: the flood is opened by python3, which this machine lacks")
+            return
+        }
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let serverPath = dir.store("server")
+        do {
+            let s = try await makeNode(dir, "server", network: net)
+            _ = try await s.setProfile(.bio, .text("served under a descriptor limit"))
+            await s.close()
+        }
+        let client = try await makeNode(dir, "client", network: net)
+        let (server, port) = try await ChorusProcess.serve(store: serverPath, extra: ["--api-listen", "127.0.0.1:0"], fileLimit: 1024)
+        defer { server.kill() }
+        var apiPort: Int?
+        _ = try await eventually(.seconds(20)) {
+            for line in server.lines.all {
+                if let r = line.range(of: "local API on 127.0.0.1:") { apiPort = Int(line[r.upperBound...].prefix { $0.isNumber }) }
+            }
+            return apiPort != nil
+        }
+        let api = try #require(apiPort)
+        let pid = server.process.processIdentifier
+
+        let (flooder, floodInput, opened) = try Self.floodWithoutWaiting(port: api, count: 1100)
+        defer {
+            try? floodInput.fileHandleForWriting.close()
+            flooder.waitUntilExit()
+        }
+        #expect(opened == 1100)
+        try await Task.sleep(for: .seconds(1))
+        let cpu0 = Self.cpuSeconds(pid)
+        let t0 = ContinuousClock.now
+        try await Task.sleep(for: .seconds(3))
+        let window = t0.duration(to: .now)
+        let cpu1 = Self.cpuSeconds(pid)
+        let share = cpu0.flatMap { a in cpu1.map { b in (b - a) / (Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18) } }
+        if let share { #expect(share < 0.10, "the server used \(share * 100) % of a core while the API connections sat idle") }
+
+        // The owner's command, through the Unix socket, answers at once.
+        let whoami = try ChorusProcess(["whoami", "--json", "--store", serverPath])
+        #expect(try await whoami.waitExit(.seconds(20)) == 0, "\(whoami.lines.all)")
+        #expect(whoami.output.contains("\"user\""))
+        // A peer syncs.
+        _ = try await client.setProfile(.bio, .text("synced through the API flood"))
+        let report = try await bounded(.seconds(60), "a sync beside 1,100 idle API connections") {
+            try await SyncNetwork.sync(client, host: "127.0.0.1", port: port)
+        }
+        #expect(report.complete && report.eventsSent >= 1)
+        #expect(server.process.isRunning)
+        server.process.terminate()
+        #expect(try await server.waitExit() == 0)
+        await client.close()
+    }
+
     /// Opens `count` idle TCP connections to `port` from a child process
     /// (Python), so this process never holds descriptors above 1023 that
     /// other tests' `select`-based code could trip on. Returns the process

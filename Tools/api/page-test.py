@@ -2,17 +2,24 @@
 """Tests the node's web page (Specs/api.md §7) in a real browser.
 
 Alice's node serves its local API on TCP; headless Chromium opens the page
-with her bearer token and a chat. The test checks that her profile shows her
-pictures in her gallery order, each image decoded by the browser, and that a
-message Bob sends from his own node and syncs appears on the open page within
-2 seconds, without a reload.
+with her bearer token (in the URL's fragment) and a chat. The test checks that
+her profile shows her pictures in her gallery order, each image decoded by the
+browser, and that a message Bob sends from his own node and syncs appears on
+the open page within 2 seconds, without a reload.
+
+Then, with the viewer logged in, the same browser opens pages from another
+port of 127.0.0.1 and from another host name (mapped to 127.0.0.1, as DNS
+rebinding would) that try to make it write to Alice's node: change her
+profile, follow Bob, like a picture, with fetch and with forms. None may
+succeed, no cookie may hold a credential, and the rebound name must not even
+get the page (Specs/api.md §3).
 
 Chromium is driven over the DevTools protocol on a pipe (file descriptors 3
 and 4), so nothing beyond the Python standard library is needed.
 
 Usage: page-test.py PATH_TO_CHORUS     Exit 0: passed or skipped (no browser), 1: failed.
 """
-import json, os, re, shutil, signal, struct, subprocess, sys, tempfile, time, zlib
+import http.server, json, os, re, shutil, signal, struct, subprocess, sys, tempfile, threading, time, zlib
 
 LIVE_DEADLINE = 2.0
 
@@ -50,8 +57,10 @@ class Browser:
             os.dup2(to_browser_r, 3)
             os.dup2(from_browser_w, 4)
 
+        # rebound.test resolves to 127.0.0.1: a name an attacker's DNS could point at the API.
         args = [path, "--headless", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-dev-shm-usage", f"--user-data-dir={profile}", "about:blank"]
+                "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--host-resolver-rules=MAP rebound.test 127.0.0.1",
+                "about:blank"]
         self.process = subprocess.Popen(args, preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
         os.close(to_browser_r)
@@ -117,6 +126,75 @@ class Browser:
             self.process.kill()
 
 
+ATTACK_PAGE = """<!doctype html><html><body><iframe name="sink"></iframe><script>
+(async () => {
+  const api = "API";
+  const body = JSON.stringify({ field: "bio", value: "pwned" });
+  const results = [];
+  async function attempt(name, request) {
+    try { const r = await request(); results.push(name + ": " + (r.type === "opaque" ? "opaque" : r.status)); }
+    catch (e) { results.push(name + ": blocked"); }
+  }
+  await attempt("profile, no-cors, text/plain", () => fetch(api + "/v1/profile",
+    { method: "POST", mode: "no-cors", credentials: "include", headers: { "Content-Type": "text/plain" }, body }));
+  await attempt("follow, no-cors", () => fetch(api + "/v1/following/BOB", { method: "POST", mode: "no-cors", credentials: "include" }));
+  await attempt("like, no-cors, a stolen token", () => fetch(api + "/v1/likes/PICTURE",
+    { method: "POST", mode: "no-cors", credentials: "include", headers: { Authorization: "Bearer TOKEN" } }));
+  await attempt("profile, cors, a stolen token", () => fetch(api + "/v1/profile",
+    { method: "POST", credentials: "include", headers: { "Content-Type": "application/json", Authorization: "Bearer TOKEN" }, body }));
+  for (const [action, enctype] of [["/v1/following/BOB", "application/x-www-form-urlencoded"], ["/v1/profile", "text/plain"]]) {
+    const form = document.createElement("form");
+    form.method = "POST"; form.action = api + action; form.target = "sink"; form.enctype = enctype;
+    const field = document.createElement("input"); field.name = '{"field":"bio","value":"pwned","x":"'; field.value = '"}';
+    form.append(field); document.body.append(form); form.submit();
+    results.push("form " + action);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  window.attackResults = results;
+})();
+</script></body></html>"""
+
+
+def serve_attack_page(page):
+    """Serves `page` at / on a free port of 127.0.0.1; returns the server (shutdown() stops it)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            data = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def attack_from_other_origins(browser, api_port, bob_user, picture, token):
+    """Opens attack pages on another port and on a rebound host name while the viewer is logged in; returns the attempts made."""
+    made = 0
+    for api in (f"http://127.0.0.1:{api_port}", f"http://rebound.test:{api_port}"):
+        page = ATTACK_PAGE.replace("API", api).replace("BOB", bob_user).replace("PICTURE", picture).replace("TOKEN", token)
+        server = serve_attack_page(page)
+        try:
+            for host in ("127.0.0.1", "rebound.test"):
+                browser.open(f"http://{host}:{server.server_address[1]}/")
+                results = browser.wait_for("window.attackResults", 20, f"the attack page on {host} finishes")
+                made += len(results)
+        finally:
+            server.shutdown()
+    # The rebound name does not even get the page.
+    browser.open(f"http://rebound.test:{api_port}/#token={token}")
+    text = browser.wait_for("document.readyState === 'complete' && document.body && document.body.innerText", 20,
+                            "the rebound name gets an answer")
+    if "host_not_allowed" not in text:
+        fail(f"the API answered a request for the rebound name: {text[:200]!r}")
+    return made
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -173,7 +251,7 @@ def main():
             fail(f"gallery order from the CLI is {expected}")
 
         browser = Browser(browser_path, f"{work}/profile")
-        browser.open(f"http://127.0.0.1:{api_port}/?token={token}&chat={chat}")
+        browser.open(f"http://127.0.0.1:{api_port}/?chat={chat}#token={token}")
         browser.wait_for("document.querySelectorAll('#gallery figure').length === 3", 20, "the gallery shows 3 pictures")
         shown = browser.evaluate("[...document.querySelectorAll('#gallery figure')].map(f => f.dataset.picture)")
         if shown != expected:
@@ -195,7 +273,25 @@ def main():
         latency = time.monotonic() - synced
         if not browser.evaluate("window.__notReloaded === true"):
             fail("the page reloaded")
-        print(f"page test passed: gallery in order with decoded images; a synced message appeared after {latency:.2f} s without reload")
+        if token in browser.evaluate("location.href"):
+            fail("the token stayed in the page's address")
+
+        attacks = attack_from_other_origins(browser, api_port, bob_user, pictures[0], token)
+        cookies = browser.send("Storage.getCookies", session=False).get("cookies", [])
+        if cookies:
+            fail(f"the browser holds cookies for the API: {cookies}")
+        profile = json.loads(chorus_run("query", "profile", "--json", store=alice))
+        if "pwned" in json.dumps(profile):
+            fail(f"a page on another origin changed the profile: {profile}")
+        alice_user = json.loads(chorus_run("whoami", "--json", store=alice))["user"]
+        following = json.loads(chorus_run("query", "following", alice_user, "--json", store=alice))
+        if bob_user in json.dumps(following):
+            fail("a page on another origin made Alice follow Bob")
+        likes = json.loads(chorus_run("query", "likes", pictures[0], "--json", store=alice))
+        if likes:
+            fail(f"a page on another origin liked a picture: {likes}")
+        print(f"page test passed: gallery in order with decoded images; a synced message appeared after {latency:.2f} s without reload; "
+              f"{attacks} write attempts from another port and a rebound host name changed nothing; no cookie")
     finally:
         if browser:
             browser.close()
