@@ -16,7 +16,7 @@ struct Chorus: ChorusCommandLineTool {
         subcommands: [
             Init.self, Whoami.self, Profile.self, Device.self, Issuer.self, Network.self, Picture.self,
             Follow.self, Unfollow.self, Like.self, Unlike.self, Block.self, Unblock.self, Chat.self, Coins.self,
-            Slot.self, Query.self, Rebuild.self, Upgrade.self, Compact.self, Log.self, Export.self, Import.self, Serve.self, Sync.self, Peers.self, APITokenCommand.self,
+            Slot.self, Query.self, Rebuild.self, Upgrade.self, Compact.self, Log.self, Export.self, Import.self, Relays.self, Serve.self, Sync.self, Peers.self, APITokenCommand.self,
         ])
 }
 

@@ -66,6 +66,11 @@ public enum EventKind: Sendable, Hashable {
     /// `slot.set` (55): puts a picture in a lock slot of the user's profile, or empties it.
     case slotSet
 
+    /// `relays.set` (60): replaces the list of relays of the user named by
+    /// `object`: where the user's feeds live and where others leave what is
+    /// addressed to the user (Specs/events.md §6.2.29).
+    case relaysSet
+
     /// A code not in this node's table.
     case unknown(UInt64)
 
@@ -74,7 +79,7 @@ public enum EventKind: Sendable, Hashable {
         .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted,
         .followAdded, .followRemoved, .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatCreated, .chatMemberAdded,
         .chatMemberRemoved, .messageSent, .messageEdited, .messageDeleted, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven,
-        .coinRightsMoved, .slotUnlocked, .slotSet,
+        .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet,
     ]
 
     /// The wire code (header key 5).
@@ -108,6 +113,7 @@ public enum EventKind: Sendable, Hashable {
         case .coinRightsMoved: 53
         case .slotUnlocked: 54
         case .slotSet: 55
+        case .relaysSet: 60
         case .unknown(let code): code
         }
     }
@@ -158,6 +164,7 @@ public enum EventKind: Sendable, Hashable {
         case .coinRightsMoved: "coin.rights.moved"
         case .slotUnlocked: "slot.unlocked"
         case .slotSet: "slot.set"
+        case .relaysSet: "relays.set"
         case .unknown(let code): "unknown.\(code)"
         }
     }
@@ -178,7 +185,7 @@ public enum EventKind: Sendable, Hashable {
         // Listed, not `default`, so a new kind must say (Specs/adding-a-kind.md).
         case .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved,
             .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatCreated, .chatMemberAdded, .chatMemberRemoved, .messageDeleted,
-            .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked, .slotSet:
+            .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet:
             false
         }
     }

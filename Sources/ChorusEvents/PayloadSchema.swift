@@ -131,6 +131,8 @@ public enum PayloadLimits {
     /// The number of slot numbers the schemas accept (`SLOT` = `uint[0..63]`); a network
     /// configures 1...64 slots (Specs/projections.md §1).
     public static let maxSlots: UInt64 = 64
+    /// Most relays in a user's relay list (`relays.set`).
+    public static let maxRelays = 8
     /// The largest blob `size`, 2^40 bytes, of a picture or of a picture sent in a message.
     public static let maxBlobSize: UInt64 = 1 << 40
     /// The longest message text, in UTF-8 bytes: the `text` inside a sealed body
@@ -283,6 +285,27 @@ enum Schemas {
     static let coinRightsMoved = PayloadSchema([amount])
     static let slotUnlocked = PayloadSchema([slot, required("price", .uint(min: 0, max: PayloadLimits.maxCoinAmount))])
     static let slotSet = PayloadSchema([slot, required("picture", .nullable(.id32))])
+    static let relaysSet = PayloadSchema(
+        [
+            required("keys", .list(of: .id32, minCount: 0, maxCount: PayloadLimits.maxRelays)),
+            required("addresses", .list(of: .text(minBytes: 3, maxBytes: 261), minCount: 0, maxCount: PayloadLimits.maxRelays)),
+            required("roles", .bytes(minCount: 0, maxCount: PayloadLimits.maxRelays)),
+        ],
+        crossCheck: { payload in
+            guard let keys = payload[text: "keys"]?.arrayValue, let addresses = payload[text: "addresses"]?.arrayValue,
+                let roles = payload[text: "roles"]?.bytesValue
+            else { return "relays.set needs keys, addresses and roles" }
+            guard keys.count == addresses.count, keys.count == roles.count else {
+                return "keys, addresses and roles must have one entry per relay (got \(keys.count), \(addresses.count), \(roles.count))"
+            }
+            for (i, address) in addresses.enumerated() where !RelayAddress.isValid(address.textValue ?? "") {
+                return "addresses[\(i)] must be host:port (a DNS name or [IPv6 literal], a port 1...65535)"
+            }
+            if let i = roles.firstIndex(where: { $0 < 1 || $0 > 3 }) {
+                return "roles[\(i)] must be 1 (home), 2 (inbox) or 3 (both), got \(roles[i])"
+            }
+            return nil
+        })
 }
 
 enum DateText {

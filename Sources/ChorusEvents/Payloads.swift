@@ -50,6 +50,7 @@ extension EventKind {
         case .coinRightsMoved: CoinRightsMovedPayload.self
         case .slotUnlocked: SlotUnlockedPayload.self
         case .slotSet: SlotSetPayload.self
+        case .relaysSet: RelaysSetPayload.self
         case .unknown: nil
         }
     }
@@ -771,4 +772,121 @@ public struct SlotSetPayload: KindPayload, Hashable {
     }
     /// Encodes as `{slot, picture}`, with `picture` `null` when the slot is emptied.
     public var cbor: CBORValue { .textMap([("slot", .unsigned(slot)), ("picture", picture.map { .bytes($0.bytes) } ?? .null)]) }
+}
+
+/// One relay of a user's relay list (Specs/events.md §6.2.29): a node that
+/// serves the user's feeds (`home`) or accepts what others address to the
+/// user (`inbox`), reached at `address` and proving `key` in its handshake.
+public struct Relay: Sendable, Hashable {
+    /// What a relay does for the user whose list names it.
+    public struct Roles: OptionSet, Sendable, Hashable {
+        /// Bit 0 `home`, bit 1 `inbox`: the byte `roles` holds per relay.
+        public let rawValue: UInt8
+        /// The roles of a `roles` byte.
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// Holds and serves the user's feeds.
+        public static let home = Roles(rawValue: 1)
+        /// Accepts events addressed to the user from anyone.
+        public static let inbox = Roles(rawValue: 2)
+        /// Both roles.
+        public static let all: Roles = [.home, .inbox]
+
+        /// The role names, `home` before `inbox`.
+        public var names: [String] { (contains(.home) ? ["home"] : []) + (contains(.inbox) ? ["inbox"] : []) }
+
+        /// Roles from their names (`home`, `inbox`); nil for another name or none.
+        public init?(names: [String]) {
+            var roles: Roles = []
+            for name in names {
+                switch name {
+                case "home": roles.insert(.home)
+                case "inbox": roles.insert(.inbox)
+                default: return nil
+                }
+            }
+            guard !roles.isEmpty else { return nil }
+            self = roles
+        }
+    }
+
+    /// `host:port`, as `RelayAddress.isValid` accepts.
+    public var address: String
+    /// The relay node's device key, which its Noise handshake must prove.
+    public var key: PublicKey
+    /// At least one role.
+    public var roles: Roles
+
+    /// A relay at `address` whose node proves `key`, doing `roles` for the user.
+    public init(address: String, key: PublicKey, roles: Roles) {
+        self.address = address
+        self.key = key
+        self.roles = roles
+    }
+}
+
+/// The form of a relay address (Specs/events.md §6.2.29): `host:port`, the
+/// host a DNS name of letters, digits, `-` and `.` (1 to 253 bytes) or an
+/// IPv6 literal in brackets, the port 1 to 65535 in decimal without leading zeros.
+public enum RelayAddress {
+    /// Whether `address` has the form above.
+    public static func isValid(_ address: String) -> Bool { split(address) != nil }
+
+    /// The host (brackets removed from an IPv6 literal) and the port.
+    public static func split(_ address: String) -> (host: String, port: Int)? {
+        let bytes = Array(address.utf8)
+        guard bytes.count <= 261, let colon = bytes.lastIndex(of: UInt8(ascii: ":")) else { return nil }
+        let hostBytes = bytes[..<colon], portBytes = bytes[(colon + 1)...]
+        guard !portBytes.isEmpty, portBytes.count <= 5, portBytes.first != UInt8(ascii: "0"),
+            portBytes.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+            let port = Int(String(decoding: portBytes, as: UTF8.self)), (1...65535).contains(port)
+        else { return nil }
+        if hostBytes.first == UInt8(ascii: "[") {
+            guard hostBytes.count >= 4, hostBytes.last == UInt8(ascii: "]") else { return nil }
+            let inner = hostBytes.dropFirst().dropLast()
+            let allowed = Set("0123456789abcdefABCDEF:.".utf8)
+            guard inner.allSatisfy({ allowed.contains($0) }), inner.contains(UInt8(ascii: ":")) else { return nil }
+            return (String(decoding: inner, as: UTF8.self), port)
+        }
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.".utf8)
+        guard (1...253).contains(hostBytes.count), hostBytes.allSatisfy({ allowed.contains($0) }) else { return nil }
+        return (String(decoding: hostBytes, as: UTF8.self), port)
+    }
+}
+
+/// The payload of `relays.set` (Specs/events.md §6.2.29): the whole relay
+/// list of the user named by `object`, in the user's order of preference;
+/// an empty list clears it.
+public struct RelaysSetPayload: KindPayload, Hashable {
+    /// `relays.set`, code 60.
+    public static let kind = EventKind.relaysSet
+    /// Required `keys`, `addresses` and `roles`, one entry each per relay.
+    public static var schema: PayloadSchema { Schemas.relaysSet }
+    /// At most `PayloadLimits.maxRelays` relays, keys and addresses distinct.
+    public var relays: [Relay]
+    /// Builds the payload; nothing is checked until the event is built against `schema`.
+    public init(relays: [Relay]) { self.relays = relays }
+    /// Reads a `relays.set` payload; throws `schemaViolation` for a missing or mistyped field.
+    public init(reading payload: CBORValue) throws(EventError) {
+        let r = FieldReader(payload: payload, kind: Self.kind)
+        guard let keys = try r.value("keys").arrayValue, let addresses = try r.value("addresses").arrayValue else {
+            throw r.fail("keys and addresses", "arrays")
+        }
+        let roles = try r.bytes("roles")
+        guard keys.count == addresses.count, keys.count == roles.count else { throw r.fail("keys, addresses and roles", "of one length") }
+        var relays: [Relay] = []
+        for i in keys.indices {
+            guard let k = keys[i].bytesValue, let key = PublicKey(k) else { throw r.fail("keys[\(i)]", "32 bytes") }
+            guard let address = addresses[i].textValue else { throw r.fail("addresses[\(i)]", "a text string") }
+            relays.append(Relay(address: address, key: key, roles: Relay.Roles(rawValue: roles[i])))
+        }
+        self.init(relays: relays)
+    }
+    /// Encodes as `{keys, addresses, roles}`: two arrays and a byte string, one entry per relay.
+    public var cbor: CBORValue {
+        .textMap([
+            ("keys", .array(relays.map { .bytes($0.key.bytes) })),
+            ("addresses", .array(relays.map { .text($0.address) })),
+            ("roles", .bytes(relays.map(\.roles.rawValue))),
+        ])
+    }
 }

@@ -73,6 +73,32 @@ extension Node {
         return try await outcome(append(ProfileSetPayload(field: field, value: value), object: identity.user.raw), identity.user)
     }
 
+    // MARK: Relays
+
+    /// Publishes this user's relay list (Specs/events.md §6.2.29), replacing
+    /// the previous one; an empty list clears it. At most 8 relays, each
+    /// with a `host:port` address, the relay node's device key and at least
+    /// one role, no key or address twice. Throws
+    /// `NodeError.refused(.invalidRelayList)` for a list that breaks a rule.
+    @discardableResult
+    public func setRelays(_ relays: [Relay]) async throws -> Mutation<UserID> {
+        if relays.count > PayloadLimits.maxRelays {
+            throw NodeError.refused(.invalidRelayList("at most \(PayloadLimits.maxRelays) relays, got \(relays.count)"))
+        }
+        for relay in relays {
+            guard RelayAddress.isValid(relay.address) else {
+                throw NodeError.refused(
+                    .invalidRelayList("\"\(relay.address)\" is not host:port (a DNS name or [IPv6 literal], a port 1...65535)"))
+            }
+            guard !relay.roles.isEmpty, relay.roles.rawValue <= Relay.Roles.all.rawValue else {
+                throw NodeError.refused(.invalidRelayList("relay \(relay.address) needs the role home, inbox or both"))
+            }
+        }
+        if Set(relays.map(\.key)).count != relays.count { throw NodeError.refused(.invalidRelayList("a relay key is listed twice")) }
+        if Set(relays.map(\.address)).count != relays.count { throw NodeError.refused(.invalidRelayList("an address is listed twice")) }
+        return try await outcome(append(RelaysSetPayload(relays: relays), object: identity.user.raw), identity.user)
+    }
+
     // MARK: Pictures
 
     /// Stores the image bytes as a blob and creates a picture owned by this
@@ -474,7 +500,7 @@ extension Node {
         try KeyStore.write(key, to: keyPath)
         let configPath = path + "/" + NetworkConfig.fileName
         var config = (try? NetworkConfig.load(from: configPath)) ?? NetworkConfig()
-        config = NetworkConfig(issuers: config.issuers + [key.publicKey], slotPrices: config.slotPrices, networkKey: config.networkKey)
+        config.issuers = (config.issuers + [key.publicKey]).sorted()
         try config.write(to: configPath)
         return key.publicKey
     }

@@ -44,6 +44,8 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case unusableMemberKey
     /// Reading a chat this node cannot show (not held, or not readable here).
     case chatUnreadable(String)
+    /// `setRelays`: the list breaks a rule of Specs/events.md §6.2.29 (the reason says which).
+    case invalidRelayList(String)
 
     /// A sentence for people saying why the mutation was refused and, where it
     /// helps, what to do instead.
@@ -80,6 +82,7 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
                 : "slot \(slot) does not exist: slots are numbered \(lowest)...\(highest)"
         case .unusableMemberKey: "a member device published an unusable encryption key"
         case .chatUnreadable(let why): why
+        case .invalidRelayList(let why): "the relay list is not valid: \(why)"
         }
     }
 }
@@ -116,6 +119,7 @@ extension Refusal {
         case .noSuchSlot: "no_such_slot"
         case .unusableMemberKey: "unusable_member_key"
         case .chatUnreadable: "chat_unreadable"
+        case .invalidRelayList: "invalid_relay_list"
         }
     }
 }

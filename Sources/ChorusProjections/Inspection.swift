@@ -112,6 +112,7 @@ extension Projections {
         case .device: return "device \(hex(0..<32))"
         case .userDevice: return "user \(hex(0..<32)) device \(hex(32..<64))"
         case .profile: return "profile \(hex(0..<32)) field \(String(decoding: rest.dropFirst(32), as: UTF8.self))"
+        case .relays: return "relay list of \(hex(0..<32))"
         case .picture: return "picture \(hex(0..<32))"
         case .gallery: return "gallery of \(hex(0..<32)) picture \(Hex.encode(rest.suffix(32)))"
         case .picturesByTime: return "pictures-by-time of \(hex(0..<32)) picture \(Hex.encode(rest.suffix(32)))"

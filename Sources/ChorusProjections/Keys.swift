@@ -108,7 +108,8 @@ enum ObjectClass: UInt8, CaseIterable {
         case .chatKey: [(.chatKeys, event.object)]
         // Stored and relayed, not folded (Specs/events.md §6.3).
         case .unknown: []
-        case .profileSet: [(.profile, event.object)]
+        // A user's relay list is a register of the user's profile object (projections.md §6.12).
+        case .profileSet, .relaysSet: [(.profile, event.object)]
         case .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted: [(.picture, event.object)]
         case .followAdded, .followRemoved: [(.follow, event.object)]
         case .likeAdded, .likeRemoved: [(.like, event.object)]
@@ -327,6 +328,7 @@ enum Table: UInt8 {
     case userDevice = 0x11  // user || device -> ()
     case encryptionKey = 0x12  // device -> [X25519 key, hlc, event id]
     case profile = 0x20  // user || field name -> register
+    case relays = 0x21  // user -> relay list register
     case picture = 0x30  // picture -> picture record
     case gallery = 0x31  // owner || position (64, zero padded) || picture -> ()
     case picturesByTime = 0x33  // owner || created hlc || picture -> ()

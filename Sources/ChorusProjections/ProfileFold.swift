@@ -7,7 +7,12 @@ extension FoldRun {
     /// only by the profile's user (Specs/projections.md §6.2).
     mutating func foldProfile(_ user: PublicKey) throws {
         var registers: [String: (value: CBORValue, fact: Fact)] = [:]
+        var relays: (value: CBORValue, fact: Fact)?
         for f in try facts(.profile, user) {
+            if f.kind == .relaysSet {
+                if let list = try effectiveRelayList(user, f) { relays = (list, f) }
+                continue
+            }
             guard let (field, value) = try effectiveProfileEdit(user, f) else { continue }
             registers[field] = (value, f)
         }
@@ -16,6 +21,9 @@ extension FoldRun {
             entries[StateKey(Table.profile.key(user, Array(field.utf8)))] = Self.profileRegister(r.value, r.fact)
         }
         try replace(prefix: Table.profile.key(user), with: entries)
+        var list: [StateKey: [UInt8]] = [:]
+        if let relays { list[StateKey(Table.relays.key(user))] = Self.profileRegister(relays.value, relays.fact) }
+        try replace(prefix: Table.relays.key(user), with: list)
     }
 
     /// Folds one new `profile.set` into the stored registers, giving the same
@@ -25,6 +33,13 @@ extension FoldRun {
     /// replaces it exactly when it is greater. Without this, every edit would
     /// re-read all the earlier edits of its profile.
     mutating func foldProfileFact(_ user: PublicKey, _ f: Fact) throws {
+        if f.kind == .relaysSet {
+            guard let list = try effectiveRelayList(user, f) else { return }
+            let key = Table.relays.key(user)
+            if let stored = try txn.get(p.state, key), try Projections.profileRegister(stored).order > f.order { return }
+            try txn.put(p.state, key, Self.profileRegister(list, f))
+            return
+        }
         guard let (field, value) = try effectiveProfileEdit(user, f) else { return }
         let key = Table.profile.key(user, Array(field.utf8))
         if let stored = try txn.get(p.state, key), try Projections.profileRegister(stored).order > f.order { return }
@@ -51,6 +66,24 @@ extension FoldRun {
             }
             try decide(f, nil)
             return (field, value)
+        }
+    }
+
+    /// Decides one `relays.set` (Specs/projections.md §6.12): the list, as
+    /// its payload holds it, when it takes effect; nil (with the reason
+    /// recorded) when its author does not act for the user it names.
+    private mutating func effectiveRelayList(_ user: PublicKey, _ f: Fact) throws -> CBORValue? {
+        switch try actor(f) {
+        case .failure(let why):
+            try decide(f, why)
+            return nil
+        case .success(let actor) where actor != user:
+            try decide(f, NoEffect("not_owner", "only user \(user.short) and its devices may set its relay list"))
+            return nil
+        case .success:
+            guard let payload = f.payload else { throw ProjectionError.corrupt("relays.set fact without its payload") }
+            try decide(f, nil)
+            return payload
         }
     }
 

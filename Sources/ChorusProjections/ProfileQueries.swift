@@ -51,6 +51,21 @@ public struct ProfileView: Hashable, Sendable {
     public func field(_ name: String) -> CBORValue? { fields.first { $0.name == name }?.value }
 }
 
+/// A user's relay list as this node projects it (Specs/projections.md
+/// §6.12): the relays of the greatest effective `relays.set`.
+public struct RelayListView: Hashable, Sendable {
+    /// The user the list belongs to.
+    public let user: UserID
+    /// The relays, in the user's order of preference (empty: cleared).
+    public let relays: [Relay]
+    /// The clock of the event that set the list.
+    public let hlc: HLC
+    /// The device (or user key) that signed it.
+    public let author: PublicKey
+    /// The event that set the list.
+    public let event: EventID
+}
+
 extension Projections {
     /// `user`'s profile: fields in name order, the avatar resolved (only the
     /// user's own picture shows) and devices. Empty when nothing is held.
@@ -74,6 +89,21 @@ extension Projections {
                 user: UserID(user), fields: fields,
                 avatar: try avatar.map { try reference($0, requiredOwner: user, in: txn) },
                 devices: try devices(of: user, in: txn))
+        }
+    }
+
+    /// `user`'s relay list (Specs/projections.md §6.12): nil when the user
+    /// has published none that took effect.
+    public func relays(of user: UserID) throws -> RelayListView? {
+        try log.env.read { txn in
+            guard let value = try txn.get(state, Table.relays.key(user.raw)) else { return nil }
+            let register = try Self.profileRegister(value)
+            let payload: RelaysSetPayload
+            do { payload = try RelaysSetPayload(reading: register.value) } catch {
+                throw ProjectionError.corrupt("the relay list of \(user.raw.short) does not read: \(error)")
+            }
+            return RelayListView(
+                user: user, relays: payload.relays, hlc: register.order.hlc, author: register.order.author, event: register.order.id)
         }
     }
 

@@ -1097,8 +1097,9 @@ public struct Projections: Sendable {
     /// `edgeOut` entries under 0xFD (§9.1). 19: `payloadGap` index entries
     /// name the live pictures and messages held without their payload
     /// (§9.1). 20: `blobWanted` index entries name the blobs that live
-    /// objects reference and this node lacks (§9.1).
-    public static let formatVersion: UInt64 = 20
+    /// objects reference and this node lacks (§9.1). 21: users' relay
+    /// lists (`relays.set`) in the `relays` table (§6.12).
+    public static let formatVersion: UInt64 = 21
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
 

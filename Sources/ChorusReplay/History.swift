@@ -88,6 +88,7 @@ extension ReplayStore {
             case .pictureMoved: register = "position:\(f.object.hex)"
             case .messageEdited, .messageSent: register = "text:\(f.object.hex)"
             case .slotSet: register = "slot:\(f.object.hex):\(f.payload?[text: "slot"]?.unsignedValue ?? 0)"
+            case .relaysSet: register = "relays:\(f.object.hex)"
             case .pictureDeleted, .messageDeleted:
                 deletion[f.object.hex] = deletion[f.object.hex] ?? f
                 register = nil

@@ -5,7 +5,7 @@ import Foundation
 /// is this document; a test checks it byte for byte.
 public enum OpenAPIDocument {
     /// Body fields that are lists of strings or whole numbers; every other field is a string.
-    static let listFields: Set<String> = ["members"]
+    static let listFields: Set<String> = ["members", "relays"]
     static let integerFields: Set<String> = ["amount", "hops"]
 
     public static func make() -> [String: Any] {

@@ -152,6 +152,11 @@ public struct CommandRoute: Sendable {
         // Profiles
         .init(.get, "/v1/profile", "A user's profile", [.word("query"), .word("profile"), .query("user")]),
         .init(.post, "/v1/profile", "Set or clear one profile field", [.word("profile"), .word("set"), .field("field"), .optionalField("value"), .fieldFlag("clear", "--clear")]),
+        // Relay lists
+        .init(.get, "/v1/relays", "A user's relay list", [.word("relays"), .word("show"), .query("user")]),
+        .init(.post, "/v1/relays", "Publish this user's relay list, replacing the previous one (relays: [\"[ROLES=]KEY@HOST:PORT\", …], or clear: true)", [.word("relays"), .word("set"), .fieldOption("relays", "--relay"), .fieldFlag("clear", "--clear")]),
+        .init(.post, "/v1/relays/add", "Add a relay to this user's list, or change its roles", [.word("relays"), .word("add"), .field("relay")]),
+        .init(.delete, "/v1/relays/{relay}", "Remove a relay from this user's list, by its key", [.word("relays"), .word("remove"), .path("relay")]),
         // Pictures
         .init(.get, "/v1/pictures", "A user's gallery in its order", [.word("query"), .word("pictures"), .query("user"), .queryOption("limit", "--limit"), .queryOption("offset", "--offset")]),
         .init(.post, "/v1/pictures", "Add a picture: the body is the image", [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")]),

@@ -27,6 +27,7 @@ public struct ConnectionLimits: Sendable, Hashable {
         /// `perAddress` authenticated connections were open from the address.
         case perAddress(Int)
 
+        /// The limit and the `chorus serve` option that raises it.
         public var description: String {
             switch self {
             case .total(let n): "all \(n) connections the listener allows are authenticated (chorus serve --max-connections)"

@@ -238,7 +238,7 @@ extension SyncSession {
             true
         case .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved, .likeAdded,
             .likeRemoved, .blockAdded, .blockRemoved, .messageEdited, .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinGiven,
-            .coinRightsMoved, .slotUnlocked, .slotSet, .unknown:
+            .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
             false
         }
     }

@@ -39,6 +39,25 @@ struct ErrorTests {
 /// Pictures in and out as `Data`, with their ids typed.
 @Suite("Picture bytes through the library")
 struct PictureDataTests {
+    @Test("a relay list is published and read back through import Chorus alone; an invalid one throws invalid_relay_list")
+    func relayLists() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-relays-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone")
+        let relay = Relay(address: "relay1.example.org:7800", key: SigningKey.generate().publicKey, roles: [.home, .inbox])
+        let inbox = Relay(address: "[2001:db8::7]:7801", key: SigningKey.generate().publicKey, roles: .inbox)
+        #expect(try node.projections.relays(of: node.identity.user) == nil)
+        let set = try await node.setRelays([relay, inbox])
+        #expect(set.effect == .applied)
+        #expect(try node.projections.relays(of: node.identity.user)?.relays == [relay, inbox])
+        #expect(await ErrorTests.code { try await node.setRelays([relay, relay]) } == "invalid_relay_list")
+        #expect(await ErrorTests.code { try await node.setRelays([Relay(address: "no-port", key: relay.key, roles: .home)]) } == "invalid_relay_list")
+        #expect(await ErrorTests.code { try await node.setRelays(Array(repeating: inbox, count: 9)) } == "invalid_relay_list")
+        _ = try await node.setRelays([])
+        #expect(try node.projections.relays(of: node.identity.user)?.relays == [])
+        await node.close()
+    }
+
     @Test("a picture's bytes read back as Data; a deleted one and an unknown one throw their codes; a chat image round-trips")
     func pictureData() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-data-\(UUID().uuidString)")

@@ -671,6 +671,48 @@ struct RuleTests {
             if withPicture { #expect(try r.projections.pictures(of: alice.key).count == 1) }
         }
     }
+
+    /// A user's relay list (Specs/projections.md §6.12): one register per
+    /// user, set by the user key or any of its devices, in merge order
+    /// whatever the arrival order; another user's device takes no effect.
+    @Test func aRelayListIsTheLatestListOfTheUserOrItsDevices() throws {
+        let s = Scenario()
+        let alice = try s.person()
+        let bob = try s.person(devices: 1)
+        func list(_ relays: [Relay]) -> [(String, CBORValue)] {
+            guard case .map(let entries) = RelaysSetPayload(relays: relays).cbor else { return [] }
+            return entries.compactMap { e in e.key.textValue.map { ($0, e.value) } }
+        }
+        let r1 = Relay(address: "relay1.example:7800", key: s.rng.bytes32(), roles: .all)
+        let r2 = Relay(address: "[2001:db8::7]:7801", key: s.rng.bytes32(), roles: .inbox)
+        let first = try alice.d1.sign(.relaysSet, alice.key, list([r1]), hlc: Scenario.at(10))
+        let second = try alice.d2.sign(.relaysSet, alice.key, list([r2, r1]), hlc: Scenario.at(20))
+        let byUserKey = try alice.user.sign(.relaysSet, alice.key, list([r1, r2]), hlc: Scenario.at(30))
+        let forged = try bob.d1.sign(.relaysSet, alice.key, list([]), hlc: Scenario.at(40))
+        for order in [[first, second, byUserKey, forged], [forged, byUserKey, second, first]] {
+            let r = try s.replica()
+            try r.deliver(alice.bindings + bob.bindings)
+            for e in order { try r.deliver([e]) }
+            let view = try #require(try r.projections.relays(of: UserID(alice.key)))
+            #expect(view.relays == [r1, r2] && view.event == byUserKey.id)
+            #expect(try r.projections.noEffect(forged.id)?.code == "not_owner")
+            for e in [first, second, byUserKey] { #expect(try r.projections.noEffect(e.id) == nil) }
+            #expect(try r.projections.relays(of: UserID(bob.key)) == nil)
+        }
+        // Two devices' concurrent lists: the greater merge order wins on every replica.
+        let carol = try s.person()
+        let a = try carol.d1.sign(.relaysSet, carol.key, list([r1]), hlc: Scenario.at(50))
+        let b = try carol.d2.sign(.relaysSet, carol.key, list([r2]), hlc: Scenario.at(50))
+        let winner = (a.hlc, a.author.bytes.lexicographicallyPrecedes(b.author.bytes)) == (b.hlc, true) ? b : a
+        var digests: Set<Hash32> = []
+        for order in [[a, b], [b, a]] {
+            let r = try s.replica()
+            try r.deliver(carol.bindings + order)
+            #expect(try r.projections.relays(of: UserID(carol.key))?.event == winner.id)
+            digests.insert(try r.projections.digest())
+        }
+        #expect(digests.count == 1)
+    }
 }
 
 /// The 8 bytes of `n`, most significant first, as store keys hold numbers.

@@ -154,7 +154,7 @@ enum VectorScenarios {
     static func all() -> [VectorScenario] {
         // Events are built from fixed seeds and timestamps, so signing cannot fail.
         do {
-            return [try identityAndProfiles(), try pictures(), try relationships(), try chats(), try coins()]
+            return [try identityAndProfiles(), try pictures(), try relationships(), try chats(), try coins(), try relayLists()]
         } catch {
             preconditionFailure("vector scenario failed to build: \(error)")
         }
@@ -176,6 +176,29 @@ enum VectorScenarios {
         return VectorScenario(
             name: "identity-and-profiles",
             description: "device bound with consent; a binding without proof does not bind; LWW profile fields; non-owner edit and an edit after device removal take no effect",
+            config: NetworkConfig(), events: ev)
+    }
+
+    /// Relay lists (Specs/projections.md §6.12): a device's list, a later
+    /// one signed by the user key, a stranger's, a removed device's.
+    static func relayLists() throws -> VectorScenario {
+        var user = VectorFeed(51), phone = VectorFeed(52), mallory = VectorFeed(53)
+        func list(_ relays: [(Bytes32, String, UInt8)]) -> [(String, CBORValue)] {
+            [
+                ("keys", .array(relays.map { bytes($0.0) })), ("addresses", .array(relays.map { .text($0.1) })),
+                ("roles", .bytes(relays.map(\.2))),
+            ]
+        }
+        var ev: [Event] = []
+        ev.append(try user.sign(.deviceAdded, phone.pk, at: t0, [("proof", .bytes(DeviceBinding.proof(device: phone.key, user: user.pk)))]))
+        ev.append(try phone.sign(.relaysSet, user.pk, at: t0 + 10, list([(id(0xC1), "relay1.example.org:7800", 3)])))
+        ev.append(try user.sign(.relaysSet, user.pk, at: t0 + 20, list([(id(0xC2), "[2001:db8::7]:7801", 1), (id(0xC1), "relay1.example.org:7800", 2)])))
+        ev.append(try mallory.sign(.relaysSet, user.pk, at: t0 + 30, list([(id(0xC3), "evil.example:7800", 3)])))
+        ev.append(try user.sign(.deviceRemoved, phone.pk, at: t0 + 40))
+        ev.append(try phone.sign(.relaysSet, user.pk, at: t0 + 50, list([])))
+        return VectorScenario(
+            name: "relay-lists",
+            description: "a user's relay list: the latest effective relays.set by the user key or a bound device wins; a stranger's list and a removed device's take no effect",
             config: NetworkConfig(), events: ev)
     }
 

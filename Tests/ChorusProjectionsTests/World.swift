@@ -172,6 +172,16 @@ final class World {
         let skew = d.skewMillis
         switch rng.int(0...27) {
         case 0...2:
+            if rng.chance(0.2) {
+                // A relay list (Specs/projections.md §6.12): mostly one's own, sometimes another's (not_owner).
+                let relays = (0..<rng.int(0...3)).map { i in
+                    Relay(address: "relay\(i).example:\(7800 + i)", key: rng.bytes32(), roles: Relay.Roles(rawValue: UInt8(rng.int(1...3))))
+                }
+                guard case .map(let entries) = RelaysSetPayload(relays: relays).cbor else { return }
+                let target = rng.chance(0.9) ? myName : users[rng.pick(others) ?? me].name
+                try emit(w, .relaysSet, target, entries.compactMap { e in e.key.textValue.map { ($0, e.value) } }, skew: skew)
+                return
+            }
             let field = rng.pick([ProfileField.name, .bio, .city, .birthday, .visibility, .avatar])!
             var value: CBORValue
             switch field {

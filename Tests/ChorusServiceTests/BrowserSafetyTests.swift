@@ -12,7 +12,7 @@ import Testing
 /// credential is a short-lived session, never the token, never a cookie.
 @Suite("the local API is safe to expose to a browser")
 struct BrowserSafetyTests {
-    /// The TCP API of a fresh node, with a one-second idle timeout.
+    /// The TCP API of a fresh node.
     struct Served {
         let node: Node
         let group: ServiceGroup
@@ -39,13 +39,13 @@ struct BrowserSafetyTests {
         }
     }
 
-    static func serve(_ dir: TempDir) async throws -> Served {
+    static func serve(_ dir: TempDir, idleTimeout: Duration = .seconds(30)) async throws -> Served {
         let node = try await Node.create(at: dir.store("node"))
         let tokenPath = dir.store("node") + "/keys/api.token"
         let token = try APIToken.loadOrCreate(at: tokenPath)
         var configuration = APIConfiguration(socketPath: dir.store("node") + "/api.sock", tcp: ("127.0.0.1", 0), token: token)
         configuration.tokenPath = tokenPath
-        configuration.idleTimeout = .seconds(1)
+        configuration.idleTimeout = idleTimeout
         let (listening, continuation) = AsyncStream.makeStream(of: APIEndpoint.self)
         let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         let server = APIServer(
@@ -183,7 +183,7 @@ struct BrowserSafetyTests {
     func halfSentRequestsAreClosed() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let s = try await Self.serve(dir)
+        let s = try await Self.serve(dir, idleTimeout: .seconds(1))
         let fd = try #require(rawTCPConnection(port: s.port))
         defer { close(fd) }
         let partial = Array("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".utf8)

@@ -25,7 +25,7 @@ KINDS = {
     "block.removed": 35, "chat.created": 40, "chat.member.added": 41, "chat.member.removed": 42,
     "message.sent": 43, "message.edited": 44, "message.deleted": 45, "chat.read": 46, "chat.key": 47,
     "coin.credited": 50, "coin.spent": 51, "coin.given": 52, "coin.rights.moved": 53,
-    "slot.unlocked": 54, "slot.set": 55,
+    "slot.unlocked": 54, "slot.set": 55, "relays.set": 60,
 }
 
 
@@ -151,6 +151,11 @@ d9 = add_valid("chat key wrapped to one device", device, 9, d8.id, hlc(T0 + 300_
 d10 = add_valid("a kind this version does not know", device, 10, d9.id, hlc(T0 + 300_003), "unknown.99", user.pk,
                 {"field": "name", "value": "Alice"},
                 note="stored, verified and relayed, never folded (Specs/events.md §6.3); not a reason to refuse")
+relay_home, relay_inbox = b2b(b"relay one device key"), b2b(b"relay two device key")
+relay_list = {"keys": [relay_home, relay_inbox], "addresses": ["relay1.example.org:7800", "[2001:db8::7]:7801"],
+              "roles": bytes([3, 2])}
+d11 = add_valid("relay list", device, 11, d10.id, hlc(T0 + 300_004), "relays.set", user.pk, relay_list,
+                note="Specs/events.md §6.2.29: the first relay home and inbox (3), the second inbox only (2)")
 i1 = add_valid("coin credit by the issuer", issuer, 1, None, hlc(T0 + 10), "coin.credited", device.pk,
                {"user": user.pk, "amount": 500, "receipt": "GPA.3372-4411-0091-55201", "product": "coins_500"})
 
@@ -227,6 +232,13 @@ two_wraps = wraps(epoch_key, chat, b2b(b"some epoch"), [(device.pk, x25519_pub(d
 add_invalid("chat key with wraps out of device order", build(device, 1, None, hlc(T0 + 5), "chat.key", chat, {
     "epoch": b2b(b"some epoch"), "wraps": two_wraps[80:] + two_wraps[:80], "ephemeral": x25519_pub(b2b(b"ephemeral 2"))}).envelope,
             "schema_violation")
+add_invalid("relay list whose lists differ in length", build(device, 1, None, hlc(T0 + 5), "relays.set", user.pk,
+                                                             dict(relay_list, roles=bytes([3]))).envelope, "schema_violation")
+add_invalid("relay address without a port", build(device, 1, None, hlc(T0 + 5), "relays.set", user.pk,
+                                                  dict(relay_list, addresses=["relay1.example.org", "[2001:db8::7]:7801"])).envelope,
+            "schema_violation")
+add_invalid("relay with no role", build(device, 1, None, hlc(T0 + 5), "relays.set", user.pk,
+                                        dict(relay_list, roles=bytes([3, 0]))).envelope, "schema_violation")
 add_invalid("coin credit of zero", build(issuer, 1, None, hlc(T0 + 5), "coin.credited", device.pk,
                                          {"user": user.pk, "amount": 0, "receipt": "r"}).envelope, "schema_violation")
 dup_payload = head(5, 2) + enc("field") + enc("name") + enc("field") + enc("bio")
