@@ -79,7 +79,9 @@ struct Init: AsyncParsableCommand {
             let key = try parseKey(text, what: "--issuer")
             if !keys.contains(key) { keys.append(key) }
         }
-        let config = NetworkConfig(issuers: keys, slotPrices: try parsedSlotPrices() ?? base.slotPrices, networkKey: base.networkKey)
+        let config = NetworkConfig(
+            issuers: keys, slotPrices: try parsedSlotPrices() ?? base.slotPrices, networkKey: base.networkKey,
+            bootstrapRelays: base.bootstrapRelays)
         if let problem = config.problems.first { throw ValidationError("invalid network configuration: \(problem)") }
         return config
     }

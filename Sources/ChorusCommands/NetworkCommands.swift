@@ -144,7 +144,7 @@ struct IssuerCreate: AsyncParsableCommand {
 struct Network: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the network configuration, or the invite that joins a node to it.",
-        subcommands: [NetworkShow.self, NetworkInvite.self])
+        subcommands: [NetworkShow.self, NetworkInvite.self, NetworkRelayAdd.self, NetworkRelayRemove.self])
 }
 
 struct NetworkInvite: AsyncParsableCommand {
@@ -185,12 +185,78 @@ struct NetworkShow: AsyncParsableCommand {
             printJSON(.object([
                 ("issuers", .array(config.issuers.map { .string($0.hex) })),
                 ("slot_prices", .array(config.slotPrices.map { .uint($0) })),
+                ("bootstrap_relays", .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) })),
                 ("fingerprint", .string(config.fingerprint.hex)),
             ]))
             return
         }
         emit("issuers      \(config.issuers.isEmpty ? "(none: no coins can be credited)" : config.issuers.map(\.hex).joined(separator: "\n             "))")
         emit("slot prices  \(config.slotPrices.map(String.init).joined(separator: ", "))")
+        emit("relays       \(config.bootstrapRelays.isEmpty ? "(none: give an address to chorus sync)" : config.bootstrapRelays.map { "\($0.key.hex)@\($0.address)" }.joined(separator: "\n             "))")
         emit("fingerprint  \(config.fingerprint.hex)")
+    }
+}
+
+/// Edits the bootstrap relays of this store's network.json (Specs/projections.md §1).
+private func editBootstrapRelays(_ store: StoreOptions, _ edit: (inout [BootstrapRelay]) throws -> Void) throws -> NetworkConfig {
+    let path = store.path + "/" + NetworkConfig.fileName
+    var config = try NetworkConfig.load(from: path)
+    try edit(&config.bootstrapRelays)
+    if let problem = config.problems.first { throw ValidationError("invalid network configuration: \(problem)") }
+    try config.write(to: path)
+    return config
+}
+
+struct NetworkRelayAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "relay-add",
+        abstract: "Add a bootstrap relay to this network's configuration: a relay every node may sync with first.",
+        discussion: """
+            Written KEY@HOST:PORT, KEY the relay node's device key (its `chorus whoami`), which its handshake must \
+            prove. The invite (`chorus network invite`) then carries it, so a node that joins knows where to sync \
+            (`chorus sync` with no address). It does not change projections or the digest; a running server reads \
+            it at its next start.
+            """)
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The relay, KEY@HOST:PORT.") var relay: String
+
+    func validate() throws { _ = try parseRelay(relay) }
+
+    func run() async throws {
+        let parsed = try parseRelay(relay)
+        let config = try editBootstrapRelays(store) { relays in
+            relays.removeAll { $0.key == parsed.key }
+            relays.append(BootstrapRelay(address: parsed.address, key: parsed.key))
+        }
+        if output.json {
+            printJSON(.object([("bootstrap_relays", .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) }))]))
+        } else {
+            emit("Added bootstrap relay \(parsed.address); the network's invite now carries \(config.bootstrapRelays.count).")
+        }
+    }
+}
+
+struct NetworkRelayRemove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "relay-remove", abstract: "Remove a bootstrap relay from this network's configuration, by key or address.")
+
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Argument(help: "The relay's KEY (64 hex digits) or HOST:PORT.") var relay: String
+
+    func run() async throws {
+        let target = relay
+        let config = try editBootstrapRelays(store) { relays in
+            let before = relays.count
+            relays.removeAll { $0.address == target || $0.key.hex == target.lowercased() }
+            guard relays.count < before else { throw ValidationError("this network has no bootstrap relay \(target)") }
+        }
+        if output.json {
+            printJSON(.object([("bootstrap_relays", .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) }))]))
+        } else {
+            emit("Removed bootstrap relay \(target).")
+        }
     }
 }

@@ -41,20 +41,32 @@ struct Sync: AsyncParsableCommand {
             or the peer closes. --hops N replicates only the user's own devices (0), the \
             users followed (1), their follows (2)..., plus issuers and chat members, never \
             blocked users.
+
+            Without an address, syncs with relays found from relay lists (`chorus relays`): \
+            this user's own relays, the network's bootstrap relays (`chorus network \
+            relay-add`; where relay lists are found), the inbox relays of the members of its \
+            chats, and the fewest home relays that cover every user in scope (at most \
+            --max-relays), all at once, each of which must prove the device key its list \
+            names; then the relays named by lists those syncs brought. Exits 0 when every \
+            relay's sync completed, 2 when any failed (the others still ran).
             """)
 
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
-    @Argument(help: ArgumentHelp("The peer's address.", valueName: "host:port")) var address: String
+    @Argument(help: ArgumentHelp("The peer's address (default: the relays of the relay lists).", valueName: "host:port")) var address: String?
     @Flag(help: "Stay connected and exchange new events as they are appended.") var live = false
     @Option(help: "Replicate only feeds within N follow hops of this user.") var hops: Int?
+    @Option(help: "Without an address: sync with at most N relays (default 8).") var maxRelays: Int = 8
 
     func validate() throws {
-        guard SyncNetwork.parseAddress(address) != nil else { throw ValidationError("the address must be HOST:PORT, got \"\(address)\"") }
+        if let address, SyncNetwork.parseAddress(address) == nil { throw ValidationError("the address must be HOST:PORT, got \"\(address)\"") }
         if let hops, hops < 0 { throw ValidationError("--hops must be 0 or more") }
+        if address == nil, live { throw ValidationError("--live needs the peer's address") }
+        if maxRelays < 1 { throw ValidationError("--max-relays must be at least 1") }
     }
 
     func run() async throws {
+        guard let address else { return try await syncRouted() }
         guard let (host, port) = SyncNetwork.parseAddress(address) else { throw ExitCode(Exit.failure) }
         var options = SyncOptions(live: live, scope: ReplicationScope(hops: hops))
         let json = output.json
@@ -106,6 +118,69 @@ struct Sync: AsyncParsableCommand {
             throw ExitCode(Exit.failure)
         }
     }
+}
+
+extension Sync {
+    /// `chorus sync` without an address: the relays of the relay lists (Specs/sync.md §9).
+    func syncRouted() async throws {
+        let scope = ReplicationScope(hops: hops)
+        let maxRelays = self.maxRelays
+        let (plan, results) = try await withNode(store) { node in
+            try await SyncNetwork.syncByRelayLists(node, scope: scope, maxRelays: maxRelays, options: SyncOptions(live: false, scope: scope))
+        }
+        guard !plan.relays.isEmpty else {
+            printError(
+                "error: no relay to sync with: give HOST:PORT, publish your relay list (chorus relays set), or add a bootstrap relay to the network (chorus network relay-add)"
+            )
+            throw ExitCode(Exit.failure)
+        }
+        let failed = results.filter { if case .failure = $0.outcome { true } else { false } }
+        if output.json {
+            printJSON(
+                .object([
+                    ("relays", .array(results.map { r in
+                        var fields: [(String, JSONValue)] = [
+                            ("address", .string(r.relay.address)), ("key", .string(r.relay.key.hex)),
+                            ("reasons", .array(r.relay.reasons.map { .string($0) })), ("covers", .array(r.relay.covers.map { .string($0.hex) })),
+                        ]
+                        switch r.outcome {
+                        case .success(let report): fields.append(("report", reportJSON(report)))
+                        case .failure(let error):
+                            fields.append(("error", .string("\(error)")))
+                            fields.append(("code", .string((error as? SyncError)?.code ?? (error is RelayIdentityMismatch ? "relay_key_mismatch" : "connect_failed"))))
+                        }
+                        return .object(fields)
+                    })),
+                    ("uncovered", .array(plan.uncovered.map { .string($0.hex) })), ("unlisted", .array(plan.unlisted.map { .string($0.hex) })),
+                    ("complete", .bool(failed.isEmpty)),
+                ]))
+        } else {
+            for r in results {
+                let why = "\(r.relay.reasons.joined(separator: ","))\(r.relay.covers.isEmpty ? "" : ", \(r.relay.covers.count) users")"
+                switch r.outcome {
+                case .success(let report):
+                    emit(
+                        "\(r.relay.address) (\(why)): received \(report.eventsReceived) events, \(report.blobsReceived) blobs; sent \(report.eventsSent) events, \(report.blobsSent) blobs; \(report.bytesReceived + report.bytesSent) bytes in \(String(format: "%.3f", report.seconds)) s"
+                    )
+                case .failure(let error): emit("\(r.relay.address) (\(why)): failed: \(error)")
+                }
+            }
+            if !plan.uncovered.isEmpty {
+                emit("\(plan.uncovered.count) users' home relays were left out (over --max-relays \(maxRelays)); their feeds come only if another relay holds them")
+            }
+        }
+        if !failed.isEmpty { throw ExitCode(Exit.failure) }
+    }
+}
+
+func reportJSON(_ r: SyncReport) -> JSONValue {
+    .object([
+        ("peer", .string(r.peer.key.hex)), ("address", .string(r.peer.address)),
+        ("complete", .bool(r.complete)), ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
+        ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
+        ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
+        ("seconds", .string(String(format: "%.3f", r.seconds))),
+    ])
 }
 
 func printReport(_ r: SyncReport, json: Bool) {

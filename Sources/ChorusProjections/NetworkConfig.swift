@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusEvents
 import ChorusStorage
 import Foundation
 
@@ -16,15 +17,26 @@ public struct NetworkConfig: Sendable, Hashable {
     /// handshake (Noise `psk3`), so a node outside the network cannot
     /// connect. It does not affect projections and is not in the fingerprint.
     public var networkKey: Bytes32
+    /// Relays a node of this network may sync with before it knows any
+    /// user's relay list (Specs/projections.md §1): each an address and the
+    /// device key its handshake must prove. Like the network key, they do
+    /// not affect projections and are not in the fingerprint.
+    public var bootstrapRelays: [BootstrapRelay]
 
     /// Slot prices of a network configured without any: six slots, slot 0 free.
     public static let defaultSlotPrices: [UInt64] = [0, 50, 100, 200, 400, 800]
+    /// Most bootstrap relays a configuration holds.
+    public static let maxBootstrapRelays = 16
 
     /// Without `networkKey`, a new network: a fresh random key.
-    public init(issuers: [PublicKey] = [], slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices, networkKey: Bytes32? = nil) {
+    public init(
+        issuers: [PublicKey] = [], slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices, networkKey: Bytes32? = nil,
+        bootstrapRelays: [BootstrapRelay] = []
+    ) {
         self.issuers = issuers.sorted()
         self.slotPrices = slotPrices
         self.networkKey = networkKey ?? Random.bytes32()
+        self.bootstrapRelays = bootstrapRelays
     }
 
     /// Number of lock slots per profile (1 … 64 in a usable configuration).
@@ -37,6 +49,11 @@ public struct NetworkConfig: Sendable, Hashable {
         if slotPrices.count > 64 { out.append("at most 64 slots") }
         if let first = slotPrices.first, first != 0 { out.append("slot 0 is free: its price must be 0") }
         if Set(issuers).count != issuers.count { out.append("an issuer key is listed twice") }
+        if bootstrapRelays.count > Self.maxBootstrapRelays { out.append("at most \(Self.maxBootstrapRelays) bootstrap relays") }
+        if Set(bootstrapRelays.map(\.key)).count != bootstrapRelays.count { out.append("a bootstrap relay key is listed twice") }
+        if let bad = bootstrapRelays.first(where: { !RelayAddress.isValid($0.address) }) {
+            out.append("bootstrap relay address \"\(bad.address)\" is not host:port")
+        }
         return out
     }
 
@@ -58,10 +75,15 @@ public struct NetworkConfig: Sendable, Hashable {
     /// `NetworkConfig(invite:)`). It carries the network key: share it like
     /// a password, only with the network's members.
     public var invite: String {
-        var bytes: [UInt8] = [1] + networkKey.bytes + [UInt8(issuers.count)]
+        // Version 1 without bootstrap relays, so that older nodes read it.
+        var bytes: [UInt8] = [bootstrapRelays.isEmpty ? 1 : 2] + networkKey.bytes + [UInt8(issuers.count)]
         for key in issuers.sorted() { bytes += key.bytes }
         bytes.append(UInt8(slotPrices.count))
         for price in slotPrices { bytes += Codec.u64(price) }
+        if !bootstrapRelays.isEmpty {
+            bytes.append(UInt8(bootstrapRelays.count))
+            for relay in bootstrapRelays { bytes += relay.key.bytes + [UInt8(relay.address.utf8.count)] + Array(relay.address.utf8) }
+        }
         bytes += Blake2b.hash256(bytes).bytes.prefix(4)
         return Self.invitePrefix + Self.base64URL(bytes)
     }
@@ -78,7 +100,7 @@ public struct NetworkConfig: Sendable, Hashable {
         guard Array(Blake2b.hash256(body).bytes.prefix(4)) == Array(bytes.suffix(4)) else {
             throw bad("its checksum does not match (cut short or mistyped?)")
         }
-        guard body[0] == 1 else { throw bad("invite version \(body[0]) is not supported; upgrade Chorus") }
+        guard body[0] == 1 || body[0] == 2 else { throw bad("invite version \(body[0]) is not supported; upgrade Chorus") }
         var i = 1
         guard let key = Bytes32(body[i..<i + 32]) else { throw bad("no network key") }
         i += 32
@@ -93,9 +115,30 @@ public struct NetworkConfig: Sendable, Hashable {
         }
         let slotCount = Int(body[i])
         i += 1
-        guard body.count == i + slotCount * 8 else { throw bad("its slot prices are cut short or followed by extra bytes") }
+        let pricesEnd = i + slotCount * 8
+        guard body[0] == 1 ? body.count == pricesEnd : body.count > pricesEnd else {
+            throw bad("its slot prices are cut short or followed by extra bytes")
+        }
         let prices = (0..<slotCount).map { n in Codec.readU64(body[(i + n * 8)..<(i + n * 8 + 8)]) }
-        self.init(issuers: issuers, slotPrices: prices, networkKey: key)
+        i = pricesEnd
+        var relays: [BootstrapRelay] = []
+        if body[0] == 2 {
+            let count = Int(body[i])
+            i += 1
+            guard count >= 1 else { throw bad("a version 2 invite lists at least one bootstrap relay") }
+            for _ in 0..<count {
+                guard body.count >= i + 33, let relayKey = Bytes32(body[i..<i + 32]) else { throw bad("a bootstrap relay is cut short") }
+                let length = Int(body[i + 32])
+                i += 33
+                guard body.count >= i + length, let address = String(bytes: body[i..<i + length], encoding: .utf8) else {
+                    throw bad("a bootstrap relay's address is cut short or not UTF-8")
+                }
+                i += length
+                relays.append(BootstrapRelay(address: address, key: relayKey))
+            }
+            guard i == body.count else { throw bad("extra bytes after the bootstrap relays") }
+        }
+        self.init(issuers: issuers, slotPrices: prices, networkKey: key, bootstrapRelays: relays)
         if let problem = problems.first { throw bad(problem) }
     }
 
@@ -121,8 +164,12 @@ public struct NetworkConfig: Sendable, Hashable {
     public func json() -> String {
         let issuers = self.issuers.map { "\"\($0.hex)\"" }.joined(separator: ", ")
         let prices = slotPrices.map(String.init).joined(separator: ", ")
+        // Addresses are validated host:port text (no quote or backslash), written as they are.
+        let relays =
+            bootstrapRelays.isEmpty
+            ? "" : ",\n  \"bootstrap_relays\": [" + bootstrapRelays.map { "{\"address\": \"\($0.address)\", \"key\": \"\($0.key.hex)\"}" }.joined(separator: ", ") + "]"
         return
-            "{\n  \"format\": 1,\n  \"issuers\": [\(issuers)],\n  \"slot_prices\": [\(prices)],\n  \"network_key\": \"\(networkKey.hex)\"\n}\n"
+            "{\n  \"format\": 1,\n  \"issuers\": [\(issuers)],\n  \"slot_prices\": [\(prices)],\n  \"network_key\": \"\(networkKey.hex)\"\(relays)\n}\n"
     }
 
     /// Parses the file form; `source` names it in errors. Throws
@@ -152,7 +199,17 @@ public struct NetworkConfig: Sendable, Hashable {
             guard let hex = text as? String, let key = Bytes32(hex: hex) else { throw bad("\"network_key\" must be 64 hex digits") }
             networkKey = key
         }
-        let config = NetworkConfig(issuers: issuers, slotPrices: slotPrices, networkKey: networkKey)
+        var relays: [BootstrapRelay] = []
+        if let list = object["bootstrap_relays"] {
+            guard let entries = list as? [[String: Any]] else { throw bad("\"bootstrap_relays\" must be a list of {address, key}") }
+            for entry in entries {
+                guard let address = entry["address"] as? String, let hex = entry["key"] as? String, let key = Bytes32(hex: hex) else {
+                    throw bad("a bootstrap relay needs \"address\" (host:port) and \"key\" (64 hex digits)")
+                }
+                relays.append(BootstrapRelay(address: address, key: key))
+            }
+        }
+        let config = NetworkConfig(issuers: issuers, slotPrices: slotPrices, networkKey: networkKey, bootstrapRelays: relays)
         if let problem = config.problems.first { throw bad(problem) }
         return config
     }
@@ -177,6 +234,21 @@ public struct NetworkConfig: Sendable, Hashable {
         do { try OwnerOnlyFile.replace(path, with: Array(json().utf8), durable: true) } catch {
             throw NetworkConfigError.cannotWrite(path: path, reason: "\(error)")
         }
+    }
+}
+
+/// A relay of the network's configuration (`NetworkConfig.bootstrapRelays`):
+/// where it listens and the device key its handshake must prove.
+public struct BootstrapRelay: Sendable, Hashable {
+    /// `host:port` (`RelayAddress`).
+    public var address: String
+    /// The relay node's device key.
+    public var key: PublicKey
+
+    /// A relay at `address` proving `key`.
+    public init(address: String, key: PublicKey) {
+        self.address = address
+        self.key = key
     }
 }
 

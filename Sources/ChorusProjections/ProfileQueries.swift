@@ -107,6 +107,18 @@ extension Projections {
         }
     }
 
+    /// Every user's relay list this node holds, by user key.
+    public func relayLists() throws -> [RelayListView] {
+        var users: [UserID] = []
+        try log.env.read { txn in
+            try txn.scan(state, prefix: [Table.relays.rawValue]) { key, _ in
+                users.append(UserID(try Codec.b32(key.dropFirst(), "relay list user")))
+                return true
+            }
+        }
+        return try users.compactMap { try relays(of: $0) }
+    }
+
     /// Every device ever bound to `user`, removed ones included, oldest binding
     /// first (added HLC, then key), each with its rights.
     public func devices(of user: UserID) throws -> [DeviceView] {

@@ -23,6 +23,19 @@ public struct ReplicationScope: Hashable, Sendable {
     /// events that define it (follows, device bindings, chats) arrive, so a
     /// session recomputes it after each round.
     public func feeds(of node: Node) throws -> Set<PublicKey>? {
+        guard let users = try users(of: node) else { return nil }
+        let p = node.projections
+        var feeds: Set<PublicKey> = Set(node.network.issuers)
+        feeds.insert(node.identity.device.raw)
+        for u in users {
+            feeds.insert(u)
+            for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
+        }
+        return feeds
+    }
+
+    /// The users in scope now (this node's user included), or nil for every user.
+    public func users(of node: Node) throws -> Set<PublicKey>? {
         guard let hops else { return nil }
         let p = node.projections
         let me = node.identity.user.raw
@@ -43,13 +56,7 @@ public struct ReplicationScope: Hashable, Sendable {
         for chat in try p.chats(of: me) {
             for m in chat.members where !blocked.contains(m.user.raw) { users.insert(m.user.raw) }
         }
-        var feeds: Set<PublicKey> = Set(node.network.issuers)
-        feeds.insert(node.identity.device.raw)
-        for u in users {
-            feeds.insert(u)
-            for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
-        }
-        return feeds
+        return users
     }
 
     /// The feeds that concern `user` as this node folds them: the user's

@@ -38,13 +38,19 @@ public enum SyncNetwork {
     /// this device share chat keys (`keyEventsWritten`), a second session
     /// delivers them at once, so that one `sync` lets a new member or a
     /// user's new device read the chat.
+    /// With `expecting`, the peer must prove that device key (a relay's
+    /// pinned key) or no session runs.
     public static func sync(
-        _ node: Node, host: String, port: Int, options: SyncOptions = SyncOptions()
+        _ node: Node, host: String, port: Int, options: SyncOptions = SyncOptions(), expecting: PublicKey? = nil
     ) async throws -> SyncReport {
         let configuration = try configuration(for: node)
         let peers = try PeerStore(env: node.log.env)
         func session() async throws -> SyncReport {
             let connection = try await SecureConnection.connect(host: host, port: port, configuration: configuration)
+            if let expecting, connection.peer.key != expecting {
+                await connection.close()
+                throw RelayIdentityMismatch(address: "\(host):\(port)", expected: expecting, proved: connection.peer.key)
+            }
             return try await SyncSession(node: node, transport: connection, options: options, peers: peers).run()
         }
         var report = try await session()

@@ -31,6 +31,31 @@ struct NetworkConfigTests {
         #expect(config.invite == "chorus-network1:" + b64)
     }
 
+    @Test("bootstrap relays make a version 2 invite with the bytes §1.1 gives; they travel in the file too and leave the fingerprint alone")
+    func bootstrapRelays() throws {
+        let key = Bytes32([UInt8](repeating: 0x11, count: 32))!
+        let relayKey = Bytes32([UInt8](repeating: 0x33, count: 32))!
+        let relay = BootstrapRelay(address: "relay.example:7800", key: relayKey)
+        let config = NetworkConfig(slotPrices: [0], networkKey: key, bootstrapRelays: [relay])
+        var body: [UInt8] = [2] + key.bytes + [0] + [1] + [0, 0, 0, 0, 0, 0, 0, 0]
+        body += [1] + relayKey.bytes + [UInt8(relay.address.utf8.count)] + Array(relay.address.utf8)
+        let bytes = body + Blake2b.hash256(body).bytes.prefix(4)
+        let b64 = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        #expect(config.invite == "chorus-network1:" + b64)
+        let joined = try NetworkConfig(invite: config.invite)
+        #expect(joined == config && joined.bootstrapRelays == [relay])
+        // Relays change neither the fingerprint nor, when there are none, the invite's version 1.
+        #expect(config.fingerprint == NetworkConfig(slotPrices: [0], networkKey: key).fingerprint)
+        #expect(Array(NetworkConfig(slotPrices: [0], networkKey: key).invite.utf8).count < Array(config.invite.utf8).count)
+        #expect(try NetworkConfig.parse(json: config.json(), source: "test") == config)
+        #expect(throws: NetworkConfigError.self) {
+            _ = try NetworkConfig.parse(
+                json: #"{"format": 1, "issuers": [], "slot_prices": [0], "bootstrap_relays": [{"address": "no-port", "key": "\#(relayKey.hex)"}]}"#,
+                source: "test")
+        }
+    }
+
     @Test func aDamagedInviteIsRefusedWithTheReason() throws {
         let invite = NetworkConfig(issuers: [SigningKey.generate().publicKey]).invite
         func reason(_ text: String) -> String {

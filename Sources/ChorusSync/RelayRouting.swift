@@ -1,0 +1,190 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import Foundation
+
+/// Which relays a node syncs with when no address is given (Specs/sync.md
+/// §9): its own user's relays (to publish its events and receive what is
+/// addressed to it), the network's bootstrap relays (where relay lists are
+/// found), the `inbox` relays of the members of its chats (to deliver
+/// invitations and chat keys), and a small set of `home` relays covering
+/// every user in its scope, picked greedily.
+public struct RelayPlan: Sendable, Hashable {
+    /// One relay to sync with and why.
+    public struct Entry: Sendable, Hashable {
+        /// `host:port`.
+        public let address: String
+        /// The device key the relay's handshake must prove.
+        public let key: PublicKey
+        /// Users in scope whose feeds this relay is chosen to bring (their `home`).
+        public var covers: [PublicKey]
+        /// Why it is in the plan: `own`, `bootstrap`, `inbox` or `home`, in that order.
+        public var reasons: [String]
+
+        /// A relay at `address` proving `key`, chosen for `reasons`.
+        public init(address: String, key: PublicKey, covers: [PublicKey], reasons: [String]) {
+            self.address = address
+            self.key = key
+            self.covers = covers
+            self.reasons = reasons
+        }
+    }
+
+    /// The relays, own relays first, at most `maxRelays`.
+    public var relays: [Entry]
+    /// Users in scope with a relay list whose `home` relays the plan could not include (over `maxRelays`).
+    public var uncovered: [PublicKey]
+    /// Users in scope without a relay list: fetched from whichever relays the plan holds.
+    public var unlisted: [PublicKey]
+
+    /// A plan of these relays (`make` chooses them from relay lists).
+    public init(relays: [Entry], uncovered: [PublicKey], unlisted: [PublicKey]) {
+        self.relays = relays
+        self.uncovered = uncovered
+        self.unlisted = unlisted
+    }
+
+    /// The plan for `node` (its scope from `scope`), with at most `maxRelays` relays.
+    public static func make(for node: Node, scope: ReplicationScope, maxRelays: Int) throws -> RelayPlan {
+        let p = node.projections
+        let me = node.identity.user
+        var entries: [Entry] = []
+        func add(_ address: String, _ key: PublicKey, _ reason: String, covering users: [PublicKey] = []) {
+            if let i = entries.firstIndex(where: { $0.key == key }) {
+                if !entries[i].reasons.contains(reason) { entries[i].reasons.append(reason) }
+                entries[i].covers += users.filter { !entries[i].covers.contains($0) }
+            } else if entries.count < maxRelays {
+                entries.append(Entry(address: address, key: key, covers: users, reasons: [reason]))
+            }
+        }
+        // Own relays first: publishing and the own inbox never wait on coverage.
+        for relay in try p.relays(of: me)?.relays ?? [] { add(relay.address, relay.key, "own", covering: relay.roles.contains(.home) ? [me.raw] : []) }
+        // The network's bootstrap relays: where relay lists are found before any is known.
+        for relay in node.network.bootstrapRelays { add(relay.address, relay.key, "bootstrap") }
+        // Inboxes of the people this user writes to (chat members).
+        var members: Set<PublicKey> = []
+        for chat in try p.chats(of: me.raw) { for m in chat.members where m.user.raw != me.raw { members.insert(m.user.raw) } }
+        for user in members.sorted() {
+            for relay in try p.relays(of: UserID(user))?.relays ?? [] where relay.roles.contains(.inbox) {
+                add(relay.address, relay.key, "inbox")
+            }
+        }
+        // Home relays covering the users in scope, greedily.
+        let users = try Self.users(of: node, scope: scope).subtracting([me.raw])
+        var homes: [PublicKey: [Relay]] = [:]
+        var unlisted: [PublicKey] = []
+        for user in users.sorted() {
+            let list = try p.relays(of: UserID(user))?.relays.filter { $0.roles.contains(.home) } ?? []
+            if list.isEmpty { unlisted.append(user) } else { homes[user] = list }
+        }
+        var pending = Set(homes.keys)
+        for entry in entries { pending.subtract(homes.filter { $0.value.contains { $0.key == entry.key } }.keys) }
+        for i in entries.indices {
+            let served = homes.filter { $0.value.contains { $0.key == entries[i].key } }.keys.sorted()
+            entries[i].covers += served.filter { !entries[i].covers.contains($0) }
+        }
+        while !pending.isEmpty, entries.count < maxRelays {
+            // The relay that serves the most pending users; ties go to the
+            // relay users list earlier, then the smaller key, so every node
+            // with the same lists picks alike.
+            var tally: [PublicKey: (relay: Relay, users: [PublicKey], rank: Int)] = [:]
+            for user in pending.sorted() {
+                for (rank, relay) in (homes[user] ?? []).enumerated() {
+                    var t = tally[relay.key] ?? (relay, [], 0)
+                    t.users.append(user)
+                    t.rank += rank
+                    tally[relay.key] = t
+                }
+            }
+            func better(_ a: (relay: Relay, users: [PublicKey], rank: Int), _ b: (relay: Relay, users: [PublicKey], rank: Int)) -> Bool {
+                if a.users.count != b.users.count { return a.users.count > b.users.count }
+                if a.rank != b.rank { return a.rank < b.rank }
+                return a.relay.key.bytes.lexicographicallyPrecedes(b.relay.key.bytes)
+            }
+            guard let best = tally.values.sorted(by: better).first else { break }
+            add(best.relay.address, best.relay.key, "home", covering: best.users)
+            pending.subtract(best.users)
+        }
+        return RelayPlan(relays: entries, uncovered: pending.sorted(), unlisted: unlisted)
+    }
+
+    /// The users whose feeds the node replicates: those of `scope`, or,
+    /// for every feed, every user whose relay list this node holds.
+    static func users(of node: Node, scope: ReplicationScope) throws -> Set<PublicKey> {
+        if let users = try scope.users(of: node) { return users }
+        return Set(try node.projections.relayLists().map(\.user.raw)).union([node.identity.user.raw])
+    }
+}
+
+/// What one relay of a routed sync did (`SyncNetwork.syncRouted`).
+public struct RelaySyncResult: Sendable {
+    /// The relay and why it was chosen.
+    public let relay: RelayPlan.Entry
+    /// Its sync's report, or why it failed.
+    public let outcome: Result<SyncReport, any Error>
+}
+
+/// Why a relay connection was refused before its session.
+public struct RelayIdentityMismatch: Error, CustomStringConvertible, Sendable {
+    /// The relay's address.
+    public let address: String
+    /// The key the relay list names.
+    public let expected: PublicKey
+    /// The key the handshake proved.
+    public let proved: PublicKey
+
+    /// What was refused and why.
+    public var description: String {
+        "the relay at \(address) proved device key \(proved.short), not \(expected.short) as its relay list says: not syncing with it"
+    }
+}
+
+extension SyncNetwork {
+    /// Connects to `host:port`, checks that the peer proves `key` (the pinned
+    /// key of a relay list), and runs one sync as `sync` does.
+    public static func sync(
+        _ node: Node, relay address: String, key: PublicKey, options: SyncOptions = SyncOptions()
+    ) async throws -> SyncReport {
+        guard let (host, port) = parseAddress(address) else { throw SyncError.local("\"\(address)\" is not HOST:PORT") }
+        return try await sync(node, host: host, port: port, options: options, expecting: key)
+    }
+
+    /// Syncs by relay lists (Specs/sync.md §9): with the relays of the plan,
+    /// then, since those syncs may have brought relay lists this node did
+    /// not hold, with the relays a new plan adds. Returns the final plan and
+    /// every relay's result.
+    public static func syncByRelayLists(
+        _ node: Node, scope: ReplicationScope, maxRelays: Int = 8, options: SyncOptions = SyncOptions()
+    ) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
+        let first = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+        var results = await syncRouted(node, plan: first, options: options)
+        var plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+        let done = Set(first.relays.map(\.key))
+        var more = plan
+        more.relays = plan.relays.filter { !done.contains($0.key) }
+        if !more.relays.isEmpty { results += await syncRouted(node, plan: more, options: options) }
+        // The relays of both rounds, as synced.
+        plan.relays = results.map(\.relay)
+        return (plan, results)
+    }
+
+    /// Syncs with every relay of `plan` at once (Specs/sync.md §9), each
+    /// pinned to its listed key; one failing relay does not stop the others.
+    public static func syncRouted(_ node: Node, plan: RelayPlan, options: SyncOptions = SyncOptions()) async -> [RelaySyncResult] {
+        await withTaskGroup(of: (Int, RelaySyncResult).self) { group in
+            for (i, relay) in plan.relays.enumerated() {
+                group.addTask {
+                    do {
+                        return (i, RelaySyncResult(relay: relay, outcome: .success(try await sync(node, relay: relay.address, key: relay.key, options: options))))
+                    } catch {
+                        return (i, RelaySyncResult(relay: relay, outcome: .failure(error)))
+                    }
+                }
+            }
+            var results: [(Int, RelaySyncResult)] = []
+            for await r in group { results.append(r) }
+            return results.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+}

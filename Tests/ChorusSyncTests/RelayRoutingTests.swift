@@ -1,0 +1,107 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusSync
+import ChorusTestSupport
+import Foundation
+import Testing
+
+/// Specs/sync.md §9: a node with no address syncs with the relays that its
+/// users' relay lists name, found through the network's bootstrap relay.
+@Suite("Sync by relay lists, over TCP on 127.0.0.1")
+struct RelayRoutingTests {
+    /// A relay node serving on a free port.
+    struct Served {
+        let node: Node
+        let server: SyncServer
+        let listener: SecureListener
+        var address: String { "127.0.0.1:\(listener.port)" }
+        var key: PublicKey { node.identity.device.raw }
+
+        func stop() async {
+            await listener.shutdown()
+            await server.shutdown()
+            await node.close()
+        }
+    }
+
+    static func serve(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> Served {
+        let node = try await makeNode(dir, name, network: network)
+        let server = try SyncServer(node: node)
+        return Served(node: node, server: server, listener: try await server.listen(host: "127.0.0.1", port: 0))
+    }
+
+    static func bio(_ node: Node, of user: UserID) throws -> String? {
+        guard case .text(let t) = try node.projections.profile(user).field("bio") else { return nil }
+        return t
+    }
+
+    @Test("a node finds each followed user at the user's home relay, through the bootstrap relay, and pinned keys are enforced")
+    func followedUsersAreFetchedFromTheirHomeRelays() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boot = try await Self.serve(dir, "boot", network: net)
+        let r1 = try await Self.serve(dir, "r1", network: net)
+        let r2 = try await Self.serve(dir, "r2", network: net)
+        // The invite carries the bootstrap relay.
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let joined = try NetworkConfig(invite: net.invite)
+        #expect(joined.bootstrapRelays == net.bootstrapRelays && joined.fingerprint == net.fingerprint)
+        let alice = try await makeNode(dir, "alice", network: joined)
+        let bob = try await makeNode(dir, "bob", network: joined)
+        let carol = try await makeNode(dir, "carol", network: joined)
+        defer {
+            Task {
+                for n in [alice, bob, carol] { await n.close() }
+            }
+        }
+        _ = try await alice.setRelays([Relay(address: r1.address, key: r1.key, roles: .home)])
+        _ = try await bob.setRelays([Relay(address: r2.address, key: r2.key, roles: .all)])
+        _ = try await alice.setProfile(.bio, .text("Alice lives on relay 1"))
+        _ = try await bob.setProfile(.bio, .text("Bob lives on relay 2"))
+        for node in [alice, bob] {
+            let (plan, results) = try await bounded(.seconds(60), "publishing") {
+                try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
+            }
+            #expect(Set(plan.relays.map(\.reasons.first)) == ["own", "bootstrap"], "\(plan.relays)")
+            #expect(results.allSatisfy { if case .success(let r) = $0.outcome { r.complete } else { false } })
+        }
+        #expect(try Self.bio(r1.node, of: alice.identity.user) == "Alice lives on relay 1")
+        #expect(try Self.bio(r2.node, of: bob.identity.user) == "Bob lives on relay 2")
+
+        // Carol follows both and knows no relay list yet: only the bootstrap relay is planned.
+        _ = try await carol.follow(alice.identity.user)
+        _ = try await carol.follow(bob.identity.user)
+        let before = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), maxRelays: 8)
+        #expect(before.relays.map(\.key) == [boot.key] && before.unlisted.count == 2)
+        // One sync: the bootstrap relay brings the lists, then each home relay is synced.
+        let (plan, results) = try await bounded(.seconds(60), "carol's sync") {
+            try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1))
+        }
+        #expect(Set(plan.relays.map(\.key)) == [boot.key, r1.key, r2.key])
+        let r1Entry = try #require(plan.relays.first { $0.key == r1.key })
+        #expect(r1Entry.covers == [alice.identity.user.raw] && r1Entry.reasons == ["home"])
+        #expect(results.allSatisfy { if case .success(let r) = $0.outcome { r.complete } else { false } })
+        #expect(try Self.bio(carol, of: alice.identity.user) == "Alice lives on relay 1")
+        #expect(try Self.bio(carol, of: bob.identity.user) == "Bob lives on relay 2")
+        // With room for one relay, the home relays are left uncovered and said so.
+        let small = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), maxRelays: 1)
+        #expect(small.relays.map(\.key) == [boot.key] && small.uncovered.count == 2)
+
+        // A list naming the wrong key for an address: that relay is refused, the others still sync.
+        let impostor = SigningKey.generate().publicKey
+        _ = try await bob.setRelays([Relay(address: r1.address, key: impostor, roles: .all)])
+        let pinned = try await bounded(.seconds(60), "a pinned key that does not match") {
+            try await SyncNetwork.syncRouted(
+                bob, plan: RelayPlan(relays: [.init(address: r1.address, key: impostor, covers: [], reasons: ["own"])], uncovered: [], unlisted: []))
+        }
+        guard case .failure(let error) = try #require(pinned.first).outcome else {
+            Issue.record("a relay proving another key was synced with")
+            return
+        }
+        #expect(error is RelayIdentityMismatch, "\(error)")
+        for r in [boot, r1, r2] { await r.stop() }
+    }
+}
