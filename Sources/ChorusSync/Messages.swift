@@ -37,6 +37,11 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// `sketch`, `sketchResult`), at about 16 bytes per differing feed
     /// (Specs/sync.md §4.2.2).
     public static let sketch = SyncCapabilities(rawValue: 64)
+    /// A side that replicates a limited scope says which feeds it wants
+    /// (`scope`, `scopeEnd`), and the other announces and reconciles only
+    /// those: first contact then costs what the scope holds, not what the
+    /// peer holds (Specs/sync.md §4.10).
+    public static let scoped = SyncCapabilities(rawValue: 128)
 }
 
 /// The first message of each side (`hello`, Specs/sync.md §4.1): protocol
@@ -174,12 +179,19 @@ public enum SyncMessage: Hashable, Sendable {
     /// The answer to a round of sums.
     case sketchResult(SketchResult)
 
+    /// Part of the feeds the sender's scope holds (Specs/sync.md §4.10).
+    case scope([PublicKey])
+    /// Ends a scope list: the whole scope the first time, an addition later.
+    case scopeEnd
+    /// Ends the announcements that answer an added scope (Specs/sync.md §4.10).
+    case scopeAnswered
+
     /// The message type: the first item of every message's CBOR array
     /// (Specs/sync.md §3).
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
             blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile, sketchInfo, sketch,
-            sketchResult
+            sketchResult, scope, scopeEnd, scopeAnswered
     }
 
     /// This message's type, as encoded.
@@ -208,6 +220,9 @@ public enum SyncMessage: Hashable, Sendable {
         case .sketchInfo: .sketchInfo
         case .sketch: .sketch
         case .sketchResult: .sketchResult
+        case .scope: .scope
+        case .scopeEnd: .scopeEnd
+        case .scopeAnswered: .scopeAnswered
         }
     }
 
@@ -249,7 +264,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .blobMissing(let hash): items = [t, .bytes(hash.bytes)]
         case .error(let code, let message): items = [t, .text(code), .text(message)]
         case .payloadWant(let ids): items = [t, .array(ids.map { .bytes($0.bytes) })]
-        case .invite(let feeds): items = [t, .array(feeds.map { .bytes($0.bytes) })]
+        case .invite(let feeds), .scope(let feeds): items = [t, .array(feeds.map { .bytes($0.bytes) })]
         case .blobSerial(let serial): items = [t, .unsigned(serial)]
         case .reconcile(let r):
             items = [
@@ -260,7 +275,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .sketch(let s): items = [t, .unsigned(s.checksum), .bytes(Reconciler.bytes(s.sums))]
         case .sketchResult(let r): items = [t, .unsigned(r.outcome.rawValue), .array(r.asks.map { .unsigned($0) }), .unsigned(r.push)]
         case .done(let position): items = [t, .unsigned(position)]
-        case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd: items = [t]
+        case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd, .scopeEnd, .scopeAnswered: items = [t]
         }
         return CBOREncoder.encode(.array(items))
     }
@@ -431,6 +446,13 @@ public enum SyncMessage: Hashable, Sendable {
             try count(2)
             return .done(position: try u64(items[1], "position"))
         case .payloadWantEnd: try count(1); return .payloadWantEnd
+        case .scope:
+            try count(2)
+            var out: [PublicKey] = []
+            for entry in try list(items[1], "scope") { out.append(try b32(entry, "feed key")) }
+            return .scope(out)
+        case .scopeEnd: try count(1); return .scopeEnd
+        case .scopeAnswered: try count(1); return .scopeAnswered
         }
     }
 }
@@ -466,4 +488,6 @@ public enum SyncLimits {
     public static let maxRefill = 10_000
     /// The most feeds one session's invitations may add to a scope.
     public static let maxInvitedFeeds = 100_000
+    /// The most feeds a peer's scope may name in one session (Specs/sync.md §4.10).
+    public static let maxScopeFeeds = 1_000_000
 }

@@ -36,6 +36,9 @@ public struct SyncOptions: Sendable {
     /// offers it too; it falls back to `reconcile`'s tree when the sets
     /// differ in too many feeds.
     public var sketch = true
+    /// Offers scoped announcements (`scoped`, Specs/sync.md §4.10): a scoped
+    /// side names the feeds it wants, the other announces only those.
+    public var scoped = true
     /// The most events and bytes of events this side serves the peer in one
     /// session (Specs/sync.md §5.1): past it, the rest of the peer's ranges
     /// go unanswered this session, so one peer cannot hold a server for an

@@ -16,6 +16,8 @@ extension SyncSession {
 
     func announceLoop(live: Bool) async throws {
         guard let hello = peerHello else { return }
+        // A scoped peer's feeds first (§4.10): every announcement is limited to them.
+        if expectsPeerScope { await peerScopeReceived() }
         // Subscribed before reading the position, so nothing slips between.
         let wakeups = live ? node.arrivalNotifier.subscribe() : nil
         var invitation: [PublicKey] = []
@@ -23,12 +25,24 @@ extension SyncSession {
             invitation = try ReplicationScope.invitation(for: hello.user, at: node)
             for chunk in invitation.chunked(SyncLimits.listBatch) { send(.invite(chunk)) }
         }
+        let invited = Set(invitation)
+        func allowed(_ heads: [FeedAnnouncement]) -> [FeedAnnouncement] {
+            guard let scope = peerScope else { return heads }
+            return heads.filter { scope.contains($0.author) || invited.contains($0.author) }
+        }
         var position = try node.lastArrival()
         announcedSnapshot = (position, report.eventsReceived)
         if reconciliation != .none {
             try await reconcileHeads()
+            if let scope = peerScope {
+                // Invited feeds outside the scope are not reconciled: announced as they are.
+                let extra = try invitation.filter { !scope.contains($0) }.compactMap { a in
+                    try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) }
+                }
+                for chunk in extra.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+            }
         } else {
-            var heads = try changedHeads(since: hello.since, upTo: position, initial: true)
+            var heads = allowed(try changedHeads(since: hello.since, upTo: position, initial: true))
             if hello.since > 0, !invitation.isEmpty {
                 // The peer's remembered position predates the invitation: its
                 // invited feeds are announced whether or not they changed since.
@@ -44,7 +58,7 @@ extension SyncSession {
         for await _ in wakeups {
             let now = try node.lastArrival()
             guard now > position else { continue }
-            let changed = try changedHeads(since: position, upTo: now, initial: false)
+            let changed = allowed(try changedHeads(since: position, upTo: now, initial: false))
             position = now
             let fresh = changed.filter { (peerKnown[$0.author] ?? 0) < $0.seq }
             guard !fresh.isEmpty else { continue }
@@ -59,7 +73,9 @@ extension SyncSession {
     /// tree (or, without it, to every feed). Live mode needs no
     /// reconciliation: it announces only what arrives after.
     func reconcileHeads() async throws {
-        let heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
+        var heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
+        // With one side scoped, both reconcile the scoped side's feeds only (§4.10).
+        if let scope = peerScope ?? sentScope { heads = heads.filter { scope.contains($0.author) } }
         var settled = false
         if reconciliation == .sketch { settled = try await sketchHeads(heads) }
         if !settled {
@@ -178,6 +194,36 @@ extension SyncSession {
         return try authors.sorted().compactMap { a in
             try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) }
         }
+    }
+
+    // MARK: The peer's scope (Specs/sync.md §4.10)
+
+    /// Returns once the peer's first scope list has ended (or the session has).
+    func peerScopeReceived() async {
+        if peerScope != nil || signalsFinished { return }
+        await withCheckedContinuation { peerScopeWaiter = $0 }
+    }
+
+    /// A scope list ended: the first is the peer's scope, which releases the
+    /// announcements; a later one adds feeds, answered with the heads of
+    /// those this node holds and `scopeAnswered`.
+    func receivedScope() throws {
+        let feeds = Set(peerScopePending)
+        peerScopePending = []
+        guard let scope = peerScope else {
+            peerScope = feeds
+            if let w = peerScopeWaiter {
+                peerScopeWaiter = nil
+                w.resume()
+            }
+            return
+        }
+        let added = feeds.subtracting(scope)
+        peerScope = scope.union(added)
+        let heads = try added.sorted().compactMap { a in try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) } }
+        for h in heads { peerKnown[h.author] = max(peerKnown[h.author] ?? 0, h.seq) }
+        for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+        send(.scopeAnswered)
     }
 
     // MARK: The peer's reconciliation messages

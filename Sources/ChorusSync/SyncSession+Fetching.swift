@@ -31,6 +31,13 @@ extension SyncSession {
                 guard feeds != nil else { break }
                 let grown = try scopeFeeds()
                 if grown == feeds { break }
+                // A peer that announces only this side's scope learns what it grew by (§4.10).
+                if let sent = sentScope, let grown, case let added = grown.subtracting(sent), !added.isEmpty {
+                    sentScope = sent.union(added)
+                    for chunk in added.sorted().chunked(SyncLimits.listBatch) { send(.scope(chunk)) }
+                    send(.scopeEnd)
+                    try await expect("the peer's heads of the feeds added to the scope") { if case .scopeAnswered = $0 { true } else { false } }
+                }
                 feeds = grown
             }
             try await refillPayloads()

@@ -21,6 +21,7 @@ extension SyncSession {
         if options.blobs { caps.formUnion([.blobs, .blobSerial]) }
         if options.reconcile { caps.insert(.reconcile) }
         if options.sketch { caps.insert(.sketch) }
+        if options.scoped { caps.insert(.scoped) }
         send(.hello(SyncHello(user: node.identity.user.raw, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
         let frame: [UInt8]?
@@ -39,8 +40,22 @@ extension SyncSession {
         if options.blobs, hello.capabilities.contains(.blobSerial) { send(.blobSerial(try blobs.serial())) }
         isLive = options.live && hello.capabilities.contains(.live)
         report.live = isLive
-        // Both sides decide alike from the two hellos (Specs/sync.md §4.2.1).
-        let firstContact = options.scope.hops == nil && hello.hops == nil && (since == 0 || hello.since == 0)
+        // Scoped announcements (§4.10): at a first contact a scoped side names
+        // its feeds when both offer them. Later syncs announce only what
+        // changed since the remembered position, scope or not.
+        let firstContactBySince = since == 0 || hello.since == 0
+        let scoped = caps.contains(.scoped) && hello.capabilities.contains(.scoped) && firstContactBySince
+        expectsPeerScope = scoped && hello.hops != nil
+        if scoped, let feeds = scopeFeeds {
+            sentScope = feeds
+            for chunk in feeds.sorted().chunked(SyncLimits.listBatch) { send(.scope(chunk)) }
+            send(.scopeEnd)
+        }
+        // Both sides decide alike from the two hellos (Specs/sync.md §4.2.1):
+        // reconciliation runs over every feed when neither is scoped, and over
+        // the scoped side's feeds when exactly one is and both offer `scoped`.
+        let oneScoped = scoped && (options.scope.hops == nil) != (hello.hops == nil)
+        let firstContact = (options.scope.hops == nil && hello.hops == nil || oneScoped) && firstContactBySince
         if firstContact, caps.contains(.sketch), hello.capabilities.contains(.sketch) {
             reconciliation = .sketch
         } else if firstContact, caps.contains(.reconcile), hello.capabilities.contains(.reconcile) {

@@ -284,7 +284,8 @@ extension SyncMessage.Code {
         case .blobData: .blobData
         case .ack, .done: .ownSending
         case .hello, .have, .haveEnd, .want, .wantEnd, .eventsEnd, .blobWant, .blobWantEnd, .blobMissing, .blobEnd, .error,
-            .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult:
+            .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult, .scope, .scopeEnd,
+            .scopeAnswered:
             .afterStored
         }
     }

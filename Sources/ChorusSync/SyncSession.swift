@@ -37,7 +37,7 @@ public actor SyncSession {
     var closing = false
 
     // Fetching (what this node asked for).
-    enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd, pushEnd }
+    enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd, pushEnd, scopeAnswered }
     var fetch = FetchState()
     /// Whether an event received could entitle a member device to a chat
     /// key (a binding, a device key, a membership change, a key event, a
@@ -109,6 +109,14 @@ public actor SyncSession {
     var sketchRole: SketchReconciler.Role? = nil
     var reconcileQueue: [ReconcileInput] = []
     var reconcileWaiter: CheckedContinuation<ReconcileInput?, Never>? = nil
+    /// Scoped announcements (Specs/sync.md §4.10): the feeds this side told
+    /// the peer it wants (nil when it sends no scope), and the feeds the peer
+    /// told this side (nil when the peer sends none: then nothing is held back).
+    var sentScope: Set<PublicKey>? = nil
+    var expectsPeerScope = false
+    var peerScope: Set<PublicKey>? = nil
+    var peerScopePending: [PublicKey] = []
+    var peerScopeWaiter: CheckedContinuation<Void, Never>? = nil
 
     /// Prepares a session of `node` with the peer on `transport`; nothing is
     /// sent before `run()`. `peers`, when given, supplies what was remembered
@@ -292,6 +300,19 @@ public actor SyncSession {
             try blobFetch.serial(serial)
         case .invite(let feeds):
             try fetch.invite(feeds, scoped: options.scope.hops != nil && options.invitations)
+        case .scope(let feeds):
+            guard expectsPeerScope else { throw SyncError.unexpected("a scope from a peer that does not replicate a scope or offer scoped") }
+            peerScopePending += feeds
+            if (peerScope?.count ?? 0) + peerScopePending.count > SyncLimits.maxScopeFeeds {
+                throw SyncError.unexpected("a scope of over \(SyncLimits.maxScopeFeeds) feeds")
+            }
+        case .scopeEnd:
+            guard expectsPeerScope else { throw SyncError.unexpected("a scope end from a peer that does not replicate a scope or offer scoped") }
+            try receivedScope()
+        case .scopeAnswered:
+            guard sentScope != nil else { throw SyncError.unexpected("a scope answer to a side that sent no scope") }
+            for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
+            signal(.scopeAnswered)
         case .events(let envelopes):
             if let error = ingestError { throw error }
             ingestFrames.append(try checkEvents(envelopes))
@@ -386,6 +407,10 @@ public actor SyncSession {
 
     func finish() async throws -> SyncReport {
         finishSignals()
+        if let w = peerScopeWaiter {
+            peerScopeWaiter = nil
+            w.resume()
+        }
         if let w = reconcileWaiter {
             reconcileWaiter = nil
             w.resume(returning: nil)

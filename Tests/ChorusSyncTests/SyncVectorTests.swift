@@ -52,6 +52,13 @@ struct SyncVectorTests {
         ("sketch_result_more", .sketchResult(SketchResult(outcome: .more))),
         ("sketch_result_found", .sketchResult(SketchResult(outcome: .found, asks: [0xDEAD_BEEF_0000_0001, 7], push: 100))),
         ("sketch_result_give_up", .sketchResult(SketchResult(outcome: .giveUp))),
+        (
+            "hello_scoped",
+            .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .invitations, .blobSerial, .reconcile, .sketch, .scoped], hops: 1, since: 0))
+        ),
+        ("scope", .scope([k(0x22), k(0x44)])),
+        ("scope_end", .scopeEnd),
+        ("scope_answered", .scopeAnswered),
     ]
 
     static var vectorPath: String {
