@@ -52,11 +52,6 @@ struct RelayRoutingTests {
         let alice = try await makeNode(dir, "alice", network: joined)
         let bob = try await makeNode(dir, "bob", network: joined)
         let carol = try await makeNode(dir, "carol", network: joined)
-        defer {
-            Task {
-                for n in [alice, bob, carol] { await n.close() }
-            }
-        }
         _ = try await alice.setRelays([Relay(address: r1.address, key: r1.key, roles: .home)])
         _ = try await bob.setRelays([Relay(address: r2.address, key: r2.key, roles: .all)])
         _ = try await alice.setProfile(.bio, .text("Alice lives on relay 1"))
@@ -103,5 +98,47 @@ struct RelayRoutingTests {
         }
         #expect(error is RelayIdentityMismatch, "\(error)")
         for r in [boot, r1, r2] { await r.stop() }
+        for n in [alice, bob, carol] { await n.close() }
+    }
+
+    @Test("a user who moves home loses nothing: the new relay gets the history from the user's device, followers find it there, the old relay may go")
+    func movingHome() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boot = try await Self.serve(dir, "boot", network: net)
+        let old = try await Self.serve(dir, "old", network: net)
+        let new = try await Self.serve(dir, "new", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
+        _ = try await alice.setRelays([Relay(address: old.address, key: old.key, roles: .all)])
+        _ = try await alice.setProfile(.bio, .text("before the move"))
+        _ = try await bounded(.seconds(60), "alice publishes") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        _ = try await carol.follow(alice.identity.user)
+        _ = try await bounded(.seconds(60), "carol follows") { try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1)) }
+        #expect(try Self.bio(carol, of: alice.identity.user) == "before the move")
+
+        // Alice moves: her list names the new relay only, and the old one goes away.
+        _ = try await alice.setRelays([Relay(address: new.address, key: new.key, roles: .all)])
+        _ = try await alice.setProfile(.bio, .text("after the move"))
+        let (moved, _) = try await bounded(.seconds(60), "alice moves") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        #expect(moved.relays.map(\.key).contains(new.key) && !moved.relays.map(\.key).contains(old.key))
+        // The new relay holds her whole history, from her own device.
+        #expect(try new.node.head(of: alice.identity.device.raw) == alice.head(of: alice.identity.device.raw))
+        #expect(try new.node.head(of: alice.identity.user.raw) == alice.head(of: alice.identity.user.raw))
+        await old.stop()
+
+        // Carol's next sync finds Alice at the new relay, through the list the bootstrap relay now holds.
+        let (plan, results) = try await bounded(.seconds(60), "carol after the move") {
+            try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1))
+        }
+        #expect(plan.relays.contains { $0.key == new.key && $0.covers == [alice.identity.user.raw] })
+        #expect(try Self.bio(carol, of: alice.identity.user) == "after the move")
+        // The old relay, gone, is the only failure, and it cost nothing acknowledged.
+        let failed = results.filter { if case .failure = $0.outcome { true } else { false } }
+        #expect(failed.allSatisfy { $0.relay.key == old.key }, "\(failed.map(\.relay.address))")
+        for r in [boot, new] { await r.stop() }
+        for n in [alice, carol] { await n.close() }
     }
 }
