@@ -26,7 +26,12 @@ struct ChatCreate: AsyncParsableCommand {
     @Option(name: .customLong("member"), help: ArgumentHelp("A user to add as member (repeatable).", valueName: "user"))
     var members: [String] = []
 
-    func validate() throws { for m in members { _ = try parseKey(m, what: "--member") } }
+    func validate() throws {
+        for m in members { _ = try parseKey(m, what: "--member") }
+        if let title, title.utf8.count > PayloadLimits.chatTitleBytes {
+            throw ValidationError("--title is at most \(PayloadLimits.chatTitleBytes) bytes of UTF-8, got \(title.utf8.count)")
+        }
+    }
 
     func run() async throws {
         let users = try members.map { try parseID($0, what: "--member", as: UserID.self) }
@@ -121,6 +126,15 @@ struct ChatSend: AsyncParsableCommand {
         _ = try parseKey(chat, what: "CHAT")
         if let picture { _ = try parseKey(picture, what: "--picture") }
         if text == nil, picture == nil, image == nil { throw ValidationError("give --text, --picture, --image or a combination") }
+        if let text, let problem = Self.textProblem(text) { throw ValidationError("--text \(problem)") }
+    }
+
+    /// Why a message text cannot be sealed (Specs/encryption.md §7: 1…4000 UTF-8 bytes), or nil.
+    static func textProblem(_ text: String) -> String? {
+        let n = text.utf8.count
+        if n == 0 { return "is empty: leave it out to send only a picture" }
+        if n > PayloadLimits.messageTextBytes { return "is at most \(PayloadLimits.messageTextBytes) bytes of UTF-8, got \(n)" }
+        return nil
     }
 
     func run() async throws {
@@ -150,7 +164,10 @@ struct ChatEdit: AsyncParsableCommand {
     @Argument(help: "The message id.") var message: String
     @Argument(help: "The new text.") var text: String
 
-    func validate() throws { _ = try parseKey(message, what: "MESSAGE") }
+    func validate() throws {
+        _ = try parseKey(message, what: "MESSAGE")
+        if let problem = ChatSend.textProblem(text) { throw ValidationError("TEXT \(problem)") }
+    }
 
     func run() async throws {
         let id = try parseID(message, what: "MESSAGE", as: MessageID.self)

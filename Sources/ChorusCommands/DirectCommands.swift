@@ -78,6 +78,8 @@ package enum DirectCommands {
                 return nil
             }
             let text = shape.options["text"]
+            // A text that cannot be sealed is refused by the parsed command's validation (exit 2).
+            if let text, ChatSend.textProblem(text) != nil { return nil }
             var picture: PictureID? = nil
             if let given = shape.options["picture"] {
                 guard let id = Bytes32(hex: given.lowercased()) else { return nil }

@@ -138,6 +138,8 @@ public enum PayloadLimits {
     /// The longest message text, in UTF-8 bytes: the `text` inside a sealed body
     /// (Specs/encryption.md §7).
     public static let messageTextBytes = 4000
+    /// The longest chat title in UTF-8 bytes, before sealing (Specs/encryption.md §7).
+    public static let chatTitleBytes = 200
     /// The longest picture caption, in UTF-8 bytes.
     public static let captionBytes = 2000
     /// The media types a picture's `mime` may name (also those of a picture sent in a chat).

@@ -251,6 +251,7 @@ extension Node {
     /// member device this node knows.
     @discardableResult
     public func createChat(title: String? = nil, members: [UserID] = []) async throws -> Mutation<ChatID> {
+        if let title, title.utf8.count > PayloadLimits.chatTitleBytes { throw NodeError.refused(.titleLength(bytes: title.utf8.count)) }
         let id = Random.bytes32()
         let key = Random.bytes(32)
         let epoch = ChatCrypto.epochID(chat: id, key: key)
@@ -312,6 +313,7 @@ extension Node {
         guard text != nil || picture != nil || image != nil else {
             throw NodeError.refused(.emptyMessage)
         }
+        if let text { try Self.checkText(text) }
         guard try projections.chatView(chat) != nil else { throw NodeError.refused(.unknownChat(chat)) }
         var content = MessageContent(text: text, picture: picture?.raw)
         var blobs: [[UInt8]] = []
@@ -329,6 +331,12 @@ extension Node {
         return try outcome(sent, MessageID(sent.id))
     }
 
+    /// Refuses a text no member could open once sealed (Specs/encryption.md §7).
+    static func checkText(_ text: String) throws {
+        let n = text.utf8.count
+        guard (1...PayloadLimits.messageTextBytes).contains(n) else { throw NodeError.refused(.textLength(bytes: n)) }
+    }
+
     private func ownMessage(_ id: MessageID) throws -> MessageView {
         guard let m = try projections.message(id) else { throw NodeError.refused(.unknownMessage(id)) }
         guard m.sender == identity.user else { throw NodeError.refused(.notYourMessage(message: id, sender: m.sender)) }
@@ -341,6 +349,7 @@ extension Node {
     /// `NodeError.refused` with `.unknownMessage` or `.notYourMessage`.
     @discardableResult
     public func editMessage(_ id: MessageID, text: String) async throws -> Mutation<MessageID> {
+        try Self.checkText(text)
         let m = try ownMessage(id)
         let body = try await seal(MessageContent(text: text).encoded(), in: m.chat.raw, kind: .messageEdited, object: id.raw)
         return try await outcome(append(MessageEditedPayload(chat: m.chat.raw, body: body), object: id.raw), id)

@@ -46,6 +46,10 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case chatUnreadable(String)
     /// `setRelays`: the list breaks a rule of Specs/events.md §6.2.29 (the reason says which).
     case invalidRelayList(String)
+    /// A message's text outside 1…4000 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7).
+    case textLength(bytes: Int)
+    /// A chat title over 200 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7).
+    case titleLength(bytes: Int)
 
     /// A sentence for people saying why the mutation was refused and, where it
     /// helps, what to do instead.
@@ -83,6 +87,11 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
         case .unusableMemberKey: "a member device published an unusable encryption key"
         case .chatUnreadable(let why): why
         case .invalidRelayList(let why): "the relay list is not valid: \(why)"
+        case .textLength(let n):
+            n == 0
+                ? "a message's text cannot be empty: leave the text out to send only a picture"
+                : "a message's text is at most \(PayloadLimits.messageTextBytes) bytes of UTF-8, this one has \(n): split it"
+        case .titleLength(let n): "a chat title is at most \(PayloadLimits.chatTitleBytes) bytes of UTF-8, this one has \(n)"
         }
     }
 }
@@ -120,6 +129,8 @@ extension Refusal {
         case .unusableMemberKey: "unusable_member_key"
         case .chatUnreadable: "chat_unreadable"
         case .invalidRelayList: "invalid_relay_list"
+        case .textLength: "text_length"
+        case .titleLength: "title_length"
         }
     }
 }

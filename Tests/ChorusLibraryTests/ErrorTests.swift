@@ -26,6 +26,10 @@ struct ErrorTests {
         #expect(await Self.code { try await node.spendCoins(30, for: "a gift") } == "beyond_rights")
         #expect(await Self.code { try await node.follow(node.identity.user) } == "self")
         #expect(await Self.code { try await node.unlockSlot(99) } == "no_such_slot")
+        #expect(await Self.code { _ = try await node.createChat(title: String(repeating: "t", count: 201)) } == "title_length")
+        let chat = try await node.createChat(title: "ok").object
+        #expect(await Self.code { _ = try await node.sendMessage(chat, text: "") } == "text_length")
+        #expect(await Self.code { _ = try await node.sendMessage(chat, text: String(repeating: "x", count: 4001)) } == "text_length")
         #expect(await Self.code { _ = try await node.addPicture(Data("not an image".utf8)) } == "not_an_image")
         #expect(await Self.code { _ = try await Node.open(at: store) } == "already_open_in_process")
         await node.close()

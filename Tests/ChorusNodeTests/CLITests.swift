@@ -223,6 +223,33 @@ struct CLITests {
         #expect(try await run("query", "profile", "--store", a, "--json").stdout.contains("\"-5\""))
     }
 
+    @Test("a text or title that could not be opened once sealed is refused before anything is signed (exit 2)")
+    func unsealableTextIsRefused() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        #expect(try await run("init", "--store", a).status == 0)
+        let longTitle = try await run("chat", "create", "--store", a, "--title", String(repeating: "t", count: 201))
+        #expect(longTitle.status == 2 && longTitle.stderr.contains("200 bytes"), "\(longTitle.stderr)")
+        let chat = try await run("chat", "create", "--store", a, "--title", String(repeating: "é", count: 100)).stdout
+            .split(separator: "\n").first.map(String.init) ?? ""
+        let before = try await run("log", "--store", a, "--json").stdout
+        for text in ["", String(repeating: "x", count: 4001)] {
+            let sent = try await run("chat", "send", "--store", a, chat, "--text", text)
+            #expect(sent.status == 2 && sent.stderr.contains("--text"), "\(sent.stderr)")
+        }
+        let ok = try await run("chat", "send", "--store", a, chat, "--text", String(repeating: "x", count: 4000))
+        #expect(ok.status == 0)
+        let message = ok.stdout.split(separator: "\n").first.map(String.init) ?? ""
+        let edit = try await run("chat", "edit", "--store", a, message, String(repeating: "y", count: 4001))
+        #expect(edit.status == 2 && edit.stderr.contains("4000 bytes"), "\(edit.stderr)")
+        // Nothing unreadable was signed: one message more than before, and it reads.
+        let after = try await run("log", "--store", a, "--json").stdout
+        func count(_ json: String) -> Int { (try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [Any])?.count ?? -1 }
+        #expect(count(after) == count(before) + 1, "\(count(before)) events, then \(count(after))")
+        #expect(try await run("query", "chat", "--store", a, chat, "--json").stdout.contains("\"content\":\"readable\""))
+    }
+
     @Test func logFiltersByAuthorKindAndArrival() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
