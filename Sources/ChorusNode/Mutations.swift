@@ -199,7 +199,7 @@ extension Node {
     /// `NodeError.refused(.cannotFollowYourself)` for this node's own user.
     @discardableResult public func follow(_ user: UserID) async throws -> Mutation<UserID> {
         guard user != identity.user else { throw NodeError.refused(.cannotFollowYourself) }
-        return try await outcome(append(FollowAddedPayload(), object: user.raw), user)
+        return try await add(FollowAddedPayload(), .followAdded, target: user, what: "follow")
     }
     /// Withdraws every follow of `user` by this user that this node has seen
     /// (observed-remove: a follow made concurrently elsewhere survives,
@@ -209,9 +209,10 @@ extension Node {
         try await remove(FollowRemovedPayload.self, added: .followAdded, target: user, what: "follow")
     }
     /// Likes a picture or a message with a `like.added` event. Returns once
-    /// durable; liking twice adds a second like that `unlike` also withdraws.
+    /// durable; throws `NodeError.refused(.alreadyAdded)` when this user's
+    /// like of it is already live here (a second would change nothing).
     @discardableResult public func like<Object: Likeable>(_ object: Object) async throws -> Mutation<Object> {
-        try await outcome(append(LikeAddedPayload(), object: object.raw), object)
+        try await add(LikeAddedPayload(), .likeAdded, target: object, what: "like")
     }
     /// Withdraws every like of `object` by this user that this node has seen
     /// (observed-remove, Specs/projections.md §6.4). Returns once durable; throws
@@ -224,13 +225,24 @@ extension Node {
     /// `NodeError.refused(.cannotBlockYourself)` for this node's own user.
     @discardableResult public func block(_ user: UserID) async throws -> Mutation<UserID> {
         guard user != identity.user else { throw NodeError.refused(.cannotBlockYourself) }
-        return try await outcome(append(BlockAddedPayload(), object: user.raw), user)
+        return try await add(BlockAddedPayload(), .blockAdded, target: user, what: "block")
     }
     /// Withdraws every block of `user` by this user that this node has seen
     /// (observed-remove, Specs/projections.md §6.4). Returns once durable; throws
     /// `NodeError.refused(.nothingToRemove)` when there is no block to withdraw.
     @discardableResult public func unblock(_ user: UserID) async throws -> Mutation<UserID> {
         try await remove(BlockRemovedPayload.self, added: .blockAdded, target: user, what: "block")
+    }
+
+    /// An add, unless this user's add of the same target is live here: in an
+    /// add-wins set a second add changes nothing, so it is not written.
+    private func add<P: KindPayload, Object: TypedID>(
+        _ payload: P, _ kind: EventKind, target: Object, what: String
+    ) async throws -> Mutation<Object> {
+        guard try projections.liveAdds(kind, from: identity.user.raw, to: target.raw).isEmpty else {
+            throw NodeError.refused(.alreadyAdded(what: what, target: target.raw))
+        }
+        return try await outcome(append(payload, object: target.raw), target)
     }
 
     /// A removal names every add of this user it has seen (observed-remove):

@@ -46,6 +46,9 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case chatUnreadable(String)
     /// `setRelays`: the list breaks a rule of Specs/events.md §6.2.29 (the reason says which).
     case invalidRelayList(String)
+    /// `follow`, `like` or `block` of a target this user already follows, likes or blocks:
+    /// a second add would take no effect (Specs/projections.md §6.4).
+    case alreadyAdded(what: String, target: Bytes32)
     /// A message's text outside 1…4000 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7).
     case textLength(bytes: Int)
     /// A chat title over 200 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7).
@@ -87,6 +90,7 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
         case .unusableMemberKey: "a member device published an unusable encryption key"
         case .chatUnreadable(let why): why
         case .invalidRelayList(let why): "the relay list is not valid: \(why)"
+        case .alreadyAdded(let what, let target): "there is already a \(what) of \(target.short) by you; a second would change nothing"
         case .textLength(let n):
             n == 0
                 ? "a message's text cannot be empty: leave the text out to send only a picture"
@@ -129,6 +133,7 @@ extension Refusal {
         case .unusableMemberKey: "unusable_member_key"
         case .chatUnreadable: "chat_unreadable"
         case .invalidRelayList: "invalid_relay_list"
+        case .alreadyAdded: "already_added"
         case .textLength: "text_length"
         case .titleLength: "title_length"
         }

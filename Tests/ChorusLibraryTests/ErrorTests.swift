@@ -26,6 +26,14 @@ struct ErrorTests {
         #expect(await Self.code { try await node.spendCoins(30, for: "a gift") } == "beyond_rights")
         #expect(await Self.code { try await node.follow(node.identity.user) } == "self")
         #expect(await Self.code { try await node.unlockSlot(99) } == "no_such_slot")
+        // A second follow or like would change nothing: not written, and said so.
+        let someone = UserID(SigningKey.generate().publicKey)
+        _ = try await node.follow(someone)
+        let events = try node.log.eventCount()
+        #expect(await Self.code { try await node.follow(someone) } == "already_added")
+        #expect(try node.log.eventCount() == events)
+        _ = try await node.unfollow(someone)
+        _ = try await node.follow(someone)
         #expect(await Self.code { _ = try await node.createChat(title: String(repeating: "t", count: 201)) } == "title_length")
         let chat = try await node.createChat(title: "ok").object
         #expect(await Self.code { _ = try await node.sendMessage(chat, text: "") } == "text_length")
