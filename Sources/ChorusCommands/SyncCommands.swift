@@ -108,6 +108,10 @@ struct Sync: AsyncParsableCommand {
         switch result {
         case .success(let report):
             if !live { printReport(report, json: json) }
+            if live, report.connectionLost, !Task.isCancelled {
+                printError("error: live sync with \(address) ended: the peer went away without closing the connection; sync again when it is back")
+                throw ExitCode(Exit.failure)
+            }
         case .failure(let error):
             if live, Task.isCancelled { return }
             if let e = error as? SyncError {

@@ -138,6 +138,9 @@ public struct SyncReport: Sendable, Hashable {
     public var complete = false
     /// Live mode ran: both hellos carried `live` (Specs/sync.md §4.6).
     public var live = false
+    /// A live session ended because the connection failed (the peer went
+    /// away without closing), not because either side closed it.
+    public var connectionLost = false
     /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
     /// in this many rounds sent.
     public var reconciled = false

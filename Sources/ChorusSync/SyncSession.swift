@@ -231,8 +231,13 @@ public actor SyncSession {
         while true {
             let frame: [UInt8]?
             do { frame = try await transport.receive() } catch {
-                // A completed live session ends when either side closes.
-                if firstError != nil || report.complete { return }
+                // A completed live session ends when either side closes; a
+                // failed connection (no close from the peer) is said so.
+                if firstError != nil { return }
+                if report.complete {
+                    if !closing { report.connectionLost = true }
+                    return
+                }
                 throw SyncError.fromTransport(error)
             }
             guard let frame else {

@@ -185,4 +185,36 @@ struct ForwardingTests {
         }
         #expect(server.stop() == 0)
     }
+
+    @Test("a live `chorus sync` whose peer dies exits 2 and says the peer went away")
+    func liveSyncWhosePeerDiesFails() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
+        let peer = try await ServerProcess.start(chorus: chorus, store: dir.store("peer"))
+        defer { peer.stop() }
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: chorus)
+        client.arguments = ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"]
+        let errors = Pipe()
+        client.standardOutput = FileHandle.nullDevice
+        client.standardError = errors
+        try client.run()
+        for _ in 0..<400 where !peer.output.contains("session start") { try await Task.sleep(for: .milliseconds(50)) }
+        try await Task.sleep(for: .milliseconds(300))
+        kill(peer.process.processIdentifier, SIGKILL)
+        for _ in 0..<600 where client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        if client.isRunning {
+            kill(client.processIdentifier, SIGKILL)
+            Issue.record("the live sync kept running for 30 s after its peer died")
+        }
+        let status = try await offThePool { () -> Int32 in
+            client.waitUntilExit()
+            return client.terminationStatus
+        }
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(status == 2 && stderr.contains("went away"), "exit \(status): \(stderr)")
+    }
 }
