@@ -95,9 +95,12 @@ public final class EventFileReader {
     public private(set) var unreadable: (index: Int, reason: String)? = nil
 
     static let chunkBytes = 1 << 20
-    /// No envelope is larger (Specs/events.md §3.4); a longer item or line
-    /// means the file is not an event file, so reading stops there.
-    static let maxItemBytes = 65_867 + 64
+    /// The largest item read whole (Specs/events.md §8.1): an item that
+    /// decodes is an event, refused as `envelope_too_large` when it is over
+    /// the largest envelope (§3.4); a longer one, or a longer line of hex,
+    /// means the file is not an event file, and reading stops there, so
+    /// memory stays bounded whatever the file holds.
+    static let maxItemBytes = 1 << 20
 
     /// Reads from `handle`, starting at its current offset; the format is
     /// recognised from the first non-blank byte.
@@ -150,7 +153,7 @@ public final class EventFileReader {
             do {
                 let (_, range) = try decoder.nextItemBytes()
                 guard range.count <= Self.maxItemBytes else {
-                    unreadable = (count, "item \(count) is \(range.count) bytes, larger than any event; the rest of the file is unreadable")
+                    unreadable = (count, "item \(count) is \(range.count) bytes, over 1 MiB: not an event file; the rest of the file is unreadable")
                     return nil
                 }
                 start = range.upperBound
@@ -186,8 +189,8 @@ public final class EventFileReader {
                 }
                 return bytes
             }
-            if buffer.count - start > 4 * Self.maxItemBytes {
-                unreadable = (count, "line \(lineNumber + 1) is longer than any event; the rest of the file is unreadable")
+            if buffer.count - start > 3 * Self.maxItemBytes {
+                unreadable = (count, "line \(lineNumber + 1) is over 3 MiB: not an event file; the rest of the file is unreadable")
                 return nil
             }
             if try !fill() {

@@ -223,6 +223,31 @@ struct CLITests {
         #expect(try await run("query", "profile", "--store", a, "--json").stdout.contains("\"-5\""))
     }
 
+    @Test("an envelope over the size limit in an event file is refused as envelope_too_large (exit 1), the events before it withheld")
+    func oversizedEnvelopeInAFile() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a"), b = tmp.store("b")
+        #expect(try await run("init", "--store", a).status == 0)
+        #expect(try await run("init", "--store", b).status == 0)
+        let exported = tmp.path + "/export.cbor"
+        #expect(try await run("export", "--store", a, exported).status == 0)
+        // A well-formed CBOR item of three byte strings, 70,174 bytes in all.
+        func bstr(_ n: Int) -> [UInt8] { (n < 24 ? [0x40 | UInt8(n)] : n < 256 ? [0x58, UInt8(n)] : n < 65536 ? [0x59, UInt8(n >> 8), UInt8(n & 0xFF)] : [0x5A, UInt8(n >> 24), UInt8((n >> 16) & 0xFF), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)]) + [UInt8](repeating: 0, count: n) }
+        let oversized = [0x83] + bstr(100) + bstr(64) + bstr(70_000)
+        let alone = tmp.path + "/alone.cbor", mixed = tmp.path + "/mixed.cbor"
+        try Data(oversized).write(to: URL(fileURLWithPath: alone))
+        let valid = try Data(contentsOf: URL(fileURLWithPath: exported))
+        try (valid + Data(oversized)).write(to: URL(fileURLWithPath: mixed))
+        let single = try await run("import", "--store", b, alone, "--json")
+        #expect(single.status == 1, "\(single.stdout) \(single.stderr)")
+        #expect(single.stdout.contains("\"code\":\"envelope_too_large\""))
+        let both = try await run("import", "--store", b, mixed, "--json")
+        #expect(both.status == 1 && both.stdout.contains("envelope_too_large") && !both.stdout.contains("malformed_envelope"), "\(both.stdout)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(both.stdout.utf8)) as? [String: Any])
+        #expect(report["accepted"] as? Int == 0 && (report["withheld"] as? Int ?? 0) >= 1)
+    }
+
     @Test("a text or title that could not be opened once sealed is refused before anything is signed (exit 2)")
     func unsealableTextIsRefused() async throws {
         let tmp = TempDir()
