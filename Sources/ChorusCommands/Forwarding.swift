@@ -48,7 +48,12 @@ enum Forwarding {
             return Exit.failure
         }
         var spooled: String?
-        defer { if let spooled { try? FileManager.default.removeItem(atPath: spooled) } }
+        defer {
+            if let spooled {
+                try? FileManager.default.removeItem(atPath: spooled)
+                TemporaryFiles.unregister(spooled)
+            }
+        }
         if let reader = command as? any ReadsStandardInput, reader.readsStandardInput {
             spooled = try spoolStandardInput(prefix: "chorus-stdin-")
         }

@@ -155,7 +155,10 @@ struct Import: AsyncParsableCommand {
         let (handle, spooled) = try openInput()
         defer {
             try? handle.close()
-            if let spooled { try? FileManager.default.removeItem(atPath: spooled) }
+            if let spooled {
+                try? FileManager.default.removeItem(atPath: spooled)
+                TemporaryFiles.unregister(spooled)
+            }
         }
         let size = (try? handle.seekToEnd()) ?? 0
         try handle.seek(toOffset: 0)

@@ -5,7 +5,9 @@ import ChorusEvents
 import ChorusNode
 import ChorusProjections
 import ChorusStorage
+import Dispatch
 import Foundation
+import Synchronization
 
 /// `--store DIR`, shared by every command that touches a store.
 struct StoreOptions: ParsableArguments {
@@ -71,15 +73,89 @@ func table(_ rows: [[String]], header: [String]) -> String {
     }.joined(separator: "\n")
 }
 
-/// This process's standard input copied to an owner-only temporary file (read
-/// in slices, never held in memory); returns its path. The caller removes it.
+/// This process's standard input, an event file (Specs/events.md §8),
+/// copied to an owner-only temporary file (read in slices, never held in
+/// memory); returns its path. The caller removes it; an interrupt or
+/// termination meanwhile removes it too (`TemporaryFiles`). Input that does
+/// not start as an event file is refused at its first byte, and the copy
+/// stops before it would leave the temporary directory's disk with less
+/// than `spoolReserve` free: an endless or huge stream cannot fill the disk.
 func spoolStandardInput(prefix: String) throws -> String {
-    let path = NSTemporaryDirectory() + prefix + UUID().uuidString
+    let directory = NSTemporaryDirectory()
+    let path = directory + prefix + UUID().uuidString
     let out: FileHandle
     do { out = try OwnerOnlyFile.create(path) } catch {
         throw CommandFailure(message: "cannot create a temporary file for standard input: \(error)")
     }
-    defer { try? out.close() }
-    while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty { try out.write(contentsOf: chunk) }
+    TemporaryFiles.register(path)
+    var keep = false
+    defer {
+        try? out.close()
+        if !keep {
+            try? FileManager.default.removeItem(atPath: path)
+            TemporaryFiles.unregister(path)
+        }
+    }
+    let limit = spoolLimit(directory)
+    var written = 0
+    var started = false
+    while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty {
+        if !started, let first = chunk.first(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
+            // JSON lines start with `{`; a CBOR sequence of envelopes with an array of three (0x83).
+            guard first == UInt8(ascii: "{") || first == 0x83 else {
+                throw CommandFailure(
+                    message: "standard input is not a Chorus event file (a CBOR sequence or JSON lines written by `chorus export`): its first byte is 0x\(String(first, radix: 16))")
+            }
+            started = true
+        }
+        written += chunk.count
+        guard written <= limit else {
+            throw CommandFailure(
+                message: "standard input passed \(written >> 20) MiB, as much as the temporary directory \(directory) can hold while keeping \(spoolReserve >> 20) MiB free; write it to a file and import the file")
+        }
+        try out.write(contentsOf: chunk)
+    }
+    keep = true
     return path
+}
+
+/// Free space a spool of standard input always leaves on its disk.
+let spoolReserve = 256 << 20
+
+/// The most bytes a spool in `directory` may take: its disk's free space less `spoolReserve`.
+func spoolLimit(_ directory: String) -> Int {
+    var info = statvfs()
+    guard statvfs(directory, &info) == 0 else { return 1 << 30 }
+    let free = Int(info.f_bavail) * Int(info.f_frsize)
+    return max(0, free - spoolReserve)
+}
+
+/// Temporary files a command removes even when SIGINT, SIGTERM or SIGHUP
+/// ends it: the signal is caught, the files are removed, and the process
+/// exits with 128 + the signal's number, as a shell reports a process the
+/// signal ended. Not in a serving process, whose signals are the server's.
+enum TemporaryFiles {
+    private static let paths = Mutex<Set<String>>([])
+    private static let sources = Mutex<[any DispatchSourceSignal]>([])
+
+    static func register(_ path: String) {
+        paths.withLock { _ = $0.insert(path) }
+        guard Console.streams == nil else { return }
+        sources.withLock { sources in
+            guard sources.isEmpty else { return }
+            for sig in [SIGINT, SIGTERM, SIGHUP] {
+                signal(sig, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+                source.setEventHandler {
+                    for path in TemporaryFiles.paths.withLock({ $0 }) { unlink(path) }
+                    // The shell's status for a process a signal ended.
+                    _exit(128 + sig)
+                }
+                source.resume()
+                sources.append(source)
+            }
+        }
+    }
+
+    static func unregister(_ path: String) { paths.withLock { _ = $0.remove(path) } }
 }

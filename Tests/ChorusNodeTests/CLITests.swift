@@ -248,6 +248,50 @@ struct CLITests {
         #expect(report["accepted"] as? Int == 0 && (report["withheld"] as? Int ?? 0) >= 1)
     }
 
+    @Test("standard input that is not an event file is refused at its first byte; an interrupted spool leaves no temporary file")
+    func standardInputIsBoundedAndCleanedUp() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        #expect(try await run("init", "--store", a).status == 0)
+        let spool = tmp.path + "/spool/"
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
+        // Zero bytes, as from /dev/zero: refused at once, nothing left behind.
+        // (Less than a pipe holds: the writer never outlives the reader.)
+        let zeros = try await runCommand(chorus, ["import", "--store", a, "-"], environment: ["TMPDIR": spool], input: Data(count: 16 << 10))
+        #expect(zeros.status == 2 && zeros.stderr.contains("not a Chorus event file"), "\(zeros.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
+        // A stream that looks like an event file and never ends, stopped with SIGTERM while it is spooled.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: chorus)
+        process.arguments = ["import", "--store", a, "-"]
+        var env = ProcessInfo.processInfo.environment
+        env["TMPDIR"] = spool
+        env["CHORUS_STORE"] = nil
+        process.environment = env
+        let input = Pipe()
+        process.standardInput = input
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // The reader may be gone before the writer: no SIGPIPE for this test process.
+        signal(SIGPIPE, SIG_IGN)
+        try? input.fileHandleForWriting.write(contentsOf: Data("{\"raw\": \"".utf8) + Data(repeating: UInt8(ascii: "0"), count: 1 << 20))
+        var spooling = false
+        for _ in 0..<400 where !spooling {
+            spooling = !(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
+            if !spooling { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        #expect(spooling, "the spool did not start")
+        kill(process.processIdentifier, SIGTERM)
+        for _ in 0..<400 where process.isRunning { try await Task.sleep(for: .milliseconds(25)) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 128 + SIGTERM)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "a temporary file was left behind")
+    }
+
     @Test("a text or title that could not be opened once sealed is refused before anything is signed (exit 2)")
     func unsealableTextIsRefused() async throws {
         let tmp = TempDir()
