@@ -94,6 +94,8 @@ public actor SyncSession {
     var peerKnown: [PublicKey: UInt64] = [:]
 
     var tasks: [Task<Void, Never>] = []
+    /// Sends the `error` frame of a failed session (best effort, at most 1 s).
+    var notifying: Task<Void, Never>? = nil
     var signalQueue: [FetchSignal] = []
     var signalWaiter: CheckedContinuation<FetchSignal?, Never>? = nil
     var signalsFinished = false
@@ -398,7 +400,8 @@ public actor SyncSession {
         let transport = self.transport
         if let notify {
             let frame = notify.encoded()
-            Task {
+            // Awaited by `finish` before it closes the connection, so the peer reads why.
+            notifying = Task {
                 _ = try? await withTimeout(.seconds(1), "sending an error", onTimeout: { await transport.close() }) {
                     try await transport.send(frame)
                 }
@@ -430,6 +433,7 @@ public actor SyncSession {
             outbox.finish()
             await writer?.value
         }
+        await notifying?.value
         await transport.close()
         for t in tasks { await t.value }
         // Frames already received are committed before the session ends,

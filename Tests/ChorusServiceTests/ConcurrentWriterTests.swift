@@ -48,7 +48,8 @@ struct ConcurrentWriterTests {
                 let arguments =
                     i % 2 == 0
                     ? ["profile", "set", "bio", "writer \(writer) edit \(i)", "--store", store]
-                    : ["follow", String(repeating: String(format: "%02x", writer + 1), count: 32), "--store", store]
+                    // A user of its own each time: a second follow of the same one is refused (already_added).
+                    : ["follow", String(format: "%02x%02x", writer + 1, i) + String(repeating: "5a", count: 30), "--store", store]
                 do {
                     let r = try runCommandSync(chorus, arguments)
                     if r.status != 0 { failures.add("writer \(writer) #\(i): exit \(r.status): \(r.stderr)") }
