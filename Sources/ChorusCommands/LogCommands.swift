@@ -177,6 +177,8 @@ struct Import: AsyncParsableCommand {
             let reader = EventFileReader(handle: handle)
             var damaged = false
             while true {
+                // A command run for a client that went away is cancelled (Specs/api.md §4.2): stop reading.
+                try Task.checkCancellation()
                 let items = try reader.next(limit: Self.slice)
                 if items.isEmpty { break }
                 let base = reader.count - items.count
@@ -215,6 +217,7 @@ struct Import: AsyncParsableCommand {
         }
         do {
             while true {
+                try Task.checkCancellation()
                 let items = try reader.next(limit: Self.ingestSlice)
                 if items.isEmpty { break }
                 let base = reader.count - items.count

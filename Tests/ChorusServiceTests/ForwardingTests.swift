@@ -217,4 +217,52 @@ struct ForwardingTests {
         let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(status == 2 && stderr.contains("went away"), "exit \(status): \(stderr)")
     }
+
+    @Test("an import run through a server stops reading its file once its client is gone")
+    func forwardedImportStopsWithItsClient() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
+        // One envelope many times over: every copy is verified before anything is stored, for seconds.
+        let one = dir.path + "/one.cbor"
+        #expect(try await runCommand(chorus, ["export", "--store", dir.store("a"), one]).status == 0)
+        let envelope = try Data(contentsOf: URL(fileURLWithPath: one))
+        let big = dir.path + "/big.cbor"
+        var data = Data()
+        data.reserveCapacity(envelope.count * 200_000)
+        for _ in 0..<200_000 { data.append(envelope) }
+        try data.write(to: URL(fileURLWithPath: big))
+        let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
+        defer { server.stop() }
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: chorus)
+        client.arguments = ["import", "--store", dir.store("s"), big]
+        client.standardOutput = FileHandle.nullDevice
+        client.standardError = FileHandle.nullDevice
+        try client.run()
+        let pid = server.process.processIdentifier
+        func serverHoldsTheFile() -> Bool {
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+            return fds.contains { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == big }
+        }
+        var reading = false
+        for _ in 0..<400 where !reading {
+            reading = serverHoldsTheFile()
+            if !reading { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        #expect(reading, "the server never opened the file")
+        kill(client.processIdentifier, SIGKILL)
+        client.waitUntilExit()
+        // The heartbeat notices the client within seconds; the import then stops at its next slice.
+        // (Read to its end, the file takes the server over 40 s here.)
+        var stopped = false
+        for _ in 0..<300 where !stopped {
+            stopped = !serverHoldsTheFile()
+            if !stopped { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(stopped, "the server still reads the file 15 s after its client was killed")
+        #expect(server.process.isRunning)
+    }
 }
