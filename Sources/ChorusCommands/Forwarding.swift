@@ -66,6 +66,11 @@ enum Forwarding {
         } catch APIClientError.notServing {
             // A socket left by a server that is gone: the store is free.
             return nil
+        } catch {
+            // The connection broke mid-command (Specs/api.md §4.2): the server stopped.
+            printError(
+                "error: the `chorus serve` process serving \(store.path) stopped before the command finished (\(error)); what it acknowledged is stored: start the server again, or run the command with no server")
+            return Exit.failure
         }
     }
 

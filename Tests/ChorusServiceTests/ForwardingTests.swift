@@ -225,15 +225,7 @@ struct ForwardingTests {
         defer { dir.cleanup() }
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
-        // One envelope many times over: every copy is verified before anything is stored, for seconds.
-        let one = dir.path + "/one.cbor"
-        #expect(try await runCommand(chorus, ["export", "--store", dir.store("a"), one]).status == 0)
-        let envelope = try Data(contentsOf: URL(fileURLWithPath: one))
-        let big = dir.path + "/big.cbor"
-        var data = Data()
-        data.reserveCapacity(envelope.count * 200_000)
-        for _ in 0..<200_000 { data.append(envelope) }
-        try data.write(to: URL(fileURLWithPath: big))
+        let big = try await Self.bigImportFile(chorus, dir)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
         defer { server.stop() }
         let client = Process()
@@ -264,5 +256,51 @@ struct ForwardingTests {
         }
         #expect(stopped, "the server still reads the file 15 s after its client was killed")
         #expect(server.process.isRunning)
+    }
+
+    /// One store's export (two events) 200,000 times over: every copy is
+    /// verified before anything is stored, which takes a server many seconds.
+    static func bigImportFile(_ chorus: String, _ dir: TempDir) async throws -> String {
+        let one = dir.path + "/one.cbor"
+        #expect(try await runCommand(chorus, ["export", "--store", dir.store("a"), one]).status == 0)
+        let envelope = try Data(contentsOf: URL(fileURLWithPath: one))
+        let big = dir.path + "/big.cbor"
+        var data = Data()
+        data.reserveCapacity(envelope.count * 200_000)
+        for _ in 0..<200_000 { data.append(envelope) }
+        try data.write(to: URL(fileURLWithPath: big))
+        return big
+    }
+
+    @Test("an import cut off by its server's death says the server stopped, and exits 2")
+    func importCutOffByTheServersDeath() async throws {
+        let chorus = try productPath("chorus")
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
+        #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
+        let big = try await Self.bigImportFile(chorus, dir)
+        let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
+        defer { server.stop() }
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: chorus)
+        client.arguments = ["import", "--store", dir.store("s"), big]
+        let errors = Pipe()
+        client.standardOutput = FileHandle.nullDevice
+        client.standardError = errors
+        try client.run()
+        try await Task.sleep(for: .seconds(1))
+        kill(server.process.processIdentifier, SIGKILL)
+        for _ in 0..<600 where client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        if client.isRunning {
+            kill(client.processIdentifier, SIGKILL)
+            Issue.record("the client kept running 30 s after its server died")
+        }
+        let status = try await offThePool { () -> Int32 in
+            client.waitUntilExit()
+            return client.terminationStatus
+        }
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(status == 2 && stderr.contains("stopped before the command finished"), "exit \(status): \(stderr)")
     }
 }
