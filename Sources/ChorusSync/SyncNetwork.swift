@@ -63,7 +63,11 @@ public enum SyncNetwork {
             report.add(last)
             followUps += 1
         }
-        if report.keyEventsWritten > 0, !report.live {
+        // Keys this device wrote, or keys the peer wrapped to this device
+        // once it learned its device key (when its user is in any chat):
+        // one more session delivers them.
+        let mayHaveKeys = report.sentDeviceKeys && !((try? node.projections.chats(of: node.identity.user).isEmpty) ?? true)
+        if report.keyEventsWritten > 0 || mayHaveKeys, !report.live {
             let delivery = try await session()
             report.add(delivery)
         }

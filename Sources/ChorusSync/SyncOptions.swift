@@ -141,6 +141,10 @@ public struct SyncReport: Sendable, Hashable {
     /// A live session ended because the connection failed (the peer went
     /// away without closing), not because either side closed it.
     public var connectionLost = false
+    /// This side sent its own device key or a device binding: the peer may
+    /// have wrapped chat keys to this device during the session
+    /// (Specs/encryption.md §6 rule 5), which the next session brings.
+    public var sentDeviceKeys = false
     /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
     /// in this many rounds sent.
     public var reconciled = false

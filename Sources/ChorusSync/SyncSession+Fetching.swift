@@ -53,6 +53,14 @@ extension SyncSession {
                 }
             }
             fetch.endRound()
+            // Keys this device holds, wrapped to member devices that the
+            // events just received made known or entitled: before `done`, so
+            // the peer's next session finds them, and in live mode announced
+            // at once (Specs/encryption.md §6 rule 5).
+            if receivedKeyRelevantEvents {
+                receivedKeyRelevantEvents = false
+                report.keyEventsWritten += (try? await node.shareChatKeys()) ?? 0
+            }
             if firstRound {
                 firstRound = false
                 iAmDone = true

@@ -36,6 +36,14 @@ extension SyncSession {
                         // Served as stored: no decoding and re-encoding.
                         let page = try node.feedEnvelopes(r.author, fromSeq: next, limit: min(512, Int(min(r.to - next + 1, 512)), serving.eventsLeft))
                         guard let last = page.last else { break }
+                        if ownFeeds.contains(r.author), !report.sentDeviceKeys {
+                            // Its own device key or binding lets the peer wrap chat keys to this device
+                            // (Specs/encryption.md §6 rule 5), which the next session then brings.
+                            report.sentDeviceKeys = page.contains { s in
+                                guard let kind = try? Event.decode(s.envelope).kind else { return false }
+                                return kind == .deviceKey || kind == .deviceAdded
+                            }
+                        }
                         for s in page { try await addToBatch(envelope: s.envelope) }
                         next = last.seq + 1
                     }

@@ -43,6 +43,8 @@ public actor SyncSession {
     /// key (a binding, a device key, a membership change, a key event, a
     /// message): only then does the session end with key sharing.
     var receivedKeyRelevantEvents = false
+    /// This node's own feeds: its device's and its user key's.
+    var ownFeeds: Set<PublicKey> { [node.identity.device.raw, node.identity.user.raw] }
     var blobFetch = BlobFetchState(remembered: nil)
     /// Events received when the last refill ran (refill runs again only when more arrived).
     var refillCheckedAt: Int? = nil
@@ -149,7 +151,7 @@ public actor SyncSession {
         // Events just received may entitle member devices to chat keys this
         // device holds (a user's new device, a new member): share them now,
         // so the next session carries them (Specs/encryption.md §6 rule 5).
-        if receivedKeyRelevantEvents { report.keyEventsWritten = (try? await node.shareChatKeys()) ?? 0 }
+        if receivedKeyRelevantEvents { report.keyEventsWritten += (try? await node.shareChatKeys()) ?? 0 }
         return report
     }
 
