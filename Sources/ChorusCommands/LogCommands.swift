@@ -19,6 +19,7 @@ struct Log: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Only events of this kind, e.g. profile.set.", valueName: "kind")) var kind: String?
     @Option(help: ArgumentHelp("Only events that arrived after this position.", valueName: "n")) var since: UInt64 = 0
     @Option(help: ArgumentHelp("At most this many events.", valueName: "n")) var limit: Int?
+    @Flag(help: "The latest events, newest first (with --limit, the last N that match).") var latest = false
 
     func validate() throws {
         if let kind, EventKind(name: kind) == nil {
@@ -36,10 +37,17 @@ struct Log: AsyncParsableCommand {
         var events: [StoredEvent]
         if let authorKey {
             events = try node.feed(authorKey).filter { $0.arrival > since }.sorted { $0.arrival < $1.arrival }
+        } else if latest, kindFilter == nil, let limit {
+            // The last `limit` arrivals: read from there, not the whole log.
+            let last = try node.lastArrival()
+            events = try node.arrivals(since: max(since, last > UInt64(limit) ? last - UInt64(limit) : 0))
         } else {
             events = try node.arrivals(since: since)
         }
         if let kindFilter { events = events.filter { $0.event.kind == kindFilter } }
+        if latest {
+            events.reverse()
+        }
         if let limit { events = Array(events.prefix(limit)) }
 
         if output.json {

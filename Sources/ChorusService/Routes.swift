@@ -200,7 +200,7 @@ public struct CommandRoute: Sendable {
         // The log and the node
         .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")]),
         .init(.get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")]),
-        .init(.get, "/v1/log", "Stored events in arrival order", [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit")]),
+        .init(.get, "/v1/log", "Stored events in arrival order", [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit"), .queryFlag("latest", "--latest")]),
         .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
         .init(.post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")]),
         .init(.post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists", [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")]),

@@ -58,6 +58,7 @@ enum WebPage {
   figcaption { font-size: 12px; overflow-wrap: anywhere; }
   .chats { display: flex; gap: 16px; }
   .chatlist { min-width: 220px; } .chatlist li { cursor: pointer; } .chatlist li.open { font-weight: 600; }
+  #messages { max-height: 60vh; overflow-y: auto; }
   .message { background: #fff; margin: 4px 0; padding: 6px 8px; border-radius: 4px; }
   .message .meta { color: #777; font-size: 12px; }
   .message img { max-width: 120px; max-height: 90px; display: block; image-rendering: pixelated; }
@@ -70,8 +71,19 @@ enum WebPage {
 "use strict";
 const $ = (id) => document.getElementById(id);
 const short = (hex) => hex ? hex.slice(0, 16) : "-";
-function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined && text !== null) e.textContent = String(text); if (cls) e.className = cls; return e; }
-function row(table, cells) { const tr = el("tr"); for (const c of cells) { const td = el("td"); if (c instanceof Node) td.append(c); else td.textContent = c === null || c === undefined ? "-" : String(c); tr.append(td); } table.append(tr); }
+// Direction overrides and isolates in text from the network could make a
+// name or message read as something else: shown as U+FFFD instead.
+const plain = (text) => String(text).replace(/[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g, "\uFFFD");
+function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined && text !== null) e.textContent = plain(text); if (cls) e.className = cls; return e; }
+// A user shown by name (the id on hover), once their profile is read.
+const names = new Map();
+function person(user) {
+  const span = el("span", short(user)); span.title = user;
+  if (!names.has(user)) names.set(user, get("/v1/profile?user=" + encodeURIComponent(user)).then((p) => p.fields && p.fields.name).catch(() => null));
+  names.get(user).then((name) => { if (name) span.textContent = plain(name); });
+  return span;
+}
+function row(table, cells) { const tr = el("tr"); for (const c of cells) { const td = el("td"); if (c instanceof Node) td.append(c); else td.textContent = c === null || c === undefined ? "-" : plain(c); tr.append(td); } table.append(tr); }
 // The page's own credential (Specs/api.md §3.1): a short-lived session made
 // from the API token, kept in this origin's sessionStorage (no other port or
 // site can read it) and sent as a bearer token, never as a cookie. The token
@@ -125,7 +137,7 @@ async function loadProfile() {
     const t = $("profile-fields"); t.replaceChildren(); row(t, ["user", el("code", profile.user)]);
     for (const [name, value] of Object.entries(profile.fields)) row(t, [name, value]);
     if (profile.avatar && profile.avatar.picture) row(t, ["avatar", image(profile.avatar.picture)]);
-    row(t, ["devices", profile.devices.map((d) => d.name + " (" + short(d.device) + ")").join(", ")]);
+    row(t, ["devices", profile.devices.map((d) => (d.name || "device") + " (" + short(d.device) + ")" + (d.removed ? " removed" : "")).join(", ")]);
     $("gallery").replaceChildren(...pictures.map(figure));
     if (!pictures.length) $("gallery").append(el("p", "No pictures.", "muted"));
     const s = $("slots"); s.replaceChildren(); row(s, ["slot", "price", "state", "picture"]);
@@ -140,11 +152,15 @@ async function loadFeed() {
 let watching = null;
 function renderChat(page) {
   $("chat-title").textContent = page.chat.title_state === "readable" ? (page.chat.title || "(untitled)") : "(encrypted: this device is not a member)";
-  $("chat-members").textContent = page.chat.members.map((m) => short(m.user) + (m.admin ? " (admin)" : "")).join(", ");
-  const box = $("messages"); box.replaceChildren();
+  const members = $("chat-members"); members.replaceChildren();
+  page.chat.members.forEach((m, i) => { if (i) members.append(", "); members.append(person(m.user)); if (m.admin) members.append(" (admin)"); });
+  const box = $("messages");
+  // Follow new messages when the reader is at the end (or on the first page).
+  const atEnd = !box.children.length || box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+  box.replaceChildren();
   for (const m of page.messages) {
     const div = el("div", null, "message"); div.dataset.message = m.id;
-    div.append(el("div", short(m.sender) + " · " + m.time, "meta"));
+    const meta = el("div", null, "meta"); meta.append(person(m.sender), " · " + m.time); div.append(meta);
     if (m.deleted) div.append(el("div", "(deleted)", "muted"));
     else if (m.content !== "readable") div.append(el("div", "(encrypted: " + m.content + ")", "muted"));
     else div.append(el("div", m.text || "", "text"));
@@ -152,6 +168,7 @@ function renderChat(page) {
     else if (m.picture) div.append(el("div", "picture " + m.picture.status, "muted"));
     box.append(div);
   }
+  if (atEnd && box.lastElementChild) box.lastElementChild.scrollIntoView({ block: "end" });
 }
 // Reads server-sent events from a fetch (EventSource cannot send a bearer
 // token): calls onEvent(name, data) for each event until aborted.
@@ -207,9 +224,9 @@ async function loadCoins() {
 }
 async function loadLog() {
   try {
-    const events = await get("/v1/log?limit=50");
+    const events = await get("/v1/log?limit=50&latest=true");
     const t = $("events"); t.replaceChildren(); row(t, ["arrival", "author", "seq", "kind", "object"]);
-    for (const e of events) row(t, [e.arrival, short(e.author), e.seq, e.kind, short(e.object)]);
+    for (const e of events) row(t, [e.arrival, person(e.author), e.seq, e.kind, short(e.object)]);
   } catch (e) { showError(e); }
 }
 const loaders = { profile: loadProfile, feed: loadFeed, chats: loadChats, coins: loadCoins, log: loadLog };

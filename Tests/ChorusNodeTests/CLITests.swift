@@ -319,6 +319,23 @@ struct CLITests {
         #expect(try await run("query", "chat", "--store", a, chat, "--json").stdout.contains("\"content\":\"readable\""))
     }
 
+    @Test("log --latest lists the last events newest first, with and without a filter")
+    func logLatest() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let a = tmp.store("a")
+        #expect(try await run("init", "--store", a).status == 0)
+        for i in 0..<5 { #expect(try await run("profile", "set", "--store", a, "bio", "edit \(i)").status == 0) }
+        func arrivals(_ args: String...) async throws -> [Int] {
+            let out = try await runCommand(chorus, ["log", "--store", a, "--json"] + args).stdout
+            return ((try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]) ?? []).compactMap { $0["arrival"] as? Int }
+        }
+        let all = try await arrivals()
+        #expect(try await arrivals("--latest", "--limit", "3") == Array(all.suffix(3).reversed()))
+        #expect(try await arrivals("--latest", "--kind", "profile.set", "--limit", "2") == Array(all.suffix(2).reversed()))
+        #expect(try await arrivals("--latest") == all.reversed())
+    }
+
     @Test func logFiltersByAuthorKindAndArrival() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }

@@ -218,6 +218,8 @@ def main():
         alice, bob = f"{work}/alice", f"{work}/bob"
         chorus_run("init", "--name", "Alice", store=alice)
         chorus_run("init", "--name", "Bob", "--network", f"{alice}/network.json", store=bob)
+        # A direction override in a name must not reach the page as one.
+        chorus_run("profile", "set", "name", "Bob\u202egnp.exe", store=bob)
         bob_user = json.loads(chorus_run("whoami", "--json", store=bob))["user"]
         pictures = []
         for i, (w, h, rgb) in enumerate([(8, 6, (200, 40, 40)), (6, 6, (40, 200, 40)), (10, 4, (40, 40, 200))]):
@@ -262,6 +264,11 @@ def main():
         if sizes != [[10, 4], [8, 6], [6, 6]]:
             fail(f"the images decoded to sizes {sizes}")
         browser.wait_for("document.getElementById('chat-title').textContent === 'Rooftops'", 10, "the chat opens")
+        # People by name, the id on hover; the override neutralised.
+        browser.wait_for("document.getElementById('chat-members').textContent.includes('Bob\\ufffdgnp.exe')", 10,
+                         "the members show Bob's name with the direction override neutralised")
+        if browser.evaluate("document.body.innerText.includes('\\u202e')"):
+            fail("a direction override reached the page")
         browser.evaluate("window.__notReloaded = true")
 
         text = f"live from Bob {os.getpid()}"
@@ -275,6 +282,12 @@ def main():
             fail("the page reloaded")
         if token in browser.evaluate("location.href"):
             fail("the token stayed in the page's address")
+        # The log tab lists the latest events first.
+        browser.evaluate("document.querySelector('#tabs button[data-tab=\"log\"]').click()")
+        browser.wait_for("document.querySelectorAll('#events tr').length > 2", 10, "the log lists events")
+        arrivals = browser.evaluate("[...document.querySelectorAll('#events tr')].slice(1).map(r => Number(r.cells[0].textContent))")
+        if arrivals != sorted(arrivals, reverse=True):
+            fail(f"the log is not newest first: {arrivals}")
 
         attacks = attack_from_other_origins(browser, api_port, bob_user, pictures[0], token)
         cookies = browser.send("Storage.getCookies", session=False).get("cookies", [])
