@@ -50,7 +50,8 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     public var description: String {
         switch self {
         case .handshakeFailed(let e): return "handshake failed (wrong network key?): \(e)"
-        case .closedDuringHandshake: return "peer closed the connection during the handshake (a different network key?)"
+        case .closedDuringHandshake:
+            return "peer closed the connection during the handshake: a different network key, or a listener at its limits dropped it for a newer one"
         case .refusedBeforeHandshake:
             return "peer closed the connection before answering the handshake: it is at its connection limits (try again later) or not a Chorus listener"
         case .handshakeTimeout: return "handshake timed out"

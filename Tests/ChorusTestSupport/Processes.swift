@@ -68,9 +68,11 @@ public func runCommandSync(
     process.standardInput = inputPipe ?? FileHandle.nullDevice
     try process.run()
     if let inputPipe, let input {
+        // A child that exits before reading all of it must not end the test process with SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
         // Written from a thread of its own: a child that does not read its input cannot block the test.
         Thread {
-            inputPipe.fileHandleForWriting.write(input)
+            try? inputPipe.fileHandleForWriting.write(contentsOf: input)
             try? inputPipe.fileHandleForWriting.close()
         }.start()
     }
