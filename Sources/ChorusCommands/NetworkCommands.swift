@@ -185,7 +185,7 @@ struct NetworkShow: AsyncParsableCommand {
             printJSON(.object([
                 ("issuers", .array(config.issuers.map { .string($0.hex) })),
                 ("slot_prices", .array(config.slotPrices.map { .uint($0) })),
-                ("bootstrap_relays", .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) })),
+                ("bootstrap_relays", bootstrapRelaysJSON(config)),
                 ("fingerprint", .string(config.fingerprint.hex)),
             ]))
             return
@@ -195,6 +195,11 @@ struct NetworkShow: AsyncParsableCommand {
         emit("relays       \(config.bootstrapRelays.isEmpty ? "(none: give an address to chorus sync)" : config.bootstrapRelays.map { "\($0.key.hex)@\($0.address)" }.joined(separator: "\n             "))")
         emit("fingerprint  \(config.fingerprint.hex)")
     }
+}
+
+/// `[{"address", "key"}, …]`: a configuration's bootstrap relays.
+func bootstrapRelaysJSON(_ config: NetworkConfig) -> JSONValue {
+    .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) })
 }
 
 /// Edits the bootstrap relays of this store's network.json (Specs/projections.md §1).
@@ -231,7 +236,7 @@ struct NetworkRelayAdd: AsyncParsableCommand {
             relays.append(BootstrapRelay(address: parsed.address, key: parsed.key))
         }
         if output.json {
-            printJSON(.object([("bootstrap_relays", .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) }))]))
+            printJSON(.object([("bootstrap_relays", bootstrapRelaysJSON(config))]))
         } else {
             emit("Added bootstrap relay \(parsed.address); the network's invite now carries \(config.bootstrapRelays.count).")
         }
@@ -254,7 +259,7 @@ struct NetworkRelayRemove: AsyncParsableCommand {
             guard relays.count < before else { throw ValidationError("this network has no bootstrap relay \(target)") }
         }
         if output.json {
-            printJSON(.object([("bootstrap_relays", .array(config.bootstrapRelays.map { .object([("address", .string($0.address)), ("key", .string($0.key.hex))]) }))]))
+            printJSON(.object([("bootstrap_relays", bootstrapRelaysJSON(config))]))
         } else {
             emit("Removed bootstrap relay \(target).")
         }

@@ -195,26 +195,11 @@ struct ForwardingTests {
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
         let peer = try await ServerProcess.start(chorus: chorus, store: dir.store("peer"))
         defer { peer.stop() }
-        let client = Process()
-        client.executableURL = URL(fileURLWithPath: chorus)
-        client.arguments = ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"]
-        let errors = Pipe()
-        client.standardOutput = FileHandle.nullDevice
-        client.standardError = errors
-        try client.run()
+        let (client, errors) = try Self.startChorus(chorus, ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"])
         for _ in 0..<400 where !peer.output.contains("session start") { try await Task.sleep(for: .milliseconds(50)) }
         try await Task.sleep(for: .milliseconds(300))
         kill(peer.process.processIdentifier, SIGKILL)
-        for _ in 0..<600 where client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
-        if client.isRunning {
-            kill(client.processIdentifier, SIGKILL)
-            Issue.record("the live sync kept running for 30 s after its peer died")
-        }
-        let status = try await offThePool { () -> Int32 in
-            client.waitUntilExit()
-            return client.terminationStatus
-        }
-        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let (status, stderr) = try await Self.exit(of: client, errors, "the live sync after its peer died")
         #expect(status == 2 && stderr.contains("went away"), "exit \(status): \(stderr)")
     }
 
@@ -228,12 +213,7 @@ struct ForwardingTests {
         let big = try await Self.bigImportFile(chorus, dir)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
         defer { server.stop() }
-        let client = Process()
-        client.executableURL = URL(fileURLWithPath: chorus)
-        client.arguments = ["import", "--store", dir.store("s"), big]
-        client.standardOutput = FileHandle.nullDevice
-        client.standardError = FileHandle.nullDevice
-        try client.run()
+        let (client, _) = try Self.startChorus(chorus, ["import", "--store", dir.store("s"), big])
         let pid = server.process.processIdentifier
         func serverHoldsTheFile() -> Bool {
             let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
@@ -282,25 +262,37 @@ struct ForwardingTests {
         let big = try await Self.bigImportFile(chorus, dir)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
         defer { server.stop() }
+        let (client, errors) = try Self.startChorus(chorus, ["import", "--store", dir.store("s"), big])
+        try await Task.sleep(for: .seconds(1))
+        kill(server.process.processIdentifier, SIGKILL)
+        let (status, stderr) = try await Self.exit(of: client, errors, "the import after its server died")
+        #expect(status == 2 && stderr.contains("stopped before the command finished"), "exit \(status): \(stderr)")
+    }
+
+    /// `chorus ARGUMENTS` started in the background, its standard error in a pipe.
+    static func startChorus(_ chorus: String, _ arguments: [String]) throws -> (Process, Pipe) {
         let client = Process()
         client.executableURL = URL(fileURLWithPath: chorus)
-        client.arguments = ["import", "--store", dir.store("s"), big]
+        client.arguments = arguments
         let errors = Pipe()
         client.standardOutput = FileHandle.nullDevice
         client.standardError = errors
         try client.run()
-        try await Task.sleep(for: .seconds(1))
-        kill(server.process.processIdentifier, SIGKILL)
+        return (client, errors)
+    }
+
+    /// Waits up to 30 s for `client` to exit (then kills it and records
+    /// `what`); returns its status and standard error.
+    static func exit(of client: Process, _ errors: Pipe, _ what: String) async throws -> (Int32, String) {
         for _ in 0..<600 where client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         if client.isRunning {
             kill(client.processIdentifier, SIGKILL)
-            Issue.record("the client kept running 30 s after its server died")
+            Issue.record("\(what) kept running for 30 s")
         }
         let status = try await offThePool { () -> Int32 in
             client.waitUntilExit()
             return client.terminationStatus
         }
-        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(status == 2 && stderr.contains("stopped before the command finished"), "exit \(status): \(stderr)")
+        return (status, String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
     }
 }

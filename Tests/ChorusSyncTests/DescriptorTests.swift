@@ -24,7 +24,7 @@ struct DescriptorTests {
     /// leaves them in its queue), from a child process. Returns the process
     /// (its stdin open: closing it ends the flood) and how many were started.
     static func floodWithoutWaiting(port: Int, count: Int) throws -> (Process, Pipe, Int) {
-        let script = """
+        try runFlood("""
             import socket, sys
             held = []
             for _ in range(\(count)):
@@ -34,7 +34,12 @@ struct DescriptorTests {
                     held.append(s)
             print(len(held), flush=True)
             sys.stdin.read()
-            """
+            """)
+    }
+
+    /// Runs a flood `script` (Python, under `ulimit -n 4096`) that prints how
+    /// many connections it holds, then holds them until its stdin closes.
+    static func runFlood(_ script: String) throws -> (Process, Pipe, Int) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", "ulimit -n 4096 && exec python3 -c \"$0\"", script]
@@ -114,7 +119,7 @@ struct DescriptorTests {
     /// other tests' `select`-based code could trip on. Returns the process
     /// (its stdin open: closing it ends the flood) and how many connected.
     static func flood(port: Int, count: Int) throws -> (Process, Pipe, Int) {
-        let script = """
+        try runFlood("""
             import socket, sys
             held = []
             for _ in range(\(count)):
@@ -124,17 +129,7 @@ struct DescriptorTests {
                     pass
             print(len(held), flush=True)
             sys.stdin.read()
-            """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "ulimit -n 4096 && exec python3 -c \"$0\"", script]
-        let input = Pipe(), output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
-        return (process, input, Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+            """)
     }
 
     @Test(
