@@ -81,7 +81,7 @@ let package = Package(
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusService",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusStorage",
+            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusStorage", "ChorusCrypto",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),

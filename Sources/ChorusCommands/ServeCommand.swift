@@ -207,8 +207,9 @@ struct Serve: AsyncParsableCommand {
             var api = APIConfiguration(socketPath: socket)
             if let address = settings.api {
                 api.tcp = address
-                api.tokenPath = APIPaths.token(inStore: store.path)
-                api.token = try APIToken.loadOrCreate(at: APIPaths.token(inStore: store.path))
+                let tokenPath = APIPaths.token(inStore: store.path)
+                api.tokenPath = tokenPath
+                api.token = try APIToken.loadOrCreate(at: tokenPath)
                 api.hostNames = settings.apiHosts
             }
             // Hummingbird's own lines (one per listener start) stay below notice.

@@ -100,7 +100,7 @@ func spoolStandardInput(prefix: String) throws -> String {
     var written = 0
     var started = false
     while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty {
-        if !started, let first = chunk.first(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
+        if !started, let first = chunk.first(where: { !EventFile.isBlank($0) }) {
             // JSON lines start with `{`; a CBOR sequence of envelopes with an array of three (0x83).
             guard first == UInt8(ascii: "{") || first == 0x83 else {
                 throw CommandFailure(

@@ -38,10 +38,14 @@ public enum EventFile {
         }
     }
 
+    /// Space, tab, LF or CR: skipped before the first byte that tells the
+    /// format (Specs/events.md §8.3).
+    public static func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
+
     /// Splits a file into envelopes. The format is recognised from the first
     /// byte: `{` starts JSON lines, anything else is a CBOR sequence.
     public static func read(_ data: [UInt8]) -> EventFileContents {
-        let first = data.first(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) })
+        let first = data.first(where: { !isBlank($0) })
         return first == UInt8(ascii: "{") ? readJSONLines(data) : readCBORSequence(data)
     }
 
@@ -136,7 +140,7 @@ public final class EventFileReader {
     private func nextEnvelope() throws -> [UInt8]? {
         if format == nil {
             while true {
-                if let first = buffer[start...].first(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
+                if let first = buffer[start...].first(where: { !EventFile.isBlank($0) }) {
                     format = first == UInt8(ascii: "{") ? .jsonl : .cbor
                     break
                 }

@@ -73,9 +73,7 @@ public struct APIServer: Sendable {
     public func services() throws -> [any Service] {
         let socketPath = configuration.socketPath
         let onListening = self.onListening
-        let (seconds, attoseconds) = configuration.idleTimeout.components
-        let idle = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        let server = HTTPServerBuilder.http1(configuration: .init(idleTimeout: idle))
+        let server = HTTPServerBuilder.http1(configuration: .init(idleTimeout: configuration.idleTimeout.timeAmount))
         let maxConnections = configuration.maxConnections
         func limit() -> MaximumAvailableConnections { MaximumAvailableConnections(maxConnections) }
         var services: [any Service] = [
@@ -116,10 +114,7 @@ public struct APIServer: Sendable {
                     tokens: TokenSource(token: token, path: configuration.tokenPath), sessions: PageSessions(), boundHost: host,
                     extraHosts: configuration.hostNames))
         }
-        for (path, type, text) in [
-            ("/", "text/html; charset=utf-8", WebPage.html), ("/app.js", "text/javascript; charset=utf-8", WebPage.script),
-            ("/app.css", "text/css; charset=utf-8", WebPage.style),
-        ] {
+        for (path, type, text) in WebPage.files {
             router.get(RouterPath(path)) { _, _ in
                 Response(status: .ok, headers: [.contentType: type], body: .init(byteBuffer: ByteBuffer(string: text)))
             }

@@ -1,4 +1,5 @@
 import ChorusCommandLine
+import ChorusCrypto
 import ChorusStorage
 import Foundation
 
@@ -33,10 +34,7 @@ public enum APIToken {
     }
 
     /// 32 random bytes as 64 lowercase hex digits.
-    static func fresh() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-    }
+    static func fresh() -> String { Hex.encode(Random.bytes(32)) }
 
     /// The token in the file at `path`, or nil when there is none to read.
     private static func load(_ path: String) throws -> String? {

@@ -105,8 +105,7 @@ final class PageSessions: Sendable {
 
     /// A new session for `host`; the oldest goes when there are too many.
     func create(host: String, generation: Int) -> String {
-        var generator = SystemRandomNumberGenerator()
-        let id = "s-" + (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        let id = "s-" + APIToken.fresh()
         let now = ContinuousClock.now
         sessions.withLock { all in
             all = all.filter { $0.value.expires > now && $0.value.generation == generation }
@@ -191,7 +190,7 @@ struct BrowserGuardMiddleware: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let authority = request.head.authority, hosts.contains(Self.hostName(authority)) else {
+        guard let authority = request.head.authority, case let host = Self.hostName(authority), hosts.contains(host) else {
             return APIServer.errorResponse(
                 .misdirectedRequest, code: "host_not_allowed",
                 "this API answers only to the Host names \(hosts.sorted().joined(separator: ", ")) (chorus serve --api-host NAME adds one)")
@@ -212,7 +211,7 @@ struct BrowserGuardMiddleware: RouterMiddleware {
         }
         let path = request.uri.path
         // The page and its files hold no data; health is for probes.
-        if path == "/" || path == "/app.js" || path == "/app.css" || path == "/health" { return try await next(request, context) }
+        if WebPage.paths.contains(path) || path == "/health" { return try await next(request, context) }
         let (token, generation) = tokens.current()
         let given = Self.bearer(request)
         if let given, Self.matches(given, token) {
@@ -220,13 +219,13 @@ struct BrowserGuardMiddleware: RouterMiddleware {
                 guard sameOrigin || (origin == nil && site == nil) else {
                     return APIServer.errorResponse(.forbidden, code: "cross_origin", "a page session is made only by this API's own page")
                 }
-                let id = sessions.create(host: Self.hostName(authority), generation: generation)
+                let id = sessions.create(host: host, generation: generation)
                 let body = #"{"expires_in":\#(Int(PageSessions.lifetime.components.seconds)),"session":"\#(id)"}"#
                 return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
             }
             return try await next(request, context)
         }
-        if let given, sameOrigin, sessions.isValid(given, host: Self.hostName(authority), generation: generation) {
+        if let given, sameOrigin, sessions.isValid(given, host: host, generation: generation) {
             if path == "/v1/session" && request.method == .delete {
                 sessions.end(given)
                 return Response(status: .noContent)

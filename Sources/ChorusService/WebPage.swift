@@ -4,6 +4,13 @@
 /// (the open one updates live through `/v1/watch`), balances and the coin
 /// audit. Text from the network is only ever set as text, never as HTML.
 enum WebPage {
+    /// The page's files: path, media type, content. They hold no data, so
+    /// they are served without a credential.
+    static let files = [
+        ("/", "text/html; charset=utf-8", html), ("/app.js", "text/javascript; charset=utf-8", script), ("/app.css", "text/css; charset=utf-8", style),
+    ]
+    static let paths = Set(files.map(\.0))
+
     static let html = #"""
 <!doctype html>
 <html lang="en">

@@ -78,11 +78,12 @@ public struct RelayPlan: Sendable, Hashable {
             let list = try p.relays(of: UserID(user))?.relays.filter { $0.roles.contains(.home) } ?? []
             if list.isEmpty { unlisted.append(user) } else { homes[user] = list }
         }
+        // Users a relay chosen above is home to are covered already.
         var pending = Set(homes.keys)
-        for entry in entries { pending.subtract(homes.filter { $0.value.contains { $0.key == entry.key } }.keys) }
         for i in entries.indices {
             let served = homes.filter { $0.value.contains { $0.key == entries[i].key } }.keys.sorted()
             entries[i].covers += served.filter { !entries[i].covers.contains($0) }
+            pending.subtract(served)
         }
         while !pending.isEmpty, entries.count < maxRelays {
             // The relay that serves the most pending users; ties go to the
@@ -102,7 +103,7 @@ public struct RelayPlan: Sendable, Hashable {
                 if a.rank != b.rank { return a.rank < b.rank }
                 return a.relay.key.bytes.lexicographicallyPrecedes(b.relay.key.bytes)
             }
-            guard let best = tally.values.sorted(by: better).first else { break }
+            guard let best = tally.values.min(by: better) else { break }
             add(best.relay.address, best.relay.key, "home", covering: best.users)
             pending.subtract(best.users)
         }

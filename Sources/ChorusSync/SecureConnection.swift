@@ -110,7 +110,8 @@ public struct SecureConnectionConfiguration: Sendable {
 }
 
 extension Duration {
-    var timeAmount: TimeAmount {
+    /// The same span as SwiftNIO's `TimeAmount`.
+    package var timeAmount: TimeAmount {
         let (seconds, attoseconds) = components
         return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }

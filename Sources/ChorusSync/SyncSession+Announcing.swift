@@ -36,10 +36,7 @@ extension SyncSession {
             try await reconcileHeads()
             if let scope = peerScope {
                 // Invited feeds outside the scope are not reconciled: announced as they are.
-                let extra = try invitation.filter { !scope.contains($0) }.compactMap { a in
-                    try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) }
-                }
-                for chunk in extra.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
+                for chunk in try heads(of: invitation.filter { !scope.contains($0) }).chunked(SyncLimits.listBatch) { send(.have(chunk)) }
             }
         } else {
             var heads = allowed(try changedHeads(since: hello.since, upTo: position, initial: true))
@@ -47,9 +44,7 @@ extension SyncSession {
                 // The peer's remembered position predates the invitation: its
                 // invited feeds are announced whether or not they changed since.
                 let listed = Set(heads.map(\.author))
-                for a in invitation where !listed.contains(a) {
-                    if let h = try node.head(of: a) { heads.append(FeedAnnouncement(author: a, seq: h.seq, head: h.id)) }
-                }
+                heads += try self.heads(of: invitation.filter { !listed.contains($0) })
             }
             for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         }
@@ -191,9 +186,12 @@ extension SyncSession {
             guard let last = page.last, page.count == 4096 else { break }
             from = last.arrival
         }
-        return try authors.sorted().compactMap { a in
-            try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) }
-        }
+        return try heads(of: authors.sorted())
+    }
+
+    /// The heads of those of `authors` whose feeds this node holds, in that order.
+    func heads(of authors: [PublicKey]) throws -> [FeedAnnouncement] {
+        try authors.compactMap { a in try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) } }
     }
 
     // MARK: The peer's scope (Specs/sync.md §4.10)
@@ -220,7 +218,7 @@ extension SyncSession {
         }
         let added = feeds.subtracting(scope)
         peerScope = scope.union(added)
-        let heads = try added.sorted().compactMap { a in try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) } }
+        let heads = try heads(of: added.sorted())
         for h in heads { peerKnown[h.author] = max(peerKnown[h.author] ?? 0, h.seq) }
         for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         send(.scopeAnswered)

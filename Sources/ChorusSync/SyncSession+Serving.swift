@@ -53,7 +53,7 @@ extension SyncSession {
                 // A push cut short announces the rest, so the peer asks for
                 // it and sees its round incomplete (Specs/sync.md §4.2.2).
                 if case .push = job, !unfinished.isEmpty {
-                    let heads = try unfinished.compactMap { a in try node.head(of: a).map { FeedAnnouncement(author: a, seq: $0.seq, head: $0.id) } }
+                    let heads = try heads(of: unfinished)
                     try await flushBatch()
                     for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
                 }

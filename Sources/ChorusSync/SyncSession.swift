@@ -280,7 +280,7 @@ public actor SyncSession {
             // budget (Specs/sync.md §4.2.2): asked for like announced ones.
             if fetch.pushOpen { fetch.learned(list) } else { try fetch.have(list) }
         case .haveEnd(let position):
-            for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
+            endAnnouncement()
             signal(.announced(position))
         case .want(let ranges):
             // Served together at `wantEnd`, in the order §4.3 gives.
@@ -320,7 +320,7 @@ public actor SyncSession {
             try receivedScope()
         case .scopeAnswered:
             guard sentScope != nil else { throw SyncError.unexpected("a scope answer to a side that sent no scope") }
-            for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
+            endAnnouncement()
             signal(.scopeAnswered)
         case .events(let envelopes):
             if let error = ingestError { throw error }
@@ -356,6 +356,12 @@ public actor SyncSession {
         case .error(let code, let text):
             throw SyncError.peerError(code: code, message: text)
         }
+    }
+
+    /// The peer's announcement ended (`haveEnd`, `scopeAnswered`): its heads
+    /// are known to the fetcher, and held by the peer.
+    func endAnnouncement() {
+        for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
     }
 
     // MARK: Ending
