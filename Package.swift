@@ -109,6 +109,7 @@ let package = Package(
             dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption", "ChorusStorage",
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .executableTarget(name: "ChorusCLI", dependencies: ["ChorusCommands"]),
         // Harnesses that live with the tools, not the product.

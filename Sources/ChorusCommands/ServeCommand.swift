@@ -6,6 +6,7 @@ import ChorusService
 import ChorusSync
 import Foundation
 import Logging
+import Metrics
 import ServiceLifecycle
 
 /// `chorus serve`: sync for peers, the local API, logs, metrics, graceful
@@ -59,6 +60,11 @@ struct Serve: AsyncParsableCommand {
             "A host name the TCP API answers to besides localhost, the loopback addresses and the --api-listen host (repeatable). Requests naming any other Host are refused (DNS rebinding).",
             valueName: "name"))
     var apiHost: [String] = []
+    @Option(
+        help: ArgumentHelp(
+            "all: keep and serve every feed peers offer. listed: keep only the feeds of users whose relay list names this relay home, every user key's bindings and relay lists, and what is addressed to users whose list names it inbox (default all).",
+            valueName: "all|listed"))
+    var host: String?
     @Option(help: ArgumentHelp("text or json (default text).", valueName: "format"))
     var logFormat: String?
     @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical (default info).", valueName: "level"))
@@ -75,6 +81,7 @@ struct Serve: AsyncParsableCommand {
         var maxBytesPerSession: Int?
         var apiListen: String?
         var apiHost: [String]?
+        var host: String?
         var logFormat: String?
         var logLevel: String?
 
@@ -82,7 +89,7 @@ struct Serve: AsyncParsableCommand {
             case listen, networkKey = "network-key", maxConnections = "max-connections", maxUnauthenticated = "max-unauthenticated"
             case maxPerAddress = "max-per-address", maxEventsPerSession = "max-events-per-session"
             case maxBytesPerSession = "max-bytes-per-session", apiListen = "api-listen", apiHost = "api-host", logFormat = "log-format"
-            case logLevel = "log-level"
+            case logLevel = "log-level", host
         }
 
         /// Reads a config file; an unknown key is an error (a typo must not be silently ignored).
@@ -114,6 +121,7 @@ struct Serve: AsyncParsableCommand {
         s.maxBytesPerSession = maxBytesPerSession ?? s.maxBytesPerSession
         s.apiListen = apiListen ?? s.apiListen
         if !apiHost.isEmpty { s.apiHost = apiHost }
+        s.host = host ?? s.host
         s.logFormat = logFormat ?? s.logFormat
         s.logLevel = logLevel ?? s.logLevel
         return s
@@ -132,8 +140,15 @@ struct Serve: AsyncParsableCommand {
         let budget: SessionBudget
         let logFormat: LineLogHandler.Format
         let logLevel: Logger.Level
+        /// `--host listed` (Specs/sync.md §8.1).
+        let hostsListed: Bool
 
         init(_ s: Settings) throws {
+            switch s.host ?? "all" {
+            case "all": hostsListed = false
+            case "listed": hostsListed = true
+            case let other: throw ValidationError("--host must be all or listed, got \"\(other)\"")
+            }
             let listen = s.listen ?? "127.0.0.1:7800"
             guard let address = SyncNetwork.parseAddress(listen) else { throw ValidationError("--listen must be HOST:PORT, got \"\(listen)\"") }
             (host, port) = address
@@ -198,6 +213,14 @@ struct Serve: AsyncParsableCommand {
         })
         var options = SyncOptions(live: true)
         options.budget = settings.budget
+        // Any relay may be someone's inbox (Specs/sync.md §4.11).
+        options.inbox = true
+        if settings.hostsListed {
+            options.hostsListed = true
+            // A sketch's decoder pushes feeds unasked, and a listed relay
+            // decides per feed what it keeps: it reconciles by tree.
+            options.sketch = false
+        }
         let server = try SyncServer(node: node, options: options, logger: Logger(label: "chorus.sync"))
         let listener: SecureListener
         let services: [any Service]
@@ -224,12 +247,16 @@ struct Serve: AsyncParsableCommand {
                     case .unixSocket: logger.notice("local API on \(socket)")
                     }
                 })
-            services = [SyncListenerService(listener: listener, server: server)] + (try apiServer.services())
+            services =
+                [SyncListenerService(listener: listener, server: server)] + (try apiServer.services())
+                + (settings.hostsListed ? [HostingCensusService(node: node, logger: logger)] : [])
         } catch {
             await node.close()
             throw error
         }
-        logger.notice("listening on \(settings.host):\(listener.port)", metadata: ["device": "\(node.identity.device.hex)"])
+        logger.notice(
+            "listening on \(settings.host):\(listener.port)",
+            metadata: ["device": "\(node.identity.device.hex)", "host": "\(settings.hostsListed ? "listed" : "all")"])
         let group = ServiceGroup(
             configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "chorus.lifecycle")))
         var failure: (any Error)?
@@ -253,5 +280,37 @@ struct SyncListenerService: Service {
         try? await gracefulShutdown()
         await listener.shutdown()
         await server.shutdown()
+    }
+}
+
+/// A listed relay's census (Specs/sync.md §8.1) every minute: gauges of the
+/// users it hosts, the users it still holds events of although their list
+/// dropped it, and its inbox; a log line for each user whose list stops (or
+/// starts again) naming it.
+struct HostingCensusService: Service {
+    let node: Node
+    let logger: Logger
+    static let hosted = Gauge(label: "chorus_relay_hosted_users")
+    static let former = Gauge(label: "chorus_relay_former_users")
+    static let formerEvents = Gauge(label: "chorus_relay_former_events")
+    static let inbox = Gauge(label: "chorus_relay_inbox_notices")
+
+    func run() async throws {
+        var known: [PublicKey: UInt64]? = nil
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            if let census = try? HostingCensus.take(at: node) {
+                Self.hosted.record(census.hostedUsers)
+                Self.former.record(census.formerUsers.count)
+                Self.formerEvents.record(census.formerUsers.values.reduce(0, +))
+                Self.inbox.record(census.inboxNotices)
+                for (user, events) in census.formerUsers.sorted(by: { $0.key < $1.key }) where known?[user] == nil {
+                    logger.notice(
+                        "user \(user.short) no longer lists this relay as home: holding \(events) events of its devices, accepting no new ones",
+                        metadata: ["user": "\(user.hex)", "events": "\(events)"])
+                }
+                known = census.formerUsers
+            }
+            try? await Task.sleep(for: .seconds(60))
+        }
     }
 }

@@ -166,6 +166,9 @@ extension Sync {
                     emit(
                         "\(r.relay.address) (\(why)): received \(report.eventsReceived) events, \(report.blobsReceived) blobs; sent \(report.eventsSent) events, \(report.blobsSent) blobs; \(report.bytesReceived + report.bytesSent) bytes in \(String(format: "%.3f", report.seconds)) s"
                     )
+                    if report.deliveriesLeft > 0 || report.noticesReceived > 0 {
+                        emit("  inbox: left \(report.deliveriesLeft) addressed events there; received \(report.noticesReceived) notices for this user")
+                    }
                 case .failure(let error): emit("\(r.relay.address) (\(why)): failed: \(error)")
                 }
             }
@@ -183,6 +186,7 @@ func reportJSON(_ r: SyncReport) -> JSONValue {
         ("complete", .bool(r.complete)), ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
         ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
         ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
+        ("deliveries_left", .uint(UInt64(r.deliveriesLeft))), ("notices_received", .uint(UInt64(r.noticesReceived))),
         ("seconds", .string(String(format: "%.3f", r.seconds))),
     ])
 }

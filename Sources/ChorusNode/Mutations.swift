@@ -76,7 +76,8 @@ extension Node {
     // MARK: Relays
 
     /// Publishes this user's relay list (Specs/events.md §6.2.29), replacing
-    /// the previous one; an empty list clears it. At most 8 relays, each
+    /// the previous one; an empty list clears it. Signed by the user key when
+    /// this node holds it, else by this device. At most 8 relays, each
     /// with a `host:port` address, the relay node's device key and at least
     /// one role, no key or address twice. Throws
     /// `NodeError.refused(.invalidRelayList)` for a list that breaks a rule.
@@ -96,7 +97,12 @@ extension Node {
         }
         if Set(relays.map(\.key)).count != relays.count { throw NodeError.refused(.invalidRelayList("a relay key is listed twice")) }
         if Set(relays.map(\.address)).count != relays.count { throw NodeError.refused(.invalidRelayList("an address is listed twice")) }
-        return try await outcome(append(RelaysSetPayload(relays: relays), object: identity.user.raw), identity.user)
+        // Signed by the user key when this node holds it: the user key's own
+        // feed is what every listed relay keeps (Specs/sync.md §8.1), so the
+        // list can be found at any of them, not only at the user's home relays.
+        let payload = RelaysSetPayload(relays: relays)
+        let event = userKey != nil ? try await appendAsUser(payload, object: identity.user.raw) : try await append(payload, object: identity.user.raw)
+        return try outcome(event, identity.user)
     }
 
     // MARK: Pictures

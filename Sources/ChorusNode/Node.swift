@@ -114,7 +114,7 @@ public actor Node {
     public nonisolated let isReadOnly: Bool
 
     private let deviceKey: SigningKey?
-    private let userKey: SigningKey?
+    let userKey: SigningKey?
     private let issuerKey: SigningKey?
     private let writer: GroupCommitWriter?
     nonisolated let writerNotifier: ArrivalNotifier

@@ -22,19 +22,26 @@ public enum OwnerOnlyFile {
 
     /// Creates `path`, which must not exist, with mode 0600 and writes
     /// `contents` to it; with `durable`, on the disk (`fsync`) before it
-    /// returns (a key the store is about to use). A file left half written
-    /// is removed.
+    /// returns (a key the store is about to use). The file is written beside
+    /// `path` and linked there whole, so a reader racing the writer (two
+    /// syncs of one store creating its key at once) never sees it half
+    /// written; `.exists` when another writer linked its file first.
     public static func write(
         _ contents: some DataProtocol, to path: String, durable: Bool = false
     ) throws(OwnerOnlyFileError) {
-        let handle = try create(path)
+        let partial = path + ".partial-" + UUID().uuidString
+        let handle = try create(partial)
+        defer { unlink(partial) }
         do {
             try handle.write(contentsOf: contents)
             if durable { try handle.synchronize() }
             try handle.close()
         } catch {
-            try? FileManager.default.removeItem(atPath: path)
             throw .cannotCreate(path, error.localizedDescription)
+        }
+        guard link(partial, path) == 0 else {
+            let code = errno
+            throw code == EEXIST ? .exists(path) : .cannotCreate(path, String(cString: strerror(code)))
         }
     }
 

@@ -42,6 +42,27 @@ public struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// those: first contact then costs what the scope holds, not what the
     /// peer holds (Specs/sync.md §4.10).
     public static let scoped = SyncCapabilities(rawValue: 128)
+    /// Exchanges inbox deliveries and notices right after the hellos
+    /// (`inbox`, `deliver`, `notices`, `inboxEnd`): a sender leaves the
+    /// events it addresses to a user at that user's inbox relay, which hands
+    /// them to the user's devices (Specs/sync.md §4.11).
+    public static let inbox = SyncCapabilities(rawValue: 256)
+}
+
+/// An event left at an inbox for one of its addressees (Specs/sync.md
+/// §4.11): the envelope as stored, and the user its author's device is bound
+/// to as the sender folds it (nil when it does not know), so the recipient
+/// can find the author's relay list.
+public struct Notice: Hashable, Sendable {
+    /// The user the author's device is bound to, as the sender of the notice folds it.
+    public var user: PublicKey?
+    /// The event's envelope, byte for byte as stored (Specs/events.md §3).
+    public var envelope: [UInt8]
+    /// A notice of `envelope`, whose author acts for `user`.
+    public init(user: PublicKey?, envelope: [UInt8]) {
+        self.user = user
+        self.envelope = envelope
+    }
 }
 
 /// The first message of each side (`hello`, Specs/sync.md §4.1): protocol
@@ -185,13 +206,26 @@ public enum SyncMessage: Hashable, Sendable {
     case scopeEnd
     /// Ends the announcements that answer an added scope (Specs/sync.md §4.10).
     case scopeAnswered
+    /// Opens the inbox exchange: send the notices for my user after this
+    /// serial of yours (Specs/sync.md §4.11).
+    case inbox(since: UInt64)
+    /// Events the sender addresses to users whose inbox the receiver is.
+    case deliver([[UInt8]])
+    /// Ends the sender's deliveries.
+    case deliverEnd
+    /// Events left at the sender for the receiver's user.
+    case notices([Notice])
+    /// Ends the inbox exchange: the sender's last notice serial for the
+    /// receiver's user, and how many of the receiver's deliveries it kept
+    /// (durably) as an inbox.
+    case inboxEnd(serial: UInt64, kept: UInt64)
 
     /// The message type: the first item of every message's CBOR array
     /// (Specs/sync.md §3).
     public enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
             blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile, sketchInfo, sketch,
-            sketchResult, scope, scopeEnd, scopeAnswered
+            sketchResult, scope, scopeEnd, scopeAnswered, inbox, deliver, deliverEnd, notices, inboxEnd
     }
 
     /// This message's type, as encoded.
@@ -223,6 +257,11 @@ public enum SyncMessage: Hashable, Sendable {
         case .scope: .scope
         case .scopeEnd: .scopeEnd
         case .scopeAnswered: .scopeAnswered
+        case .inbox: .inbox
+        case .deliver: .deliver
+        case .deliverEnd: .deliverEnd
+        case .notices: .notices
+        case .inboxEnd: .inboxEnd
         }
     }
 
@@ -256,7 +295,10 @@ public enum SyncMessage: Hashable, Sendable {
                     .array([.bytes($0.author.bytes), .unsigned($0.from), $0.prev.map { .bytes($0.bytes) } ?? .null, .unsigned($0.to)])
                 }),
             ]
-        case .events(let envelopes): items = [t, .array(envelopes.map { .bytes($0) })]
+        case .events(let envelopes), .deliver(let envelopes): items = [t, .array(envelopes.map { .bytes($0) })]
+        case .inbox(let since): items = [t, .unsigned(since)]
+        case .notices(let list): items = [t, .array(list.map { .array([$0.user.map { .bytes($0.bytes) } ?? .null, .bytes($0.envelope)]) })]
+        case .inboxEnd(let serial, let kept): items = [t, .unsigned(serial), .unsigned(kept)]
         case .ack(let n): items = [t, .unsigned(n)]
         case .blobWant(let hashes): items = [t, .array(hashes.map { .bytes($0.bytes) })]
         case .blobData(let hash, let offset, let total, let bytes):
@@ -275,7 +317,7 @@ public enum SyncMessage: Hashable, Sendable {
         case .sketch(let s): items = [t, .unsigned(s.checksum), .bytes(Reconciler.bytes(s.sums))]
         case .sketchResult(let r): items = [t, .unsigned(r.outcome.rawValue), .array(r.asks.map { .unsigned($0) }), .unsigned(r.push)]
         case .done(let position): items = [t, .unsigned(position)]
-        case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd, .scopeEnd, .scopeAnswered: items = [t]
+        case .wantEnd, .eventsEnd, .blobWantEnd, .blobEnd, .payloadWantEnd, .scopeEnd, .scopeAnswered, .deliverEnd: items = [t]
         }
         return CBOREncoder.encode(.array(items))
     }
@@ -453,6 +495,31 @@ public enum SyncMessage: Hashable, Sendable {
             return .scope(out)
         case .scopeEnd: try count(1); return .scopeEnd
         case .scopeAnswered: try count(1); return .scopeAnswered
+        case .inbox:
+            try count(2)
+            return .inbox(since: try u64(items[1], "inbox serial"))
+        case .deliver:
+            try count(2)
+            var out: [[UInt8]] = []
+            for entry in try list(items[1], "deliver") {
+                guard let b = entry.bytesValue else { throw .malformed("a delivered event must travel as a byte string") }
+                out.append(b)
+            }
+            return .deliver(out)
+        case .deliverEnd: try count(1); return .deliverEnd
+        case .notices:
+            try count(2)
+            var out: [Notice] = []
+            for entry in try list(items[1], "notices") {
+                guard let e = entry.arrayValue, e.count == 2, let envelope = e[1].bytesValue else {
+                    throw .malformed("a notice is [user key or null, envelope]")
+                }
+                out.append(Notice(user: e[0].isNull ? nil : try b32(e[0], "notice user"), envelope: envelope))
+            }
+            return .notices(out)
+        case .inboxEnd:
+            try count(3)
+            return .inboxEnd(serial: try u64(items[1], "inbox serial"), kept: try u64(items[2], "kept count"))
         }
     }
 }
@@ -490,4 +557,8 @@ public enum SyncLimits {
     public static let maxInvitedFeeds = 100_000
     /// The most feeds a peer's scope may name in one session (Specs/sync.md §4.10).
     public static let maxScopeFeeds = 1_000_000
+    /// The most events one side delivers, and the most notices it sends, in
+    /// one session's inbox exchange (Specs/sync.md §4.11); the rest wait
+    /// for the next session.
+    public static let maxInboxEvents = 4096
 }

@@ -107,6 +107,11 @@ public struct RelayPlan: Sendable, Hashable {
             add(best.relay.address, best.relay.key, "home", covering: best.users)
             pending.subtract(best.users)
         }
+        // Inboxes where this node's own addressed events (follows, gifts)
+        // still wait to be left, most waiting first, while there is room.
+        for waiting in try InboxStore.pending(at: node) {
+            add(waiting.relay.address, waiting.relay.key, "inbox")
+        }
         return RelayPlan(relays: entries, uncovered: pending.sorted(), unlisted: unlisted)
     }
 
@@ -115,6 +120,7 @@ public struct RelayPlan: Sendable, Hashable {
     static func users(of node: Node, scope: ReplicationScope) throws -> Set<PublicKey> {
         if let users = try scope.users(of: node) { return users }
         return Set(try node.projections.relayLists().map(\.user.raw)).union([node.identity.user.raw])
+            .union(try InboxStore.correspondents(of: node.identity.user.raw, at: node).users)
     }
 }
 
@@ -159,6 +165,8 @@ extension SyncNetwork {
         _ node: Node, scope: ReplicationScope, maxRelays: Int = 8, options: SyncOptions = SyncOptions()
     ) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
         let first = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+        var options = options
+        options.inbox = true
         var results = await syncRouted(node, plan: first, options: options)
         var plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
         let done = Set(first.relays.map(\.key))

@@ -5,9 +5,10 @@ import ChorusProjections
 /// Which feeds a node replicates (Specs/sync.md §6). `hops == nil`: every
 /// feed it hears of. Otherwise the users within `hops` follow steps of this
 /// node's user (0: the user alone), plus the members of every chat the user
-/// is in, minus the users the user blocks; a user's feeds are the user
-/// key's own feed and every device ever bound to it. Issuer feeds are always
-/// included.
+/// is in, plus the users who left notices for the user at its inbox relays
+/// (Specs/sync.md §4.11), minus the users the user blocks; a user's feeds
+/// are the user key's own feed and every device ever bound to it. Issuer
+/// feeds are always included.
 public struct ReplicationScope: Hashable, Sendable {
     /// Follow steps from this node's user; nil replicates every feed. A
     /// negative value counts as 0.
@@ -30,6 +31,13 @@ public struct ReplicationScope: Hashable, Sendable {
         for u in users {
             feeds.insert(u)
             for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
+        }
+        // The devices that left notices for this user (§4.11), before their
+        // binding is known here.
+        let blocked = Set(try p.blocked(by: node.identity.user.raw))
+        for device in try InboxStore.correspondents(of: node.identity.user.raw, at: node).devices
+        where !blocked.contains(try p.user(of: device)) {
+            feeds.insert(device)
         }
         return feeds
     }
@@ -56,6 +64,9 @@ public struct ReplicationScope: Hashable, Sendable {
         for chat in try p.chats(of: me) {
             for m in chat.members where !blocked.contains(m.user.raw) { users.insert(m.user.raw) }
         }
+        // Whoever addressed this user (a notice at its inbox, §4.11): their
+        // feeds hold the invitation, the follow or the gift.
+        for u in try InboxStore.correspondents(of: me, at: node).users where !blocked.contains(u) { users.insert(u) }
         return users
     }
 

@@ -39,6 +39,16 @@ public struct SyncOptions: Sendable {
     /// Offers scoped announcements (`scoped`, Specs/sync.md §4.10): a scoped
     /// side names the feeds it wants, the other announces only those.
     public var scoped = true
+    /// Offers the inbox exchange (`inbox`, Specs/sync.md §4.11): this side
+    /// leaves its own events addressed to users whose inbox the peer is, and
+    /// takes the notices the peer holds for its user. Syncing by relay lists
+    /// sets it; a listed relay offers it too.
+    public var inbox = false
+    /// Serves as a relay that hosts a part (`chorus serve --host listed`,
+    /// Specs/sync.md §8.1): it requests only the feeds `FeedHosting` keeps,
+    /// and keeps, as an inbox, the deliveries addressed to users whose list
+    /// names it `inbox`. Off: every feed is requested (`--host all`).
+    public var hostsListed = false
     /// The most events and bytes of events this side serves the peer in one
     /// session (Specs/sync.md §5.1): past it, the rest of the peer's ranges
     /// go unanswered this session, so one peer cannot hold a server for an
@@ -160,6 +170,15 @@ public struct SyncReport: Sendable, Hashable {
     public var partial = false
     /// Sessions this report covers (a sync that continued after a partial one).
     public var sessions = 1
+    /// Events a listed relay did not keep because it does not host their
+    /// feed (Specs/sync.md §8.1); never the peer's fault.
+    public var notHosted = 0
+    /// This node's events the peer kept as their addressees' inbox (Specs/sync.md §4.11).
+    public var deliveriesLeft = 0
+    /// (Event, addressee) pairs this node kept as an inbox for the peer's deliveries.
+    public var deliveriesKept = 0
+    /// Notices for this node's user received from the peer and kept.
+    public var noticesReceived = 0
 
     /// An empty report for a session with `peer`.
     public init(peer: PeerIdentity) { self.peer = peer }
@@ -185,6 +204,10 @@ public struct SyncReport: Sendable, Hashable {
         partial = other.partial
         sessions += other.sessions
         blobsRequested += other.blobsRequested
+        notHosted += other.notHosted
+        deliveriesLeft += other.deliveriesLeft
+        deliveriesKept += other.deliveriesKept
+        noticesReceived += other.noticesReceived
     }
 }
 

@@ -130,8 +130,14 @@ extension SyncSession {
     }
 
     /// The feeds in scope now, with those the peer invited this node to.
+    /// A listed relay's "scope" is what it hosts of the announced feeds
+    /// (Specs/sync.md §8.1), which grows as the relay lists naming it arrive.
     func scopeFeeds() throws -> Set<PublicKey>? {
-        try options.scope.feeds(of: node)?.union(fetch.invited)
+        if options.hostsListed {
+            let peerUser = peerHello?.user
+            return Set(try fetch.announced.keys.filter { try FeedHosting.level(of: $0, at: node, peerUser: peerUser) != .none })
+        }
+        return try options.scope.feeds(of: node)?.union(fetch.invited)
     }
 
     /// The position to send in "done": the current arrival position when
@@ -149,7 +155,7 @@ extension SyncSession {
     func remember(position: UInt64, final: Bool = true) throws {
         guard let peers else { return }
         let complete = !fetch.sessionIncomplete
-        let tag = ReplicationScope.tag(finalFeeds)
+        let tag = try sessionTag(finalFeeds, peerUser: peerHello?.user)
         let user = peerHello?.user
         let received = UInt64(report.eventsReceived)
         let sentCount = UInt64(report.eventsSent)

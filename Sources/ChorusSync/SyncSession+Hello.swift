@@ -7,10 +7,10 @@ import Foundation
 extension SyncSession {
     func handshake() async throws {
         let peerKey = transport.peer.key
-        let scopeFeeds = try options.scope.feeds(of: node)
-        let tag = ReplicationScope.tag(scopeFeeds)
-        var since: UInt64 = 0
+        var scopeFeeds = try options.scope.feeds(of: node)
         let record = try peers?.record(peerKey)
+        let tag = try sessionTag(scopeFeeds, peerUser: record?.user)
+        var since: UInt64 = 0
         if let record, record.scopeTag == tag { since = record.position }
         blobFetch = BlobFetchState(remembered: record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } })
         startTag = tag
@@ -22,6 +22,7 @@ extension SyncSession {
         if options.reconcile { caps.insert(.reconcile) }
         if options.sketch { caps.insert(.sketch) }
         if options.scoped { caps.insert(.scoped) }
+        if options.inbox || options.hostsListed { caps.insert(.inbox) }
         send(.hello(SyncHello(user: node.identity.user.raw, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         let transport = self.transport
         let frame: [UInt8]?
@@ -40,6 +41,12 @@ extension SyncSession {
         if options.blobs, hello.capabilities.contains(.blobSerial) { send(.blobSerial(try blobs.serial())) }
         isLive = options.live && hello.capabilities.contains(.live)
         report.live = isLive
+        // Inbox deliveries and notices (§4.11) come before the scope: the
+        // notices can add the feeds of their senders to it.
+        if caps.contains(.inbox), hello.capabilities.contains(.inbox) {
+            try await exchangeInbox(with: hello)
+            if report.noticesReceived > 0 { scopeFeeds = try options.scope.feeds(of: node) }
+        }
         // Scoped announcements (§4.10): at a first contact a scoped side names
         // its feeds when both offer them. Later syncs announce only what
         // changed since the remembered position, scope or not.
@@ -62,6 +69,14 @@ extension SyncSession {
             reconciliation = .tree
         }
         report.reconciled = reconciliation != .none
+    }
+
+    /// Names what this side fetches from the peer, so a remembered
+    /// position is reused only while it is unchanged: the scope's feeds, or,
+    /// for a listed relay, whether it hosts the peer's user (Specs/sync.md
+    /// §4.2, §8.1).
+    func sessionTag(_ feeds: Set<PublicKey>?, peerUser: PublicKey?) throws -> Hash32 {
+        options.hostsListed ? try FeedHosting.tag(peerUser: peerUser, at: node) : ReplicationScope.tag(feeds)
     }
 
     func countReceived(_ frame: [UInt8]) {

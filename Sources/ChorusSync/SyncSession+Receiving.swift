@@ -148,12 +148,32 @@ extension SyncSession {
             case .skipped: continue
             case .event: break
             }
-            if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
             // The peer holds what it sends: live announcements skip it.
             if (peerKnown[event.author] ?? 0) < event.seq { peerKnown[event.author] = event.seq }
+            if options.hostsListed, try !hosts(event) {
+                report.notHosted += 1
+                continue
+            }
+            if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
             events.append(event)
         }
         return (events, payloadRefills)
+    }
+
+    /// Whether a listed relay keeps this requested event (Specs/sync.md
+    /// §8.1): a directory feed keeps its bindings and relay lists and
+    /// nothing from the first event of another kind on (so its feed stays
+    /// without gaps); a hosted feed keeps everything.
+    func hosts(_ event: Event) throws -> Bool {
+        let author = event.author
+        if notHostedFeeds.contains(author) { return false }
+        if FeedHosting.isDirectoryKind(event.kind) || hostedFeeds.contains(author) { return true }
+        if try FeedHosting.level(of: author, at: node, peerUser: peerHello?.user) == .all {
+            hostedFeeds.insert(author)
+            return true
+        }
+        notHostedFeeds.insert(author)
+        return false
     }
 
     /// Accounts for one durable batch: events at `refillsFrom` and after
@@ -285,7 +305,7 @@ extension SyncMessage.Code {
         case .ack, .done: .ownSending
         case .hello, .have, .haveEnd, .want, .wantEnd, .eventsEnd, .blobWant, .blobWantEnd, .blobMissing, .blobEnd, .error,
             .payloadWant, .payloadWantEnd, .invite, .blobSerial, .reconcile, .sketchInfo, .sketch, .sketchResult, .scope, .scopeEnd,
-            .scopeAnswered:
+            .scopeAnswered, .inbox, .deliver, .deliverEnd, .notices, .inboxEnd:
             .afterStored
         }
     }

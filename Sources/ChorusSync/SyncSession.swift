@@ -46,6 +46,11 @@ public actor SyncSession {
     /// This node's own feeds: its device's and its user key's.
     var ownFeeds: Set<PublicKey> { [node.identity.device.raw, node.identity.user.raw] }
     var blobFetch = BlobFetchState(remembered: nil)
+    /// A listed relay's verdicts in this session (Specs/sync.md §8.1): feeds
+    /// it keeps whole, and feeds it stopped keeping at an event of a kind a
+    /// directory feed does not hold.
+    var hostedFeeds: Set<PublicKey> = []
+    var notHostedFeeds: Set<PublicKey> = []
     /// Events received when the last refill ran (refill runs again only when more arrived).
     var refillCheckedAt: Int? = nil
 
@@ -355,6 +360,9 @@ public actor SyncSession {
             completeIfReady()
         case .error(let code, let text):
             throw SyncError.peerError(code: code, message: text)
+        case .inbox, .deliver, .deliverEnd, .notices, .inboxEnd:
+            // Only right after the hellos, both offering `inbox` (§4.11).
+            throw SyncError.unexpected("\(message.code) outside the inbox exchange")
         }
     }
 

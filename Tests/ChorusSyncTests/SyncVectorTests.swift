@@ -59,6 +59,12 @@ struct SyncVectorTests {
         ("scope", .scope([k(0x22), k(0x44)])),
         ("scope_end", .scopeEnd),
         ("scope_answered", .scopeAnswered),
+        ("hello_inbox", .hello(SyncHello(user: k(0x11), capabilities: [.blobs, .refill, .invitations, .blobSerial, .scoped, .inbox], hops: 1, since: 0))),
+        ("inbox", .inbox(since: 300)),
+        ("deliver", .deliver([[0x83, 0x41, 0x00, 0x41, 0x01, 0xf6]])),
+        ("deliver_end", .deliverEnd),
+        ("notices", .notices([Notice(user: k(0x22), envelope: [0x83, 0x41, 0x00, 0x41, 0x01, 0xf6]), Notice(user: nil, envelope: [0x01, 0x02])])),
+        ("inbox_end", .inboxEnd(serial: 301, kept: 2)),
     ]
 
     static var vectorPath: String {

@@ -1,0 +1,206 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusStorage
+import Foundation
+
+/// Whom an event is addressed to (Specs/sync.md §4.11): the users whose
+/// inbox relays it is left at, because without it they would never learn of
+/// the feed it lives in.
+public enum Addressing {
+    /// The addressees of `event`: user keys (or, for a `chat.key` wrap to a
+    /// device `userOf` does not bind, that device key), never the author's
+    /// own user, without repeats, in key order. `userOf` maps a key to the
+    /// user it acts for as the caller folds it. An event whose payload is
+    /// purged or does not read as its kind is addressed to nobody.
+    public static func addressees(of event: Event, userOf: (PublicKey) throws -> PublicKey) rethrows -> [PublicKey] {
+        var out: Set<PublicKey> = []
+        switch event.kind {
+        case .followAdded, .coinGiven:
+            out.insert(event.object)
+        case .chatCreated:
+            if let payload = event.payload, let p = try? ChatCreatedPayload(reading: payload) { out.formUnion(p.members) }
+        case .chatMemberAdded:
+            if let payload = event.payload, let p = try? ChatMemberAddedPayload(reading: payload) { out.insert(p.user) }
+        case .chatKey:
+            if let payload = event.payload, let p = try? ChatKeyPayload(reading: payload) {
+                // Each wrap starts with the recipient device's key (Specs/encryption.md §5).
+                var i = 0
+                while i + 80 <= p.wraps.count {
+                    if let device = Bytes32(Array(p.wraps[i..<i + 32])) { out.insert(try userOf(device)) }
+                    i += 80
+                }
+            }
+        case .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted,
+            .followRemoved, .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatMemberRemoved, .messageSent, .messageEdited,
+            .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
+            break
+        }
+        out.remove(try userOf(event.author))
+        return out.sorted()
+    }
+
+    /// Whether `relay` is an `inbox` relay of `user`'s list as `node` folds it.
+    public static func isInbox(_ relay: PublicKey, of user: PublicKey, at node: Node) throws -> Bool {
+        try node.projections.relays(of: UserID(user))?.relays.contains { $0.key == relay && $0.roles.contains(.inbox) } ?? false
+    }
+}
+
+/// The `inbox` database of a node's LMDB environment (Specs/sync.md
+/// §4.11, Specs/storage.md): events left here for their addressees (at an
+/// inbox relay: for the users whose list names it; at a user's node: for
+/// its own user, received as notices), which of its own events this node
+/// has left at which relay, and the last notice serial each relay sent it.
+/// Kept out of the log because a notice is one event of a feed the holder
+/// does not host, and feeds are never stored with gaps.
+public final class InboxStore: Sendable {
+    let env: Environment
+    let db: Database
+
+    // Key prefixes of the one database.
+    static let byRecipient: UInt8 = 0  // 0 ‖ recipient ‖ serial (8, big-endian) → [user or null, envelope]
+    static let byEvent: UInt8 = 1  // 1 ‖ event id ‖ recipient → serial
+    static let leftAt: UInt8 = 2  // 2 ‖ relay ‖ event id → empty: this node's event left at that relay
+    static let counter: UInt8 = 3  // 3 → the last serial given
+    static let noticeSerial: UInt8 = 4  // 4 ‖ relay → the last notice serial that relay sent this node
+
+    /// Opens (creating if needed) the `inbox` database of `env`.
+    public init(env: Environment) throws {
+        self.env = env
+        db = try env.openDatabase("inbox", create: !env.readOnly)
+    }
+
+    static func be(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }
+    static func readBE(_ b: some Collection<UInt8>) -> UInt64 { b.reduce(0) { $0 << 8 | UInt64($1) } }
+
+    /// Keeps each event for each of its recipients, once per (event,
+    /// recipient), in one write transaction; returns how many (event,
+    /// recipient) pairs were new.
+    @discardableResult
+    public func keep(_ items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])]) throws -> Int {
+        guard !items.isEmpty else { return 0 }
+        return try env.write { txn in
+            var serial = try txn.get(db, [Self.counter]).map { Self.readBE($0) } ?? 0
+            var kept = 0
+            for item in items {
+                for recipient in item.recipients {
+                    let seen = [Self.byEvent] + item.event.id.bytes + recipient.bytes
+                    if try txn.get(db, seen) != nil { continue }
+                    serial += 1
+                    let value = CBOREncoder.encode(.array([item.user.map { .bytes($0.bytes) } ?? .null, .bytes(item.envelope)]))
+                    try txn.put(db, [Self.byRecipient] + recipient.bytes + Self.be(serial), value)
+                    try txn.put(db, seen, Self.be(serial))
+                    kept += 1
+                }
+            }
+            try txn.put(db, [Self.counter], Self.be(serial))
+            return kept
+        }
+    }
+
+    /// The notices held for `recipient` after `serial`, oldest first, at
+    /// most `limit`, with the serial of the last one returned (`serial`
+    /// when none).
+    public func notices(for recipient: PublicKey, after serial: UInt64 = 0, limit: Int = .max) throws -> (notices: [Notice], last: UInt64) {
+        try env.read { txn in
+            var out: [Notice] = []
+            var last = serial
+            let prefix = [Self.byRecipient] + recipient.bytes
+            try txn.scan(db, from: prefix + Self.be(serial &+ 1)) { key, value in
+                guard key.starts(with: prefix), out.count < limit else { return false }
+                let s = Self.readBE(key.suffix(8))
+                if s <= serial { return true }
+                if let v = try? CBORDecoder.decode(value), let a = v.arrayValue, a.count == 2, let envelope = a[1].bytesValue {
+                    out.append(Notice(user: a[0].bytesValue.flatMap { Bytes32($0) }, envelope: envelope))
+                }
+                last = s
+                return true
+            }
+            return (out, last)
+        }
+    }
+
+    /// How many (event, recipient) pairs this store holds.
+    public func count() throws -> Int {
+        try env.read { txn in
+            var n = 0
+            try txn.scan(db, prefix: [Self.byEvent]) { _, _ in
+                n += 1
+                return true
+            }
+            return n
+        }
+    }
+
+    /// Which of `ids` this node has left at `relay` already.
+    public func left(_ ids: [EventID], at relay: PublicKey) throws -> Set<EventID> {
+        try env.read { txn in
+            Set(try ids.filter { try txn.get(db, [Self.leftAt] + relay.bytes + $0.bytes) != nil })
+        }
+    }
+
+    /// Records that `relay` kept these events of this node's as an inbox.
+    public func markLeft(_ ids: [EventID], at relay: PublicKey) throws {
+        guard !ids.isEmpty else { return }
+        try env.write { txn in
+            for id in ids { try txn.put(db, [Self.leftAt] + relay.bytes + id.bytes, []) }
+        }
+    }
+
+    /// The last notice serial `relay` sent this node (0: none).
+    public func noticeSerial(from relay: PublicKey) throws -> UInt64 {
+        try env.read { txn in try txn.get(db, [Self.noticeSerial] + relay.bytes).map { Self.readBE($0) } ?? 0 }
+    }
+
+    /// Records the last notice serial `relay` sent this node.
+    public func setNoticeSerial(_ serial: UInt64, from relay: PublicKey) throws {
+        try env.write { txn in try txn.put(db, [Self.noticeSerial] + relay.bytes, Self.be(serial)) }
+    }
+
+    /// The feeds that left notices for `user` here (Specs/sync.md §6): each
+    /// notice's author device and the user it named.
+    public func correspondents(of user: PublicKey) throws -> (users: Set<PublicKey>, devices: Set<PublicKey>) {
+        var users: Set<PublicKey> = []
+        var devices: Set<PublicKey> = []
+        for notice in try notices(for: user).notices {
+            if let u = notice.user { users.insert(u) }
+            if let header = try? Event.decode(notice.envelope).header { devices.insert(header.author) }
+        }
+        return (users, devices)
+    }
+
+    /// `correspondents(of:)` in `node`'s store; none when the store has no
+    /// inbox database yet (a read-only store never synced by relay lists).
+    public static func correspondents(of user: PublicKey, at node: Node) throws -> (users: Set<PublicKey>, devices: Set<PublicKey>) {
+        guard let store = try? InboxStore(env: node.log.env) else { return ([], []) }
+        return try store.correspondents(of: user)
+    }
+
+    /// The inbox relays at which this node's own addressed events still
+    /// wait to be left (Specs/sync.md §4.11), with how many wait at each.
+    public static func pending(at node: Node) throws -> [(relay: Relay, events: Int)] {
+        guard let store = try? InboxStore(env: node.log.env) else { return [] }
+        let p = node.projections
+        var waiting: [PublicKey: (relay: Relay, ids: [EventID])] = [:]
+        for stored in try node.feed(node.identity.device.raw) {
+            let event = stored.event
+            guard event.payloadBytes != nil else { continue }
+            for user in try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }) {
+                for relay in try p.relays(of: UserID(user))?.relays ?? [] where relay.roles.contains(.inbox) {
+                    var entry = waiting[relay.key] ?? (relay, [])
+                    if entry.ids.last != event.id { entry.ids.append(event.id) }
+                    waiting[relay.key] = entry
+                }
+            }
+        }
+        var out: [(relay: Relay, events: Int)] = []
+        for (key, entry) in waiting {
+            let left = try store.left(entry.ids, at: key)
+            let count = entry.ids.count - left.count
+            if count > 0 { out.append((entry.relay, count)) }
+        }
+        return out.sorted { ($0.events, $1.relay.key) > ($1.events, $0.relay.key) }
+    }
+}

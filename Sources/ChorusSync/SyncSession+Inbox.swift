@@ -1,0 +1,172 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusLog
+import ChorusNode
+import ChorusParallel
+import Foundation
+
+/// The inbox exchange (Specs/sync.md §4.11): right after the hellos, each
+/// side leaves the events it addresses to users whose inbox the peer is,
+/// and hands over the notices it holds for the peer's user.
+extension SyncSession {
+    func exchangeInbox(with hello: SyncHello) async throws {
+        let node = self.node
+        let peer = transport.peer.key
+        let store = try InboxStore(env: node.log.env)
+        send(.inbox(since: try store.noticeSerial(from: peer)))
+        let offered = try await offThePool { try Self.deliveries(of: node, to: peer, store: store) }
+        var batch: [[UInt8]] = []
+        var bytes = 0
+        for envelope in offered.map(\.envelope) {
+            if !batch.isEmpty, batch.count == SyncLimits.eventBatchCount || bytes + envelope.count > SyncLimits.eventBatchBytes {
+                send(.deliver(batch))
+                batch = []
+                bytes = 0
+            }
+            batch.append(envelope)
+            bytes += envelope.count
+        }
+        if !batch.isEmpty { send(.deliver(batch)) }
+        send(.deliverEnd)
+
+        var delivered: [[UInt8]] = []
+        var notices: [Notice] = []
+        var lastSerial: UInt64? = nil  // set once the peer's `inbox` is answered
+        var sentEnd = false
+        var peerEnded = false
+        while !(sentEnd && peerEnded) {
+            let message = try await receiveBeforeSession("the inbox exchange")
+            switch message {
+            case .blobSerial:
+                try await handle(message)
+            case .inbox(let since):
+                guard lastSerial == nil else { throw SyncError.unexpected("a second inbox") }
+                let held = try await offThePool { try Self.notices(at: node, for: hello.user, device: peer, after: since, store: store) }
+                for chunk in held.notices.chunked(64) { send(.notices(chunk)) }
+                lastSerial = held.last
+            case .deliver(let list):
+                delivered += list
+                if delivered.count > SyncLimits.maxInboxEvents {
+                    throw SyncError.unexpected("over \(SyncLimits.maxInboxEvents) deliveries in one session")
+                }
+            case .deliverEnd:
+                guard let serial = lastSerial, !sentEnd else { throw SyncError.unexpected("deliverEnd before inbox, or twice") }
+                let received = delivered
+                let kept = try await offThePool { try Self.keepDeliveries(received, at: node, store: store) }
+                report.deliveriesKept += kept
+                send(.inboxEnd(serial: serial, kept: UInt64(kept)))
+                sentEnd = true
+            case .notices(let list):
+                notices += list
+                if notices.count > SyncLimits.maxInboxEvents {
+                    throw SyncError.unexpected("over \(SyncLimits.maxInboxEvents) notices in one session")
+                }
+            case .inboxEnd(let serial, let kept):
+                guard !peerEnded else { throw SyncError.unexpected("a second inboxEnd") }
+                peerEnded = true
+                let received = notices
+                let count = try await offThePool { () throws -> Int in
+                    let n = try Self.keepNotices(received, at: node, store: store)
+                    try store.setNoticeSerial(serial, from: peer)
+                    return n
+                }
+                report.noticesReceived += count
+                // Marked left only when the peer kept every (event, addressee)
+                // pair offered: a relay that did not yet hold an addressee's
+                // list is offered them again next time.
+                let pairs = offered.reduce(0) { $0 + $1.recipients }
+                if kept >= UInt64(pairs), !offered.isEmpty {
+                    try await offThePool { try store.markLeft(offered.map(\.id), at: peer) }
+                }
+                report.deliveriesLeft += Int(clamping: kept)
+            case .error(let code, let text):
+                throw SyncError.peerError(code: code, message: text)
+            default:
+                throw SyncError.unexpected("\(message.code) during the inbox exchange")
+            }
+        }
+    }
+
+    /// The next message before the session's loops run (the hellos'
+    /// neighbours), waiting at most the idle timeout.
+    func receiveBeforeSession(_ what: String) async throws -> SyncMessage {
+        let transport = self.transport
+        let frame: [UInt8]?
+        do {
+            frame = try await withTimeout(options.idleTimeout, "waiting for \(what)", onTimeout: { await transport.close() }) {
+                try await transport.receive()
+            }
+        } catch let error as SyncError { throw error } catch { throw SyncError.fromTransport(error) }
+        guard let frame else { throw SyncError.connectionClosed }
+        countReceived(frame)
+        return try SyncMessage.decode(frame)
+    }
+
+    /// This node's own events addressed to users whose list names `relay`
+    /// `inbox`, not yet left there, oldest first, at most
+    /// `SyncLimits.maxInboxEvents`; with how many addressees each has there.
+    static func deliveries(of node: Node, to relay: PublicKey, store: InboxStore) throws -> [(id: EventID, envelope: [UInt8], recipients: Int)] {
+        let p = node.projections
+        var out: [(id: EventID, envelope: [UInt8], recipients: Int)] = []
+        for stored in try node.feed(node.identity.device.raw) {
+            let event = stored.event
+            guard event.payloadBytes != nil else { continue }
+            let recipients = try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).filter {
+                try Addressing.isInbox(relay, of: $0, at: node)
+            }
+            if !recipients.isEmpty { out.append((event.id, event.encoded(), recipients.count)) }
+        }
+        let left = try store.left(out.map(\.id), at: relay)
+        return Array(out.filter { !left.contains($0.id) }.prefix(SyncLimits.maxInboxEvents))
+    }
+
+    /// Keeps, as an inbox, each delivered event for each of its addressees
+    /// whose list names this node `inbox`; returns the (event, addressee)
+    /// pairs kept. Events that do not decode or verify, and addressees this
+    /// node is not the inbox of, are left out without fault (the sender may
+    /// hold a newer list).
+    static func keepDeliveries(_ envelopes: [[UInt8]], at node: Node, store: InboxStore) throws -> Int {
+        let p = node.projections
+        let me = node.identity.device.raw
+        var items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])] = []
+        var pairs = 0
+        for envelope in envelopes {
+            guard let event = try? Event.decode(envelope), event.payloadBytes != nil, event.verifySignature() else { continue }
+            let recipients = try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).filter {
+                try Addressing.isInbox(me, of: $0, at: node)
+            }
+            guard !recipients.isEmpty else { continue }
+            let user = try p.user(of: event.author)
+            items.append((event, envelope, user == event.author ? nil : user, recipients))
+            pairs += recipients.count
+        }
+        try store.keep(items)
+        return pairs
+    }
+
+    /// The notices held for `user` after `serial`, when `device` is a
+    /// current device of `user` as this node folds it (else none: notices
+    /// go to the addressee's devices only).
+    static func notices(at node: Node, for user: PublicKey, device: PublicKey, after serial: UInt64, store: InboxStore) throws
+        -> (notices: [Notice], last: UInt64)
+    {
+        guard let binding = try node.projections.binding(of: device), binding.user == user, binding.removedHLC == nil else {
+            return ([], serial)
+        }
+        return try store.notices(for: user, after: serial, limit: SyncLimits.maxInboxEvents)
+    }
+
+    /// Keeps the notices addressed to this node's user that decode and
+    /// verify; returns how many were new.
+    static func keepNotices(_ notices: [Notice], at node: Node, store: InboxStore) throws -> Int {
+        let p = node.projections
+        let me = node.identity.user.raw
+        var items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])] = []
+        for notice in notices {
+            guard let event = try? Event.decode(notice.envelope), event.payloadBytes != nil, event.verifySignature() else { continue }
+            guard try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).contains(me) else { continue }
+            items.append((event, notice.envelope, notice.user, [me]))
+        }
+        return try store.keep(items)
+    }
+}

@@ -1,0 +1,173 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusSync
+import ChorusTestSupport
+import Foundation
+import Testing
+
+/// Specs/sync.md §8.1 and §4.11: relays that host a part (`--host listed`)
+/// keep only their users' feeds and the directory, and leave what is
+/// addressed to a user at that user's inbox relay as notices.
+@Suite("Listed relays and inboxes, over TCP on 127.0.0.1")
+struct HostingTests {
+    struct Served {
+        let node: Node
+        let server: SyncServer
+        let listener: SecureListener
+        var address: String { "127.0.0.1:\(listener.port)" }
+        var key: PublicKey { node.identity.device.raw }
+        func relay(_ roles: Relay.Roles) -> Relay { Relay(address: address, key: key, roles: roles) }
+
+        func stop() async {
+            await listener.shutdown()
+            await server.shutdown()
+            await node.close()
+        }
+    }
+
+    /// A relay serving as `chorus serve --host listed` does.
+    static func listed(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> Served {
+        let node = try await makeNode(dir, name, network: network)
+        var options = SyncOptions(live: true)
+        options.inbox = true
+        options.hostsListed = true
+        options.sketch = false
+        let server = try SyncServer(node: node, options: options)
+        return Served(node: node, server: server, listener: try await server.listen(host: "127.0.0.1", port: 0))
+    }
+
+    static func syncByLists(_ node: Node, hops: Int) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
+        let (plan, results) = try await bounded(.seconds(60), "sync by relay lists") {
+            try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: hops))
+        }
+        for r in results {
+            if case .failure(let error) = r.outcome { Issue.record("\(r.relay.address) failed: \(error)") }
+        }
+        return (plan, results)
+    }
+
+    static func height(_ node: Node, _ feed: PublicKey) throws -> UInt64 { try node.head(of: feed)?.seq ?? 0 }
+
+    @Test("a listed relay keeps its users' feeds and every user key's directory feed, nothing else; an invitation reaches a member through the member's inbox relay")
+    func listedRelaysAndInboxes() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boot = try await Self.listed(dir, "boot", network: net)
+        let r1 = try await Self.listed(dir, "r1", network: net)
+        let r2 = try await Self.listed(dir, "r2", network: net)
+        let r3 = try await Self.listed(dir, "r3", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
+        // Alice lives on relay 1; Bob on relay 2 with his inbox on relay 3.
+        _ = try await alice.setRelays([r1.relay(.all)])
+        _ = try await bob.setRelays([r2.relay(.home), r3.relay(.inbox)])
+        _ = try await alice.setProfile(.bio, .text("Alice on relay 1"))
+        _ = try await bob.setProfile(.bio, .text("Bob on relay 2"))
+        for node in [alice, bob] { _ = try await Self.syncByLists(node, hops: 0) }
+
+        let aliceDevice = alice.identity.device.raw
+        let bobDevice = bob.identity.device.raw
+        #expect(try Self.height(r1.node, aliceDevice) == Self.height(alice, aliceDevice))
+        #expect(try Self.height(r2.node, bobDevice) == Self.height(bob, bobDevice))
+        // Hosted nowhere else: the bootstrap relay holds only the user keys' feeds.
+        #expect(try Self.height(r2.node, aliceDevice) == 0 && Self.height(r1.node, bobDevice) == 0)
+        #expect(try Self.height(boot.node, aliceDevice) == 0 && Self.height(boot.node, bobDevice) == 0)
+        #expect(try boot.node.projections.relays(of: alice.identity.user)?.relays == [r1.relay(.all)])
+        #expect(try boot.node.projections.relays(of: bob.identity.user)?.relays.count == 2)
+
+        // Carol, listed nowhere, syncs straight with relay 1: only her user
+        // key's feed (her binding) is kept, and the session is not a fault.
+        _ = try await carol.setProfile(.bio, .text("Carol, unlisted"))
+        let direct = try await bounded(.seconds(30), "carol's direct sync") {
+            try await SyncNetwork.sync(carol, host: "127.0.0.1", port: r1.listener.port)
+        }
+        #expect(direct.complete)
+        #expect(try Self.height(r1.node, carol.identity.device.raw) == 0)
+        #expect(try Self.height(r1.node, carol.identity.user.raw) == Self.height(carol, carol.identity.user.raw))
+        #expect(r1.server.bans.refusal(carol.identity.device.raw) == nil)
+
+        // Alice invites Bob to an encrypted chat. Her syncs leave the
+        // invitation and the key wraps at Bob's inbox (relay 3), which does
+        // not host her feed.
+        let chat = try await alice.createChat(title: "Across relays", members: [bob.identity.user]).object
+        _ = try await alice.sendMessage(chat, text: "hello from relay 1")
+        let (plan, results) = try await Self.syncByLists(alice, hops: 0)
+        #expect(plan.relays.contains { $0.key == r3.key && $0.reasons.contains("inbox") }, "\(plan.relays)")
+        // The first sync learned Bob's device key and wrapped the chat key to it; the next leaves that too.
+        _ = try await Self.syncByLists(alice, hops: 0)
+        let left = results.reduce(0) { if case .success(let r) = $1.outcome { $0 + r.deliveriesLeft } else { $0 } }
+        #expect(left >= 1, "the invitation was left at relay 3")
+        #expect(try Self.height(r3.node, aliceDevice) == 0, "relay 3 holds notices, not Alice's feed")
+        #expect(try InboxStore(env: r3.node.log.env).count() >= 2)
+
+        // Bob's sync takes the notices from his inbox, finds Alice's home
+        // relay through her relay list, and reads the chat.
+        let (bobPlan, bobResults) = try await Self.syncByLists(bob, hops: 0)
+        let notices = bobResults.reduce(0) { if case .success(let r) = $1.outcome { $0 + r.noticesReceived } else { $0 } }
+        #expect(notices >= 2)
+        #expect(bobPlan.relays.contains { $0.key == r1.key }, "Alice's home relay was found: \(bobPlan.relays)")
+        let page = try bob.readableChatPage(chat)
+        #expect(page.messages.map { $0.content.value?.text } == ["hello from relay 1"])
+        #expect(try bob.readableChat(try #require(try bob.projections.chatView(chat))).title?.value == "Across relays")
+        // A second sync brings no notice again.
+        let (_, again) = try await Self.syncByLists(bob, hops: 0)
+        #expect(again.allSatisfy { if case .success(let r) = $0.outcome { r.noticesReceived == 0 } else { false } })
+
+        for node in [alice, bob, carol] { await node.close() }
+        for relay in [boot, r1, r2, r3] { await relay.stop() }
+    }
+
+    @Test("a user who moves home loses nothing: the new relay takes the history from the user's device, followers find it there, and the old relay reports what it still holds")
+    func movingHome() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boot = try await Self.listed(dir, "boot", network: net)
+        let old = try await Self.listed(dir, "old", network: net)
+        let new = try await Self.listed(dir, "new", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let dave = try await makeNode(dir, "dave", network: net)
+        _ = try await alice.setRelays([old.relay(.all)])
+        for i in 0..<20 { _ = try await alice.setProfile(.bio, .text("post \(i)")) }
+        _ = try await Self.syncByLists(alice, hops: 0)
+        let device = alice.identity.device.raw
+        #expect(try Self.height(old.node, device) == Self.height(alice, device))
+        #expect(try HostingCensus.take(at: old.node).hostedUsers == 1)
+        let before = try Self.height(alice, device)
+
+        _ = try await alice.setRelays([new.relay(.all)])
+                _ = try await Self.syncByLists(alice, hops: 0)
+        #expect(try Self.height(new.node, device) == Self.height(alice, device), "the whole history moved")
+        // The old relay learns the new list when Alice's node offers it
+        // there (a sync straight with it), and takes nothing of hers after.
+        for text in ["told the old relay", "after that"] {
+            _ = try await alice.setProfile(.bio, .text(text))
+            _ = try await bounded(.seconds(30), "alice syncs with the old relay") {
+                try await SyncNetwork.sync(alice, host: "127.0.0.1", port: old.listener.port)
+            }
+        }
+        _ = try await Self.syncByLists(alice, hops: 0)
+        let held = try Self.height(old.node, device)
+        let now = try Self.height(alice, device)
+        #expect(held >= before && held < now, "it accepts no new event of hers")
+        let census = try HostingCensus.take(at: old.node)
+        #expect(census.hostedUsers == 0 && census.formerUsers[alice.identity.user.raw] == held, "\(census)")
+
+        _ = try await dave.follow(alice.identity.user)
+        let (plan, _) = try await Self.syncByLists(dave, hops: 1)
+        #expect(plan.relays.contains { $0.key == new.key && $0.covers == [alice.identity.user.raw] }, "\(plan.relays)")
+        guard case .text(let bio) = try dave.projections.profile(alice.identity.user).field("bio") else {
+            Issue.record("no bio")
+            return
+        }
+        #expect(bio == "after that")
+        for node in [alice, dave] { await node.close() }
+        for relay in [boot, old, new] { await relay.stop() }
+    }
+}
