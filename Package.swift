@@ -116,9 +116,13 @@ let package = Package(
         .executableTarget(
             name: "ChorusBench",
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusStore", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands",
+                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands", "ChorusSimulation",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/Benchmark", exclude: ["HISTORY.md"]),
+        // The many-relays network simulation, shared by chorus-bench and the tests.
+        .target(
+            name: "ChorusSimulation", dependencies: ["ChorusNode", "ChorusSync", "ChorusProjections", "ChorusEvents", "ChorusCrypto"],
+            path: "Tools/Simulation"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
             path: "Tools/CrashWriter"),
@@ -128,7 +132,7 @@ let package = Package(
         .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
         .testTarget(
             name: "ChorusServiceTests",
-            dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", .product(name: "NIOHTTP1", package: "swift-nio")]),
+            dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusSync", .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
         .testTarget(name: "ChorusStorageTests", dependencies: ["ChorusTestSupport", "ChorusStorage"]),
@@ -142,7 +146,7 @@ let package = Package(
         .testTarget(
             name: "ChorusSyncTests",
             dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
-                           "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64",
+                           "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64", "ChorusSimulation",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")]),
         .testTarget(

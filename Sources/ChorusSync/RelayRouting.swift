@@ -157,26 +157,51 @@ extension SyncNetwork {
         return try await sync(node, host: host, port: port, options: options, expecting: key)
     }
 
-    /// Syncs by relay lists (Specs/sync.md §9): with the relays of the plan,
-    /// then, since those syncs may have brought relay lists this node did
-    /// not hold, with the relays a new plan adds. Returns the final plan and
-    /// every relay's result.
+    /// Syncs by relay lists (Specs/sync.md §9) in rounds: with the relays
+    /// of the plan, then, since those syncs may have brought relay lists and
+    /// notices this node did not hold, with the relays a new plan adds or
+    /// changes, at most `maxRounds` rounds. Returns the final plan and every
+    /// session's result.
     public static func syncByRelayLists(
         _ node: Node, scope: ReplicationScope, maxRelays: Int = 8, options: SyncOptions = SyncOptions()
     ) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
-        let first = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+        // Each session replicates the scope the plan is made for.
         var options = options
+        options.scope = scope
         options.inbox = true
-        var results = await syncRouted(node, plan: first, options: options)
         var plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
-        let done = Set(first.relays.map(\.key))
-        var more = plan
-        more.relays = plan.relays.filter { !done.contains($0.key) }
-        if !more.relays.isEmpty { results += await syncRouted(node, plan: more, options: options) }
-        // The relays of both rounds, as synced.
-        plan.relays = results.map(\.relay)
+        var round = plan
+        var results: [RelaySyncResult] = []
+        var covered: [PublicKey: Set<PublicKey>] = [:]
+        for _ in 0..<maxRounds {
+            let synced = await syncRouted(node, plan: round, options: options)
+            results += synced
+            for entry in round.relays { covered[entry.key, default: []].formUnion(entry.covers) }
+            // A session that ran while a parallel one took notices missed
+            // their senders: every relay is met again (a full session, the
+            // scope having changed). Otherwise the relays the new plan adds,
+            // those that now cover users they did not, and those where own
+            // addressed events wait to be left (their addressees' lists
+            // arrived in this round).
+            let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
+            plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+            let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
+            round = plan
+            round.relays = plan.relays.filter { entry in
+                guard let before = covered[entry.key] else { return true }
+                return noticed || !Set(entry.covers).isSubset(of: before) || waiting.contains(entry.key)
+            }
+            if round.relays.isEmpty { break }
+        }
+        // Every relay synced, each once.
+        var seen: Set<PublicKey> = []
+        plan.relays = results.map(\.relay).filter { seen.insert($0.key).inserted }
         return (plan, results)
     }
+
+    /// Rounds of `syncByRelayLists`, at most: a notice's sender is found in
+    /// the second (its relay list) and fetched in the third (its home relays).
+    public static let maxRounds = 3
 
     /// Syncs with every relay of `plan` at once (Specs/sync.md §9), each
     /// pinned to its listed key; one failing relay does not stop the others.

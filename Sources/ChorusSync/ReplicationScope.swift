@@ -8,7 +8,8 @@ import ChorusProjections
 /// is in, plus the users who left notices for the user at its inbox relays
 /// (Specs/sync.md §4.11), minus the users the user blocks; a user's feeds
 /// are the user key's own feed and every device ever bound to it. Issuer
-/// feeds are always included.
+/// feeds, and the user key feeds of the users the user follows (where their
+/// relay lists are), are always included.
 public struct ReplicationScope: Hashable, Sendable {
     /// Follow steps from this node's user; nil replicates every feed. A
     /// negative value counts as 0.
@@ -32,9 +33,12 @@ public struct ReplicationScope: Hashable, Sendable {
             feeds.insert(u)
             for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
         }
+        let blocked = Set(try p.blocked(by: node.identity.user.raw))
+        // The user keys of the users this user follows, whatever the hops:
+        // their relay lists say where to leave the follow (§4.11).
+        for u in try p.following(node.identity.user.raw) where !blocked.contains(u) { feeds.insert(u) }
         // The devices that left notices for this user (§4.11), before their
         // binding is known here.
-        let blocked = Set(try p.blocked(by: node.identity.user.raw))
         for device in try InboxStore.correspondents(of: node.identity.user.raw, at: node).devices
         where !blocked.contains(try p.user(of: device)) {
             feeds.insert(device)

@@ -21,23 +21,28 @@ extension SyncSession {
             var feeds = try scopeFeeds()
             var asked: [PublicKey: UInt64] = [:]
             while true {
-                let wants = try fetch.wants(in: feeds, asked: &asked, store: node)
-                if wants.isEmpty { break }
-                report.eventsRequested += wants.reduce(0) { $0 + Int($1.to - $1.from + 1) }
-                reportProgress()
-                for chunk in wants.chunked(SyncLimits.listBatch) { send(.want(chunk)) }
-                send(.wantEnd)
-                try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
-                guard feeds != nil else { break }
-                let grown = try scopeFeeds()
-                if grown == feeds { break }
-                // A peer that announces only this side's scope learns what it grew by (§4.10).
-                if let sent = sentScope, let grown, case let added = grown.subtracting(sent), !added.isEmpty {
+                // A peer that announces only this side's scope learns what it
+                // grew by (§4.10), however it grew: by this session's events,
+                // or by notices a parallel session took (§4.11).
+                if let sent = sentScope, let feeds, case let added = feeds.subtracting(sent), !added.isEmpty {
                     sentScope = sent.union(added)
                     for chunk in added.sorted().chunked(SyncLimits.listBatch) { send(.scope(chunk)) }
                     send(.scopeEnd)
                     try await expect("the peer's heads of the feeds added to the scope") { if case .scopeAnswered = $0 { true } else { false } }
                 }
+                let wants = try fetch.wants(in: feeds, asked: &asked, store: node)
+                if !wants.isEmpty {
+                    report.eventsRequested += wants.reduce(0) { $0 + Int($1.to - $1.from + 1) }
+                    reportProgress()
+                    for chunk in wants.chunked(SyncLimits.listBatch) { send(.want(chunk)) }
+                    send(.wantEnd)
+                    try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
+                }
+                // The scope may have grown without a request of this session:
+                // notices taken by a parallel session add their senders (§4.11).
+                guard feeds != nil else { break }
+                let grown = try scopeFeeds()
+                if grown == feeds { break }
                 feeds = grown
             }
             try await refillPayloads()

@@ -52,7 +52,7 @@ extension SyncSession {
             case .deliverEnd:
                 guard let serial = lastSerial, !sentEnd else { throw SyncError.unexpected("deliverEnd before inbox, or twice") }
                 let received = delivered
-                let kept = try await offThePool { try Self.keepDeliveries(received, at: node, store: store) }
+                let kept = try await offThePool { try Self.keepDeliveries(received, at: node, store: store, from: (peer, hello.user)) }
                 report.deliveriesKept += kept
                 send(.inboxEnd(serial: serial, kept: UInt64(kept)))
                 sentEnd = true
@@ -125,7 +125,12 @@ extension SyncSession {
     /// pairs kept. Events that do not decode or verify, and addressees this
     /// node is not the inbox of, are left out without fault (the sender may
     /// hold a newer list).
-    static func keepDeliveries(_ envelopes: [[UInt8]], at node: Node, store: InboxStore) throws -> Int {
+    /// `deliverer` is the peer's proved device key and the user its hello
+    /// names: the user of its own events when this node does not hold the
+    /// binding yet (it usually arrives later in the same session).
+    static func keepDeliveries(
+        _ envelopes: [[UInt8]], at node: Node, store: InboxStore, from deliverer: (device: PublicKey, user: PublicKey)
+    ) throws -> Int {
         let p = node.projections
         let me = node.identity.device.raw
         var items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])] = []
@@ -136,8 +141,9 @@ extension SyncSession {
                 try Addressing.isInbox(me, of: $0, at: node)
             }
             guard !recipients.isEmpty else { continue }
-            let user = try p.user(of: event.author)
-            items.append((event, envelope, user == event.author ? nil : user, recipients))
+            let bound = try p.user(of: event.author)
+            let user = bound != event.author ? bound : event.author == deliverer.device ? deliverer.user : nil
+            items.append((event, envelope, user, recipients))
             pairs += recipients.count
         }
         try store.keep(items)
@@ -153,7 +159,16 @@ extension SyncSession {
         guard let binding = try node.projections.binding(of: device), binding.user == user, binding.removedHLC == nil else {
             return ([], serial)
         }
-        return try store.notices(for: user, after: serial, limit: SyncLimits.maxInboxEvents)
+        // The binding this node holds now names the author's user, over the
+        // hint kept with the notice.
+        let p = node.projections
+        var held = try store.notices(for: user, after: serial, limit: SyncLimits.maxInboxEvents)
+        for i in held.notices.indices {
+            guard let author = try? Event.decode(held.notices[i].envelope).author else { continue }
+            let bound = try p.user(of: author)
+            if bound != author { held.notices[i].user = bound }
+        }
+        return held
     }
 
     /// Keeps the notices addressed to this node's user that decode and

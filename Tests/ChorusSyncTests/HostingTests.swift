@@ -170,4 +170,62 @@ struct HostingTests {
         for node in [alice, dave] { await node.close() }
         for relay in [boot, old, new] { await relay.stop() }
     }
+
+    @Test("a follower's feed that reached the followed user's relay before the follow notice reached its inbox is still fetched")
+    func correspondentAlreadyOnTheRelay() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let home = try await Self.listed(dir, "home", network: net)
+        let inbox = try await Self.listed(dir, "inbox", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        _ = try await alice.setRelays([home.relay(.home), inbox.relay(.inbox)])
+        _ = try await bob.setRelays([home.relay(.home), inbox.relay(.inbox)])
+        _ = try await bob.follow(alice.identity.user)
+        // Bob's follow cannot be left yet: Alice's list is not known to him.
+        _ = try await Self.syncByLists(bob, hops: 0)
+        _ = try await Self.syncByLists(alice, hops: 0)
+        // Now it is; his feed, unchanged, is already on the home relay.
+        let (_, left) = try await Self.syncByLists(bob, hops: 0)
+        #expect(left.reduce(0) { if case .success(let r) = $1.outcome { $0 + r.deliveriesLeft } else { $0 } } == 1)
+        _ = try await Self.syncByLists(alice, hops: 0)
+        #expect(try Self.height(alice, bob.identity.device.raw) == Self.height(bob, bob.identity.device.raw))
+        #expect(try alice.projections.followers(of: alice.identity.user).map(\.raw) == [bob.identity.user.raw])
+        for node in [alice, bob] { await node.close() }
+        for relay in [home, inbox] { await relay.stop() }
+    }
+
+    @Test("followers who follow before they know the followed user's list reach it as notices, and the followed user then holds their feeds")
+    func followersThroughTheInbox() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        var relays: [Served] = []
+        for i in 0..<4 { relays.append(try await Self.listed(dir, "r\(i)", network: net)) }
+        net.bootstrapRelays = [BootstrapRelay(address: relays[0].address, key: relays[0].key)]
+        var nodes: [Node] = []
+        for i in 0..<12 {
+            let node = try await makeNode(dir, "u\(i)", network: net)
+            _ = try await node.setRelays([relays[i % 4].relay(.home), relays[(i + 1) % 4].relay(.home), relays[(i + 2) % 4].relay(.inbox)])
+            _ = try await node.setProfile(.bio, .text("bio of u\(i)"))
+            nodes.append(node)
+        }
+        for i in 0..<12 { for j in [(i + 1) % 12, (i + 5) % 12] { _ = try await nodes[i].follow(nodes[j].identity.user) } }
+        // Round 1 publishes the lists (a follower early in it cannot know a
+        // later user's); round 2 leaves the follows at the inboxes; in round
+        // 3 every followed user takes them and fetches its followers.
+        for _ in 0..<3 { for node in nodes { _ = try await Self.syncByLists(node, hops: 1) } }
+        for i in 0..<12 {
+            let followers = [(i + 11) % 12, (i + 7) % 12].map { nodes[$0] }
+            for follower in followers {
+                let device = follower.identity.device.raw
+                #expect(try Self.height(nodes[i], device) == Self.height(follower, device), "u\(i) holds its follower's feed")
+            }
+            #expect(Set(try nodes[i].projections.followers(of: nodes[i].identity.user).map(\.raw)) == Set(followers.map(\.identity.user.raw)))
+        }
+        for node in nodes { await node.close() }
+        for relay in relays { await relay.stop() }
+    }
 }

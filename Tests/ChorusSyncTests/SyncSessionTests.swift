@@ -250,6 +250,8 @@ struct SyncSessionTests {
             let held = Set(try device.heads().map(\.author))
             var want: Set<PublicKey> = [device.identity.device.raw]  // its own device.key
             for i in expected { want.formUnion(feedsOf(users[i])) }
+            // The user keys of followed users (not blocked ones) at any hops: their relay lists.
+            want.insert(users[1].identity.user.raw)
             #expect(held == want, "hops \(hops)")
             await device.close()
         }

@@ -1,0 +1,28 @@
+import ChorusSimulation
+import ChorusTestSupport
+import Foundation
+import Testing
+
+/// Specs/sync.md §8.1, §4.11, §9: a small network of listed relays in one
+/// process, the same simulation as `chorus-bench network`.
+@Suite("Network simulation")
+struct NetworkSimulationTests {
+    @Test("120 users over 6 listed relays: every followed feed, invitation and key wrap arrives within two rounds, no relay far over its share, few relays per sync")
+    func smallNetworkDeliversEverything() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        var p = NetworkSimulation.Parameters(users: 120, relays: 6, directory: dir.path + "/net")
+        p.chatFraction = 0.2
+        p.seed = 7
+        let r = try await NetworkSimulation.run(p)
+        #expect(r.follows > 400 && r.chats > 5, "\(r.follows) follows, \(r.chats) chats")
+        #expect(r.deliveryFollowsByRound.last == 1.0, "\(r.deliveryFollowsByRound)")
+        #expect(r.deliveryInvitationsByRound.last == 1.0, "\(r.deliveryInvitationsByRound)")
+        #expect(r.deliveryKeyWrapsByRound.last == 1.0, "\(r.deliveryKeyWrapsByRound)")
+        #expect(r.delivery == 1.0)
+        #expect(r.connectionsPerSyncMean <= 8 && r.connectionsPerSyncMax <= 8)
+        // With 6 relays the random choice of homes alone puts a relay well over
+        // the mean; `chorus-bench network` measures the share at scale.
+        #expect(r.relayEventsMaxOverIdeal <= 2.0, "fullest relay \(r.relayEventsMax) events, ideal \(r.relayEventsIdeal)")
+    }
+}

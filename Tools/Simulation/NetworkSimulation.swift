@@ -1,0 +1,336 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusSync
+import Foundation
+
+/// A network of many relays in one process (Specs/sync.md §8.1, §4.11, §9):
+/// `relays` relays serving `--host listed` on 127.0.0.1 and `users` user
+/// nodes, each a real store opened only while it acts, syncing by relay
+/// lists over real TCP. A power-law follow graph, posts (pictures), likes of
+/// followed users' pictures and private chats; each user on two random
+/// `home` relays and one `inbox`. `chorus-bench network` runs it at scale;
+/// the test suite runs a small one and requires every delivery.
+public struct NetworkSimulation: Sendable {
+    /// What to build.
+    public struct Parameters: Sendable {
+        public var users: Int
+        public var relays: Int
+        /// Relays every invite carries (the first ones).
+        public var bootstrapRelays = 2
+        /// Follows per user: a Pareto draw (shape 1.5) from `minFollows`, capped at `maxFollows`.
+        public var minFollows = 3
+        public var maxFollows = 500
+        /// Fraction of users who start a chat with two of the users they follow.
+        public var chatFraction = 0.05
+        /// Pictures per user: 1 to this many.
+        public var maxPosts = 3
+        /// Rounds of every user syncing by its relay lists after the publishing pass.
+        public var rounds = 2
+        public var seed: UInt64 = 1
+        /// Where the stores go (a directory of its own, removed by the caller).
+        public var directory: String
+
+        public init(users: Int, relays: Int, directory: String) {
+            self.users = users
+            self.relays = relays
+            self.directory = directory
+        }
+    }
+
+    /// What it measured (`chorus-bench network --json` prints these keys).
+    public struct Result: Sendable, Encodable {
+        public var users = 0
+        public var relays = 0
+        public var follows = 0
+        public var chats = 0
+        /// Events in the users' device feeds (what `home` relays host) and in their user key feeds (the directory).
+        public var deviceEvents = 0
+        public var directoryEvents = 0
+        /// Per round after the publishing pass: the fraction of (follower,
+        /// followed user) pairs whose follower holds the followed user's whole
+        /// device feed, of chat invitations (a member holds the chat) and of
+        /// key wraps (a member reads the title).
+        public var deliveryFollowsByRound: [Double] = []
+        public var deliveryInvitationsByRound: [Double] = []
+        public var deliveryKeyWrapsByRound: [Double] = []
+        /// All three after the last round, together.
+        public var delivery = 0.0
+        /// The most events any relay holds (log and inbox notices) over the
+        /// ideal share: device events × 2 / relays, plus the directory.
+        public var relayEventsMax = 0
+        public var relayEventsIdeal = 0.0
+        public var relayEventsMaxOverIdeal = 0.0
+        /// Relays contacted per user sync (each relay once) in the rounds after publishing.
+        public var connectionsPerSyncMean = 0.0
+        public var connectionsPerSyncMax = 0
+        /// First contacts with followed users' relays (sessions with a relay
+        /// the user never synced with before, in the rounds): bytes both ways
+        /// over the scope feeds of those users, after 2 KB per session.
+        public var firstContactSessions = 0
+        public var firstContactBytes = 0
+        public var firstContactBytesPerScopeFeed = 0.0
+        public var wallSeconds = 0.0
+        public var setupSeconds = 0.0
+
+        enum CodingKeys: String, CodingKey {
+            case users, relays, follows, chats
+            case deviceEvents = "device_events", directoryEvents = "directory_events"
+            case deliveryFollowsByRound = "delivery_follows_by_round", deliveryInvitationsByRound = "delivery_invitations_by_round"
+            case deliveryKeyWrapsByRound = "delivery_key_wraps_by_round", delivery
+            case relayEventsMax = "relay_events_max", relayEventsIdeal = "relay_events_ideal"
+            case relayEventsMaxOverIdeal = "relay_events_max_over_ideal"
+            case connectionsPerSyncMean = "connections_per_sync_mean", connectionsPerSyncMax = "connections_per_sync_max"
+            case firstContactSessions = "first_contact_sessions", firstContactBytes = "first_contact_bytes"
+            case firstContactBytesPerScopeFeed = "first_contact_bytes_per_scope_feed"
+            case wallSeconds = "wall_seconds", setupSeconds = "setup_seconds"
+        }
+    }
+
+    struct User {
+        let store: String
+        let user: PublicKey
+        let device: PublicKey
+        var follows: [Int] = []
+    }
+
+    struct Chat {
+        let creator: Int
+        let members: [Int]
+        let id: ChatID
+    }
+
+    /// A SplitMix64 generator: the same seed builds the same network.
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    /// Builds the network, runs the publishing pass and `rounds` rounds,
+    /// and measures. `progress` hears a line per phase.
+    public static func run(_ p: Parameters, progress: @Sendable (String) -> Void = { _ in }) async throws -> Result {
+        let started = ContinuousClock.now
+        var rng = Generator(state: p.seed)
+        let network = NetworkConfig(networkKey: Random.bytes32())
+        try FileManager.default.createDirectory(atPath: p.directory, withIntermediateDirectories: true)
+
+        // Relays, serving what their users list.
+        var relayOptions = SyncOptions(live: false)
+        relayOptions.inbox = true
+        relayOptions.hostsListed = true
+        relayOptions.sketch = false
+        var relays: [Served] = []
+        for i in 0..<p.relays {
+            let node = try await Node.create(at: p.directory + "/relay\(i)", deviceName: "relay\(i)", network: network)
+            let server = try SyncServer(node: node, options: relayOptions)
+            let listener = try await server.listen(host: "127.0.0.1", port: 0)
+            let address = "127.0.0.1:\(listener.port)"
+            let key = node.identity.device.raw
+            relays.append((node, server, listener, { Relay(address: address, key: key, roles: $0) }))
+        }
+        do {
+            let result = try await simulate(p, relays: relays, network: network, rng: &rng, started: started, progress: progress)
+            for r in relays { await r.listener.shutdown(); await r.server.shutdown(); await r.node.close() }
+            return result
+        } catch {
+            for r in relays { await r.listener.shutdown(); await r.server.shutdown(); await r.node.close() }
+            throw error
+        }
+    }
+
+    typealias Served = (node: Node, server: SyncServer, listener: SecureListener, relay: @Sendable (Relay.Roles) -> Relay)
+
+    static func simulate(
+        _ p: Parameters, relays: [Served], network: NetworkConfig, rng: inout Generator, started: ContinuousClock.Instant,
+        progress: @Sendable (String) -> Void
+    ) async throws -> Result {
+        var network = network
+        network.bootstrapRelays = relays.prefix(p.bootstrapRelays).map {
+            let relay = $0.relay(.home)
+            return BootstrapRelay(address: relay.address, key: relay.key)
+        }
+        progress("\(p.relays) relays listening")
+
+        // Users: identities, relay lists, posts.
+        var users: [User] = []
+        var pictures: [[PictureID]] = []
+        for i in 0..<p.users {
+            let store = p.directory + "/u\(i)"
+            let node = try await Node.create(at: store, deviceName: "u\(i)", network: network)
+            var homes = Set<Int>()
+            while homes.count < min(2, p.relays) { homes.insert(Int.random(in: 0..<p.relays, using: &rng)) }
+            var inbox = Int.random(in: 0..<p.relays, using: &rng)
+            if p.relays > 2 { while homes.contains(inbox) { inbox = Int.random(in: 0..<p.relays, using: &rng) } }
+            var list = homes.sorted().map { relays[$0].relay(homes.contains(inbox) && $0 == inbox ? .all : .home) }
+            if !homes.contains(inbox) { list.append(relays[inbox].relay(.inbox)) }
+            _ = try await node.setRelays(list)
+            var mine: [PictureID] = []
+            for k in 0..<Int.random(in: 1...p.maxPosts, using: &rng) {
+                mine.append(try await node.addPicture(Array("picture \(k) of u\(i) ".utf8) + Random.bytes(64), mime: "image/png").object)
+            }
+            pictures.append(mine)
+            users.append(User(store: store, user: node.identity.user.raw, device: node.identity.device.raw))
+            await node.close()
+            if (i + 1) % 1000 == 0 { progress("\(i + 1) users created") }
+        }
+
+        // A power-law follow graph: popularity by Zipf rank, follow counts by Pareto.
+        let weights = (0..<p.users).map { 1 / pow(Double($0 + 1), 0.9) }
+        var cumulative: [Double] = []
+        var sum = 0.0
+        for w in weights {
+            sum += w
+            cumulative.append(sum)
+        }
+        let order = (0..<p.users).shuffled(using: &rng)  // who is popular
+        func popular(_ rng: inout Generator) -> Int {
+            let x = Double.random(in: 0..<sum, using: &rng)
+            var lo = 0
+            var hi = cumulative.count - 1
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if cumulative[mid] < x { lo = mid + 1 } else { hi = mid }
+            }
+            return order[lo]
+        }
+        var result = Result()
+        var chats: [Chat] = []
+        for i in 0..<p.users {
+            let u = Double.random(in: Double.ulpOfOne..<1, using: &rng)
+            let want = min(p.maxFollows, p.users - 1, Int(Double(p.minFollows) / pow(u, 1 / 1.5)))
+            var follows = Set<Int>()
+            var tries = 0
+            while follows.count < want, tries < want * 20 {
+                let j = popular(&rng)
+                if j != i { follows.insert(j) }
+                tries += 1
+            }
+            users[i].follows = follows.sorted()
+            result.follows += follows.count
+            let node = try await Node.open(at: users[i].store)
+            for j in users[i].follows { _ = try await node.follow(UserID(users[j].user)) }
+            // Likes of a followed user's picture (held or not: a like names its object).
+            for j in users[i].follows.prefix(3) {
+                if let picture = pictures[j].first { _ = try await node.like(picture) }
+            }
+            if users[i].follows.count >= 2, Double.random(in: 0..<1, using: &rng) < p.chatFraction {
+                let members = Array(users[i].follows.shuffled(using: &rng).prefix(2))
+                let chat = try await node.createChat(title: "chat of u\(i)", members: members.map { UserID(users[$0].user) }).object
+                _ = try await node.sendMessage(chat, text: "hello from u\(i)")
+                chats.append(Chat(creator: i, members: members, id: chat))
+            }
+            await node.close()
+        }
+        result.chats = chats.count
+        progress("\(result.follows) follows, \(chats.count) chats")
+
+        // Publishing: each user's node syncs with its own relays and the bootstrap relays.
+        for i in 0..<p.users {
+            let node = try await Node.open(at: users[i].store)
+            _ = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
+            await node.close()
+        }
+        result.setupSeconds = seconds(ContinuousClock.now - started)
+        progress("published in \(String(format: "%.1f", result.setupSeconds)) s")
+
+        // The rounds: every user syncs by its relay lists with its scope.
+        var connections: [Int] = []
+        var scopeFeedsAtFirstContact = 0
+        for round in 0..<p.rounds {
+            for i in 0..<p.users {
+                let node = try await Node.open(at: users[i].store)
+                let peers = try PeerStore(env: node.log.env)
+                let known = Set(try peers.all().filter { $0.sessions > 0 }.map(\.key))
+                let (plan, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
+                connections.append(plan.relays.count)
+                var firstContact = false
+                for r in results where !known.contains(r.relay.key) && r.relay.reasons.contains("home") {
+                    guard case .success(let report) = r.outcome else { continue }
+                    result.firstContactSessions += 1
+                    result.firstContactBytes += report.bytesSent + report.bytesReceived
+                    firstContact = true
+                }
+                if firstContact {
+                    // The feeds its followed users' relays brought: the scope beyond its own.
+                    scopeFeedsAtFirstContact += max(0, (try ReplicationScope(hops: 1).feeds(of: node)?.count ?? 0) - 2)
+                }
+                await node.close()
+            }
+            let measured = try await measure(users: users, chats: chats)
+            result.deliveryFollowsByRound.append(measured.follows)
+            result.deliveryInvitationsByRound.append(measured.invitations)
+            result.deliveryKeyWrapsByRound.append(measured.keyWraps)
+            result.delivery = measured.all
+            progress("round \(round + 1): delivery \(measured.all)")
+        }
+        result.connectionsPerSyncMean = connections.isEmpty ? 0 : Double(connections.reduce(0, +)) / Double(connections.count)
+        result.connectionsPerSyncMax = connections.max() ?? 0
+        if scopeFeedsAtFirstContact > 0 {
+            let overhead = 2048 * result.firstContactSessions
+            result.firstContactBytesPerScopeFeed = Double(max(0, result.firstContactBytes - overhead)) / Double(scopeFeedsAtFirstContact)
+        }
+
+        // What the relays hold against the ideal share.
+        for u in users {
+            let node = try await Node.open(at: u.store, readOnly: true)
+            result.deviceEvents += Int(try node.head(of: u.device)?.seq ?? 0)
+            result.directoryEvents += Int(try node.head(of: u.user)?.seq ?? 0)
+            await node.close()
+        }
+        for r in relays {
+            let held = try r.node.log.eventCount() + (try InboxStore(env: r.node.log.env).count())
+            result.relayEventsMax = max(result.relayEventsMax, held)
+        }
+        result.relayEventsIdeal = Double(result.deviceEvents) * 2 / Double(max(1, p.relays)) + Double(result.directoryEvents)
+        result.relayEventsMaxOverIdeal = Double(result.relayEventsMax) / max(1, result.relayEventsIdeal)
+        result.users = p.users
+        result.relays = p.relays
+        result.wallSeconds = seconds(ContinuousClock.now - started)
+        return result
+    }
+
+    /// Delivery as it stands: every (follower, followed) pair, every chat
+    /// invitation and key wrap.
+    static func measure(users: [User], chats: [Chat]) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double) {
+        var heights: [UInt64] = []
+        for u in users {
+            let node = try await Node.open(at: u.store, readOnly: true)
+            heights.append(try node.head(of: u.device)?.seq ?? 0)
+            await node.close()
+        }
+        var pairs = 0
+        var delivered = 0
+        var invitations = 0
+        var invited = 0
+        var wraps = 0
+        var readable = 0
+        var membership: [Int: [Chat]] = [:]
+        for chat in chats { for m in chat.members { membership[m, default: []].append(chat) } }
+        for (i, u) in users.enumerated() {
+            let node = try await Node.open(at: u.store, readOnly: true)
+            for j in u.follows {
+                pairs += 1
+                if try node.head(of: users[j].device)?.seq ?? 0 == heights[j] { delivered += 1 }
+            }
+            for chat in membership[i] ?? [] {
+                invitations += 1
+                wraps += 1
+                guard let view = try node.projections.chatView(chat.id) else { continue }
+                invited += 1
+                if (try? node.readableChat(view).title?.value) != nil { readable += 1 }
+            }
+            await node.close()
+        }
+        func ratio(_ a: Int, _ b: Int) -> Double { b == 0 ? 1 : Double(a) / Double(b) }
+        return (ratio(delivered, pairs), ratio(invited, invitations), ratio(readable, wraps), ratio(delivered + invited + readable, pairs + invitations + wraps))
+    }
+}
+
+func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
