@@ -211,16 +211,8 @@ struct Serve: AsyncParsableCommand {
                 "rebuilding the projections from the log before serving: they \(why)",
                 metadata: ["store": "\(store.path)", "events": "\(events)"])
         })
-        var options = SyncOptions(live: true)
+        var options = SyncOptions.relay(hostsListed: settings.hostsListed)
         options.budget = settings.budget
-        // Any relay may be someone's inbox (Specs/sync.md §4.11).
-        options.inbox = true
-        if settings.hostsListed {
-            options.hostsListed = true
-            // A sketch's decoder pushes feeds unasked, and a listed relay
-            // decides per feed what it keeps: it reconciles by tree.
-            options.sketch = false
-        }
         let server = try SyncServer(node: node, options: options, logger: Logger(label: "chorus.sync"))
         let listener: SecureListener
         let services: [any Service]

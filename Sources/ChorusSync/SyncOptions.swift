@@ -61,6 +61,20 @@ public struct SyncOptions: Sendable {
     /// Called once when both sides have said "done" (before live mode goes on).
     public var onComplete: (@Sendable (SyncReport) -> Void)? = nil
 
+    /// The options of a relay (`chorus serve`): live mode offered, the
+    /// inbox exchange offered (any relay may be someone's inbox, Specs/sync.md
+    /// §4.11), and with `hostsListed` only the listed part kept, reconciled by
+    /// tree (a sketch's decoder pushes feeds unasked, §8.1).
+    public static func relay(hostsListed: Bool) -> SyncOptions {
+        var options = SyncOptions(live: true)
+        options.inbox = true
+        if hostsListed {
+            options.hostsListed = true
+            options.sketch = false
+        }
+        return options
+    }
+
     /// Options with the given live mode and scope, and the defaults for the
     /// rest.
     public init(live: Bool = false, scope: ReplicationScope = .all) {

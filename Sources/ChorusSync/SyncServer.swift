@@ -51,6 +51,7 @@ public final class SyncServer: Sendable {
     static let eventsIn = Counter(label: "chorus_sync_events_total", dimensions: [("direction", "received")])
     static let eventsOut = Counter(label: "chorus_sync_events_total", dimensions: [("direction", "sent")])
     static let unauthenticatedFailures = Counter(label: "chorus_sync_unauthenticated_failures_total")
+    static let notHosted = Counter(label: "chorus_sync_events_total", dimensions: [("direction", "not_hosted")])
 
     /// Runs one session on `transport` to its end and returns its report
     /// (nil when it failed or the peer is refused).
@@ -82,6 +83,7 @@ public final class SyncServer: Sendable {
                     "outcome": "\(outcome)", "events_received": "\(r.eventsReceived)", "blobs_received": "\(r.blobsReceived)",
                     "events_sent": "\(r.eventsSent)", "blobs_sent": "\(r.blobsSent)", "bytes_in": "\(r.bytesReceived)",
                     "bytes_out": "\(r.bytesSent)", "seconds": "\(String(format: "%.3f", r.seconds))",
+                    "not_hosted": "\(r.notHosted)", "inbox_kept": "\(r.deliveriesKept)",
                 ])
             for hash in r.damagedBlobs {
                 logger.error(
@@ -92,6 +94,7 @@ public final class SyncServer: Sendable {
             Self.bytesIn.increment(by: r.bytesReceived)
             Self.bytesOut.increment(by: r.bytesSent)
             Self.eventsIn.increment(by: r.eventsReceived)
+            if r.notHosted > 0 { Self.notHosted.increment(by: r.notHosted) }
             Self.eventsOut.increment(by: r.eventsSent)
             return r
         } catch let error as SyncError {

@@ -12,30 +12,9 @@ import Testing
 /// addressed to a user at that user's inbox relay as notices.
 @Suite("Listed relays and inboxes, over TCP on 127.0.0.1")
 struct HostingTests {
-    struct Served {
-        let node: Node
-        let server: SyncServer
-        let listener: SecureListener
-        var address: String { "127.0.0.1:\(listener.port)" }
-        var key: PublicKey { node.identity.device.raw }
-        func relay(_ roles: Relay.Roles) -> Relay { Relay(address: address, key: key, roles: roles) }
-
-        func stop() async {
-            await listener.shutdown()
-            await server.shutdown()
-            await node.close()
-        }
-    }
-
     /// A relay serving as `chorus serve --host listed` does.
-    static func listed(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> Served {
-        let node = try await makeNode(dir, name, network: network)
-        var options = SyncOptions(live: true)
-        options.inbox = true
-        options.hostsListed = true
-        options.sketch = false
-        let server = try SyncServer(node: node, options: options)
-        return Served(node: node, server: server, listener: try await server.listen(host: "127.0.0.1", port: 0))
+    static func listed(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> ServedRelay {
+        try await ServedRelay.start(dir, name, network: network, options: .relay(hostsListed: true))
     }
 
     static func syncByLists(_ node: Node, hops: Int) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
@@ -202,7 +181,7 @@ struct HostingTests {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
         var net = testNetwork()
-        var relays: [Served] = []
+        var relays: [ServedRelay] = []
         for i in 0..<4 { relays.append(try await Self.listed(dir, "r\(i)", network: net)) }
         net.bootstrapRelays = [BootstrapRelay(address: relays[0].address, key: relays[0].key)]
         var nodes: [Node] = []

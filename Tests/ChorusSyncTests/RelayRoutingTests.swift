@@ -11,25 +11,8 @@ import Testing
 /// users' relay lists name, found through the network's bootstrap relay.
 @Suite("Sync by relay lists, over TCP on 127.0.0.1")
 struct RelayRoutingTests {
-    /// A relay node serving on a free port.
-    struct Served {
-        let node: Node
-        let server: SyncServer
-        let listener: SecureListener
-        var address: String { "127.0.0.1:\(listener.port)" }
-        var key: PublicKey { node.identity.device.raw }
-
-        func stop() async {
-            await listener.shutdown()
-            await server.shutdown()
-            await node.close()
-        }
-    }
-
-    static func serve(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> Served {
-        let node = try await makeNode(dir, name, network: network)
-        let server = try SyncServer(node: node)
-        return Served(node: node, server: server, listener: try await server.listen(host: "127.0.0.1", port: 0))
+    static func serve(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> ServedRelay {
+        try await ServedRelay.start(dir, name, network: network, options: SyncOptions(live: true))
     }
 
     static func bio(_ node: Node, of user: UserID) throws -> String? {
@@ -89,7 +72,7 @@ struct RelayRoutingTests {
         let impostor = SigningKey.generate().publicKey
         _ = try await bob.setRelays([Relay(address: r1.address, key: impostor, roles: .all)])
         let pinned = try await bounded(.seconds(60), "a pinned key that does not match") {
-            try await SyncNetwork.syncRouted(
+            await SyncNetwork.syncRouted(
                 bob, plan: RelayPlan(relays: [.init(address: r1.address, key: impostor, covers: [], reasons: ["own"])], uncovered: [], unlisted: []))
         }
         guard case .failure(let error) = try #require(pinned.first).outcome else {

@@ -126,3 +126,29 @@ struct CollectingLogHandler: LogHandler {
         lines.append(([ "\(event.message)" ] + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }).joined(separator: " "))
     }
 }
+
+/// A relay node serving sync on a free port of 127.0.0.1.
+struct ServedRelay {
+    let node: Node
+    let server: SyncServer
+    let listener: SecureListener
+    var address: String { "127.0.0.1:\(listener.port)" }
+    var key: PublicKey { node.identity.device.raw }
+    /// This relay in a relay list, with `roles`.
+    func relay(_ roles: Relay.Roles) -> Relay { Relay(address: address, key: key, roles: roles) }
+
+    /// A new node `name` serving with `options` (`chorus serve`'s by default).
+    static func start(
+        _ dir: SyncTempDir, _ name: String, network: NetworkConfig, options: SyncOptions = .relay(hostsListed: false)
+    ) async throws -> ServedRelay {
+        let node = try await makeNode(dir, name, network: network)
+        let server = try SyncServer(node: node, options: options)
+        return ServedRelay(node: node, server: server, listener: try await server.listen(host: "127.0.0.1", port: 0))
+    }
+
+    func stop() async {
+        await listener.shutdown()
+        await server.shutdown()
+        await node.close()
+    }
+}

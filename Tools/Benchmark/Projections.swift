@@ -20,6 +20,7 @@ import ChorusParallel
 import ChorusProjections
 import ChorusStorage
 import Dispatch
+import ChorusSimulation
 import Foundation
 
 struct ProjectionsOptions: ParsableArguments {
@@ -47,19 +48,6 @@ struct ProjectionsOptions: ParsableArguments {
         if inFlight < 1 { throw ValidationError("--in-flight must be at least 1") }
         if queries < 100 { throw ValidationError("--queries must be at least 100") }
         if seconds <= 0 { throw ValidationError("--seconds must be positive") }
-    }
-}
-
-/// SplitMix64: a small seeded generator, so a workload can be regenerated.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

@@ -21,6 +21,7 @@ import ChorusParallel
 import ChorusProjections
 import ChorusSync
 import Dispatch
+import ChorusSimulation
 import Foundation
 import Synchronization
 

@@ -101,31 +101,16 @@ public struct NetworkSimulation: Sendable {
         let id: ChatID
     }
 
-    /// A SplitMix64 generator: the same seed builds the same network.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Builds the network, runs the publishing pass and `rounds` rounds,
     /// and measures. `progress` hears a line per phase.
     public static func run(_ p: Parameters, progress: @Sendable (String) -> Void = { _ in }) async throws -> Result {
         let started = ContinuousClock.now
-        var rng = Generator(state: p.seed)
+        var rng = SeededRandom(seed: p.seed)
         let network = NetworkConfig(networkKey: Random.bytes32())
         try FileManager.default.createDirectory(atPath: p.directory, withIntermediateDirectories: true)
 
         // Relays, serving what their users list.
-        var relayOptions = SyncOptions(live: false)
-        relayOptions.inbox = true
-        relayOptions.hostsListed = true
-        relayOptions.sketch = false
+        let relayOptions = SyncOptions.relay(hostsListed: true)
         var relays: [Served] = []
         for i in 0..<p.relays {
             let node = try await Node.create(at: p.directory + "/relay\(i)", deviceName: "relay\(i)", network: network)
@@ -148,7 +133,7 @@ public struct NetworkSimulation: Sendable {
     typealias Served = (node: Node, server: SyncServer, listener: SecureListener, relay: @Sendable (Relay.Roles) -> Relay)
 
     static func simulate(
-        _ p: Parameters, relays: [Served], network: NetworkConfig, rng: inout Generator, started: ContinuousClock.Instant,
+        _ p: Parameters, relays: [Served], network: NetworkConfig, rng: inout SeededRandom, started: ContinuousClock.Instant,
         progress: @Sendable (String) -> Void
     ) async throws -> Result {
         var network = network
@@ -190,7 +175,7 @@ public struct NetworkSimulation: Sendable {
             cumulative.append(sum)
         }
         let order = (0..<p.users).shuffled(using: &rng)  // who is popular
-        func popular(_ rng: inout Generator) -> Int {
+        func popular(_ rng: inout SeededRandom) -> Int {
             let x = Double.random(in: 0..<sum, using: &rng)
             var lo = 0
             var hi = cumulative.count - 1
@@ -330,6 +315,22 @@ public struct NetworkSimulation: Sendable {
         }
         func ratio(_ a: Int, _ b: Int) -> Double { b == 0 ? 1 : Double(a) / Double(b) }
         return (ratio(delivered, pairs), ratio(invited, invitations), ratio(readable, wraps), ratio(delivered + invited + readable, pairs + invitations + wraps))
+    }
+}
+
+/// SplitMix64: a small seeded generator, so a network or a workload can be
+/// built again from its seed.
+public struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    /// A generator whose sequence is fixed by `seed`.
+    public init(seed: UInt64) { state = seed }
+    /// The next 64 random bits.
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
 
