@@ -252,11 +252,21 @@ extension Node {
     /// device of a member gets the history, a member whose devices were not
     /// known when they were added gets the epoch current at their joining.
     /// Returns the number of key events written.
+    ///
+    /// With `concerning`, only the chats the received events can change
+    /// entitlements in are looked at: a chat named by a chat event, and the
+    /// chats of a user whose binding or device key arrived. A sync then pays
+    /// for the chats it touched, not for every chat's history.
     @discardableResult
-    public func shareChatKeys() async throws -> Int {
+    public func shareChatKeys(concerning triggers: ChatKeyTriggers? = nil) async throws -> Int {
         guard !isReadOnly, keyRing.agreement != nil else { return 0 }
+        if let triggers, triggers.isEmpty { return 0 }
         var written = 0
+        let users = try triggers.map { t in Set(try t.keys.map { try projections.user(of: $0) }) } ?? []
         for chat in try projections.chats(of: identity.user) {
+            if let triggers, !triggers.chats.contains(chat.id.raw), !chat.members.contains(where: { users.contains($0.user.raw) }) {
+                continue
+            }
             let introduced = try projections.epochs(of: chat.id.raw)
             // Epochs that effective messages name: one whose introduction
             // took no effect (a rotation by a member removed and re-added
@@ -313,5 +323,40 @@ extension Node {
             try projections.encryptionKey(of: identity.device.raw) == nil
         else { return }
         try await append(DeviceKeyPayload(key: agreement.publicKey), object: identity.device.raw)
+    }
+}
+
+/// What received events can change in chat key entitlements (Specs/
+/// encryption.md §6 rule 5): the chats named by chat events, and the keys
+/// (user keys, devices) whose bindings or device keys arrived.
+public struct ChatKeyTriggers: Sendable, Hashable {
+    /// Chats named by received `chat.created`, membership, `chat.key` or `message.sent` events.
+    public var chats: Set<ObjectID> = []
+    /// Authors of received bindings (user keys) and device keys (devices).
+    public var keys: Set<PublicKey> = []
+
+    /// No trigger yet.
+    public init() {}
+
+    /// Nothing received that could change an entitlement.
+    public var isEmpty: Bool { chats.isEmpty && keys.isEmpty }
+
+    /// Notes a received event; returns whether it can change an entitlement.
+    /// An exhaustive switch: a new kind must say.
+    @discardableResult
+    public mutating func note(_ event: Event) -> Bool {
+        switch event.kind {
+        case .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey, .messageSent:
+            chats.insert(event.object)
+            return true
+        case .deviceAdded, .deviceRemoved, .deviceKey:
+            keys.insert(event.author)
+            if event.kind != .deviceKey { keys.insert(event.object) }
+            return true
+        case .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved, .likeAdded,
+            .likeRemoved, .blockAdded, .blockRemoved, .messageEdited, .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinGiven,
+            .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
+            return false
+        }
     }
 }

@@ -62,9 +62,10 @@ extension SyncSession {
             // events just received made known or entitled: before `done`, so
             // the peer's next session finds them, and in live mode announced
             // at once (Specs/encryption.md §6 rule 5).
-            if receivedKeyRelevantEvents {
-                receivedKeyRelevantEvents = false
-                report.keyEventsWritten += (try? await node.shareChatKeys()) ?? 0
+            if !keyTriggers.isEmpty {
+                let triggers = keyTriggers
+                keyTriggers = ChatKeyTriggers()
+                report.keyEventsWritten += (try? await node.shareChatKeys(concerning: triggers)) ?? 0
             }
             if firstRound {
                 firstRound = false

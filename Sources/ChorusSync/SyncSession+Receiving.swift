@@ -154,7 +154,7 @@ extension SyncSession {
                 report.notHosted += 1
                 continue
             }
-            if Self.affectsChatKeys(event.kind) { receivedKeyRelevantEvents = true }
+            keyTriggers.note(event)
             events.append(event)
         }
         return (events, payloadRefills)
@@ -247,20 +247,6 @@ extension SyncSession {
             do throws(EventError) { return .success(try Event.decode(env)) } catch { return .failure(error) }
         }
         return parallelMap(envelopes, decode)
-    }
-
-    /// Kinds whose arrival can change who is entitled to which chat key
-    /// (Specs/encryption.md §6 rule 5). An exhaustive switch: a new kind
-    /// must say.
-    static func affectsChatKeys(_ kind: EventKind) -> Bool {
-        switch kind {
-        case .deviceAdded, .deviceRemoved, .deviceKey, .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey, .messageSent:
-            true
-        case .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved, .likeAdded,
-            .likeRemoved, .blockAdded, .blockRemoved, .messageEdited, .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinGiven,
-            .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
-            false
-        }
     }
 
     // MARK: Idle timeout

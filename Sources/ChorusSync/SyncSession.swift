@@ -39,10 +39,10 @@ public actor SyncSession {
     // Fetching (what this node asked for).
     enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd, pushEnd, scopeAnswered }
     var fetch = FetchState()
-    /// Whether an event received could entitle a member device to a chat
-    /// key (a binding, a device key, a membership change, a key event, a
-    /// message): only then does the session end with key sharing.
-    var receivedKeyRelevantEvents = false
+    /// What received events could change in chat key entitlements (a
+    /// binding, a device key, a membership change, a key event, a message):
+    /// only then does the session end with key sharing, over those chats.
+    var keyTriggers = ChatKeyTriggers()
     /// This node's own feeds: its device's and its user key's.
     var ownFeeds: Set<PublicKey> { [node.identity.device.raw, node.identity.user.raw] }
     var blobFetch = BlobFetchState(remembered: nil)
@@ -156,7 +156,7 @@ public actor SyncSession {
         // Events just received may entitle member devices to chat keys this
         // device holds (a user's new device, a new member): share them now,
         // so the next session carries them (Specs/encryption.md §6 rule 5).
-        if receivedKeyRelevantEvents { report.keyEventsWritten += (try? await node.shareChatKeys()) ?? 0 }
+        if !keyTriggers.isEmpty { report.keyEventsWritten += (try? await node.shareChatKeys(concerning: keyTriggers)) ?? 0 }
         return report
     }
 

@@ -19,7 +19,8 @@ struct NetworkBench: AsyncParsableCommand {
             code over real TCP, one user at a time. Reports, after each round, the fraction of (follower, \
             followed) pairs, chat invitations and key wraps delivered; the fullest relay over its ideal \
             share (device events x 2 / relays, plus the user key feeds every listed relay keeps); relays per \
-            sync; and the bytes of first contacts with followed users' relays.
+            sync; and, for a sample of users whose node then forgets what it knew of its peers, the bytes of a \
+            first contact with every relay of its plan while both hold the same events.
             """)
     @Option(help: "User nodes.") var users = 1000
     @Option(help: "Listed relays.") var relays = 20

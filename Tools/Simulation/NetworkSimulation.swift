@@ -28,6 +28,8 @@ public struct NetworkSimulation: Sendable {
         public var maxPosts = 3
         /// Rounds of every user syncing by its relay lists after the publishing pass.
         public var rounds = 2
+        /// Users whose first contact is measured (spread evenly over the users).
+        public var firstContactSample = 200
         public var seed: UInt64 = 1
         /// Where the stores go (a directory of its own, removed by the caller).
         public var directory: String
@@ -65,9 +67,9 @@ public struct NetworkSimulation: Sendable {
         /// Relays contacted per user sync (each relay once) in the rounds after publishing.
         public var connectionsPerSyncMean = 0.0
         public var connectionsPerSyncMax = 0
-        /// First contacts with followed users' relays (sessions with a relay
-        /// the user never synced with before, in the rounds): bytes both ways
-        /// over the scope feeds of those users, after 2 KB per session.
+        /// First contacts of a sample of users with every relay of their plan
+        /// once all hold the same events: bytes both ways, and those bytes
+        /// over the users' scope feeds after 2 KB per session.
         public var firstContactSessions = 0
         public var firstContactBytes = 0
         public var firstContactBytesPerScopeFeed = 0.0
@@ -231,21 +233,8 @@ public struct NetworkSimulation: Sendable {
         for round in 0..<p.rounds {
             for i in 0..<p.users {
                 let node = try await Node.open(at: users[i].store)
-                let peers = try PeerStore(env: node.log.env)
-                let known = Set(try peers.all().filter { $0.sessions > 0 }.map(\.key))
-                let (plan, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
+                let (plan, _) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
                 connections.append(plan.relays.count)
-                var firstContact = false
-                for r in results where !known.contains(r.relay.key) && r.relay.reasons.contains("home") {
-                    guard case .success(let report) = r.outcome else { continue }
-                    result.firstContactSessions += 1
-                    result.firstContactBytes += report.bytesSent + report.bytesReceived
-                    firstContact = true
-                }
-                if firstContact {
-                    // The feeds its followed users' relays brought: the scope beyond its own.
-                    scopeFeedsAtFirstContact += max(0, (try ReplicationScope(hops: 1).feeds(of: node)?.count ?? 0) - 2)
-                }
                 await node.close()
             }
             let measured = try await measure(users: users, chats: chats)
@@ -254,6 +243,22 @@ public struct NetworkSimulation: Sendable {
             result.deliveryKeyWrapsByRound.append(measured.keyWraps)
             result.delivery = measured.all
             progress("round \(round + 1): delivery \(measured.all)")
+        }
+        // First contact as the scoped benchmark measures it: nodes that hold
+        // the same events, nothing remembered of each other (peer records
+        // forgotten), so the bytes are the protocol's, not the events'.
+        for i in stride(from: 0, to: p.users, by: max(1, p.users / p.firstContactSample)) {
+            let node = try await Node.open(at: users[i].store)
+            let peers = try PeerStore(env: node.log.env)
+            for record in try peers.all() { try peers.forget(record.key) }
+            let (_, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
+            for r in results {
+                guard case .success(let report) = r.outcome else { continue }
+                result.firstContactSessions += 1
+                result.firstContactBytes += report.bytesSent + report.bytesReceived
+            }
+            scopeFeedsAtFirstContact += try ReplicationScope(hops: 1).feeds(of: node)?.count ?? 0
+            await node.close()
         }
         result.connectionsPerSyncMean = connections.isEmpty ? 0 : Double(connections.reduce(0, +)) / Double(connections.count)
         result.connectionsPerSyncMax = connections.max() ?? 0
