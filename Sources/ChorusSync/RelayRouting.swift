@@ -2,6 +2,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusNode
 import ChorusProjections
+import ChorusStorage
 import Foundation
 
 /// Which relays a node syncs with when no address is given (Specs/sync.md
@@ -85,21 +86,28 @@ public struct RelayPlan: Sendable, Hashable {
             entries[i].covers += served.filter { !entries[i].covers.contains($0) }
             pending.subtract(served)
         }
+        // A user left uncovered by earlier syncs weighs more (one more per
+        // sync it waited), so when `maxRelays` cannot cover everyone, the
+        // next syncs take the users this one left out.
+        let waited = try RoutingMemory(env: node.log.env).syncsWaited(pending)
         while !pending.isEmpty, entries.count < maxRelays {
-            // The relay that serves the most pending users; ties go to the
-            // relay users list earlier, then the smaller key, so every node
-            // with the same lists picks alike.
-            var tally: [PublicKey: (relay: Relay, users: [PublicKey], rank: Int)] = [:]
+            // The relay that serves the most pending users, by weight; ties
+            // go to the relay users list earlier, then the smaller key, so
+            // every node with the same lists and history picks alike.
+            var tally: [PublicKey: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)] = [:]
             for user in pending.sorted() {
                 for (rank, relay) in (homes[user] ?? []).enumerated() {
-                    var t = tally[relay.key] ?? (relay, [], 0)
+                    var t = tally[relay.key] ?? (relay, [], 0, 0)
                     t.users.append(user)
                     t.rank += rank
+                    t.weight += 1 + (waited[user] ?? 0)
                     tally[relay.key] = t
                 }
             }
-            func better(_ a: (relay: Relay, users: [PublicKey], rank: Int), _ b: (relay: Relay, users: [PublicKey], rank: Int)) -> Bool {
-                if a.users.count != b.users.count { return a.users.count > b.users.count }
+            func better(
+                _ a: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64), _ b: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)
+            ) -> Bool {
+                if a.weight != b.weight { return a.weight > b.weight }
                 if a.rank != b.rank { return a.rank < b.rank }
                 return a.relay.key.bytes.lexicographicallyPrecedes(b.relay.key.bytes)
             }
@@ -193,6 +201,9 @@ extension SyncNetwork {
             }
             if round.relays.isEmpty { break }
         }
+        // Users whose home relay was synced wait no more; the others one sync more.
+        let synced = results.filter { if case .success = $0.outcome { true } else { false } }.flatMap(\.relay.covers)
+        try RoutingMemory(env: node.log.env).endSync(covered: Set(synced))
         // Every relay synced, each once.
         var seen: Set<PublicKey> = []
         plan.relays = results.map(\.relay).filter { seen.insert($0.key).inserted }
@@ -219,6 +230,46 @@ extension SyncNetwork {
             var results: [(Int, RelaySyncResult)] = []
             for await r in group { results.append(r) }
             return results.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+}
+
+/// What syncing by relay lists remembers between syncs (the `routing`
+/// database, Specs/storage.md): a counter of syncs, and per user the sync at
+/// which one of its home relays was last synced, so that users a plan could
+/// not cover weigh more in the next plan (Specs/sync.md §9).
+public final class RoutingMemory: Sendable {
+    let env: Environment
+    let db: Database
+    static let counterKey: [UInt8] = [0]
+    static let userPrefix: UInt8 = 1
+
+    /// Opens (creating if needed) the `routing` database of `env`.
+    public init(env: Environment) throws {
+        self.env = env
+        db = try env.openDatabase("routing", create: !env.readOnly)
+    }
+
+    /// Syncs each of `users` has waited since one of its home relays was
+    /// last synced (since the first sync, for a user never covered).
+    public func syncsWaited(_ users: Set<PublicKey>) throws -> [PublicKey: UInt64] {
+        try env.read { txn in
+            let now = try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0
+            var out: [PublicKey: UInt64] = [:]
+            for user in users {
+                let last = try txn.get(db, [Self.userPrefix] + user.bytes).map { InboxStore.readBE($0) } ?? 0
+                if now > last { out[user] = now - last }
+            }
+            return out
+        }
+    }
+
+    /// Ends a sync: `covered` were synced now; the counter moves on.
+    public func endSync(covered: Set<PublicKey>) throws {
+        try env.write { txn in
+            let now = (try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0) + 1
+            for user in covered { try txn.put(db, [Self.userPrefix] + user.bytes, InboxStore.be(now)) }
+            try txn.put(db, Self.counterKey, InboxStore.be(now))
         }
     }
 }

@@ -207,4 +207,38 @@ struct HostingTests {
         for node in nodes { await node.close() }
         for relay in relays { await relay.stop() }
     }
+
+    @Test("when --max-relays cannot cover every followed user, the next sync covers the users the last one left out")
+    func uncoveredUsersComeNext() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boot = try await Self.listed(dir, "boot", network: net)
+        let r1 = try await Self.listed(dir, "r1", network: net)
+        let r2 = try await Self.listed(dir, "r2", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
+        _ = try await alice.setRelays([r1.relay(.all)])
+        _ = try await bob.setRelays([r2.relay(.all)])
+        for node in [alice, bob] { _ = try await Self.syncByLists(node, hops: 0) }
+        _ = try await carol.follow(alice.identity.user)
+        _ = try await carol.follow(bob.identity.user)
+        var reached: [Set<PublicKey>] = []
+        for _ in 0..<3 {
+            // Room for the bootstrap relay and one home relay.
+            let (plan, _) = try await bounded(.seconds(60), "carol's sync") {
+                try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1), maxRelays: 2)
+            }
+            #expect(plan.relays.count <= 2 || plan.relays.allSatisfy { $0.reasons != ["inbox"] })
+            reached.append(Set(plan.relays.map(\.key)).intersection([r1.key, r2.key]))
+        }
+        #expect(reached[1] != reached[2] || reached[0] != reached[1], "the plans rotate: \(reached)")
+        for user in [alice, bob] {
+            #expect(try Self.height(carol, user.identity.device.raw) == Self.height(user, user.identity.device.raw))
+        }
+        for node in [alice, bob, carol] { await node.close() }
+        for relay in [boot, r1, r2] { await relay.stop() }
+    }
 }
