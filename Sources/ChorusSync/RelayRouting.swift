@@ -90,6 +90,9 @@ public struct RelayPlan: Sendable, Hashable {
         // sync it waited), so when `maxRelays` cannot cover everyone, the
         // next syncs take the users this one left out.
         let waited = try RoutingMemory(env: node.log.env).syncsWaited(pending)
+        // The members of this user's chats and whoever left it notices come
+        // before followed users: an invitation or a key wrap waits on them.
+        let urgent = members.union(try InboxStore.correspondents(of: me.raw, at: node).users)
         while !pending.isEmpty, entries.count < maxRelays {
             // The relay that serves the most pending users, by weight; ties
             // go to the relay users list earlier, then the smaller key, so
@@ -100,7 +103,7 @@ public struct RelayPlan: Sendable, Hashable {
                     var t = tally[relay.key] ?? (relay, [], 0, 0)
                     t.users.append(user)
                     t.rank += rank
-                    t.weight += 1 + (waited[user] ?? 0)
+                    t.weight += 1 + (waited[user] ?? 0) + (urgent.contains(user) ? Self.urgentWeight : 0)
                     tally[relay.key] = t
                 }
             }
@@ -122,6 +125,10 @@ public struct RelayPlan: Sendable, Hashable {
         }
         return RelayPlan(relays: entries, uncovered: pending.sorted(), unlisted: unlisted)
     }
+
+    /// The weight a chat member or a correspondent adds in the greedy cover:
+    /// more than any number of followed users can.
+    static let urgentWeight: UInt64 = 1 << 32
 
     /// The users whose feeds the node replicates: those of `scope`, or,
     /// for every feed, every user whose relay list this node holds.
