@@ -160,21 +160,38 @@ public final class InboxStore: Sendable {
     }
 
     /// The feeds that left notices for `user` here (Specs/sync.md §6): each
-    /// notice's author device and the user it named.
-    public func correspondents(of user: PublicKey) throws -> (users: Set<PublicKey>, devices: Set<PublicKey>) {
-        var users: Set<PublicKey> = []
-        var devices: Set<PublicKey> = []
+    /// notice's author device and the user it named; `chats` are the users
+    /// named by notices of a chat (an invitation or a key wrap), whom a plan
+    /// covers first (§9).
+    public func correspondents(of user: PublicKey) throws -> Correspondents {
+        var out = Correspondents()
         for notice in try notices(for: user).notices {
-            if let u = notice.user { users.insert(u) }
-            if let header = try? Event.decode(notice.envelope).header { devices.insert(header.author) }
+            guard let header = try? Event.decode(notice.envelope).header else { continue }
+            out.devices.insert(header.author)
+            guard let u = notice.user else { continue }
+            out.users.insert(u)
+            switch header.kind {
+            case .chatCreated, .chatMemberAdded, .chatKey: out.chats.insert(u)
+            default: break
+            }
         }
-        return (users, devices)
+        return out
+    }
+
+    /// Who left notices for a user (`correspondents(of:)`).
+    public struct Correspondents: Sendable {
+        /// The users the notices named.
+        public var users: Set<PublicKey> = []
+        /// The notices' author devices.
+        public var devices: Set<PublicKey> = []
+        /// The users named by notices of a chat.
+        public var chats: Set<PublicKey> = []
     }
 
     /// `correspondents(of:)` in `node`'s store; none when the store has no
     /// inbox database yet (a read-only store never synced by relay lists).
-    public static func correspondents(of user: PublicKey, at node: Node) throws -> (users: Set<PublicKey>, devices: Set<PublicKey>) {
-        guard let store = try? InboxStore(env: node.log.env) else { return ([], []) }
+    public static func correspondents(of user: PublicKey, at node: Node) throws -> Correspondents {
+        guard let store = try? InboxStore(env: node.log.env) else { return Correspondents() }
         return try store.correspondents(of: user)
     }
 

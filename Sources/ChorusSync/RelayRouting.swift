@@ -90,9 +90,10 @@ public struct RelayPlan: Sendable, Hashable {
         // sync it waited), so when `maxRelays` cannot cover everyone, the
         // next syncs take the users this one left out.
         let waited = try RoutingMemory(env: node.log.env).syncsWaited(pending)
-        // The members of this user's chats and whoever left it notices come
-        // before followed users: an invitation or a key wrap waits on them.
-        let urgent = members.union(try InboxStore.correspondents(of: me.raw, at: node).users)
+        // The members of this user's chats and whoever invited it or wrapped
+        // it a key come before followed users and followers: an invitation
+        // or a key wrap waits on them.
+        let urgent = members.union(try InboxStore.correspondents(of: me.raw, at: node).chats)
         while !pending.isEmpty, entries.count < maxRelays {
             // The relay that serves the most pending users, by weight; ties
             // go to the relay users list earlier, then the smaller key, so
