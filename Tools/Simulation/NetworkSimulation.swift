@@ -15,12 +15,15 @@ import Foundation
 public struct NetworkSimulation: Sendable {
     /// What to build.
     public struct Parameters: Sendable {
+        /// User nodes (stores), each opened only while it acts.
         public var users: Int
+        /// Relays serving `--host listed`.
         public var relays: Int
         /// Relays every invite carries (the first ones).
         public var bootstrapRelays = 2
         /// Follows per user: a Pareto draw (shape 1.5) from `minFollows`, capped at `maxFollows`.
         public var minFollows = 3
+        /// The most users one user follows.
         public var maxFollows = 500
         /// Fraction of users who start a chat with two of the users they follow.
         public var chatFraction = 0.05
@@ -30,10 +33,12 @@ public struct NetworkSimulation: Sendable {
         public var rounds = 2
         /// Users whose first contact is measured (spread evenly over the users).
         public var firstContactSample = 200
+        /// Fixes the follow graph, the relay choices and the chats.
         public var seed: UInt64 = 1
         /// Where the stores go (a directory of its own, removed by the caller).
         public var directory: String
 
+        /// `users` users over `relays` relays, stores under `directory`, the rest by default.
         public init(users: Int, relays: Int, directory: String) {
             self.users = users
             self.relays = relays
@@ -43,12 +48,14 @@ public struct NetworkSimulation: Sendable {
 
     /// What it measured (`chorus-bench network --json` prints these keys).
     public struct Result: Sendable, Encodable {
+        /// The network's size and what it held: users, relays, follows, chats.
         public var users = 0
         public var relays = 0
         public var follows = 0
         public var chats = 0
         /// Events in the users' device feeds (what `home` relays host) and in their user key feeds (the directory).
         public var deviceEvents = 0
+        /// Events in the user key feeds.
         public var directoryEvents = 0
         /// Per round after the publishing pass: the fraction of (follower,
         /// followed user) pairs whose follower holds the followed user's whole
@@ -73,6 +80,7 @@ public struct NetworkSimulation: Sendable {
         public var firstContactSessions = 0
         public var firstContactBytes = 0
         public var firstContactBytesPerScopeFeed = 0.0
+        /// The whole run, and its part before the rounds (creating and publishing).
         public var wallSeconds = 0.0
         public var setupSeconds = 0.0
 
