@@ -22,7 +22,7 @@ extension SyncSession {
             var asked: [PublicKey: UInt64] = [:]
             while true {
                 // A peer that announces only this side's scope learns what it
-                // grew by (§4.10), however it grew: by this session's events,
+                // grew by (§4.10), however it grew: by the events of this sync session,
                 // or by notices a parallel session took (§4.11).
                 if let sent = sentScope, let feeds, case let added = feeds.subtracting(sent), !added.isEmpty {
                     sentScope = sent.union(added)
@@ -38,7 +38,7 @@ extension SyncSession {
                     send(.wantEnd)
                     try await expect("events end") { if case .eventsEnd = $0 { true } else { false } }
                 }
-                // The scope may have grown without a request of this session:
+                // The scope may have grown without a request of this sync session:
                 // notices taken by a parallel session add their senders (§4.11).
                 guard feeds != nil else { break }
                 let grown = try scopeFeeds()

@@ -24,16 +24,7 @@ extension SyncSession {
         if options.scoped { caps.insert(.scoped) }
         if options.inbox || options.hostsListed { caps.insert(.inbox) }
         send(.hello(SyncHello(user: node.identity.user.raw, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
-        let transport = self.transport
-        let frame: [UInt8]?
-        do {
-            frame = try await withTimeout(options.helloTimeout, "waiting for the peer's hello", onTimeout: { await transport.close() }) {
-                try await transport.receive()
-            }
-        } catch let error as SyncError { throw error } catch { throw SyncError.fromTransport(error) }
-        guard let frame else { throw SyncError.connectionClosed }
-        countReceived(frame)
-        guard case .hello(let hello) = try SyncMessage.decode(frame) else {
+        guard case .hello(let hello) = try await receiveBeforeSession("the peer's hello", within: options.helloTimeout) else {
             throw SyncError.unexpected("the first message must be a hello")
         }
         peerHello = hello

@@ -87,13 +87,13 @@ extension SyncSession {
         }
     }
 
-    /// The next message before the session's loops run (the hellos'
-    /// neighbours), waiting at most the idle timeout.
-    func receiveBeforeSession(_ what: String) async throws -> SyncMessage {
+    /// The next message before the session's loops run (the hellos and
+    /// the inbox exchange), waiting at most `within` (the idle timeout by default).
+    func receiveBeforeSession(_ what: String, within limit: Duration? = nil) async throws -> SyncMessage {
         let transport = self.transport
         let frame: [UInt8]?
         do {
-            frame = try await withTimeout(options.idleTimeout, "waiting for \(what)", onTimeout: { await transport.close() }) {
+            frame = try await withTimeout(limit ?? options.idleTimeout, "waiting for \(what)", onTimeout: { await transport.close() }) {
                 try await transport.receive()
             }
         } catch let error as SyncError { throw error } catch { throw SyncError.fromTransport(error) }

@@ -46,7 +46,7 @@ public actor SyncSession {
     /// This node's own feeds: its device's and its user key's.
     var ownFeeds: Set<PublicKey> { [node.identity.device.raw, node.identity.user.raw] }
     var blobFetch = BlobFetchState(remembered: nil)
-    /// A listed relay's verdicts in this session (Specs/sync.md §8.1): feeds
+    /// A listed relay's verdicts in this sync session (Specs/sync.md §8.1): feeds
     /// it keeps whole, and feeds it stopped keeping at an event of a kind a
     /// directory feed does not hold.
     var hostedFeeds: Set<PublicKey> = []
