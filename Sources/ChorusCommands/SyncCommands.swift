@@ -43,12 +43,14 @@ struct Sync: AsyncParsableCommand {
             blocked users.
 
             Without an address, syncs with relays found from relay lists (`chorus relays`): \
-            this user's own relays, the network's bootstrap relays (`chorus network \
-            relay-add`; where relay lists are found), the inbox relays of the members of its \
-            chats, and the fewest home relays that cover every user in scope (at most \
-            --max-relays), all at once, each of which must prove the device key its list \
-            names; then the relays named by lists those syncs brought. Exits 0 when every \
-            relay's sync completed, 2 when any failed (the others still ran).
+            this user's inbox relays and the home relays that lack its latest events, the \
+            network's bootstrap relays (`chorus network relay-add`; where relay lists are \
+            found) while a list is missing, the inbox relays where its addressed events wait, \
+            and the fewest home relays that cover every user in scope (at most --max-relays \
+            in all), all at once, each for its share of the scope, each of which must prove \
+            the device key its list names; then the relays named by lists those syncs brought \
+            and, for the users of a relay that failed, their other home relays. Exits 0 when \
+            every relay's sync completed, 2 when any failed (the others still ran).
             """)
 
     @OptionGroup var store: StoreOptions

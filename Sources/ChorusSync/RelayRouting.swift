@@ -7,10 +7,10 @@ import Foundation
 
 /// Which relays a node syncs with when no address is given (Specs/sync.md
 /// §9): its own user's relays (to publish its events and receive what is
-/// addressed to it), the network's bootstrap relays (where relay lists are
-/// found), the `inbox` relays of the members of its chats (to deliver
-/// invitations and chat keys), and a small set of `home` relays covering
-/// every user in its scope, picked greedily.
+/// addressed to it), the network's bootstrap relays while relay lists are
+/// missing, the `inbox` relays where its addressed events wait (invitations,
+/// chat keys, follows), and a small set of `home` relays covering every user
+/// in its scope, picked greedily.
 public struct RelayPlan: Sendable, Hashable {
     /// One relay to sync with and why.
     public struct Entry: Sendable, Hashable {
@@ -20,7 +20,7 @@ public struct RelayPlan: Sendable, Hashable {
         public let key: PublicKey
         /// Users in scope whose feeds this relay is chosen to bring (their `home`).
         public var covers: [PublicKey]
-        /// Why it is in the plan: `own`, `bootstrap`, `inbox` or `home`, in that order.
+        /// Why it is in the plan: `own`, `former`, `bootstrap`, `inbox` or `home`, in that order.
         public var reasons: [String]
 
         /// A relay at `address` proving `key`, chosen for `reasons`.
@@ -46,39 +46,85 @@ public struct RelayPlan: Sendable, Hashable {
         self.unlisted = unlisted
     }
 
-    /// The plan for `node` (its scope from `scope`), with at most `maxRelays` relays.
-    public static func make(for node: Node, scope: ReplicationScope, maxRelays: Int) throws -> RelayPlan {
+    /// The plan for `node` (its scope from `scope`), with at most `maxRelays`
+    /// relays, none of those `avoiding` (relays that failed earlier in the
+    /// same sync: their users are covered by their other home relays), and
+    /// with `contacted` (relays synced earlier in the same sync) counted
+    /// against `maxRelays`, so a sync's rounds together meet at most
+    /// `maxRelays` relays.
+    public static func make(
+        for node: Node, scope: ReplicationScope, maxRelays: Int, avoiding: Set<PublicKey> = [], contacted: Set<PublicKey> = []
+    ) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
         var entries: [Entry] = []
+        func canAdd(_ key: PublicKey) -> Bool {
+            if avoiding.contains(key) { return false }
+            if entries.contains(where: { $0.key == key }) { return true }
+            guard entries.count < maxRelays else { return false }
+            if contacted.contains(key) { return true }
+            let met: Set<PublicKey> = contacted.union(entries.map(\.key))
+            return met.count < maxRelays
+        }
         func add(_ address: String, _ key: PublicKey, _ reason: String, covering users: [PublicKey] = []) {
+            guard canAdd(key) else { return }
             if let i = entries.firstIndex(where: { $0.key == key }) {
                 if !entries[i].reasons.contains(reason) { entries[i].reasons.append(reason) }
                 entries[i].covers += users.filter { !entries[i].covers.contains($0) }
-            } else if entries.count < maxRelays {
+            } else {
                 entries.append(Entry(address: address, key: key, covers: users, reasons: [reason]))
             }
         }
-        // Own relays first: publishing and the own inbox never wait on coverage.
-        for relay in try p.relays(of: me)?.relays ?? [] { add(relay.address, relay.key, "own", covering: relay.roles.contains(.home) ? [me.raw] : []) }
-        // The network's bootstrap relays: where relay lists are found before any is known.
-        for relay in node.network.bootstrapRelays { add(relay.address, relay.key, "bootstrap") }
-        // Inboxes of the people this user writes to (chat members).
-        var members: Set<PublicKey> = []
-        for chat in try p.chats(of: me.raw) { for m in chat.members where m.user.raw != me.raw { members.insert(m.user.raw) } }
-        for user in members.sorted() {
-            for relay in try p.relays(of: UserID(user))?.relays ?? [] where relay.roles.contains(.inbox) {
-                add(relay.address, relay.key, "inbox")
-            }
-        }
-        // Home relays covering the users in scope, greedily.
+        // The users in scope, by whether their lists name reachable home relays.
         let users = try Self.users(of: node, scope: scope).subtracting([me.raw])
         var homes: [PublicKey: [Relay]] = [:]
         var unlisted: [PublicKey] = []
+        var unreachable: [PublicKey] = []  // every home relay avoided
         for user in users.sorted() {
-            let list = try p.relays(of: UserID(user))?.relays.filter { $0.roles.contains(.home) } ?? []
-            if list.isEmpty { unlisted.append(user) } else { homes[user] = list }
+            let listed = try p.relays(of: UserID(user))?.relays.filter { $0.roles.contains(.home) } ?? []
+            let list = listed.filter { !avoiding.contains($0.key) }
+            if listed.isEmpty { unlisted.append(user) } else if list.isEmpty { unreachable.append(user) } else { homes[user] = list }
         }
+        let ownList = try p.relays(of: me)
+        let memory = try RoutingMemory(env: node.log.env)
+        let held = try memory.published()
+        let own = OwnHeights(device: try node.head(of: node.identity.device.raw)?.seq ?? 0, user: try node.head(of: me.raw)?.seq ?? 0)
+        // Own relays first: the own inbox every time (notices wait there),
+        // an own home relay while it lacks this device's or the user key's
+        // latest events, or while other devices of the user write there.
+        let siblings = try p.devices(of: me.raw).contains { $0.device.raw != node.identity.device.raw }
+        for relay in ownList?.relays ?? [] {
+            let home = relay.roles.contains(.home)
+            var stale = true
+            if let last = held[relay.key] { stale = last.device < own.device || last.user < own.user }
+            let needed: Bool = relay.roles.contains(.inbox) || (home && (stale || siblings))
+            if needed {
+                add(relay.address, relay.key, "own", covering: home ? [me.raw] : [])
+            }
+        }
+        // Relays of this user's earlier lists, until they take the current
+        // one: followers who know only the earlier list find the move there.
+        for (key, address) in try memory.formerOwn().sorted(by: { $0.key.bytes.lexicographicallyPrecedes($1.key.bytes) })
+        where !(ownList?.relays.contains { $0.key == key } ?? false) && (held[key]?.user ?? 0) < own.user {
+            add(address, key, "former")
+        }
+        // The network's bootstrap relays, where relay lists are found: while
+        // this node lacks the list of a user in scope (or every relay it lists
+        // failed), and until one of them holds this user's list as it is now.
+        let listPublished = node.network.bootstrapRelays.contains { relay in
+            guard let last = held[relay.key] else { return false }
+            return last.user >= own.user
+        }
+        if ownList == nil || !unlisted.isEmpty || !unreachable.isEmpty || !listPublished {
+            for relay in node.network.bootstrapRelays { add(relay.address, relay.key, "bootstrap") }
+        }
+        // Inboxes where this node's own addressed events (invitations, key
+        // wraps, follows, gifts) wait to be left, most waiting first.
+        for waiting in try InboxStore.pending(at: node) {
+            add(waiting.relay.address, waiting.relay.key, "inbox")
+        }
+        var members: Set<PublicKey> = []
+        for chat in try p.chats(of: me.raw) { for m in chat.members where m.user.raw != me.raw { members.insert(m.user.raw) } }
         // Users a relay chosen above is home to are covered already.
         var pending = Set(homes.keys)
         for i in entries.indices {
@@ -89,7 +135,7 @@ public struct RelayPlan: Sendable, Hashable {
         // A user left uncovered by earlier syncs weighs more (one more per
         // sync it waited), so when `maxRelays` cannot cover everyone, the
         // next syncs take the users this one left out.
-        let waited = try RoutingMemory(env: node.log.env).syncsWaited(pending)
+        let waited = try memory.syncsWaited(pending)
         // The members of this user's chats and whoever invited it or wrapped
         // it a key come before followed users and followers: an invitation
         // or a key wrap waits on them.
@@ -100,7 +146,7 @@ public struct RelayPlan: Sendable, Hashable {
             // every node with the same lists and history picks alike.
             var tally: [PublicKey: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)] = [:]
             for user in pending.sorted() {
-                for (rank, relay) in (homes[user] ?? []).enumerated() {
+                for (rank, relay) in (homes[user] ?? []).enumerated() where canAdd(relay.key) {
                     var t = tally[relay.key] ?? (relay, [], 0, 0)
                     t.users.append(user)
                     t.rank += rank
@@ -119,12 +165,18 @@ public struct RelayPlan: Sendable, Hashable {
             add(best.relay.address, best.relay.key, "home", covering: best.users)
             pending.subtract(best.users)
         }
-        // Inboxes where this node's own addressed events (follows, gifts)
-        // still wait to be left, most waiting first, while there is room.
-        for waiting in try InboxStore.pending(at: node) {
-            add(waiting.relay.address, waiting.relay.key, "inbox")
-        }
-        return RelayPlan(relays: entries, uncovered: pending.sorted(), unlisted: unlisted)
+        return RelayPlan(relays: entries, uncovered: pending.union(unreachable).sorted(), unlisted: unlisted)
+    }
+
+    /// Per relay, the users of the scope that other relays of the plan
+    /// cover and that its session therefore leaves to them (§9 "Shares").
+    /// `me`, this node's user, is never left out: its user key's feed is
+    /// the directory entry every listed relay keeps (§8.1).
+    func shares(without me: PublicKey) -> [PublicKey: Set<PublicKey>] {
+        let coverers = Set(relays.flatMap(\.covers)).subtracting([me])
+        var out: [PublicKey: Set<PublicKey>] = [:]
+        for entry in relays { out[entry.key, default: coverers].subtract(entry.covers) }
+        return out
     }
 
     /// The weight a chat member or a correspondent adds in the greedy cover:
@@ -185,33 +237,86 @@ extension SyncNetwork {
         var options = options
         options.scope = scope
         options.inbox = true
+        func ownHeights() throws -> OwnHeights {
+            OwnHeights(device: try node.head(of: node.identity.device.raw)?.seq ?? 0, user: try node.head(of: node.identity.user.raw)?.seq ?? 0)
+        }
+        var offered: [PublicKey: OwnHeights] = [:]  // per relay, the own feeds' heights when its last complete session began
         var plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
         var round = plan
         var results: [RelaySyncResult] = []
         var covered: [PublicKey: Set<PublicKey>] = [:]
+        var leftOut: [PublicKey: Set<PublicKey>] = [:]  // per relay, the users its last session left to others
+        var failed: Set<PublicKey> = []
         for _ in 0..<maxRounds {
-            let synced = await syncRouted(node, plan: round, options: options)
+            let shares = plan.shares(without: node.identity.user.raw)
+            let heights = try ownHeights()
+            let synced = await syncRouted(node, plan: round, shares: plan, options: options)
             results += synced
-            for entry in round.relays { covered[entry.key, default: []].formUnion(entry.covers) }
+            for r in synced {
+                if case .failure = r.outcome {
+                    failed.insert(r.relay.key)
+                } else if case .success(let report) = r.outcome {
+                    covered[r.relay.key, default: []].formUnion(r.relay.covers)
+                    leftOut[r.relay.key] = shares[r.relay.key] ?? []
+                    if report.complete { offered[r.relay.key] = heights }
+                }
+            }
             // A session that ran while a parallel one took notices missed
             // their senders: every relay is met again (a full session, the
             // scope having changed). Otherwise the relays the new plan adds,
-            // those that now cover users they did not, and those where own
-            // addressed events wait to be left (their addressees' lists
-            // arrived in this round).
+            // those that now cover users they did not (their lists arrived),
+            // those whose share now takes users an earlier session left to
+            // another relay (that relay failed and is avoided now), and those
+            // where own addressed events wait to be left (their addressees'
+            // lists arrived in this round), and own home relays when this
+            // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
-            plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+            plan = try RelayPlan.make(
+                for: node, scope: scope, maxRelays: maxRelays, avoiding: failed, contacted: Set(results.map(\.relay.key)))
+            let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
+            let now = try ownHeights()
             round = plan
             round.relays = plan.relays.filter { entry in
                 guard let before = covered[entry.key] else { return true }
-                return noticed || !Set(entry.covers).isSubset(of: before) || waiting.contains(entry.key)
+                let regained = !(leftOut[entry.key] ?? []).subtracting(next[entry.key] ?? []).isEmpty
+                let behind = entry.covers.contains(node.identity.user.raw) && offered[entry.key].map { $0.device < now.device || $0.user < now.user } ?? true
+                return noticed || regained || behind || !Set(entry.covers).isSubset(of: before) || waiting.contains(entry.key)
             }
             if round.relays.isEmpty { break }
         }
-        // Users whose home relay was synced wait no more; the others one sync more.
-        let synced = results.filter { if case .success = $0.outcome { true } else { false } }.flatMap(\.relay.covers)
-        try RoutingMemory(env: node.log.env).endSync(covered: Set(synced))
+        // Events this node wrote during the last round (chat keys it wrapped
+        // for devices that round made known) go to its home relays now, not
+        // at the next sync: a session offers only what was written before it.
+        let me = node.identity.user.raw
+        let now = try ownHeights()
+        let held = try RoutingMemory(env: node.log.env).published()
+        let behind = (try node.projections.relays(of: UserID(me))?.relays ?? []).filter { relay in
+            guard relay.roles.contains(.home), !failed.contains(relay.key) else { return false }
+            guard let last = offered[relay.key] ?? held[relay.key] else { return true }
+            return last.device < now.device || last.user < now.user
+        }
+        if !behind.isEmpty {
+            let publish = RelayPlan(
+                relays: behind.map { RelayPlan.Entry(address: $0.address, key: $0.key, covers: [me], reasons: ["own"]) }, uncovered: [], unlisted: [])
+            var shares = plan  // what the plan's relays bring stays theirs
+            shares.relays += publish.relays
+            let synced = await syncRouted(node, plan: publish, shares: shares, options: options)
+            results += synced
+            for r in synced { if case .success(let report) = r.outcome, report.complete { offered[r.relay.key] = now } }
+        }
+        // Users whose home relay was synced wait no more; the others one sync
+        // more. Each relay synced completely was offered the own feeds as they were.
+        let succeeded = results.filter { if case .success = $0.outcome { true } else { false } }
+        // A former own relay is done once it took the current list, or failed (it may be gone for good).
+        let done = Set(results.filter { r in
+            guard r.relay.reasons.contains("former") else { return false }
+            if case .success(let report) = r.outcome { return report.complete }
+            return true
+        }.map(\.relay.key))
+        try RoutingMemory(env: node.log.env).endSync(
+            covered: Set(succeeded.flatMap(\.relay.covers)), offered: offered, own: try node.projections.relays(of: node.identity.user)?.relays ?? [],
+            done: done)
         // Every relay synced, each once.
         var seen: Set<PublicKey> = []
         plan.relays = results.map(\.relay).filter { seen.insert($0.key).inserted }
@@ -224,9 +329,17 @@ extension SyncNetwork {
 
     /// Syncs with every relay of `plan` at once (Specs/sync.md §9), each
     /// pinned to its listed key; one failing relay does not stop the others.
-    public static func syncRouted(_ node: Node, plan: RelayPlan, options: SyncOptions = SyncOptions()) async -> [RelaySyncResult] {
-        await withTaskGroup(of: (Int, RelaySyncResult).self) { group in
+    /// With a limited scope each session replicates its relay's share: the
+    /// users another relay of `shares` (the whole plan of which `plan` may
+    /// be a part; `plan` itself by default) covers are left to that relay.
+    public static func syncRouted(
+        _ node: Node, plan: RelayPlan, shares: RelayPlan? = nil, options: SyncOptions = SyncOptions()
+    ) async -> [RelaySyncResult] {
+        let left = (shares ?? plan).shares(without: node.identity.user.raw)
+        return await withTaskGroup(of: (Int, RelaySyncResult).self) { group in
             for (i, relay) in plan.relays.enumerated() {
+                var options = options
+                options.scope = options.scope.leaving(left[relay.key] ?? [])
                 group.addTask {
                     do {
                         return (i, RelaySyncResult(relay: relay, outcome: .success(try await sync(node, relay: relay.address, key: relay.key, options: options))))
@@ -242,6 +355,20 @@ extension SyncNetwork {
     }
 }
 
+/// The heights of a node's own device feed and its user key feed.
+public struct OwnHeights: Sendable, Hashable {
+    /// This device's feed.
+    public var device: UInt64
+    /// The user key's feed (bindings and the relay list).
+    public var user: UInt64
+
+    /// Heights `device` and `user`.
+    public init(device: UInt64, user: UInt64) {
+        self.device = device
+        self.user = user
+    }
+}
+
 /// What syncing by relay lists remembers between syncs (the `routing`
 /// database, Specs/storage.md): a counter of syncs, and per user the sync at
 /// which one of its home relays was last synced, so that users a plan could
@@ -251,6 +378,8 @@ public final class RoutingMemory: Sendable {
     let db: Database
     static let counterKey: [UInt8] = [0]
     static let userPrefix: UInt8 = 1
+    static let publishedPrefix: UInt8 = 3
+    static let ownPrefix: UInt8 = 4
 
     /// Opens (creating if needed) the `routing` database of `env`.
     public init(env: Environment) throws {
@@ -272,12 +401,54 @@ public final class RoutingMemory: Sendable {
         }
     }
 
-    /// Ends a sync: `covered` were synced now; the counter moves on.
-    public func endSync(covered: Set<PublicKey>) throws {
+    /// Per relay, the heights of this node's device feed and user key feed
+    /// when a sync by relay lists last synced with it successfully (what it
+    /// was offered, so an own home relay that holds them need not be met).
+    public func published() throws -> [PublicKey: OwnHeights] {
+        try env.read { txn in
+            var out: [PublicKey: OwnHeights] = [:]
+            try txn.scan(db, from: [Self.publishedPrefix]) { key, value in
+                guard key.first == Self.publishedPrefix, key.count == 33, value.count == 16, let relay = Bytes32(Array(key.dropFirst())) else {
+                    return key.first == Self.publishedPrefix
+                }
+                let device: UInt64 = InboxStore.readBE(value.prefix(8))
+                let user: UInt64 = InboxStore.readBE(value.suffix(8))
+                out[relay] = OwnHeights(device: device, user: user)
+                return true
+            }
+            return out
+        }
+    }
+
+    /// The relays this user's lists named when syncs by relay lists ran,
+    /// with their addresses, until they took a later list or failed.
+    public func formerOwn() throws -> [PublicKey: String] {
+        try env.read { txn in
+            var out: [PublicKey: String] = [:]
+            try txn.scan(db, from: [Self.ownPrefix]) { key, value in
+                guard key.first == Self.ownPrefix else { return false }
+                if key.count == 33, let relay = Bytes32(Array(key.dropFirst())) { out[relay] = String(decoding: value, as: UTF8.self) }
+                return true
+            }
+            return out
+        }
+    }
+
+    /// Ends a sync: `covered` were synced now; the counter moves on; each
+    /// relay of `offered` was offered the own feeds up to its heights;
+    /// `own` are the relays the user's list names now, `done` the former
+    /// ones that took the current list or failed.
+    public func endSync(covered: Set<PublicKey>, offered: [PublicKey: OwnHeights] = [:], own: [Relay] = [], done: Set<PublicKey> = []) throws {
         try env.write { txn in
             let now = (try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0) + 1
             for user in covered { try txn.put(db, [Self.userPrefix] + user.bytes, InboxStore.be(now)) }
             try txn.put(db, Self.counterKey, InboxStore.be(now))
+            for (relay, heights) in offered {
+                let value: [UInt8] = InboxStore.be(heights.device) + InboxStore.be(heights.user)
+                try txn.put(db, [Self.publishedPrefix] + relay.bytes, value)
+            }
+            for relay in done { _ = try txn.delete(db, [Self.ownPrefix] + relay.bytes) }
+            for relay in own { try txn.put(db, [Self.ownPrefix] + relay.key.bytes, Array(relay.address.utf8)) }
         }
     }
 }

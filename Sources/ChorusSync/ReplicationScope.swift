@@ -14,33 +14,49 @@ public struct ReplicationScope: Hashable, Sendable {
     /// Follow steps from this node's user; nil replicates every feed. A
     /// negative value counts as 0.
     public var hops: Int?
+    /// Users in scope whose feeds another relay of a routed sync brings
+    /// (Specs/sync.md §9): a session with one relay names and fetches only
+    /// its share, so each feed costs one session, not one per relay. Empty
+    /// outside a routed sync.
+    public var coveredElsewhere: Set<PublicKey> = []
 
     /// A scope of `hops` follow steps; nil (the default) is every feed.
     public init(hops: Int? = nil) { self.hops = hops }
+
+    /// This scope with `users` left to other relays.
+    public func leaving(_ users: Set<PublicKey>) -> ReplicationScope {
+        var scope = self
+        scope.coveredElsewhere = users
+        return scope
+    }
 
     /// Every feed this node hears of (`hops == nil`), the default scope.
     public static let all = ReplicationScope(hops: nil)
 
     /// The feeds in scope now, or nil for every feed. The set grows as the
     /// events that define it (follows, device bindings, chats) arrive, so a
-    /// session recomputes it after each round.
+    /// session recomputes it after each round. Users `coveredElsewhere`
+    /// are left out, with their devices; the node's own device and the
+    /// issuers never are.
     public func feeds(of node: Node) throws -> Set<PublicKey>? {
         guard let users = try users(of: node) else { return nil }
         let p = node.projections
         var feeds: Set<PublicKey> = Set(node.network.issuers)
         feeds.insert(node.identity.device.raw)
-        for u in users {
+        let elsewhere = coveredElsewhere
+        for u in users where !elsewhere.contains(u) {
             feeds.insert(u)
             for d in try p.devices(of: u) { feeds.insert(d.device.raw) }
         }
         let blocked = Set(try p.blocked(by: node.identity.user.raw))
         // The user keys of the users this user follows, whatever the hops:
         // their relay lists say where to leave the follow (§4.11).
-        for u in try p.following(node.identity.user.raw) where !blocked.contains(u) { feeds.insert(u) }
+        for u in try p.following(node.identity.user.raw) where !blocked.contains(u) && !elsewhere.contains(u) { feeds.insert(u) }
         // The devices that left notices for this user (§4.11), before their
         // binding is known here.
-        for device in try InboxStore.correspondents(of: node.identity.user.raw, at: node).devices
-        where !blocked.contains(try p.user(of: device)) {
+        for device in try InboxStore.correspondents(of: node.identity.user.raw, at: node).devices {
+            let user = try p.user(of: device)
+            guard !blocked.contains(user), !elsewhere.contains(user) else { continue }
             feeds.insert(device)
         }
         return feeds

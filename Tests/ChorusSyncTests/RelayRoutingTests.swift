@@ -106,7 +106,11 @@ struct RelayRoutingTests {
         _ = try await alice.setRelays([Relay(address: new.address, key: new.key, roles: .all)])
         _ = try await alice.setProfile(.bio, .text("after the move"))
         let (moved, _) = try await bounded(.seconds(60), "alice moves") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
-        #expect(moved.relays.map(\.key).contains(new.key) && !moved.relays.map(\.key).contains(old.key))
+        // The old relay is told of the move (its list), so followers who know only the old list find it there.
+        #expect(moved.relays.map(\.key).contains(new.key) && moved.relays.first { $0.key == old.key }?.reasons == ["former"], "\(moved.relays)")
+        #expect(try old.node.projections.relays(of: alice.identity.user)?.relays.map(\.key) == [new.key])
+        let (after, _) = try await bounded(.seconds(60), "alice again") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        #expect(!after.relays.contains { $0.key == old.key }, "a former relay that took the list is not met again: \(after.relays)")
         // The new relay holds her whole history, from her own device.
         #expect(try new.node.head(of: alice.identity.device.raw) == alice.head(of: alice.identity.device.raw))
         #expect(try new.node.head(of: alice.identity.user.raw) == alice.head(of: alice.identity.user.raw))
@@ -123,5 +127,61 @@ struct RelayRoutingTests {
         #expect(failed.allSatisfy { $0.relay.key == old.key }, "\(failed.map(\.relay.address))")
         for r in [boot, new] { await r.stop() }
         for n in [alice, carol] { await n.close() }
+    }
+
+    @Test("each relay of a routed sync brings its share of the scope, and the users of a relay that fails come from their other home relay")
+    func sharesAndFailover() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        // Relays that hold every feed, so only the plan's shares decide what comes from where.
+        let boot = try await Self.serve(dir, "boot", network: net)
+        let r1 = try await Self.serve(dir, "r1", network: net)
+        let r2 = try await Self.serve(dir, "r2", network: net)
+        let r3 = try await Self.serve(dir, "r3", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
+        _ = try await alice.setRelays([r1.relay(.all), r3.relay(.home)])
+        _ = try await bob.setRelays([r2.relay(.all)])
+        _ = try await alice.setProfile(.bio, .text("Alice on relays 1 and 3"))
+        _ = try await bob.setProfile(.bio, .text("Bob on relay 2"))
+        for node in [alice, bob] { _ = try await bounded(.seconds(60), "publishing") { try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0)) } }
+        _ = try await carol.follow(alice.identity.user)
+        _ = try await carol.follow(bob.identity.user)
+        // Carol holds the lists (the user keys' feeds), not the users' device feeds.
+        for user in [alice, bob] {
+            let envelopes = try user.feedEnvelopes(user.identity.user.raw, fromSeq: 1, limit: .max).map(\.envelope)
+            _ = await carol.ingest(envelopes)
+        }
+        #expect(try carol.projections.relays(of: alice.identity.user) != nil && carol.head(of: alice.identity.device.raw) == nil)
+
+        // Each relay brings the users it covers; the bootstrap relay, covering no one, brings neither.
+        let plan = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), maxRelays: 8)
+        #expect(Set(plan.relays.map(\.key)) == [boot.key, r1.key, r2.key], "\(plan.relays)")
+        let results = try await bounded(.seconds(60), "shared sync") { await SyncNetwork.syncRouted(carol, plan: plan, options: SyncOptions(scope: ReplicationScope(hops: 1))) }
+        func received(_ relay: ServedRelay, in results: [RelaySyncResult]) -> Int? {
+            results.filter { $0.relay.key == relay.key }.compactMap { if case .success(let r) = $0.outcome { r.eventsReceived } else { nil } }.first
+        }
+        let aliceEvents = Int(try #require(try alice.head(of: alice.identity.device.raw)).seq)
+        let bobEvents = Int(try #require(try bob.head(of: bob.identity.device.raw)).seq)
+        #expect(received(boot, in: results) == 0)
+        #expect(received(r1, in: results) == aliceEvents)
+        #expect(received(r2, in: results) == bobEvents)
+
+        // Relay 1 goes away: Alice is covered by relay 3 within the same sync.
+        _ = try await alice.setProfile(.bio, .text("Alice, later"))
+        _ = try await bounded(.seconds(60), "alice publishes to relay 3") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        await r1.stop()
+        let (final, all) = try await bounded(.seconds(60), "carol with relay 1 gone") {
+            try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1))
+        }
+        #expect(try Self.bio(carol, of: alice.identity.user) == "Alice, later")
+        #expect(final.relays.contains { $0.key == r3.key && $0.covers.contains(alice.identity.user.raw) }, "\(final.relays)")
+        let failed = all.filter { if case .failure = $0.outcome { true } else { false } }
+        #expect(failed.map(\.relay.key) == [r1.key])
+        for r in [boot, r2, r3] { await r.stop() }
+        for n in [alice, bob, carol] { await n.close() }
     }
 }

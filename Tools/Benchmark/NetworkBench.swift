@@ -26,6 +26,7 @@ struct NetworkBench: AsyncParsableCommand {
     @Option(help: "Listed relays.") var relays = 20
     @Option(help: "Rounds after publishing.") var rounds = 2
     @Option(help: "Seed of the follow graph and relay choices.") var seed: UInt64 = 1
+    @Option(help: "Fraction of users who start a chat with two users they follow.") var chatFraction = 0.05
     @Flag(help: "Print machine-readable JSON.") var json = false
 
     func validate() throws {
@@ -38,6 +39,7 @@ struct NetworkBench: AsyncParsableCommand {
         var p = NetworkSimulation.Parameters(users: users, relays: relays, directory: dir)
         p.rounds = rounds
         p.seed = seed
+        p.chatFraction = chatFraction
         let interactive = isatty(STDERR_FILENO) != 0
         let r = try await NetworkSimulation.run(p, progress: { line in
             if interactive { FileHandle.standardError.write(Data((line + "\n").utf8)) }

@@ -66,6 +66,14 @@ public struct NetworkSimulation: Sendable {
         public var deliveryKeyWrapsByRound: [Double] = []
         /// All three after the last round, together.
         public var delivery = 0.0
+        /// Why deliveries missed after the last round, by cause:
+        /// `invitation_not_left` (no notice at the member's inbox relays),
+        /// `invitation_not_taken` (the notice waits there), `creator_list_unknown`
+        /// (the member lacks the creator's relay list), `creator_feed_not_fetched`,
+        /// `wrap_not_written` (the creator does not know the member's device),
+        /// `wrap_not_arrived`, `followed_feed_not_fetched` (none of it held),
+        /// `followed_feed_behind_KIND` (its latest events not yet, the last of kind KIND).
+        public var misses: [String: Int] = [:]
         /// The most events any relay holds (log and inbox notices) over the
         /// ideal share: device events × 2 / relays, plus the directory.
         public var relayEventsMax = 0
@@ -88,7 +96,7 @@ public struct NetworkSimulation: Sendable {
             case users, relays, follows, chats
             case deviceEvents = "device_events", directoryEvents = "directory_events"
             case deliveryFollowsByRound = "delivery_follows_by_round", deliveryInvitationsByRound = "delivery_invitations_by_round"
-            case deliveryKeyWrapsByRound = "delivery_key_wraps_by_round", delivery
+            case deliveryKeyWrapsByRound = "delivery_key_wraps_by_round", delivery, misses
             case relayEventsMax = "relay_events_max", relayEventsIdeal = "relay_events_ideal"
             case relayEventsMaxOverIdeal = "relay_events_max_over_ideal"
             case connectionsPerSyncMean = "connections_per_sync_mean", connectionsPerSyncMax = "connections_per_sync_max"
@@ -245,11 +253,12 @@ public struct NetworkSimulation: Sendable {
                 connections.append(plan.relays.count)
                 await node.close()
             }
-            let measured = try await measure(users: users, chats: chats)
+            let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node))
             result.deliveryFollowsByRound.append(measured.follows)
             result.deliveryInvitationsByRound.append(measured.invitations)
             result.deliveryKeyWrapsByRound.append(measured.keyWraps)
             result.delivery = measured.all
+            result.misses = measured.misses
             progress("round \(round + 1): delivery \(measured.all)")
         }
         // First contact as the scoped benchmark measures it: nodes that hold
@@ -296,11 +305,22 @@ public struct NetworkSimulation: Sendable {
 
     /// Delivery as it stands: every (follower, followed) pair, every chat
     /// invitation and key wrap.
-    static func measure(users: [User], chats: [Chat]) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double) {
+    static func measure(
+        users: [User], chats: [Chat], relays: [Node]
+    ) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double, misses: [String: Int]) {
         var heights: [UInt64] = []
-        for u in users {
+        var headKinds: [String] = []
+        var knownDevices: [Int: Set<PublicKey>] = [:]  // creator → member devices it knows
+        let creators = Set(chats.map(\.creator))
+        for (i, u) in users.enumerated() {
             let node = try await Node.open(at: u.store, readOnly: true)
             heights.append(try node.head(of: u.device)?.seq ?? 0)
+            headKinds.append(try node.feed(u.device, fromSeq: max(1, heights[i]), limit: 1).first.map { $0.event.header.kind.name } ?? "none")
+            if creators.contains(i) {
+                for chat in chats where chat.creator == i {
+                    for m in chat.members { for d in try node.projections.devices(of: users[m].user) { knownDevices[i, default: []].insert(d.device.raw) } }
+                }
+            }
             await node.close()
         }
         var pairs = 0
@@ -309,25 +329,56 @@ public struct NetworkSimulation: Sendable {
         var invited = 0
         var wraps = 0
         var readable = 0
+        var misses: [String: Int] = [:]
         var membership: [Int: [Chat]] = [:]
         for chat in chats { for m in chat.members { membership[m, default: []].append(chat) } }
         for (i, u) in users.enumerated() {
             let node = try await Node.open(at: u.store, readOnly: true)
             for j in u.follows {
                 pairs += 1
-                if try node.head(of: users[j].device)?.seq ?? 0 == heights[j] { delivered += 1 }
+                let held = try node.head(of: users[j].device)?.seq ?? 0
+                if held == heights[j] {
+                    delivered += 1
+                } else {
+                    // Behind: the followed user wrote since (its head's kind says what).
+                    misses[held == 0 ? "followed_feed_not_fetched" : "followed_feed_behind_\(headKinds[j])", default: 0] += 1
+                }
             }
             for chat in membership[i] ?? [] {
                 invitations += 1
                 wraps += 1
-                guard let view = try node.projections.chatView(chat.id) else { continue }
+                let creator = users[chat.creator]
+                guard let view = try node.projections.chatView(chat.id) else {
+                    misses[try invitationMiss(member: u, creator: creator, at: node, relays: relays), default: 0] += 1
+                    continue
+                }
                 invited += 1
-                if (try? node.readableChat(view).title?.value) != nil { readable += 1 }
+                if (try? node.readableChat(view).title?.value) != nil {
+                    readable += 1
+                } else {
+                    misses[knownDevices[chat.creator, default: []].contains(u.device) ? "wrap_not_arrived" : "wrap_not_written", default: 0] += 1
+                }
             }
             await node.close()
         }
         func ratio(_ a: Int, _ b: Int) -> Double { b == 0 ? 1 : Double(a) / Double(b) }
-        return (ratio(delivered, pairs), ratio(invited, invitations), ratio(readable, wraps), ratio(delivered + invited + readable, pairs + invitations + wraps))
+        return (
+            ratio(delivered, pairs), ratio(invited, invitations), ratio(readable, wraps), ratio(delivered + invited + readable, pairs + invitations + wraps),
+            misses
+        )
+    }
+
+    /// Where a chat invitation stopped on its way from `creator` to `member`.
+    static func invitationMiss(member: User, creator: User, at node: Node, relays: [Node]) throws -> String {
+        let atRelay = try relays.contains { relay in
+            try InboxStore(env: relay.log.env).notices(for: member.user).notices.contains {
+                (try? Event.decode($0.envelope).header.author) == creator.device
+            }
+        }
+        if !atRelay { return "invitation_not_left" }
+        if !(try InboxStore.correspondents(of: member.user, at: node).devices.contains(creator.device)) { return "invitation_not_taken" }
+        if try node.projections.relays(of: UserID(creator.user)) == nil { return "creator_list_unknown" }
+        return "creator_feed_not_fetched"
     }
 }
 
