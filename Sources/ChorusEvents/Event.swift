@@ -465,6 +465,13 @@ extension Event {
         return (header, parts.payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) })
     }
 
+    /// The header of an envelope this node stored itself, nothing else
+    /// copied or checked (who wrote what, read from the log in bulk).
+    public static func storedHeader(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> EventHeader {
+        let parts = try storedParts(bytes)
+        return try EventHeader.decode(Array(UnsafeRawBufferPointer(rebasing: bytes[parts.header])))
+    }
+
     /// Decodes an envelope this node stored itself after checking it in
     /// full (`decode`) when it arrived: the header is parsed and the id
     /// computed, but the payload's hash and schema are not checked again

@@ -464,6 +464,30 @@ public struct LogStore: Sendable {
         }
     }
 
+    /// The authors of the events that arrived after `since`, reading at
+    /// most `limit` events, with the position of the last one read (`since`
+    /// when none): the feeds a peer that synced up to `since` may lack
+    /// (Specs/sync.md §4.2). Only the headers are decoded.
+    public func authorsArrived(since: UInt64, limit: Int) throws -> (authors: Set<PublicKey>, last: UInt64, read: Int) {
+        try env.read { txn in
+            var authors: Set<PublicKey> = []
+            var last = since
+            var read = 0
+            guard limit > 0 else { return (authors, last, read) }
+            try txn.scanInPlace(envelopes, from: Self.encodeU64(since &+ 1)) { key, value in
+                last = try Self.decodeU64(Array(key), what: "arrival position")
+                do {
+                    authors.insert(try Event.storedHeader(ofEnvelope: value).author)
+                } catch {
+                    throw LogError.corrupt("event at arrival \(last) does not decode: \(error)")
+                }
+                read += 1
+                return read < limit
+            }
+            return (authors, last, read)
+        }
+    }
+
     /// The position of the newest arrival (0 for an empty log).
     public func lastArrival() throws -> UInt64 {
         try env.read { txn in

@@ -178,13 +178,14 @@ extension SyncSession {
         if since == 0 || since > position || position - since > 50_000 {
             return try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
         }
+        // Only who wrote: the headers, not the payloads or their schemas.
         var authors: Set<PublicKey> = []
         var from = since
         while true {
-            let page = try node.arrivals(since: from, limit: 4096)
-            for s in page { authors.insert(s.event.author) }
-            guard let last = page.last, page.count == 4096 else { break }
-            from = last.arrival
+            let page = try node.log.authorsArrived(since: from, limit: 4096)
+            authors.formUnion(page.authors)
+            guard page.read == 4096 else { break }
+            from = page.last
         }
         return try heads(of: authors.sorted())
     }

@@ -342,6 +342,16 @@ struct NodeTests {
         #expect(new.map(\.arrival) == Array((mark + 1)...(mark + 5)))
         #expect(try node.arrivals(since: mark, limit: 2).count == 2)
         #expect(try node.arrivals(since: mark + 5).isEmpty)
+        // Who wrote since a position, from the headers alone, in pages.
+        let user = node.identity.user.raw
+        let device = node.identity.device.raw
+        let all = try node.log.authorsArrived(since: 0, limit: .max)
+        #expect(all.authors == [user, device] && all.last == mark + 5 && all.read == Int(mark) + 5)
+        let page = try node.log.authorsArrived(since: mark, limit: 2)
+        #expect(page.authors == [device] && page.last == mark + 2 && page.read == 2)
+        let rest = try node.log.authorsArrived(since: page.last, limit: 10)
+        #expect(rest.read == 3 && rest.last == mark + 5)
+        #expect(try node.log.authorsArrived(since: mark + 5, limit: 10) == ([], mark + 5, 0))
         await node.close()
     }
 

@@ -55,7 +55,8 @@ struct NetworkBench: AsyncParsableCommand {
             delivery after each round: follows \(r.deliveryFollowsByRound), invitations \(r.deliveryInvitationsByRound), key wraps \(r.deliveryKeyWrapsByRound)
             fullest relay: \(r.relayEventsMax) events, \(String(format: "%.2f", r.relayEventsMaxOverIdeal)) of its ideal share \(Int(r.relayEventsIdeal)) (target <= 1.5)
             relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8)
-            first contact: \(r.firstContactSessions) sessions, \(r.firstContactBytes) bytes, \(String(format: "%.0f", r.firstContactBytesPerScopeFeed)) bytes per scope feed after 2 KB a session (target <= 150)
+            first contact: \(r.firstContactSessions) sessions, \(r.firstContactBytes) bytes (\(r.firstContactBytes / max(1, r.firstContactSessions)) a session) for \(r.firstContactScopeFeeds) scope feeds, \(String(format: "%.0f", r.firstContactBytesPerScopeFeed)) bytes per scope feed after 2 KB a session (target <= 150)
+            missed after the last round: \(r.misses.isEmpty ? "nothing" : r.misses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             wall: \(String(format: "%.1f", r.wallSeconds)) s (setup and publishing \(String(format: "%.1f", r.setupSeconds)) s)
             """)
     }

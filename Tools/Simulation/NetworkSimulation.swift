@@ -88,6 +88,8 @@ public struct NetworkSimulation: Sendable {
         public var firstContactSessions = 0
         public var firstContactBytes = 0
         public var firstContactBytesPerScopeFeed = 0.0
+        /// The sample's scope feeds, summed over its users.
+        public var firstContactScopeFeeds = 0
         /// The whole run, and its part before the rounds (creating and publishing).
         public var wallSeconds = 0.0
         public var setupSeconds = 0.0
@@ -101,7 +103,7 @@ public struct NetworkSimulation: Sendable {
             case relayEventsMaxOverIdeal = "relay_events_max_over_ideal"
             case connectionsPerSyncMean = "connections_per_sync_mean", connectionsPerSyncMax = "connections_per_sync_max"
             case firstContactSessions = "first_contact_sessions", firstContactBytes = "first_contact_bytes"
-            case firstContactBytesPerScopeFeed = "first_contact_bytes_per_scope_feed"
+            case firstContactBytesPerScopeFeed = "first_contact_bytes_per_scope_feed", firstContactScopeFeeds = "first_contact_scope_feeds"
             case wallSeconds = "wall_seconds", setupSeconds = "setup_seconds"
         }
     }
@@ -279,6 +281,7 @@ public struct NetworkSimulation: Sendable {
         }
         result.connectionsPerSyncMean = connections.isEmpty ? 0 : Double(connections.reduce(0, +)) / Double(connections.count)
         result.connectionsPerSyncMax = connections.max() ?? 0
+        result.firstContactScopeFeeds = scopeFeedsAtFirstContact
         if scopeFeedsAtFirstContact > 0 {
             let overhead = 2048 * result.firstContactSessions
             result.firstContactBytesPerScopeFeed = Double(max(0, result.firstContactBytes - overhead)) / Double(scopeFeedsAtFirstContact)
