@@ -291,10 +291,14 @@ extension SyncNetwork {
         let me = node.identity.user.raw
         let now = try ownHeights()
         let held = try RoutingMemory(env: node.log.env).published()
+        var met = Set(results.map(\.relay.key))
         let behind = (try node.projections.relays(of: UserID(me))?.relays ?? []).filter { relay in
             guard relay.roles.contains(.home), !failed.contains(relay.key) else { return false }
-            guard let last = offered[relay.key] ?? held[relay.key] else { return true }
-            return last.device < now.device || last.user < now.user
+            if let last = offered[relay.key] ?? held[relay.key], last.device >= now.device, last.user >= now.user { return false }
+            // Within --max-relays for the whole sync; the rest are stale at the next sync, so met first.
+            guard met.contains(relay.key) || met.count < maxRelays else { return false }
+            met.insert(relay.key)
+            return true
         }
         if !behind.isEmpty {
             let publish = RelayPlan(

@@ -68,6 +68,24 @@ struct RelayRoutingTests {
         let small = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), maxRelays: 1)
         #expect(small.relays.map(\.key) == [boot.key] && small.uncovered.count == 2)
 
+        // A sync's rounds together meet at most --max-relays relays: with
+        // two, Dave meets the bootstrap relay and one home relay, and the
+        // next sync the other (the user it left out weighs more).
+        let dave = try await makeNode(dir, "dave", network: joined)
+        _ = try await dave.follow(alice.identity.user)
+        _ = try await dave.follow(bob.identity.user)
+        let (first, _) = try await bounded(.seconds(60), "dave's first sync") {
+            try await SyncNetwork.syncByRelayLists(dave, scope: ReplicationScope(hops: 1), maxRelays: 2)
+        }
+        #expect(first.relays.count == 2 && first.relays.first?.key == boot.key, "\(first.relays)")
+        let (second, _) = try await bounded(.seconds(60), "dave's second sync") {
+            try await SyncNetwork.syncByRelayLists(dave, scope: ReplicationScope(hops: 1), maxRelays: 2)
+        }
+        #expect(second.relays.count <= 2, "\(second.relays)")
+        #expect(try Self.bio(dave, of: alice.identity.user) == "Alice lives on relay 1")
+        #expect(try Self.bio(dave, of: bob.identity.user) == "Bob lives on relay 2")
+        await dave.close()
+
         // A list naming the wrong key for an address: that relay is refused, the others still sync.
         let impostor = SigningKey.generate().publicKey
         _ = try await bob.setRelays([Relay(address: r1.address, key: impostor, roles: .all)])
