@@ -197,10 +197,10 @@ struct TrackingTransport: FrameTransport {
 }
 
 func peerConfiguration(
-    _ network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SyncLimits.maxFrameBytes
+    _ network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SyncLimits.maxFrameBytes, idleTimeout: Duration = .seconds(60)
 ) -> SecureConnectionConfiguration {
     SecureConnectionConfiguration(
-        networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize, idleTimeout: .seconds(60))
+        networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize, idleTimeout: idleTimeout)
 }
 
 // MARK: tests
@@ -302,7 +302,7 @@ struct FaultTests {
         var options = SyncOptions(live: true)
         // Applies to the honest session too: long enough that a loaded
         // machine (the whole suite runs in parallel) never idles it out.
-        options.idleTimeout = .seconds(10)
+        options.idleTimeout = .seconds(20)
         let lines = LogLines()
         let server = try SyncServer(node: node, options: options, logger: collectingLogger(lines))
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
@@ -371,7 +371,10 @@ struct FaultTests {
         let silentKey = SigningKey.generate()
         let silent = try await bounded(.seconds(120), "connect") {
             try await SecureConnection.connect(
-                host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: silentKey))
+                // The server's transport timeout: each side's keepalive (a third of
+                // its own) then comes well within the other's, however late a
+                // loaded machine runs the keepalive task.
+                host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: silentKey, idleTimeout: .seconds(120)))
         }
         // Its session is running before anything else starts: on a loaded
         // machine the server's side of the handshake can otherwise still be
