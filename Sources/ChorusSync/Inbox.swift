@@ -65,6 +65,8 @@ public final class InboxStore: Sendable {
     static let leftAt: UInt8 = 2  // 2 ‖ relay ‖ event id → empty: this node's event left at that relay
     static let counter: UInt8 = 3  // 3 → the last serial given
     static let noticeSerial: UInt8 = 4  // 4 ‖ relay → the last notice serial that relay sent this node
+    static let ownScanned: UInt8 = 5  // 5 → the height of this device's feed indexed under prefix 6
+    static let ownAddressed: UInt8 = 6  // 6 ‖ seq (8, big-endian) → empty: this device's event at seq is addressed
 
     /// Opens (creating if needed) the `inbox` database of `env`.
     public init(env: Environment) throws {
@@ -195,15 +197,53 @@ public final class InboxStore: Sendable {
         return try store.correspondents(of: user)
     }
 
+    /// This device's own addressed events (Specs/sync.md §4.11) whose
+    /// payload it still holds, oldest first. Which events of the feed are
+    /// addressed is indexed as the feed grows, so a plan or a session reads
+    /// those events only, not the whole feed.
+    public static func addressedOwnEvents(at node: Node, store: InboxStore) throws -> [Event] {
+        let device = node.identity.device.raw
+        let head = try node.head(of: device)?.seq ?? 0
+        var (scanned, seqs) = try store.env.read { txn in
+            let scanned = try txn.get(store.db, [ownScanned]).map { readBE($0) } ?? 0
+            var seqs: [UInt64] = []
+            try txn.scan(store.db, from: [ownAddressed]) { key, _ in
+                guard key.first == ownAddressed, key.count == 9 else { return false }
+                seqs.append(readBE(key.dropFirst()))
+                return true
+            }
+            return (scanned, seqs)
+        }
+        if head > scanned {
+            let p = node.projections
+            var added: [UInt64] = []
+            for stored in try node.feed(device, fromSeq: scanned + 1) {
+                if !(try Addressing.addressees(of: stored.event, userOf: { try p.user(of: $0) })).isEmpty { added.append(stored.event.header.seq) }
+            }
+            seqs += added
+            scanned = head
+            if !store.env.readOnly {
+                try store.env.write { txn in
+                    for seq in added { try txn.put(store.db, [ownAddressed] + be(seq), []) }
+                    try txn.put(store.db, [ownScanned], be(head))
+                }
+            }
+        }
+        var out: [Event] = []
+        for seq in seqs {
+            guard let event = try node.feed(device, fromSeq: seq, limit: 1).first?.event, event.header.seq == seq, event.payloadBytes != nil else { continue }
+            out.append(event)
+        }
+        return out
+    }
+
     /// The inbox relays at which this node's own addressed events still
     /// wait to be left (Specs/sync.md §4.11), with how many wait at each.
     public static func pending(at node: Node) throws -> [(relay: Relay, events: Int)] {
         guard let store = try? InboxStore(env: node.log.env) else { return [] }
         let p = node.projections
         var waiting: [PublicKey: (relay: Relay, ids: [EventID])] = [:]
-        for stored in try node.feed(node.identity.device.raw) {
-            let event = stored.event
-            guard event.payloadBytes != nil else { continue }
+        for event in try addressedOwnEvents(at: node, store: store) {
             for user in try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }) {
                 for relay in try p.relays(of: UserID(user))?.relays ?? [] where relay.roles.contains(.inbox) {
                     var entry = waiting[relay.key] ?? (relay, [])

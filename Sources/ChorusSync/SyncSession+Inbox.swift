@@ -108,9 +108,7 @@ extension SyncSession {
     static func deliveries(of node: Node, to relay: PublicKey, store: InboxStore) throws -> [(id: EventID, envelope: [UInt8], recipients: Int)] {
         let p = node.projections
         var out: [(id: EventID, envelope: [UInt8], recipients: Int)] = []
-        for stored in try node.feed(node.identity.device.raw) {
-            let event = stored.event
-            guard event.payloadBytes != nil else { continue }
+        for event in try InboxStore.addressedOwnEvents(at: node, store: store) {
             let recipients = try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).filter {
                 try Addressing.isInbox(relay, of: $0, at: node)
             }

@@ -241,4 +241,33 @@ struct HostingTests {
         for node in [alice, bob, carol] { await node.close() }
         for relay in [boot, r1, r2] { await relay.stop() }
     }
+
+    @Test("a node's own addressed events are indexed as its feed grows: a plan reads those, and the waiting inboxes follow new follows and what was left")
+    func ownAddressedEventsAreIndexed() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        let inbox = Relay(address: "127.0.0.1:9", key: SigningKey.generate().publicKey, roles: .inbox)
+        _ = try await bob.setRelays([Relay(address: "127.0.0.1:8", key: SigningKey.generate().publicKey, roles: .home), inbox])
+        // Alice knows Bob's list; she posts (not addressed) and follows him (addressed).
+        let bobsEvents = try bob.feedEnvelopes(bob.identity.user.raw, fromSeq: 1, limit: .max).map(\.envelope)
+        _ = await alice.ingest(bobsEvents)
+        _ = try await alice.setProfile(.bio, .text("not addressed"))
+        _ = try await alice.follow(bob.identity.user)
+        let store = try InboxStore(env: alice.log.env)
+        let first = try InboxStore.addressedOwnEvents(at: alice, store: store)
+        #expect(first.map(\.header.kind) == [.followAdded], "\(first.map(\.header.kind))")
+        #expect(try InboxStore.pending(at: alice).map(\.relay.key) == [inbox.key])
+        // More events: the index grows from where it stopped, and what was left stops waiting.
+        _ = try await alice.setProfile(.bio, .text("still not addressed"))
+        try store.markLeft(first.map(\.id), at: inbox.key)
+        #expect(try InboxStore.pending(at: alice).isEmpty)
+        let carol = try await makeNode(dir, "carol", network: net)
+        _ = await alice.ingest(try carol.feedEnvelopes(carol.identity.user.raw, fromSeq: 1, limit: .max).map(\.envelope))
+        _ = try await alice.follow(carol.identity.user)
+        #expect(try InboxStore.addressedOwnEvents(at: alice, store: store).map(\.header.kind) == [.followAdded, .followAdded])
+        for n in [alice, bob, carol] { await n.close() }
+    }
 }
