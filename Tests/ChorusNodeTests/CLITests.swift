@@ -284,7 +284,8 @@ struct CLITests {
         }
         #expect(spooling, "the spool did not start")
         kill(process.processIdentifier, SIGTERM)
-        for _ in 0..<400 where process.isRunning { try await Task.sleep(for: .milliseconds(25)) }
+        // Up to 30 s: with the whole suite on two cores the handler can wait its turn.
+        for _ in 0..<1200 where process.isRunning { try await Task.sleep(for: .milliseconds(25)) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? input.fileHandleForWriting.close()
         process.waitUntilExit()
