@@ -46,8 +46,8 @@ struct Sync: AsyncParsableCommand {
             this user's inbox relays and the home relays that lack its latest events, the \
             network's bootstrap relays (`chorus network relay-add`; where relay lists are \
             found) while a list is missing, the inbox relays where its addressed events wait, \
-            and the fewest home relays that cover every user in scope (at most --max-relays \
-            in all), all at once, each for its share of the scope, each of which must prove \
+            and the fewest home relays that cover every user in scope, in parallel (at most \
+            --max-relays connections at once), each for its share of the scope, each of which must prove \
             the device key its list names; then the relays named by lists those syncs brought \
             and, for the users of a relay that failed, their other home relays. Exits 0 when \
             every relay's sync completed, 2 when any failed (the others still ran).
@@ -58,7 +58,7 @@ struct Sync: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The peer's address (default: the relays of the relay lists).", valueName: "host:port")) var address: String?
     @Flag(help: "Stay connected and exchange new events as they are appended.") var live = false
     @Option(help: "Replicate only feeds within N follow hops of this user.") var hops: Int?
-    @Option(help: "Without an address: sync with at most N relays (default 8).") var maxRelays: Int = 8
+    @Option(help: "Without an address: keep at most N relay connections open at once (default 8).") var maxRelays: Int = 8
 
     func validate() throws {
         if let address, SyncNetwork.parseAddress(address) == nil { throw ValidationError("the address must be HOST:PORT, got \"\(address)\"") }
@@ -132,7 +132,7 @@ extension Sync {
         let scope = ReplicationScope(hops: hops)
         let maxRelays = self.maxRelays
         let (plan, results) = try await withNode(store) { node in
-            try await SyncNetwork.syncByRelayLists(node, scope: scope, maxRelays: maxRelays, options: SyncOptions(live: false, scope: scope))
+            try await SyncNetwork.syncByRelayLists(node, scope: scope, maxConnections: maxRelays, options: SyncOptions(live: false, scope: scope))
         }
         guard !plan.relays.isEmpty else {
             printError(
@@ -175,7 +175,7 @@ extension Sync {
                 }
             }
             if !plan.uncovered.isEmpty {
-                emit("\(plan.uncovered.count) users' home relays were left out (over --max-relays \(maxRelays)); their feeds come only if another relay holds them")
+                emit("\(plan.uncovered.count) users' home relays all failed; their feeds were asked of every other relay of this sync, and their home relays are tried again at the next")
             }
         }
         if !failed.isEmpty { throw ExitCode(Exit.failure) }

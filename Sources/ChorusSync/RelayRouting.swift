@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusParallel
 import ChorusProjections
 import ChorusStorage
 import Foundation
@@ -32,9 +33,9 @@ public struct RelayPlan: Sendable, Hashable {
         }
     }
 
-    /// The relays, own relays first, at most `maxRelays`.
+    /// The relays, own relays first.
     public var relays: [Entry]
-    /// Users in scope with a relay list whose `home` relays the plan could not include (over `maxRelays`).
+    /// Users in scope with a relay list every `home` relay of which failed earlier in the sync.
     public var uncovered: [PublicKey]
     /// Users in scope without a relay list: fetched from whichever relays the plan holds.
     public var unlisted: [PublicKey]
@@ -46,26 +47,15 @@ public struct RelayPlan: Sendable, Hashable {
         self.unlisted = unlisted
     }
 
-    /// The plan for `node` (its scope from `scope`), with at most `maxRelays`
-    /// relays, none of those `avoiding` (relays that failed earlier in the
-    /// same sync: their users are covered by their other home relays), and
-    /// with `contacted` (relays synced earlier in the same sync) counted
-    /// against `maxRelays`, so a sync's rounds together meet at most
-    /// `maxRelays` relays.
-    public static func make(
-        for node: Node, scope: ReplicationScope, maxRelays: Int, avoiding: Set<PublicKey> = [], contacted: Set<PublicKey> = []
-    ) throws -> RelayPlan {
+    /// The plan for `node` (its scope from `scope`): relays covering every
+    /// user in scope whose list names a reachable `home` relay, none of those
+    /// `avoiding` (relays that failed earlier in the same sync: their users
+    /// are covered by their other home relays).
+    public static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = []) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
         var entries: [Entry] = []
-        func canAdd(_ key: PublicKey) -> Bool {
-            if avoiding.contains(key) { return false }
-            if entries.contains(where: { $0.key == key }) { return true }
-            guard entries.count < maxRelays else { return false }
-            if contacted.contains(key) { return true }
-            let met: Set<PublicKey> = contacted.union(entries.map(\.key))
-            return met.count < maxRelays
-        }
+        func canAdd(_ key: PublicKey) -> Bool { !avoiding.contains(key) }
         func add(_ address: String, _ key: PublicKey, _ reason: String, covering users: [PublicKey] = []) {
             guard canAdd(key) else { return }
             if let i = entries.firstIndex(where: { $0.key == key }) {
@@ -132,15 +122,14 @@ public struct RelayPlan: Sendable, Hashable {
             entries[i].covers += served.filter { !entries[i].covers.contains($0) }
             pending.subtract(served)
         }
-        // A user left uncovered by earlier syncs weighs more (one more per
-        // sync it waited), so when `maxRelays` cannot cover everyone, the
-        // next syncs take the users this one left out.
+        // A user left uncovered by earlier syncs (every home relay failed)
+        // weighs more, one more per sync it waited.
         let waited = try memory.syncsWaited(pending)
         // The members of this user's chats and whoever invited it or wrapped
         // it a key come before followed users and followers: an invitation
         // or a key wrap waits on them.
         let urgent = members.union(try InboxStore.correspondents(of: me.raw, at: node).chats)
-        while !pending.isEmpty, entries.count < maxRelays {
+        while !pending.isEmpty {
             // The relay that serves the most pending users, by weight; ties
             // go to the relay users list earlier, then the smaller key, so
             // every node with the same lists and history picks alike.
@@ -228,10 +217,10 @@ extension SyncNetwork {
     /// Syncs by relay lists (Specs/sync.md §9) in rounds: with the relays
     /// of the plan, then, since those syncs may have brought relay lists and
     /// notices this node did not hold, with the relays a new plan adds or
-    /// changes, at most `maxRounds` rounds. Returns the final plan and every
-    /// session's result.
+    /// changes, at most `maxRounds` rounds, with at most `maxConnections`
+    /// sessions at once. Returns the final plan and every session's result.
     public static func syncByRelayLists(
-        _ node: Node, scope: ReplicationScope, maxRelays: Int = 8, options: SyncOptions = SyncOptions()
+        _ node: Node, scope: ReplicationScope, maxConnections: Int = 8, options: SyncOptions = SyncOptions()
     ) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
         // Each session replicates the scope the plan is made for.
         var options = options
@@ -241,7 +230,7 @@ extension SyncNetwork {
             OwnHeights(device: try node.head(of: node.identity.device.raw)?.seq ?? 0, user: try node.head(of: node.identity.user.raw)?.seq ?? 0)
         }
         var offered: [PublicKey: OwnHeights] = [:]  // per relay, the own feeds' heights when its last complete session began
-        var plan = try RelayPlan.make(for: node, scope: scope, maxRelays: maxRelays)
+        var plan = try RelayPlan.make(for: node, scope: scope)
         var round = plan
         var results: [RelaySyncResult] = []
         var covered: [PublicKey: Set<PublicKey>] = [:]
@@ -250,7 +239,7 @@ extension SyncNetwork {
         for _ in 0..<maxRounds {
             let shares = plan.shares(without: node.identity.user.raw)
             let heights = try ownHeights()
-            let synced = await syncRouted(node, plan: round, shares: plan, options: options)
+            let synced = await syncRouted(node, plan: round, shares: plan, maxConnections: maxConnections, options: options)
             results += synced
             for r in synced {
                 if case .failure = r.outcome {
@@ -271,8 +260,7 @@ extension SyncNetwork {
             // lists arrived in this round), and own home relays when this
             // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
-            plan = try RelayPlan.make(
-                for: node, scope: scope, maxRelays: maxRelays, avoiding: failed, contacted: Set(results.map(\.relay.key)))
+            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed)
             let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
             let now = try ownHeights()
@@ -291,13 +279,9 @@ extension SyncNetwork {
         let me = node.identity.user.raw
         let now = try ownHeights()
         let held = try RoutingMemory(env: node.log.env).published()
-        var met = Set(results.map(\.relay.key))
         let behind = (try node.projections.relays(of: UserID(me))?.relays ?? []).filter { relay in
             guard relay.roles.contains(.home), !failed.contains(relay.key) else { return false }
             if let last = offered[relay.key] ?? held[relay.key], last.device >= now.device, last.user >= now.user { return false }
-            // Within --max-relays for the whole sync; the rest are stale at the next sync, so met first.
-            guard met.contains(relay.key) || met.count < maxRelays else { return false }
-            met.insert(relay.key)
             return true
         }
         if !behind.isEmpty {
@@ -305,7 +289,7 @@ extension SyncNetwork {
                 relays: behind.map { RelayPlan.Entry(address: $0.address, key: $0.key, covers: [me], reasons: ["own"]) }, uncovered: [], unlisted: [])
             var shares = plan  // what the plan's relays bring stays theirs
             shares.relays += publish.relays
-            let synced = await syncRouted(node, plan: publish, shares: shares, options: options)
+            let synced = await syncRouted(node, plan: publish, shares: shares, maxConnections: maxConnections, options: options)
             results += synced
             for r in synced { if case .success(let report) = r.outcome, report.complete { offered[r.relay.key] = now } }
         }
@@ -331,30 +315,24 @@ extension SyncNetwork {
     /// the second (its relay list) and fetched in the third (its home relays).
     public static let maxRounds = 3
 
-    /// Syncs with every relay of `plan` at once (Specs/sync.md §9), each
-    /// pinned to its listed key; one failing relay does not stop the others.
-    /// With a limited scope each session replicates its relay's share: the
-    /// users another relay of `shares` (the whole plan of which `plan` may
-    /// be a part; `plan` itself by default) covers are left to that relay.
+    /// Syncs with the relays of `plan` in parallel, at most `maxConnections`
+    /// at once (Specs/sync.md §9), each pinned to its listed key; one failing
+    /// relay does not stop the others. With a limited scope each session
+    /// replicates its relay's share: the users another relay of `shares`
+    /// (the whole plan of which `plan` may be a part; `plan` itself by
+    /// default) covers are left to that relay. Results in the plan's order.
     public static func syncRouted(
-        _ node: Node, plan: RelayPlan, shares: RelayPlan? = nil, options: SyncOptions = SyncOptions()
+        _ node: Node, plan: RelayPlan, shares: RelayPlan? = nil, maxConnections: Int = 8, options: SyncOptions = SyncOptions()
     ) async -> [RelaySyncResult] {
         let left = (shares ?? plan).shares(without: node.identity.user.raw)
-        return await withTaskGroup(of: (Int, RelaySyncResult).self) { group in
-            for (i, relay) in plan.relays.enumerated() {
-                var options = options
-                options.scope = options.scope.leaving(left[relay.key] ?? [])
-                group.addTask {
-                    do {
-                        return (i, RelaySyncResult(relay: relay, outcome: .success(try await sync(node, relay: relay.address, key: relay.key, options: options))))
-                    } catch {
-                        return (i, RelaySyncResult(relay: relay, outcome: .failure(error)))
-                    }
-                }
+        return await concurrentMap(plan.relays, limit: maxConnections) { relay in
+            var options = options
+            options.scope = options.scope.leaving(left[relay.key] ?? [])
+            do {
+                return RelaySyncResult(relay: relay, outcome: .success(try await sync(node, relay: relay.address, key: relay.key, options: options)))
+            } catch {
+                return RelaySyncResult(relay: relay, outcome: .failure(error))
             }
-            var results: [(Int, RelaySyncResult)] = []
-            for await r in group { results.append(r) }
-            return results.sorted { $0.0 < $1.0 }.map(\.1)
         }
     }
 }
