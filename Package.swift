@@ -11,6 +11,7 @@ import PackageDescription
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
 //     -> ChorusNoise (Noise_XXpsk3 on libsodium) -> ChorusSync (peer sync over TCP with SwiftNIO)
 //     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
+//     -> ChorusOperations (typed operations with Encodable results and stable error codes)
 //     -> ChorusCommandLine (what both tools share) -> ChorusService (the local HTTP API, metrics, logs)
 //     -> ChorusCommands (every `chorus` command, `node.serveAPI`)
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
@@ -80,8 +81,11 @@ let package = Package(
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
+            name: "ChorusOperations",
+            dependencies: ["ChorusNode", "ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto"]),
+        .target(
             name: "ChorusService",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusSync", "ChorusStorage", "ChorusCrypto",
+            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusSync", "ChorusStorage", "ChorusCrypto",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),
@@ -106,7 +110,8 @@ let package = Package(
                            "ChorusStorage", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "ChorusCommands",
-            dependencies: ["ChorusCommandLine", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption", "ChorusStorage",
+            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption",
+                           "ChorusStorage",
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Metrics", package: "swift-metrics"),
@@ -135,6 +140,7 @@ let package = Package(
             dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusSync", .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
+        .testTarget(name: "ChorusOperationsTests", dependencies: ["ChorusTestSupport", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto"]),
         .testTarget(name: "ChorusStorageTests", dependencies: ["ChorusTestSupport", "ChorusStorage"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),

@@ -48,8 +48,7 @@ extension ChorusCommandLineTool {
 
     /// Runs the body of a command and returns the exit status it returns,
     /// or the status its error maps to, with a message that says what was
-    /// wrong (the same for a parsed command and for one the local API runs
-    /// without parsing, `DirectCommands`).
+    /// wrong.
     public static func exitStatus(_ body: () async throws -> Int32) async -> Int32 {
         let name = configuration.commandName ?? "chorus"
         do {

@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusEvents
 import ChorusCrypto
 import ChorusNode
+import ChorusOperations
 import ChorusStorage
 import Foundation
 
@@ -141,18 +142,10 @@ struct ChatSend: AsyncParsableCommand {
         let chatID = try parseID(chat, what: "CHAT", as: ChatID.self)
         let pictureID = try picture.map { try parseID($0, what: "--picture", as: PictureID.self) }
         let imageBytes = try image.map { try readImageFile($0) }
-        try await mutate(store, output) { node in
-            try await Self.perform(node, chatID, text: text, picture: pictureID, image: imageBytes, json: output.json)
-        }
-    }
-
-    /// The mutation and what it reports (also run by `DirectCommands`).
-    static func perform(
-        _ node: Node, _ chat: ChatID, text: String?, picture: PictureID?, image: [UInt8]? = nil, json: Bool
-    ) async throws -> MutationResult {
-        let id = try await node.sendMessage(chat, text: text, picture: picture, image: image).id
-        if !json { emit(id.hex) }
-        return MutationResult(event: id, summary: "Sent message \(id.short) to chat \(chat.short)", fields: [("message", .string(id.hex))])
+        let operation = SendMessage(chat: chatID, text: text, picture: pictureID, image: imageBytes)
+        let report = try await withNode(store) { node in try await operation.run(on: node) }
+        if !output.json { emit(report.fields.message) }
+        try show(report, json: output.json)
     }
 }
 
@@ -211,12 +204,7 @@ struct ChatRead: AsyncParsableCommand {
 
     func run() async throws {
         let (chatID, id) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(message, what: "MESSAGE", as: MessageID.self))
-        try await mutate(store, output) { node in try await Self.perform(node, chatID, upTo: id) }
-    }
-
-    /// The mutation and what it reports (also run by `DirectCommands`).
-    static func perform(_ node: Node, _ chat: ChatID, upTo message: MessageID) async throws -> MutationResult {
-        MutationResult(event: try await node.markRead(chat, upTo: message).id, summary: "Marked chat \(chat.short) read up to \(message.short)")
+        try await perform(MarkRead(chat: chatID, upTo: id), store, output)
     }
 }
 

@@ -91,14 +91,6 @@ enum Forwarding {
                 writeOutput: output, writeError: error, errorIsTerminal: request.errorIsTerminal,
                 workingDirectory: request.workingDirectory, standardInputFile: request.standardInputFile,
                 storeVariable: request.storeVariable)
-            if let direct = DirectCommands.match(request.arguments) {
-                return await Console.$streams.withValue(streams) {
-                    await Chorus.exitStatus {
-                        try await direct(node)
-                        return 0
-                    }
-                }
-            }
             return await ServedStore.$node.withValue(node) {
                 await Console.$streams.withValue(streams) {
                     await Chorus.execute(request.arguments) { command in

@@ -4,6 +4,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import Foundation
 
@@ -65,6 +66,25 @@ func report(_ outcome: MutationOutcome, json: Bool) throws {
         emit("\(result.summary) (event \(result.event.short))")
     }
     if noEffect != nil { throw ExitCode(Exit.refused) }
+}
+
+/// Runs a mutation operation on the store and prints its report.
+func perform<F>(_ operation: some NodeOperation<MutationReport<F>>, _ store: StoreOptions, _ output: OutputOptions) async throws {
+    let report = try await withNode(store) { node in try await operation.run(on: node) }
+    try show(report, json: output.json)
+}
+
+/// Prints a mutation's report, as text or JSON (the operation's result as
+/// it encodes); throws exit status 1 when it was stored without effect.
+func show<F>(_ report: MutationReport<F>, json: Bool) throws {
+    if json {
+        printJSON(try JSONValueEncoder().encode(report))
+    } else if let noEffect = report.noEffect {
+        emit("\(report.summary): stored as event \(report.event.short), but it took no effect: \(terminalSafe(noEffect.detail)) [\(noEffect.code)]")
+    } else {
+        emit("\(report.summary) (event \(report.event.short))")
+    }
+    if report.noEffect != nil { throw ExitCode(Exit.refused) }
 }
 
 /// USER arguments default to this node's user.

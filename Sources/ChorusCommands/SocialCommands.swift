@@ -3,15 +3,16 @@ import ChorusCommandLine
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusOperations
 
-/// follow, unfollow, like, unlike, block, unblock: one target each.
+/// follow, unfollow, like, unlike, block, unblock: one target each, the
+/// operation `Relate`.
 protocol RelationshipCommand: AsyncParsableCommand {
     var store: StoreOptions { get }
     var output: OutputOptions { get }
     var target: String { get }
     static var targetName: String { get }
-    static var verb: String { get }
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID
+    static var verb: Relate.Verb { get }
 }
 
 extension RelationshipCommand {
@@ -19,14 +20,7 @@ extension RelationshipCommand {
 
     func run() async throws {
         let key = try parseKey(target, what: Self.targetName)
-        try await mutate(store, output) { node in try await Self.perform(node, key) }
-    }
-
-    /// The mutation and what it reports: also what the local API runs for
-    /// this command without parsing it (`DirectCommands`).
-    static func perform(_ node: Node, _ key: Bytes32) async throws -> MutationResult {
-        let event = try await act(node, key)
-        return MutationResult(event: event, summary: "\(verb) \(key.short)", fields: [("target", .string(key.hex))])
+        try await perform(Relate(Self.verb, key), store, output)
     }
 }
 
@@ -35,8 +29,8 @@ struct Follow: RelationshipCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user to follow (64 hex digits).") var target: String
-    static let targetName = "USER", verb = "Followed"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.follow(UserID(target)).id }
+    static let targetName = "USER"
+    static let verb = Relate.Verb.follow
 }
 
 struct Unfollow: RelationshipCommand {
@@ -45,8 +39,8 @@ struct Unfollow: RelationshipCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (64 hex digits).") var target: String
-    static let targetName = "USER", verb = "Unfollowed"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.unfollow(UserID(target)).id }
+    static let targetName = "USER"
+    static let verb = Relate.Verb.unfollow
 }
 
 struct Like: RelationshipCommand {
@@ -54,8 +48,8 @@ struct Like: RelationshipCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id (64 hex digits).") var target: String
-    static let targetName = "OBJECT", verb = "Liked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await liking(node, target, like: true) }
+    static let targetName = "OBJECT"
+    static let verb = Relate.Verb.like
 }
 
 struct Unlike: RelationshipCommand {
@@ -63,8 +57,8 @@ struct Unlike: RelationshipCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id (64 hex digits).") var target: String
-    static let targetName = "OBJECT", verb = "Unliked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await liking(node, target, like: false) }
+    static let targetName = "OBJECT"
+    static let verb = Relate.Verb.unlike
 }
 
 struct Block: RelationshipCommand {
@@ -73,8 +67,8 @@ struct Block: RelationshipCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user to block (64 hex digits).") var target: String
-    static let targetName = "USER", verb = "Blocked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.block(UserID(target)).id }
+    static let targetName = "USER"
+    static let verb = Relate.Verb.block
 }
 
 struct Unblock: RelationshipCommand {
@@ -82,17 +76,6 @@ struct Unblock: RelationshipCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (64 hex digits).") var target: String
-    static let targetName = "USER", verb = "Unblocked"
-    static func act(_ node: Node, _ target: Bytes32) async throws -> EventID { try await node.unblock(UserID(target)).id }
-}
-
-/// A like names a picture or a message by id alone; the event is the same
-/// either way, so the id is taken as a message's when this node holds one.
-private func liking(_ node: Node, _ target: Bytes32, like: Bool) async throws -> EventID {
-    if try node.projections.message(MessageID(target)) != nil {
-        let message = MessageID(target)
-        return try await (like ? node.like(message) : node.unlike(message)).id
-    }
-    let picture = PictureID(target)
-    return try await (like ? node.like(picture) : node.unlike(picture)).id
+    static let targetName = "USER"
+    static let verb = Relate.Verb.unblock
 }

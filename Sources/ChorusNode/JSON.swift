@@ -126,3 +126,48 @@ extension StoredEvent {
         return .object(fields)
     }
 }
+
+/// A `JSONValue` encodes as the JSON it renders (object keys in order with
+/// an encoder that keeps order), so a result may carry one as a field.
+extension JSONValue: Encodable {
+    /// Encodes the value as itself.
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .string(let s):
+            var c = encoder.singleValueContainer()
+            try c.encode(s)
+        case .int(let n):
+            var c = encoder.singleValueContainer()
+            try c.encode(n)
+        case .uint(let n):
+            var c = encoder.singleValueContainer()
+            try c.encode(n)
+        case .bool(let b):
+            var c = encoder.singleValueContainer()
+            try c.encode(b)
+        case .null:
+            var c = encoder.singleValueContainer()
+            try c.encodeNil()
+        case .array(let items):
+            var c = encoder.unkeyedContainer()
+            for item in items { try c.encode(item) }
+        case .object(let fields):
+            var c = encoder.container(keyedBy: JSONKey.self)
+            for (key, value) in fields { try c.encode(value, forKey: JSONKey(key)) }
+        }
+    }
+}
+
+/// Any string as a coding key (the keys of a `JSONValue` object).
+public struct JSONKey: CodingKey, Sendable {
+    /// The key.
+    public let stringValue: String
+    /// Keys here are names, never positions.
+    public var intValue: Int? { nil }
+    /// The key `name`.
+    public init(_ name: String) { stringValue = name }
+    /// The key `stringValue`.
+    public init?(stringValue: String) { self.stringValue = stringValue }
+    /// Not used: keys are names.
+    public init?(intValue: Int) { nil }
+}

@@ -1,5 +1,6 @@
 import ChorusCommandLine
 import ChorusNode
+import ChorusOperations
 import ChorusStorage
 import ChorusSync
 import Foundation
@@ -107,6 +108,7 @@ public struct APIServer: Sendable {
         // Requests, by route and status (Hummingbird's own metrics).
         if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: SecurityHeadersMiddleware())
+        router.add(middleware: ErrorAnswersMiddleware(local: local))
         if !local, let (host, _) = configuration.tcp {
             guard let token = configuration.token else { throw APIServerError.tokenRequired }
             router.add(
@@ -139,7 +141,8 @@ public struct APIServer: Sendable {
                 let body = try await request.body.collect(upTo: 1 << 20)
                 guard let command = try? JSONDecoder().decode(CommandRequest.self, from: Data(buffer: body)) else {
                     return Self.errorResponse(
-                        .badRequest, "the body must be a JSON object with arguments, workingDirectory and errorIsTerminal (Specs/api.md §4.1)")
+                        .badRequest, code: "bad_body",
+                        "the body must be a JSON object with arguments, workingDirectory and errorIsTerminal (Specs/api.md §4.1)")
                 }
                 return Self.streamCommand(command, runCommand)
             }
@@ -156,8 +159,9 @@ public struct APIServer: Sendable {
     private func add(_ route: CommandRoute, to router: Router<APIRequestContext>) {
         let runCommand = self.runCommand
         let maxBody = configuration.maxBodyBytes
+        let node = self.node
         let handler: @Sendable (Request, APIRequestContext) async throws -> Response = { request, context in
-            try await Self.respond(route, request, context, runCommand: runCommand, maxBody: maxBody)
+            try await Self.respond(route, request, context, node: node, runCommand: runCommand, maxBody: maxBody)
         }
         let path = RouterPath(route.path)
         switch route.method {
@@ -167,10 +171,12 @@ public struct APIServer: Sendable {
         }
     }
 
-    /// Runs the route's command line with the request's values and answers
-    /// its output (Specs/api.md §5: 200, 422 when refused or without effect, 400 otherwise).
+    /// Answers a request with the route's operation, or its command line
+    /// with the request's values (Specs/api.md §5: the status from the
+    /// failure's kind; for a command line, 200, 422 when refused or without
+    /// effect, 400 otherwise).
     static func respond(
-        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, runCommand: @escaping CommandRunner, maxBody: Int
+        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, node: Node, runCommand: @escaping CommandRunner, maxBody: Int
     ) async throws -> Response {
         var parameters: [String: String] = [:]
         for name in route.path.split(separator: "/").filter({ $0.hasPrefix("{") }).map({ String($0.dropFirst().dropLast()) }) {
@@ -178,7 +184,7 @@ public struct APIServer: Sendable {
         }
         var query: [String: String] = [:]
         for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
-        var body: [String: Any] = [:]
+        var body: [String: JSONInput] = [:]
         var uploaded: String?
         defer { if let uploaded { try? FileManager.default.removeItem(atPath: uploaded) } }
         do {
@@ -192,11 +198,17 @@ public struct APIServer: Sendable {
                         return errorResponse(
                             .unsupportedMediaType, code: "unsupported_media_type", "the body must be JSON, sent as Content-Type: application/json")
                     }
-                    guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: bytes)) as? [String: Any] else {
-                        throw CommandRoute.InputError.badBody("not a JSON object")
+                    body = try JSONInput.body(Data(buffer: bytes))
+                    if let unknown = body.keys.sorted().first(where: { !route.bodyFields.contains($0) }) {
+                        throw CommandRoute.InputError.unknownField(unknown)
                     }
-                    body = object
                 }
+            }
+            if let operation = route.operation {
+                let (status, answer) = await operation.answer(node, OperationRequest(parameters: parameters, query: query, body: body))
+                return Response(
+                    status: .init(code: status), headers: [.contentType: "application/json"],
+                    body: .init(byteBuffer: ByteBuffer(string: answer.rendered())))
             }
             let arguments = try route.commandLine(parameters: parameters, query: query, body: body, uploaded: uploaded)
             let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
@@ -205,7 +217,7 @@ public struct APIServer: Sendable {
             let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
             return output.response(status: status)
         } catch let error as CommandRoute.InputError {
-            return errorResponse(.badRequest, "\(error)")
+            return errorResponse(.badRequest, code: error.failure.code, "\(error)")
         }
     }
 
@@ -217,13 +229,13 @@ public struct APIServer: Sendable {
             let components = URLComponents(string: target),
             let (route, parameters) = CommandRoute.match(.get, components.path), route.json
         else {
-            return errorResponse(.badRequest, "give path=, a GET endpoint of this API that answers JSON, e.g. path=/v1/chats/ID?limit=50")
+            return errorResponse(.badRequest, code: "bad_watch_path", "give path=, a GET endpoint of this API that answers JSON, e.g. path=/v1/chats/ID?limit=50")
         }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
         let arguments: [String]
-        do { arguments = try route.commandLine(parameters: parameters, query: query, body: [:], uploaded: nil) } catch {
-            return errorResponse(.badRequest, "\(error)")
+        do { arguments = try route.commandLine(parameters: parameters, query: query, body: [:], uploaded: nil) } catch let error as CommandRoute.InputError {
+            return errorResponse(.badRequest, code: error.failure.code, "\(error)")
         }
         let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
         struct Answer: Equatable, Sendable {
@@ -261,17 +273,14 @@ public struct APIServer: Sendable {
 
     static let watchHeartbeat = Duration.seconds(15)
 
-    static func errorResponse(_ status: HTTPResponse.Status, code: String? = nil, _ message: String) -> Response {
+    static func errorResponse(_ status: HTTPResponse.Status, code: String, _ message: String) -> Response {
         Response(
             status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: errorJSON(message, code: code))))
     }
 
-    /// `{"error": message}`, the body of every error answer (Specs/api.md §5),
-    /// with `"code"` where the server itself refused the request (§3).
-    static func errorJSON(_ message: String, code: String? = nil) -> Data {
-        var object = ["error": message]
-        if let code { object["code"] = code }
-        return (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+    /// `{"code": …, "message": …}`, the body of every error answer (Specs/api.md §5).
+    static func errorJSON(_ message: String, code: String) -> Data {
+        Data(OperationEndpoint.errorBody(OperationError(.failed, code: code, message)).rendered().utf8)
     }
 
     static func json(_ data: Data) -> Response {
@@ -355,7 +364,7 @@ public struct APIServer: Sendable {
                 return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: ResponseBody(asyncSequence: body))
             }
         }
-        return errorResponse(.internalServerError, "the command ended without an exit status")
+        return errorResponse(.internalServerError, code: "internal", "the command ended without an exit status")
     }
 }
 
@@ -385,7 +394,9 @@ final class OutputBuffer: Sendable {
         return Response(status: httpStatus, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: jsonBody(status: status))))
     }
 
-    /// The command's JSON output, or `{"error": …}` with its message when it printed none or failed.
+    /// The command's JSON output, or `{"code": …, "message": …}` when it
+    /// printed none or failed: the code a refusal names in brackets, else
+    /// `refused` (exit status 1) or `command_failed`.
     func jsonBody(status: Int32) -> Data {
         let (out, err) = state.withLock { ($0.out, $0.err) }
         if !out.isEmpty, status != 2 {
@@ -394,7 +405,15 @@ final class OutputBuffer: Sendable {
         }
         let text = String(decoding: err, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         let message = text.isEmpty ? "the command failed with exit status \(status)" : text
-        return APIServer.errorJSON(message)
+        return APIServer.errorJSON(message, code: Self.code(in: message) ?? (status == 1 ? "refused" : "command_failed"))
+    }
+
+    /// The stable code a refusal's message ends with (`refused: … [beyond_rights]`).
+    static func code(in message: String) -> String? {
+        guard message.hasSuffix("]"), let open = message.lastIndex(of: "[") else { return nil }
+        let code = message[message.index(after: open)..<message.index(before: message.endIndex)]
+        guard !code.isEmpty, code.allSatisfy({ $0.isLowercase || $0 == "_" || $0.isNumber }) else { return nil }
+        return String(code)
     }
 }
 

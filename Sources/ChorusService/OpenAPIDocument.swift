@@ -52,17 +52,17 @@ public enum OpenAPIDocument {
             "info": [
                 "title": "Chorus node local API", "version": "1",
                 "description":
-                    "The API of a running `chorus serve` (Specs/api.md). Every endpoint under /v1 runs the `chorus` command named in its description and answers exactly what that command prints with --json: 200 when it exits 0, 422 when it exits 1 (refused, or stored without effect), 400 when it exits 2.",
+                    "The API of a running `chorus serve` (Specs/api.md). An endpoint under /v1 runs a typed operation, or the `chorus` command named in its description; either answers what that command prints with --json. A typed operation's status follows its failure's kind (400 bad input, 404 unknown object, 409 conflict, 413 too large, 422 refused by the rules or stored without effect); a command's: 200 when it exits 0, 422 when it exits 1, 400 when it exits 2. Every error body is {\"code\", \"message\"}; an unknown path answers 404, another method 405 with Allow.",
             ],
             "servers": [["url": "http://localhost", "description": "the Unix socket api.sock in the store directory, or the TCP address given with --api-listen"]],
             "components": [
                 "securitySchemes": ["bearer": ["type": "http", "scheme": "bearer", "description": "keys/api.token in the store; needed on TCP only"]],
                 "schemas": [
                     "Error": [
-                        "type": "object", "required": ["error"],
+                        "type": "object", "required": ["code", "message"], "additionalProperties": false,
                         "properties": [
-                            "error": ["type": "string"],
-                            "code": ["type": "string", "description": "Set when the server refused the request itself (Specs/api.md §3)"],
+                            "code": ["type": "string", "description": "The stable, machine-readable name of the failure (Specs/api.md §5)"],
+                            "message": ["type": "string", "description": "What was wrong, for people"],
                         ],
                     ],
                     "CommandOutput": ["description": "What the command prints with --json (Specs/api.md §5)"],
@@ -110,10 +110,12 @@ public enum OpenAPIDocument {
             }
         }
         let command = "chorus " + route.arguments.compactMap { if case .word(let w) = $0, !w.hasPrefix("-") { w } else { nil } }.joined(separator: " ")
+        let description =
+            route.operation != nil
+            ? "A typed operation; answers what `\(command) --json` prints."
+            : route.json ? "Runs `\(command) --json`." : "Runs `\(command)`; the body is the bytes it writes."
         var operation: [String: Any] = [
-            "operationId": operationID(route), "summary": route.summary,
-            "description": route.json ? "Runs `\(command) --json`." : "Runs `\(command)`; the body is the bytes it writes.",
-            "responses": responses(route),
+            "operationId": operationID(route), "summary": route.summary, "description": description, "responses": responses(route),
         ]
         if !parameters.isEmpty { operation["parameters"] = parameters }
         if route.needsUpload {
@@ -144,9 +146,20 @@ public enum OpenAPIDocument {
             route.json
             ? jsonResponse("What the command prints with --json", schema: ["$ref": "#/components/schemas/CommandOutput"])
             : ["description": "The bytes the command writes", "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+        let refused = jsonResponse(
+            "Refused by the rules, or stored without effect: the mutation's report with effective false, code and reason, or an error",
+            schema: ["oneOf": [["$ref": "#/components/schemas/CommandOutput"], error]])
+        if route.operation != nil {
+            return [
+                "200": ok, "422": refused,
+                "400": jsonResponse("Bad input: a malformed id, a missing, unknown or mistyped field, content the rules do not allow", schema: error),
+                "404": jsonResponse("The object is not held by this node", schema: error),
+                "409": jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error),
+                "401": jsonResponse("On TCP without the bearer token", schema: error),
+            ]
+        }
         return [
-            "200": ok,
-            "422": jsonResponse("Refused, or stored without effect: the command's --json output, or an error", schema: ["oneOf": [["$ref": "#/components/schemas/CommandOutput"], error]]),
+            "200": ok, "422": refused,
             "400": jsonResponse("Bad input: the command's error message", schema: error),
             "401": jsonResponse("On TCP without the bearer token", schema: error),
         ]

@@ -1,9 +1,13 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusOperations
 import Foundation
 
-/// One REST endpoint of the local API (Specs/api.md §5): the `chorus`
-/// command line it runs, so that every endpoint answers exactly what the
-/// command prints with `--json`, and the API and the command line can never
-/// drift apart.
+/// One REST endpoint of the local API (Specs/api.md §5): its path, its
+/// parameters and body fields, and what answers it: a typed operation
+/// (`ChorusOperations`), or the `chorus` command line that prints the same
+/// JSON with `--json` for endpoints not yet typed.
 public struct CommandRoute: Sendable {
     public enum Method: String, Sendable { case get = "GET", post = "POST", delete = "DELETE" }
 
@@ -40,47 +44,72 @@ public struct CommandRoute: Sendable {
     public let arguments: [Argument]
     /// The command prints JSON with `--json`; otherwise it writes bytes (an image, an export).
     public let json: Bool
+    /// The typed operation that answers the endpoint; nil: the command line of `arguments` runs.
+    let operation: OperationEndpoint?
 
-    init(_ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true) {
+    init(_ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true, operation: OperationEndpoint? = nil) {
         self.method = method
         self.path = path
         self.summary = summary
         self.arguments = arguments
         self.json = json
+        self.operation = operation
     }
 
     public enum InputError: Error, CustomStringConvertible, Equatable {
         case missingField(String)
         case badField(String)
         case badBody(String)
+        case unknownField(String)
 
         public var description: String {
             switch self {
             case .missingField(let f): "the JSON body needs the field \"\(f)\""
             case .badField(let f): "the field \"\(f)\" must be a string, a whole number, a boolean or a list of strings"
             case .badBody(let why): "the body must be a JSON object: \(why)"
+            case .unknownField(let f): "the JSON body has a field \"\(f.prefix(80))\" this endpoint does not take"
             }
         }
+
+        /// As an operation's failure: a request the endpoint cannot take (400).
+        var failure: OperationError {
+            let code: String =
+                switch self {
+                case .missingField: "missing_field"
+                case .badField: "bad_field"
+                case .badBody: "bad_body"
+                case .unknownField: "unknown_field"
+                }
+            return OperationError(.badInput, code: code, description)
+        }
+    }
+
+    /// The body fields the endpoint takes (any other is refused, Specs/api.md §5).
+    var bodyFields: Set<String> {
+        Set(arguments.compactMap {
+            switch $0 {
+            case .field(let name), .optionalField(let name), .fieldOption(let name, _), .fieldFlag(let name, _): name
+            default: nil
+            }
+        })
     }
 
     /// The command line for one request. Options come first as
     /// `--option=value` and positional values after `--`, so that no value
     /// from a request (text starting with `-`) can be read as an option.
     func commandLine(
-        parameters: [String: String], query: [String: String], body: [String: Any], uploaded: String?
+        parameters: [String: String], query: [String: String], body: [String: JSONInput], uploaded: String?
     ) throws -> [String] {
         var words: [String] = []
         var options: [String] = json ? ["--json"] : []
         var positionals: [String] = []
-        func text(_ value: Any, _ name: String) throws -> [String] {
+        func text(_ value: JSONInput, _ name: String) throws -> [String] {
             switch value {
-            case let s as String: return [s]
-            case let n as NSNumber:
-                // JSON true/false arrive as NSNumber too; only a real boolean is written as one.
-                if String(cString: n.objCType) == "c" { return [n.boolValue ? "true" : "false"] }
-                return [n.stringValue]
-            case let list as [Any]: return try list.flatMap { try text($0, name) }
-            default: throw InputError.badField(name)
+            case .string(let s): return [s]
+            case .bool(let b): return [b ? "true" : "false"]
+            case .integer(let n): return [n]
+            case .array(let list): return try list.flatMap { try text($0, name) }
+            case .null, .object, .fraction: throw InputError.badField(name)
             }
         }
         for argument in arguments {
@@ -98,7 +127,7 @@ public struct CommandRoute: Sendable {
                 if let v = body[name] { options += try text(v, name).map { "\(option)=\($0)" } }
             case .fieldFlag(let name, let flag):
                 if let v = body[name] {
-                    guard let b = v as? Bool else { throw InputError.badField(name) }
+                    guard case .bool(let b) = v else { throw InputError.badField(name) }
                     if b { options.append(flag) }
                 }
             case .upload: positionals.append(uploaded ?? "")
@@ -140,6 +169,11 @@ public struct CommandRoute: Sendable {
         }
     }
 
+    /// A relationship endpoint: `verb` of the path parameter `parameter`.
+    static func relate(_ verb: Relate.Verb, _ parameter: String, _ what: String) -> OperationEndpoint {
+        OperationEndpoint { r in Relate(verb, try r.pathID(parameter, what: what)) }
+    }
+
     /// Every endpoint (Specs/api.md §5; Specs/api.openapi.json lists the same).
     public static let all: [CommandRoute] = [
         // Identity and network
@@ -169,13 +203,13 @@ public struct CommandRoute: Sendable {
         // Relationships
         .init(.get, "/v1/followers", "Users following a user", [.word("query"), .word("followers"), .query("user")]),
         .init(.get, "/v1/following", "Users a user follows", [.word("query"), .word("following"), .query("user")]),
-        .init(.post, "/v1/following/{user}", "Follow a user", [.word("follow"), .path("user")]),
-        .init(.delete, "/v1/following/{user}", "Stop following a user", [.word("unfollow"), .path("user")]),
+        .init(.post, "/v1/following/{user}", "Follow a user", [.word("follow"), .path("user")], operation: relate(.follow, "user", "USER")),
+        .init(.delete, "/v1/following/{user}", "Stop following a user", [.word("unfollow"), .path("user")], operation: relate(.unfollow, "user", "USER")),
         .init(.get, "/v1/likes/{object}", "Users who like a picture or message", [.word("query"), .word("likes"), .path("object")]),
-        .init(.post, "/v1/likes/{object}", "Like a picture or message", [.word("like"), .path("object")]),
-        .init(.delete, "/v1/likes/{object}", "Withdraw a like", [.word("unlike"), .path("object")]),
-        .init(.post, "/v1/blocks/{user}", "Block a user", [.word("block"), .path("user")]),
-        .init(.delete, "/v1/blocks/{user}", "Unblock a user", [.word("unblock"), .path("user")]),
+        .init(.post, "/v1/likes/{object}", "Like a picture or message", [.word("like"), .path("object")], operation: relate(.like, "object", "OBJECT")),
+        .init(.delete, "/v1/likes/{object}", "Withdraw a like", [.word("unlike"), .path("object")], operation: relate(.unlike, "object", "OBJECT")),
+        .init(.post, "/v1/blocks/{user}", "Block a user", [.word("block"), .path("user")], operation: relate(.block, "user", "USER")),
+        .init(.delete, "/v1/blocks/{user}", "Unblock a user", [.word("unblock"), .path("user")], operation: relate(.unblock, "user", "USER")),
         // Chats
         .init(.get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")]),
         .init(.post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")]),
@@ -183,8 +217,14 @@ public struct CommandRoute: Sendable {
         .init(.post, "/v1/chats/{id}/members", "Add a member (administrators only)", [.word("chat"), .word("add"), .path("id"), .field("user"), .fieldFlag("admin", "--admin")]),
         .init(.delete, "/v1/chats/{id}/members/{user}", "Remove a member (administrators only)", [.word("chat"), .word("remove"), .path("id"), .path("user")]),
         .init(.post, "/v1/chats/{id}/leave", "Leave a chat", [.word("chat"), .word("leave"), .path("id")]),
-        .init(.post, "/v1/chats/{id}/messages", "Send a message", [.word("chat"), .word("send"), .path("id"), .fieldOption("text", "--text"), .fieldOption("picture", "--picture")]),
-        .init(.post, "/v1/chats/{id}/read", "Mark the chat read up to a message", [.word("chat"), .word("read"), .path("id"), .field("message")]),
+        .init(
+            .post, "/v1/chats/{id}/messages", "Send a message", [.word("chat"), .word("send"), .path("id"), .fieldOption("text", "--text"), .fieldOption("picture", "--picture")],
+            operation: OperationEndpoint { r in
+                SendMessage(chat: ChatID(try r.pathID("id", what: "CHAT")), text: try r.text("text"), picture: try r.id("picture").map(PictureID.init))
+            }),
+        .init(
+            .post, "/v1/chats/{id}/read", "Mark the chat read up to a message", [.word("chat"), .word("read"), .path("id"), .field("message")],
+            operation: OperationEndpoint { r in MarkRead(chat: ChatID(try r.pathID("id", what: "CHAT")), upTo: MessageID(try r.requiredID("message"))) }),
         .init(.post, "/v1/messages/{id}/edit", "Edit the text of one of your messages", [.word("chat"), .word("edit"), .path("id"), .field("text")]),
         .init(.delete, "/v1/messages/{id}", "Delete one of your messages", [.word("chat"), .word("delete"), .path("id")]),
         // Coins and slots

@@ -106,7 +106,7 @@ async function startSession() {
   history.replaceState(null, "", location.pathname + (q ? "?" + q : "") + (f ? "#" + f : ""));
   const r = await fetch("/v1/session", { method: "POST", headers: { Authorization: "Bearer " + token } });
   const body = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(body.error || "the token was refused");
+  if (!r.ok) throw new Error(body.message || "the token was refused");
   sessionStorage.setItem(SESSION, body.session);
 }
 function authorized(options) {
@@ -117,8 +117,8 @@ function authorized(options) {
 }
 async function get(path) {
   const r = await fetch(path, authorized());
-  const body = await r.json().catch(() => ({ error: "not JSON" }));
-  if (!r.ok && body && body.error) throw new Error(body.error);
+  const body = await r.json().catch(() => ({ message: "not JSON" }));
+  if (!r.ok && body && body.message) throw new Error(body.message);
   return body;
 }
 function showError(e) { $("error").textContent = e ? String(e.message || e) : ""; }
@@ -181,7 +181,7 @@ function renderChat(page) {
 // token): calls onEvent(name, data) for each event until aborted.
 async function watch(path, signal, onEvent) {
   const r = await fetch("/v1/watch?path=" + encodeURIComponent(path), authorized({ signal }));
-  if (!r.ok) { const body = await r.json().catch(() => ({})); throw new Error(body.error || "watch: HTTP " + r.status); }
+  if (!r.ok) { const body = await r.json().catch(() => ({})); throw new Error(body.message || "watch: HTTP " + r.status); }
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {
@@ -207,7 +207,7 @@ function openChat(id) {
   const controller = new AbortController();
   watching = controller;
   watch("/v1/chats/" + id + "?limit=50", controller.signal, (name, data) => {
-    if (name === "error") showError(JSON.parse(data).error);
+    if (name === "error") showError(JSON.parse(data).message);
     else { renderChat(JSON.parse(data)); showError(null); }
   }).catch((e) => { if (!controller.signal.aborted) showError(e); });
 }

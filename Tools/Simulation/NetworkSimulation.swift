@@ -58,9 +58,12 @@ public struct NetworkSimulation: Sendable {
         /// Events in the user key feeds.
         public var directoryEvents = 0
         /// Per round after the publishing pass: the fraction of (follower,
-        /// followed user) pairs whose follower holds the followed user's whole
-        /// device feed, of chat invitations (a member holds the chat) and of
-        /// key wraps (a member reads the title).
+        /// followed user) pairs whose follower holds every event the followed
+        /// user's device feed held when the round began (what a round can
+        /// deliver: events written during the round, such as chat keys
+        /// wrapped for devices the round made known, are the next round's),
+        /// of chat invitations (a member holds the chat) and of key wraps (a
+        /// member reads the title).
         public var deliveryFollowsByRound: [Double] = []
         public var deliveryInvitationsByRound: [Double] = []
         public var deliveryKeyWrapsByRound: [Double] = []
@@ -72,7 +75,7 @@ public struct NetworkSimulation: Sendable {
         /// (the member lacks the creator's relay list), `creator_feed_not_fetched`,
         /// `wrap_not_written` (the creator does not know the member's device),
         /// `wrap_not_arrived`, `followed_feed_not_fetched` (none of it held),
-        /// `followed_feed_behind_KIND` (its latest events not yet, the last of kind KIND).
+        /// `followed_feed_behind_KIND` (not all of it, the last event due of kind KIND).
         public var misses: [String: Int] = [:]
         /// The most events any relay holds (log and inbox notices) over the
         /// ideal share: device events × 2 / relays, plus the directory.
@@ -248,6 +251,7 @@ public struct NetworkSimulation: Sendable {
         // The rounds: every user syncs by its relay lists with its scope.
         var connections: [Int] = []
         var scopeFeedsAtFirstContact = 0
+        var due = try await heights(of: users)
         for round in 0..<p.rounds {
             for i in 0..<p.users {
                 let node = try await Node.open(at: users[i].store)
@@ -255,7 +259,8 @@ public struct NetworkSimulation: Sendable {
                 connections.append(plan.relays.count)
                 await node.close()
             }
-            let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node))
+            let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node), due: due)
+            due = measured.heights
             result.deliveryFollowsByRound.append(measured.follows)
             result.deliveryInvitationsByRound.append(measured.invitations)
             result.deliveryKeyWrapsByRound.append(measured.keyWraps)
@@ -306,11 +311,23 @@ public struct NetworkSimulation: Sendable {
         return result
     }
 
-    /// Delivery as it stands: every (follower, followed) pair, every chat
-    /// invitation and key wrap.
+    /// Each user's device feed height in its own store.
+    static func heights(of users: [User]) async throws -> [UInt64] {
+        var out: [UInt64] = []
+        for u in users {
+            let node = try await Node.open(at: u.store, readOnly: true)
+            out.append(try node.head(of: u.device)?.seq ?? 0)
+            await node.close()
+        }
+        return out
+    }
+
+    /// Delivery as it stands: every (follower, followed) pair against the
+    /// followed feed's height `due` (at the round's start), every chat
+    /// invitation and key wrap; and every device feed's height now.
     static func measure(
-        users: [User], chats: [Chat], relays: [Node]
-    ) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double, misses: [String: Int]) {
+        users: [User], chats: [Chat], relays: [Node], due: [UInt64]
+    ) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double, misses: [String: Int], heights: [UInt64]) {
         var heights: [UInt64] = []
         var headKinds: [String] = []
         var knownDevices: [Int: Set<PublicKey>] = [:]  // creator → member devices it knows
@@ -318,7 +335,7 @@ public struct NetworkSimulation: Sendable {
         for (i, u) in users.enumerated() {
             let node = try await Node.open(at: u.store, readOnly: true)
             heights.append(try node.head(of: u.device)?.seq ?? 0)
-            headKinds.append(try node.feed(u.device, fromSeq: max(1, heights[i]), limit: 1).first.map { $0.event.header.kind.name } ?? "none")
+            headKinds.append(try node.feed(u.device, fromSeq: max(1, due[i]), limit: 1).first.map { $0.event.header.kind.name } ?? "none")
             if creators.contains(i) {
                 for chat in chats where chat.creator == i {
                     for m in chat.members { for d in try node.projections.devices(of: users[m].user) { knownDevices[i, default: []].insert(d.device.raw) } }
@@ -340,10 +357,10 @@ public struct NetworkSimulation: Sendable {
             for j in u.follows {
                 pairs += 1
                 let held = try node.head(of: users[j].device)?.seq ?? 0
-                if held == heights[j] {
+                if held >= due[j] {
                     delivered += 1
                 } else {
-                    // Behind: the followed user wrote since (its head's kind says what).
+                    // Behind: the kind of the last event due says what was missed.
                     misses[held == 0 ? "followed_feed_not_fetched" : "followed_feed_behind_\(headKinds[j])", default: 0] += 1
                 }
             }
@@ -367,7 +384,7 @@ public struct NetworkSimulation: Sendable {
         func ratio(_ a: Int, _ b: Int) -> Double { b == 0 ? 1 : Double(a) / Double(b) }
         return (
             ratio(delivered, pairs), ratio(invited, invitations), ratio(readable, wraps), ratio(delivered + invited + readable, pairs + invitations + wraps),
-            misses
+            misses, heights
         )
     }
 

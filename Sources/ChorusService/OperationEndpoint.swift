@@ -1,0 +1,122 @@
+import ChorusCrypto
+import ChorusNode
+import ChorusOperations
+import Foundation
+
+/// A JSON value of a request body, as sent: a whole number stays the text
+/// it was written as (so any size of amount passes through to the check
+/// that judges it), a fraction is kept apart (no field takes one).
+enum JSONInput: Decodable, Sendable, Equatable {
+    case string(String)
+    case integer(String)
+    case fraction
+    case bool(Bool)
+    case null
+    case array([JSONInput])
+    case object([String: JSONInput])
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() {
+            self = .null
+        } else if let b = try? c.decode(Bool.self) {
+            self = .bool(b)
+        } else if let n = try? c.decode(Int64.self) {
+            self = .integer(String(n))
+        } else if let n = try? c.decode(UInt64.self) {
+            self = .integer(String(n))
+        } else if let s = try? c.decode(String.self) {
+            self = .string(s)
+        } else if let a = try? c.decode([JSONInput].self) {
+            self = .array(a)
+        } else if let o = try? c.decode([String: JSONInput].self) {
+            self = .object(o)
+        } else {
+            _ = try c.decode(Double.self)
+            self = .fraction
+        }
+    }
+
+    /// A request body: a JSON object, or empty (no fields).
+    static func body(_ data: Data) throws(CommandRoute.InputError) -> [String: JSONInput] {
+        if data.isEmpty { return [:] }
+        guard let value = try? JSONDecoder().decode(JSONInput.self, from: data) else { throw .badBody("not JSON") }
+        guard case .object(let fields) = value else { throw .badBody("not a JSON object") }
+        return fields
+    }
+}
+
+/// What a typed endpoint reads from its request (Specs/api.md §5): path
+/// parameters, query parameters and the JSON body's fields, each checked
+/// for its type; failures are `OperationError`s of kind `badInput`.
+struct OperationRequest: Sendable {
+    let parameters: [String: String]
+    let query: [String: String]
+    let body: [String: JSONInput]
+
+    /// The path parameter `name` as an id (64 hex digits, either case).
+    func pathID(_ name: String, what: String) throws -> Bytes32 {
+        let text = parameters[name] ?? ""
+        guard let id = Bytes32(hex: text.lowercased()) else { throw OperationError.badID(text, what: what) }
+        return id
+    }
+
+    /// The body field `name` as text, nil when absent.
+    func text(_ name: String) throws -> String? {
+        switch body[name] {
+        case nil: return nil
+        case .string(let s): return s
+        default: throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be a string")
+        }
+    }
+
+    /// The required body field `name` as text.
+    func requiredText(_ name: String) throws -> String {
+        guard let text = try text(name) else { throw CommandRoute.InputError.missingField(name).failure }
+        return text
+    }
+
+    /// The body field `name` as an id, nil when absent.
+    func id(_ name: String) throws -> Bytes32? {
+        guard let text = try text(name) else { return nil }
+        guard let id = Bytes32(hex: text.lowercased()) else { throw OperationError.badID(text, what: "\"\(name)\"") }
+        return id
+    }
+
+    /// The required body field `name` as an id.
+    func requiredID(_ name: String) throws -> Bytes32 {
+        guard let id = try id(name) else { throw CommandRoute.InputError.missingField(name).failure }
+        return id
+    }
+}
+
+/// How a typed endpoint answers: it makes its operation from the request,
+/// runs it on the node and answers its result (200), the result with its
+/// failure's status (a mutation stored without effect: 422), or the
+/// failure as `{"code", "message"}` with the status of its kind.
+struct OperationEndpoint: Sendable {
+    let answer: @Sendable (Node, OperationRequest) async -> (status: Int, body: JSONValue)
+
+    init<Op: NodeOperation>(_ make: @escaping @Sendable (OperationRequest) throws -> Op) {
+        answer = { node, request in
+            let result: Op.Result
+            do {
+                result = try await make(request).run(on: node)
+            } catch {
+                let failure = OperationError(error)
+                return (failure.httpStatus, Self.errorBody(failure))
+            }
+            do {
+                let body = try JSONValueEncoder().encode(result)
+                return (result.failure?.httpStatus ?? 200, body)
+            } catch {
+                return (500, Self.errorBody(OperationError(.failed, code: "internal", "the answer could not be encoded: \(error)")))
+            }
+        }
+    }
+
+    /// `{"code": …, "message": …}` (Specs/api.md §5).
+    static func errorBody(_ failure: OperationError) -> JSONValue {
+        .object([("code", .string(failure.code)), ("message", .string(failure.message))])
+    }
+}

@@ -1,0 +1,95 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusOperations
+import ChorusProjections
+import ChorusTestSupport
+import Foundation
+import Testing
+
+@Suite("Typed operations (ChorusOperations)")
+struct OperationTests {
+    static func id(_ byte: UInt8) -> Bytes32 { Bytes32(hex: String(repeating: String(format: "%02x", byte), count: 32))! }
+
+    struct Sample: Encodable {
+        let id: String
+        let count: UInt64
+        let delta: Int
+        let caption: String?
+        let flags: [Bool]
+        let nested: Inner?
+        struct Inner: Encodable { let z: String; let a: Int? }
+    }
+
+    @Test("results encode in declaration order, absent values as null, nested values and arrays in place")
+    func encoderKeepsOrderAndNulls() throws {
+        let value = Sample(id: "x\"y", count: 3, delta: -2, caption: nil, flags: [true, false], nested: .init(z: "z", a: nil))
+        let json = try JSONValueEncoder().encode(value)
+        #expect(json.rendered() == #"{"id":"x\"y","count":3,"delta":-2,"caption":null,"flags":[true,false],"nested":{"z":"z","a":null}}"#)
+        // A JSONValue inside a result stays as it is; floating-point numbers are refused.
+        #expect(try JSONValueEncoder().encode([JSONValue.object([("b", .uint(1)), ("a", .null)])]).rendered() == #"[{"b":1,"a":null}]"#)
+        #expect(throws: EncodingError.self) { try JSONValueEncoder().encode(["x": 1.5]) }
+    }
+
+    @Test("library errors keep their codes and take the kind their case means")
+    func errorKinds() {
+        let cases: [(any Error, OperationError.Kind, String, Int)] = [
+            (NodeError.refused(.unknownChat(ChatID(Self.id(1)))), .notFound, "chat_unknown", 404),
+            (NodeError.refused(.alreadyAdded(what: "follow", target: Self.id(2))), .conflict, "already_added", 409),
+            (NodeError.refused(.insufficientRights(held: 1, needed: 5)), .refused, "beyond_rights", 422),
+            (NodeError.refused(.textLength(bytes: 4001)), .badInput, "text_length", 400),
+            (NodeError.refused(.pictureTooLarge(bytes: 10, limit: 5)), .tooLarge, "picture_too_large", 413),
+            (NodeError.closed, .unavailable, "closed", 503),
+            (QueryError.badCursor("x"), .badInput, "bad_cursor", 400),
+            (OperationError.badID("12", what: "USER"), .badInput, "bad_id", 400),
+        ]
+        for (error, kind, code, status) in cases {
+            let failure = OperationError(error)
+            #expect(failure.kind == kind && failure.code == code && failure.httpStatus == status, "\(error): \(failure)")
+            #expect(!failure.message.isEmpty)
+        }
+    }
+
+    @Test("a mutation reports its fields, event and effect; a second follow is a conflict with its code; a like finds a message by id")
+    func mutationsReport() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("a"))
+        let bob = Self.id(0xB0)
+        let followed = try await Relate(.follow, bob).run(on: node)
+        let json = try JSONValueEncoder().encode(followed).rendered()
+        #expect(json == #"{"target":"\#(bob.hex)","event":"\#(followed.event.hex)","effective":true}"#)
+        #expect(followed.failure == nil && followed.summary == "Followed \(bob.short)")
+        #expect(try node.projections.following(node.identity.user).map(\.raw) == [bob])
+        guard case .failure(let again) = await Relate(.follow, bob).perform(on: node) else {
+            Issue.record("a second follow was accepted")
+            return
+        }
+        #expect(again.code == "already_added" && again.httpStatus == 409)
+        guard case .failure(let own) = await Relate(.follow, node.identity.user.raw).perform(on: node) else {
+            Issue.record("following oneself was accepted")
+            return
+        }
+        #expect(own.code == "self" && own.httpStatus == 422)
+
+        let chat = try await node.createChat(title: "Roofs").object
+        let sent = try await SendMessage(chat: chat, text: "hello").run(on: node)
+        let message = MessageID(try #require(Bytes32(hex: sent.fields.message)))
+        #expect(try node.projections.message(message) != nil)
+        let liked = try await Relate(.like, message.raw).run(on: node)
+        #expect(try node.projections.likes(of: message).map(\.raw) == [node.identity.user.raw], "\(liked)")
+        let read = try await MarkRead(chat: chat, upTo: message).run(on: node)
+        #expect(try JSONValueEncoder().encode(read).rendered() == #"{"event":"\#(read.event.hex)","effective":true}"#)
+        guard case .failure(let unknown) = await SendMessage(chat: ChatID(bob), text: "to nowhere").perform(on: node) else {
+            Issue.record("a message to an unknown chat was accepted")
+            return
+        }
+        #expect(unknown.code == "chat_unknown" && unknown.httpStatus == 404)
+        guard case .failure(let long) = await SendMessage(chat: chat, text: String(repeating: "a", count: 4001)).perform(on: node) else {
+            Issue.record("a text of 4,001 bytes was accepted")
+            return
+        }
+        #expect(long.code == "text_length" && long.httpStatus == 400)
+        await node.close()
+    }
+}

@@ -1,0 +1,68 @@
+import ChorusCommands
+import ChorusNode
+import ChorusService
+import ChorusTestSupport
+import Foundation
+import NIOHTTP1
+import Testing
+
+/// Specs/api.md §5: statuses from the failure's kind, every error body
+/// `{"code", "message"}`, unknown fields, paths and methods refused.
+@Suite("the local API speaks HTTP")
+struct StatusTests {
+    static func body(_ r: APIClient.Response) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(r.body))) as? [String: Any] ?? [:]
+    }
+
+    @Test("typed endpoints answer 200, 404, 409, 422 and 400 with their codes; unknown fields, paths and methods are refused with JSON bodies")
+    func statusesFromCodes() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("app"))
+        let serving = try await node.serveAPI()
+        let api = APIClient(.socket(inStore: dir.store("app")))
+        func send(_ method: HTTPMethod, _ path: String, _ json: String? = nil) async throws -> (Int, [String: Any], APIClient.Response) {
+            let r = try await api.send(method, path, body: json.map { Array($0.utf8) }, contentType: "application/json")
+            return (r.status, Self.body(r), r)
+        }
+        func expectError(
+            _ answer: (Int, [String: Any], APIClient.Response), _ status: Int, _ code: String, sourceLocation: SourceLocation = #_sourceLocation
+        ) {
+            #expect(answer.0 == status, "\(answer.2.text)", sourceLocation: sourceLocation)
+            #expect(answer.1["code"] as? String == code, "\(answer.2.text)", sourceLocation: sourceLocation)
+            #expect((answer.1["message"] as? String)?.isEmpty == false, "\(answer.2.text)", sourceLocation: sourceLocation)
+            #expect(answer.2.header("content-type") == "application/json", sourceLocation: sourceLocation)
+        }
+        let bob = String(repeating: "b0", count: 32)
+        let followed = try await send(.POST, "/v1/following/\(bob)")
+        #expect(followed.0 == 200 && followed.1["target"] as? String == bob && followed.1["effective"] as? Bool == true, "\(followed.2.text)")
+        expectError(try await send(.POST, "/v1/following/\(bob)"), 409, "already_added")
+        expectError(try await send(.POST, "/v1/following/\(node.identity.user.hex)"), 422, "self")
+        expectError(try await send(.POST, "/v1/following/12"), 400, "bad_id")
+        expectError(try await send(.DELETE, "/v1/blocks/\(bob)"), 409, "nothing_to_remove")
+        // Chats: an unknown chat is 404, a text that cannot be sealed 400, an unknown field 400.
+        expectError(try await send(.POST, "/v1/chats/\(bob)/messages", #"{"text":"to nowhere"}"#), 404, "chat_unknown")
+        let chat = try await node.createChat(title: "Roofs").object
+        let sent = try await send(.POST, "/v1/chats/\(chat.hex)/messages", #"{"text":"hello"}"#)
+        let message = try #require(sent.1["message"] as? String, "\(sent.2.text)")
+        expectError(try await send(.POST, "/v1/chats/\(chat.hex)/messages", #"{"text":"\#(String(repeating: "a", count: 4001))"}"#), 400, "text_length")
+        expectError(try await send(.POST, "/v1/chats/\(chat.hex)/messages", #"{"text":"hi","colour":"red"}"#), 400, "unknown_field")
+        expectError(try await send(.POST, "/v1/chats/\(chat.hex)/messages", #"{"text":5}"#), 400, "bad_field")
+        expectError(try await send(.POST, "/v1/chats/\(chat.hex)/messages", #"["text"]"#), 400, "bad_body")
+        expectError(try await send(.POST, "/v1/chats/\(chat.hex)/read", #"{}"#), 400, "missing_field")
+        #expect(try await send(.POST, "/v1/chats/\(chat.hex)/read", #"{"message":"\#(message)"}"#).0 == 200)
+        // An endpoint still answered by its command line: its errors carry a code too.
+        expectError(try await send(.POST, "/v1/profile", #"{"field":"bio","value":"x","extra":1}"#), 400, "unknown_field")
+        expectError(try await send(.POST, "/v1/coins/spend", #"{"amount":5,"for":"a sticker"}"#), 422, "beyond_rights")
+        // Unknown paths and methods.
+        expectError(try await send(.GET, "/v1/nothing-here"), 404, "not_found")
+        let wrongMethod = try await send(.DELETE, "/v1/whoami")
+        expectError(wrongMethod, 405, "method_not_allowed")
+        #expect(wrongMethod.2.header("allow") == "GET")
+        let followMethods = try await send(.GET, "/v1/following/\(bob)")
+        expectError(followMethods, 405, "method_not_allowed")
+        #expect(followMethods.2.header("allow") == "DELETE, POST")
+        await serving.shutdown()
+        await node.close()
+    }
+}
