@@ -4,6 +4,7 @@ import ChorusCrypto
 import ChorusEncryption
 import ChorusEvents
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import ChorusReplay
 import Foundation
@@ -27,32 +28,26 @@ struct Query: AsyncParsableCommand {
 protocol QueryCommand: AsyncParsableCommand {
     var store: StoreOptions { get }
     var output: OutputOptions { get }
-    func query(_ node: Node) throws
+    func query(_ node: Node) async throws
 }
 
 extension QueryCommand {
-    func run() async throws { try await withNode(store, readOnly: true) { node in try query(node) } }
+    func run() async throws { try await withNode(store, readOnly: true) { node in try await query(node) } }
 }
 
-struct QueryProfile: QueryCommand {
+struct QueryProfile: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "profile", abstract: "A user's profile fields, avatar and devices.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (default: this node's user).") var user: String?
     func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
 
-    func query(_ node: Node) throws {
-        let p = try node.projections.profile(try userOrSelf(user, node))
+    func run() async throws {
+        let operation = GetProfile(user: try user.map { try parseID($0, what: "USER") })
+        let result = try await withNode(store, readOnly: true) { node in try await operation.run(on: node) }
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
+        let p = result.profile
         let fields = p.fields.filter { $0.name != "avatar" }
-        if output.json {
-            printJSON(.object([
-                ("user", .string(p.user.hex)),
-                ("fields", .object(fields.map { ($0.name, JSONValue(cbor: $0.value)) })),
-                ("avatar", referenceJSON(p.avatar)),
-                ("devices", .array(p.devices.map(deviceJSON))),
-            ]))
-            return
-        }
         var rows = [["user", p.user.hex]]
         rows += fields.map { [$0.name, fieldText($0.value)] }
         rows.append(["avatar", referenceText(p.avatar)])
@@ -89,40 +84,28 @@ struct QueryPictures: QueryCommand {
     }
 }
 
-struct QueryPicture: QueryCommand {
+struct QueryPicture: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "picture", abstract: "One picture: live, deleted or unknown here.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture id.") var id: String
     func validate() throws { _ = try parseKey(id, what: "ID") }
-    func query(_ node: Node) throws {
-        let lookup = try node.projections.picture(try parseID(id, what: "ID", as: PictureID.self))
-        switch lookup {
+    func run() async throws {
+        let operation = GetPicture(try parseID(id, what: "ID", as: PictureID.self))
+        let result = try await withNode(store, readOnly: true) { node in try await operation.run(on: node) }
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
+        switch result.lookup {
         case .live(let p):
-            if output.json {
-                printJSON(.object([("status", .string("live")), ("picture", pictureJSON(p)), ("likes", .uint(UInt64(try node.projections.likes(of: p.id).count)))]))
-            } else {
-                let rows: [[String]] = [
-                    ["id", p.id.hex], ["owner", p.owner.hex], ["caption", p.caption ?? "-"], ["type", p.mime ?? "-"],
-                    ["bytes", p.size.map(String.init) ?? "-"], ["size", p.width.map { w in "\(w)x\(p.height ?? 0)" } ?? "-"],
-                    ["blob", p.blob?.hex ?? "-"], ["created", p.hlc.description],
-                    ["likes", String(try node.projections.likes(of: p.id).count)],
-                ]
-                emit(table(rows, header: ["FIELD", "VALUE"]))
-            }
+            let rows: [[String]] = [
+                ["id", p.id.hex], ["owner", p.owner.hex], ["caption", p.caption ?? "-"], ["type", p.mime ?? "-"],
+                ["bytes", p.size.map(String.init) ?? "-"], ["size", p.width.map { w in "\(w)x\(p.height ?? 0)" } ?? "-"],
+                ["blob", p.blob?.hex ?? "-"], ["created", p.hlc.description], ["likes", String(result.likes)],
+            ]
+            emit(table(rows, header: ["FIELD", "VALUE"]))
         case .deleted(let id, let owner, let at, let by):
-            if output.json {
-                printJSON(.object([("status", .string("deleted")), ("id", .string(id.hex)), ("owner", .string(owner.hex)),
-                    ("deleted", .uint(at.rawValue)), ("deleted_by", .string(by.hex))]))
-            } else {
-                emit("Picture \(id.hex) of \(owner.short) was deleted at \(at) (event \(by.short)); its bytes are purged.")
-            }
+            emit("Picture \(id.hex) of \(owner.short) was deleted at \(at) (event \(by.short)); its bytes are purged.")
         case .unknown(let id):
-            if output.json {
-                printJSON(.object([("status", .string("unknown")), ("id", .string(id.hex))]))
-            } else {
-                emit("This node holds no picture \(id.hex) (unresolved: not received yet).")
-            }
+            emit("This node holds no picture \(id.hex) (unresolved: not received yet).")
         }
     }
 }
@@ -133,8 +116,8 @@ struct QueryFollowers: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user.") var user: String
     func validate() throws { _ = try parseKey(user, what: "USER") }
-    func query(_ node: Node) throws {
-        keyList(try node.projections.followers(of: try parseKey(user, what: "USER")), json: output.json, empty: "No followers.")
+    func query(_ node: Node) async throws {
+        keyList(try await ListRelated(.followers, of: try parseKey(user, what: "USER")).run(on: node).keys, json: output.json, empty: "No followers.")
     }
 }
 
@@ -144,8 +127,8 @@ struct QueryFollowing: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user.") var user: String
     func validate() throws { _ = try parseKey(user, what: "USER") }
-    func query(_ node: Node) throws {
-        keyList(try node.projections.following(try parseKey(user, what: "USER")), json: output.json, empty: "Follows nobody.")
+    func query(_ node: Node) async throws {
+        keyList(try await ListRelated(.following, of: try parseKey(user, what: "USER")).run(on: node).keys, json: output.json, empty: "Follows nobody.")
     }
 }
 
@@ -155,8 +138,8 @@ struct QueryLikes: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id.") var object: String
     func validate() throws { _ = try parseKey(object, what: "OBJECT") }
-    func query(_ node: Node) throws {
-        keyList(try node.projections.likes(of: try parseKey(object, what: "OBJECT")), json: output.json, empty: "No likes.")
+    func query(_ node: Node) async throws {
+        keyList(try await ListRelated(.likes, of: try parseKey(object, what: "OBJECT")).run(on: node).keys, json: output.json, empty: "No likes.")
     }
 }
 

@@ -104,25 +104,13 @@ func hlcJSON(_ hlc: HLC?) -> JSONValue { hlc.map { .uint($0.rawValue) } ?? .null
 func optionalString(_ s: String?) -> JSONValue { s.map { .string($0) } ?? .null }
 func optionalUInt(_ n: UInt64?) -> JSONValue { n.map { .uint($0) } ?? .null }
 
-func pictureJSON(_ p: PictureView) -> JSONValue {
-    .object([
-        ("id", .string(p.id.hex)), ("owner", .string(p.owner.hex)), ("caption", optionalString(p.caption)),
-        ("mime", optionalString(p.mime)), ("blob", optionalString(p.blob?.hex)), ("size", optionalUInt(p.size)),
-        ("width", optionalUInt(p.width)), ("height", optionalUInt(p.height)), ("hlc", .uint(p.hlc.rawValue)),
-        ("time", .string(p.hlc.description)), ("created_by", .string(p.createdBy.hex)),
-        ("content_purged", .bool(p.contentPurged)),
-    ])
-}
+/// A shape of `ChorusOperations` as JSON (shapes hold no floating-point number, so encoding cannot fail).
+func shapeJSON<T: Encodable>(_ shape: T) -> JSONValue { (try? JSONValueEncoder().encode(shape)) ?? .null }
+
+func pictureJSON(_ p: PictureView) -> JSONValue { shapeJSON(PictureShape(p)) }
 
 /// `{"id", "status": "picture"|"removed"|"unresolved", "picture": {...}|null}`
-func referenceJSON(_ ref: PictureReference?) -> JSONValue {
-    guard let ref else { return .null }
-    switch ref {
-    case .picture(let p): return .object([("id", .string(p.id.hex)), ("status", .string("picture")), ("picture", pictureJSON(p))])
-    case .removed(let id): return .object([("id", .string(id.hex)), ("status", .string("removed")), ("picture", .null)])
-    case .unresolved(let id): return .object([("id", .string(id.hex)), ("status", .string("unresolved")), ("picture", .null)])
-    }
-}
+func referenceJSON(_ ref: PictureReference?) -> JSONValue { ref.map { shapeJSON(ReferenceShape($0)) } ?? .null }
 
 func referenceText(_ ref: PictureReference?) -> String {
     guard let ref else { return "-" }
@@ -133,12 +121,7 @@ func referenceText(_ ref: PictureReference?) -> String {
     }
 }
 
-func deviceJSON(_ d: DeviceView) -> JSONValue {
-    .object([
-        ("device", .string(d.device.hex)), ("name", optionalString(d.name)), ("added", .uint(d.addedHLC.rawValue)),
-        ("removed", hlcJSON(d.removedHLC)), ("rights", .uint(d.rights)),
-    ])
-}
+func deviceJSON(_ d: DeviceView) -> JSONValue { shapeJSON(DeviceShape(d)) }
 
 func deviceRows(_ devices: [DeviceView]) -> String {
     table(

@@ -242,7 +242,13 @@ public struct APIServer: Sendable {
             let status: Int32
             let output: Data
         }
+        let operation = route.operation
+        let request = OperationRequest(parameters: parameters, query: query, body: [:])
         let answers = node.observe { _ in
+            if let operation {
+                let (status, body) = await operation.answer(node, request)
+                return Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
+            }
             let output = OutputBuffer()
             let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
             return Answer(status: status, output: output.jsonBody(status: status))

@@ -54,6 +54,13 @@ struct OperationRequest: Sendable {
     let query: [String: String]
     let body: [String: JSONInput]
 
+    /// The query parameter `name` as an id, nil when absent.
+    func queryID(_ name: String) throws -> Bytes32? {
+        guard let text = query[name] else { return nil }
+        guard let id = Bytes32(hex: text.lowercased()) else { throw OperationError.badID(text, what: name) }
+        return id
+    }
+
     /// The path parameter `name` as an id (64 hex digits, either case).
     func pathID(_ name: String, what: String) throws -> Bytes32 {
         let text = parameters[name] ?? ""
@@ -108,7 +115,11 @@ struct OperationEndpoint: Sendable {
             }
             do {
                 let body = try JSONValueEncoder().encode(result)
-                return (result.failure?.httpStatus ?? 200, body)
+                guard let failure = result.failure else { return (200, body) }
+                // An error that carries data: the code and message first, the result's own fields after.
+                guard case .object(let fields) = body else { return (failure.httpStatus, Self.errorBody(failure)) }
+                let own = fields.filter { $0.0 != "code" && $0.0 != "message" }
+                return (failure.httpStatus, .object([("code", .string(failure.code)), ("message", .string(failure.message))] + own))
             } catch {
                 return (500, Self.errorBody(OperationError(.failed, code: "internal", "the answer could not be encoded: \(error)")))
             }

@@ -184,7 +184,9 @@ public struct CommandRoute: Sendable {
         .init(.post, "/v1/devices", "Bind a device to this user", [.word("device"), .word("add"), .field("device"), .fieldOption("proof", "--proof"), .fieldOption("name", "--name")]),
         .init(.delete, "/v1/devices/{device}", "Unbind a device from this user", [.word("device"), .word("remove"), .path("device"), .queryOption("reason", "--reason")]),
         // Profiles
-        .init(.get, "/v1/profile", "A user's profile", [.word("query"), .word("profile"), .query("user")]),
+        .init(
+            .get, "/v1/profile", "A user's profile", [.word("query"), .word("profile"), .query("user")],
+            operation: OperationEndpoint { r in GetProfile(user: try r.queryID("user").map(UserID.init)) }),
         .init(.post, "/v1/profile", "Set or clear one profile field", [.word("profile"), .word("set"), .field("field"), .optionalField("value"), .fieldFlag("clear", "--clear")]),
         // Relay lists
         .init(.get, "/v1/relays", "A user's relay list", [.word("relays"), .word("show"), .query("user")]),
@@ -194,18 +196,26 @@ public struct CommandRoute: Sendable {
         // Pictures
         .init(.get, "/v1/pictures", "A user's gallery in its order", [.word("query"), .word("pictures"), .query("user"), .queryOption("limit", "--limit"), .queryOption("offset", "--offset")]),
         .init(.post, "/v1/pictures", "Add a picture: the body is the image", [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")]),
-        .init(.get, "/v1/pictures/{id}", "One picture", [.word("query"), .word("picture"), .path("id")]),
+        .init(
+            .get, "/v1/pictures/{id}", "One picture (404 when this node holds none by that id)", [.word("query"), .word("picture"), .path("id")],
+            operation: OperationEndpoint { r in GetPicture(PictureID(try r.pathID("id", what: "ID"))) }),
         .init(.get, "/v1/pictures/{id}/bytes", "A picture's image bytes", [.word("picture"), .word("get"), .path("id"), .word("--out=-")], json: false),
         .init(.post, "/v1/pictures/{id}/caption", "Set a picture's caption", [.word("picture"), .word("caption"), .path("id"), .field("caption")]),
         .init(.post, "/v1/pictures/{id}/move", "Move a picture in the gallery", [.word("picture"), .word("move"), .path("id"), .fieldOption("before", "--before"), .fieldOption("after", "--after"), .fieldFlag("first", "--first"), .fieldFlag("last", "--last")]),
         .init(.delete, "/v1/pictures/{id}", "Delete a picture and purge its bytes", [.word("picture"), .word("delete"), .path("id")]),
         .init(.get, "/v1/feed", "Pictures of the users this user follows, newest first", [.word("query"), .word("feed"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
         // Relationships
-        .init(.get, "/v1/followers", "Users following a user", [.word("query"), .word("followers"), .query("user")]),
-        .init(.get, "/v1/following", "Users a user follows", [.word("query"), .word("following"), .query("user")]),
+        .init(
+            .get, "/v1/followers", "Users following a user (default: this node's user)", [.word("query"), .word("followers"), .query("user")],
+            operation: OperationEndpoint { r in ListRelated(.followers, of: try r.queryID("user")) }),
+        .init(
+            .get, "/v1/following", "Users a user follows (default: this node's user)", [.word("query"), .word("following"), .query("user")],
+            operation: OperationEndpoint { r in ListRelated(.following, of: try r.queryID("user")) }),
         .init(.post, "/v1/following/{user}", "Follow a user", [.word("follow"), .path("user")], operation: relate(.follow, "user", "USER")),
         .init(.delete, "/v1/following/{user}", "Stop following a user", [.word("unfollow"), .path("user")], operation: relate(.unfollow, "user", "USER")),
-        .init(.get, "/v1/likes/{object}", "Users who like a picture or message", [.word("query"), .word("likes"), .path("object")]),
+        .init(
+            .get, "/v1/likes/{object}", "Users who like a picture or message", [.word("query"), .word("likes"), .path("object")],
+            operation: OperationEndpoint { r in ListRelated(.likes, of: try r.pathID("object", what: "OBJECT")) }),
         .init(.post, "/v1/likes/{object}", "Like a picture or message", [.word("like"), .path("object")], operation: relate(.like, "object", "OBJECT")),
         .init(.delete, "/v1/likes/{object}", "Withdraw a like", [.word("unlike"), .path("object")], operation: relate(.unlike, "object", "OBJECT")),
         .init(.post, "/v1/blocks/{user}", "Block a user", [.word("block"), .path("user")], operation: relate(.block, "user", "USER")),

@@ -54,6 +54,15 @@ struct StatusTests {
         // An endpoint still answered by its command line: its errors carry a code too.
         expectError(try await send(.POST, "/v1/profile", #"{"field":"bio","value":"x","extra":1}"#), 400, "unknown_field")
         expectError(try await send(.POST, "/v1/coins/spend", #"{"amount":5,"for":"a sticker"}"#), 422, "beyond_rights")
+        // Typed queries: a picture not held is 404 with its shape after the code; lists default to this node's user.
+        let unknownPicture = try await send(.GET, "/v1/pictures/\(bob)")
+        expectError(unknownPicture, 404, "picture_unknown")
+        #expect(unknownPicture.1["status"] as? String == "unknown" && unknownPicture.1["id"] as? String == bob)
+        let following = try await send(.GET, "/v1/following")
+        #expect(following.0 == 200 && following.2.text == #"["\#(bob)"]"#, "\(following.2.text)")
+        expectError(try await send(.GET, "/v1/profile?user=12"), 400, "bad_id")
+        let profile = try await send(.GET, "/v1/profile")
+        #expect(profile.0 == 200 && profile.1["user"] as? String == node.identity.user.hex && profile.1["avatar"] is NSNull, "\(profile.2.text)")
         // Unknown paths and methods.
         expectError(try await send(.GET, "/v1/nothing-here"), 404, "not_found")
         let wrongMethod = try await send(.DELETE, "/v1/whoami")
