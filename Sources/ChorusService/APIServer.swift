@@ -55,6 +55,8 @@ public struct APIServer: Sendable {
     let runCommand: CommandRunner
     let logger: Logger
     let metrics: ServiceMetrics?
+    /// Watched queries, each observed once for all its watchers.
+    let watches = WatchHub()
     let onListening: @Sendable (APIEndpoint) -> Void
 
     /// `metrics`: what `/metrics` exports (404 without).
@@ -151,7 +153,7 @@ public struct APIServer: Sendable {
         let node = self.node
         let runCommand = self.runCommand
         router.get("/v1/watch") { request, _ in
-            try Self.watch(request, node: node, runCommand: runCommand)
+            try Self.watch(request, node: node, runCommand: runCommand, hub: watches)
         }
         return router
     }
@@ -223,8 +225,11 @@ public struct APIServer: Sendable {
 
     /// `/v1/watch?path=…` (Specs/api.md §6): server-sent events carrying the
     /// JSON of a GET endpoint, first at once and then after every commit that
-    /// changed it, through the node's observation (equal answers are not repeated).
-    static func watch(_ request: Request, node: Node, runCommand: @escaping CommandRunner) throws -> Response {
+    /// changed it, through the node's observation (equal answers are not
+    /// repeated), one observation per distinct query however many watch it.
+    /// Each event's id is its answer's hash: a client that reconnects with
+    /// `Last-Event-ID` is not sent again the answer it holds.
+    static func watch(_ request: Request, node: Node, runCommand: @escaping CommandRunner, hub: WatchHub) throws -> Response {
         guard let target = request.uri.queryParameters["path"].map(String.init),
             let components = URLComponents(string: target),
             let (route, parameters) = CommandRoute.match(.get, components.path), route.json
@@ -238,29 +243,35 @@ public struct APIServer: Sendable {
             return errorResponse(.badRequest, code: error.failure.code, "\(error)")
         }
         let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
-        struct Answer: Equatable, Sendable {
-            let status: Int32
-            let output: Data
-        }
         let operation = route.operation
-        let request = OperationRequest(parameters: parameters, query: query, body: [:])
-        let answers = node.observe { _ in
-            if let operation {
-                let (status, body) = await operation.answer(node, request)
-                return Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
+        let operationRequest = OperationRequest(parameters: parameters, query: query, body: [:])
+        // The query, whatever order its parameters came in.
+        let key = ([route.path] + parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            + query.sorted { $0.key < $1.key }.map { "?\($0.key)=\($0.value)" }).joined(separator: "\u{0}")
+        let answers = hub.subscribe(key) {
+            node.observe { _ in
+                if let operation {
+                    let (status, body) = await operation.answer(node, operationRequest)
+                    return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
+                }
+                let output = OutputBuffer()
+                let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
+                return WatchHub.Answer(status: status, output: output.jsonBody(status: status))
             }
-            let output = OutputBuffer()
-            let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
-            return Answer(status: status, output: output.jsonBody(status: status))
         }
+        let held = request.headers[FieldName("Last-Event-ID")!]
         let (events, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
         // Ends when the server shuts down, so a watcher never holds up a graceful shutdown.
         let task = Task {
-            try? await cancelWhenGracefulShutdown {
-                for try await answer in answers {
+            await cancelWhenGracefulShutdown {
+                var first = true
+                for await answer in answers {
+                    defer { first = false }
+                    if first, answer.id == held { continue }
                     // Each answer is one line of JSON: one `data:` line per event.
                     let name = answer.status == 0 ? "" : "event: error\n"
-                    continuation.yield(ByteBuffer(string: name + "data: " + String(decoding: answer.output, as: UTF8.self) + "\n\n"))
+                    continuation.yield(
+                        ByteBuffer(string: "id: \(answer.id)\n" + name + "data: " + String(decoding: answer.output, as: UTF8.self) + "\n\n"))
                 }
             }
             continuation.finish()

@@ -129,7 +129,7 @@ struct EndpointTests {
                 if first.contains("\n\n") { throw FirstEventRead() }
             }
         } catch is FirstEventRead {}
-        #expect(first.hasPrefix(#"data: {"digest":""#), "\(first)")
+        #expect(first.hasPrefix("id: ") && first.contains(#"\#ndata: {"digest":""#), "\(first)")
     }
 
     @Test("every endpoint answers over the Unix socket and over TCP with the token; without it, 401")

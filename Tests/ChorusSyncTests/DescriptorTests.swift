@@ -1,5 +1,6 @@
 import ChorusNode
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 

@@ -2,6 +2,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusNode
 import ChorusNoise
+import ChorusTestSupport
 import Foundation
 import Synchronization
 import Testing

@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusNode
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 

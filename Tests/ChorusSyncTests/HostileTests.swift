@@ -3,6 +3,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusNode
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 

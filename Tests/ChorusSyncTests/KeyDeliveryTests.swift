@@ -2,6 +2,7 @@ import ChorusCrypto
 import ChorusNode
 import ChorusProjections
 import ChorusSync
+import ChorusTestSupport
 import Foundation
 import Testing
 

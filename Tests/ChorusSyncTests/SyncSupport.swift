@@ -62,25 +62,6 @@ func syncPairResults(
     }
 }
 
-/// Fails the test instead of hanging when `body` takes longer than `limit`.
-/// A limit catches a hang, not slowness: in a full parallel test run on two
-/// cores, a sync that takes 0.5 s alone has taken over 30 s, so limits on
-/// network work are 60 s or more.
-func bounded<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try? await Task.sleep(for: limit)
-            return nil
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else {
-            throw SyncTestFailure("\(what) did not finish within \(limit)")
-        }
-        return value
-    }
-}
-
 /// Polls `condition` until it holds or `limit` passes.
 func eventually(_ limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + limit

@@ -54,7 +54,7 @@ struct NetworkBench: AsyncParsableCommand {
             \(r.users) users, \(r.relays) relays, \(r.follows) follows, \(r.chats) chats
             delivery after each round: follows \(r.deliveryFollowsByRound), invitations \(r.deliveryInvitationsByRound), key wraps \(r.deliveryKeyWrapsByRound)
             fullest relay: \(r.relayEventsMax) events, \(String(format: "%.2f", r.relayEventsMaxOverIdeal)) of its ideal share \(Int(r.relayEventsIdeal)) (target <= 1.5)
-            relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8)
+            relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8); by round \(r.connectionsPerSyncMeanByRound.map { String(format: "%.2f", $0) }.joined(separator: ", ")); last round by reason \(r.connectionsByReasonLastRound.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", "))
             first contact: \(r.firstContactSessions) sessions, \(r.firstContactBytes) bytes (\(r.firstContactBytes / max(1, r.firstContactSessions)) a session) for \(r.firstContactScopeFeeds) scope feeds, \(String(format: "%.0f", r.firstContactBytesPerScopeFeed)) bytes per scope feed after 2 KB a session (target <= 150)
             missed after the last round: \(r.misses.isEmpty ? "nothing" : r.misses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             wall: \(String(format: "%.1f", r.wallSeconds)) s (setup and publishing \(String(format: "%.1f", r.setupSeconds)) s)

@@ -85,6 +85,12 @@ public struct NetworkSimulation: Sendable {
         /// Relays contacted per user sync (each relay once) in the rounds after publishing.
         public var connectionsPerSyncMean = 0.0
         public var connectionsPerSyncMax = 0
+        /// The mean by round (the first round also meets the bootstrap
+        /// relays and the home relays that lack the publishing's events),
+        /// and, over the last round, the mean number of relays a sync met
+        /// for each reason (a relay met for several counts for each).
+        public var connectionsPerSyncMeanByRound: [Double] = []
+        public var connectionsByReasonLastRound: [String: Double] = [:]
         /// First contacts of a sample of users with every relay of their plan
         /// once all hold the same events: bytes both ways, and those bytes
         /// over the users' scope feeds after 2 KB per session.
@@ -105,6 +111,8 @@ public struct NetworkSimulation: Sendable {
             case relayEventsMax = "relay_events_max", relayEventsIdeal = "relay_events_ideal"
             case relayEventsMaxOverIdeal = "relay_events_max_over_ideal"
             case connectionsPerSyncMean = "connections_per_sync_mean", connectionsPerSyncMax = "connections_per_sync_max"
+            case connectionsPerSyncMeanByRound = "connections_per_sync_mean_by_round"
+            case connectionsByReasonLastRound = "connections_by_reason_last_round"
             case firstContactSessions = "first_contact_sessions", firstContactBytes = "first_contact_bytes"
             case firstContactBytesPerScopeFeed = "first_contact_bytes_per_scope_feed", firstContactScopeFeeds = "first_contact_scope_feeds"
             case wallSeconds = "wall_seconds", setupSeconds = "setup_seconds"
@@ -250,6 +258,7 @@ public struct NetworkSimulation: Sendable {
 
         // The rounds: every user syncs by its relay lists with its scope.
         var connections: [Int] = []
+        var reasons: [String: Int] = [:]
         var scopeFeedsAtFirstContact = 0
         var due = try await heights(of: users)
         for round in 0..<p.rounds {
@@ -257,8 +266,11 @@ public struct NetworkSimulation: Sendable {
                 let node = try await Node.open(at: users[i].store)
                 let (plan, _) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
                 connections.append(plan.relays.count)
+                if round == p.rounds - 1 { for relay in plan.relays { for reason in relay.reasons { reasons[reason, default: 0] += 1 } } }
                 await node.close()
             }
+            let thisRound = connections.suffix(p.users)
+            result.connectionsPerSyncMeanByRound.append(Double(thisRound.reduce(0, +)) / Double(max(1, thisRound.count)))
             let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node), due: due)
             due = measured.heights
             result.deliveryFollowsByRound.append(measured.follows)
@@ -286,6 +298,7 @@ public struct NetworkSimulation: Sendable {
         }
         result.connectionsPerSyncMean = connections.isEmpty ? 0 : Double(connections.reduce(0, +)) / Double(connections.count)
         result.connectionsPerSyncMax = connections.max() ?? 0
+        result.connectionsByReasonLastRound = reasons.mapValues { Double($0) / Double(max(1, p.users)) }
         result.firstContactScopeFeeds = scopeFeedsAtFirstContact
         if scopeFeedsAtFirstContact > 0 {
             let overhead = 2048 * result.firstContactSessions

@@ -1,0 +1,87 @@
+import ChorusCommands
+import ChorusNode
+@testable import ChorusService
+import ChorusTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+/// Specs/api.md §6: one observation per distinct watched query, event ids,
+/// resuming with Last-Event-ID.
+@Suite("live queries")
+struct WatchTests {
+    @Test("many watchers of few queries: each query is observed once, every watcher gets every answer, the last to leave ends it")
+    func oneObservationPerQuery() async throws {
+        let hub = WatchHub()
+        let started = Mutex(0)
+        let feeds = Mutex<[String: AsyncThrowingStream<WatchHub.Answer, any Error>.Continuation]>([:])
+        func observe(_ key: String) -> @Sendable () -> AsyncThrowingStream<WatchHub.Answer, any Error> {
+            {
+                started.withLock { $0 += 1 }
+                let (stream, continuation) = AsyncThrowingStream.makeStream(of: WatchHub.Answer.self)
+                feeds.withLock { $0[key] = continuation }
+                return stream
+            }
+        }
+        var streams: [(key: String, stream: AsyncStream<WatchHub.Answer>)] = []
+        for i in 0..<60 {
+            let key = "query \(i % 3)"
+            streams.append((key, hub.subscribe(key, observe: observe(key))))
+        }
+        // Let each observation's task start.
+        for _ in 0..<200 where feeds.withLock({ $0.count }) < 3 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(started.withLock { $0 } == 3 && hub.queries == 3 && hub.watchers == 60)
+        for (key, feed) in feeds.withLock({ $0 }) { feed.yield(WatchHub.Answer(status: 0, output: Data("answer of \(key)".utf8))) }
+        for (key, stream) in streams {
+            var iterator = stream.makeAsyncIterator()
+            let answer = try #require(await iterator.next())
+            #expect(String(decoding: answer.output, as: UTF8.self) == "answer of \(key)")
+        }
+        // A late watcher gets the latest answer at once, without a new observation.
+        var late = hub.subscribe("query 1", observe: observe("query 1")).makeAsyncIterator()
+        #expect(await late.next().map { String(decoding: $0.output, as: UTF8.self) } == "answer of query 1")
+        #expect(started.withLock { $0 } == 3)
+        // Equal answers have equal ids; different ones differ.
+        #expect(WatchHub.Answer(status: 0, output: Data("a".utf8)).id == WatchHub.Answer(status: 0, output: Data("a".utf8)).id)
+        #expect(WatchHub.Answer(status: 0, output: Data("a".utf8)).id != WatchHub.Answer(status: 1, output: Data("a".utf8)).id)
+        streams.removeAll()
+        late = AsyncStream<WatchHub.Answer> { $0.finish() }.makeAsyncIterator()
+        for _ in 0..<200 where hub.queries > 0 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(hub.queries == 0 && hub.watchers == 0)
+    }
+
+    @Test("events carry ids; a watcher that reconnects with Last-Event-ID is not sent the answer it holds")
+    func resumeWithLastEventID() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("app"))
+        let serving = try await node.serveAPI()
+        let api = APIClient(.socket(inStore: dir.store("app")))
+        struct Enough: Error {}
+        @Sendable func events(_ headers: [(String, String)], count: Int, during: @escaping @Sendable () async throws -> Void = {}) async throws -> [String] {
+            var text = ""
+            let done = Task { try await during() }
+            do {
+                _ = try await api.stream(.GET, "/v1/watch?path=%2Fv1%2Fprofile", headers: headers) { chunk in
+                    text += String(decoding: chunk, as: UTF8.self)
+                    if text.components(separatedBy: "\n\n").filter({ $0.hasPrefix("id: ") }).count >= count { throw Enough() }
+                }
+            } catch is Enough {}
+            try await done.value
+            return text.components(separatedBy: "\n\n").filter { $0.hasPrefix("id: ") }
+        }
+        let first = try #require(try await bounded(.seconds(30), "the first event") { try await events([], count: 1) }.first)
+        let id = String(first.split(separator: "\n")[0].dropFirst(4))
+        #expect(id.count == 24 && first.contains("data: {\"user\":"), "\(first)")
+        // Reconnecting with that id: the next event is the change, not the answer already held.
+        let resumed = try await bounded(.seconds(30), "the resumed watch") {
+            try await events([("Last-Event-ID", id)], count: 1) {
+                try await Task.sleep(for: .milliseconds(200))
+                _ = try await node.setProfile(.bio("changed while away"))
+            }
+        }
+        #expect(resumed.count == 1 && resumed[0].contains("changed while away") && !resumed[0].hasPrefix("id: \(id)"), "\(resumed)")
+        await serving.shutdown()
+        await node.close()
+    }
+}
