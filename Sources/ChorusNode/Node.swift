@@ -834,6 +834,18 @@ public actor Node {
         writer?.statistics ?? WriterStatistics()
     }
 
+    /// Returns once this node's writer has run an empty job after every
+    /// write queued before it: the writer commits. Throws
+    /// ``NodeError/readOnly`` on a read-only node and ``NodeError/closed``
+    /// after `close()`. A writer that is stuck (a full disk, a stalled
+    /// device) makes this wait; callers bound the wait.
+    public nonisolated func probeWriter() async throws {
+        guard let writer else { throw NodeError.readOnly }
+        let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in
+            writer.exclusively({}, completion: { continuation.resume(with: $0) })
+        }
+    }
+
     /// Seconds this node's store has spent writing and flushing committed
     /// pages (`mdb_txn_commit`).
     public nonisolated var secondsInDurableCommits: Double { log.env.secondsInDurableCommits }

@@ -126,14 +126,19 @@ public struct APIServer: Sendable {
         router.get("/openapi.json") { _, _ in Self.json(try OpenAPIDocument.rendered()) }
         if let metrics {
             let node = self.node
+            let watches = self.watches
             router.get("/metrics") { _, _ in
                 Response(
                     status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                    body: .init(byteBuffer: ByteBuffer(bytes: metrics.render(node: node))))
+                    body: .init(byteBuffer: ByteBuffer(bytes: metrics.render(node: node, watchers: watches.watchers, watchedQueries: watches.queries))))
             }
         }
+        let healthNode = self.node
         router.get("/health") { _, _ in
-            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
+            let (ok, body) = await Health.check(healthNode)
+            return Response(
+                status: ok ? .ok : .serviceUnavailable, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: body.rendered())))
         }
         if local {
             // Runs any command line on this node: it may read and write

@@ -73,7 +73,12 @@ struct OperationsTests {
         #expect(value("chorus_store_map_bytes") >= value("chorus_store_file_bytes"))
         #expect(value("chorus_store_events") >= 8)
         #expect(text.contains("hb_requests"), "Hummingbird's request metrics")
-        #expect(try await APIClient(.socket(inStore: store)).send(.GET, "/health").text == #"{"status":"ok"}"#)
+        // The process's own figures, the formats, live queries, and request latency buckets below a millisecond.
+        #expect(value("process_resident_memory_bytes") > 1_000_000 && value("process_open_fds") > 3, "\(text)")
+        #expect(value("process_cpu_seconds_total") > 0)
+        #expect(text.contains(#"chorus_build_info{store_format=""#) && value("chorus_api_watchers") == 0)
+        #expect(text.contains(#"le="0.0005""#), "sub-millisecond request buckets: \(text)")
+        #expect(try await APIClient(.socket(inStore: store)).send(.GET, "/health").text == #"{"status":"ok","store":"ok","writer":"ok"}"#)
 
         #expect(server.stop() == 0)
         let lines = server.output.split(separator: "\n").map(String.init)

@@ -50,6 +50,25 @@ struct WatchTests {
         #expect(hub.queries == 0 && hub.watchers == 0)
     }
 
+    struct Enough: Error {}
+
+    /// The first `count` events of a watch of `/v1/profile`, while `during` runs beside it.
+    static func events(
+        _ api: APIClient, _ headers: [(String, String)], count: Int, during: @escaping @Sendable () async throws -> Void = {}
+    ) async throws -> [String] {
+        var text = ""
+        let change = Task { try await during() }
+        // Reading stops (by throwing) once `count` events arrived.
+        do {
+            _ = try await api.stream(.GET, "/v1/watch?path=%2Fv1%2Fprofile", headers: headers) { chunk in
+                text += String(decoding: chunk, as: UTF8.self)
+                if text.components(separatedBy: "\n\n").filter({ $0.hasPrefix("id: ") }).count >= count { throw Enough() }
+            }
+        } catch is Enough {}
+        try await change.value
+        return text.components(separatedBy: "\n\n").filter { $0.hasPrefix("id: ") }
+    }
+
     @Test("events carry ids; a watcher that reconnects with Last-Event-ID is not sent the answer it holds")
     func resumeWithLastEventID() async throws {
         let dir = TempDir()
@@ -57,25 +76,12 @@ struct WatchTests {
         let node = try await Node.create(at: dir.store("app"))
         let serving = try await node.serveAPI()
         let api = APIClient(.socket(inStore: dir.store("app")))
-        struct Enough: Error {}
-        @Sendable func events(_ headers: [(String, String)], count: Int, during: @escaping @Sendable () async throws -> Void = {}) async throws -> [String] {
-            var text = ""
-            let done = Task { try await during() }
-            do {
-                _ = try await api.stream(.GET, "/v1/watch?path=%2Fv1%2Fprofile", headers: headers) { chunk in
-                    text += String(decoding: chunk, as: UTF8.self)
-                    if text.components(separatedBy: "\n\n").filter({ $0.hasPrefix("id: ") }).count >= count { throw Enough() }
-                }
-            } catch is Enough {}
-            try await done.value
-            return text.components(separatedBy: "\n\n").filter { $0.hasPrefix("id: ") }
-        }
-        let first = try #require(try await bounded(.seconds(30), "the first event") { try await events([], count: 1) }.first)
+        let first = try #require(try await bounded(.seconds(30), "the first event") { try await Self.events(api, [], count: 1) }.first)
         let id = String(first.split(separator: "\n")[0].dropFirst(4))
         #expect(id.count == 24 && first.contains("data: {\"user\":"), "\(first)")
         // Reconnecting with that id: the next event is the change, not the answer already held.
         let resumed = try await bounded(.seconds(30), "the resumed watch") {
-            try await events([("Last-Event-ID", id)], count: 1) {
+            try await Self.events(api, [("Last-Event-ID", id)], count: 1) {
                 try await Task.sleep(for: .milliseconds(200))
                 _ = try await node.setProfile(.bio("changed while away"))
             }
