@@ -35,13 +35,10 @@ struct ChatCreate: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let users = try members.map { try parseID($0, what: "--member", as: UserID.self) }
-        try await mutate(store, output) { node in
-            let created = try await node.createChat(title: title, members: users)
-            let id = created.object
-            if !output.json { emit(id.hex) }
-            return MutationResult(event: created.id, summary: "Created chat \(id.short)", fields: [("chat", .string(id.hex))])
-        }
+        let operation = CreateChat(title: title, members: try members.map { try parseID($0, what: "--member", as: UserID.self) })
+        let report = try await withNode(store) { node in try await operation.run(on: node) }
+        if !output.json { emit(report.fields.chat) }
+        try show(report, json: output.json)
     }
 }
 
@@ -61,10 +58,7 @@ struct ChatAdd: AsyncParsableCommand {
 
     func run() async throws {
         let (chatID, userKey) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(user, what: "USER", as: UserID.self))
-        try await mutate(store, output) { node in
-            let event = try await node.addChatMember(chatID, userKey, admin: admin)
-            return MutationResult(event: event.id, summary: "Added \(userKey.short) to chat \(chatID.short)")
-        }
+        try await perform(ChangeMembership(chatID, .add(userKey, admin: admin)), store, output)
     }
 }
 
@@ -83,10 +77,7 @@ struct ChatRemove: AsyncParsableCommand {
 
     func run() async throws {
         let (chatID, userKey) = (try parseID(chat, what: "CHAT", as: ChatID.self), try parseID(user, what: "USER", as: UserID.self))
-        try await mutate(store, output) { node in
-            let event = try await node.removeChatMember(chatID, userKey)
-            return MutationResult(event: event.id, summary: "Removed \(userKey.short) from chat \(chatID.short)")
-        }
+        try await perform(ChangeMembership(chatID, .remove(userKey)), store, output)
     }
 }
 
@@ -101,9 +92,7 @@ struct ChatLeave: AsyncParsableCommand {
 
     func run() async throws {
         let chatID = try parseID(chat, what: "CHAT", as: ChatID.self)
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.leaveChat(chatID).id, summary: "Left chat \(chatID.short)")
-        }
+        try await perform(ChangeMembership(chatID, .leave), store, output)
     }
 }
 
@@ -164,9 +153,7 @@ struct ChatEdit: AsyncParsableCommand {
 
     func run() async throws {
         let id = try parseID(message, what: "MESSAGE", as: MessageID.self)
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.editMessage(id, text: text).id, summary: "Edited message \(id.short)")
-        }
+        try await perform(ChangeMessage(id, newText: text), store, output)
     }
 }
 
@@ -182,9 +169,7 @@ struct ChatDelete: AsyncParsableCommand {
 
     func run() async throws {
         let id = try parseID(message, what: "MESSAGE", as: MessageID.self)
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.deleteMessage(id).id, summary: "Deleted message \(id.short)")
-        }
+        try await perform(ChangeMessage(id, newText: nil), store, output)
     }
 }
 

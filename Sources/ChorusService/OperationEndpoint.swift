@@ -90,6 +90,31 @@ struct OperationRequest: Sendable {
         return id
     }
 
+    /// The body field `name` as a list of ids (a JSON array of strings), empty when absent.
+    func ids(_ name: String) throws -> [Bytes32] {
+        switch body[name] {
+        case nil: return []
+        case .array(let items):
+            return try items.map { item in
+                guard case .string(let text) = item else {
+                    throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be a list of ids")
+                }
+                guard let id = Bytes32(hex: text.lowercased()) else { throw OperationError.badID(text, what: "an id of \"\(name)\"") }
+                return id
+            }
+        default: throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be a list of ids")
+        }
+    }
+
+    /// The body field `name` as a boolean, false when absent.
+    func flag(_ name: String) throws -> Bool {
+        switch body[name] {
+        case nil: return false
+        case .bool(let b): return b
+        default: throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be true or false")
+        }
+    }
+
     /// The required body field `name` as an id.
     func requiredID(_ name: String) throws -> Bytes32 {
         guard let id = try id(name) else { throw CommandRoute.InputError.missingField(name).failure }

@@ -222,11 +222,21 @@ public struct CommandRoute: Sendable {
         .init(.delete, "/v1/blocks/{user}", "Unblock a user", [.word("unblock"), .path("user")], operation: relate(.unblock, "user", "USER")),
         // Chats
         .init(.get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")]),
-        .init(.post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")]),
+        .init(
+            .post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")],
+            operation: OperationEndpoint { r in CreateChat(title: try r.text("title"), members: try r.ids("members").map(UserID.init)) }),
         .init(.get, "/v1/chats/{id}", "A page of a chat's messages, oldest first", [.word("query"), .word("chat"), .path("id"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
-        .init(.post, "/v1/chats/{id}/members", "Add a member (administrators only)", [.word("chat"), .word("add"), .path("id"), .field("user"), .fieldFlag("admin", "--admin")]),
-        .init(.delete, "/v1/chats/{id}/members/{user}", "Remove a member (administrators only)", [.word("chat"), .word("remove"), .path("id"), .path("user")]),
-        .init(.post, "/v1/chats/{id}/leave", "Leave a chat", [.word("chat"), .word("leave"), .path("id")]),
+        .init(
+            .post, "/v1/chats/{id}/members", "Add a member (administrators only)", [.word("chat"), .word("add"), .path("id"), .field("user"), .fieldFlag("admin", "--admin")],
+            operation: OperationEndpoint { r in
+                ChangeMembership(ChatID(try r.pathID("id", what: "CHAT")), .add(UserID(try r.requiredID("user")), admin: try r.flag("admin")))
+            }),
+        .init(
+            .delete, "/v1/chats/{id}/members/{user}", "Remove a member (administrators only)", [.word("chat"), .word("remove"), .path("id"), .path("user")],
+            operation: OperationEndpoint { r in ChangeMembership(ChatID(try r.pathID("id", what: "CHAT")), .remove(UserID(try r.pathID("user", what: "USER")))) }),
+        .init(
+            .post, "/v1/chats/{id}/leave", "Leave a chat", [.word("chat"), .word("leave"), .path("id")],
+            operation: OperationEndpoint { r in ChangeMembership(ChatID(try r.pathID("id", what: "CHAT")), .leave) }),
         .init(
             .post, "/v1/chats/{id}/messages", "Send a message", [.word("chat"), .word("send"), .path("id"), .fieldOption("text", "--text"), .fieldOption("picture", "--picture")],
             operation: OperationEndpoint { r in
@@ -235,8 +245,12 @@ public struct CommandRoute: Sendable {
         .init(
             .post, "/v1/chats/{id}/read", "Mark the chat read up to a message", [.word("chat"), .word("read"), .path("id"), .field("message")],
             operation: OperationEndpoint { r in MarkRead(chat: ChatID(try r.pathID("id", what: "CHAT")), upTo: MessageID(try r.requiredID("message"))) }),
-        .init(.post, "/v1/messages/{id}/edit", "Edit the text of one of your messages", [.word("chat"), .word("edit"), .path("id"), .field("text")]),
-        .init(.delete, "/v1/messages/{id}", "Delete one of your messages", [.word("chat"), .word("delete"), .path("id")]),
+        .init(
+            .post, "/v1/messages/{id}/edit", "Edit the text of one of your messages", [.word("chat"), .word("edit"), .path("id"), .field("text")],
+            operation: OperationEndpoint { r in ChangeMessage(MessageID(try r.pathID("id", what: "MESSAGE")), newText: try r.requiredText("text")) }),
+        .init(
+            .delete, "/v1/messages/{id}", "Delete one of your messages", [.word("chat"), .word("delete"), .path("id")],
+            operation: OperationEndpoint { r in ChangeMessage(MessageID(try r.pathID("id", what: "MESSAGE")), newText: nil) }),
         // Coins and slots
         .init(.get, "/v1/balance", "A user's coin balance, by device", [.word("query"), .word("balance"), .query("user")]),
         .init(.post, "/v1/coins/credit", "Credit a purchase (issuer key required)", [.word("coins"), .word("credit"), .field("user"), .field("amount"), .fieldOption("receipt", "--receipt"), .fieldOption("device", "--device"), .fieldOption("product", "--product")]),
