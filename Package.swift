@@ -85,7 +85,7 @@ let package = Package(
             dependencies: ["ChorusNode", "ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto"]),
         .target(
             name: "ChorusService",
-            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusSync", "ChorusStorage", "ChorusCrypto",
+            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusSync", "ChorusStorage", "ChorusCrypto",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),

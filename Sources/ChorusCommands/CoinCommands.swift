@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusEvents
 import ChorusCrypto
 import ChorusNode
+import ChorusOperations
 
 struct Coins: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -44,12 +45,7 @@ struct CoinsCredit: AsyncParsableCommand {
         let buyer = try parseID(user, what: "USER", as: UserID.self)
         let coins = try parseAmount(amount)
         let target = try device.map { try parseID($0, what: "--device", as: DeviceID.self) }
-        try await mutate(store, output) { node in
-            let event = try await node.creditCoins(user: buyer, amount: coins, receipt: receipt, device: target, product: product)
-            return MutationResult(
-                event: event.id, summary: "Credited \(coins) coins to \(buyer.short) (receipt \(receipt))",
-                fields: [("user", .string(buyer.hex)), ("device", .string(event.event.object.hex)), ("amount", .uint(coins))])
-        }
+        try await perform(MoveCoins(coins, .credit(user: buyer, receipt: receipt, device: target, product: product)), store, output)
     }
 }
 
@@ -65,10 +61,7 @@ struct CoinsSpend: AsyncParsableCommand {
 
     func run() async throws {
         let coins = try parseAmount(amount)
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.spendCoins(coins, for: purpose).id, summary: "Spent \(coins) coins for \(purpose)",
-                fields: [("amount", .uint(coins))])
-        }
+        try await perform(MoveCoins(coins, .spend(for: purpose)), store, output)
     }
 }
 
@@ -94,11 +87,7 @@ struct CoinsGive: AsyncParsableCommand {
         let recipient = try parseID(user, what: "USER", as: UserID.self)
         let coins = try parseAmount(amount)
         let target = try device.map { try parseID($0, what: "--device", as: DeviceID.self) }
-        try await mutate(store, output) { node in
-            let event = try await node.giveCoins(to: recipient, coins, device: target, note: note)
-            return MutationResult(event: event.id, summary: "Gave \(coins) coins to \(recipient.short)",
-                fields: [("user", .string(recipient.hex)), ("amount", .uint(coins))])
-        }
+        try await perform(MoveCoins(coins, .give(to: recipient, device: target, note: note)), store, output)
     }
 }
 
@@ -119,10 +108,7 @@ struct CoinsMove: AsyncParsableCommand {
     func run() async throws {
         let sibling = try parseID(device, what: "DEVICE", as: DeviceID.self)
         let coins = try parseAmount(amount)
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.moveRights(to: sibling, coins).id, summary: "Moved rights to \(coins) coins to device \(sibling.short)",
-                fields: [("device", .string(sibling.hex)), ("amount", .uint(coins))])
-        }
+        try await perform(MoveCoins(coins, .moveRights(to: sibling)), store, output)
     }
 }
 
@@ -140,9 +126,7 @@ struct SlotUnlock: AsyncParsableCommand {
     @Argument(help: "The slot number (slot 0 is always unlocked).") var slot: Int
 
     func run() async throws {
-        try await mutate(store, output) { node in
-            MutationResult(event: try await node.unlockSlot(slot).id, summary: "Unlocked slot \(slot)", fields: [("slot", .int(Int64(slot)))])
-        }
+        try await perform(ChangeSlot(slot, .unlock), store, output)
     }
 }
 
@@ -163,11 +147,6 @@ struct SlotSet: AsyncParsableCommand {
 
     func run() async throws {
         let id = try picture.map { try parseID($0, what: "PICTURE", as: PictureID.self) }
-        try await mutate(store, output) { node in
-            let event = try await node.setSlot(slot, picture: id)
-            return MutationResult(
-                event: event.id, summary: id.map { "Put picture \($0.short) in slot \(slot)" } ?? "Emptied slot \(slot)",
-                fields: [("slot", .int(Int64(slot))), ("picture", id.map { .string($0.hex) } ?? .null)])
-        }
+        try await perform(ChangeSlot(slot, .set(id)), store, output)
     }
 }

@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusEvents
 import ChorusCrypto
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import Foundation
 
@@ -79,10 +80,7 @@ struct PictureCaption: AsyncParsableCommand {
 
     func run() async throws {
         let picture = try parseID(id, what: "ID", as: PictureID.self)
-        try await mutate(store, output) { node in
-            let event = try await node.captionPicture(picture, text)
-            return MutationResult(event: event.id, summary: "Captioned picture \(picture.short)", fields: [("picture", .string(picture.hex))])
-        }
+        try await perform(ChangePicture(picture, .caption(text)), store, output)
     }
 }
 
@@ -115,10 +113,7 @@ struct PictureMove: AsyncParsableCommand {
     func run() async throws {
         let picture = try parseID(id, what: "ID", as: PictureID.self)
         let placement = try placement()
-        try await mutate(store, output) { node in
-            let event = try await node.movePicture(picture, to: placement)
-            return MutationResult(event: event.id, summary: "Moved picture \(picture.short)", fields: [("picture", .string(picture.hex))])
-        }
+        try await perform(ChangePicture(picture, .move(placement)), store, output)
     }
 }
 
@@ -135,10 +130,7 @@ struct PictureDelete: AsyncParsableCommand {
 
     func run() async throws {
         let picture = try parseID(id, what: "ID", as: PictureID.self)
-        try await mutate(store, output) { node in
-            let event = try await node.deletePicture(picture)
-            return MutationResult(event: event.id, summary: "Deleted picture \(picture.short)", fields: [("picture", .string(picture.hex))])
-        }
+        try await perform(ChangePicture(picture, .delete), store, output)
     }
 }
 

@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusEvents
 import ChorusNode
 import ChorusOperations
 import Foundation
@@ -113,6 +114,41 @@ struct OperationRequest: Sendable {
         case .bool(let b): return b
         default: throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be true or false")
         }
+    }
+
+    /// The body field `name` as a number of coins: a whole number above 0, as a JSON number or a string.
+    func amount(_ name: String) throws -> UInt64 {
+        let text: String
+        switch body[name] {
+        case nil: throw CommandRoute.InputError.missingField(name).failure
+        case .integer(let n): text = n
+        case .string(let s): text = s
+        default: throw OperationError(.badInput, code: "bad_amount", "the field \"\(name)\" must be a whole number of coins above 0")
+        }
+        guard let n = UInt64(text), n > 0 else {
+            throw OperationError(.badInput, code: "bad_amount", "the field \"\(name)\" must be a whole number of coins above 0, got \(text.prefix(40))")
+        }
+        return n
+    }
+
+    /// The path parameter `name` as a slot number.
+    func slot(_ name: String) throws -> Int {
+        let text = parameters[name] ?? ""
+        guard let n = Int(text) else { throw OperationError(.badInput, code: "bad_slot", "a slot is a whole number, got \"\(text.prefix(40))\"") }
+        return n
+    }
+
+    /// A gallery placement from exactly one of the fields `before`, `after` (ids), `first`, `last` (true).
+    func placement() throws -> GalleryPlacement {
+        var given: [GalleryPlacement] = []
+        if let id = try id("before") { given.append(.before(PictureID(id))) }
+        if let id = try id("after") { given.append(.after(PictureID(id))) }
+        if try flag("first") { given.append(.first) }
+        if try flag("last") { given.append(.last) }
+        guard given.count == 1, let placement = given.first else {
+            throw OperationError(.badInput, code: "bad_placement", "give exactly one of before (a picture id), after (a picture id), first: true, last: true")
+        }
+        return placement
     }
 
     /// The required body field `name` as an id.

@@ -200,9 +200,16 @@ public struct CommandRoute: Sendable {
             .get, "/v1/pictures/{id}", "One picture (404 when this node holds none by that id)", [.word("query"), .word("picture"), .path("id")],
             operation: OperationEndpoint { r in GetPicture(PictureID(try r.pathID("id", what: "ID"))) }),
         .init(.get, "/v1/pictures/{id}/bytes", "A picture's image bytes", [.word("picture"), .word("get"), .path("id"), .word("--out=-")], json: false),
-        .init(.post, "/v1/pictures/{id}/caption", "Set a picture's caption", [.word("picture"), .word("caption"), .path("id"), .field("caption")]),
-        .init(.post, "/v1/pictures/{id}/move", "Move a picture in the gallery", [.word("picture"), .word("move"), .path("id"), .fieldOption("before", "--before"), .fieldOption("after", "--after"), .fieldFlag("first", "--first"), .fieldFlag("last", "--last")]),
-        .init(.delete, "/v1/pictures/{id}", "Delete a picture and purge its bytes", [.word("picture"), .word("delete"), .path("id")]),
+        .init(
+            .post, "/v1/pictures/{id}/caption", "Set a picture's caption", [.word("picture"), .word("caption"), .path("id"), .field("caption")],
+            operation: OperationEndpoint { r in ChangePicture(PictureID(try r.pathID("id", what: "ID")), .caption(try r.requiredText("caption"))) }),
+        .init(
+            .post, "/v1/pictures/{id}/move", "Move a picture in the gallery (exactly one of before, after, first, last)",
+            [.word("picture"), .word("move"), .path("id"), .fieldOption("before", "--before"), .fieldOption("after", "--after"), .fieldFlag("first", "--first"), .fieldFlag("last", "--last")],
+            operation: OperationEndpoint { r in ChangePicture(PictureID(try r.pathID("id", what: "ID")), .move(try r.placement())) }),
+        .init(
+            .delete, "/v1/pictures/{id}", "Delete a picture and purge its bytes", [.word("picture"), .word("delete"), .path("id")],
+            operation: OperationEndpoint { r in ChangePicture(PictureID(try r.pathID("id", what: "ID")), .delete) }),
         .init(.get, "/v1/feed", "Pictures of the users this user follows, newest first", [.word("query"), .word("feed"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
         // Relationships
         .init(
@@ -253,14 +260,43 @@ public struct CommandRoute: Sendable {
             operation: OperationEndpoint { r in ChangeMessage(MessageID(try r.pathID("id", what: "MESSAGE")), newText: nil) }),
         // Coins and slots
         .init(.get, "/v1/balance", "A user's coin balance, by device", [.word("query"), .word("balance"), .query("user")]),
-        .init(.post, "/v1/coins/credit", "Credit a purchase (issuer key required)", [.word("coins"), .word("credit"), .field("user"), .field("amount"), .fieldOption("receipt", "--receipt"), .fieldOption("device", "--device"), .fieldOption("product", "--product")]),
-        .init(.post, "/v1/coins/spend", "Spend coins from this device's rights", [.word("coins"), .word("spend"), .field("amount"), .fieldOption("for", "--for")]),
-        .init(.post, "/v1/coins/give", "Give coins to another user", [.word("coins"), .word("give"), .field("user"), .field("amount"), .fieldOption("device", "--device"), .fieldOption("note", "--note")]),
-        .init(.post, "/v1/coins/move", "Move spending rights to a sibling device", [.word("coins"), .word("move"), .field("device"), .field("amount")]),
+        .init(
+            .post, "/v1/coins/credit", "Credit a purchase (issuer key required)",
+            [.word("coins"), .word("credit"), .field("user"), .field("amount"), .fieldOption("receipt", "--receipt"), .fieldOption("device", "--device"), .fieldOption("product", "--product")],
+            operation: OperationEndpoint { r in
+                let receipt = try r.requiredText("receipt")
+                guard !receipt.isEmpty else { throw OperationError(.badInput, code: "bad_field", "the field \"receipt\" must not be empty") }
+                return MoveCoins(
+                    try r.amount("amount"),
+                    .credit(user: UserID(try r.requiredID("user")), receipt: receipt, device: try r.id("device").map(DeviceID.init), product: try r.text("product")))
+            }),
+        .init(
+            .post, "/v1/coins/spend", "Spend coins from this device's rights", [.word("coins"), .word("spend"), .field("amount"), .fieldOption("for", "--for")],
+            operation: OperationEndpoint { r in MoveCoins(try r.amount("amount"), .spend(for: try r.requiredText("for"))) }),
+        .init(
+            .post, "/v1/coins/give", "Give coins to another user",
+            [.word("coins"), .word("give"), .field("user"), .field("amount"), .fieldOption("device", "--device"), .fieldOption("note", "--note")],
+            operation: OperationEndpoint { r in
+                MoveCoins(try r.amount("amount"), .give(to: UserID(try r.requiredID("user")), device: try r.id("device").map(DeviceID.init), note: try r.text("note")))
+            }),
+        .init(
+            .post, "/v1/coins/move", "Move spending rights to a sibling device", [.word("coins"), .word("move"), .field("device"), .field("amount")],
+            operation: OperationEndpoint { r in MoveCoins(try r.amount("amount"), .moveRights(to: DeviceID(try r.requiredID("device")))) }),
         .init(.get, "/v1/audit", "Every coin traced from its purchase receipt, with the invariants checked", [.word("query"), .word("audit"), .query("user")]),
         .init(.get, "/v1/slots", "A user's lock slots", [.word("query"), .word("slots"), .query("user")]),
-        .init(.post, "/v1/slots/{slot}/unlock", "Unlock a slot, spending its price", [.word("slot"), .word("unlock"), .path("slot")]),
-        .init(.post, "/v1/slots/{slot}", "Put a picture in an unlocked slot, or empty it", [.word("slot"), .word("set"), .path("slot"), .optionalField("picture"), .fieldFlag("empty", "--empty")]),
+        .init(
+            .post, "/v1/slots/{slot}/unlock", "Unlock a slot, spending its price", [.word("slot"), .word("unlock"), .path("slot")],
+            operation: OperationEndpoint { r in ChangeSlot(try r.slot("slot"), .unlock) }),
+        .init(
+            .post, "/v1/slots/{slot}", "Put a picture in an unlocked slot, or empty it (give picture or empty: true)",
+            [.word("slot"), .word("set"), .path("slot"), .optionalField("picture"), .fieldFlag("empty", "--empty")],
+            operation: OperationEndpoint { r in
+                let picture = try r.id("picture")
+                guard (picture == nil) == (try r.flag("empty")) else {
+                    throw OperationError(.badInput, code: "bad_field", "give either picture (an id) or empty: true")
+                }
+                return ChangeSlot(try r.slot("slot"), .set(picture.map(PictureID.init)))
+            }),
         // The log and the node
         .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")]),
         .init(.get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")]),
