@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusCBOR
 import ChorusEvents
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import ChorusCrypto
 import Foundation
@@ -185,23 +186,13 @@ struct ProfileSet: AsyncParsableCommand {
     }
 
     func run() async throws {
-        // Validated above.
-        let field = ProfileField(rawValue: self.field)!
-        let cborValue: CBORValue
-        if clear {
-            cborValue = .null
-        } else if field == .avatar {
-            cborValue = .bytes(try parseKey(value ?? "", what: "avatar (a picture id)").bytes)
-        } else {
-            cborValue = .text(value ?? "")
-        }
-        let node = try await store.open()
-        let event = try await node.setProfile(field, cborValue)
-        await release(node)
+        if !clear, field == ProfileField.avatar.rawValue { _ = try parseKey(value ?? "", what: "avatar (a picture id)") }
+        let operation = try SetProfile(named: field, text: clear ? nil : (value ?? ""))
+        let result = try await withNode(store) { node in try await operation.run(on: node) }
         if output.json {
-            printJSON(.object([("id", .string(event.id.hex)), ("seq", .uint(event.seq))]))
+            printJSON(try JSONValueEncoder().encode(result))
         } else {
-            emit("Set \(field.rawValue) (event \(event.id.short), seq \(event.seq))")
+            emit("Set \(field) (event \(result.id.short), seq \(result.seq))")
         }
     }
 }

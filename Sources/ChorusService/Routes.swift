@@ -187,7 +187,14 @@ public struct CommandRoute: Sendable {
         .init(
             .get, "/v1/profile", "A user's profile", [.word("query"), .word("profile"), .query("user")],
             operation: OperationEndpoint { r in GetProfile(user: try r.queryID("user").map(UserID.init)) }),
-        .init(.post, "/v1/profile", "Set or clear one profile field", [.word("profile"), .word("set"), .field("field"), .optionalField("value"), .fieldFlag("clear", "--clear")]),
+        .init(
+            .post, "/v1/profile", "Set or clear one profile field (give value or clear: true)",
+            [.word("profile"), .word("set"), .field("field"), .optionalField("value"), .fieldFlag("clear", "--clear")],
+            operation: OperationEndpoint { r in
+                let value = try r.text("value")
+                guard (value == nil) == (try r.flag("clear")) else { throw OperationError(.badInput, code: "bad_field", "give either value or clear: true") }
+                return try SetProfile(named: try r.requiredText("field"), text: value)
+            }),
         // Relay lists
         .init(.get, "/v1/relays", "A user's relay list", [.word("relays"), .word("show"), .query("user")]),
         .init(.post, "/v1/relays", "Publish this user's relay list, replacing the previous one (relays: [\"[ROLES=]KEY@HOST:PORT\", …], or clear: true)", [.word("relays"), .word("set"), .fieldOption("relays", "--relay"), .fieldFlag("clear", "--clear")]),
