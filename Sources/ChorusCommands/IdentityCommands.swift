@@ -138,12 +138,12 @@ struct Whoami: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let node = try await store.open(readOnly: true)
+        let me = try await withNode(store, readOnly: true) { node in try await GetIdentity().run(on: node) }
         if output.json {
-            printJSON(identityJSON(node.identity))
+            printJSON(try JSONValueEncoder().encode(me))
         } else {
-            emit("user    \(node.identity.user.hex)")
-            emit("device  \(node.identity.device.hex)")
+            emit("user    \(me.user)")
+            emit("device  \(me.device)")
         }
     }
 }

@@ -305,13 +305,10 @@ struct QueryBalance: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (default: this node's user).") var user: String?
     func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
-    func query(_ node: Node) throws {
-        let b = try node.projections.balance(of: try userOrSelf(user, node))
-        if output.json {
-            printJSON(.object([("user", .string(b.user.hex)), ("total", .uint(b.total)), ("devices", .array(b.devices.map(deviceJSON))),
-                ("user_key_rights", .uint(b.userKeyRights))]))
-            return
-        }
+    func query(_ node: Node) async throws {
+        let result = try await GetBalance(user: try userOrSelf(user, node)).run(on: node)
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
+        let b = result.balance
         emit("balance \(b.total) coins (user \(b.user.short))")
         if !b.devices.isEmpty { emit(deviceRows(b.devices)) }
         if b.userKeyRights > 0 { emit("held by the user key itself: \(b.userKeyRights)") }
@@ -324,14 +321,10 @@ struct QuerySlots: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user (default: this node's user).") var user: String?
     func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
-    func query(_ node: Node) throws {
-        let slots = try node.projections.slots(of: try userOrSelf(user, node))
-        if output.json {
-            printJSON(.array(slots.map { s in
-                .object([("slot", .int(Int64(s.slot))), ("price", .uint(s.price)), ("unlocked", .bool(s.unlocked)), ("picture", referenceJSON(s.picture))])
-            }))
-            return
-        }
+    func query(_ node: Node) async throws {
+        let result = try await GetSlots(user: try userOrSelf(user, node)).run(on: node)
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
+        let slots = result.slots
         emit(table(slots.map { [String($0.slot), String($0.price), $0.unlocked ? "unlocked" : "locked", $0.unlocked ? ($0.picture == nil ? "(empty)" : referenceText($0.picture)) : "-"] },
             header: ["SLOT", "PRICE", "STATE", "PICTURE"]))
     }
@@ -369,13 +362,9 @@ struct QueryDigest: QueryCommand {
         commandName: "digest", abstract: "The projection digest: equal on two nodes exactly when their projected state is.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
-    func query(_ node: Node) throws {
-        let digest = try node.projections.digest()
-        if output.json {
-            printJSON(.object([("digest", .string(digest.hex)), ("events", .uint(try node.lastArrival()))]))
-        } else {
-            emit(digest.hex)
-        }
+    func query(_ node: Node) async throws {
+        let result = try await GetDigest().run(on: node)
+        if output.json { printJSON(try JSONValueEncoder().encode(result)) } else { emit(result.digest) }
     }
 }
 

@@ -123,3 +123,110 @@ public struct GetPicture: NodeOperation {
         return Result(lookup: lookup, likes: likes)
     }
 }
+
+/// This node's user and device. `GET /v1/whoami`; `chorus whoami`.
+public struct GetIdentity: NodeOperation {
+    /// `{"user", "device"}`.
+    public struct Result: OperationResult {
+        /// The user key in hex.
+        public let user: String
+        /// This device's key in hex.
+        public let device: String
+    }
+
+    /// The identity of the node it runs on.
+    public init() {}
+
+    /// Reads the node's identity.
+    public func run(on node: Node) async throws -> Result {
+        Result(user: node.identity.user.hex, device: node.identity.device.hex)
+    }
+}
+
+/// A user's coin balance, by device (Specs/projections.md §6.9).
+/// `GET /v1/balance`; `chorus query balance`.
+public struct GetBalance: NodeOperation {
+    /// `{"user", "total", "devices": [DEVICE, …], "user_key_rights"}`.
+    public struct Result: OperationResult {
+        /// The balance as the projections hold it.
+        public let balance: BalanceView
+
+        enum Keys: String, CodingKey {
+            case user, total, devices
+            case userKeyRights = "user_key_rights"
+        }
+
+        /// The balance's fields in the documented order.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: Keys.self)
+            try c.encode(balance.user.hex, forKey: .user)
+            try c.encode(balance.total, forKey: .total)
+            try c.encode(balance.devices.map(DeviceShape.init), forKey: .devices)
+            try c.encode(balance.userKeyRights, forKey: .userKeyRights)
+        }
+    }
+
+    /// The user, or nil for this node's user.
+    public let user: UserID?
+
+    /// The balance of `user` (default: this node's user).
+    public init(user: UserID? = nil) { self.user = user }
+
+    /// Reads the balance.
+    public func run(on node: Node) async throws -> Result {
+        Result(balance: try node.projections.balance(of: user ?? node.identity.user))
+    }
+}
+
+/// A user's lock slots: price, state, picture. `GET /v1/slots`; `chorus query slots`.
+public struct GetSlots: NodeOperation {
+    /// `[{"slot", "price", "unlocked", "picture": REFERENCE|null}, …]`.
+    public struct Result: OperationResult {
+        /// The slots as the projections hold them.
+        public let slots: [SlotView]
+
+        struct Slot: Encodable {
+            let slot: Int
+            let price: UInt64
+            let unlocked: Bool
+            let picture: ReferenceShape?
+        }
+
+        /// An array of slots.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.unkeyedContainer()
+            for s in slots { try c.encode(Slot(slot: s.slot, price: s.price, unlocked: s.unlocked, picture: s.picture.map(ReferenceShape.init))) }
+        }
+    }
+
+    /// The user, or nil for this node's user.
+    public let user: UserID?
+
+    /// The slots of `user` (default: this node's user).
+    public init(user: UserID? = nil) { self.user = user }
+
+    /// Reads the slots.
+    public func run(on node: Node) async throws -> Result {
+        Result(slots: try node.projections.slots(of: user ?? node.identity.user))
+    }
+}
+
+/// The projection digest, equal on two nodes exactly when their projected
+/// state is, and the events held. `GET /v1/digest`; `chorus query digest`.
+public struct GetDigest: NodeOperation {
+    /// `{"digest", "events"}`.
+    public struct Result: OperationResult {
+        /// The digest in hex.
+        public let digest: String
+        /// The last arrival position.
+        public let events: UInt64
+    }
+
+    /// The digest of the node it runs on.
+    public init() {}
+
+    /// Reads the digest.
+    public func run(on node: Node) async throws -> Result {
+        Result(digest: try node.projections.digest().hex, events: try node.lastArrival())
+    }
+}

@@ -177,7 +177,7 @@ public struct CommandRoute: Sendable {
     /// Every endpoint (Specs/api.md §5; Specs/api.openapi.json lists the same).
     public static let all: [CommandRoute] = [
         // Identity and network
-        .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")]),
+        .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")], operation: OperationEndpoint { _ in GetIdentity() }),
         .init(.get, "/v1/network", "The network configuration: issuers and slot prices", [.word("network"), .word("show")]),
         .init(.get, "/v1/network/invite", "The invite that joins a node to this network", [.word("network"), .word("invite")]),
         .init(.get, "/v1/devices", "A user's devices with their coin rights", [.word("query"), .word("devices"), .query("user")]),
@@ -266,7 +266,9 @@ public struct CommandRoute: Sendable {
             .delete, "/v1/messages/{id}", "Delete one of your messages", [.word("chat"), .word("delete"), .path("id")],
             operation: OperationEndpoint { r in ChangeMessage(MessageID(try r.pathID("id", what: "MESSAGE")), newText: nil) }),
         // Coins and slots
-        .init(.get, "/v1/balance", "A user's coin balance, by device", [.word("query"), .word("balance"), .query("user")]),
+        .init(
+            .get, "/v1/balance", "A user's coin balance, by device", [.word("query"), .word("balance"), .query("user")],
+            operation: OperationEndpoint { r in GetBalance(user: try r.queryID("user").map(UserID.init)) }),
         .init(
             .post, "/v1/coins/credit", "Credit a purchase (issuer key required)",
             [.word("coins"), .word("credit"), .field("user"), .field("amount"), .fieldOption("receipt", "--receipt"), .fieldOption("device", "--device"), .fieldOption("product", "--product")],
@@ -290,7 +292,9 @@ public struct CommandRoute: Sendable {
             .post, "/v1/coins/move", "Move spending rights to a sibling device", [.word("coins"), .word("move"), .field("device"), .field("amount")],
             operation: OperationEndpoint { r in MoveCoins(try r.amount("amount"), .moveRights(to: DeviceID(try r.requiredID("device")))) }),
         .init(.get, "/v1/audit", "Every coin traced from its purchase receipt, with the invariants checked", [.word("query"), .word("audit"), .query("user")]),
-        .init(.get, "/v1/slots", "A user's lock slots", [.word("query"), .word("slots"), .query("user")]),
+        .init(
+            .get, "/v1/slots", "A user's lock slots", [.word("query"), .word("slots"), .query("user")],
+            operation: OperationEndpoint { r in GetSlots(user: try r.queryID("user").map(UserID.init)) }),
         .init(
             .post, "/v1/slots/{slot}/unlock", "Unlock a slot, spending its price", [.word("slot"), .word("unlock"), .path("slot")],
             operation: OperationEndpoint { r in ChangeSlot(try r.slot("slot"), .unlock) }),
@@ -305,7 +309,7 @@ public struct CommandRoute: Sendable {
                 return ChangeSlot(try r.slot("slot"), .set(picture.map(PictureID.init)))
             }),
         // The log and the node
-        .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")]),
+        .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")], operation: OperationEndpoint { _ in GetDigest() }),
         .init(.get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")]),
         .init(.get, "/v1/log", "Stored events in arrival order", [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit"), .queryFlag("latest", "--latest")]),
         .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
