@@ -82,7 +82,7 @@ let package = Package(
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusOperations",
-            dependencies: ["ChorusNode", "ChorusProjections", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
+            dependencies: ["ChorusNode", "ChorusProjections", "ChorusEncryption", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusService",
             dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusSync", "ChorusStorage", "ChorusCrypto",

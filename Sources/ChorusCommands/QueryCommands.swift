@@ -161,25 +161,6 @@ struct QueryFeed: QueryCommand {
 
 /// What a sealed value shows on this device: "readable", "locked" (no key
 /// of its epoch here), "unreadable" or "sealed" (no encryption key at all).
-func readableState<T>(_ r: Readable<T>) -> String {
-    switch r {
-    case .content: "readable"
-    case .locked: "locked"
-    case .unreadable: "unreadable"
-    case .sealed: "sealed"
-    }
-}
-
-func chatJSON(_ c: ReadableChat) -> JSONValue {
-    .object([
-        ("id", .string(c.view.id.hex)), ("title", optionalString(c.title?.value)),
-        ("title_state", c.title.map { .string(readableState($0)) } ?? .null), ("creator", .string(c.view.creator.hex)),
-        ("created", .uint(c.view.createdHLC.rawValue)),
-        ("members", .array(c.view.members.map { .object([("user", .string($0.user.hex)), ("admin", .bool($0.admin)), ("since", .uint($0.since.rawValue))]) })),
-        ("messages", .int(Int64(c.view.messageCount))),
-    ])
-}
-
 /// A chat title for a terminal: the text, or why it is not shown.
 func titleText(_ title: Readable<String>?) -> String {
     guard let title else { return "-" }
@@ -195,10 +176,11 @@ struct QueryChats: QueryCommand {
     static let configuration = CommandConfiguration(commandName: "chats", abstract: "The chats you are a member of.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
-    func query(_ node: Node) throws {
-        let chats = try node.projections.chats(of: node.identity.user).map(node.readableChat)
+    func query(_ node: Node) async throws {
+        let result = try await ListChats().run(on: node)
+        let chats = result.chats
         if output.json {
-            printJSON(.array(chats.map(chatJSON)))
+            printJSON(try JSONValueEncoder().encode(result))
         } else if chats.isEmpty {
             emit("No chats.")
         } else {
@@ -206,28 +188,6 @@ struct QueryChats: QueryCommand {
                 header: ["CHAT", "TITLE", "MEMBERS", "MESSAGES"]))
         }
     }
-}
-
-func attachmentJSON(_ a: Attachment?, blob: Hash32?) -> JSONValue {
-    guard let a else { return .null }
-    return .object([
-        ("mime", .string(a.mime)), ("size", .uint(a.size)), ("width", optionalUInt(a.width)), ("height", optionalUInt(a.height)),
-        ("blob", optionalString(blob?.hex)),
-    ])
-}
-
-func messageJSON(_ r: ReadableMessage) -> JSONValue {
-    let m = r.view
-    let content = r.content.value
-    return .object([
-        ("id", .string(m.id.hex)), ("sender", .string(m.sender.hex)), ("device", .string(m.device.hex)),
-        ("hlc", .uint(m.hlc.rawValue)), ("time", .string(m.hlc.description)),
-        ("content", .string(m.deleted != nil ? "deleted" : m.purged ? "purged" : readableState(r.content))),
-        ("text", optionalString(content?.text)), ("picture", referenceJSON(r.picture)),
-        ("attachment", attachmentJSON(content?.attachment, blob: m.blob)), ("epoch", optionalString(m.epoch?.hex)),
-        ("sealed_bytes", optionalUInt(m.body.map { UInt64($0.count) })), ("blob_size", optionalUInt(m.blobSize)),
-        ("edited", hlcJSON(m.edited)), ("deleted", hlcJSON(m.deleted)), ("purged", .bool(m.purged)), ("cursor", .string(m.cursor)),
-    ])
 }
 
 /// A message's text for a terminal: the text, or what can be said of it
@@ -270,21 +230,16 @@ struct QueryChat: QueryCommand {
         _ = try parseKey(id, what: "ID")
         if limit < 1 { throw ValidationError("--limit must be at least 1") }
     }
-    func query(_ node: Node) throws {
-        let page: ReadableChatPage
+    func query(_ node: Node) async throws {
+        let result: GetChatPage.Result
         do {
-            page = try node.readableChatPage(try parseID(id, what: "ID"), limit: limit, before: before)
+            result = try await GetChatPage(try parseID(id, what: "ID"), limit: limit, before: before).run(on: node)
         } catch let error as QueryError {
+            // The command line's exit status and message for a chat not held, as they were.
             throw NodeError.refused(.chatUnreadable(error.description))
         }
-        if output.json {
-            printJSON(.object([
-                ("chat", chatJSON(page.chat)), ("messages", .array(page.messages.map(messageJSON))),
-                ("older", optionalString(page.older)),
-                ("read", .object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.rawValue)) })),
-            ]))
-            return
-        }
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
+        let page = result.page
         let title = page.chat.title.map { " " + ($0.value.map { "\"\(terminalSafe($0))\"" } ?? titleText($0)) } ?? ""
         emit("chat \(page.chat.view.id.hex)\(title)")
         emit("members: \(page.chat.view.members.map { $0.user.short + ($0.admin ? " (admin)" : "") }.joined(separator: ", "))")

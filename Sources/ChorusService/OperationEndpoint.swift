@@ -62,6 +62,13 @@ struct OperationRequest: Sendable {
         return id
     }
 
+    /// The query parameter `name` as a whole number, nil when absent.
+    func queryInt(_ name: String) throws -> Int? {
+        guard let text = query[name] else { return nil }
+        guard let n = Int(text) else { throw OperationError(.badInput, code: "bad_\(name)", "\(name) must be a whole number, got \"\(text.prefix(40))\"") }
+        return n
+    }
+
     /// The path parameter `name` as an id (64 hex digits, either case).
     func pathID(_ name: String, what: String) throws -> Bytes32 {
         let text = parameters[name] ?? ""

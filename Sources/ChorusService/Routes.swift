@@ -235,11 +235,16 @@ public struct CommandRoute: Sendable {
         .init(.post, "/v1/blocks/{user}", "Block a user", [.word("block"), .path("user")], operation: relate(.block, "user", "USER")),
         .init(.delete, "/v1/blocks/{user}", "Unblock a user", [.word("unblock"), .path("user")], operation: relate(.unblock, "user", "USER")),
         // Chats
-        .init(.get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")]),
+        .init(.get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")], operation: OperationEndpoint { _ in ListChats() }),
         .init(
             .post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")],
             operation: OperationEndpoint { r in CreateChat(title: try r.text("title"), members: try r.ids("members").map(UserID.init)) }),
-        .init(.get, "/v1/chats/{id}", "A page of a chat's messages, oldest first", [.word("query"), .word("chat"), .path("id"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
+        .init(
+            .get, "/v1/chats/{id}", "A page of a chat's messages, oldest first (404 when this node holds no such chat)",
+            [.word("query"), .word("chat"), .path("id"), .queryOption("limit", "--limit"), .queryOption("before", "--before")],
+            operation: OperationEndpoint { r in
+                GetChatPage(ChatID(try r.pathID("id", what: "CHAT")), limit: try r.queryInt("limit") ?? 50, before: r.query["before"])
+            }),
         .init(
             .post, "/v1/chats/{id}/members", "Add a member (administrators only)", [.word("chat"), .word("add"), .path("id"), .field("user"), .fieldFlag("admin", "--admin")],
             operation: OperationEndpoint { r in

@@ -1,0 +1,168 @@
+import ChorusCrypto
+import ChorusEncryption
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+
+/// What this device can show of a sealed value (Specs/api.md §5.1):
+/// `readable`, `locked`, `unreadable` or `sealed`.
+func readableState<T>(_ r: Readable<T>) -> String {
+    switch r {
+    case .content: "readable"
+    case .locked: "locked"
+    case .unreadable: "unreadable"
+    case .sealed: "sealed"
+    }
+}
+
+/// CHAT (Specs/api.md §5.1): `{"id", "title", "title_state", "creator", "created", "members", "messages"}`.
+public struct ChatShape: Encodable, Sendable {
+    struct Member: Encodable, Sendable {
+        let user: String
+        let admin: Bool
+        let since: UInt64
+    }
+
+    let id: String
+    let title: String?
+    let titleState: String?
+    let creator: String
+    let created: UInt64
+    let members: [Member]
+    let messages: Int
+
+    enum CodingKeys: String, CodingKey {
+        case id, title, titleState = "title_state", creator, created, members, messages
+    }
+
+    /// The shape of `c`.
+    public init(_ c: ReadableChat) {
+        id = c.view.id.hex
+        title = c.title?.value
+        titleState = c.title.map(readableState)
+        creator = c.view.creator.hex
+        created = c.view.createdHLC.rawValue
+        members = c.view.members.map { Member(user: $0.user.hex, admin: $0.admin, since: $0.since.rawValue) }
+        messages = c.view.messageCount
+    }
+}
+
+/// MESSAGE (Specs/api.md §5.1).
+public struct MessageShape: Encodable, Sendable {
+    struct AttachmentShape: Encodable, Sendable {
+        let mime: String
+        let size: UInt64
+        let width: UInt64?
+        let height: UInt64?
+        let blob: String?
+    }
+
+    let id: String
+    let sender: String
+    let device: String
+    let hlc: UInt64
+    let time: String
+    let content: String
+    let text: String?
+    let picture: ReferenceShape?
+    let attachment: AttachmentShape?
+    let epoch: String?
+    let sealedBytes: UInt64?
+    let blobSize: UInt64?
+    let edited: UInt64?
+    let deleted: UInt64?
+    let purged: Bool
+    let cursor: String
+
+    enum CodingKeys: String, CodingKey {
+        case id, sender, device, hlc, time, content, text, picture, attachment, epoch
+        case sealedBytes = "sealed_bytes", blobSize = "blob_size", edited, deleted, purged, cursor
+    }
+
+    /// The shape of `r`.
+    public init(_ r: ReadableMessage) {
+        let m = r.view
+        let opened = r.content.value
+        id = m.id.hex
+        sender = m.sender.hex
+        device = m.device.hex
+        hlc = m.hlc.rawValue
+        time = m.hlc.description
+        content = m.deleted != nil ? "deleted" : m.purged ? "purged" : readableState(r.content)
+        text = opened?.text
+        picture = r.picture.map(ReferenceShape.init)
+        attachment = opened?.attachment.map { AttachmentShape(mime: $0.mime, size: $0.size, width: $0.width, height: $0.height, blob: m.blob?.hex) }
+        epoch = m.epoch?.hex
+        sealedBytes = m.body.map { UInt64($0.count) }
+        blobSize = m.blobSize
+        edited = m.edited?.rawValue
+        deleted = m.deleted?.rawValue
+        purged = m.purged
+        cursor = m.cursor
+    }
+}
+
+/// The chats this user is a member of, as this device reads them.
+/// `GET /v1/chats`; `chorus query chats`.
+public struct ListChats: NodeOperation {
+    /// `[CHAT, …]`.
+    public struct Result: OperationResult {
+        /// The chats.
+        public let chats: [ReadableChat]
+
+        /// An array of chats.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.unkeyedContainer()
+            for chat in chats { try c.encode(ChatShape(chat)) }
+        }
+    }
+
+    /// This node's user's chats.
+    public init() {}
+
+    /// Reads the chats and opens their titles.
+    public func run(on node: Node) async throws -> Result {
+        Result(chats: try node.projections.chats(of: node.identity.user).map(node.readableChat))
+    }
+}
+
+/// A page of a chat's messages, oldest first, as this device reads them.
+/// `GET /v1/chats/{id}`; `chorus query chat`. A chat this node does not hold is 404 `chat_unknown`.
+public struct GetChatPage: NodeOperation {
+    /// `{"chat": CHAT, "messages": [MESSAGE, …], "older": CURSOR|null, "read": {USER: HLC, …}}`.
+    public struct Result: OperationResult {
+        /// The page.
+        public let page: ReadableChatPage
+
+        enum Keys: String, CodingKey { case chat, messages, older, read }
+
+        /// The page's fields; read markers by user, in key order.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: Keys.self)
+            try c.encode(ChatShape(page.chat), forKey: .chat)
+            try c.encode(page.messages.map(MessageShape.init), forKey: .messages)
+            try c.encodeIfPresent(page.older, forKey: .older)
+            try c.encode(JSONValue.object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.rawValue)) }), forKey: .read)
+        }
+    }
+
+    /// The chat.
+    public let chat: ChatID
+    /// At most this many messages (at least 1).
+    public let limit: Int
+    /// The cursor of the previous page's `older`, or nil for the newest page.
+    public let before: String?
+
+    /// The page of `chat` with at most `limit` messages before `before`.
+    public init(_ chat: ChatID, limit: Int = 50, before: String? = nil) {
+        self.chat = chat
+        self.limit = limit
+        self.before = before
+    }
+
+    /// Reads the page and opens what this device can.
+    public func run(on node: Node) async throws -> Result {
+        guard limit >= 1 else { throw OperationError(.badInput, code: "bad_limit", "limit must be at least 1") }
+        return Result(page: try node.readableChatPage(chat, limit: limit, before: before))
+    }
+}
