@@ -63,6 +63,23 @@ struct StatusTests {
         expectError(try await send(.GET, "/v1/profile?user=12"), 400, "bad_id")
         let profile = try await send(.GET, "/v1/profile")
         #expect(profile.0 == 200 && profile.1["user"] as? String == node.identity.user.hex && profile.1["avatar"] is NSNull, "\(profile.2.text)")
+        expectError(try await send(.GET, "/v1/chats/\(bob)"), 404, "chat_unknown")
+        // A typed endpoint answers what its command prints with --json, byte for byte.
+        _ = try await node.setProfile(.bio("typed"))
+        let pairs: [(String, [String])] = [
+            ("/v1/whoami", ["whoami"]), ("/v1/profile", ["query", "profile"]), ("/v1/chats", ["query", "chats"]),
+            ("/v1/chats/\(chat.hex)?limit=10", ["query", "chat", chat.hex, "--limit", "10"]), ("/v1/balance", ["query", "balance"]),
+            ("/v1/slots", ["query", "slots"]), ("/v1/following", ["query", "following", node.identity.user.hex]),
+            ("/v1/likes/\(message)", ["query", "likes", message]), ("/v1/digest", ["query", "digest"]),
+        ]
+        for (path, command) in pairs {
+            var printed = Data()
+            let status = try await api.run(
+                CommandRequest(arguments: command + ["--json"], workingDirectory: dir.path), output: { printed.append($0) }, error: { _ in })
+            let answered = try await send(.GET, path)
+            #expect(status == 0 && answered.0 == 200, "\(path)")
+            #expect(answered.2.text + "\n" == String(decoding: printed, as: UTF8.self), "\(path)")
+        }
         // Unknown paths and methods.
         expectError(try await send(.GET, "/v1/nothing-here"), 404, "not_found")
         let wrongMethod = try await send(.DELETE, "/v1/whoami")
