@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusEvents
 import ChorusCrypto
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import Foundation
 
@@ -42,12 +43,7 @@ struct DeviceAdd: AsyncParsableCommand {
     func run() async throws {
         let key = try parseID(device, what: "DEVICE", as: DeviceID.self)
         let proofBytes = Hex.decode(proof.lowercased()) ?? []
-        try await mutate(store, output) { node in
-            let event = try await node.addDevice(key, proof: proofBytes, name: name)
-            return MutationResult(
-                event: event.id, summary: "Bound device \(key.short) to user \(node.identity.user.short)",
-                fields: [("device", .string(key.hex)), ("user", .string(node.identity.user.hex))])
-        }
+        try await perform(ChangeDevice(key, .add(proof: proofBytes, name: name)), store, output)
     }
 }
 
@@ -66,10 +62,7 @@ struct DeviceRemove: AsyncParsableCommand {
 
     func run() async throws {
         let key = try parseID(device, what: "DEVICE", as: DeviceID.self)
-        try await mutate(store, output) { node in
-            let event = try await node.removeDevice(key, reason: reason)
-            return MutationResult(event: event.id, summary: "Removed device \(key.short)", fields: [("device", .string(key.hex))])
-        }
+        try await perform(ChangeDevice(key, .remove(reason: reason)), store, output)
     }
 }
 
@@ -87,11 +80,11 @@ struct DeviceList: AsyncParsableCommand {
 }
 
 func printDevices(_ store: StoreOptions, _ output: OutputOptions, _ userText: String?) async throws {
-    let devices = try await withNode(store, readOnly: true) { node in
-        try node.projections.devices(of: try userOrSelf(userText, node))
-    }
+    let user = try userText.map { try parseID($0, what: "USER", as: UserID.self) }
+    let result = try await withNode(store, readOnly: true) { node in try await ListDevices(user: user).run(on: node) }
+    let devices = result.devices
     if output.json {
-        printJSON(.array(devices.map(deviceJSON)))
+        printJSON(try JSONValueEncoder().encode(result))
     } else if devices.isEmpty {
         emit("No devices known for this user.")
     } else {

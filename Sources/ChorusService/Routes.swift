@@ -180,9 +180,22 @@ public struct CommandRoute: Sendable {
         .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")], operation: OperationEndpoint { _ in GetIdentity() }),
         .init(.get, "/v1/network", "The network configuration: issuers and slot prices", [.word("network"), .word("show")]),
         .init(.get, "/v1/network/invite", "The invite that joins a node to this network", [.word("network"), .word("invite")]),
-        .init(.get, "/v1/devices", "A user's devices with their coin rights", [.word("query"), .word("devices"), .query("user")]),
-        .init(.post, "/v1/devices", "Bind a device to this user", [.word("device"), .word("add"), .field("device"), .fieldOption("proof", "--proof"), .fieldOption("name", "--name")]),
-        .init(.delete, "/v1/devices/{device}", "Unbind a device from this user", [.word("device"), .word("remove"), .path("device"), .queryOption("reason", "--reason")]),
+        .init(
+            .get, "/v1/devices", "A user's devices with their coin rights", [.word("query"), .word("devices"), .query("user")],
+            operation: OperationEndpoint { r in ListDevices(user: try r.queryID("user").map(UserID.init)) }),
+        .init(
+            .post, "/v1/devices", "Bind a device to this user",
+            [.word("device"), .word("add"), .field("device"), .fieldOption("proof", "--proof"), .fieldOption("name", "--name")],
+            operation: OperationEndpoint { r in
+                let proof = try r.requiredText("proof")
+                guard let bytes = Hex.decode(proof.lowercased()), bytes.count == 64 else {
+                    throw OperationError(.badInput, code: "bad_proof", "proof must be 128 hex digits (as printed by `chorus init --user`)")
+                }
+                return ChangeDevice(DeviceID(try r.requiredID("device")), .add(proof: bytes, name: try r.text("name")))
+            }),
+        .init(
+            .delete, "/v1/devices/{device}", "Unbind a device from this user", [.word("device"), .word("remove"), .path("device"), .queryOption("reason", "--reason")],
+            operation: OperationEndpoint { r in ChangeDevice(DeviceID(try r.pathID("device", what: "DEVICE")), .remove(reason: r.query["reason"])) }),
         // Profiles
         .init(
             .get, "/v1/profile", "A user's profile", [.word("query"), .word("profile"), .query("user")],
