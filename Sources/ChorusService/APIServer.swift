@@ -1,4 +1,5 @@
 import ChorusCommandLine
+import ChorusCrypto
 import ChorusNode
 import ChorusOperations
 import ChorusStorage
@@ -213,9 +214,18 @@ public struct APIServer: Sendable {
             }
             if let operation = route.operation {
                 let (status, answer) = await operation.answer(node, OperationRequest(parameters: parameters, query: query, body: body))
-                return Response(
-                    status: .init(code: status), headers: [.contentType: "application/json"],
-                    body: .init(byteBuffer: ByteBuffer(string: answer.rendered())))
+                let text = answer.rendered()
+                var headers: HTTPFields = [.contentType: "application/json"]
+                if route.method == .get, status == 200 {
+                    // A read's entity tag is its answer's hash: a client that holds the answer is told so (304) without it.
+                    let tag = "\"" + String(Blake2b.hash256(Array(text.utf8)).hex.prefix(32)) + "\""
+                    headers[.eTag] = tag
+                    if let held = request.headers[.ifNoneMatch], held.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == tag }) {
+                        headers[.contentType] = nil
+                        return Response(status: .notModified, headers: headers)
+                    }
+                }
+                return Response(status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
             }
             let arguments = try route.commandLine(parameters: parameters, query: query, body: body, uploaded: uploaded)
             let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())

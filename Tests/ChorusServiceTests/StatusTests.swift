@@ -80,6 +80,14 @@ struct StatusTests {
             #expect(status == 0 && answered.0 == 200, "\(path)")
             #expect(answered.2.text + "\n" == String(decoding: printed, as: UTF8.self), "\(path)")
         }
+        // A typed read sends an entity tag; a client holding that answer gets 304 without a body, then 200 after a change.
+        let tagged = try await api.send(.GET, "/v1/profile")
+        let tag = try #require(tagged.header("etag"), "\(tagged.headers)")
+        let unchanged = try await api.send(.GET, "/v1/profile", headers: [("If-None-Match", tag)])
+        #expect(unchanged.status == 304 && unchanged.body.isEmpty)
+        _ = try await node.setProfile(.bio("changed"))
+        let changed = try await api.send(.GET, "/v1/profile", headers: [("If-None-Match", tag)])
+        #expect(changed.status == 200 && changed.header("etag") != tag && changed.text.contains("changed"))
         // Unknown paths and methods.
         expectError(try await send(.GET, "/v1/nothing-here"), 404, "not_found")
         let wrongMethod = try await send(.DELETE, "/v1/whoami")
