@@ -197,10 +197,10 @@ public struct APIServer: Sendable {
         defer { if let uploaded { try? FileManager.default.removeItem(atPath: uploaded) } }
         do {
             if route.needsUpload {
-                let bytes = try await request.body.collect(upTo: maxBody)
+                let bytes = try await Self.collect(request, upTo: maxBody)
                 uploaded = try Self.spool(Data(buffer: bytes))
             } else if route.readsBody {
-                let bytes = try await request.body.collect(upTo: 1 << 20)
+                let bytes = try await Self.collect(request, upTo: 1 << 20)
                 if bytes.readableBytes > 0 {
                     guard BrowserGuardMiddleware.mediaType(request) == "application/json" else {
                         return errorResponse(
@@ -235,6 +235,19 @@ public struct APIServer: Sendable {
             return output.response(status: status)
         } catch let error as CommandRoute.InputError {
             return errorResponse(.badRequest, code: error.failure.code, "\(error)")
+        }
+    }
+
+    /// The request's body, at most `limit` bytes (413 beyond). A body cut
+    /// short (the client aborted an upload) is the client's failure, 400
+    /// `body_incomplete`, not the server's.
+    static func collect(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
+        do {
+            return try await request.body.collect(upTo: limit)
+        } catch let error as HTTPError {
+            throw error
+        } catch {
+            throw IncompleteBody(cause: "\(error)")
         }
     }
 

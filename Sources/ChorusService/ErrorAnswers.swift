@@ -27,6 +27,8 @@ struct ErrorAnswersMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
+        } catch let error as IncompleteBody {
+            return APIServer.errorResponse(.badRequest, code: "body_incomplete", "the request's body ended before it was complete: \(error.cause)")
         } catch let error as HTTPError {
             let path = request.uri.path
             if error.status == .notFound {
@@ -52,4 +54,10 @@ struct ErrorAnswersMiddleware<Context: RequestContext>: RouterMiddleware {
             return response
         }
     }
+}
+
+/// A request body cut short: the client aborted an upload. The client's
+/// failure (400 `body_incomplete`), not the server's.
+struct IncompleteBody: Error {
+    let cause: String
 }

@@ -22,6 +22,29 @@ struct OperationsTests {
         _ = junk.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
+    /// Sends the head of a 100 KB upload and 100 bytes of it on the API's
+    /// Unix socket, then closes the connection.
+    static func abortedUpload(socket path: String) {
+        let fd = Foundation.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else { return }
+        let head = "POST /v1/pictures HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
+        let request = Array(head.utf8) + [UInt8](repeating: 0x89, count: 100)
+        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        usleep(100_000)
+    }
+
     @Test("after mutations, a sync, a refused import and failed connections, /metrics shows each counter with its value; the log is JSON lines with one structured line per session and the failures rate-limited")
     func metricsAndLogs() async throws {
         let chorus = try productPath("chorus")
@@ -47,6 +70,8 @@ struct OperationsTests {
         let imported = try await runCommand(chorus, ["import", "-", "--partial", "--store", store], input: Data(damaged.utf8))
         #expect(imported.status == 1)
         for _ in 0..<30 { Self.garbageConnection(port: server.syncPort) }
+        // An upload the client abandons halfway: the client's failure, never counted as a 500.
+        Self.abortedUpload(socket: APIPaths.socket(inStore: store))
 
         // The server notices the 30 closed connections in its own time: a bounded wait.
         var text = ""
@@ -73,6 +98,7 @@ struct OperationsTests {
         #expect(value("chorus_store_map_bytes") >= value("chorus_store_file_bytes"))
         #expect(value("chorus_store_events") >= 8)
         #expect(text.contains("hb_requests"), "Hummingbird's request metrics")
+        #expect(!text.contains(#"status="500""#), "an aborted upload is not a server error: \(text)")
         // The process's own figures, the formats, live queries, and request latency buckets below a millisecond.
         #expect(value("process_resident_memory_bytes") > 1_000_000 && value("process_open_fds") > 3, "\(text)")
         #expect(value("process_cpu_seconds_total") > 0)
