@@ -5,6 +5,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusOperations
 import ChorusStorage
 import Foundation
 
@@ -31,27 +32,13 @@ struct Log: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let node = try await store.open(readOnly: true)
-        let authorKey = try author.map { try parseKey($0, what: "--author") }
-        let kindFilter = kind.flatMap(EventKind.init(name:))
-        var events: [StoredEvent]
-        if let authorKey {
-            events = try node.feed(authorKey).filter { $0.arrival > since }.sorted { $0.arrival < $1.arrival }
-        } else if latest, kindFilter == nil, let limit {
-            // The last `limit` arrivals: read from there, not the whole log.
-            let last = try node.lastArrival()
-            events = try node.arrivals(since: max(since, last > UInt64(limit) ? last - UInt64(limit) : 0))
-        } else {
-            events = try node.arrivals(since: since)
-        }
-        if let kindFilter { events = events.filter { $0.event.kind == kindFilter } }
-        if latest {
-            events.reverse()
-        }
-        if let limit { events = Array(events.prefix(limit)) }
-
+        let operation = ListLog(
+            author: try author.map { try parseKey($0, what: "--author") }, kind: kind.flatMap(EventKind.init(name:)), since: since, limit: limit,
+            latest: latest)
+        let result = try await withNode(store, readOnly: true) { node in try await operation.run(on: node) }
+        let events = result.events
         if output.json {
-            printJSON(.array(events.map { $0.json() }))
+            printJSON(try JSONValueEncoder().encode(result))
             return
         }
         if events.isEmpty {

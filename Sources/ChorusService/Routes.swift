@@ -329,7 +329,23 @@ public struct CommandRoute: Sendable {
         // The log and the node
         .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")], operation: OperationEndpoint { _ in GetDigest() }),
         .init(.get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")]),
-        .init(.get, "/v1/log", "Stored events in arrival order", [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit"), .queryFlag("latest", "--latest")]),
+        .init(
+            .get, "/v1/log", "Stored events in arrival order (latest=true: newest first); the cost follows limit, not the log's size",
+            [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit"), .queryFlag("latest", "--latest")],
+            operation: OperationEndpoint { r in
+                var kind: EventKind?
+                if let name = r.query["kind"] {
+                    guard let k = EventKind(name: name) else {
+                        throw OperationError(.badInput, code: "bad_kind", "unknown kind \"\(name.prefix(40))\"; kinds are \(EventKind.known.map(\.name).joined(separator: ", "))")
+                    }
+                    kind = k
+                }
+                let since = try r.queryInt("since") ?? 0
+                guard since >= 0 else { throw OperationError(.badInput, code: "bad_since", "since must not be negative") }
+                return ListLog(
+                    author: try r.queryID("author"), kind: kind, since: UInt64(since), limit: try r.queryInt("limit"),
+                    latest: ["true", "1"].contains(r.query["latest"] ?? ""))
+            }),
         .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
         .init(.post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")]),
         .init(.post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists", [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")]),

@@ -93,3 +93,36 @@ struct OperationTests {
         await node.close()
     }
 }
+
+@Suite("The log, read by pages (ChorusOperations)")
+struct LogOperationTests {
+    @Test("every combination of kind, since, limit and latest answers what filtering the whole log would, across many pages")
+    func pagesAnswerAsTheWholeLog() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("a"))
+        // 2,600 events over more than two pages: profile edits, with a follow every 7th.
+        for i in 0..<2_600 {
+            if i % 7 == 0, let user = Bytes32(hex: String(format: "%064x", i + 1)) {
+                _ = try await node.follow(UserID(user))
+            } else {
+                _ = try await node.setProfile(.bio("edit \(i)"))
+            }
+        }
+        let all = try node.arrivals(since: 0)
+        for kind in [nil, EventKind(name: "follow.added"), EventKind(name: "profile.set")] {
+            for since in [UInt64(0), 1_500] {
+                for limit in [nil, 0, 1, 5, 1_100] as [Int?] {
+                    for latest in [false, true] {
+                        var expected = all.filter { e in e.arrival > since && (kind.map { e.event.kind == $0 } ?? true) }
+                        if latest { expected.reverse() }
+                        if let limit { expected = Array(expected.prefix(limit)) }
+                        let got = try await ListLog(kind: kind, since: since, limit: limit, latest: latest).run(on: node).events
+                        #expect(got.map(\.arrival) == expected.map(\.arrival), "kind \(String(describing: kind)) since \(since) limit \(String(describing: limit)) latest \(latest)")
+                    }
+                }
+            }
+        }
+        await node.close()
+    }
+}
