@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import Foundation
 
@@ -19,47 +20,23 @@ struct Relays: AsyncParsableCommand {
         subcommands: [RelaysShow.self, RelaysSet.self, RelaysAdd.self, RelaysRemove.self])
 }
 
-/// Parses `[ROLES=]KEY@HOST:PORT`.
+/// Parses `[ROLES=]KEY@HOST:PORT`; a usage error says what is wrong.
 func parseRelay(_ text: String) throws -> Relay {
-    var rest = Substring(text)
-    var roles = Relay.Roles.all
-    if let equals = rest.firstIndex(of: "=") {
-        let names = rest[..<equals].split(separator: ",").map(String.init)
-        guard let parsed = Relay.Roles(names: names) else {
-            throw ValidationError("\"\(text)\": the roles before = are home, inbox or home,inbox")
-        }
-        roles = parsed
-        rest = rest[rest.index(after: equals)...]
-    }
-    guard let at = rest.firstIndex(of: "@") else { throw ValidationError("\"\(text)\" is not [ROLES=]KEY@HOST:PORT") }
-    let key = try parseKey(String(rest[..<at]), what: "the relay's KEY")
-    let address = String(rest[rest.index(after: at)...])
-    guard RelayAddress.isValid(address) else {
-        throw ValidationError("\"\(address)\" is not HOST:PORT (a DNS name or [IPv6 literal], a port 1...65535)")
-    }
-    return Relay(address: address, key: key, roles: roles)
-}
-
-func relayJSON(_ relay: Relay) -> JSONValue {
-    .object([("address", .string(relay.address)), ("key", .string(relay.key.hex)), ("roles", .array(relay.roles.names.map { .string($0) }))])
+    do { return try Relay(parsing: text) } catch let error as OperationError { throw ValidationError(error.message) }
 }
 
 func relayText(_ relay: Relay) -> String {
     "\(relay.roles.names.joined(separator: ",").padding(toLength: 10, withPad: " ", startingAt: 0)) \(relay.address)  \(relay.key.hex)"
 }
 
-/// Publishes `relays` as the whole list and reports the mutation.
-private func publish(_ store: StoreOptions, _ output: OutputOptions, _ relays: (Node) throws -> [Relay], summary: String) async throws {
-    try await mutate(store, output) { node in
-        let list = try relays(node)
-        let event = try await node.setRelays(list).id
-        return MutationResult(event: event, summary: summary, fields: [("relays", .array(list.map(relayJSON)))])
+/// Publishes the list as `change` makes it and reports the mutation; a
+/// relay to remove that the list lacks is a usage error, as before.
+private func publish(_ store: StoreOptions, _ output: OutputOptions, _ change: PublishRelays.Change) async throws {
+    do {
+        try await perform(PublishRelays(change), store, output)
+    } catch let error as OperationError where error.code == "relay_not_listed" {
+        throw ValidationError(error.message)
     }
-}
-
-/// The relays of this user's current list (empty when none).
-private func currentRelays(_ node: Node) throws -> [Relay] {
-    try node.projections.relays(of: node.identity.user)?.relays ?? []
 }
 
 struct RelaysShow: AsyncParsableCommand {
@@ -73,18 +50,10 @@ struct RelaysShow: AsyncParsableCommand {
     func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
 
     func run() async throws {
-        let (user, list) = try await withNode(store, readOnly: true) { node in
-            let user = try userOrSelf(self.user, node)
-            return (user, try node.projections.relays(of: user))
-        }
-        if output.json {
-            printJSON(
-                .object([
-                    ("user", .string(user.hex)), ("relays", .array((list?.relays ?? []).map(relayJSON))), ("hlc", hlcJSON(list?.hlc)),
-                    ("event", optionalString(list?.event.hex)),
-                ]))
-            return
-        }
+        let operation = GetRelays(user: try user.map { try parseID($0, what: "USER") })
+        let result = try await withNode(store, readOnly: true) { node in try await operation.run(on: node) }
+        let (user, list) = (result.user, result.list)
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
         guard let list, !list.relays.isEmpty else {
             emit(list == nil ? "No relay list: user \(user.short) has published none." : "User \(user.short) cleared its relay list.")
             return
@@ -110,8 +79,7 @@ struct RelaysSet: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let list = try relays.map(parseRelay)
-        try await publish(store, output, { _ in list }, summary: clear ? "Cleared your relay list" : "Published \(list.count) relays")
+        try await publish(store, output, .set(try relays.map(parseRelay)))
     }
 }
 
@@ -126,14 +94,7 @@ struct RelaysAdd: AsyncParsableCommand {
     func validate() throws { _ = try parseRelay(relay) }
 
     func run() async throws {
-        let new = try parseRelay(relay)
-        try await publish(
-            store, output,
-            { node in
-                var list = try currentRelays(node)
-                if let i = list.firstIndex(where: { $0.key == new.key }) { list[i] = new } else { list.append(new) }
-                return list
-            }, summary: "Added relay \(new.address)")
+        try await publish(store, output, .add(try parseRelay(relay)))
     }
 }
 
@@ -146,14 +107,6 @@ struct RelaysRemove: AsyncParsableCommand {
     @Argument(help: "The relay's KEY (64 hex digits) or HOST:PORT.") var relay: String
 
     func run() async throws {
-        let target = relay
-        try await publish(
-            store, output,
-            { node in
-                let list = try currentRelays(node)
-                let kept = list.filter { $0.address != target && $0.key.hex != target.lowercased() }
-                guard kept.count < list.count else { throw ValidationError("your relay list holds no relay \(target)") }
-                return kept
-            }, summary: "Removed relay \(target)")
+        try await publish(store, output, .remove(relay))
     }
 }

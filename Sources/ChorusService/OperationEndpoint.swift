@@ -98,6 +98,19 @@ struct OperationRequest: Sendable {
         return id
     }
 
+    /// The body field `name` as a list of texts (a JSON array of strings), empty when absent.
+    func texts(_ name: String) throws -> [String] {
+        switch body[name] {
+        case nil: return []
+        case .array(let items):
+            return try items.map { item in
+                guard case .string(let text) = item else { throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be a list of strings") }
+                return text
+            }
+        default: throw OperationError(.badInput, code: "bad_field", "the field \"\(name)\" must be a list of strings")
+        }
+    }
+
     /// The body field `name` as a list of ids (a JSON array of strings), empty when absent.
     func ids(_ name: String) throws -> [Bytes32] {
         switch body[name] {

@@ -209,10 +209,24 @@ public struct CommandRoute: Sendable {
                 return try SetProfile(named: try r.requiredText("field"), text: value)
             }),
         // Relay lists
-        .init(.get, "/v1/relays", "A user's relay list", [.word("relays"), .word("show"), .query("user")]),
-        .init(.post, "/v1/relays", "Publish this user's relay list, replacing the previous one (relays: [\"[ROLES=]KEY@HOST:PORT\", …], or clear: true)", [.word("relays"), .word("set"), .fieldOption("relays", "--relay"), .fieldFlag("clear", "--clear")]),
-        .init(.post, "/v1/relays/add", "Add a relay to this user's list, or change its roles", [.word("relays"), .word("add"), .field("relay")]),
-        .init(.delete, "/v1/relays/{relay}", "Remove a relay from this user's list, by its key", [.word("relays"), .word("remove"), .path("relay")]),
+        .init(
+            .get, "/v1/relays", "A user's relay list", [.word("relays"), .word("show"), .query("user")],
+            operation: OperationEndpoint { r in GetRelays(user: try r.queryID("user").map(UserID.init)) }),
+        .init(
+            .post, "/v1/relays", "Publish this user's relay list, replacing the previous one (relays: [\"[ROLES=]KEY@HOST:PORT\", …], or clear: true)",
+            [.word("relays"), .word("set"), .fieldOption("relays", "--relay"), .fieldFlag("clear", "--clear")],
+            operation: OperationEndpoint { r in
+                let relays = try r.texts("relays").map(Relay.init(parsing:))
+                guard relays.isEmpty == (try r.flag("clear")) else { throw OperationError(.badInput, code: "bad_field", "give relays (one or more) or clear: true") }
+                return PublishRelays(.set(relays))
+            }),
+        .init(
+            .post, "/v1/relays/add", "Add a relay to this user's list, or change its roles", [.word("relays"), .word("add"), .field("relay")],
+            operation: OperationEndpoint { r in PublishRelays(.add(try Relay(parsing: try r.requiredText("relay")))) }),
+        .init(
+            .delete, "/v1/relays/{relay}", "Remove a relay from this user's list, by its key (404 when the list has none)",
+            [.word("relays"), .word("remove"), .path("relay")],
+            operation: OperationEndpoint { r in PublishRelays(.remove(r.parameters["relay"] ?? "")) }),
         // Pictures
         .init(.get, "/v1/pictures", "A user's gallery in its order", [.word("query"), .word("pictures"), .query("user"), .queryOption("limit", "--limit"), .queryOption("offset", "--offset")]),
         .init(.post, "/v1/pictures", "Add a picture: the body is the image", [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")]),
