@@ -56,9 +56,10 @@ struct QueryProfile: AsyncParsableCommand {
     }
 }
 
-func printPictures(_ pictures: [PictureView], json: Bool, empty: String) {
+func printPictures(_ result: ListPictures.Result, json: Bool, empty: String) throws {
+    let pictures = result.pictures
     if json {
-        printJSON(.array(pictures.map(pictureJSON)))
+        printJSON(try JSONValueEncoder().encode(result))
     } else if pictures.isEmpty {
         emit(empty)
     } else {
@@ -78,9 +79,9 @@ struct QueryPictures: QueryCommand {
         if let user { _ = try parseKey(user, what: "USER") }
         if limit < 0 || offset < 0 { throw ValidationError("--limit and --offset must not be negative") }
     }
-    func query(_ node: Node) throws {
-        printPictures(try node.projections.pictures(of: try userOrSelf(user, node), limit: limit, offset: offset),
-            json: output.json, empty: "No pictures.")
+    func query(_ node: Node) async throws {
+        let result = try await ListPictures(.gallery(try userOrSelf(user, node), offset: offset), limit: limit).run(on: node)
+        try printPictures(result, json: output.json, empty: "No pictures.")
     }
 }
 
@@ -152,15 +153,14 @@ struct QueryFeed: QueryCommand {
     @Option(help: "At most this many pictures.") var limit: Int = 50
     @Option(help: ArgumentHelp("Only pictures older than this HLC (a number from --json).", valueName: "hlc")) var before: UInt64?
     func validate() throws { if limit < 0 { throw ValidationError("--limit must not be negative") } }
-    func query(_ node: Node) throws {
-        printPictures(try node.projections.feed(for: node.identity.user, limit: limit, before: before.map(HLC.init(rawValue:))),
-            json: output.json,
+    func query(_ node: Node) async throws {
+        let result = try await ListPictures(.feed(before: before.map(HLC.init(rawValue:))), limit: limit).run(on: node)
+        try printPictures(
+            result, json: output.json,
             empty: before == nil ? "Your feed is empty: follow someone with `chorus follow USER`." : "No older pictures in your feed.")
     }
 }
 
-/// What a sealed value shows on this device: "readable", "locked" (no key
-/// of its epoch here), "unreadable" or "sealed" (no encryption key at all).
 /// A chat title for a terminal: the text, or why it is not shown.
 func titleText(_ title: Readable<String>?) -> String {
     guard let title else { return "-" }
@@ -330,18 +330,14 @@ struct QueryNoEffect: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Option(help: "At most this many.") var limit: Int = 100
     func validate() throws { if limit < 0 { throw ValidationError("--limit must not be negative") } }
-    func query(_ node: Node) throws {
-        let records = try node.projections.noEffects(limit: limit)
-        let kinds = try records.map { try node.event($0.event)?.event.kind.name ?? "?" }
+    func query(_ node: Node) async throws {
+        let result = try await ListNoEffect(limit: limit).run(on: node)
         if output.json {
-            printJSON(.array(zip(records, kinds).map { r, kind in
-                .object([("event", .string(r.event.hex)), ("kind", .string(kind)), ("code", .string(r.reason.code)), ("reason", .string(r.reason.detail))])
-            }))
-        } else if records.isEmpty {
+            printJSON(try JSONValueEncoder().encode(result))
+        } else if result.entries.isEmpty {
             emit("Every stored event took effect.")
         } else {
-            emit(table(zip(records, kinds).map { r, kind in [r.event.short, kind, r.reason.code, r.reason.detail] },
-                header: ["EVENT", "KIND", "CODE", "REASON"]))
+            emit(table(result.entries.map { e in [String(e.event.prefix(16)), e.kind, e.code, e.reason] }, header: ["EVENT", "KIND", "CODE", "REASON"]))
         }
     }
 }

@@ -230,3 +230,95 @@ public struct GetDigest: NodeOperation {
         Result(digest: try node.projections.digest().hex, events: try node.lastArrival())
     }
 }
+
+/// Pictures: a user's gallery in its order, or the feed of the users this
+/// user follows, newest first. `GET /v1/pictures`, `GET /v1/feed`;
+/// `chorus query pictures|feed`.
+public struct ListPictures: NodeOperation {
+    /// Which pictures.
+    public enum Source: Sendable {
+        /// The gallery of a user (nil: this node's user), skipping `offset`.
+        case gallery(UserID?, offset: Int)
+        /// The feed, older than `before` when given.
+        case feed(before: HLC?)
+    }
+
+    /// `[PICTURE, …]`.
+    public struct Result: OperationResult {
+        /// The pictures.
+        public let pictures: [PictureView]
+
+        /// An array of pictures.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.unkeyedContainer()
+            for p in pictures { try c.encode(PictureShape(p)) }
+        }
+    }
+
+    /// Which pictures.
+    public let source: Source
+    /// At most this many.
+    public let limit: Int
+
+    /// At most `limit` pictures of `source`.
+    public init(_ source: Source, limit: Int) {
+        self.source = source
+        self.limit = limit
+    }
+
+    /// Reads the pictures.
+    public func run(on node: Node) async throws -> Result {
+        guard limit >= 0 else { throw OperationError(.badInput, code: "bad_limit", "limit must not be negative") }
+        switch source {
+        case .gallery(let user, let offset):
+            guard offset >= 0 else { throw OperationError(.badInput, code: "bad_offset", "offset must not be negative") }
+            return Result(pictures: try node.projections.pictures(of: user ?? node.identity.user, limit: limit, offset: offset))
+        case .feed(let before):
+            return Result(pictures: try node.projections.feed(for: node.identity.user, limit: limit, before: before))
+        }
+    }
+}
+
+/// Stored events that took no effect, with the rule that stopped them
+/// (Specs/projections.md §4). `GET /v1/no-effect`; `chorus query no-effect`.
+public struct ListNoEffect: NodeOperation {
+    /// `[{"event", "kind", "code", "reason"}, …]`.
+    public struct Result: OperationResult {
+        /// One event without effect.
+        public struct Entry: Encodable, Sendable {
+            /// The event id in hex.
+            public let event: String
+            /// Its kind's name (`?` when the event is not held).
+            public let kind: String
+            /// The rule's stable code.
+            public let code: String
+            /// A sentence for people.
+            public let reason: String
+        }
+
+        /// The events.
+        public let entries: [Entry]
+
+        /// An array of entries.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.unkeyedContainer()
+            for e in entries { try c.encode(e) }
+        }
+    }
+
+    /// At most this many.
+    public let limit: Int
+
+    /// At most `limit` events.
+    public init(limit: Int = 100) { self.limit = limit }
+
+    /// Reads the records and the kinds of their events.
+    public func run(on node: Node) async throws -> Result {
+        guard limit >= 0 else { throw OperationError(.badInput, code: "bad_limit", "limit must not be negative") }
+        let records = try node.projections.noEffects(limit: limit)
+        return Result(
+            entries: try records.map { r in
+                Result.Entry(event: r.event.hex, kind: try node.event(r.event)?.event.kind.name ?? "?", code: r.reason.code, reason: r.reason.detail)
+            })
+    }
+}

@@ -228,7 +228,12 @@ public struct CommandRoute: Sendable {
             [.word("relays"), .word("remove"), .path("relay")],
             operation: OperationEndpoint { r in PublishRelays(.remove(r.parameters["relay"] ?? "")) }),
         // Pictures
-        .init(.get, "/v1/pictures", "A user's gallery in its order", [.word("query"), .word("pictures"), .query("user"), .queryOption("limit", "--limit"), .queryOption("offset", "--offset")]),
+        .init(
+            .get, "/v1/pictures", "A user's gallery in its order",
+            [.word("query"), .word("pictures"), .query("user"), .queryOption("limit", "--limit"), .queryOption("offset", "--offset")],
+            operation: OperationEndpoint { r in
+                ListPictures(.gallery(try r.queryID("user").map(UserID.init), offset: try r.queryInt("offset") ?? 0), limit: try r.queryInt("limit") ?? 100)
+            }),
         .init(.post, "/v1/pictures", "Add a picture: the body is the image", [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")]),
         .init(
             .get, "/v1/pictures/{id}", "One picture (404 when this node holds none by that id)", [.word("query"), .word("picture"), .path("id")],
@@ -244,7 +249,14 @@ public struct CommandRoute: Sendable {
         .init(
             .delete, "/v1/pictures/{id}", "Delete a picture and purge its bytes", [.word("picture"), .word("delete"), .path("id")],
             operation: OperationEndpoint { r in ChangePicture(PictureID(try r.pathID("id", what: "ID")), .delete) }),
-        .init(.get, "/v1/feed", "Pictures of the users this user follows, newest first", [.word("query"), .word("feed"), .queryOption("limit", "--limit"), .queryOption("before", "--before")]),
+        .init(
+            .get, "/v1/feed", "Pictures of the users this user follows, newest first (before: the HLC of the previous page's last picture)",
+            [.word("query"), .word("feed"), .queryOption("limit", "--limit"), .queryOption("before", "--before")],
+            operation: OperationEndpoint { r in
+                let before = try r.queryInt("before")
+                if let before, before < 0 { throw OperationError(.badInput, code: "bad_before", "before must not be negative") }
+                return ListPictures(.feed(before: before.map { HLC(rawValue: UInt64($0)) }), limit: try r.queryInt("limit") ?? 50)
+            }),
         // Relationships
         .init(
             .get, "/v1/followers", "Users following a user (default: this node's user)", [.word("query"), .word("followers"), .query("user")],
@@ -342,7 +354,9 @@ public struct CommandRoute: Sendable {
             }),
         // The log and the node
         .init(.get, "/v1/digest", "The projection digest", [.word("query"), .word("digest")], operation: OperationEndpoint { _ in GetDigest() }),
-        .init(.get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")]),
+        .init(
+            .get, "/v1/no-effect", "Stored events that took no effect", [.word("query"), .word("no-effect"), .queryOption("limit", "--limit")],
+            operation: OperationEndpoint { r in ListNoEffect(limit: try r.queryInt("limit") ?? 100) }),
         .init(
             .get, "/v1/log", "Stored events in arrival order (latest=true: newest first); the cost follows limit, not the log's size",
             [.word("log"), .queryOption("author", "--author"), .queryOption("kind", "--kind"), .queryOption("since", "--since"), .queryOption("limit", "--limit"), .queryFlag("latest", "--latest")],
