@@ -154,11 +154,11 @@ struct NetworkInvite: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let config = try await withNode(store, readOnly: true) { node in node.network }
+        let result = try await withNode(store, readOnly: true) { node in try await GetInvite().run(on: node) }
         if output.json {
-            printJSON(.object([("invite", .string(config.invite)), ("fingerprint", .string(config.fingerprint.hex))]))
+            printJSON(try JSONValueEncoder().encode(result))
         } else {
-            emit(config.invite)
+            emit(result.invite)
         }
     }
 }
@@ -173,16 +173,9 @@ struct NetworkShow: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let config = try await withNode(store, readOnly: true) { node in node.network }
-        if output.json {
-            printJSON(.object([
-                ("issuers", .array(config.issuers.map { .string($0.hex) })),
-                ("slot_prices", .array(config.slotPrices.map { .uint($0) })),
-                ("bootstrap_relays", bootstrapRelaysJSON(config)),
-                ("fingerprint", .string(config.fingerprint.hex)),
-            ]))
-            return
-        }
+        let result = try await withNode(store, readOnly: true) { node in try await GetNetwork().run(on: node) }
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
+        let config = result.config
         emit("issuers      \(config.issuers.isEmpty ? "(none: no coins can be credited)" : config.issuers.map(\.hex).joined(separator: "\n             "))")
         emit("slot prices  \(config.slotPrices.map(String.init).joined(separator: ", "))")
         emit("relays       \(config.bootstrapRelays.isEmpty ? "(none: give an address to chorus sync)" : config.bootstrapRelays.map { "\($0.key.hex)@\($0.address)" }.joined(separator: "\n             "))")

@@ -178,8 +178,12 @@ public struct CommandRoute: Sendable {
     public static let all: [CommandRoute] = [
         // Identity and network
         .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")], operation: OperationEndpoint { _ in GetIdentity() }),
-        .init(.get, "/v1/network", "The network configuration: issuers and slot prices", [.word("network"), .word("show")]),
-        .init(.get, "/v1/network/invite", "The invite that joins a node to this network", [.word("network"), .word("invite")]),
+        .init(
+            .get, "/v1/network", "The network configuration: issuers, slot prices, bootstrap relays", [.word("network"), .word("show")],
+            operation: OperationEndpoint { _ in GetNetwork() }),
+        .init(
+            .get, "/v1/network/invite", "The invite that joins a node to this network", [.word("network"), .word("invite")],
+            operation: OperationEndpoint { _ in GetInvite() }),
         .init(
             .get, "/v1/devices", "A user's devices with their coin rights", [.word("query"), .word("devices"), .query("user")],
             operation: OperationEndpoint { r in ListDevices(user: try r.queryID("user").map(UserID.init)) }),
