@@ -26,15 +26,10 @@ struct PictureAdd: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The MIME type, e.g. image/png.", valueName: "type")) var mime: String?
 
     func run() async throws {
-        let data = try readImageFile(file)
-        try await mutate(store, output) { node in
-            let added = try await node.addPicture(Array(data), mime: mime, caption: caption)
-            let id = added.object
-            if !output.json { emit(id.hex) }
-            return MutationResult(
-                event: added.id, summary: "Added picture \(id.short) (\(data.count) bytes)",
-                fields: [("picture", .string(id.hex)), ("size", .int(Int64(data.count)))])
-        }
+        let operation = AddPicture(try readImageFile(file), mime: mime, caption: caption)
+        let report = try await withNode(store) { node in try await operation.run(on: node) }
+        if !output.json { emit(report.fields.picture) }
+        try show(report, json: output.json)
     }
 }
 

@@ -46,3 +46,37 @@ public struct ChangePicture: NodeOperation {
         }
     }
 }
+
+/// Store an image as a blob and create a picture owned by this user
+/// (Specs/events.md §6.2). `POST /v1/pictures` (the body is the image);
+/// `chorus picture add`.
+public struct AddPicture: NodeOperation {
+    /// `{"picture", "size"}`: the new picture's id and the image's length.
+    public struct Fields: Encodable, Sendable {
+        /// The picture id in hex.
+        public let picture: String
+        /// The image's bytes.
+        public let size: Int
+    }
+
+    /// The image (JPEG, PNG, GIF, WebP, HEIC or AVIF; at most the node's blob limit).
+    public let image: [UInt8]
+    /// The MIME type, or nil to recognise it from the first bytes.
+    public let mime: String?
+    /// A caption.
+    public let caption: String?
+
+    /// A picture of `image`.
+    public init(_ image: [UInt8], mime: String? = nil, caption: String? = nil) {
+        self.image = image
+        self.mime = mime
+        self.caption = caption
+    }
+
+    /// Stores the blob and signs the creation.
+    public func run(on node: Node) async throws -> MutationReport<Fields> {
+        let added = try await node.addPicture(image, mime: mime, caption: caption)
+        return MutationReport(
+            Fields(picture: added.object.hex, size: image.count), added, summary: "Added picture \(added.object.short) (\(image.count) bytes)")
+    }
+}

@@ -196,7 +196,15 @@ public struct APIServer: Sendable {
         var uploaded: String?
         defer { if let uploaded { try? FileManager.default.removeItem(atPath: uploaded) } }
         do {
-            if route.needsUpload {
+            if route.needsUpload, let operation = route.operation {
+                // The operation takes the bytes themselves: nothing is spooled to a file.
+                let bytes = try await Self.collect(request, upTo: maxBody)
+                var input = OperationRequest(parameters: parameters, query: query, body: [:])
+                input.upload = Array(buffer: bytes)
+                let (status, answer) = await operation.answer(node, input)
+                return Response(
+                    status: .init(code: status), headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: answer.rendered())))
+            } else if route.needsUpload {
                 let bytes = try await Self.collect(request, upTo: maxBody)
                 uploaded = try Self.spool(Data(buffer: bytes))
             } else if route.readsBody {

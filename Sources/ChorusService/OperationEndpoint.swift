@@ -54,6 +54,8 @@ struct OperationRequest: Sendable {
     let parameters: [String: String]
     let query: [String: String]
     let body: [String: JSONInput]
+    /// The raw body of an upload endpoint (an image).
+    var upload: [UInt8] = []
 
     /// The query parameter `name` as an id, nil when absent.
     func queryID(_ name: String) throws -> Bytes32? {

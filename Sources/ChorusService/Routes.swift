@@ -238,7 +238,10 @@ public struct CommandRoute: Sendable {
             operation: OperationEndpoint { r in
                 ListPictures(.gallery(try r.queryID("user").map(UserID.init), offset: try r.queryInt("offset") ?? 0), limit: try r.queryInt("limit") ?? 100)
             }),
-        .init(.post, "/v1/pictures", "Add a picture: the body is the image", [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")]),
+        .init(
+            .post, "/v1/pictures", "Add a picture: the body is the image",
+            [.word("picture"), .word("add"), .upload, .queryOption("caption", "--caption"), .queryOption("mime", "--mime")],
+            operation: OperationEndpoint { r in AddPicture(r.upload, mime: r.query["mime"], caption: r.query["caption"]) }),
         .init(
             .get, "/v1/pictures/{id}", "One picture (404 when this node holds none by that id)", [.word("query"), .word("picture"), .path("id")],
             operation: OperationEndpoint { r in GetPicture(PictureID(try r.pathID("id", what: "ID"))) }),
