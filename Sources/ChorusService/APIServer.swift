@@ -254,6 +254,8 @@ public struct APIServer: Sendable {
             return try await request.body.collect(upTo: limit)
         } catch let error as HTTPError {
             throw error
+        } catch is NIOTooManyBytesError {
+            throw HTTPError(.contentTooLarge, message: "the body is over the \(limit >> 20) MiB this endpoint takes")
         } catch {
             throw IncompleteBody(cause: "\(error)")
         }

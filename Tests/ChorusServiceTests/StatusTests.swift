@@ -91,6 +91,12 @@ struct StatusTests {
         _ = try await node.setProfile(.bio("changed"))
         let changed = try await api.send(.GET, "/v1/profile", headers: [("If-None-Match", tag)])
         #expect(changed.status == 200 && changed.header("etag") != tag && changed.text.contains("changed"))
+        // Uploads: not an image is bad input, a body over the limit is 413, both with codes.
+        let notImage = try await api.send(.POST, "/v1/pictures", body: Array("text".utf8), contentType: "application/octet-stream")
+        #expect(notImage.status == 400 && Self.body(notImage)["code"] as? String == "not_an_image", "\(notImage.text)")
+        let huge = try await api.send(.POST, "/v1/pictures", body: [UInt8](repeating: 0x89, count: (64 << 20) + 1), contentType: "application/octet-stream")
+        #expect(huge.status == 413, "\(huge.status) \(huge.headers) \(huge.text.prefix(300))")
+        #expect(Self.body(huge)["code"] as? String == "too_large", "\(huge.text.prefix(300))")
         // Unknown paths and methods.
         expectError(try await send(.GET, "/v1/nothing-here"), 404, "not_found")
         let wrongMethod = try await send(.DELETE, "/v1/whoami")
