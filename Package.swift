@@ -82,7 +82,8 @@ let package = Package(
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusOperations",
-            dependencies: ["ChorusNode", "ChorusProjections", "ChorusEncryption", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto", "ChorusCBOR"]),
+            dependencies: ["ChorusSync", "ChorusNode", "ChorusProjections", "ChorusEncryption", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
+                           "ChorusCBOR"]),
         .target(
             name: "ChorusService",
             dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusSync", "ChorusStorage", "ChorusCrypto",

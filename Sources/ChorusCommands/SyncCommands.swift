@@ -2,6 +2,7 @@ import ArgumentParser
 import ChorusCommandLine
 import ChorusCrypto
 import ChorusNode
+import ChorusOperations
 import ChorusSync
 import Dispatch
 import Foundation
@@ -239,24 +240,9 @@ struct Peers: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let records: [PeerRecord] = try await withNode(store, readOnly: true) { node in
-            // A store that never synced has no peers database yet.
-            (try? PeerStore(env: node.log.env).all()) ?? []
-        }
-        let sorted = records.sorted { $0.lastSynced > $1.lastSynced }
-        if output.json {
-            printJSON(
-                .array(sorted.map { r in
-                    .object([
-                        ("peer", .string(r.key.hex)), ("user", r.user.map { .string($0.hex) } ?? .null),
-                        ("address", .string(r.address)), ("last_synced_ms", .uint(r.lastSynced)),
-                        ("last_synced", .string(iso(r.lastSynced))), ("sessions", .uint(r.sessions)),
-                        ("events_received", .uint(r.eventsReceived)), ("events_sent", .uint(r.eventsSent)),
-                        ("position", .uint(r.position)),
-                    ])
-                }))
-            return
-        }
+        let result = try await withNode(store, readOnly: true) { node in try await ListPeers().run(on: node) }
+        let sorted = result.peers
+        if output.json { return printJSON(try JSONValueEncoder().encode(result)) }
         if sorted.isEmpty {
             emit("No known peers yet: run `chorus sync HOST:PORT` or let peers connect to `chorus serve`.")
             return
@@ -268,8 +254,4 @@ struct Peers: AsyncParsableCommand {
     }
 }
 
-func iso(_ millis: UInt64) -> String {
-    guard millis > 0 else { return "never" }
-    let f = ISO8601DateFormatter()
-    return f.string(from: Date(timeIntervalSince1970: Double(millis) / 1000))
-}
+func iso(_ millis: UInt64) -> String { ListPeers.Result.iso(millis) }

@@ -384,6 +384,6 @@ public struct CommandRoute: Sendable {
         .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
         .init(.post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")]),
         .init(.post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists", [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")]),
-        .init(.get, "/v1/peers", "Known sync peers", [.word("peers")]),
+        .init(.get, "/v1/peers", "Known sync peers, latest first", [.word("peers")], operation: OperationEndpoint { _ in ListPeers() }),
     ]
 }
