@@ -82,7 +82,7 @@ let package = Package(
                            "ChorusCrypto", "ChorusCBOR"]),
         .target(
             name: "ChorusOperations",
-            dependencies: ["ChorusSync", "ChorusNode", "ChorusProjections", "ChorusEncryption", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
+            dependencies: ["ChorusReplay", "ChorusSync", "ChorusNode", "ChorusProjections", "ChorusEncryption", "ChorusLog", "ChorusBlobs", "ChorusEvents", "ChorusStorage", "ChorusCrypto",
                            "ChorusCBOR"]),
         .target(
             name: "ChorusService",
@@ -103,11 +103,11 @@ let package = Package(
             ]),
         .target(
             name: "ChorusCommandLine",
-            dependencies: ["ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
+            dependencies: ["ChorusOperations", "ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
-            dependencies: ["ChorusCommandLine", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            "ChorusStorage", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "ChorusCommands",

@@ -1,38 +1,11 @@
 import ChorusNode
+import ChorusOperations
 import ChorusReplay
 
 /// The coin audit as `chorus-replay audit coins` and `chorus query audit` print it.
 public func printCoinAudit(_ audit: CoinAudit, json: Bool) {
     if json {
-        printJSON(.object([
-            ("issued", .uint(audit.issued)), ("held", .uint(audit.held)), ("spent", .uint(audit.spent)),
-            ("conserved", .bool(audit.conserved)),
-            ("users", .array(audit.users.map { u in
-                .object([
-                    ("user", .string(u.user.hex)), ("credits", .uint(u.credits)), ("gifts_received", .uint(u.giftsReceived)),
-                    ("gifts_given", .uint(u.giftsGiven)), ("spent", .uint(u.spent)), ("balance", .uint(u.balance)),
-                    ("devices", .object(u.devices.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value)) })),
-                ])
-            })),
-            ("steps", .array(audit.steps.map { st in
-                .object([
-                    ("event", .string(st.event.hex)), ("hlc", .uint(st.hlc.rawValue)), ("kind", .string(st.kind.name)),
-                    ("author", .string(st.author.hex)), ("amount", .uint(st.amount)),
-                    ("from", st.from.map { .string($0.hex) } ?? .null), ("to", st.to.map { .string($0.hex) } ?? .null),
-                    ("receipt", st.receipt.map { .string($0) } ?? .null),
-                    ("decision", .string(st.noEffect?.code ?? "applied")),
-                    ("from_rights_after", st.fromRightsAfter.map { .uint($0) } ?? .null),
-                    ("to_rights_after", st.toRightsAfter.map { .uint($0) } ?? .null),
-                ])
-            })),
-            ("receipts", .array(audit.receipts.map { r in
-                .object([
-                    ("receipt", .string(r.receipt)), ("credit", .string(r.credit.hex)), ("amount", .uint(r.amount)),
-                    ("destinations", .object(r.destinations.sorted { $0.key < $1.key }.map { ($0.key, .uint($0.value)) })),
-                ])
-            })),
-            ("findings", .array(audit.findings.map(findingJSON))),
-        ]))
+        printJSON(coinAuditJSON(audit))
     } else {
         emit("ledger, in merge order:")
         for st in audit.steps {
@@ -56,13 +29,6 @@ public func printCoinAudit(_ audit: CoinAudit, json: Bool) {
         emit("conservation: issued \(audit.issued) = held \(audit.held) + spent \(audit.spent)\(audit.conserved ? "" : "  VIOLATED")")
         printFindings(audit.findings)
     }
-}
-
-public func findingJSON(_ f: Finding) -> JSONValue {
-    .object([
-        ("code", .string(f.code)), ("message", .string(f.message)), ("event", f.event.map { .string($0.hex) } ?? .null),
-        ("location", .string(f.location)),
-    ])
 }
 
 public func printFindings(_ findings: [Finding]) {

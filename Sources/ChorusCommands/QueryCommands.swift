@@ -304,9 +304,8 @@ struct QueryAudit: QueryCommand {
     @Argument(help: "Only this user's devices and coins (default: everyone).") var user: String?
     func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
 
-    func query(_ node: Node) throws {
-        let replay = ReplayStore(path: node.storePath, log: node.log, blobs: node.blobs, projections: node.projections)
-        let audit = try replay.auditCoins(user: try user.map { try parseKey($0, what: "USER") })
+    func query(_ node: Node) async throws {
+        let audit = try await AuditCoins(user: try user.map { try parseKey($0, what: "USER") }).run(on: node).audit
         printCoinAudit(audit, json: output.json)
         if !audit.findings.isEmpty { throw ExitCode(Exit.finding) }
     }

@@ -2,6 +2,7 @@ import ArgumentParser
 import ChorusCommandLine
 import ChorusCBOR
 import ChorusCrypto
+import ChorusOperations
 import ChorusNode
 import ChorusProjections
 import ChorusReplay

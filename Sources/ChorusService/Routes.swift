@@ -342,7 +342,9 @@ public struct CommandRoute: Sendable {
         .init(
             .post, "/v1/coins/move", "Move spending rights to a sibling device", [.word("coins"), .word("move"), .field("device"), .field("amount")],
             operation: OperationEndpoint { r in MoveCoins(try r.amount("amount"), .moveRights(to: DeviceID(try r.requiredID("device")))) }),
-        .init(.get, "/v1/audit", "Every coin traced from its purchase receipt, with the invariants checked", [.word("query"), .word("audit"), .query("user")]),
+        .init(
+            .get, "/v1/audit", "Every coin traced from its purchase receipt, with the invariants checked (findings in the answer)",
+            [.word("query"), .word("audit"), .query("user")], operation: OperationEndpoint { r in AuditCoins(user: try r.queryID("user")) }),
         .init(
             .get, "/v1/slots", "A user's lock slots", [.word("query"), .word("slots"), .query("user")],
             operation: OperationEndpoint { r in GetSlots(user: try r.queryID("user").map(UserID.init)) }),

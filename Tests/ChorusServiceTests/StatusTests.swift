@@ -71,7 +71,7 @@ struct StatusTests {
             ("/v1/chats/\(chat.hex)?limit=10", ["query", "chat", chat.hex, "--limit", "10"]), ("/v1/balance", ["query", "balance"]),
             ("/v1/slots", ["query", "slots"]), ("/v1/following", ["query", "following", node.identity.user.hex]),
             ("/v1/likes/\(message)", ["query", "likes", message]), ("/v1/digest", ["query", "digest"]),
-            ("/v1/peers", ["peers"]), ("/v1/network", ["network", "show"]), ("/v1/network/invite", ["network", "invite"]),
+            ("/v1/peers", ["peers"]), ("/v1/audit", ["query", "audit"]), ("/v1/network", ["network", "show"]), ("/v1/network/invite", ["network", "invite"]),
             ("/v1/pictures", ["query", "pictures"]), ("/v1/feed", ["query", "feed"]), ("/v1/no-effect", ["query", "no-effect"]),
             ("/v1/log?limit=3&latest=true", ["log", "--limit", "3", "--latest"]), ("/v1/relays", ["relays", "show"]), ("/v1/devices", ["query", "devices"]),
         ]
