@@ -23,51 +23,6 @@ func withNode<T>(_ store: StoreOptions, readOnly: Bool = false, _ body: (Node) a
     }
 }
 
-/// What a mutation command reports: the event it signed, a sentence for
-/// people and extra JSON fields (such as the id of a created object).
-struct MutationResult {
-    let event: EventID
-    let summary: String
-    var fields: [(String, JSONValue)] = []
-}
-
-/// Runs one mutation and reports it. An event that was stored but took no
-/// effect (Specs/projections.md §4) is reported with its reason and exit status 1.
-func mutate(
-    _ store: StoreOptions, _ output: OutputOptions, _ body: (Node) async throws -> MutationResult
-) async throws {
-    let outcome = try await withNode(store) { node in try await mutationOutcome(node, body) }
-    try report(outcome, json: output.json)
-}
-
-/// A mutation's result and, when it was stored but took no effect, why.
-typealias MutationOutcome = (result: MutationResult, noEffect: NoEffect?)
-
-func mutationOutcome(_ node: Node, _ body: (Node) async throws -> MutationResult) async throws -> MutationOutcome {
-    let result = try await body(node)
-    return (result, try node.projections.noEffect(result.event))
-}
-
-/// Prints a mutation's outcome, as text or JSON; throws exit status 1 when it took no effect.
-func report(_ outcome: MutationOutcome, json: Bool) throws {
-    let (result, noEffect) = outcome
-    if json {
-        var fields = result.fields
-        fields.append(("event", .string(result.event.hex)))
-        fields.append(("effective", .bool(noEffect == nil)))
-        if let noEffect {
-            fields.append(("code", .string(noEffect.code)))
-            fields.append(("reason", .string(noEffect.detail)))
-        }
-        printJSON(.object(fields))
-    } else if let noEffect {
-        emit("\(result.summary): stored as event \(result.event.short), but it took no effect: \(terminalSafe(noEffect.detail)) [\(noEffect.code)]")
-    } else {
-        emit("\(result.summary) (event \(result.event.short))")
-    }
-    if noEffect != nil { throw ExitCode(Exit.refused) }
-}
-
 /// Runs a mutation operation on the store and prints its report.
 func perform<F>(_ operation: some NodeOperation<MutationReport<F>>, _ store: StoreOptions, _ output: OutputOptions) async throws {
     let report = try await withNode(store) { node in try await operation.run(on: node) }
@@ -98,19 +53,7 @@ func parseAmount(_ text: String) throws -> UInt64 {
     return n
 }
 
-// MARK: JSON and text forms of projections
-
-func hlcJSON(_ hlc: HLC?) -> JSONValue { hlc.map { .uint($0.rawValue) } ?? .null }
-func optionalString(_ s: String?) -> JSONValue { s.map { .string($0) } ?? .null }
-func optionalUInt(_ n: UInt64?) -> JSONValue { n.map { .uint($0) } ?? .null }
-
-/// A shape of `ChorusOperations` as JSON (shapes hold no floating-point number, so encoding cannot fail).
-func shapeJSON<T: Encodable>(_ shape: T) -> JSONValue { (try? JSONValueEncoder().encode(shape)) ?? .null }
-
-func pictureJSON(_ p: PictureView) -> JSONValue { shapeJSON(PictureShape(p)) }
-
-/// `{"id", "status": "picture"|"removed"|"unresolved", "picture": {...}|null}`
-func referenceJSON(_ ref: PictureReference?) -> JSONValue { ref.map { shapeJSON(ReferenceShape($0)) } ?? .null }
+// MARK: Text forms of projections
 
 func referenceText(_ ref: PictureReference?) -> String {
     guard let ref else { return "-" }
@@ -120,8 +63,6 @@ func referenceText(_ ref: PictureReference?) -> String {
     case .unresolved(let id): return "unresolved (\(id.short), not received yet)"
     }
 }
-
-func deviceJSON(_ d: DeviceView) -> JSONValue { shapeJSON(DeviceShape(d)) }
 
 func deviceRows(_ devices: [DeviceView]) -> String {
     table(
