@@ -193,20 +193,14 @@ public struct APIServer: Sendable {
         var query: [String: String] = [:]
         for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
         var body: [String: JSONInput] = [:]
+        var upload: [UInt8] = []
         var uploaded: String?
         defer { if let uploaded { try? FileManager.default.removeItem(atPath: uploaded) } }
         do {
-            if route.needsUpload, let operation = route.operation {
-                // The operation takes the bytes themselves: nothing is spooled to a file.
+            if route.needsUpload {
                 let bytes = try await Self.collect(request, upTo: maxBody)
-                var input = OperationRequest(parameters: parameters, query: query, body: [:])
-                input.upload = Array(buffer: bytes)
-                let (status, answer) = await operation.answer(node, input)
-                return Response(
-                    status: .init(code: status), headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: answer.rendered())))
-            } else if route.needsUpload {
-                let bytes = try await Self.collect(request, upTo: maxBody)
-                uploaded = try Self.spool(Data(buffer: bytes))
+                // An operation takes the bytes themselves; a command line reads them from a file.
+                if route.operation != nil { upload = Array(buffer: bytes) } else { uploaded = try Self.spool(Data(buffer: bytes)) }
             } else if route.readsBody {
                 let bytes = try await Self.collect(request, upTo: 1 << 20)
                 if bytes.readableBytes > 0 {
@@ -221,7 +215,7 @@ public struct APIServer: Sendable {
                 }
             }
             if let operation = route.operation {
-                let (status, answer) = await operation.answer(node, OperationRequest(parameters: parameters, query: query, body: body))
+                let (status, answer) = await operation.answer(node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))
                 let text = answer.rendered()
                 var headers: HTTPFields = [.contentType: "application/json"]
                 if route.method == .get, status == 200 {
