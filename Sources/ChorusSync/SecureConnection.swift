@@ -187,11 +187,35 @@ public final class SecureConnection: FrameTransport {
 final class SecureFailureBox: @unchecked Sendable {
     private let lock = NSLock()
     private var stored: SecureConnectionError?
+    /// Whether the handshake finished before its deadline: the deadline and
+    /// the handshake's end race (the timer runs on the event loop, the
+    /// handshake on the actor), so exactly one of them claims the outcome.
+    private var handshakeOver = false
 
     func set(_ error: SecureConnectionError) {
         lock.lock()
         if stored == nil { stored = error }
         lock.unlock()
+    }
+
+    /// The handshake deadline passed: records the timeout and returns true,
+    /// unless the handshake already completed.
+    func expireHandshake() -> Bool {
+        lock.withLock {
+            guard !handshakeOver else { return false }
+            handshakeOver = true
+            if stored == nil { stored = .handshakeTimeout }
+            return true
+        }
+    }
+
+    /// The handshake completed: returns false when its deadline passed first.
+    func completeHandshake() -> Bool {
+        lock.withLock {
+            guard !handshakeOver else { return false }
+            handshakeOver = true
+            return true
+        }
     }
 
     var error: SecureConnectionError? {
@@ -280,8 +304,7 @@ actor SecureConnectionCore {
         let box = failure
         let channel = self.channel
         handshakeTimer = channel.eventLoop.scheduleTask(in: configuration.handshakeTimeout.timeAmount) {
-            box.set(.handshakeTimeout)
-            channel.close(promise: nil)
+            if box.expireHandshake() { channel.close(promise: nil) }
         }
         do {
             let hs = try HandshakeState(
@@ -363,6 +386,9 @@ actor SecureConnectionCore {
                 let key = SecureConnectionProtocol.verifyIdentityProof(
                     proof, handshakeHash: handshakeHash, signerIsInitiator: !isInitiator)
             else { throw SecureConnectionError.identityRejected("the signature does not verify for the key it names") }
+            // A connection the deadline already closed must not be handed
+            // out as established (it would die at once).
+            guard failure.completeHandshake() else { throw failure.error ?? SecureConnectionError.handshakeTimeout }
             phase = .established
             handshakeTimer?.cancel()
             handshakeTimer = nil

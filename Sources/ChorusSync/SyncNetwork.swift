@@ -12,13 +12,13 @@ public enum SyncNetwork {
     /// `networkKey` overrides the store's (network.json) for this process,
     /// as `chorus serve --network-key FILE` does.
     public static func configuration(
-        for node: Node, networkKey: Bytes32? = nil, idleTimeout: Duration = .seconds(120)
+        for node: Node, networkKey: Bytes32? = nil, idleTimeout: Duration = .seconds(120), handshakeTimeout: Duration = .seconds(10)
     ) throws -> SecureConnectionConfiguration {
         let identity: SigningKey
         do { identity = try node.deviceSigningKey() } catch { throw SyncError.local("cannot use the device key: \(error)") }
         return SecureConnectionConfiguration(
             networkKey: networkKey ?? node.network.networkKey, staticKey: try NoiseStaticKeyFile.loadOrCreate(store: node.storePath),
-            identity: identity, maxFrameSize: SyncLimits.maxFrameBytes, idleTimeout: idleTimeout)
+            identity: identity, maxFrameSize: SyncLimits.maxFrameBytes, handshakeTimeout: handshakeTimeout, idleTimeout: idleTimeout)
     }
 
     /// Reads a network key file: 64 hex digits (surrounding whitespace
@@ -90,13 +90,17 @@ public enum SyncNetwork {
 extension SyncServer {
     /// Binds `host:port` (0 picks a free port) and serves every
     /// authenticated connection in the background until `listener.shutdown()`.
-    /// `networkKey` overrides the store's network key for this listener.
+    /// `networkKey` overrides the store's network key for this listener;
+    /// `handshakeTimeout` bounds each connection's handshake
+    /// (Specs/sync-transport.md §6).
     public func listen(
-        host: String, port: Int, networkKey: Bytes32? = nil, limits: ConnectionLimits = ConnectionLimits()
+        host: String, port: Int, networkKey: Bytes32? = nil, limits: ConnectionLimits = ConnectionLimits(),
+        handshakeTimeout: Duration = .seconds(10)
     ) async throws -> SecureListener {
         let failures = failureLog
+        let configuration = try SyncNetwork.configuration(for: node, networkKey: networkKey, handshakeTimeout: handshakeTimeout)
         let listener = try await SecureListener.bind(
-            host: host, port: port, configuration: try SyncNetwork.configuration(for: node, networkKey: networkKey), limits: limits,
+            host: host, port: port, configuration: configuration, limits: limits,
             onFailure: { address, error in
                 SyncServer.unauthenticatedFailures.increment()
                 failures.warning("connection failed before authentication: \(error)", metadata: ["address": "\(address)"])

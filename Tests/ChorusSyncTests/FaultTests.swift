@@ -198,10 +198,12 @@ struct TrackingTransport: FrameTransport {
 }
 
 func peerConfiguration(
-    _ network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SyncLimits.maxFrameBytes, idleTimeout: Duration = .seconds(60)
+    _ network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SyncLimits.maxFrameBytes, idleTimeout: Duration = .seconds(60),
+    handshakeTimeout: Duration = .seconds(10)
 ) -> SecureConnectionConfiguration {
     SecureConnectionConfiguration(
-        networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize, idleTimeout: idleTimeout)
+        networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize, handshakeTimeout: handshakeTimeout,
+        idleTimeout: idleTimeout)
 }
 
 // MARK: tests
@@ -365,7 +367,9 @@ struct FaultTests {
         options.idleTimeout = .seconds(120)
         let lines = LogLines()
         let server = try SyncServer(node: node, options: options, logger: collectingLogger(lines))
-        let listener = try await server.listen(host: "127.0.0.1", port: 0)
+        // A loaded machine (the whole suite on two cores) can take
+        // seconds over a handshake; this test is about the sessions after it.
+        let listener = try await server.listen(host: "127.0.0.1", port: 0, handshakeTimeout: .seconds(60))
         let port = listener.port
 
         // A silent peer: handshake done, then nothing at all (holds its session open).
@@ -375,7 +379,7 @@ struct FaultTests {
                 // The server's transport timeout: each side's keepalive (a third of
                 // its own) then comes well within the other's, however late a
                 // loaded machine runs the keepalive task.
-                host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: silentKey, idleTimeout: .seconds(120)))
+                host: "127.0.0.1", port: port, configuration: peerConfiguration(net.networkKey, identity: silentKey, idleTimeout: .seconds(120), handshakeTimeout: .seconds(60)))
         }
         // Its session is running before anything else starts: on a loaded
         // machine the server's side of the handshake can otherwise still be

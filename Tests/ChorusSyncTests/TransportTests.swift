@@ -354,6 +354,19 @@ struct TransportTests {
         await listener.shutdown()
     }
 
+    @Test("a handshake ending at its deadline either completes or times out, never both (an established connection is not closed by the deadline)")
+    func handshakeDeadlineAndCompletionClaimOnce() {
+        let late = SecureFailureBox()
+        #expect(late.expireHandshake())
+        #expect(!late.completeHandshake())
+        #expect(late.error == .handshakeTimeout)
+
+        let inTime = SecureFailureBox()
+        #expect(inTime.completeHandshake())
+        #expect(!inTime.expireHandshake())
+        #expect(inTime.error == nil)
+    }
+
     @Test func slowReaderStallsTheSender() async throws {
         let network = Random.bytes32()
         let listener = try await SecureListener.bind(
