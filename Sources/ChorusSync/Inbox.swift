@@ -18,7 +18,7 @@ public enum Addressing {
     public static func addressees(of event: Event, userOf: (PublicKey) throws -> PublicKey) rethrows -> [PublicKey] {
         var out: Set<PublicKey> = []
         switch event.kind {
-        case .followAdded, .coinGiven:
+        case .followAdded, .followRemoved, .coinGiven:
             out.insert(event.object)
         case .chatCreated:
             if let payload = event.payload, let p = try? ChatCreatedPayload(reading: payload) { out.formUnion(p.members) }
@@ -34,7 +34,7 @@ public enum Addressing {
                 }
             }
         case .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted,
-            .followRemoved, .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatMemberRemoved, .messageSent, .messageEdited,
+            .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatMemberRemoved, .messageSent, .messageEdited,
             .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
             break
         }
@@ -164,11 +164,14 @@ public final class InboxStore: Sendable {
     /// The feeds that left notices for `user` here (Specs/sync.md §6): each
     /// notice's author device and the user it named; `chats` are the users
     /// named by notices of a chat (an invitation or a key wrap), whom a plan
-    /// covers first (§9).
-    public func correspondents(of user: PublicKey) throws -> Correspondents {
+    /// covers first (§9). A notice `isAnswered` leaves them out: its event
+    /// is held and folded, so its sender stays in scope only if something
+    /// else (a follow, a chat) puts it there.
+    public func correspondents(of user: PublicKey, isAnswered: (EventHeader, PublicKey?) throws -> Bool = { _, _ in false }) throws -> Correspondents {
         var out = Correspondents()
         for notice in try notices(for: user).notices {
             guard let header = try? Event.decode(notice.envelope).header else { continue }
+            if try isAnswered(header, notice.user) { continue }
             out.devices.insert(header.author)
             guard let u = notice.user else { continue }
             out.users.insert(u)
@@ -190,11 +193,18 @@ public final class InboxStore: Sendable {
         public var chats: Set<PublicKey> = []
     }
 
-    /// `correspondents(of:)` in `node`'s store; none when the store has no
-    /// inbox database yet (a read-only store never synced by relay lists).
+    /// `correspondents(of:)` in `node`'s store, leaving out the notices
+    /// whose event `node` holds with its author bound as the notice said
+    /// (Specs/sync.md §4.11); none when the store has no inbox database yet
+    /// (a read-only store never synced by relay lists).
     public static func correspondents(of user: PublicKey, at node: Node) throws -> Correspondents {
         guard let store = try? InboxStore(env: node.log.env) else { return Correspondents() }
-        return try store.correspondents(of: user)
+        let p = node.projections
+        return try store.correspondents(of: user) { header, named in
+            guard let held = try node.head(of: header.author)?.seq, held >= header.seq else { return false }
+            guard let named else { return true }
+            return try p.user(of: header.author) == named
+        }
     }
 
     /// This device's own addressed events (Specs/sync.md §4.11) whose

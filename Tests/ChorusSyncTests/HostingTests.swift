@@ -176,6 +176,42 @@ struct HostingTests {
         for relay in [home, inbox] { await relay.stop() }
     }
 
+    @Test("a follower leaves the followed user's scope once its follow is held; an unfollow reaches the followed user as a notice too")
+    func answeredNoticesLeaveTheScope() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let home = try await Self.listed(dir, "home", network: net)
+        let inbox = try await Self.listed(dir, "inbox", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        _ = try await alice.setRelays([home.relay(.home), inbox.relay(.inbox)])
+        _ = try await bob.setRelays([home.relay(.home), inbox.relay(.inbox)])
+        _ = try await Self.syncByLists(alice, hops: 1)
+        _ = try await bob.follow(alice.identity.user)
+        _ = try await Self.syncByLists(bob, hops: 1)
+        // Alice takes the notice, then Bob's feed with the follow.
+        _ = try await Self.syncByLists(alice, hops: 1)
+        _ = try await Self.syncByLists(alice, hops: 1)
+        #expect(try alice.projections.followers(of: alice.identity.user).map(\.raw) == [bob.identity.user.raw])
+        // The follow is held: Bob is no longer in Alice's scope (she does not follow him).
+        let scope = try #require(try ReplicationScope(hops: 1).users(of: alice))
+        #expect(!scope.contains(bob.identity.user.raw))
+        #expect(try InboxStore.correspondents(of: alice.identity.user.raw, at: alice).users.isEmpty)
+        let plan = try RelayPlan.make(for: alice, scope: ReplicationScope(hops: 1))
+        #expect(!plan.relays.contains { $0.covers.contains(bob.identity.user.raw) }, "\(plan.relays)")
+        // Bob's unfollow is addressed to Alice: it comes back into her scope
+        // as a notice and her followers list empties.
+        _ = try await bob.unfollow(alice.identity.user)
+        _ = try await Self.syncByLists(bob, hops: 1)
+        _ = try await Self.syncByLists(alice, hops: 1)
+        _ = try await Self.syncByLists(alice, hops: 1)
+        #expect(try alice.projections.followers(of: alice.identity.user).isEmpty)
+        for node in [alice, bob] { await node.close() }
+        for relay in [home, inbox] { await relay.stop() }
+    }
+
     @Test("followers who follow before they know the followed user's list reach it as notices, and the followed user then holds their feeds")
     func followersThroughTheInbox() async throws {
         let dir = SyncTempDir()
