@@ -138,7 +138,10 @@ let package = Package(
         .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
         .testTarget(
             name: "ChorusServiceTests",
-            dependencies: ["ChorusTestSupport", "ChorusService", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusSync", .product(name: "NIOHTTP1", package: "swift-nio")]),
+            dependencies: [
+                "ChorusTestSupport", "ChorusService", "ChorusOperations", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusSync",
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
         .testTarget(name: "ChorusOperationsTests", dependencies: ["ChorusTestSupport", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto"]),

@@ -69,3 +69,34 @@ public func findingJSON(_ f: Finding) -> JSONValue {
         ("location", .string(f.location)),
     ])
 }
+
+extension AuditCoins.Result {
+    /// What `coinAuditJSON` writes.
+    public static var schema: JSONSchema {
+        .object([
+            ("issued", .integer), ("held", .integer), ("spent", .integer), ("conserved", .boolean),
+            (
+                "users",
+                .array(
+                    .object([
+                        ("user", .hex32), ("credits", .integer), ("gifts_received", .integer), ("gifts_given", .integer), ("spent", .integer),
+                        ("balance", .integer), ("devices", .map(.integer)),
+                    ]))
+            ),
+            (
+                "steps",
+                .array(
+                    .object([
+                        ("event", .hex32), ("hlc", .integer), ("kind", .string), ("author", .hex32), ("amount", .integer),
+                        ("from", .nullable(.hex32)), ("to", .nullable(.hex32)), ("receipt", .nullable(.string)), ("decision", .string),
+                        ("from_rights_after", .nullable(.integer)), ("to_rights_after", .nullable(.integer)),
+                    ]))
+            ),
+            ("receipts", .array(.object([("receipt", .string), ("credit", .hex32), ("amount", .integer), ("destinations", .map(.integer))]))),
+            ("findings", .array(findingSchema)),
+        ])
+    }
+}
+
+/// What `findingJSON` writes.
+public let findingSchema = JSONSchema.object([("code", .string), ("message", .string), ("event", .nullable(.hex32)), ("location", .string)])

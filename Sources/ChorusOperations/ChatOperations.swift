@@ -145,3 +145,13 @@ public struct ChangeMessage: NodeOperation {
         return MutationReport(NoFields(), try await node.deleteMessage(message), summary: "Deleted message \(message.short)")
     }
 }
+
+extension SendMessage.Fields: ReportFields {
+    /// `{"message"}`.
+    public static var fields: [(String, JSONSchema)] { [("message", .hex32)] }
+}
+
+extension CreateChat.Fields: ReportFields {
+    /// `{"chat"}`.
+    public static var fields: [(String, JSONSchema)] { [("chat", .hex32)] }
+}

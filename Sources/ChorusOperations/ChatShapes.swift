@@ -166,3 +166,47 @@ public struct GetChatPage: NodeOperation {
         return Result(page: try node.readableChatPage(chat, limit: limit, before: before))
     }
 }
+
+extension ChatShape: SchemaDescribed {
+    /// `title` and `title_state` are null for a chat without a title.
+    public static var schema: JSONSchema {
+        .object([
+            ("id", .hex32), ("title", .nullable(.string)), ("title_state", .nullable(.oneOfTexts(["readable", "locked", "unreadable", "sealed"]))),
+            ("creator", .hex32), ("created", .integer),
+            ("members", .array(.object([("user", .hex32), ("admin", .boolean), ("since", .integer)]))), ("messages", .integer),
+        ])
+    }
+}
+
+extension MessageShape: SchemaDescribed {
+    /// `text`, `picture` and `attachment` are null unless the body opened and holds them.
+    public static var schema: JSONSchema {
+        .object([
+            ("id", .hex32), ("sender", .hex32), ("device", .hex32), ("hlc", .integer), ("time", .string),
+            ("content", .oneOfTexts(["readable", "locked", "unreadable", "sealed", "deleted", "purged"])), ("text", .nullable(.string)),
+            ("picture", .nullable(.ref("Reference"))),
+            (
+                "attachment",
+                .nullable(
+                    .object([
+                        ("mime", .string), ("size", .integer), ("width", .nullable(.integer)), ("height", .nullable(.integer)),
+                        ("blob", .nullable(.hex32)),
+                    ]))
+            ),
+            ("epoch", .nullable(.hex32)), ("sealed_bytes", .nullable(.integer)), ("blob_size", .nullable(.integer)),
+            ("edited", .nullable(.integer)), ("deleted", .nullable(.integer)), ("purged", .boolean), ("cursor", .string),
+        ])
+    }
+}
+
+extension ListChats.Result {
+    /// `[CHAT, …]`.
+    public static var schema: JSONSchema { .array(.ref("Chat")) }
+}
+
+extension GetChatPage.Result {
+    /// `older` is null on the oldest page; `read` maps users to the HLC they read up to.
+    public static var schema: JSONSchema {
+        .object([("chat", .ref("Chat")), ("messages", .array(.ref("Message"))), ("older", .nullable(.string)), ("read", .map(.integer))])
+    }
+}

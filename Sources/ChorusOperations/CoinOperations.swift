@@ -122,3 +122,17 @@ public struct ChangeSlot: NodeOperation {
         }
     }
 }
+
+extension MoveCoins.Fields: ReportFields {
+    /// `{"user"}` for a gift, `{"device"}` for a move of rights, then `"amount"`.
+    public static var fields: [(String, JSONSchema)] { [("user", .hex32), ("device", .hex32), ("amount", .integer)] }
+    /// Only a gift names a user, only a move a device.
+    public static var optionalFields: Set<String> { ["user", "device"] }
+}
+
+extension ChangeSlot.Fields: ReportFields {
+    /// `{"slot"}`, and for `set` `"picture"` (null when emptied).
+    public static var fields: [(String, JSONSchema)] { [("slot", .integer), ("picture", .nullable(.hex32))] }
+    /// An unlock names no picture.
+    public static var optionalFields: Set<String> { ["picture"] }
+}

@@ -81,3 +81,15 @@ public struct ChangeDevice: NodeOperation {
         }
     }
 }
+
+extension ListDevices.Result {
+    /// `[DEVICE, …]`.
+    public static var schema: JSONSchema { .array(.ref("Device")) }
+}
+
+extension ChangeDevice.Fields: ReportFields {
+    /// `{"device"}`, and `"user"` for a binding.
+    public static var fields: [(String, JSONSchema)] { [("device", .hex32), ("user", .hex32)] }
+    /// A removal names no user.
+    public static var optionalFields: Set<String> { ["user"] }
+}

@@ -76,3 +76,19 @@ public struct ListLog: NodeOperation {
         return Result(events: found)
     }
 }
+
+extension ListLog {
+    /// One event as `StoredEvent.json()` writes it (without `raw`).
+    public static var eventSchema: JSONSchema {
+        .object([
+            ("id", .hex32), ("author", .hex32), ("seq", .integer), ("prev", .nullable(.hex32)), ("hlc", .integer), ("time", .string),
+            ("kind", .string), ("object", .hex32), ("payload", .anyValue), ("payload_hash", .hex32), ("payload_length", .integer),
+            ("purged", .boolean), ("arrival", .integer),
+        ])
+    }
+}
+
+extension ListLog.Result {
+    /// `[EVENT, …]`.
+    public static var schema: JSONSchema { .array(.ref("Event")) }
+}

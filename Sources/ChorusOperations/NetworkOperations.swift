@@ -56,3 +56,18 @@ public struct GetInvite: NodeOperation {
         Result(invite: node.network.invite, fingerprint: node.network.fingerprint.hex)
     }
 }
+
+extension GetNetwork.Result {
+    /// `{"issuers", "slot_prices", "bootstrap_relays", "fingerprint"}`.
+    public static var schema: JSONSchema {
+        .object([
+            ("issuers", .array(.hex32)), ("slot_prices", .array(.integer)),
+            ("bootstrap_relays", .array(.object([("address", .string), ("key", .hex32)]))), ("fingerprint", .hex32),
+        ])
+    }
+}
+
+extension GetInvite.Result {
+    /// `{"invite", "fingerprint"}`.
+    public static var schema: JSONSchema { .object([("invite", .string), ("fingerprint", .hex32)]) }
+}

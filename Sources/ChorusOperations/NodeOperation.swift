@@ -18,7 +18,7 @@ public protocol NodeOperation<Result>: Sendable {
 
 /// What an operation answers: its JSON is the encoding of the value (with
 /// `JSONValueEncoder`, fields in order, absent values as `null`).
-public protocol OperationResult: Encodable, Sendable {
+public protocol OperationResult: Encodable, Sendable, SchemaDescribed {
     /// Set when the answer reports a failure although it carries data: a
     /// mutation stored without effect (HTTP 422 with the event; exit status 1).
     var failure: OperationError? { get }
@@ -40,7 +40,7 @@ extension NodeOperation {
 /// (the target, a new object's id), then `event` (the signed event's id),
 /// `effective`, and, when it was stored without effect (Specs/projections.md
 /// §4), `code` and `reason`.
-public struct MutationReport<Fields: Encodable & Sendable>: OperationResult {
+public struct MutationReport<Fields: ReportFields>: OperationResult {
     /// The fields that come first.
     public let fields: Fields
     /// The signed event.
@@ -71,6 +71,13 @@ public struct MutationReport<Fields: Encodable & Sendable>: OperationResult {
 
     enum Keys: String, CodingKey { case event, effective, code, reason }
 
+    /// The fields, then `event`, `effective`, and `code` and `reason` when without effect.
+    public static var schema: JSONSchema {
+        .object(
+            Fields.fields + [("event", .hex32), ("effective", .boolean), ("code", .string), ("reason", .string)],
+            optional: Fields.optionalFields.union(["code", "reason"]))
+    }
+
     /// The fields, then `event`, `effective` and, without effect, `code` and `reason`.
     public func encode(to encoder: any Encoder) throws {
         try fields.encode(to: encoder)
@@ -85,7 +92,9 @@ public struct MutationReport<Fields: Encodable & Sendable>: OperationResult {
 }
 
 /// A mutation report with no fields of its own.
-public struct NoFields: Encodable, Sendable {
+public struct NoFields: ReportFields {
+    /// None.
+    public static var fields: [(String, JSONSchema)] { [] }
     /// Nothing.
     public init() {}
     /// Encodes nothing (an empty object when alone).

@@ -56,3 +56,14 @@ public struct ListPeers: NodeOperation {
         return Result(peers: records.sorted { $0.lastSynced > $1.lastSynced })
     }
 }
+
+extension ListPeers.Result {
+    /// `[PEER, …]`; `user` is null until the peer's hello named one.
+    public static var schema: JSONSchema {
+        .array(
+            .object([
+                ("peer", .hex32), ("user", .nullable(.hex32)), ("address", .string), ("last_synced_ms", .integer), ("last_synced", .string),
+                ("sessions", .integer), ("events_received", .integer), ("events_sent", .integer), ("position", .integer),
+            ]))
+    }
+}

@@ -80,3 +80,13 @@ public struct AddPicture: NodeOperation {
             Fields(picture: added.object.hex, size: image.count), added, summary: "Added picture \(added.object.short) (\(image.count) bytes)")
     }
 }
+
+extension ChangePicture.Fields: ReportFields {
+    /// `{"picture"}`.
+    public static var fields: [(String, JSONSchema)] { [("picture", .hex32)] }
+}
+
+extension AddPicture.Fields: ReportFields {
+    /// `{"picture", "size"}`.
+    public static var fields: [(String, JSONSchema)] { [("picture", .hex32), ("size", .integer)] }
+}

@@ -59,3 +59,8 @@ public struct SetProfile: NodeOperation {
         return Result(id: event.id, seq: event.seq)
     }
 }
+
+extension SetProfile.Result {
+    /// `{"id", "seq"}`.
+    public static var schema: JSONSchema { .object([("id", .hex32), ("seq", .integer)]) }
+}

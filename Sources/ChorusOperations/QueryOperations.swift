@@ -322,3 +322,55 @@ public struct ListNoEffect: NodeOperation {
             })
     }
 }
+
+extension GetProfile.Result {
+    /// Field values are as the profile holds them (text, or null once cleared).
+    public static var schema: JSONSchema {
+        .object([("user", .hex32), ("fields", .map(.anyValue)), ("avatar", .nullable(.ref("Reference"))), ("devices", .array(.ref("Device")))])
+    }
+}
+
+extension GetPicture.Result {
+    /// One object per status; `unknown` comes with a 404 over HTTP.
+    public static var schema: JSONSchema {
+        .anyOf([
+            .object([("status", .constant("live")), ("picture", .ref("Picture")), ("likes", .integer)]),
+            .object([("status", .constant("deleted")), ("id", .hex32), ("owner", .hex32), ("deleted", .integer), ("deleted_by", .hex32)]),
+            .object([("status", .constant("unknown")), ("id", .hex32)]),
+        ])
+    }
+}
+
+extension GetIdentity.Result {
+    /// `{"user", "device"}`.
+    public static var schema: JSONSchema { .object([("user", .hex32), ("device", .hex32)]) }
+}
+
+extension GetBalance.Result {
+    /// `{"user", "total", "devices", "user_key_rights"}`.
+    public static var schema: JSONSchema {
+        .object([("user", .hex32), ("total", .integer), ("devices", .array(.ref("Device"))), ("user_key_rights", .integer)])
+    }
+}
+
+extension GetSlots.Result {
+    /// `[{"slot", "price", "unlocked", "picture"}, …]`.
+    public static var schema: JSONSchema {
+        .array(.object([("slot", .integer), ("price", .integer), ("unlocked", .boolean), ("picture", .nullable(.ref("Reference")))]))
+    }
+}
+
+extension GetDigest.Result {
+    /// `{"digest", "events"}`.
+    public static var schema: JSONSchema { .object([("digest", .hex32), ("events", .integer)]) }
+}
+
+extension ListPictures.Result {
+    /// `[PICTURE, …]`.
+    public static var schema: JSONSchema { .array(.ref("Picture")) }
+}
+
+extension ListNoEffect.Result {
+    /// `[{"event", "kind", "code", "reason"}, …]`.
+    public static var schema: JSONSchema { .array(.object([("event", .hex32), ("kind", .string), ("code", .string), ("reason", .string)])) }
+}

@@ -60,3 +60,8 @@ public struct Relate: NodeOperation {
         }
     }
 }
+
+extension Relate.Target: ReportFields {
+    /// `{"target"}`.
+    public static var fields: [(String, JSONSchema)] { [("target", .hex32)] }
+}

@@ -122,3 +122,22 @@ public struct PublishRelays: NodeOperation {
         return MutationReport(Fields(relays: list.map(RelayShape.init)), try await node.setRelays(list), summary: summary)
     }
 }
+
+extension RelayShape: SchemaDescribed {
+    /// `{"address", "key", "roles"}`.
+    public static var schema: JSONSchema {
+        .object([("address", .string), ("key", .hex32), ("roles", .array(.oneOfTexts(["home", "inbox"])))])
+    }
+}
+
+extension GetRelays.Result {
+    /// `hlc` and `event` are null while the user has published no list.
+    public static var schema: JSONSchema {
+        .object([("user", .hex32), ("relays", .array(.ref("Relay"))), ("hlc", .nullable(.integer)), ("event", .nullable(.hex32))])
+    }
+}
+
+extension PublishRelays.Fields: ReportFields {
+    /// `{"relays"}`.
+    public static var fields: [(String, JSONSchema)] { [("relays", .array(.ref("Relay")))] }
+}

@@ -92,3 +92,33 @@ public struct KeyList: OperationResult {
         for key in keys { try c.encode(key.hex) }
     }
 }
+
+extension PictureShape: SchemaDescribed {
+    /// Every field is there; the content fields are null once purged.
+    public static var schema: JSONSchema {
+        .object([
+            ("id", .hex32), ("owner", .hex32), ("caption", .nullable(.string)), ("mime", .nullable(.string)), ("blob", .nullable(.hex32)),
+            ("size", .nullable(.integer)), ("width", .nullable(.integer)), ("height", .nullable(.integer)), ("hlc", .integer),
+            ("time", .string), ("created_by", .hex32), ("content_purged", .boolean),
+        ])
+    }
+}
+
+extension ReferenceShape: SchemaDescribed {
+    /// `picture` is null unless `status` is `picture`.
+    public static var schema: JSONSchema {
+        .object([("id", .hex32), ("status", .oneOfTexts(["picture", "removed", "unresolved"])), ("picture", .nullable(.ref("Picture")))])
+    }
+}
+
+extension DeviceShape: SchemaDescribed {
+    /// `removed` is null while the device is bound.
+    public static var schema: JSONSchema {
+        .object([("device", .hex32), ("name", .nullable(.string)), ("added", .integer), ("removed", .nullable(.integer)), ("rights", .integer)])
+    }
+}
+
+extension KeyList: SchemaDescribed {
+    /// An array of hex keys.
+    public static var schema: JSONSchema { .array(.hex32) }
+}

@@ -1,12 +1,15 @@
+import ChorusNode
+import ChorusOperations
 import Foundation
 
 /// The OpenAPI 3.1 description of the local API, made from the same route
 /// table the server uses, so the two cannot disagree. `Specs/api.openapi.json`
 /// is this document; a test checks it byte for byte.
 public enum OpenAPIDocument {
-    /// Body fields that are lists of strings or whole numbers; every other field is a string.
-    static let listFields: Set<String> = ["members", "relays"]
-    static let integerFields: Set<String> = ["amount", "hops"]
+    /// One name, one type, across every endpoint (Specs/api.md §5): these
+    /// parameters and body fields are ids (64 hex digits, either case).
+    static let idNames: Set<String> = ["id", "object", "user", "device", "author", "picture", "before", "after", "message", "chat"]
+    static var id: [String: Any] { ["type": "string", "pattern": "^[0-9a-fA-F]{64}$"] }
 
     public static func make() -> [String: Any] {
         var paths: [String: [String: Any]] = [:]
@@ -57,16 +60,7 @@ public enum OpenAPIDocument {
             "servers": [["url": "http://localhost", "description": "the Unix socket api.sock in the store directory, or the TCP address given with --api-listen"]],
             "components": [
                 "securitySchemes": ["bearer": ["type": "http", "scheme": "bearer", "description": "keys/api.token in the store; needed on TCP only"]],
-                "schemas": [
-                    "Error": [
-                        "type": "object", "required": ["code", "message"], "additionalProperties": false,
-                        "properties": [
-                            "code": ["type": "string", "description": "The stable, machine-readable name of the failure (Specs/api.md §5)"],
-                            "message": ["type": "string", "description": "What was wrong, for people"],
-                        ],
-                    ],
-                    "CommandOutput": ["description": "What the command prints with --json (Specs/api.md §5)"],
-                ],
+                "schemas": sharedSchemas(),
             ],
             "security": [["bearer": [] as [Any]]],
             "paths": paths,
@@ -77,6 +71,35 @@ public enum OpenAPIDocument {
     public static func rendered() throws -> Data {
         let data = try JSONSerialization.data(withJSONObject: make(), options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
         return data + Data("\n".utf8)
+    }
+
+    /// `Error` and the shapes answers share (`JSONSchema.components`).
+    static func sharedSchemas() -> [String: Any] {
+        var schemas: [String: Any] = [
+            "Error": [
+                "type": "object", "required": ["code", "message"],
+                "description": "A failure (Specs/api.md §5). A failure that carries data (a mutation stored without effect, a picture this node does not hold) adds the fields of the answer after these two.",
+                "properties": [
+                    "code": ["type": "string", "description": "The stable, machine-readable name of the failure (Specs/api.md §5)"],
+                    "message": ["type": "string", "description": "What was wrong, for people"],
+                ],
+            ] as [String: Any]
+        ]
+        for (name, schema) in JSONSchema.components { schemas[name] = foundation(schema.json) }
+        return schemas
+    }
+
+    /// A JSON value as JSONSerialization takes it.
+    static func foundation(_ value: JSONValue) -> Any {
+        switch value {
+        case .string(let s): s
+        case .int(let n): n
+        case .uint(let n): n
+        case .bool(let b): b
+        case .null: NSNull()
+        case .array(let items): items.map(foundation)
+        case .object(let pairs): Dictionary(pairs.map { ($0.0, foundation($0.1)) }, uniquingKeysWith: { first, _ in first })
+        }
     }
 
     static func operationID(_ route: CommandRoute) -> String {
@@ -94,9 +117,13 @@ public enum OpenAPIDocument {
         for argument in route.arguments {
             switch argument {
             case .path(let name):
-                parameters.append(["name": name, "in": "path", "required": true, "schema": ["type": "string"]])
+                let schema: [String: Any] = name == "slot" ? ["type": "integer"] : idNames.contains(name) ? id : ["type": "string"]
+                parameters.append(["name": name, "in": "path", "required": true, "schema": schema])
             case .query(let name), .queryOption(let name, _):
-                parameters.append(["name": name, "in": "query", "required": false, "schema": ["type": "string"]])
+                // A query's `before` is a page cursor, not a picture.
+                let schema: [String: Any] =
+                    ["limit", "offset", "since"].contains(name) ? ["type": "integer"] : idNames.contains(name) && name != "before" ? id : ["type": "string"]
+                parameters.append(["name": name, "in": "query", "required": false, "schema": schema])
             case .queryFlag(let name, _):
                 parameters.append(["name": name, "in": "query", "required": false, "schema": ["type": "boolean"]])
             case .field(let name):
@@ -131,9 +158,13 @@ public enum OpenAPIDocument {
     }
 
     static func fieldSchema(_ name: String) -> [String: Any] {
-        if listFields.contains(name) { return ["type": "array", "items": ["type": "string"]] }
-        if integerFields.contains(name) { return ["type": ["integer", "string"]] }
-        return ["type": "string"]
+        switch name {
+        case "members": ["type": "array", "items": id]
+        case "relays": ["type": "array", "items": ["type": "string"]]
+        case "amount": ["anyOf": [["type": "integer", "minimum": 1], ["type": "string", "pattern": "^[0-9]+$"]]]
+        case "hops": ["anyOf": [["type": "integer", "minimum": 0], ["type": "string", "pattern": "^[0-9]+$"]]]
+        default: idNames.contains(name) ? id : ["type": "string"]
+        }
     }
 
     static func jsonResponse(_ description: String, schema: [String: Any]) -> [String: Any] {
@@ -143,26 +174,32 @@ public enum OpenAPIDocument {
     static func responses(_ route: CommandRoute) -> [String: Any] {
         let error = ["$ref": "#/components/schemas/Error"]
         let ok: [String: Any] =
-            route.json
-            ? jsonResponse("What the command prints with --json", schema: ["$ref": "#/components/schemas/CommandOutput"])
-            : ["description": "The bytes the command writes", "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+            if let schema = route.answerSchema {
+                jsonResponse("What `--json` prints", schema: foundation(schema.json) as? [String: Any] ?? [:])
+            } else {
+                ["description": "The bytes the command writes", "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+            }
         let refused = jsonResponse(
-            "Refused by the rules, or stored without effect: the mutation's report with effective false, code and reason, or an error",
-            schema: ["oneOf": [["$ref": "#/components/schemas/CommandOutput"], error]])
-        if route.operation != nil {
-            return [
-                "200": ok, "422": refused,
-                "400": jsonResponse("Bad input: a malformed id, a missing, unknown or mistyped field, content the rules do not allow", schema: error),
-                "404": jsonResponse("The object is not held by this node", schema: error),
-                "409": jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error),
-                "401": jsonResponse("On TCP without the bearer token", schema: error),
-            ]
-        }
-        return [
+            "Refused by the rules, or stored without effect: the error, followed for a stored mutation by its report (effective false, reason)",
+            schema: error)
+        // What every endpoint can answer besides its own outcomes (Specs/api.md §3, §5).
+        var out: [String: Any] = [
             "200": ok, "422": refused,
-            "400": jsonResponse("Bad input: the command's error message", schema: error),
-            "401": jsonResponse("On TCP without the bearer token", schema: error),
+            "401": jsonResponse("On TCP without the bearer token or a page session", schema: error),
+            "403": jsonResponse("A browser request from another origin, or a Host this API does not answer to", schema: error),
+            "413": jsonResponse("The body is over the limit", schema: error),
+            "503": jsonResponse("The node is closing or its store cannot take writes now", schema: error),
         ]
+        if route.method != .get { out["415"] = jsonResponse("A body that is not JSON (or, for an upload, not the raw file)", schema: error) }
+        if route.json, route.method == .get { out["304"] = ["description": "Not modified: the answer's ETag matches If-None-Match"] }
+        if route.operation != nil {
+            out["400"] = jsonResponse("Bad input: a malformed id, a missing, unknown or mistyped field, content the rules do not allow", schema: error)
+            out["404"] = jsonResponse("The object is not held by this node", schema: error)
+            out["409"] = jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error)
+        } else {
+            out["400"] = jsonResponse("Bad input: the command's error message", schema: error)
+        }
+        return out
     }
 
     static func runOperation() -> [String: Any] {

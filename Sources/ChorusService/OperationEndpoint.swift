@@ -186,8 +186,11 @@ struct OperationRequest: Sendable {
 /// failure as `{"code", "message"}` with the status of its kind.
 struct OperationEndpoint: Sendable {
     let answer: @Sendable (Node, OperationRequest) async -> (status: Int, body: JSONValue)
+    /// The schema of a 200 answer: the operation's result's.
+    let resultSchema: JSONSchema
 
     init<Op: NodeOperation>(_ make: @escaping @Sendable (OperationRequest) throws -> Op) {
+        resultSchema = Op.Result.schema
         answer = { node, request in
             let result: Op.Result
             do {

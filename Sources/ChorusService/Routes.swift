@@ -46,15 +46,24 @@ public struct CommandRoute: Sendable {
     public let json: Bool
     /// The typed operation that answers the endpoint; nil: the command line of `arguments` runs.
     let operation: OperationEndpoint?
+    /// The schema of a command's JSON answer (a typed operation states its own).
+    let commandSchema: JSONSchema?
 
-    init(_ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true, operation: OperationEndpoint? = nil) {
+    init(
+        _ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true, operation: OperationEndpoint? = nil,
+        answers commandSchema: JSONSchema? = nil
+    ) {
         self.method = method
         self.path = path
         self.summary = summary
         self.arguments = arguments
         self.json = json
         self.operation = operation
+        self.commandSchema = commandSchema
     }
+
+    /// The schema of a 200 answer with JSON, nil when the answer is bytes.
+    public var answerSchema: JSONSchema? { json ? operation?.resultSchema ?? commandSchema ?? .anyValue : nil }
 
     public enum InputError: Error, CustomStringConvertible, Equatable {
         case missingField(String)
@@ -175,6 +184,37 @@ public struct CommandRoute: Sendable {
     }
 
     /// Every endpoint (Specs/api.md §5; Specs/api.openapi.json lists the same).
+    /// What `chorus sync HOST:PORT --json` prints.
+    static let peerSyncSchema = JSONSchema.object([
+        ("peer", .hex32), ("address", .string), ("complete", .boolean), ("live", .boolean), ("events_received", .integer),
+        ("events_sent", .integer), ("duplicates_received", .integer), ("blobs_received", .integer), ("blobs_sent", .integer),
+        ("damaged_blobs", .array(.hex32)), ("forks_seen", .integer), ("chat_keys_shared", .integer), ("bytes_received", .integer),
+        ("bytes_sent", .integer), ("frames_received", .integer), ("frames_sent", .integer), ("sessions", .integer), ("reconciled", .boolean),
+        ("partial", .boolean), ("seconds", .string),
+    ])
+
+    /// What `chorus sync --json` prints without an address: each relay of the plan with its report or its failure.
+    static let relaySyncSchema = JSONSchema.object([
+        (
+            "relays",
+            .array(
+                .object(
+                    [
+                        ("address", .string), ("key", .hex32), ("reasons", .array(.string)), ("covers", .array(.hex32)),
+                        (
+                            "report",
+                            .object([
+                                ("peer", .hex32), ("address", .string), ("complete", .boolean), ("events_received", .integer),
+                                ("events_sent", .integer), ("blobs_received", .integer), ("blobs_sent", .integer), ("bytes_received", .integer),
+                                ("bytes_sent", .integer), ("deliveries_left", .integer), ("notices_received", .integer), ("seconds", .string),
+                            ])
+                        ),
+                        ("error", .string), ("code", .string),
+                    ], optional: ["report", "error", "code"]))
+        ),
+        ("uncovered", .array(.hex32)), ("unlisted", .array(.hex32)), ("complete", .boolean),
+    ])
+
     public static let all: [CommandRoute] = [
         // Identity and network
         .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")], operation: OperationEndpoint { _ in GetIdentity() }),
@@ -384,8 +424,16 @@ public struct CommandRoute: Sendable {
                     latest: ["true", "1"].contains(r.query["latest"] ?? ""))
             }),
         .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
-        .init(.post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")]),
-        .init(.post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists", [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")]),
+        .init(
+            .post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")],
+            answers: .object([
+                ("accepted", .integer), ("duplicate", .integer), ("refused", .integer), ("withheld", .integer),
+                ("errors", .array(.object([("index", .integer), ("code", .string), ("reason", .string)]))), ("errors_total", .integer),
+            ])),
+        .init(
+            .post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists",
+            [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")],
+            answers: .anyOf([Self.peerSyncSchema, Self.relaySyncSchema])),
         .init(.get, "/v1/peers", "Known sync peers, latest first", [.word("peers")], operation: OperationEndpoint { _ in ListPeers() }),
     ]
 }

@@ -45,6 +45,8 @@ struct EndpointTests {
             let bytes = try raw.map { Array($0) } ?? body.map { Array(try JSONSerialization.data(withJSONObject: $0)) }
             let r = try await client.send(method, path, body: bytes, contentType: raw == nil ? "application/json" : "application/octet-stream")
             #expect(r.status == expect, "\(method) \(path) (run \(run)): \(r.status) \(r.text)", sourceLocation: sourceLocation)
+            let problems = AnswerSchemas.problems(CommandRoute.Method(rawValue: method.rawValue) ?? .get, path, status: r.status, body: r.body)
+            #expect(problems.isEmpty, "\(method) \(path) does not answer as Specs/api.openapi.json says: \(problems) in \(r.text.prefix(2000))", sourceLocation: sourceLocation)
             coverage.record(method, path)
             return r
         }
