@@ -47,6 +47,31 @@ ensure_openapi_validator() {
         echo "Could not install openapi-spec-validator; the OpenAPI document will not be validated." >&2
 }
 
+# Installs schemathesis (the property-based client the API test runs
+# against Specs/api.openapi.json) from PyPI into a virtual environment of
+# its own, since Debian's python3 is externally managed, and names it in
+# CHORUS_SCHEMATHESIS. When it cannot be installed the test is skipped, loudly.
+ensure_schemathesis() {
+    local venv="${XDG_CACHE_HOME:-$HOME/.cache}/chorus/schemathesis"
+    if [ ! -x "$venv/bin/st" ]; then
+        echo "Installing schemathesis (PyPI) into $venv for the API test..." >&2
+        if ! python3 -m venv "$venv" >&2 2>/dev/null; then
+            if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2 || true
+            fi
+            rm -rf "$venv"
+            python3 -m venv "$venv" >&2 || true
+        fi
+        if [ ! -x "$venv/bin/pip" ] ||
+            ! "$venv/bin/pip" install --quiet --disable-pip-version-check 'schemathesis>=4.3,<5' >&2; then
+            echo "Could not install schemathesis; the API will NOT be checked against its OpenAPI document." >&2
+            export CHORUS_SCHEMATHESIS=skip
+            return 0
+        fi
+    fi
+    export CHORUS_SCHEMATHESIS="$venv/bin/st"
+}
+
 # Builds the given products in debug mode; prints the build log only on failure.
 build_products() {
     local log

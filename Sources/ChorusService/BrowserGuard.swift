@@ -223,6 +223,11 @@ struct BrowserGuardMiddleware: RouterMiddleware {
                 let body = #"{"expires_in":\#(Int(PageSessions.lifetime.components.seconds)),"session":"\#(id)"}"#
                 return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
             }
+            if path == "/v1/session" && request.method == .delete {
+                return APIServer.errorResponse(
+                    .badRequest, code: "no_page_session",
+                    "this request carries the API token, not a page session: there is no session to end (send the page session as the bearer)")
+            }
             return try await next(request, context)
         }
         if let given, sameOrigin, sessions.isValid(given, host: host, generation: generation) {

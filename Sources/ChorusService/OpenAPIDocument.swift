@@ -1,3 +1,4 @@
+import ChorusEvents
 import ChorusNode
 import ChorusOperations
 import Foundation
@@ -20,13 +21,20 @@ public enum OpenAPIDocument {
         paths["/health"] = [
             "get": [
                 "operationId": "health", "summary": "Whether the node serves (no token needed, also on TCP)", "security": [] as [Any],
-                "responses": ["200": jsonResponse("The node serves", schema: ["type": "object", "properties": ["status": ["const": "ok"]]])],
+                "responses": [
+                    "200": jsonResponse("The node serves", schema: ["type": "object", "properties": ["status": ["const": "ok"]]]),
+                    "503": jsonResponse("The store or its writer does not answer", schema: ["type": "object"]),
+                    "421": hostRefused(),
+                ],
             ] as [String: Any]
         ]
         paths["/metrics"] = [
             "get": [
                 "operationId": "metrics", "summary": "Prometheus metrics (text exposition format)",
-                "responses": ["200": ["description": "Metrics", "content": ["text/plain": ["schema": ["type": "string"]]]]],
+                "responses": [
+                    "200": ["description": "Metrics", "content": ["text/plain": ["schema": ["type": "string"]]]], "401": unauthorized(),
+                    "421": hostRefused(),
+                ],
             ] as [String: Any]
         ]
         paths["/v1/watch"] = ["get": watchOperation()]
@@ -43,11 +51,16 @@ public enum OpenAPIDocument {
                             "properties": ["session": ["type": "string"], "expires_in": ["type": "integer"]],
                         ]),
                     "403": jsonResponse("Asked from another origin", schema: ["$ref": "#/components/schemas/Error"]),
+                    "401": unauthorized(), "421": hostRefused(),
                 ],
             ] as [String: Any],
             "delete": [
                 "operationId": "endPageSession", "summary": "TCP only: ends the page session that authorizes the request",
-                "responses": ["204": ["description": "Ended"]],
+                "responses": [
+                    "204": ["description": "Ended"], "401": unauthorized(), "421": hostRefused(),
+                    "400": jsonResponse("Authorized by the API token, which is no page session", schema: ["$ref": "#/components/schemas/Error"]),
+                    "403": jsonResponse("Asked from another origin", schema: ["$ref": "#/components/schemas/Error"]),
+                ],
             ] as [String: Any],
         ]
         return [
@@ -122,7 +135,13 @@ public enum OpenAPIDocument {
             case .query(let name), .queryOption(let name, _):
                 // A query's `before` is a page cursor, not a picture.
                 let schema: [String: Any] =
-                    ["limit", "offset", "since"].contains(name) ? ["type": "integer"] : idNames.contains(name) && name != "before" ? id : ["type": "string"]
+                    switch name {
+                    case "limit", "offset", "since": ["type": "integer", "minimum": 0]
+                    case "kind": ["enum": EventKind.known.map(\.name)]
+                    case "format": ["enum": ["cbor", "jsonl"]]
+                    case "before": ["type": "string"]
+                    default: idNames.contains(name) ? id : ["type": "string"]
+                    }
                 parameters.append(["name": name, "in": "query", "required": false, "schema": schema])
             case .queryFlag(let name, _):
                 parameters.append(["name": name, "in": "query", "required": false, "schema": ["type": "boolean"]])
@@ -163,8 +182,17 @@ public enum OpenAPIDocument {
         case "relays": ["type": "array", "items": ["type": "string"]]
         case "amount": ["anyOf": [["type": "integer", "minimum": 1], ["type": "string", "pattern": "^[0-9]+$"]]]
         case "hops": ["anyOf": [["type": "integer", "minimum": 0], ["type": "string", "pattern": "^[0-9]+$"]]]
+        case "field": ["enum": ProfileField.settable.map(\.rawValue)]
         default: idNames.contains(name) ? id : ["type": "string"]
         }
+    }
+
+    static func unauthorized() -> [String: Any] {
+        jsonResponse("On TCP without the bearer token or a page session", schema: ["$ref": "#/components/schemas/Error"])
+    }
+
+    static func hostRefused() -> [String: Any] {
+        jsonResponse("A Host this API does not answer to (chorus serve --api-host)", schema: ["$ref": "#/components/schemas/Error"])
     }
 
     static func jsonResponse(_ description: String, schema: [String: Any]) -> [String: Any] {
@@ -186,7 +214,8 @@ public enum OpenAPIDocument {
         var out: [String: Any] = [
             "200": ok, "422": refused,
             "401": jsonResponse("On TCP without the bearer token or a page session", schema: error),
-            "403": jsonResponse("A browser request from another origin, or a Host this API does not answer to", schema: error),
+            "403": jsonResponse("A browser request from another origin", schema: error),
+            "421": jsonResponse("A Host this API does not answer to (chorus serve --api-host)", schema: error),
             "413": jsonResponse("The body is over the limit", schema: error),
             "503": jsonResponse("The node is closing or its store cannot take writes now", schema: error),
         ]
@@ -223,7 +252,9 @@ public enum OpenAPIDocument {
                 "200": [
                     "description": "Frames: a type byte (1 output, 2 error, 3 exit status), a 4-byte big-endian length, the payload",
                     "content": [CommandFrame.mediaType: ["schema": ["type": "string", "format": "binary"]]],
-                ]
+                ],
+                "404": jsonResponse("Asked on TCP: the command runner is on the Unix socket only", schema: ["$ref": "#/components/schemas/Error"]),
+                "400": jsonResponse("Not a command request", schema: ["$ref": "#/components/schemas/Error"]),
             ],
         ]
     }
@@ -238,6 +269,7 @@ public enum OpenAPIDocument {
             "responses": [
                 "200": ["description": "An event stream: `data:` lines, each the endpoint's JSON", "content": ["text/event-stream": ["schema": ["type": "string"]]]],
                 "400": jsonResponse("Not a GET endpoint of this API", schema: ["$ref": "#/components/schemas/Error"]),
+                "401": unauthorized(), "421": hostRefused(),
             ],
         ]
     }

@@ -148,6 +148,9 @@ struct BrowserSafetyTests {
             .POST, "/v1/profile", body: Self.bio, contentType: "application/json",
             headers: [bearer, ("Host", s.host), ("Origin", s.origin), ("Sec-Fetch-Site", "same-origin")])
         #expect(write.status == 200, "\(write.text)")
+        // The API token is no page session: there is nothing to end with it.
+        let notASession = try await s.client.send(.DELETE, "/v1/session", headers: [("Authorization", "Bearer \(s.token)")])
+        #expect(notASession.status == 400 && notASession.text.contains("no_page_session"), "\(notASession.text)")
         // Rotating the token ends the old token and every session made with it, at once.
         let old = s.token
         s.token = try APIToken.rotate(at: s.tokenPath)
