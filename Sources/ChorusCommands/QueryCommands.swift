@@ -111,14 +111,36 @@ struct QueryPicture: AsyncParsableCommand {
     }
 }
 
+/// `--limit` and `--after` of a paged list (Specs/api.md §5).
+struct PageOptions: ParsableArguments {
+    @Option(help: "At most this many (a page); without it and --after, the whole list.") var limit: Int?
+    @Option(help: ArgumentHelp("Start after this id: the last one of the previous page.", valueName: "id")) var after: String?
+
+    func validate() throws {
+        if let limit, limit < 0 { throw ValidationError("--limit must not be negative") }
+        if let after { _ = try parseKey(after, what: "--after") }
+    }
+
+    var afterKey: Bytes32? { after.flatMap { try? parseKey($0, what: "--after") } }
+}
+
+/// Says on standard error where the next page starts, when there is one.
+func notePage(_ next: String?) {
+    guard let next else { return }
+    Console.writeError(Data("More follow: run again with --after \(next)\n".utf8))
+}
+
 struct QueryFollowers: QueryCommand {
     static let configuration = CommandConfiguration(commandName: "followers", abstract: "Users following USER (minus those USER blocked).")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user.") var user: String
     func validate() throws { _ = try parseKey(user, what: "USER") }
+    @OptionGroup var page: PageOptions
     func query(_ node: Node) async throws {
-        keyList(try await ListRelated(.followers, of: try parseKey(user, what: "USER")).run(on: node).keys, json: output.json, empty: "No followers.")
+        let result = try await ListRelated(.followers, of: try parseKey(user, what: "USER"), after: page.afterKey, limit: page.limit).run(on: node)
+        keyList(result.keys, json: output.json, empty: "No followers.")
+        notePage(result.nextPage)
     }
 }
 
@@ -128,8 +150,11 @@ struct QueryFollowing: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The user.") var user: String
     func validate() throws { _ = try parseKey(user, what: "USER") }
+    @OptionGroup var page: PageOptions
     func query(_ node: Node) async throws {
-        keyList(try await ListRelated(.following, of: try parseKey(user, what: "USER")).run(on: node).keys, json: output.json, empty: "Follows nobody.")
+        let result = try await ListRelated(.following, of: try parseKey(user, what: "USER"), after: page.afterKey, limit: page.limit).run(on: node)
+        keyList(result.keys, json: output.json, empty: "Follows nobody.")
+        notePage(result.nextPage)
     }
 }
 
@@ -139,8 +164,11 @@ struct QueryLikes: QueryCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The picture or message id.") var object: String
     func validate() throws { _ = try parseKey(object, what: "OBJECT") }
+    @OptionGroup var page: PageOptions
     func query(_ node: Node) async throws {
-        keyList(try await ListRelated(.likes, of: try parseKey(object, what: "OBJECT")).run(on: node).keys, json: output.json, empty: "No likes.")
+        let result = try await ListRelated(.likes, of: try parseKey(object, what: "OBJECT"), after: page.afterKey, limit: page.limit).run(on: node)
+        keyList(result.keys, json: output.json, empty: "No likes.")
+        notePage(result.nextPage)
     }
 }
 
@@ -176,8 +204,10 @@ struct QueryChats: QueryCommand {
     static let configuration = CommandConfiguration(commandName: "chats", abstract: "The chats you are a member of.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
+    @OptionGroup var page: PageOptions
     func query(_ node: Node) async throws {
-        let result = try await ListChats().run(on: node)
+        let result = try await ListChats(after: page.afterKey.map(ChatID.init), limit: page.limit).run(on: node)
+        defer { notePage(result.nextPage) }
         let chats = result.chats
         if output.json {
             printJSON(try JSONValueEncoder().encode(result))

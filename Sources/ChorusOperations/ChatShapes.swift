@@ -109,6 +109,8 @@ public struct ListChats: NodeOperation {
     public struct Result: OperationResult {
         /// The chats.
         public let chats: [ReadableChat]
+        /// The `after` that reads the next page; nil on the last.
+        public var nextPage: String? = nil
 
         /// An array of chats.
         public func encode(to encoder: any Encoder) throws {
@@ -117,12 +119,27 @@ public struct ListChats: NodeOperation {
         }
     }
 
-    /// This node's user's chats.
-    public init() {}
+    /// The chat the page starts after; nil: from the first.
+    public let after: ChatID?
+    /// At most this many chats; nil: all of them.
+    public let limit: Int?
 
-    /// Reads the chats and opens their titles.
+    /// This node's user's chats, all of them or a page of `limit` after `after`.
+    public init(after: ChatID? = nil, limit: Int? = nil) {
+        self.after = after
+        self.limit = limit
+    }
+
+    /// Reads the chats (a page of them) and opens their titles.
     public func run(on node: Node) async throws -> Result {
-        Result(chats: try node.projections.chats(of: node.identity.user).map(node.readableChat))
+        let user = node.identity.user
+        if limit == nil, after == nil { return Result(chats: try node.projections.chats(of: user).map(node.readableChat)) }
+        let limit = try pageLimit(limit)
+        // One more than the page says whether another follows.
+        let views = try node.projections.chats(of: user, after: after, limit: limit + 1)
+        let page = Array(views.prefix(limit))
+        let next = views.count > limit ? page.last?.id.hex : nil
+        return Result(chats: try page.map(node.readableChat), nextPage: next)
     }
 }
 

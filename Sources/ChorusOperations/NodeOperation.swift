@@ -22,12 +22,27 @@ public protocol OperationResult: Encodable, Sendable, SchemaDescribed {
     /// Set when the answer reports a failure although it carries data: a
     /// mutation stored without effect (HTTP 422 with the event; exit status 1).
     var failure: OperationError? { get }
+    /// For a page of a list: the `after` that reads the next page (the last
+    /// item's id), nil on the last page (HTTP: a `Link` header, rel next).
+    var nextPage: String? { get }
 }
 
 extension OperationResult {
     /// No failure.
     public var failure: OperationError? { nil }
+    /// Not paged.
+    public var nextPage: String? { nil }
 }
+
+/// A page's size: `limit` when given (at least 0), else `defaultPageSize`.
+func pageLimit(_ limit: Int?) throws -> Int {
+    let limit = limit ?? defaultPageSize
+    guard limit >= 0 else { throw OperationError(.badInput, code: "bad_limit", "limit must not be negative") }
+    return limit
+}
+
+/// The page a paged list answers when given `after` without `limit` (Specs/api.md §5).
+public let defaultPageSize = 100
 
 extension NodeOperation {
     /// Runs the operation and classes any error it throws.

@@ -48,21 +48,42 @@ public struct ListRelated: NodeOperation {
     public let relation: Relation
     /// The user (followers, following) or the object (likes); nil: this node's user.
     public let subject: Bytes32?
+    /// The user the page starts after (key order); nil: from the first.
+    public let after: Bytes32?
+    /// At most this many users; nil: all of them.
+    public let limit: Int?
 
-    /// The `relation` list of `subject` (default: this node's user).
-    public init(_ relation: Relation, of subject: Bytes32?) {
+    /// The `relation` list of `subject` (default: this node's user): all
+    /// of it, or a page of `limit` users after `after`.
+    public init(_ relation: Relation, of subject: Bytes32?, after: Bytes32? = nil, limit: Int? = nil) {
         self.relation = relation
         self.subject = subject
+        self.after = after
+        self.limit = limit
     }
 
-    /// Reads the list.
+    /// Reads the list, or the page: its cost follows the page.
     public func run(on node: Node) async throws -> KeyList {
         let subject = self.subject ?? node.identity.user.raw
-        return switch relation {
-        case .followers: KeyList(try node.projections.followers(of: subject))
-        case .following: KeyList(try node.projections.following(subject))
-        case .likes: KeyList(try node.projections.likes(of: subject))
+        let p = node.projections
+        if limit == nil, after == nil {
+            return switch relation {
+            case .followers: KeyList(try p.followers(of: subject))
+            case .following: KeyList(try p.following(subject))
+            case .likes: KeyList(try p.likes(of: subject))
+            }
         }
+        let limit = try pageLimit(limit)
+        let after = self.after.map(UserID.init)
+        // One more than the page says whether another follows.
+        let users: [UserID] =
+            switch relation {
+            case .followers: try p.followers(of: UserID(subject), after: after, limit: limit + 1)
+            case .following: try p.following(UserID(subject), after: after, limit: limit + 1)
+            case .likes: try p.likes(of: subject, after: after, limit: limit + 1)
+            }
+        let page = users.prefix(limit).map(\.raw)
+        return KeyList(Array(page), nextPage: users.count > limit ? page.last?.hex : nil)
     }
 }
 

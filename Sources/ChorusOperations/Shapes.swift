@@ -82,9 +82,14 @@ public struct DeviceShape: Encodable, Sendable {
 public struct KeyList: OperationResult {
     /// The keys.
     public let keys: [PublicKey]
+    /// The `after` that reads the next page; nil on the last.
+    public let nextPage: String?
 
-    /// The list of `keys`.
-    public init(_ keys: [PublicKey]) { self.keys = keys }
+    /// The list of `keys`, a page when `nextPage` is given.
+    public init(_ keys: [PublicKey], nextPage: String? = nil) {
+        self.keys = keys
+        self.nextPage = nextPage
+    }
 
     /// An array of hex strings.
     public func encode(to encoder: any Encoder) throws {

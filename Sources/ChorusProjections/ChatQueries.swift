@@ -113,6 +113,32 @@ extension Projections {
         }
     }
 
+    /// A page of `chats(of:)`: up to `limit` chats after the chat `after`
+    /// in the same order (creation, then id). Only the page's chats are
+    /// read whole; the others cost one record lookup each.
+    public func chats(of user: UserID, after: ChatID?, limit: Int) throws -> [ChatView] {
+        try log.env.read { txn in
+            func created(_ id: ObjectID) throws -> HLC? {
+                guard let raw = try txn.get(state, Table.chat.key(id)), let hlc = try Codec.decode(raw, "chat record")[text: "hlc"]?.unsignedValue
+                else { return nil }
+                return HLC(rawValue: hlc)
+            }
+            var order: [(HLC, ObjectID)] = []
+            try txn.scan(state, prefix: Table.userChat.key(user.raw)) { key, _ in
+                let id = try Codec.b32(key.suffix(32), "chat id")
+                if let hlc = try created(id) { order.append((hlc, id)) }
+                return true
+            }
+            order.sort { ($0.0, $0.1) < ($1.0, $1.1) }
+            var start = order.startIndex
+            if let after {
+                guard let hlc = try created(after.raw) else { throw QueryError.badCursor(after.hex) }
+                start = order.firstIndex { ($0.0, $0.1) > (hlc, after.raw) } ?? order.endIndex
+            }
+            return try order[start...].prefix(max(0, limit)).compactMap { try chatView($0.1, in: txn) }
+        }
+    }
+
     /// A chat's record and current members, nil when this node holds no creation.
     public func chatView(_ id: ChatID) throws -> ChatView? {
         try log.env.read { txn in try chatView(id.raw, in: txn) }

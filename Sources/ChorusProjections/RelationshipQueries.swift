@@ -24,6 +24,54 @@ extension Projections {
         return out
     }
 
+    /// Up to `limit` keys in key order whose entries are `prefix` and a
+    /// 32-byte key, after `after` (the last key of the previous page),
+    /// those `keep` keeps: the cost follows the page, not the list.
+    func page(
+        _ prefix: [UInt8], after: Bytes32?, limit: Int, in txn: Transaction, keep: (PublicKey) throws -> Bool = { _ in true }
+    ) throws -> [PublicKey] {
+        var out: [PublicKey] = []
+        guard limit > 0 else { return out }
+        // Every key under the prefix has the same length, so the first one
+        // past `after` is at or after `after` followed by a zero byte.
+        try txn.scan(state, from: after.map { prefix + $0.bytes + [0] } ?? prefix) { key, _ in
+            guard key.starts(with: prefix), key.count == prefix.count + 32 else { return false }
+            let k = try Codec.b32(key.suffix(32), "listed key")
+            if try keep(k) { out.append(k) }
+            return out.count < limit
+        }
+        return out
+    }
+
+    /// A page of `followers(of:)`: up to `limit` users in key order after `after`.
+    public func followers(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
+        try log.env.read { txn in
+            let blocks = Table.edgeOut.key(ObjectClass.block.rawValue, user.raw)
+            return try page(Table.edge.key(ObjectClass.follow.rawValue, user.raw), after: after?.raw, limit: limit, in: txn) {
+                try txn.get(state, blocks + $0.bytes) == nil
+            }.map(UserID.init)
+        }
+    }
+
+    /// A page of `following(_:)`: up to `limit` users in key order after `after`.
+    public func following(_ user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
+        try log.env.read { txn in
+            try page(Table.edgeOut.key(ObjectClass.follow.rawValue, user.raw), after: after?.raw, limit: limit, in: txn).map(UserID.init)
+        }
+    }
+
+    /// A page of `likes(of:)`: up to `limit` users in key order after `after`.
+    public func likes<Object: Likeable>(of object: Object, after: UserID?, limit: Int) throws -> [UserID] {
+        try likes(of: object.raw, after: after, limit: limit)
+    }
+
+    package func likes(of object: Bytes32, after: UserID?, limit: Int) throws -> [UserID] {
+        try log.env.read { txn in
+            if case .deleted = try lookup(object, in: txn) { return [] }
+            return try page(Table.edge.key(ObjectClass.like.rawValue, object), after: after?.raw, limit: limit, in: txn).map(UserID.init)
+        }
+    }
+
     /// Users following `user`, leaving out those `user` blocked.
     public func followers(of user: UserID) throws -> [UserID] {
         try followers(of: user.raw).map(UserID.init)

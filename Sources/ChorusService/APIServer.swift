@@ -215,9 +215,11 @@ public struct APIServer: Sendable {
                 }
             }
             if let operation = route.operation {
-                let (status, answer) = await operation.answer(node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))
+                let (status, answer, nextPage) = await operation.answer(
+                    node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))
                 let text = answer.rendered()
                 var headers: HTTPFields = [.contentType: "application/json"]
+                if let nextPage, let link = HTTPFields.Element.Name("Link") { headers[link] = Self.nextLink(request, after: nextPage) }
                 if route.method == .get, status == 200 {
                     // A read's entity tag is its answer's hash: a client that holds the answer is told so (304) without it.
                     let tag = "\"" + String(Blake2b.hash256(Array(text.utf8)).hex.prefix(32)) + "\""
@@ -283,7 +285,7 @@ public struct APIServer: Sendable {
         let answers = hub.subscribe(key) {
             node.observe { _ in
                 if let operation {
-                    let (status, body) = await operation.answer(node, operationRequest)
+                    let (status, body, _) = await operation.answer(node, operationRequest)
                     return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
                 }
                 let output = OutputBuffer()
@@ -321,6 +323,17 @@ public struct APIServer: Sendable {
     }
 
     static let watchHeartbeat = Duration.seconds(15)
+
+    /// `<PATH?QUERY>; rel="next"` (RFC 8288): the same request with
+    /// `after` set to the page's last id, `limit` kept (Specs/api.md §5).
+    static func nextLink(_ request: Request, after: String) -> String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#")
+        func escaped(_ text: Substring) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? "" }
+        var items = request.uri.queryParameters.filter { $0.key != "after" }.map { "\(escaped($0.key))=\(escaped($0.value))" }
+        items.append("after=\(after)")
+        return "<\(request.uri.path)?\(items.joined(separator: "&"))>; rel=\"next\""
+    }
 
     static func errorResponse(_ status: HTTPResponse.Status, code: String, _ message: String) -> Response {
         Response(

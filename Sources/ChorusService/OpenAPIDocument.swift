@@ -201,9 +201,20 @@ public enum OpenAPIDocument {
 
     static func responses(_ route: CommandRoute) -> [String: Any] {
         let error = ["$ref": "#/components/schemas/Error"]
+        let paged = route.arguments.contains { if case .queryOption("after", _) = $0 { true } else { false } }
         let ok: [String: Any] =
             if let schema = route.answerSchema {
                 jsonResponse("What `--json` prints", schema: foundation(schema.json) as? [String: Any] ?? [:])
+                    .merging(
+                        paged
+                            ? [
+                                "headers": [
+                                    "Link": [
+                                        "description": "On a page that is not the last: `<PATH?…&after=LAST>; rel=\"next\"`, the request for the next page",
+                                        "schema": ["type": "string"],
+                                    ] as [String: Any]
+                                ]
+                            ] : [:], uniquingKeysWith: { a, _ in a })
             } else {
                 ["description": "The bytes the command writes", "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
             }

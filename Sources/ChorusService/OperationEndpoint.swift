@@ -185,7 +185,7 @@ struct OperationRequest: Sendable {
 /// failure's status (a mutation stored without effect: 422), or the
 /// failure as `{"code", "message"}` with the status of its kind.
 struct OperationEndpoint: Sendable {
-    let answer: @Sendable (Node, OperationRequest) async -> (status: Int, body: JSONValue)
+    let answer: @Sendable (Node, OperationRequest) async -> (status: Int, body: JSONValue, nextPage: String?)
     /// The schema of a 200 answer: the operation's result's.
     let resultSchema: JSONSchema
 
@@ -197,17 +197,17 @@ struct OperationEndpoint: Sendable {
                 result = try await make(request).run(on: node)
             } catch {
                 let failure = OperationError(error)
-                return (failure.httpStatus, Self.errorBody(failure))
+                return (failure.httpStatus, Self.errorBody(failure), nil)
             }
             do {
                 let body = try JSONValueEncoder().encode(result)
-                guard let failure = result.failure else { return (200, body) }
+                guard let failure = result.failure else { return (200, body, result.nextPage) }
                 // An error that carries data: the code and message first, the result's own fields after.
-                guard case .object(let fields) = body else { return (failure.httpStatus, Self.errorBody(failure)) }
+                guard case .object(let fields) = body else { return (failure.httpStatus, Self.errorBody(failure), nil) }
                 let own = fields.filter { $0.0 != "code" && $0.0 != "message" }
-                return (failure.httpStatus, .object([("code", .string(failure.code)), ("message", .string(failure.message))] + own))
+                return (failure.httpStatus, .object([("code", .string(failure.code)), ("message", .string(failure.message))] + own), nil)
             } catch {
-                return (500, Self.errorBody(OperationError(.failed, code: "internal", "the answer could not be encoded: \(error)")))
+                return (500, Self.errorBody(OperationError(.failed, code: "internal", "the answer could not be encoded: \(error)")), nil)
             }
         }
     }

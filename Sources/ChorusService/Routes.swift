@@ -215,6 +215,9 @@ public struct CommandRoute: Sendable {
         ("uncovered", .array(.hex32)), ("unlisted", .array(.hex32)), ("complete", .boolean),
     ])
 
+    /// The query parameters of a paged list (Specs/api.md §5).
+    static let page: [Argument] = [.queryOption("limit", "--limit"), .queryOption("after", "--after")]
+
     public static let all: [CommandRoute] = [
         // Identity and network
         .init(.get, "/v1/whoami", "This node's user and device", [.word("whoami")], operation: OperationEndpoint { _ in GetIdentity() }),
@@ -306,22 +309,26 @@ public struct CommandRoute: Sendable {
             }),
         // Relationships
         .init(
-            .get, "/v1/followers", "Users following a user (default: this node's user)", [.word("query"), .word("followers"), .query("user")],
-            operation: OperationEndpoint { r in ListRelated(.followers, of: try r.queryID("user")) }),
+            .get, "/v1/followers", "Users following a user (default: this node's user)", [.word("query"), .word("followers"), .query("user")] + Self.page,
+            operation: OperationEndpoint { r in ListRelated(.followers, of: try r.queryID("user"), after: try r.queryID("after"), limit: try r.queryInt("limit")) }),
         .init(
-            .get, "/v1/following", "Users a user follows (default: this node's user)", [.word("query"), .word("following"), .query("user")],
-            operation: OperationEndpoint { r in ListRelated(.following, of: try r.queryID("user")) }),
+            .get, "/v1/following", "Users a user follows (default: this node's user)", [.word("query"), .word("following"), .query("user")] + Self.page,
+            operation: OperationEndpoint { r in ListRelated(.following, of: try r.queryID("user"), after: try r.queryID("after"), limit: try r.queryInt("limit")) }),
         .init(.post, "/v1/following/{user}", "Follow a user", [.word("follow"), .path("user")], operation: relate(.follow, "user", "USER")),
         .init(.delete, "/v1/following/{user}", "Stop following a user", [.word("unfollow"), .path("user")], operation: relate(.unfollow, "user", "USER")),
         .init(
-            .get, "/v1/likes/{object}", "Users who like a picture or message", [.word("query"), .word("likes"), .path("object")],
-            operation: OperationEndpoint { r in ListRelated(.likes, of: try r.pathID("object", what: "OBJECT")) }),
+            .get, "/v1/likes/{object}", "Users who like a picture or message", [.word("query"), .word("likes"), .path("object")] + Self.page,
+            operation: OperationEndpoint { r in
+                ListRelated(.likes, of: try r.pathID("object", what: "OBJECT"), after: try r.queryID("after"), limit: try r.queryInt("limit"))
+            }),
         .init(.post, "/v1/likes/{object}", "Like a picture or message", [.word("like"), .path("object")], operation: relate(.like, "object", "OBJECT")),
         .init(.delete, "/v1/likes/{object}", "Withdraw a like", [.word("unlike"), .path("object")], operation: relate(.unlike, "object", "OBJECT")),
         .init(.post, "/v1/blocks/{user}", "Block a user", [.word("block"), .path("user")], operation: relate(.block, "user", "USER")),
         .init(.delete, "/v1/blocks/{user}", "Unblock a user", [.word("unblock"), .path("user")], operation: relate(.unblock, "user", "USER")),
         // Chats
-        .init(.get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")], operation: OperationEndpoint { _ in ListChats() }),
+        .init(
+            .get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")] + Self.page,
+            operation: OperationEndpoint { r in ListChats(after: try r.queryID("after").map(ChatID.init), limit: try r.queryInt("limit")) }),
         .init(
             .post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")],
             operation: OperationEndpoint { r in CreateChat(title: try r.text("title"), members: try r.ids("members").map(UserID.init)) }),
