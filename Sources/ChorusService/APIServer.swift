@@ -57,7 +57,7 @@ public struct APIServer: Sendable {
     let logger: Logger
     let metrics: ServiceMetrics?
     /// Watched queries, each observed once for all its watchers.
-    let watches = WatchHub()
+    let watches = WatchHub(heartbeat: APIServer.watchHeartbeat)
     let onListening: @Sendable (APIEndpoint) -> Void
 
     /// `metrics`: what `/metrics` exports (404 without).
@@ -294,33 +294,37 @@ public struct APIServer: Sendable {
             }
         }
         let held = request.headers[FieldName("Last-Event-ID")!]
-        let (events, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
-        // Ends when the server shuts down, so a watcher never holds up a graceful shutdown.
-        let task = Task {
-            await cancelWhenGracefulShutdown {
-                var first = true
-                for await answer in answers {
-                    defer { first = false }
-                    if first, answer.id == held { continue }
-                    // Each answer is one line of JSON: one `data:` line per event.
-                    let name = answer.status == 0 ? "" : "event: error\n"
-                    continuation.yield(
-                        ByteBuffer(string: "id: \(answer.id)\n" + name + "data: " + String(decoding: answer.output, as: UTF8.self) + "\n\n"))
-                }
-            }
-            continuation.finish()
-        }
-        // A comment line now and then: writing it is how a client that went away is noticed.
-        let heartbeat = Self.heartbeat(every: watchHeartbeat, continuation, ByteBuffer(string: ": keep-alive\n\n"))
-        continuation.onTermination = { _ in
-            task.cancel()
-            heartbeat.cancel()
-        }
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream"
         headers[.cacheControl] = "no-cache"
-        return Response(status: .ok, headers: headers, body: ResponseBody(asyncSequence: events))
+        // The response reads the watcher's mailbox itself: a commit wakes it
+        // directly. It ends when the client goes away (a write fails, at the
+        // latest at the next heartbeat) or the server shuts down.
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { writer in
+                defer { answers.close() }
+                try await withGracefulShutdownHandler {
+                    var first = true
+                    while let item = await answers.next() {
+                        switch item {
+                        case .answer(let answer):
+                            defer { first = false }
+                            if first, answer.id == held { continue }
+                            try await writer.write(answer.event)
+                        case .heartbeat:
+                            try await writer.write(Self.watchHeartbeatComment)
+                        }
+                    }
+                } onGracefulShutdown: {
+                    answers.end()
+                }
+                try await writer.finish(nil)
+            })
     }
+
+    /// A comment line: writing it is how a client that went away is noticed.
+    static let watchHeartbeatComment = ByteBuffer(string: ": keep-alive\n\n")
 
     static let watchHeartbeat = Duration.seconds(15)
 

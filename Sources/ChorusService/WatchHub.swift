@@ -1,5 +1,6 @@
 import ChorusCrypto
 import Foundation
+import NIOCore
 import Synchronization
 
 /// One observation per distinct watched query, shared by all its watchers
@@ -14,46 +15,66 @@ final class WatchHub: Sendable {
         let status: Int32
         let output: Data
         let id: String
+        /// The server-sent event, made once for every watcher: one `data:`
+        /// line (an answer is one line of JSON), named `error` for an error.
+        let event: ByteBuffer
 
         init(status: Int32, output: Data) {
             self.status = status
             self.output = output
             id = String(Blake2b.hash256([UInt8(truncatingIfNeeded: status)] + Array(output)).hex.prefix(24))
+            var event = ByteBuffer()
+            event.reserveCapacity(output.count + 64)
+            event.writeString("id: \(id)\n" + (status == 0 ? "" : "event: error\n") + "data: ")
+            event.writeBytes(output)
+            event.writeString("\n\n")
+            self.event = event
         }
+
+        static func == (a: Answer, b: Answer) -> Bool { a.status == b.status && a.output == b.output }
     }
 
     private struct Entry {
         /// Which observation this is, so that one that ended does not touch its successor under the same key.
         let generation: Int
-        var watchers: [Int: AsyncStream<Answer>.Continuation] = [:]
+        var watchers: [Int: WatchMailbox] = [:]
         var latest: Answer?
         var task: Task<Void, Never>?
     }
 
     private let entries = Mutex<[String: Entry]>([:])
     private let nextWatcher = Atomic<Int>(0)
+    /// How often every watcher is sent a heartbeat (writing one is how a
+    /// watcher that went away is noticed), and the one task that does it.
+    let heartbeat: Duration
+    private let beating = Mutex<Task<Void, Never>?>(nil)
+
+    init(heartbeat: Duration = .seconds(15)) { self.heartbeat = heartbeat }
+
+    deinit { beating.withLock { $0?.cancel() } }
 
     /// Distinct queries observed now (for metrics and tests).
     var queries: Int { entries.withLock { $0.count } }
     /// Watchers now.
     var watchers: Int { entries.withLock { $0.values.reduce(0) { $0 + $1.watchers.count } } }
 
-    /// The answers of the query `key`: its latest answer at once when
-    /// another watcher observes it already, then each new one. `observe`
+    /// The answers of the query `key`, in a mailbox its reader closes when
+    /// done: its latest answer at once when another watcher observes it
+    /// already, then each new one, and a heartbeat now and then. `observe`
     /// starts the query's observation when it has no watcher yet; it is
     /// cancelled when its last watcher leaves.
-    func subscribe(_ key: String, observe: @escaping @Sendable () -> AsyncThrowingStream<Answer, any Error>) -> AsyncStream<Answer> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Answer.self, bufferingPolicy: .bufferingNewest(1))
+    func subscribe(_ key: String, observe: @escaping @Sendable () -> AsyncThrowingStream<Answer, any Error>) -> WatchMailbox {
         let id = nextWatcher.wrappingAdd(1, ordering: .relaxed).oldValue
+        let mailbox = WatchMailbox(onClose: { [weak self] in self?.leave(key, id) })
         let (isNew, generation) = entries.withLock { all in
             let isNew = all[key] == nil
             var entry = all[key] ?? Entry(generation: id)
-            entry.watchers[id] = continuation
-            if let latest = entry.latest { continuation.yield(latest) }
+            entry.watchers[id] = mailbox
+            if let latest = entry.latest { mailbox.put(latest) }
             all[key] = entry
             return (isNew, entry.generation)
         }
-        continuation.onTermination = { [weak self] _ in self?.leave(key, id) }
+        startBeating()
         if isNew {
             let task = Task { [weak self] in
                 do {
@@ -69,16 +90,30 @@ final class WatchHub: Sendable {
             // Every watcher left already, or another observation serves the key.
             if !kept { task.cancel() }
         }
-        return stream
+        return mailbox
+    }
+
+    private func startBeating() {
+        beating.withLock { task in
+            guard task == nil else { return }
+            let interval = heartbeat
+            task = Task { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    guard let self else { return }
+                    for mailbox in self.entries.withLock({ $0.values.flatMap(\.watchers.values) }) { mailbox.beat() }
+                }
+            }
+        }
     }
 
     private func publish(_ key: String, _ generation: Int, _ answer: Answer) {
-        let watchers = entries.withLock { all -> [AsyncStream<Answer>.Continuation] in
+        let watchers = entries.withLock { all -> [WatchMailbox] in
             guard all[key]?.generation == generation else { return [] }
             all[key]?.latest = answer
             return Array(all[key]?.watchers.values ?? [:].values)
         }
-        for watcher in watchers { watcher.yield(answer) }
+        for watcher in watchers { watcher.put(answer) }
     }
 
     private func leave(_ key: String, _ id: Int) {
@@ -93,11 +128,117 @@ final class WatchHub: Sendable {
 
     /// The observation ended (the node closed): its watchers end too.
     private func finish(_ key: String, _ generation: Int) {
-        let watchers = entries.withLock { all -> [AsyncStream<Answer>.Continuation] in
+        let watchers = entries.withLock { all -> [WatchMailbox] in
             guard all[key]?.generation == generation else { return [] }
             let entry = all.removeValue(forKey: key)
             return Array(entry?.watchers.values ?? [:].values)
         }
-        for watcher in watchers { watcher.finish() }
+        for watcher in watchers { watcher.end() }
+    }
+}
+
+/// What one watcher has not sent yet (Specs/api.md §6): the newest answer
+/// (a slow reader skips answers, never falls behind), whether a heartbeat
+/// is due, and whether the query ended. Read by one task, its response,
+/// which a commit wakes directly: no task in between.
+final class WatchMailbox: Sendable {
+    enum Item: Sendable {
+        case answer(WatchHub.Answer)
+        case heartbeat
+    }
+
+    private struct State {
+        var answer: WatchHub.Answer?
+        var beat = false
+        var ended = false
+        var reader: CheckedContinuation<Item?, Never>?
+    }
+
+    private let state = Mutex(State())
+    private let onClose: Mutex<(@Sendable () -> Void)?>
+
+    init(onClose: @escaping @Sendable () -> Void) { self.onClose = Mutex(onClose) }
+
+    /// A new answer: replaces one not yet taken.
+    func put(_ answer: WatchHub.Answer) {
+        let reader = state.withLock { s -> CheckedContinuation<Item?, Never>? in
+            guard !s.ended else { return nil }
+            if let r = s.reader {
+                s.reader = nil
+                return r
+            }
+            s.answer = answer
+            return nil
+        }
+        reader?.resume(returning: .answer(answer))
+    }
+
+    /// A heartbeat is due.
+    func beat() {
+        let reader = state.withLock { s -> CheckedContinuation<Item?, Never>? in
+            guard !s.ended else { return nil }
+            if let r = s.reader {
+                s.reader = nil
+                return r
+            }
+            s.beat = true
+            return nil
+        }
+        reader?.resume(returning: .heartbeat)
+    }
+
+    /// No more answers: the reader gets what is left, then nil.
+    func end() {
+        let reader = state.withLock { s -> CheckedContinuation<Item?, Never>? in
+            s.ended = true
+            defer { s.reader = nil }
+            return s.reader
+        }
+        reader?.resume(returning: nil)
+    }
+
+    /// The reader is done: ends the mailbox and leaves the query.
+    func close() {
+        end()
+        onClose.withLock { f in
+            f?()
+            f = nil
+        }
+    }
+
+    private func take(_ s: inout State) -> Item?? {
+        if let a = s.answer {
+            s.answer = nil
+            return .some(.answer(a))
+        }
+        if s.beat {
+            s.beat = false
+            return .some(.heartbeat)
+        }
+        return s.ended ? .some(nil) : nil
+    }
+
+    /// The next answer or heartbeat; nil once ended or when the reader's task is cancelled.
+    func next() async -> Item? {
+        if let ready = state.withLock({ take(&$0) }) { return ready }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Item?, Never>) in
+                let ready = state.withLock { s -> Item?? in
+                    if let ready = take(&s) { return ready }
+                    if Task.isCancelled { return .some(nil) }
+                    s.reader = c
+                    return nil
+                }
+                if let ready { c.resume(returning: ready) }
+            }
+        } onCancel: {
+            end()
+        }
+    }
+
+    /// The next answer, skipping heartbeats; nil once ended.
+    func nextAnswer() async -> WatchHub.Answer? {
+        while let item = await next() { if case .answer(let a) = item { return a } }
+        return nil
     }
 }

@@ -23,7 +23,7 @@ struct WatchTests {
                 return stream
             }
         }
-        var streams: [(key: String, stream: AsyncStream<WatchHub.Answer>)] = []
+        var streams: [(key: String, stream: WatchMailbox)] = []
         for i in 0..<60 {
             let key = "query \(i % 3)"
             streams.append((key, hub.subscribe(key, observe: observe(key))))
@@ -33,21 +33,57 @@ struct WatchTests {
         #expect(started.withLock { $0 } == 3 && hub.queries == 3 && hub.watchers == 60)
         for (key, feed) in feeds.withLock({ $0 }) { feed.yield(WatchHub.Answer(status: 0, output: Data("answer of \(key)".utf8))) }
         for (key, stream) in streams {
-            var iterator = stream.makeAsyncIterator()
-            let answer = try #require(await iterator.next())
+            let answer = try #require(await stream.nextAnswer())
             #expect(String(decoding: answer.output, as: UTF8.self) == "answer of \(key)")
         }
         // A late watcher gets the latest answer at once, without a new observation.
-        var late = hub.subscribe("query 1", observe: observe("query 1")).makeAsyncIterator()
-        #expect(await late.next().map { String(decoding: $0.output, as: UTF8.self) } == "answer of query 1")
+        let late = hub.subscribe("query 1", observe: observe("query 1"))
+        #expect(await late.nextAnswer().map { String(decoding: $0.output, as: UTF8.self) } == "answer of query 1")
         #expect(started.withLock { $0 } == 3)
         // Equal answers have equal ids; different ones differ.
         #expect(WatchHub.Answer(status: 0, output: Data("a".utf8)).id == WatchHub.Answer(status: 0, output: Data("a".utf8)).id)
         #expect(WatchHub.Answer(status: 0, output: Data("a".utf8)).id != WatchHub.Answer(status: 1, output: Data("a".utf8)).id)
+        // A reader that is done closes its mailbox; the last one ends the observation.
+        for (_, stream) in streams { stream.close() }
+        late.close()
         streams.removeAll()
-        late = AsyncStream<WatchHub.Answer> { $0.finish() }.makeAsyncIterator()
         for _ in 0..<200 where hub.queries > 0 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(hub.queries == 0 && hub.watchers == 0)
+    }
+
+    @Test("a watcher's mailbox keeps the newest answer, says when a heartbeat is due, and ends on end, cancellation or close")
+    func mailbox() async throws {
+        func answer(_ text: String) -> WatchHub.Answer { WatchHub.Answer(status: 0, output: Data(text.utf8)) }
+        let closed = Mutex(0)
+        let box = WatchMailbox(onClose: { closed.withLock { $0 += 1 } })
+        box.put(answer("one"))
+        box.put(answer("two"))
+        box.beat()
+        // A slow reader skips to the newest answer, then the heartbeat.
+        guard case .answer(let newest) = await box.next() else { Issue.record("no answer"); return }
+        #expect(String(decoding: newest.output, as: UTF8.self) == "two")
+        guard case .heartbeat = await box.next() else { Issue.record("no heartbeat"); return }
+        // A waiting reader is woken by a put.
+        let waiting = Task { await box.nextAnswer() }
+        try await Task.sleep(for: .milliseconds(20))
+        box.put(answer("three"))
+        #expect(await waiting.value.map { String(decoding: $0.output, as: UTF8.self) } == "three")
+        // A cancelled reader gets nil, and the mailbox takes nothing more.
+        let cancelled = Task { await box.next() }
+        try await Task.sleep(for: .milliseconds(20))
+        cancelled.cancel()
+        #expect(await cancelled.value == nil)
+        box.put(answer("four"))
+        #expect(await box.next() == nil)
+        box.close()
+        box.close()
+        #expect(closed.withLock { $0 } == 1)
+        // An ended mailbox still hands over the answer it holds.
+        let ending = WatchMailbox(onClose: {})
+        ending.put(answer("last"))
+        ending.end()
+        #expect(await ending.nextAnswer() != nil)
+        #expect(await ending.next() == nil)
     }
 
     struct Enough: Error {}

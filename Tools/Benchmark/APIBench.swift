@@ -23,16 +23,25 @@ struct APIBench: AsyncParsableCommand {
             p50/p99 of each and the API's p99 overhead (target at most 0.5 ms). Then C concurrent clients each send Q \
             `GET /v1/profile` requests: requests per second (target at least 1,000) and p99 (target 5 ms). \
             Clients keep their connection open between requests, as browsers do; the cost of a new \
-            connection per request is shown apart (`GET /health` both ways). \
+            connection per request is shown apart (`GET /health` both ways). Last, W watchers (`GET /v1/watch`, \
+            server-sent events) of D distinct queries (`/v1/log?latest=true&limit=1&since=0…D-1`, each changed by every \
+            commit) see K follows made one at a time: the time from a follow's acknowledgement to each watcher's \
+            event with it, p50/p99 (target p99 at most 10 ms for 1,000 watchers of 10 queries). \
             Needs the `chorus` executable next to chorus-bench (Tools/bench builds both).
             """)
     @Option(help: "Mutations each way.") var mutations = 500
     @Option(help: "Concurrent query clients.") var clients = 2
     @Option(help: "Queries per client.") var queries = 500
+    @Option(help: "Watchers of live queries.") var watchers = 1000
+    @Option(help: "Distinct queries the watchers watch.") var watchedQueries = 10
+    @Option(help: "Commits the watchers see.") var watchedCommits = 30
     @Flag(help: "Print machine-readable JSON.") var json = false
 
     func validate() throws {
         if mutations < 10 || clients < 1 || queries < 10 { throw ValidationError("mutations ≥ 10, clients ≥ 1, queries ≥ 10") }
+        if watchers < 1 || watchedQueries < 1 || watchedQueries > watchers || watchedCommits < 1 {
+            throw ValidationError("watchers ≥ 1, 1 ≤ watched-queries ≤ watchers, watched-commits ≥ 1")
+        }
     }
 
     func run() async throws {
@@ -154,6 +163,7 @@ struct APIBench: AsyncParsableCommand {
         }
         let elapsed = Bench.clock() - start
         await direct.close()
+        let watch = try await watchFigures(client)
         let rate = Double(querySamples.count) / elapsed
 
         let d = percentiles(directSamples)
@@ -175,6 +185,10 @@ struct APIBench: AsyncParsableCommand {
                 "mutation_operation_ms": ["p50": mutationCommand.p50, "p99": mutationCommand.p99],
                 "parsed_mutation_command_line_ms": ["p50": parsedMutation.p50, "p99": parsedMutation.p99],
                 "health_request_ms": ["p50": health.p50, "p99": health.p99], "health_new_connection_ms": ["p50": fresh.p50, "p99": fresh.p99],
+                "watch": [
+                    "watchers": watchers, "queries": watchedQueries, "commits": watchedCommits, "event_after_ack_p50_ms": watch.p50,
+                    "event_after_ack_p99_ms": watch.p99, "event_after_ack_max_ms": watch.max,
+                ],
             ]
             print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self))
             return
@@ -193,5 +207,109 @@ struct APIBench: AsyncParsableCommand {
         print("  GET /health on a new connection each time         p50 \(f(fresh.p50)) ms   p99 \(f(fresh.p99)) ms")
         print("GET /v1/profile, \(clients) concurrent clients × \(queries):")
         print("  \(Int(rate)) requests/s   p50 \(f(q.p50)) ms   p99 \(f(q.p99)) ms   (target ≥ 1,000/s with p99 ≤ 5 ms)")
+        print("\(watchers) watchers of \(watchedQueries) live queries, \(watchedCommits) commits, from a commit's acknowledgement to each watcher's event:")
+        print("  p50 \(f(watch.p50)) ms   p99 \(f(watch.p99)) ms   max \(f(watch.max)) ms   (target p99 ≤ 10 ms)")
     }
+
+    /// Whether `needle` occurs in `haystack`, bytewise.
+    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Bool {
+        guard let head = needle.first, haystack.count >= needle.count else { return false }
+        var i = 0
+        let last = haystack.count - needle.count
+        while i <= last {
+            if haystack[i] == head, haystack[i..<i + needle.count].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
+    }
+
+    /// W watchers of D queries that every commit changes; K follows one at
+    /// a time, each waited for by every watcher. Milliseconds from a follow's
+    /// acknowledgement to each watcher's event holding it (0 when the event
+    /// came first).
+    func watchFigures(_ client: APIClient) async throws -> (p50: Double, p99: Double, max: Double) {
+        Bench.note("\(watchers) watchers of \(watchedQueries) queries...")
+        let state = WatchState()
+        let watchers = self.watchers
+        // Distinct queries with the same small answer (the newest event).
+        let paths = (0..<watchedQueries).map { "/v1/log?latest=true&limit=1&since=\($0)" }
+        let tasks = (0..<watchers).map { i in
+            Task {
+                let path = paths[i % paths.count].addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                // The bytes received since the last match (bounded): a
+                // target can arrive split across chunks.
+                var buffer: [UInt8] = []
+                var first = true
+                var lastTarget: [UInt8] = []
+                // A Unix socket whose accept queue is full refuses at once:
+                // try again until the watch is open.
+                for _ in 0..<500 where first {
+                    do {
+                        _ = try await client.stream(.GET, "/v1/watch?path=\(path)") { chunk in
+                            let now = Bench.clock()
+                            buffer.append(contentsOf: chunk)
+                            if buffer.count > 1 << 16 { buffer.removeFirst(buffer.count - (1 << 15)) }
+                            if first, buffer.contains(0x0A) {
+                                first = false
+                                state.m.withLock { $0.connected += 1 }
+                            }
+                            let target = state.m.withLock { $0.target }
+                            if !target.isEmpty, target != lastTarget, Self.find(target, in: buffer) {
+                                lastTarget = target
+                                buffer.removeAll(keepingCapacity: true)
+                                state.m.withLock { s in
+                                    s.seen += 1
+                                    s.samples.append(max(0, now - s.ack))
+                                }
+                            }
+                        }
+                    } catch {
+                        if Task.isCancelled { return }
+                        try? await Task.sleep(for: .milliseconds(20))
+                    }
+                }
+            }
+        }
+        defer { for t in tasks { t.cancel() } }
+        func waitUntil(_ what: String, _ done: () -> Bool) async throws {
+            let deadline = Bench.clock() + 60
+            while !done() {
+                guard Bench.clock() < deadline else { throw ValidationError("watchers: \(what) did not happen within 60 s") }
+                try await Task.sleep(for: .microseconds(200))
+            }
+        }
+        try await waitUntil("every watcher's first event") { state.m.withLock { $0.connected == watchers } }
+        try await client.withConnection { connection in
+            for _ in 0..<watchedCommits {
+                let user = SigningKey.generate().publicKey.hex
+                state.m.withLock {
+                    $0.seen = 0
+                    $0.ack = .infinity
+                    $0.target = Array(user.utf8)
+                }
+                let r = try await connection.send(.POST, "/v1/following/\(user)")
+                let ack = Bench.clock()
+                guard r.status == 200 else { throw ValidationError("POST /v1/following answered \(r.status)") }
+                // Until now `ack` is infinite: an event that came before the acknowledgement counts as 0.
+                state.m.withLock { $0.ack = ack }
+                try await waitUntil("every watcher's event of a commit") { state.m.withLock { $0.seen == watchers } }
+            }
+        }
+        let samples = state.m.withLock { $0.samples }
+        let p = percentiles(samples)
+        return (p.p50, p.p99, (samples.max() ?? 0) * 1000)
+    }
+}
+
+/// What the watchers of `APIBench.watchFigures` share.
+final class WatchState: Sendable {
+    struct State {
+        /// The user key the current commit follows: its events hold it.
+        var target: [UInt8] = []
+        var seen = 0
+        var connected = 0
+        var samples: [Double] = []
+        var ack = 0.0
+    }
+    let m = Mutex(State())
 }
