@@ -7,6 +7,7 @@ import ChorusSync
 import Foundation
 import Hummingbird
 import HummingbirdCore
+import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -77,13 +78,27 @@ public struct APIServer: Sendable {
     public func services() throws -> [any Service] {
         let socketPath = configuration.socketPath
         let onListening = self.onListening
-        let server = HTTPServerBuilder.http1(configuration: .init(idleTimeout: configuration.idleTimeout.timeAmount))
+        // HTTP/1.1 that may upgrade to a WebSocket (`/v1/watch/ws`), through the listener's own router.
+        let idle = configuration.idleTimeout.timeAmount
+        func server(_ router: Router<APIRequestContext>) -> HTTPServerBuilder {
+            let webSocketResponder = router.buildResponder()
+            return HTTPServerBuilder { responder in
+                FirstRequestDeadline(
+                    base: HTTP1WebSocketUpgradeChannel(
+                        responder: responder, webSocketResponder: webSocketResponder,
+                        configuration: .init(
+                            http1: .init(idleTimeout: idle),
+                            ws: .init(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: Self.watchHeartbeat)))),
+                    deadline: idle)
+            }
+        }
+        let local = try router(local: true)
         let maxConnections = configuration.maxConnections
         func limit() -> MaximumAvailableConnections { MaximumAvailableConnections(maxConnections) }
         var services: [any Service] = [
             Application(
-                router: try router(local: true),
-                server: server,
+                router: local,
+                server: server(local),
                 configuration: .init(
                     address: .unixDomainSocket(path: socketPath), serverName: "chorus", availableConnectionsDelegate: limit()),
                 onServerRunning: { _ in
@@ -95,10 +110,11 @@ public struct APIServer: Sendable {
         ]
         if let (host, port) = configuration.tcp {
             guard configuration.token != nil else { throw APIServerError.tokenRequired }
+            let remote = try router(local: false)
             services.append(
                 Application(
-                    router: try router(local: false),
-                    server: server,
+                    router: remote,
+                    server: server(remote),
                     configuration: .init(address: .hostname(host, port: port), serverName: "chorus", availableConnectionsDelegate: limit()),
                     onServerRunning: { channel in onListening(.tcp(host: host, port: channel.localAddress?.port ?? port)) },
                     logger: logger))
@@ -161,6 +177,22 @@ public struct APIServer: Sendable {
         router.get("/v1/watch") { request, _ in
             try Self.watch(request, node: node, runCommand: runCommand, hub: watches)
         }
+        router.ws(
+            "/v1/watch/ws",
+            shouldUpgrade: { request, _ in
+                guard request.headers[.upgrade]?.lowercased() == "websocket" else {
+                    throw HTTPError(.badRequest, message: "this endpoint is a WebSocket (Upgrade: websocket); /v1/watch sends the same as server-sent events")
+                }
+                // The query is checked before the upgrade, so a bad one is an HTTP error.
+                switch Self.watchedQuery(request, node: node, runCommand: runCommand) {
+                case .success: return .upgrade([:])
+                case .failure(let failure): throw HTTPError(.badRequest, message: failure.message)
+                }
+            },
+            onUpgrade: { inbound, outbound, context in
+                guard case .success(let answers) = Self.subscribe(context.request, node: node, runCommand: runCommand, hub: watches) else { return }
+                try await Self.watchOverWebSocket(answers, held: context.request.uri.queryParameters["lastEventId"].map(String.init), inbound, outbound)
+            })
         return router
     }
 
@@ -257,24 +289,31 @@ public struct APIServer: Sendable {
         }
     }
 
-    /// `/v1/watch?path=…` (Specs/api.md §6): server-sent events carrying the
-    /// JSON of a GET endpoint, first at once and then after every commit that
-    /// changed it, through the node's observation (equal answers are not
-    /// repeated), one observation per distinct query however many watch it.
-    /// Each event's id is its answer's hash: a client that reconnects with
-    /// `Last-Event-ID` is not sent again the answer it holds.
-    static func watch(_ request: Request, node: Node, runCommand: @escaping CommandRunner, hub: WatchHub) throws -> Response {
+    /// The watch a request asks for with `path=` (Specs/api.md §6): its
+    /// mailbox, subscribed to the query's one observation, or why not.
+    static func subscribe(
+        _ request: Request, node: Node, runCommand: @escaping CommandRunner, hub: WatchHub
+    ) -> Result<WatchMailbox, OperationError> {
+        watchedQuery(request, node: node, runCommand: runCommand).map { hub.subscribe($0.key, observe: $0.observe) }
+    }
+
+    /// The query a watch request names: its key (the same for the same
+    /// query however its parameters are ordered) and its observation.
+    static func watchedQuery(
+        _ request: Request, node: Node, runCommand: @escaping CommandRunner
+    ) -> Result<(key: String, observe: @Sendable () -> AsyncThrowingStream<WatchHub.Answer, any Error>), OperationError> {
         guard let target = request.uri.queryParameters["path"].map(String.init),
             let components = URLComponents(string: target),
             let (route, parameters) = CommandRoute.match(.get, components.path), route.json
         else {
-            return errorResponse(.badRequest, code: "bad_watch_path", "give path=, a GET endpoint of this API that answers JSON, e.g. path=/v1/chats/ID?limit=50")
+            return .failure(
+                OperationError(.badInput, code: "bad_watch_path", "give path=, a GET endpoint of this API that answers JSON, e.g. path=/v1/chats/ID?limit=50"))
         }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
         let arguments: [String]
-        do { arguments = try route.commandLine(parameters: parameters, query: query, body: [:], uploaded: nil) } catch let error as CommandRoute.InputError {
-            return errorResponse(.badRequest, code: error.failure.code, "\(error)")
+        do { arguments = try route.commandLine(parameters: parameters, query: query, body: [:], uploaded: nil) } catch {
+            return .failure((error as? CommandRoute.InputError)?.failure ?? OperationError(.badInput, code: "bad_watch_path", "\(error)"))
         }
         let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
         let operation = route.operation
@@ -282,16 +321,34 @@ public struct APIServer: Sendable {
         // The query, whatever order its parameters came in.
         let key = ([route.path] + parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
             + query.sorted { $0.key < $1.key }.map { "?\($0.key)=\($0.value)" }).joined(separator: "\u{0}")
-        let answers = hub.subscribe(key) {
-            node.observe { _ in
-                if let operation {
-                    let (status, body, _) = await operation.answer(node, operationRequest)
-                    return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
+        return .success(
+            (
+                key,
+                {
+                    node.observe { _ in
+                        if let operation {
+                            let (status, body, _) = await operation.answer(node, operationRequest)
+                            return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
+                        }
+                        let output = OutputBuffer()
+                        let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
+                        return WatchHub.Answer(status: status, output: output.jsonBody(status: status))
+                    }
                 }
-                let output = OutputBuffer()
-                let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
-                return WatchHub.Answer(status: status, output: output.jsonBody(status: status))
-            }
+            ))
+    }
+
+    /// `/v1/watch?path=…` (Specs/api.md §6): server-sent events carrying the
+    /// JSON of a GET endpoint, first at once and then after every commit that
+    /// changed it, through the node's observation (equal answers are not
+    /// repeated), one observation per distinct query however many watch it.
+    /// Each event's id is its answer's hash: a client that reconnects with
+    /// `Last-Event-ID` is not sent again the answer it holds.
+    static func watch(_ request: Request, node: Node, runCommand: @escaping CommandRunner, hub: WatchHub) throws -> Response {
+        let answers: WatchMailbox
+        switch subscribe(request, node: node, runCommand: runCommand, hub: hub) {
+        case .success(let mailbox): answers = mailbox
+        case .failure(let failure): return errorResponse(.badRequest, code: failure.code, failure.message)
         }
         let held = request.headers[FieldName("Last-Event-ID")!]
         var headers = HTTPFields()
@@ -321,6 +378,33 @@ public struct APIServer: Sendable {
                 }
                 try await writer.finish(nil)
             })
+    }
+
+    /// `/v1/watch/ws?path=…` (Specs/api.md §6): the answers of a watched
+    /// query as WebSocket text messages, `{"id", "data"}` or `{"id",
+    /// "error"}`; the client's messages are read only to notice its close.
+    static func watchOverWebSocket(
+        _ answers: WatchMailbox, held: String?, _ inbound: WebSocketInboundStream, _ outbound: WebSocketOutboundWriter
+    ) async throws {
+        defer { answers.close() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for try await _ in inbound.messages(maxSize: 1 << 16) {}
+                answers.end()
+            }
+            try await withGracefulShutdownHandler {
+                var first = true
+                while let item = await answers.next() {
+                    guard case .answer(let answer) = item else { continue }  // pings keep the socket alive
+                    defer { first = false }
+                    if first, answer.id == held { continue }
+                    try await outbound.writeTextMessage(answer.message)
+                }
+            } onGracefulShutdown: {
+                answers.end()
+            }
+            group.cancelAll()
+        }
     }
 
     /// A comment line: writing it is how a client that went away is noticed.
@@ -484,8 +568,10 @@ final class OutputBuffer: Sendable {
 }
 
 /// The request context of the local API.
-public struct APIRequestContext: RequestContext {
+public struct APIRequestContext: RequestContext, WebSocketRequestContext {
     public var coreContext: CoreRequestContextStorage
+    /// Where a WebSocket upgrade keeps its handler (`/v1/watch/ws`).
+    public let webSocket = WebSocketHandlerReference<Self>()
     public init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
     /// Pictures and imports are larger than the default.
     public var maxUploadSize: Int { 64 << 20 }

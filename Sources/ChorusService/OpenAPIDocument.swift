@@ -38,6 +38,24 @@ public enum OpenAPIDocument {
             ] as [String: Any]
         ]
         paths["/v1/watch"] = ["get": watchOperation()]
+        paths["/v1/watch/ws"] = [
+            "get": [
+                "operationId": "watchOverWebSocket",
+                "summary":
+                    "A WebSocket (Upgrade: websocket): the JSON of a GET endpoint as text messages {\"id\", \"data\"} (or {\"id\", \"error\"}), first at once and again whenever a commit changes it (Specs/api.md §6)",
+                "parameters": [
+                    ["name": "path", "in": "query", "required": true, "schema": ["type": "string"], "description": "A GET endpoint with its query, e.g. /v1/chats/ID?limit=50"],
+                    ["name": "lastEventId", "in": "query", "required": false, "schema": ["type": "string"], "description": "The id of the answer the client holds: not sent again"],
+                ] as [[String: Any]],
+                "responses": [
+                    "101": ["description": "Switched to the WebSocket protocol"],
+                    "400": jsonResponse(
+                        "Not a WebSocket request, or not a GET endpoint of this API (an upgrade the server declines is answered 400 with no body)",
+                        schema: ["$ref": "#/components/schemas/Error"]),
+                    "401": unauthorized(), "421": hostRefused(),
+                ],
+            ] as [String: Any]
+        ]
         paths["/v1/session"] = [
             "post": [
                 "operationId": "createPageSession",

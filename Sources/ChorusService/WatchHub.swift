@@ -29,7 +29,12 @@ final class WatchHub: Sendable {
             event.writeBytes(output)
             event.writeString("\n\n")
             self.event = event
+            message = #"{"id":"\#(id)",\#(status == 0 ? #""data""# : #""error""#):"# + String(decoding: output, as: UTF8.self) + "}"
         }
+
+        /// The WebSocket message, made once for every watcher:
+        /// `{"id": ID, "data": ANSWER}`, or `"error"` for an error.
+        let message: String
 
         static func == (a: Answer, b: Answer) -> Bool { a.status == b.status && a.output == b.output }
     }

@@ -86,6 +86,44 @@ struct WatchTests {
         #expect(await ending.next() == nil)
     }
 
+    @Test("a WebSocket watch sends the current answer, then each change, as {id, data}; it needs the token on TCP and a GET endpoint")
+    func webSocketWatch() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("app"))
+        let token = "t-" + String(repeating: "ab", count: 16)
+        let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token)
+        let port = try #require(serving.endpoints.compactMap { if case .tcp(_, let p) = $0 { p } else { nil } }.first)
+        let path = "/v1/watch/ws?path=%2Fv1%2Fprofile"
+        let auth = ["Authorization": "Bearer \(token)"]
+        // Without the token, or with a wrong one: no upgrade (the upgrade is
+        // declined, which HTTP answers 400 and closes).
+        for headers in [[:], ["Authorization": "Bearer wrong"]] {
+            let refused = try await offThePool { try RawWebSocket.open(port: port, path: path, headers: headers) }
+            refused.socket?.close()
+            #expect(refused.status == 400 && refused.socket == nil, "\(headers): \(refused.head)")
+        }
+        // Not a GET endpoint answering JSON: no upgrade either.
+        #expect(try await offThePool { try RawWebSocket.open(port: port, path: "/v1/watch/ws?path=%2Fnothing", headers: auth) }.status == 400)
+        let (status, opened, _) = try await offThePool { try RawWebSocket.open(port: port, path: path, headers: auth) }
+        let socket = try #require(opened, "upgrade answered \(status)")
+        defer { socket.close() }
+        func next() async throws -> [String: Any] {
+            let text = try #require(try await offThePool { try socket.nextText() })
+            return try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "\(text)")
+        }
+        let first = try await next()
+        #expect((first["data"] as? [String: Any])?["user"] as? String == node.identity.user.hex && (first["id"] as? String)?.count == 24)
+        _ = try await node.setProfile(.bio("over a WebSocket"))
+        let second = try await next()
+        let fields = (second["data"] as? [String: Any])?["fields"] as? [String: Any]
+        #expect(fields?["bio"] as? String == "over a WebSocket", "\(second)")
+        #expect(second["id"] as? String != first["id"] as? String)
+        socket.close()
+        await serving.shutdown()
+        await node.close()
+    }
+
     struct Enough: Error {}
 
     /// The first `count` events of a watch of `/v1/profile`, while `during` runs beside it.
