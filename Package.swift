@@ -12,8 +12,9 @@ import PackageDescription
 //     -> ChorusNoise (Noise_XXpsk3 on libsodium) -> ChorusSync (peer sync over TCP with SwiftNIO)
 //     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
 //     -> ChorusOperations (typed operations with Encodable results and stable error codes)
-//     -> ChorusCommandLine (what both tools share) -> ChorusService (the local HTTP API, metrics, logs)
-//     -> ChorusCommands (every `chorus` command, `node.serveAPI`)
+//     -> ChorusService (the local HTTP API, metrics, logs, `node.serveAPI`; no ArgumentParser)
+//     -> ChorusCommandLine (what both tools share, ArgumentParser)
+//     -> ChorusCommands (every `chorus` command; `ChorusProgram.runner` for a served API's command line)
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
 let package = Package(
     name: "Chorus",
@@ -23,7 +24,9 @@ let package = Package(
         // What an app embeds: `import Chorus` (node, queries, ids, payloads, sync).
         .library(name: "Chorus", targets: ["Chorus"]),
         .library(name: "ChorusNode", targets: ["ChorusNode"]),
-        // A node's local HTTP API for an app that serves one (`node.serveAPI`), with every `chorus` command behind it.
+        // A node's local HTTP API for an app that serves one (`node.serveAPI`): the typed endpoints, without ArgumentParser.
+        .library(name: "ChorusService", targets: ["ChorusService"]),
+        // Every `chorus` command, for a served API that also runs them (`serveAPI(commandLine: ChorusProgram.runner(node:))`).
         .library(name: "ChorusCommands", targets: ["ChorusCommands"]),
         .executable(name: "chorus", targets: ["ChorusCLI"]),
         .executable(name: "chorus-replay", targets: ["ChorusReplayCLI"]),
@@ -87,7 +90,7 @@ let package = Package(
                            "ChorusCBOR"]),
         .target(
             name: "ChorusService",
-            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusSync", "ChorusStorage", "ChorusCrypto",
+            dependencies: ["ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusSync", "ChorusStorage", "ChorusCrypto",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Hummingbird", package: "hummingbird"),

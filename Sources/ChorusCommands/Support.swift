@@ -3,6 +3,7 @@ import ChorusCommandLine
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusOperations
 import ChorusProjections
 import ChorusStorage
 import Dispatch

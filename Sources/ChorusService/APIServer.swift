@@ -1,4 +1,3 @@
-import ChorusCommandLine
 import ChorusCrypto
 import ChorusNode
 import ChorusOperations
@@ -54,7 +53,9 @@ public struct APIConfiguration: Sendable {
 public struct APIServer: Sendable {
     let node: Node
     let configuration: APIConfiguration
-    let runCommand: CommandRunner
+    /// Runs a `chorus` command line; nil when this server has none (an app
+    /// that serves its node without the command modules).
+    let runCommand: CommandRunner?
     let logger: Logger
     let metrics: ServiceMetrics?
     /// Watched queries, each observed once for all its watchers.
@@ -63,7 +64,7 @@ public struct APIServer: Sendable {
 
     /// `metrics`: what `/metrics` exports (404 without).
     public init(
-        node: Node, configuration: APIConfiguration, logger: Logger, metrics: ServiceMetrics? = nil, runCommand: @escaping CommandRunner,
+        node: Node, configuration: APIConfiguration, logger: Logger, metrics: ServiceMetrics? = nil, runCommand: CommandRunner?,
         onListening: @escaping @Sendable (APIEndpoint) -> Void = { _ in }
     ) {
         self.node = node
@@ -127,7 +128,7 @@ public struct APIServer: Sendable {
         // Requests, by route and status (Hummingbird's own metrics).
         if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: SecurityHeadersMiddleware())
-        router.add(middleware: ErrorAnswersMiddleware(local: local))
+        router.add(middleware: ErrorAnswersMiddleware(local: local, commandLine: runCommand != nil))
         if !local, let (host, _) = configuration.tcp {
             guard let token = configuration.token else { throw APIServerError.tokenRequired }
             router.add(
@@ -157,10 +158,9 @@ public struct APIServer: Sendable {
                 status: ok ? .ok : .serviceUnavailable, headers: [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(string: body.rendered())))
         }
-        if local {
+        if local, let runCommand = self.runCommand {
             // Runs any command line on this node: it may read and write
             // files as the serving user, so only on the owner-only socket.
-            let runCommand = self.runCommand
             router.post("/v1/run") { request, context in
                 let body = try await request.body.collect(upTo: 1 << 20)
                 guard let command = try? JSONDecoder().decode(CommandRequest.self, from: Data(buffer: body)) else {
@@ -216,7 +216,7 @@ public struct APIServer: Sendable {
     /// failure's kind; for a command line, 200, 422 when refused or without
     /// effect, 400 otherwise).
     static func respond(
-        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, node: Node, runCommand: @escaping CommandRunner, maxBody: Int
+        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, node: Node, runCommand: CommandRunner?, maxBody: Int
     ) async throws -> Response {
         var parameters: [String: String] = [:]
         for name in route.path.split(separator: "/").filter({ $0.hasPrefix("{") }).map({ String($0.dropFirst().dropLast()) }) {
@@ -263,6 +263,7 @@ public struct APIServer: Sendable {
                 }
                 return Response(status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
             }
+            guard let runCommand else { return Self.noCommandLine(route) }
             let arguments = try route.commandLine(parameters: parameters, query: query, body: body, uploaded: uploaded)
             let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
             if !route.json { return try await streamBinary(command, runCommand) }
@@ -292,7 +293,7 @@ public struct APIServer: Sendable {
     /// The watch a request asks for with `path=` (Specs/api.md §6): its
     /// mailbox, subscribed to the query's one observation, or why not.
     static func subscribe(
-        _ request: Request, node: Node, runCommand: @escaping CommandRunner, hub: WatchHub
+        _ request: Request, node: Node, runCommand: CommandRunner?, hub: WatchHub
     ) -> Result<WatchMailbox, OperationError> {
         watchedQuery(request, node: node, runCommand: runCommand).map { hub.subscribe($0.key, observe: $0.observe) }
     }
@@ -300,7 +301,7 @@ public struct APIServer: Sendable {
     /// The query a watch request names: its key (the same for the same
     /// query however its parameters are ordered) and its observation.
     static func watchedQuery(
-        _ request: Request, node: Node, runCommand: @escaping CommandRunner
+        _ request: Request, node: Node, runCommand: CommandRunner?
     ) -> Result<(key: String, observe: @Sendable () -> AsyncThrowingStream<WatchHub.Answer, any Error>), OperationError> {
         guard let target = request.uri.queryParameters["path"].map(String.init),
             let components = URLComponents(string: target),
@@ -330,6 +331,10 @@ public struct APIServer: Sendable {
                             let (status, body, _) = await operation.answer(node, operationRequest)
                             return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
                         }
+                        guard let runCommand else {
+                            let failure = OperationEndpoint.errorBody(OperationError(.unavailable, code: "no_command_line", "this server answers typed endpoints only"))
+                            return WatchHub.Answer(status: 1, output: Data(failure.rendered().utf8))
+                        }
                         let output = OutputBuffer()
                         let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
                         return WatchHub.Answer(status: status, output: output.jsonBody(status: status))
@@ -344,7 +349,7 @@ public struct APIServer: Sendable {
     /// repeated), one observation per distinct query however many watch it.
     /// Each event's id is its answer's hash: a client that reconnects with
     /// `Last-Event-ID` is not sent again the answer it holds.
-    static func watch(_ request: Request, node: Node, runCommand: @escaping CommandRunner, hub: WatchHub) throws -> Response {
+    static func watch(_ request: Request, node: Node, runCommand: CommandRunner?, hub: WatchHub) throws -> Response {
         let answers: WatchMailbox
         switch subscribe(request, node: node, runCommand: runCommand, hub: hub) {
         case .success(let mailbox): answers = mailbox
@@ -405,6 +410,14 @@ public struct APIServer: Sendable {
             }
             group.cancelAll()
         }
+    }
+
+    /// An endpoint answered by a `chorus` command line on a server that has
+    /// none (an app's `serveAPI` without `commandLine`).
+    static func noCommandLine(_ route: CommandRoute) -> Response {
+        errorResponse(
+            .notImplemented, code: "no_command_line",
+            "\(route.method.rawValue) \(route.path) is answered by the chorus command line, which this server does not include: serve the store with `chorus serve`, or pass commandLine to serveAPI")
     }
 
     /// A comment line: writing it is how a client that went away is noticed.

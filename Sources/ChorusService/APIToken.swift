@@ -1,4 +1,3 @@
-import ChorusCommandLine
 import ChorusCrypto
 import ChorusStorage
 import Foundation

@@ -10,9 +10,9 @@ struct ErrorAnswersMiddleware<Context: RequestContext>: RouterMiddleware {
     /// command runner only on the Unix socket, page sessions only on TCP.
     let fixed: [String: [String]]
 
-    init(local: Bool) {
-        var fixed = ["/health": ["GET"], "/openapi.json": ["GET"], "/metrics": ["GET"], "/v1/watch": ["GET"]]
-        if local { fixed["/v1/run"] = ["POST"] } else { fixed["/v1/session"] = ["POST", "DELETE"] }
+    init(local: Bool, commandLine: Bool) {
+        var fixed = ["/health": ["GET"], "/openapi.json": ["GET"], "/metrics": ["GET"], "/v1/watch": ["GET"], "/v1/watch/ws": ["GET"]]
+        if !local { fixed["/v1/session"] = ["POST", "DELETE"] } else if commandLine { fixed["/v1/run"] = ["POST"] }
         self.fixed = fixed
     }
 

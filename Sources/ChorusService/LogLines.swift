@@ -1,4 +1,4 @@
-import ChorusCommandLine
+import ChorusOperations
 import Foundation
 import Logging
 import Synchronization

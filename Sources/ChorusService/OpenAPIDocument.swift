@@ -256,6 +256,7 @@ public enum OpenAPIDocument {
             out["409"] = jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error)
         } else {
             out["400"] = jsonResponse("Bad input: the command's error message", schema: error)
+            out["501"] = jsonResponse("Served by an app's serveAPI without a command line (no_command_line)", schema: error)
         }
         return out
     }

@@ -7,13 +7,30 @@ import Testing
 
 @Suite("the local API served by an app's own node")
 struct LibraryAPITests {
+    @Test("without the command line (ChorusService alone), node.serveAPI answers every typed endpoint; /v1/run is absent and the command endpoints say why")
+    func serveAPIWithoutTheCommandLine() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("app"))
+        let serving = try await node.serveAPI()
+        let socket = APIClient(.socket(inStore: dir.store("app")))
+        let followed = try await socket.send(.POST, "/v1/following/\(String(repeating: "b0", count: 32))")
+        #expect(followed.status == 200, "\(followed.text)")
+        #expect(try await socket.send(.GET, "/v1/profile").status == 200)
+        let export = try await socket.send(.GET, "/v1/export")
+        #expect(export.status == 501 && export.text.contains("no_command_line"), "\(export.text)")
+        #expect(try await socket.send(.POST, "/v1/run", body: Array("{}".utf8), contentType: "application/json").status == 404)
+        await serving.shutdown()
+        await node.close()
+    }
+
     @Test("node.serveAPI serves the REST endpoints, /v1/run and TCP with a token, on the app's open node, and shuts down cleanly")
     func serveAPIFromALibrary() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
         let node = try await Node.create(at: dir.store("app"))
         let token = String(repeating: "7f", count: 32)
-        let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token)
+        let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token, commandLine: ChorusProgram.runner(node: node))
         #expect(serving.endpoints.first == .socket(inStore: dir.store("app")))
         guard case .tcp(_, let port) = try #require(serving.endpoints.last) else {
             Issue.record("no TCP endpoint: \(serving.endpoints)")

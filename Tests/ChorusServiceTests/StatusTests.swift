@@ -19,7 +19,7 @@ struct StatusTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let node = try await Node.create(at: dir.store("app"))
-        let serving = try await node.serveAPI()
+        let serving = try await node.serveAPI(commandLine: ChorusProgram.runner(node: node))
         let api = APIClient(.socket(inStore: dir.store("app")))
         func send(_ method: HTTPMethod, _ path: String, _ json: String? = nil) async throws -> (Int, [String: Any], APIClient.Response) {
             let r = try await api.send(method, path, body: json.map { Array($0.utf8) }, contentType: "application/json")

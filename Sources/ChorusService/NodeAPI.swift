@@ -1,5 +1,4 @@
 import ChorusNode
-import ChorusService
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -9,12 +8,15 @@ extension Node {
     /// Serves this node's local HTTP API (Specs/api.md) from this process, as
     /// `chorus serve` does: on `socketPath` (default: `api.sock` in the store
     /// directory, owner-only) and, with `tcp`, on a TCP address where every
-    /// request needs `token`. Every REST endpoint, `/v1/run`, live queries,
-    /// the page and `/health` work; `/metrics` is served when `metrics` is
-    /// given. Runs until `shutdown()`.
+    /// request needs `token`. Every typed REST endpoint, live queries, the
+    /// page and `/health` work; `/metrics` is served when `metrics` is given.
+    /// The endpoints answered by a `chorus` command line (`/v1/run`, picture
+    /// bytes, export, import, sync) need `commandLine`
+    /// (`ChorusProgram.runner(node:)` from ChorusCommands); without it they
+    /// answer 501. Runs until `shutdown()`.
     public nonisolated func serveAPI(
         socketPath: String? = nil, tcp: (host: String, port: Int)? = nil, token: String? = nil, metrics: ServiceMetrics? = nil,
-        logger: Logger = Logger(label: "chorus.api", factory: { _ in SwiftLogNoOpLogHandler() })
+        logger: Logger = Logger(label: "chorus.api", factory: { _ in SwiftLogNoOpLogHandler() }), commandLine: CommandRunner? = nil
     ) async throws -> APIServing {
         var configuration = APIConfiguration(socketPath: socketPath ?? APIPaths.socket(inStore: storePath))
         configuration.tcp = tcp
@@ -22,7 +24,7 @@ extension Node {
         let expected = tcp == nil ? 1 : 2
         let (listening, continuation) = AsyncStream.makeStream(of: APIEndpoint.self)
         let server = APIServer(
-            node: self, configuration: configuration, logger: logger, metrics: metrics, runCommand: Forwarding.runner(node: self),
+            node: self, configuration: configuration, logger: logger, metrics: metrics, runCommand: commandLine,
             onListening: { continuation.yield($0) })
         let group = ServiceGroup(configuration: .init(services: try server.services(), logger: logger))
         let task = Task {
