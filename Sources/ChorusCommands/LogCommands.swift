@@ -78,38 +78,28 @@ struct Export: AsyncParsableCommand {
 
     func run() async throws {
         let node = try await store.open(readOnly: true)
-        let fileFormat: EventFileFormat = format == .cbor ? .cbor : .jsonl
-        var count = 0
-        var bytes = 0
-        /// Every event, page by page (bounded memory).
-        func exportPages(_ write: ([UInt8]) throws -> Void) throws {
-            var since: UInt64 = 0
-            while true {
-                let page = try node.arrivals(since: since, limit: 4096)
-                guard let last = page.last else { break }
-                var out: [UInt8] = []
-                for stored in page { EventFile.append(stored, format: fileFormat, to: &out) }
-                try write(out)
-                bytes += out.count
-                count += page.count
-                since = last.arrival
-            }
-        }
+        let export = ExportEvents(format: format == .cbor ? .cbor : .jsonl)
+        let summary: ExportEvents.Summary
         do {
             if file == "-" {
-                try exportPages { Console.write(Data($0)) }
+                summary = try await export.run(on: node) { Console.write(Data($0)) }
             } else {
                 // Into a file beside the target, renamed over it at the end:
                 // a failed export leaves no half-written file. Owner-only, as
                 // the store is (Specs/storage.md §1): beyond public events it
                 // holds who talks to whom and when.
-                try OwnerOnlyFile.replace(Console.path(file)) { handle in try exportPages { try handle.write(contentsOf: $0) } }
+                var written = ExportEvents.Summary()
+                try await OwnerOnlyFile.replace(Console.path(file), writingPieces: { handle in
+                    written = try await export.run(on: node) { try handle.write(contentsOf: $0) }
+                })
+                summary = written
             }
         } catch OwnerOnlyFileError.cannotCreate(_, let reason) {
             throw CommandFailure(message: "cannot write \(file): \(reason); check the directory exists and is writable")
         } catch {
             throw CommandFailure(message: "cannot write \(file): \(error.localizedDescription)")
         }
+        let (count, bytes) = (summary.events, summary.bytes)
         await release(node)
         if output.json {
             printJSON(.object([("events", .int(Int64(count))), ("bytes", .int(Int64(bytes))), ("format", .string(format.rawValue))]))

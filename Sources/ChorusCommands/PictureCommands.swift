@@ -143,9 +143,9 @@ struct PictureGet: AsyncParsableCommand {
         let picture = try parseID(id, what: "ID", as: PictureID.self)
         let bytes: [UInt8] = try await withNode(store, readOnly: true) { node in
             do {
-                return [UInt8](try node.pictureData(picture))
-            } catch NodeError.refused(.unknownPicture) {
-                throw CommandFailure(message: "this node holds no picture \(picture.hex); import its owner's events first")
+                return [UInt8](try await GetPictureBytes(picture).run(on: node).data)
+            } catch let failure as OperationError {
+                throw CommandFailure(message: failure.message)
             }
         }
         if out == "-" {

@@ -246,6 +246,9 @@ public struct APIServer: Sendable {
                     }
                 }
             }
+            if let bytes = route.bytes {
+                return await bytes.answer(node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))
+            }
             if let operation = route.operation {
                 let (status, answer, nextPage) = await operation.answer(
                     node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))

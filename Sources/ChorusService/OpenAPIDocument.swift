@@ -177,6 +177,7 @@ public enum OpenAPIDocument {
         let description =
             route.operation != nil
             ? "A typed operation; answers what `\(command) --json` prints."
+            : route.bytes != nil ? "A typed operation; the body is the bytes `\(command)` writes."
             : route.json ? "Runs `\(command) --json`." : "Runs `\(command)`; the body is the bytes it writes."
         var operation: [String: Any] = [
             "operationId": operationID(route), "summary": route.summary, "description": description, "responses": responses(route),
@@ -234,7 +235,13 @@ public enum OpenAPIDocument {
                                 ]
                             ] : [:], uniquingKeysWith: { a, _ in a })
             } else {
-                ["description": "The bytes the command writes", "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+                [
+                    "description": "The bytes the command writes (a picture's own media type when it names one)",
+                    "content": [
+                        "application/octet-stream": ["schema": ["type": "string", "format": "binary"]],
+                        "image/*": ["schema": ["type": "string", "format": "binary"]],
+                    ],
+                ]
             }
         let refused = jsonResponse(
             "Refused by the rules, or stored without effect: the error, followed for a stored mutation by its report (effective false, reason)",
@@ -250,7 +257,7 @@ public enum OpenAPIDocument {
         ]
         if route.method != .get { out["415"] = jsonResponse("A body that is not JSON (or, for an upload, not the raw file)", schema: error) }
         if route.json, route.method == .get { out["304"] = ["description": "Not modified: the answer's ETag matches If-None-Match"] }
-        if route.operation != nil {
+        if route.isTyped {
             out["400"] = jsonResponse("Bad input: a malformed id, a missing, unknown or mistyped field, content the rules do not allow", schema: error)
             out["404"] = jsonResponse("The object is not held by this node", schema: error)
             out["409"] = jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error)

@@ -3,6 +3,7 @@ import ChorusEvents
 import ChorusNode
 import ChorusOperations
 import Foundation
+import Hummingbird
 
 /// A JSON value of a request body, as sent: a whole number stays the text
 /// it was written as (so any size of amount passes through to the check
@@ -215,5 +216,44 @@ struct OperationEndpoint: Sendable {
     /// `{"code": …, "message": …}` (Specs/api.md §5).
     static func errorBody(_ failure: OperationError) -> JSONValue {
         .object([("code", .string(failure.code)), ("message", .string(failure.message))])
+    }
+}
+
+/// How a typed endpoint that answers bytes (an image, an export) answers
+/// (Specs/api.md §5): its body with its media type, streamed; a failure
+/// before the first byte as `{"code", "message"}` with its status.
+struct BytesEndpoint: Sendable {
+    let answer: @Sendable (Node, OperationRequest) async -> Response
+
+    init(_ answer: @escaping @Sendable (Node, OperationRequest) async throws -> Response) {
+        self.answer = { node, request in
+            do { return try await answer(node, request) } catch {
+                let failure = OperationError(error)
+                return APIServer.errorResponse(.init(code: failure.httpStatus), code: failure.code, failure.message)
+            }
+        }
+    }
+
+    /// `GET /v1/pictures/{id}/bytes`: the image, with its media type.
+    static let pictureBytes = BytesEndpoint { node, r in
+        let (data, mediaType) = try await GetPictureBytes(PictureID(try r.pathID("id", what: "ID"))).run(on: node)
+        return Response(status: .ok, headers: [.contentType: mediaType], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// `GET /v1/export`: every event, page by page; the format is checked before the first byte.
+    static let export = BytesEndpoint { node, r in
+        let format: EventFileFormat
+        switch r.query["format"] ?? "cbor" {
+        case "cbor": format = .cbor
+        case "jsonl": format = .jsonl
+        case let other: throw OperationError(.badInput, code: "bad_format", "format is cbor or jsonl, not \"\(other.prefix(40))\"")
+        }
+        let export = ExportEvents(format: format)
+        return Response(
+            status: .ok, headers: [.contentType: "application/octet-stream"],
+            body: ResponseBody { writer in
+                try await export.run(on: node) { try await writer.write(ByteBuffer(bytes: $0)) }
+                try await writer.finish(nil)
+            })
     }
 }

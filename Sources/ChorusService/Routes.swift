@@ -46,21 +46,27 @@ public struct CommandRoute: Sendable {
     public let json: Bool
     /// The typed operation that answers the endpoint; nil: the command line of `arguments` runs.
     let operation: OperationEndpoint?
+    /// The typed operation that answers the endpoint with bytes (then `json` is false).
+    let bytes: BytesEndpoint?
     /// The schema of a command's JSON answer (a typed operation states its own).
     let commandSchema: JSONSchema?
 
     init(
         _ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true, operation: OperationEndpoint? = nil,
-        answers commandSchema: JSONSchema? = nil
+        bytes: BytesEndpoint? = nil, answers commandSchema: JSONSchema? = nil
     ) {
         self.method = method
         self.path = path
         self.summary = summary
         self.arguments = arguments
-        self.json = json
+        self.json = json && bytes == nil
         self.operation = operation
+        self.bytes = bytes
         self.commandSchema = commandSchema
     }
+
+    /// Whether a typed operation answers it (no command line runs).
+    var isTyped: Bool { operation != nil || bytes != nil }
 
     /// The schema of a 200 answer with JSON, nil when the answer is bytes.
     public var answerSchema: JSONSchema? { json ? operation?.resultSchema ?? commandSchema ?? .anyValue : nil }
@@ -288,7 +294,9 @@ public struct CommandRoute: Sendable {
         .init(
             .get, "/v1/pictures/{id}", "One picture (404 when this node holds none by that id)", [.word("query"), .word("picture"), .path("id")],
             operation: OperationEndpoint { r in GetPicture(PictureID(try r.pathID("id", what: "ID"))) }),
-        .init(.get, "/v1/pictures/{id}/bytes", "A picture's image bytes", [.word("picture"), .word("get"), .path("id"), .word("--out=-")], json: false),
+        .init(
+            .get, "/v1/pictures/{id}/bytes", "A picture's image bytes", [.word("picture"), .word("get"), .path("id"), .word("--out=-")],
+            bytes: .pictureBytes),
         .init(
             .post, "/v1/pictures/{id}/caption", "Set a picture's caption", [.word("picture"), .word("caption"), .path("id"), .field("caption")],
             operation: OperationEndpoint { r in ChangePicture(PictureID(try r.pathID("id", what: "ID")), .caption(try r.requiredText("caption"))) }),
@@ -430,7 +438,7 @@ public struct CommandRoute: Sendable {
                     author: try r.queryID("author"), kind: kind, since: UInt64(since), limit: try r.queryInt("limit"),
                     latest: ["true", "1"].contains(r.query["latest"] ?? ""))
             }),
-        .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], json: false),
+        .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], bytes: .export),
         .init(
             .post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")],
             answers: .object([

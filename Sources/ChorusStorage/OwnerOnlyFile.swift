@@ -70,13 +70,31 @@ public enum OwnerOnlyFile {
         let handle = try create(partial)
         do {
             try write(handle)
-            if durable { try handle.synchronize() }
-            try handle.close()
-            guard rename(partial, path) == 0 else { throw OwnerOnlyFileError.cannotCreate(path, String(cString: strerror(errno))) }
+            try finish(handle, partial, path, durable: durable)
         } catch {
             try? FileManager.default.removeItem(atPath: partial)
             throw error
         }
+    }
+
+    /// `replace(_:durable:writing:)` with pieces that come asynchronously.
+    public static func replace(_ path: String, durable: Bool = false, writingPieces write: (FileHandle) async throws -> Void) async throws {
+        let partial = path + ".partial-" + UUID().uuidString
+        let handle = try create(partial)
+        do {
+            try await write(handle)
+            try finish(handle, partial, path, durable: durable)
+        } catch {
+            try? FileManager.default.removeItem(atPath: partial)
+            throw error
+        }
+    }
+
+    /// Makes the written file durable when asked, closes it and renames it over `path`.
+    private static func finish(_ handle: FileHandle, _ partial: String, _ path: String, durable: Bool) throws {
+        if durable { try handle.synchronize() }
+        try handle.close()
+        guard rename(partial, path) == 0 else { throw OwnerOnlyFileError.cannotCreate(path, String(cString: strerror(errno))) }
     }
 }
 

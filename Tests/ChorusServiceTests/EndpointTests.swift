@@ -77,7 +77,7 @@ struct EndpointTests {
         _ = try await call(.GET, "/v1/pictures/\(picture)")
         let bytes = try await call(.GET, "/v1/pictures/\(picture)/bytes")
         #expect(Data(bytes.body) == Self.png)
-        _ = try await call(.GET, "/v1/pictures/\(String(repeating: "ab", count: 32))/bytes", expect: 400)
+        _ = try await call(.GET, "/v1/pictures/\(String(repeating: "ab", count: 32))/bytes", expect: 404)
         _ = try await call(.POST, "/v1/pictures/\(picture)/caption", ["caption": "Roof at dusk"])
         _ = try await call(.POST, "/v1/pictures/\(picture)/move", ["first": true])
         _ = try await call(.GET, "/v1/feed?limit=5")

@@ -7,7 +7,7 @@ import Testing
 
 @Suite("the local API served by an app's own node")
 struct LibraryAPITests {
-    @Test("without the command line (ChorusService alone), node.serveAPI answers every typed endpoint; /v1/run is absent and the command endpoints say why")
+    @Test("without the command line (ChorusService alone), node.serveAPI answers every typed endpoint and the export; /v1/run is absent and the command endpoints say why")
     func serveAPIWithoutTheCommandLine() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
@@ -18,7 +18,9 @@ struct LibraryAPITests {
         #expect(followed.status == 200, "\(followed.text)")
         #expect(try await socket.send(.GET, "/v1/profile").status == 200)
         let export = try await socket.send(.GET, "/v1/export")
-        #expect(export.status == 501 && export.text.contains("no_command_line"), "\(export.text)")
+        #expect(export.status == 200 && export.body.count > 100, "\(export.text)")
+        let sync = try await socket.send(.POST, "/v1/sync", body: Array("{}".utf8), contentType: "application/json")
+        #expect(sync.status == 501 && sync.text.contains("no_command_line"), "\(sync.text)")
         #expect(try await socket.send(.POST, "/v1/run", body: Array("{}".utf8), contentType: "application/json").status == 404)
         await serving.shutdown()
         await node.close()

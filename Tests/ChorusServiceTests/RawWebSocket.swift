@@ -1,5 +1,6 @@
 import ChorusTestSupport
 import Foundation
+import Synchronization
 
 /// A WebSocket client over a plain socket (RFC 6455), enough for the tests:
 /// the upgrade request, unmasked text frames from the server (fragmented or
@@ -84,8 +85,14 @@ final class RawWebSocket: @unchecked Sendable {
         }
     }
 
-    /// Sends a close frame (masked, as a client must) and closes the socket.
+    private let closed = Mutex(false)
+
+    /// Sends a close frame (masked, as a client must) and closes the socket,
+    /// once: a second close(2) of the number could close a descriptor the
+    /// process has opened since (another test's socket, which SwiftNIO then
+    /// finds closed under it).
     func close() {
+        guard closed.withLock({ was in defer { was = true }; return !was }) else { return }
         _ = try? send([0x88, 0x80, 1, 2, 3, 4])
         Foundation.close(fd)
     }
