@@ -10,8 +10,8 @@ extension Node {
     /// directory, owner-only) and, with `tcp`, on a TCP address where every
     /// request needs `token`. Every typed REST endpoint, live queries, the
     /// page and `/health` work; `/metrics` is served when `metrics` is given.
-    /// The endpoints answered by a `chorus` command line (`/v1/run`, picture
-    /// bytes, export, import, sync) need `commandLine`
+    /// The endpoints answered by a `chorus` command line (`/v1/run`,
+    /// import, sync) need `commandLine`
     /// (`ChorusProgram.runner(node:)` from ChorusCommands); without it they
     /// answer 501. Runs until `shutdown()`.
     public nonisolated func serveAPI(
