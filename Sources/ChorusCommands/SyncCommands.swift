@@ -75,12 +75,30 @@ struct Sync: AsyncParsableCommand {
         let json = output.json
         // On a terminal only (ProgressBar checks), after the first half second.
         let bar = ProgressBar()
-        options.onProgress = { p in
+        let progress: @Sendable (SyncProgress) -> Void = { p in
             if p.blobsRequested > p.blobsReceived, p.eventsReceived >= p.eventsRequested {
                 bar.update("sync: pictures", p.blobsReceived, p.blobsRequested)
             } else {
                 bar.update("sync: events", p.eventsReceived, p.eventsRequested)
             }
+        }
+        options.onProgress = progress
+        if !live {
+            // The same operation `POST /v1/sync` runs.
+            let operation = SyncOnce(address: address, hops: hops, onProgress: progress)
+            let outcome = try await withNode(store) { node in
+                let task = Task { await operation.perform(on: node) }
+                return await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
+            }
+            bar.finish()
+            switch outcome {
+            case .success(.peer(let report)): printReport(report, json: json)
+            case .success(.relays): break
+            case .failure(let failure):
+                printError("error: sync with \(address) failed [\(failure.code)]: \(failure.message)")
+                throw ExitCode(Exit.failure)
+            }
+            return
         }
         if live {
             options.onComplete = { report in
@@ -130,37 +148,15 @@ struct Sync: AsyncParsableCommand {
 extension Sync {
     /// `chorus sync` without an address: the relays of the relay lists (Specs/sync.md §9).
     func syncRouted() async throws {
-        let scope = ReplicationScope(hops: hops)
-        let maxRelays = self.maxRelays
-        let (plan, results) = try await withNode(store) { node in
-            try await SyncNetwork.syncByRelayLists(node, scope: scope, maxConnections: maxRelays, options: SyncOptions(live: false, scope: scope))
-        }
-        guard !plan.relays.isEmpty else {
-            printError(
-                "error: no relay to sync with: give HOST:PORT, publish your relay list (chorus relays set), or add a bootstrap relay to the network (chorus network relay-add)"
-            )
+        let operation = SyncOnce(hops: hops, maxRelays: maxRelays)
+        let outcome = try await withNode(store) { node in await operation.perform(on: node) }
+        guard case .success(.relays(let plan, let results)) = outcome else {
+            if case .failure(let failure) = outcome { printError("error: \(failure.message)") }
             throw ExitCode(Exit.failure)
         }
         let failed = results.filter { if case .failure = $0.outcome { true } else { false } }
         if output.json {
-            printJSON(
-                .object([
-                    ("relays", .array(results.map { r in
-                        var fields: [(String, JSONValue)] = [
-                            ("address", .string(r.relay.address)), ("key", .string(r.relay.key.hex)),
-                            ("reasons", .array(r.relay.reasons.map { .string($0) })), ("covers", .array(r.relay.covers.map { .string($0.hex) })),
-                        ]
-                        switch r.outcome {
-                        case .success(let report): fields.append(("report", reportJSON(report)))
-                        case .failure(let error):
-                            fields.append(("error", .string("\(error)")))
-                            fields.append(("code", .string((error as? SyncError)?.code ?? (error is RelayIdentityMismatch ? "relay_key_mismatch" : "connect_failed"))))
-                        }
-                        return .object(fields)
-                    })),
-                    ("uncovered", .array(plan.uncovered.map { .string($0.hex) })), ("unlisted", .array(plan.unlisted.map { .string($0.hex) })),
-                    ("complete", .bool(failed.isEmpty)),
-                ]))
+            printJSON(relaySyncJSON(plan, results))
         } else {
             for r in results {
                 let why = "\(r.relay.reasons.joined(separator: ","))\(r.relay.covers.isEmpty ? "" : ", \(r.relay.covers.count) users")"
@@ -183,33 +179,9 @@ extension Sync {
     }
 }
 
-func reportJSON(_ r: SyncReport) -> JSONValue {
-    .object([
-        ("peer", .string(r.peer.key.hex)), ("address", .string(r.peer.address)),
-        ("complete", .bool(r.complete)), ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
-        ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
-        ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
-        ("deliveries_left", .uint(UInt64(r.deliveriesLeft))), ("notices_received", .uint(UInt64(r.noticesReceived))),
-        ("seconds", .string(String(format: "%.3f", r.seconds))),
-    ])
-}
-
 func printReport(_ r: SyncReport, json: Bool) {
     if json {
-        printJSON(
-            .object([
-                ("peer", .string(r.peer.key.hex)), ("address", .string(r.peer.address)),
-                ("complete", .bool(r.complete)), ("live", .bool(r.live)),
-                ("events_received", .uint(UInt64(r.eventsReceived))), ("events_sent", .uint(UInt64(r.eventsSent))),
-                ("duplicates_received", .uint(UInt64(r.duplicatesReceived))),
-                ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
-                ("damaged_blobs", .array(r.damagedBlobs.map { .string($0.hex) })),
-                ("forks_seen", .uint(UInt64(r.forksSeen))), ("chat_keys_shared", .uint(UInt64(r.keyEventsWritten))),
-                ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
-                ("frames_received", .uint(UInt64(r.framesReceived))), ("frames_sent", .uint(UInt64(r.framesSent))),
-                ("sessions", .uint(UInt64(r.sessions))), ("reconciled", .bool(r.reconciled)), ("partial", .bool(r.partial)),
-                ("seconds", .string(String(format: "%.3f", r.seconds))),
-            ]))
+        printJSON(syncReportJSON(r))
     } else {
         emit(
             """

@@ -11,7 +11,7 @@ extension Node {
     /// request needs `token`. Every typed REST endpoint, live queries, the
     /// page and `/health` work; `/metrics` is served when `metrics` is given.
     /// The endpoints answered by a `chorus` command line (`/v1/run`,
-    /// import, sync) need `commandLine`
+    /// `/v1/import`) need `commandLine`
     /// (`ChorusProgram.runner(node:)` from ChorusCommands); without it they
     /// answer 501. Runs until `shutdown()`.
     public nonisolated func serveAPI(

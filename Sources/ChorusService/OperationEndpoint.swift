@@ -154,6 +154,21 @@ struct OperationRequest: Sendable {
         return n
     }
 
+    /// The body field `name` as a whole number of 0 or more, as a JSON number or a string; nil when absent.
+    func count(_ name: String) throws -> Int? {
+        let text: String
+        switch body[name] {
+        case nil: return nil
+        case .integer(let n): text = n
+        case .string(let s): text = s
+        default: throw OperationError(.badInput, code: "bad_\(name)", "the field \"\(name)\" must be a whole number of 0 or more")
+        }
+        guard let n = Int(text), n >= 0 else {
+            throw OperationError(.badInput, code: "bad_\(name)", "the field \"\(name)\" must be a whole number of 0 or more, got \(text.prefix(40))")
+        }
+        return n
+    }
+
     /// The path parameter `name` as a slot number.
     func slot(_ name: String) throws -> Int {
         let text = parameters[name] ?? ""

@@ -190,37 +190,6 @@ public struct CommandRoute: Sendable {
     }
 
     /// Every endpoint (Specs/api.md §5; Specs/api.openapi.json lists the same).
-    /// What `chorus sync HOST:PORT --json` prints.
-    static let peerSyncSchema = JSONSchema.object([
-        ("peer", .hex32), ("address", .string), ("complete", .boolean), ("live", .boolean), ("events_received", .integer),
-        ("events_sent", .integer), ("duplicates_received", .integer), ("blobs_received", .integer), ("blobs_sent", .integer),
-        ("damaged_blobs", .array(.hex32)), ("forks_seen", .integer), ("chat_keys_shared", .integer), ("bytes_received", .integer),
-        ("bytes_sent", .integer), ("frames_received", .integer), ("frames_sent", .integer), ("sessions", .integer), ("reconciled", .boolean),
-        ("partial", .boolean), ("seconds", .string),
-    ])
-
-    /// What `chorus sync --json` prints without an address: each relay of the plan with its report or its failure.
-    static let relaySyncSchema = JSONSchema.object([
-        (
-            "relays",
-            .array(
-                .object(
-                    [
-                        ("address", .string), ("key", .hex32), ("reasons", .array(.string)), ("covers", .array(.hex32)),
-                        (
-                            "report",
-                            .object([
-                                ("peer", .hex32), ("address", .string), ("complete", .boolean), ("events_received", .integer),
-                                ("events_sent", .integer), ("blobs_received", .integer), ("blobs_sent", .integer), ("bytes_received", .integer),
-                                ("bytes_sent", .integer), ("deliveries_left", .integer), ("notices_received", .integer), ("seconds", .string),
-                            ])
-                        ),
-                        ("error", .string), ("code", .string),
-                    ], optional: ["report", "error", "code"]))
-        ),
-        ("uncovered", .array(.hex32)), ("unlisted", .array(.hex32)), ("complete", .boolean),
-    ])
-
     /// The query parameters of a paged list (Specs/api.md §5).
     static let page: [Argument] = [.queryOption("limit", "--limit"), .queryOption("after", "--after")]
 
@@ -448,7 +417,7 @@ public struct CommandRoute: Sendable {
         .init(
             .post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists",
             [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")],
-            answers: .anyOf([Self.peerSyncSchema, Self.relaySyncSchema])),
+            operation: OperationEndpoint { r in SyncOnce(address: try r.text("address"), hops: try r.count("hops")) }),
         .init(.get, "/v1/peers", "Known sync peers, latest first", [.word("peers")], operation: OperationEndpoint { _ in ListPeers() }),
     ]
 }

@@ -19,8 +19,11 @@ struct LibraryAPITests {
         #expect(try await socket.send(.GET, "/v1/profile").status == 200)
         let export = try await socket.send(.GET, "/v1/export")
         #expect(export.status == 200 && export.body.count > 100, "\(export.text)")
+        let imported = try await socket.send(.POST, "/v1/import", body: [1, 2, 3], contentType: "application/octet-stream")
+        #expect(imported.status == 501 && imported.text.contains("no_command_line"), "\(imported.text)")
+        // A sync is typed: with no relay to sync with it says so.
         let sync = try await socket.send(.POST, "/v1/sync", body: Array("{}".utf8), contentType: "application/json")
-        #expect(sync.status == 501 && sync.text.contains("no_command_line"), "\(sync.text)")
+        #expect(sync.status == 503 && sync.text.contains("no_relays"), "\(sync.text)")
         #expect(try await socket.send(.POST, "/v1/run", body: Array("{}".utf8), contentType: "application/json").status == 404)
         await serving.shutdown()
         await node.close()
