@@ -126,158 +126,49 @@ struct Import: AsyncParsableCommand {
     @Argument(help: "An export file (CBOR sequence or JSON lines; - for standard input).") var file: String
     @Flag(help: "Store the valid events even if others in the file are damaged.") var partial = false
 
-    /// Events checked per slice in the first pass: memory stays bounded
-    /// whatever the file.
-    static let slice = 2048
-    /// Events per `Node.ingest` call in the second pass, and calls queued at
-    /// once: the next slice is decoded and verified while the writer commits
-    /// the ones before it, as a sync receiver does (Specs/storage.md §5.1
-    /// step 2). Memory stays bounded by the calls in flight.
-    static let ingestSlice = 8192
-    static let ingestCallsInFlight = 3
-
     func run() async throws {
-        let (handle, spooled) = try openInput()
+        let (path, spooled) = try inputPath()
         defer {
-            try? handle.close()
-            if let spooled {
-                try? FileManager.default.removeItem(atPath: spooled)
-                TemporaryFiles.unregister(spooled)
+            if spooled {
+                try? FileManager.default.removeItem(atPath: path)
+                TemporaryFiles.unregister(path)
             }
         }
-        let size = (try? handle.seekToEnd()) ?? 0
-        try handle.seek(toOffset: 0)
         let bar = ProgressBar()
         defer { bar.finish() }
-        func showProgress(_ stage: String) {
-            guard let offset = try? handle.offset() else { return }
-            bar.update(stage, Int(offset >> 20), Int(size >> 20))
-        }
-        var summary = ImportSummary()
-        // Whether any item is shaped like an envelope, damaged or not: once
-        // one is, no other is looked at.
-        var sawEnvelope = false
-        // Pass 1 (all-or-nothing): is any event damaged in itself? Nothing is stored.
-        if !partial {
-            let reader = EventFileReader(handle: handle)
-            var damaged = false
-            while true {
-                // A command run for a client that went away is cancelled (Specs/api.md §4.2): stop reading.
-                try Task.checkCancellation()
-                let items = try reader.next(limit: Self.slice)
-                if items.isEmpty { break }
-                let base = reader.count - items.count
-                if !sawEnvelope { sawEnvelope = items.contains(where: Self.looksLikeEnvelope) }
-                for (i, error) in await Node.check(items).enumerated() {
-                    if let error {
-                        damaged = true
-                        summary.record(index: base + i, .refused(error))
-                    } else {
-                        summary.record(index: base + i, .withheld)
-                    }
-                }
-                showProgress("checking (MiB)")
-            }
-            if let unreadable = reader.unreadable {
-                damaged = true
-                summary.record(index: unreadable.index, .refused(.malformedEnvelope(unreadable.reason)))
-            }
-            if damaged, !sawEnvelope { try notAnEventFile(summary.errors.first?.reason) }
-            if damaged {
-                bar.finish()
-                return try finish(summary)
-            }
-            try handle.seek(toOffset: 0)
-            summary = ImportSummary()
-        }
-        // Pass 2: ingest slice by slice, each through the one ingest path,
-        // with up to `ingestCallsInFlight` calls queued; their results are
-        // recorded in file order.
-        let node = try await store.open()
-        let reader = EventFileReader(handle: handle)
-        var inFlight: [(base: Int, ingest: Task<IngestReport, Never>)] = []
-        func settleOldest() async {
-            let call = inFlight.removeFirst()
-            for (i, r) in await call.ingest.value.results.enumerated() { summary.record(index: call.base + i, r) }
-        }
-        do {
-            while true {
-                try Task.checkCancellation()
-                let items = try reader.next(limit: Self.ingestSlice)
-                if items.isEmpty { break }
-                let base = reader.count - items.count
-                if !sawEnvelope { sawEnvelope = items.contains(where: Self.looksLikeEnvelope) }
-                let (queued, signal) = AsyncStream<Void>.makeStream()
-                inFlight.append((base, Task { await node.ingest(items, enqueued: { signal.finish() }) }))
-                for await _ in queued {}
-                if inFlight.count >= Self.ingestCallsInFlight { await settleOldest() }
-                showProgress("importing (MiB)")
-            }
-            while !inFlight.isEmpty { await settleOldest() }
-            if let unreadable = reader.unreadable {
-                summary.record(index: unreadable.index, .refused(.malformedEnvelope(unreadable.reason)))
-            }
-            if !sawEnvelope, summary.errorCount > 0 { try notAnEventFile(summary.errors.first?.reason) }
-        } catch {
-            // What was queued still becomes durable before the node closes.
-            while !inFlight.isEmpty { await settleOldest() }
-            await release(node)
-            throw error
-        }
-        await release(node)
+        // The same operation `POST /v1/import` runs.
+        let operation = ImportEvents(
+            .file(path: path, name: file == "-" ? "standard input" : file), partial: partial, onProgress: { bar.update($0, $1, $2) })
+        let outcome = try await withNode(store) { node in await operation.perform(on: node) }
         bar.finish()
-        try finish(summary)
+        switch outcome {
+        case .success(let result): try finish(result)
+        case .failure(let failure): throw CommandFailure(message: failure.message)
+        }
     }
 
-    /// The input as a seekable file: standard input is first copied to a
-    /// temporary file (read twice, never held in memory).
-    func openInput() throws -> (FileHandle, spooled: String?) {
+    /// The input as a seekable file's path: standard input is first copied to
+    /// a temporary file (read twice, never held in memory); true when it was.
+    func inputPath() throws -> (String, spooled: Bool) {
         if file == "-", let received = Console.streams?.standardInputFile {
             // The client's standard input, already spooled by the client.
-            guard let handle = FileHandle(forReadingAtPath: received) else { throw CommandFailure(message: "cannot read the standard input the client sent") }
-            return (handle, nil)
+            return (received, false)
         }
         guard file == "-" else {
             var isDirectory: ObjCBool = false
             let path = Console.path(file)
             guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue,
-                let handle = FileHandle(forReadingAtPath: path)
+                FileManager.default.isReadableFile(atPath: path)
             else { throw CommandFailure(message: "cannot read \(file): no such file, a directory, or not readable") }
-            return (handle, nil)
+            return (path, false)
         }
-        let path = try spoolStandardInput(prefix: "chorus-import-")
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandFailure(message: "cannot reopen \(path)") }
-        return (handle, path)
+        return (try spoolStandardInput(prefix: "chorus-import-"), true)
     }
 
-    /// A file whose very first item is not an event is not an export at all:
-    /// one clear error (exit 2) instead of millions of refusals.
-    /// An item that is a CBOR array of three items, as every envelope is
-    /// (Specs/events.md §3.1), whatever damage it has inside.
-    static func looksLikeEnvelope(_ item: [UInt8]) -> Bool {
-        guard let value = try? CBORDecoder.decode(item), let array = value.arrayValue else { return false }
-        return array.count == 3
-    }
-
-    /// Nothing in the file is even shaped like an event: one clear error
-    /// (exit 2) instead of one refusal per item.
-    func notAnEventFile(_ firstReason: String?) throws -> Never {
-        throw CommandFailure(
-            message: "\(file == "-" ? "standard input" : file) is not a Chorus event file (a CBOR sequence or JSON lines written by `chorus export`): no item in it is an event\(firstReason.map { " (first problem: \($0))" } ?? "")")
-    }
-
-    func finish(_ summary: ImportSummary) throws {
+    func finish(_ result: ImportEvents.Result) throws {
+        let summary = result.summary
         if output.json {
-            printJSON(.object([
-                ("accepted", .int(Int64(summary.accepted))),
-                ("duplicate", .int(Int64(summary.duplicates))),
-                ("refused", .int(Int64(summary.refused))),
-                ("withheld", .int(Int64(summary.withheld))),
-                ("errors", .array(summary.errors.map { e in
-                    .object([("index", .int(Int64(e.index))), ("code", .string(e.code)), ("reason", .string(e.reason))])
-                })),
-                ("errors_total", .int(Int64(summary.errorCount))),
-            ]))
+            printJSON(try JSONValueEncoder().encode(result))
         } else {
             emit("\(summary.accepted) accepted, \(summary.duplicates) duplicate, \(summary.refused) refused")
             for e in summary.errors.prefix(20) { emit("  event \(e.index): \(terminalSafe(e.reason)) [\(e.code)]") }
@@ -291,30 +182,3 @@ struct Import: AsyncParsableCommand {
 }
 
 /// Counts of an import and its first errors, kept small whatever the file's size.
-struct ImportSummary {
-    static let keptErrors = 1000
-    var accepted = 0, duplicates = 0, withheld = 0, notStored = 0, refusedOnly = 0
-    var errors: [(index: Int, code: String, reason: String)] = []
-    var errorCount = 0
-    /// Everything not stored: refused, withheld or failed to write (as `IngestReport.refused`).
-    var refused: Int { refusedOnly + withheld + notStored }
-
-    mutating func record(index: Int, _ result: IngestResult) {
-        switch result {
-        case .accepted: accepted += 1
-        case .duplicate: duplicates += 1
-        case .withheld: withheld += 1
-        case .refused(let e):
-            refusedOnly += 1
-            error(index, e.code, e.description)
-        case .notStored(let why):
-            notStored += 1
-            error(index, "not_stored", why)
-        }
-    }
-
-    private mutating func error(_ index: Int, _ code: String, _ reason: String) {
-        errorCount += 1
-        if errors.count < Self.keptErrors { errors.append((index, code, reason)) }
-    }
-}

@@ -8,12 +8,11 @@ extension Node {
     /// Serves this node's local HTTP API (Specs/api.md) from this process, as
     /// `chorus serve` does: on `socketPath` (default: `api.sock` in the store
     /// directory, owner-only) and, with `tcp`, on a TCP address where every
-    /// request needs `token`. Every typed REST endpoint, live queries, the
-    /// page and `/health` work; `/metrics` is served when `metrics` is given.
-    /// The endpoints answered by a `chorus` command line (`/v1/run`,
-    /// `/v1/import`) need `commandLine`
-    /// (`ChorusProgram.runner(node:)` from ChorusCommands); without it they
-    /// answer 501. Runs until `shutdown()`.
+    /// request needs `token`. Every REST endpoint (each a typed operation),
+    /// live queries, the page and `/health` work; `/metrics` is served when
+    /// `metrics` is given. `/v1/run`, the `chorus` command line of a served
+    /// store, needs `commandLine` (`ChorusProgram.runner(node:)` from
+    /// ChorusCommands). Runs until `shutdown()`.
     public nonisolated func serveAPI(
         socketPath: String? = nil, tcp: (host: String, port: Int)? = nil, token: String? = nil, metrics: ServiceMetrics? = nil,
         logger: Logger = Logger(label: "chorus.api", factory: { _ in SwiftLogNoOpLogHandler() }), commandLine: CommandRunner? = nil

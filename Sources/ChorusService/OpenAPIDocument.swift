@@ -86,7 +86,7 @@ public enum OpenAPIDocument {
             "info": [
                 "title": "Chorus node local API", "version": "1",
                 "description":
-                    "The API of a running `chorus serve` (Specs/api.md). An endpoint under /v1 runs a typed operation, or the `chorus` command named in its description; either answers what that command prints with --json. A typed operation's status follows its failure's kind (400 bad input, 404 unknown object, 409 conflict, 413 too large, 422 refused by the rules or stored without effect); a command's: 200 when it exits 0, 422 when it exits 1, 400 when it exits 2. Every error body is {\"code\", \"message\"}; an unknown path answers 404, another method 405 with Allow.",
+                    "The API of a running `chorus serve` (Specs/api.md). Each endpoint under /v1 runs a typed operation, the one the `chorus` command named in its description runs, and answers what that command prints with --json. The status follows the failure's kind (400 bad input, 404 unknown object, 409 conflict, 413 too large, 422 refused by the rules or stored without effect, 503 unavailable). Every error body is {\"code\", \"message\"}; an unknown path answers 404, another method 405 with Allow.",
             ],
             "servers": [["url": "http://localhost", "description": "the Unix socket api.sock in the store directory, or the TCP address given with --api-listen"]],
             "components": [

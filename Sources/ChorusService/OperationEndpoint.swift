@@ -65,6 +65,15 @@ struct OperationRequest: Sendable {
         return id
     }
 
+    /// The query parameter `name` as a flag: true for `true` or `1`, false when absent or `false`/`0`.
+    func queryFlag(_ name: String) throws -> Bool {
+        switch query[name]?.lowercased() {
+        case nil, "false", "0": return false
+        case "true", "1", "": return true
+        case let other?: throw OperationError(.badInput, code: "bad_\(name)", "\(name) is true or false, not \"\(other.prefix(40))\"")
+        }
+    }
+
     /// The query parameter `name` as a whole number, nil when absent.
     func queryInt(_ name: String) throws -> Int? {
         guard let text = query[name] else { return nil }

@@ -410,10 +410,7 @@ public struct CommandRoute: Sendable {
         .init(.get, "/v1/export", "Every stored event, as an export file", [.word("export"), .dash, .queryOption("format", "--format")], bytes: .export),
         .init(
             .post, "/v1/import", "Verify and store the events of an export file: the body is the file", [.word("import"), .upload, .queryFlag("partial", "--partial")],
-            answers: .object([
-                ("accepted", .integer), ("duplicate", .integer), ("refused", .integer), ("withheld", .integer),
-                ("errors", .array(.object([("index", .integer), ("code", .string), ("reason", .string)]))), ("errors_total", .integer),
-            ])),
+            operation: OperationEndpoint { r in ImportEvents(.bytes(r.upload), partial: try r.queryFlag("partial")) }),
         .init(
             .post, "/v1/sync", "Sync both ways with a peer, or without an address with the relays of the relay lists",
             [.word("sync"), .optionalField("address"), .fieldOption("hops", "--hops")],
