@@ -4,7 +4,10 @@ import ChorusCrypto
 /// §6), shown as 64 lowercase hex digits. The types keep a user from being
 /// passed where a picture is expected; `raw` is the bytes for code that
 /// works below the domain (keys, wire, storage).
-public protocol TypedID: Hashable, Comparable, Sendable, CustomStringConvertible {
+/// Ids are `Identifiable` (each is its own id), `Codable` and
+/// `LosslessStringConvertible` as their hex form, so an app can keep them in
+/// SwiftUI lists, caches and URLs.
+public protocol TypedID: Hashable, Comparable, Sendable, CustomStringConvertible, LosslessStringConvertible, Identifiable, Codable {
     /// The 32 bytes as they appear in events and on the wire.
     var raw: Bytes32 { get }
     /// Wraps 32 bytes; the caller vouches that they name this kind of thing.
@@ -29,6 +32,28 @@ extension TypedID {
 
     /// The bytewise order of the raw ids.
     public static func < (a: Self, b: Self) -> Bool { a.raw < b.raw }
+
+    /// The id itself.
+    public var id: Self { self }
+
+    /// Parses 64 hex digits (either case); nil for anything else.
+    public init?(_ description: String) { self.init(hex: description) }
+
+    /// Reads the 64-digit hex form.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let raw = Bytes32(hex: text) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "an id is 64 hex digits, got \"\(text.prefix(80))\"")
+        }
+        self.init(raw)
+    }
+
+    /// Writes the 64-digit lowercase hex form.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(raw.hex)
+    }
 }
 
 /// A user: the public half of the user key, which signs device bindings
