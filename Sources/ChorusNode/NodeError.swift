@@ -4,8 +4,11 @@ import ChorusEvents
 /// say what is wrong in the library's terms; the command-line tools add
 /// what to type.
 public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// No store at the path (`chorus init` makes one): `not_initialized`.
     case notInitialized(path: String)
+    /// `create` where a store already is: `already_initialized`.
     case alreadyInitialized(path: String)
+    /// Another process writes the store (its writer lock is held): `store_in_use`.
     case storeInUse(path: String)
     /// Another process has the store open (even only to read it), so its
     /// file cannot be replaced (`Node.compact`).
@@ -13,12 +16,19 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A compacted copy did not hold what the store holds; the store was
     /// left as it was.
     case compactionCheckFailed(path: String, detail: String)
+    /// A write on a store opened read-only: `read_only`.
     case readOnly
+    /// A call after `close()`: `closed`.
     case closed
+    /// A key file that cannot be read or is not a key: `key_file`.
     case keyFile(path: String, problem: String)
+    /// A call that needs the user key on a device-only store: `no_user_key`.
     case noUserKey
+    /// An event this node signed that its own checks refused (a bug, never expected): `own_event_refused`.
     case ownEventRefused(EventError)
+    /// A coin credit on a store that holds no issuer key: `no_issuer_key`.
     case noIssuerKey
+    /// Projections of another format, on a store opened read-only (a writable open folds them again): `projections_stale`.
     case projectionsStale(path: String)
     /// The node refused the mutation before signing anything (`Refusal`).
     case refused(Refusal)

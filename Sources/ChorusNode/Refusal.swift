@@ -11,27 +11,39 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case retiredProfileField(String)
     /// A birthday without a year, a month and a day.
     case incompleteDate
+    /// `addPicture` of no bytes: `empty_picture`.
     case emptyPicture
+    /// An image over the size limit: `picture_too_large`.
     case pictureTooLarge(bytes: Int, limit: Int)
     /// The bytes are none of the image formats pictures may hold.
     case notAnImage
+    /// A change to a picture another user owns: `not_owner`.
     case pictureNotYours(picture: PictureID, owner: UserID)
+    /// A change to a deleted picture: `after_deletion`.
     case pictureDeleted(PictureID)
+    /// A picture this node does not hold: `picture_unknown`.
     case unknownPicture(PictureID)
     /// The picture's bytes are not held (not received yet, or purged).
     case pictureBytesUnavailable(PictureID)
+    /// A placement relative to a picture that is not in the gallery: `picture_not_in_gallery`.
     case pictureNotInGallery(PictureID)
     /// `movePicture` between two pictures whose positions leave no room.
     case noRoomBetweenPictures
+    /// A follow of this node's own user: `self`.
     case cannotFollowYourself
+    /// A block of this node's own user: `self`.
     case cannotBlockYourself
     /// `unfollow`, `unlike`, `unblock` with nothing of yours to withdraw.
     case nothingToRemove(what: String, target: Bytes32)
     /// A message needs text, a picture or both.
     case emptyMessage
+    /// A chat this node does not hold: `chat_unknown`.
     case unknownChat(ChatID)
+    /// A message this node does not hold: `message_unknown`.
     case unknownMessage(MessageID)
+    /// An edit or deletion of another sender's message: `not_author`.
     case notYourMessage(message: MessageID, sender: UserID)
+    /// A message named with a chat it is not in: `wrong_chat`.
     case messageNotInChat(message: MessageID, chat: ChatID)
     /// A gift to a user none of whose devices this node knows.
     case noKnownDevice(user: UserID)
