@@ -173,9 +173,8 @@ public struct APIServer: Sendable {
         }
         for route in CommandRoute.all { add(route, to: router) }
         let node = self.node
-        let runCommand = self.runCommand
         router.get("/v1/watch") { request, _ in
-            try Self.watch(request, node: node, runCommand: runCommand, hub: watches)
+            try Self.watch(request, node: node, hub: watches)
         }
         router.ws(
             "/v1/watch/ws",
@@ -184,24 +183,23 @@ public struct APIServer: Sendable {
                     throw HTTPError(.badRequest, message: "this endpoint is a WebSocket (Upgrade: websocket); /v1/watch sends the same as server-sent events")
                 }
                 // The query is checked before the upgrade, so a bad one is an HTTP error.
-                switch Self.watchedQuery(request, node: node, runCommand: runCommand) {
+                switch Self.watchedQuery(request, node: node) {
                 case .success: return .upgrade([:])
                 case .failure(let failure): throw HTTPError(.badRequest, message: failure.message)
                 }
             },
             onUpgrade: { inbound, outbound, context in
-                guard case .success(let answers) = Self.subscribe(context.request, node: node, runCommand: runCommand, hub: watches) else { return }
+                guard case .success(let answers) = Self.subscribe(context.request, node: node, hub: watches) else { return }
                 try await Self.watchOverWebSocket(answers, held: context.request.uri.queryParameters["lastEventId"].map(String.init), inbound, outbound)
             })
         return router
     }
 
     private func add(_ route: CommandRoute, to router: Router<APIRequestContext>) {
-        let runCommand = self.runCommand
         let maxBody = configuration.maxBodyBytes
         let node = self.node
         let handler: @Sendable (Request, APIRequestContext) async throws -> Response = { request, context in
-            try await Self.respond(route, request, context, node: node, runCommand: runCommand, maxBody: maxBody)
+            try await Self.respond(route, request, context, node: node, maxBody: maxBody)
         }
         let path = RouterPath(route.path)
         switch route.method {
@@ -216,7 +214,7 @@ public struct APIServer: Sendable {
     /// failure's kind; for a command line, 200, 422 when refused or without
     /// effect, 400 otherwise).
     static func respond(
-        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, node: Node, runCommand: CommandRunner?, maxBody: Int
+        _ route: CommandRoute, _ request: Request, _ context: APIRequestContext, node: Node, maxBody: Int
     ) async throws -> Response {
         var parameters: [String: String] = [:]
         for name in route.path.split(separator: "/").filter({ $0.hasPrefix("{") }).map({ String($0.dropFirst().dropLast()) }) {
@@ -226,13 +224,9 @@ public struct APIServer: Sendable {
         for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
         var body: [String: JSONInput] = [:]
         var upload: [UInt8] = []
-        var uploaded: String?
-        defer { if let uploaded { try? FileManager.default.removeItem(atPath: uploaded) } }
         do {
             if route.needsUpload {
-                let bytes = try await Self.collect(request, upTo: maxBody)
-                // An operation takes the bytes themselves; a command line reads them from a file.
-                if route.operation != nil { upload = Array(buffer: bytes) } else { uploaded = try Self.spool(Data(buffer: bytes)) }
+                upload = Array(buffer: try await Self.collect(request, upTo: maxBody))
             } else if route.readsBody {
                 let bytes = try await Self.collect(request, upTo: 1 << 20)
                 if bytes.readableBytes > 0 {
@@ -246,12 +240,12 @@ public struct APIServer: Sendable {
                     }
                 }
             }
-            if let bytes = route.bytes {
-                return await bytes.answer(node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))
-            }
-            if let operation = route.operation {
-                let (status, answer, nextPage) = await operation.answer(
-                    node, OperationRequest(parameters: parameters, query: query, body: body, upload: upload))
+            let operationRequest = OperationRequest(parameters: parameters, query: query, body: body, upload: upload)
+            switch route.answer {
+            case .bytes(let bytes):
+                return await bytes.answer(node, operationRequest)
+            case .json(let operation):
+                let (status, answer, nextPage) = await operation.answer(node, operationRequest)
                 let text = answer.rendered()
                 var headers: HTTPFields = [.contentType: "application/json"]
                 if let nextPage, let link = HTTPFields.Element.Name("Link") { headers[link] = Self.nextLink(request, after: nextPage) }
@@ -266,13 +260,6 @@ public struct APIServer: Sendable {
                 }
                 return Response(status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
             }
-            guard let runCommand else { return Self.noCommandLine(route) }
-            let arguments = try route.commandLine(parameters: parameters, query: query, body: body, uploaded: uploaded)
-            let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
-            if !route.json { return try await streamBinary(command, runCommand) }
-            let output = OutputBuffer()
-            let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
-            return output.response(status: status)
         } catch let error as CommandRoute.InputError {
             return errorResponse(.badRequest, code: error.failure.code, "\(error)")
         }
@@ -296,31 +283,25 @@ public struct APIServer: Sendable {
     /// The watch a request asks for with `path=` (Specs/api.md §6): its
     /// mailbox, subscribed to the query's one observation, or why not.
     static func subscribe(
-        _ request: Request, node: Node, runCommand: CommandRunner?, hub: WatchHub
+        _ request: Request, node: Node, hub: WatchHub
     ) -> Result<WatchMailbox, OperationError> {
-        watchedQuery(request, node: node, runCommand: runCommand).map { hub.subscribe($0.key, observe: $0.observe) }
+        watchedQuery(request, node: node).map { hub.subscribe($0.key, observe: $0.observe) }
     }
 
     /// The query a watch request names: its key (the same for the same
     /// query however its parameters are ordered) and its observation.
     static func watchedQuery(
-        _ request: Request, node: Node, runCommand: CommandRunner?
+        _ request: Request, node: Node
     ) -> Result<(key: String, observe: @Sendable () -> AsyncThrowingStream<WatchHub.Answer, any Error>), OperationError> {
         guard let target = request.uri.queryParameters["path"].map(String.init),
             let components = URLComponents(string: target),
-            let (route, parameters) = CommandRoute.match(.get, components.path), route.json
+            let (route, parameters) = CommandRoute.match(.get, components.path), let operation = route.operation
         else {
             return .failure(
                 OperationError(.badInput, code: "bad_watch_path", "give path=, a GET endpoint of this API that answers JSON, e.g. path=/v1/chats/ID?limit=50"))
         }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
-        let arguments: [String]
-        do { arguments = try route.commandLine(parameters: parameters, query: query, body: [:], uploaded: nil) } catch {
-            return .failure((error as? CommandRoute.InputError)?.failure ?? OperationError(.badInput, code: "bad_watch_path", "\(error)"))
-        }
-        let command = CommandRequest(arguments: arguments, workingDirectory: NSTemporaryDirectory())
-        let operation = route.operation
         let operationRequest = OperationRequest(parameters: parameters, query: query, body: [:])
         // The query, whatever order its parameters came in.
         let key = ([route.path] + parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
@@ -330,17 +311,8 @@ public struct APIServer: Sendable {
                 key,
                 {
                     node.observe { _ in
-                        if let operation {
-                            let (status, body, _) = await operation.answer(node, operationRequest)
-                            return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
-                        }
-                        guard let runCommand else {
-                            let failure = OperationEndpoint.errorBody(OperationError(.unavailable, code: "no_command_line", "this server answers typed endpoints only"))
-                            return WatchHub.Answer(status: 1, output: Data(failure.rendered().utf8))
-                        }
-                        let output = OutputBuffer()
-                        let status = await runCommand(command, { output.append(out: $0) }, { output.append(err: $0) })
-                        return WatchHub.Answer(status: status, output: output.jsonBody(status: status))
+                        let (status, body, _) = await operation.answer(node, operationRequest)
+                        return WatchHub.Answer(status: status == 200 ? 0 : 1, output: Data(body.rendered().utf8))
                     }
                 }
             ))
@@ -352,9 +324,9 @@ public struct APIServer: Sendable {
     /// repeated), one observation per distinct query however many watch it.
     /// Each event's id is its answer's hash: a client that reconnects with
     /// `Last-Event-ID` is not sent again the answer it holds.
-    static func watch(_ request: Request, node: Node, runCommand: CommandRunner?, hub: WatchHub) throws -> Response {
+    static func watch(_ request: Request, node: Node, hub: WatchHub) throws -> Response {
         let answers: WatchMailbox
-        switch subscribe(request, node: node, runCommand: runCommand, hub: hub) {
+        switch subscribe(request, node: node, hub: hub) {
         case .success(let mailbox): answers = mailbox
         case .failure(let failure): return errorResponse(.badRequest, code: failure.code, failure.message)
         }
@@ -415,14 +387,6 @@ public struct APIServer: Sendable {
         }
     }
 
-    /// An endpoint answered by a `chorus` command line on a server that has
-    /// none (an app's `serveAPI` without `commandLine`).
-    static func noCommandLine(_ route: CommandRoute) -> Response {
-        errorResponse(
-            .notImplemented, code: "no_command_line",
-            "\(route.method.rawValue) \(route.path) is answered by the chorus command line, which this server does not include: serve the store with `chorus serve`, or pass commandLine to serveAPI")
-    }
-
     /// A comment line: writing it is how a client that went away is noticed.
     static let watchHeartbeatComment = ByteBuffer(string: ": keep-alive\n\n")
 
@@ -451,13 +415,6 @@ public struct APIServer: Sendable {
 
     static func json(_ data: Data) -> Response {
         Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
-    }
-
-    /// A request body as a file the command reads (owner-only, removed after the request).
-    static func spool(_ data: Data) throws -> String {
-        let path = NSTemporaryDirectory() + "chorus-api-" + UUID().uuidString
-        do { try OwnerOnlyFile.write(data, to: path) } catch { throw APIServerError.cannotSpool(path) }
-        return path
     }
 
     /// `/v1/run`: the command's output, error and exit status as frames, as they are written.
@@ -497,41 +454,6 @@ public struct APIServer: Sendable {
         }
     }
 
-    /// A command that writes bytes (an image, an export): streamed once its
-    /// first bytes show it succeeded; an error before any byte is answered as an error.
-    static func streamBinary(_ command: CommandRequest, _ runCommand: @escaping CommandRunner) async throws -> Response {
-        enum Event: Sendable { case output(Data), error(Data), exit(Int32) }
-        let (events, continuation) = AsyncStream.makeStream(of: Event.self)
-        Task {
-            let status = await runCommand(command, { continuation.yield(.output($0)) }, { continuation.yield(.error($0)) })
-            continuation.yield(.exit(status))
-            continuation.finish()
-        }
-        var iterator = events.makeAsyncIterator()
-        var errorText = Data()
-        while let event = await iterator.next() {
-            switch event {
-            case .error(let d): errorText.append(d)
-            case .exit(let status):
-                let output = OutputBuffer()
-                output.append(err: errorText)
-                return output.response(status: status)
-            case .output(let first):
-                // Success so far: the rest streams as it comes.
-                let (body, bodyContinuation) = AsyncStream.makeStream(of: ByteBuffer.self)
-                bodyContinuation.yield(ByteBuffer(bytes: first))
-                Task { [iterator] in
-                    var iterator = iterator
-                    while let event = await iterator.next() {
-                        if case .output(let d) = event { bodyContinuation.yield(ByteBuffer(bytes: d)) }
-                    }
-                    bodyContinuation.finish()
-                }
-                return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: ResponseBody(asyncSequence: body))
-            }
-        }
-        return errorResponse(.internalServerError, code: "internal", "the command ended without an exit status")
-    }
 }
 
 public enum APIServerError: Error, CustomStringConvertible {
@@ -545,41 +467,6 @@ public enum APIServerError: Error, CustomStringConvertible {
         case .cannotSpool(let path): "cannot write the request body to \(path)"
         case .notListening(let path): "the local API did not start listening (\(path)): is the directory writable, the address free?"
         }
-    }
-}
-
-/// A command's output and error text, gathered for a JSON answer.
-final class OutputBuffer: Sendable {
-    private let state = Mutex((out: Data(), err: Data()))
-
-    func append(out data: Data) { state.withLock { $0.out.append(data) } }
-    func append(err data: Data) { state.withLock { $0.err.append(data) } }
-
-    func response(status: Int32) -> Response {
-        let httpStatus: HTTPResponse.Status = status == 0 ? .ok : status == 1 ? .unprocessableContent : .badRequest
-        return Response(status: httpStatus, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: jsonBody(status: status))))
-    }
-
-    /// The command's JSON output, or `{"code": …, "message": …}` when it
-    /// printed none or failed: the code a refusal names in brackets, else
-    /// `refused` (exit status 1) or `command_failed`.
-    func jsonBody(status: Int32) -> Data {
-        let (out, err) = state.withLock { ($0.out, $0.err) }
-        if !out.isEmpty, status != 2 {
-            // One line, as the command printed it.
-            return out.last == 0x0A ? out.dropLast() : out
-        }
-        let text = String(decoding: err, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        let message = text.isEmpty ? "the command failed with exit status \(status)" : text
-        return APIServer.errorJSON(message, code: Self.code(in: message) ?? (status == 1 ? "refused" : "command_failed"))
-    }
-
-    /// The stable code a refusal's message ends with (`refused: … [beyond_rights]`).
-    static func code(in message: String) -> String? {
-        guard message.hasSuffix("]"), let open = message.lastIndex(of: "[") else { return nil }
-        let code = message[message.index(after: open)..<message.index(before: message.endIndex)]
-        guard !code.isEmpty, code.allSatisfy({ $0.isLowercase || $0 == "_" || $0.isNumber }) else { return nil }
-        return String(code)
     }
 }
 

@@ -175,10 +175,8 @@ public enum OpenAPIDocument {
         }
         let command = "chorus " + route.arguments.compactMap { if case .word(let w) = $0, !w.hasPrefix("-") { w } else { nil } }.joined(separator: " ")
         let description =
-            route.operation != nil
-            ? "A typed operation; answers what `\(command) --json` prints."
-            : route.bytes != nil ? "A typed operation; the body is the bytes `\(command)` writes."
-            : route.json ? "Runs `\(command) --json`." : "Runs `\(command)`; the body is the bytes it writes."
+            route.json
+            ? "A typed operation; answers what `\(command) --json` prints." : "A typed operation; the body is the bytes `\(command)` writes."
         var operation: [String: Any] = [
             "operationId": operationID(route), "summary": route.summary, "description": description, "responses": responses(route),
         ]
@@ -257,14 +255,9 @@ public enum OpenAPIDocument {
         ]
         if route.method != .get { out["415"] = jsonResponse("A body that is not JSON (or, for an upload, not the raw file)", schema: error) }
         if route.json, route.method == .get { out["304"] = ["description": "Not modified: the answer's ETag matches If-None-Match"] }
-        if route.isTyped {
-            out["400"] = jsonResponse("Bad input: a malformed id, a missing, unknown or mistyped field, content the rules do not allow", schema: error)
-            out["404"] = jsonResponse("The object is not held by this node", schema: error)
-            out["409"] = jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error)
-        } else {
-            out["400"] = jsonResponse("Bad input: the command's error message", schema: error)
-            out["501"] = jsonResponse("Served by an app's serveAPI without a command line (no_command_line)", schema: error)
-        }
+        out["400"] = jsonResponse("Bad input: a malformed id, a missing, unknown or mistyped field, content the rules do not allow", schema: error)
+        out["404"] = jsonResponse("The object is not held by this node", schema: error)
+        out["409"] = jsonResponse("It contradicts the object's current state (already added, nothing to remove)", schema: error)
         return out
     }
 

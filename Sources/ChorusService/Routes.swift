@@ -42,34 +42,36 @@ public struct CommandRoute: Sendable {
     public let path: String
     public let summary: String
     public let arguments: [Argument]
-    /// The command prints JSON with `--json`; otherwise it writes bytes (an image, an export).
-    public let json: Bool
-    /// The typed operation that answers the endpoint; nil: the command line of `arguments` runs.
-    let operation: OperationEndpoint?
-    /// The typed operation that answers the endpoint with bytes (then `json` is false).
-    let bytes: BytesEndpoint?
-    /// The schema of a command's JSON answer (a typed operation states its own).
-    let commandSchema: JSONSchema?
+    /// The typed operation that answers the endpoint: with JSON, or with
+    /// bytes (an image, an export). Every endpoint has one: the two
+    /// initializers take one or the other.
+    let answer: Answer
 
-    init(
-        _ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], json: Bool = true, operation: OperationEndpoint? = nil,
-        bytes: BytesEndpoint? = nil, answers commandSchema: JSONSchema? = nil
-    ) {
-        self.method = method
-        self.path = path
-        self.summary = summary
-        self.arguments = arguments
-        self.json = json && bytes == nil
-        self.operation = operation
-        self.bytes = bytes
-        self.commandSchema = commandSchema
+    enum Answer: Sendable {
+        case json(OperationEndpoint)
+        case bytes(BytesEndpoint)
     }
 
-    /// Whether a typed operation answers it (no command line runs).
-    var isTyped: Bool { operation != nil || bytes != nil }
+    /// An endpoint answered with the JSON of `operation`.
+    init(_ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], operation: OperationEndpoint) {
+        (self.method, self.path, self.summary, self.arguments) = (method, path, summary, arguments)
+        answer = .json(operation)
+    }
+
+    /// An endpoint answered with the bytes of `bytes`.
+    init(_ method: Method, _ path: String, _ summary: String, _ arguments: [Argument], bytes: BytesEndpoint) {
+        (self.method, self.path, self.summary, self.arguments) = (method, path, summary, arguments)
+        answer = .bytes(bytes)
+    }
+
+    /// The endpoint answers JSON (what its command prints with `--json`); otherwise bytes.
+    public var json: Bool { if case .json = answer { true } else { false } }
+
+    /// The operation that answers JSON, nil for bytes.
+    var operation: OperationEndpoint? { if case .json(let o) = answer { o } else { nil } }
 
     /// The schema of a 200 answer with JSON, nil when the answer is bytes.
-    public var answerSchema: JSONSchema? { json ? operation?.resultSchema ?? commandSchema ?? .anyValue : nil }
+    public var answerSchema: JSONSchema? { operation?.resultSchema }
 
     public enum InputError: Error, CustomStringConvertible, Equatable {
         case missingField(String)
@@ -109,48 +111,6 @@ public struct CommandRoute: Sendable {
         })
     }
 
-    /// The command line for one request. Options come first as
-    /// `--option=value` and positional values after `--`, so that no value
-    /// from a request (text starting with `-`) can be read as an option.
-    func commandLine(
-        parameters: [String: String], query: [String: String], body: [String: JSONInput], uploaded: String?
-    ) throws -> [String] {
-        var words: [String] = []
-        var options: [String] = json ? ["--json"] : []
-        var positionals: [String] = []
-        func text(_ value: JSONInput, _ name: String) throws -> [String] {
-            switch value {
-            case .string(let s): return [s]
-            case .bool(let b): return [b ? "true" : "false"]
-            case .integer(let n): return [n]
-            case .array(let list): return try list.flatMap { try text($0, name) }
-            case .null, .object, .fraction: throw InputError.badField(name)
-            }
-        }
-        for argument in arguments {
-            switch argument {
-            case .word(let w): words.append(w)
-            case .path(let name): positionals.append(parameters[name] ?? "")
-            case .query(let name): if let v = query[name] { positionals.append(v) }
-            case .queryOption(let name, let option): if let v = query[name] { options.append("\(option)=\(v)") }
-            case .queryFlag(let name, let flag): if let v = query[name], v == "true" || v == "1" { options.append(flag) }
-            case .field(let name):
-                guard let v = body[name] else { throw InputError.missingField(name) }
-                positionals += try text(v, name)
-            case .optionalField(let name): if let v = body[name] { positionals += try text(v, name) }
-            case .fieldOption(let name, let option):
-                if let v = body[name] { options += try text(v, name).map { "\(option)=\($0)" } }
-            case .fieldFlag(let name, let flag):
-                if let v = body[name] {
-                    guard case .bool(let b) = v else { throw InputError.badField(name) }
-                    if b { options.append(flag) }
-                }
-            case .upload: positionals.append(uploaded ?? "")
-            case .dash: positionals.append("-")
-            }
-        }
-        return words + options + (positionals.isEmpty ? [] : ["--"] + positionals)
-    }
 
     /// The route a concrete path (`/v1/chats/ab12…`) names, with its path parameters.
     public static func match(_ method: Method, _ path: String) -> (CommandRoute, [String: String])? {
