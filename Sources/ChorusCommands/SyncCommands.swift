@@ -83,7 +83,7 @@ struct Sync: AsyncParsableCommand {
             }
         }
         options.onProgress = progress
-        if !live {
+        guard live else {
             // The same operation `POST /v1/sync` runs.
             let operation = SyncOnce(address: address, hops: hops, onProgress: progress)
             let outcome = try await withNode(store) { node in
@@ -100,12 +100,11 @@ struct Sync: AsyncParsableCommand {
             }
             return
         }
-        if live {
-            options.onComplete = { report in
-                bar.finish()
-                printError("chorus sync: initial sync complete; staying connected (Ctrl-C to stop)")
-                printReport(report, json: json)
-            }
+        // Live: the initial sync's report, then new events until SIGINT/SIGTERM or the peer closes.
+        options.onComplete = { report in
+            bar.finish()
+            printError("chorus sync: initial sync complete; staying connected (Ctrl-C to stop)")
+            printReport(report, json: json)
         }
         let opts = options
         let result: Result<SyncReport, any Error> = try await withNode(store) { node in
@@ -114,27 +113,23 @@ struct Sync: AsyncParsableCommand {
                     return .failure(error)
                 }
             }
-            if live {
-                let stopper = Task {
-                    await waitForTermination()
-                    task.cancel()
-                }
-                let r = await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
-                stopper.cancel()
-                return r
+            let stopper = Task {
+                await waitForTermination()
+                task.cancel()
             }
-            return await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
+            let r = await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
+            stopper.cancel()
+            return r
         }
         bar.finish()
         switch result {
         case .success(let report):
-            if !live { printReport(report, json: json) }
-            if live, report.connectionLost, !Task.isCancelled {
+            if report.connectionLost, !Task.isCancelled {
                 printError("error: live sync with \(address) ended: the peer went away without closing the connection; sync again when it is back")
                 throw ExitCode(Exit.failure)
             }
         case .failure(let error):
-            if live, Task.isCancelled { return }
+            if Task.isCancelled { return }
             if let e = error as? SyncError {
                 printError("error: sync with \(address) failed [\(e.code)]: \(e)")
             } else {

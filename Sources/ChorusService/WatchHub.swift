@@ -165,31 +165,23 @@ final class WatchMailbox: Sendable {
     init(onClose: @escaping @Sendable () -> Void) { self.onClose = Mutex(onClose) }
 
     /// A new answer: replaces one not yet taken.
-    func put(_ answer: WatchHub.Answer) {
-        let reader = state.withLock { s -> CheckedContinuation<Item?, Never>? in
-            guard !s.ended else { return nil }
-            if let r = s.reader {
-                s.reader = nil
-                return r
-            }
-            s.answer = answer
-            return nil
-        }
-        reader?.resume(returning: .answer(answer))
-    }
+    func put(_ answer: WatchHub.Answer) { offer(.answer(answer)) { $0.answer = answer } }
 
     /// A heartbeat is due.
-    func beat() {
+    func beat() { offer(.heartbeat) { $0.beat = true } }
+
+    /// Hands `item` to a waiting reader, or keeps it (`keep`) for the next read.
+    private func offer(_ item: Item, keep: (inout State) -> Void) {
         let reader = state.withLock { s -> CheckedContinuation<Item?, Never>? in
             guard !s.ended else { return nil }
             if let r = s.reader {
                 s.reader = nil
                 return r
             }
-            s.beat = true
+            keep(&s)
             return nil
         }
-        reader?.resume(returning: .heartbeat)
+        reader?.resume(returning: item)
     }
 
     /// No more answers: the reader gets what is left, then nil.
