@@ -1,10 +1,11 @@
+import ChorusStorage
 import Foundation
 
 extension Node {
     /// Observes a value read from this node: the stream yields the current
-    /// value at once, then a new value after each commit that changed it
-    /// (equal values are not repeated), like a live query. A screen keeps
-    /// one open while it shows the value:
+    /// value at once, then a new value after each commit that changed what
+    /// the last read read (equal values are not repeated), like a live
+    /// query. A screen keeps one open while it shows the value:
     ///
     /// ```swift
     /// for try await page in node.observe({ try $0.readableChatPage(chat, limit: 50) }) {
@@ -12,28 +13,26 @@ extension Node {
     /// }
     /// ```
     ///
-    /// `read` runs once per commit of this node (local mutations, ingests,
-    /// sync), never concurrently with itself; a consumer slower than the
-    /// commits sees the newest value, not every intermediate one. The stream
-    /// ends when the consuming task is cancelled or the node closes, and
-    /// throws what `read` throws. A read-only node commits nothing, so its
-    /// observers see only the first value.
+    /// Every key `read` reads from the store is recorded, and `read` runs
+    /// again only when a commit (a local mutation, an ingest, a sync) wrote
+    /// inside what it read last time, as GRDB's ValueObservation tracks the
+    /// regions a request read (Specs/storage.md §8): an observation of one
+    /// profile does not wake for likes of other pictures. `read` never runs
+    /// concurrently with itself; a consumer slower than the commits sees the
+    /// newest value, not every intermediate one. The stream ends when the
+    /// consuming task is cancelled or the node closes, and throws what
+    /// `read` throws. A read-only node commits nothing, so its observers see
+    /// only the first value.
     public nonisolated func observe<Value: Equatable & Sendable>(
         _ read: @escaping @Sendable (Node) async throws -> Value
     ) -> AsyncThrowingStream<Value, any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
-        // Subscribed before the first read, so no commit slips between.
-        let commits = arrivalNotifier.subscribe()
         let task = Task { [self] in
             do {
-                var last = try await read(self)
-                continuation.yield(last)
-                for await _ in commits {
-                    let value = try await read(self)
-                    if value != last {
-                        last = value
-                        continuation.yield(value)
-                    }
+                var last: Value? = nil
+                for try await value in observeReads(read) where value != last {
+                    last = value
+                    continuation.yield(value)
                 }
                 continuation.finish()
             } catch {
@@ -41,6 +40,40 @@ extension Node {
             }
         }
         continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    /// Runs `read` at once and again each time a commit touches what its
+    /// previous run read, yielding every result (equal ones too); how many
+    /// times it ran is what `observe` saves. Ends when the consuming task is
+    /// cancelled or the store closes.
+    public nonisolated func observeReads<Value: Sendable>(
+        _ read: @escaping @Sendable (Node) async throws -> Value
+    ) -> AsyncThrowingStream<Value, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
+        let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        // Opened before the first read, so a commit during it is matched.
+        let observation = log.env.regionObservers.open { wake.yield() }
+        let task = Task { [self] in
+            defer { observation.close() }
+            do {
+                var pending = wakes.makeAsyncIterator()
+                repeat {
+                    guard observation.isOpen else { break }
+                    let recorder = ReadRecorder()
+                    let value = try await ReadTracking.$recorder.withValue(recorder) { try await read(self) }
+                    observation.update(recorder.recorded)
+                    continuation.yield(value)
+                } while await pending.next() != nil
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        continuation.onTermination = { _ in
+            task.cancel()
+            wake.finish()
+        }
         return stream
     }
 }

@@ -67,6 +67,9 @@ public final class Environment: @unchecked Sendable {
     }
     public let path: String
     public let readOnly: Bool
+    /// The open observations of this store, woken by the commits that
+    /// touch what they read (Specs/storage.md §8).
+    public let regionObservers = RegionObservers()
     /// The directory's device and inode, registered while open.
     private let identity: FileIdentity?
 
@@ -148,6 +151,14 @@ public final class Environment: @unchecked Sendable {
         isClosed = true
         mdb_env_close(env)
         Self.release(identity)
+        regionObservers.finishAll()
+    }
+
+    /// The id of the newest commit, which a read transaction begun now reads.
+    var lastCommitID: UInt64 {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return UInt64(info.me_last_txnid)
     }
 
     public var mapSize: Int {
@@ -181,7 +192,14 @@ public final class Environment: @unchecked Sendable {
         defer { resizeLock.unlock() }
         let txn = try begin(flags: UInt32(MDB_RDONLY))
         defer { mdb_txn_abort(txn) }
-        return try body(Transaction(txn: txn))
+        return try body(Transaction(txn: txn, recorder: Self.recorder(for: txn)))
+    }
+
+    /// The current task's read recorder, told which snapshot `txn` reads.
+    private static func recorder(for txn: OpaquePointer) -> ReadRecorder? {
+        guard let recorder = ReadTracking.recorder else { return nil }
+        recorder.saw(snapshot: UInt64(mdb_txn_id(txn)))
+        return recorder
     }
 
     /// Runs `body` with `count` read transactions that all see the same
@@ -205,7 +223,8 @@ public final class Environment: @unchecked Sendable {
             }
             if txns.count == max(1, count), mdb_txn_id(txns[txns.count - 1]) == mdb_txn_id(txns[0]) {
                 defer { for txn in txns { mdb_txn_abort(txn) } }
-                return try body(txns.map { Transaction(txn: $0) })
+                let recorder = Self.recorder(for: txns[0])
+                return try body(txns.map { Transaction(txn: $0, recorder: recorder) })
             }
             for txn in txns { mdb_txn_abort(txn) }
             if rc != 0, rc != MDB_MAP_RESIZED { try StorageError.check(rc, "mdb_txn_begin") }
@@ -225,9 +244,11 @@ public final class Environment: @unchecked Sendable {
                 defer { resizeLock.unlock() }
                 let txn = try begin(flags: 0)
                 let points = PointCursors(txn: txn)
+                let changes = regionObservers.isActive ? ChangeList() : nil
+                let id = UInt64(mdb_txn_id(txn))
                 let result: T
                 do {
-                    result = try body(Transaction(txn: txn, points: points))
+                    result = try body(Transaction(txn: txn, points: points, changes: changes))
                 } catch {
                     points.closeAll()
                     mdb_txn_abort(txn)
@@ -238,6 +259,8 @@ public final class Environment: @unchecked Sendable {
                 let rc = mdb_txn_commit(txn)
                 durableNanos.add(DispatchTime.now().uptimeNanoseconds - started, ordering: .relaxed)
                 try StorageError.check(rc, "mdb_txn_commit")
+                // A transaction that wrote nothing leaves no commit (LMDB reuses its id).
+                if lastCommitID >= id { regionObservers.committed(id, changes) }
                 return result
             } catch StorageError.lmdb(let code, _, _) where code == MDB_MAP_FULL {
                 try grow()
@@ -373,10 +396,17 @@ public struct Transaction {
     /// A write transaction's cursors for point reads and writes; nil in a
     /// read transaction.
     let points: PointCursors?
+    /// Where a read transaction of an observation records what it read.
+    let recorder: ReadRecorder?
+    /// Where a write transaction lists what it wrote, while observations
+    /// are open.
+    let changes: ChangeList?
 
-    init(txn: OpaquePointer, points: PointCursors? = nil) {
+    init(txn: OpaquePointer, points: PointCursors? = nil, recorder: ReadRecorder? = nil, changes: ChangeList? = nil) {
         self.txn = txn
         self.points = points
+        self.recorder = recorder
+        self.changes = changes
     }
 
     /// `fixedSizeDuplicates`: a key holds a sorted set of values of one
@@ -393,6 +423,7 @@ public struct Transaction {
     /// (`MDB_APPENDDUP`: the page is filled in order and never split in two
     /// halves), which LMDB refuses with `MDB_KEYEXIST` otherwise.
     public func putDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8], last: Bool) throws(StorageError) {
+        changes?.wrote(db.dbi, key)
         let cursor = try points?.cursor(db.dbi)
         let flags = last ? UInt32(MDB_APPENDDUP) : UInt32(MDB_NODUPDATA)
         let rc = Self.withValues(key, value) { k, v in
@@ -406,6 +437,7 @@ public struct Transaction {
     public func scanDuplicates(
         _ db: Database, _ key: [UInt8], from: [UInt8], _ body: (_ value: [UInt8]) throws -> Bool
     ) throws {
+        recorder?.record(.point(db.dbi, key))
         let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
@@ -428,6 +460,7 @@ public struct Transaction {
     /// whether it was there.
     @discardableResult
     public func deleteDuplicate(_ db: Database, _ key: [UInt8], _ value: [UInt8]) throws(StorageError) -> Bool {
+        changes?.wrote(db.dbi, key)
         let cursor = try points?.cursor(db.dbi)
         let rc = Self.withValues(key, value) { k, v in
             guard let cursor else { return mdb_del(txn, db.dbi, &k, &v) }
@@ -464,6 +497,7 @@ public struct Transaction {
 
     /// The value stored under `key` where LMDB holds it, or nil.
     private func lookup(_ db: Database, _ key: [UInt8]) throws(StorageError) -> MDB_val? {
+        recorder?.record(.point(db.dbi, key))
         var k = MDB_val()
         var v = MDB_val()
         let cursor = try points?.cursor(db.dbi)
@@ -479,6 +513,7 @@ public struct Transaction {
     }
 
     public func put(_ db: Database, _ key: [UInt8], _ value: [UInt8], append: Bool = false) throws(StorageError) {
+        changes?.wrote(db.dbi, key)
         let cursor = try points?.cursor(db.dbi)
         let flags = append ? UInt32(MDB_APPEND) : 0
         let rc = Self.withValues(key, value) { k, v in
@@ -512,6 +547,7 @@ public struct Transaction {
     public func put(
         _ db: Database, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, append: Bool = false
     ) throws(StorageError) {
+        changes?.wrote(db.dbi, key)
         var k = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var v = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
         let flags = append ? UInt32(MDB_APPEND) : 0
@@ -524,6 +560,7 @@ public struct Transaction {
 
     @discardableResult
     public func delete(_ db: Database, _ key: [UInt8]) throws(StorageError) -> Bool {
+        changes?.wrote(db.dbi, key)
         var k = MDB_val()
         var v = MDB_val()
         let cursor = try points?.cursor(db.dbi)
@@ -560,6 +597,7 @@ public struct Transaction {
     ) throws -> [(key: [UInt8], value: [UInt8])] {
         var out: [(key: [UInt8], value: [UInt8])] = []
         guard count > 0 else { return out }
+        recorder?.record(.all(db.dbi))
         out.reserveCapacity(count)
         func passed(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Bool {
             guard let cursor else { return false }
@@ -590,6 +628,18 @@ public struct Transaction {
     public func scanInPlace(
         _ db: Database, from: [UInt8]? = nil, _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
     ) throws {
+        guard let recorder else { return try scanInPlace(db, from: from, recording: nil, body) }
+        var region = KeyRegion.scan(db.dbi, from: from ?? [], through: nil)
+        defer { recorder.record(region) }
+        try scanInPlace(db, from: from, recording: { last in region = .scan(db.dbi, from: from ?? [], through: last) }, body)
+    }
+
+    /// `scanInPlace`, telling `recording` the key at which `body` stopped
+    /// the walk (the end of what it depended on).
+    private func scanInPlace(
+        _ db: Database, from: [UInt8]?, recording: ((UnsafeRawBufferPointer) -> Void)?,
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
         let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
@@ -605,7 +655,9 @@ public struct Transaction {
             rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
         }
         while rc == 0 {
-            if try !body(UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size), UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)) {
+            let key = UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size)
+            if try !body(key, UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)) {
+                recording?(key)
                 return
             }
             rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
@@ -618,6 +670,8 @@ public struct Transaction {
     /// are walked in key order side by side, comparing the bytes in place:
     /// nothing is copied.
     public func hasSameEntries(_ db: Database, as otherDB: Database, in other: Transaction) throws(StorageError) -> Bool {
+        recorder?.record(.all(db.dbi))
+        other.recorder?.record(.all(otherDB.dbi))
         let mine = try openCursor(db.dbi)
         defer { mdb_cursor_close(mine) }
         let theirs = try other.openCursor(otherDB.dbi)
@@ -648,9 +702,14 @@ public struct Transaction {
         var k = MDB_val()
         var v = MDB_val()
         let rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST)
-        if rc == MDB_NOTFOUND { return nil }
+        if rc == MDB_NOTFOUND {
+            recorder?.record(.all(db.dbi))
+            return nil
+        }
         try StorageError.check(rc, "mdb_cursor_get")
-        return (Self.copy(k), Self.copy(v))
+        let key = Self.copy(k)
+        recorder?.record(KeyRegion(database: db.dbi, lower: key, upper: nil, shared: []))
+        return (key, Self.copy(v))
     }
 
     /// The entries whose key starts with `prefix`, in key order, copied. In
@@ -659,6 +718,7 @@ public struct Transaction {
     /// one leaf instead of descending from the root; nothing runs while
     /// the cursor is in use, so no caller can move it mid-walk.
     public func entries(_ db: Database, prefix: [UInt8]) throws(StorageError) -> [(key: [UInt8], value: [UInt8])] {
+        recorder?.record(.prefix(db.dbi, prefix))
         var out: [(key: [UInt8], value: [UInt8])] = []
         if let kept = try points?.cursor(db.dbi) {
             try Self.collect(kept, prefix: prefix, into: &out)
@@ -694,9 +754,16 @@ public struct Transaction {
     public func scan(
         _ db: Database, prefix: [UInt8], _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
-        try scan(db, from: prefix) { key, value in
-            guard key.starts(with: prefix) else { return false }
-            return try body(key, value)
+        var stoppedAt: [UInt8]? = nil
+        defer { recorder?.record(.prefix(db.dbi, prefix, upper: stoppedAt.map { $0 + [0] })) }
+        try scanInPlace(db, from: prefix, recording: nil) { k, v in
+            guard k.starts(with: prefix) else { return false }
+            let key = Array(k)
+            if try !body(key, Array(v)) {
+                stoppedAt = key
+                return false
+            }
+            return true
         }
     }
 
@@ -706,6 +773,7 @@ public struct Transaction {
         _ db: Database, prefix: [UInt8], before: [UInt8]? = nil,
         _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
+        recorder?.record(.prefix(db.dbi, prefix, upper: before))
         let cursor = try openCursor(db.dbi)
         defer { mdb_cursor_close(cursor) }
         var k = MDB_val()
@@ -768,6 +836,7 @@ public struct Transaction {
 
     /// Deletes every entry of a database.
     public func clear(_ db: Database) throws(StorageError) {
+        changes?.wroteAll(db.dbi)
         points?.forget(db.dbi)
         try StorageError.check(mdb_drop(txn, db.dbi, 0), "mdb_drop")
     }
@@ -775,11 +844,13 @@ public struct Transaction {
     /// Deletes a database and its name from the environment (its handle is
     /// closed: do not use it again).
     public func drop(_ db: Database) throws(StorageError) {
+        changes?.wroteAll(db.dbi)
         points?.forget(db.dbi)
         try StorageError.check(mdb_drop(txn, db.dbi, 1), "mdb_drop")
     }
 
     public func count(_ db: Database) throws(StorageError) -> Int {
+        recorder?.record(.all(db.dbi))
         var stat = MDB_stat()
         try StorageError.check(mdb_stat(txn, db.dbi, &stat), "mdb_stat")
         return stat.ms_entries
@@ -864,6 +935,7 @@ public struct BackwardWalks {
     /// (all of them when nil); returns its number and its newest key, or nil
     /// (and no walk) when there is none.
     public mutating func start(prefix: [UInt8], before: [UInt8]? = nil) throws -> (walk: Int, key: [UInt8])? {
+        txn.recorder?.record(.prefix(db.dbi, prefix, upper: before))
         guard let cursor = try txn.openCursor(db.dbi) else { return nil }
         var k = MDB_val()
         var v = MDB_val()

@@ -141,6 +141,7 @@ extension Environment {
         }
         var bytes = 0
         var previous: MDB_val? = nil
+        txn.changes?.wroteAll(target.dbi)
         while rc == 0 {
             let sameKey = previous.map { equal($0, k) } ?? false
             // Stop only between keys: a resumed batch starts at the next key.

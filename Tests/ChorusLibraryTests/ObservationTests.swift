@@ -1,0 +1,232 @@
+import Chorus
+import Foundation
+import Synchronization
+import Testing
+
+/// Observation by what was read (Specs/storage.md §8): a read re-runs only
+/// when a commit wrote inside what it read.
+@Suite("Observation by what changed")
+struct ObservationTests {
+    /// Three nodes of one network: Alice's is observed; Bob's events are
+    /// ingested into it one commit each.
+    struct World {
+        let root: String
+        let shop: Node
+        let alice: Node
+        let bob: Node
+
+        static func make() async throws -> World {
+            let root = NSTemporaryDirectory() + "chorus-observe-" + UUID().uuidString
+            let (shop, network) = try await Node.createNetwork(at: root + "/shop")
+            let config = try NetworkConfig(invite: network.invite)
+            let alice = try await Node.create(at: root + "/alice", deviceName: "phone", network: config)
+            let bob = try await Node.create(at: root + "/bob", deviceName: "laptop", network: config)
+            let world = World(root: root, shop: shop, alice: alice, bob: bob)
+            try await world.exchange()
+            return world
+        }
+
+        /// Every event each node lacks, from the other two.
+        func exchange() async throws {
+            for node in [shop, alice, bob] {
+                for other in [shop, alice, bob] where other !== node {
+                    _ = await node.ingest(try other.arrivals().map { $0.event.encoded() })
+                }
+            }
+        }
+
+        /// Bob's events after `since` into Alice's node, one commit each.
+        func bobToAlice(since: inout UInt64) async throws {
+            for stored in try bob.arrivals(since: since) {
+                _ = await alice.ingest([stored.event.encoded()])
+                since = stored.arrival
+            }
+        }
+
+        func close() async {
+            await alice.close()
+            await bob.close()
+            await shop.close()
+            try? FileManager.default.removeItem(atPath: root)
+        }
+    }
+
+    /// Counts the runs of one observed read and keeps its latest value.
+    final class Watched<Value: Sendable & Equatable>: Sendable {
+        final class State: Sendable {
+            let lock = Mutex<(runs: Int, value: Value?)>((0, nil))
+            func withLock<R>(_ body: (inout (runs: Int, value: Value?)) -> R) -> R { lock.withLock { body(&$0) } }
+        }
+        let state = State()
+        let task: Task<Void, Never>
+
+        init(_ node: Node, _ read: @escaping @Sendable (Node) throws -> Value) {
+            let state = self.state
+            task = Task {
+                do {
+                    for try await value in node.observeReads({ try read($0) }) {
+                        state.withLock {
+                            $0.runs += 1
+                            $0.value = value
+                        }
+                    }
+                } catch {}
+            }
+        }
+
+        var runs: Int { state.withLock { $0.runs } }
+        var value: Value? { state.withLock { $0.value } }
+
+        /// Waits (bounded) until the observed value satisfies `condition`.
+        func wait(_ what: String, until condition: @escaping @Sendable (Value?) -> Bool) async throws {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !condition(value) {
+                guard ContinuousClock.now < deadline else {
+                    Issue.record("timed out waiting for \(what)")
+                    return
+                }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+
+        deinit { task.cancel() }
+    }
+
+    @Test("an observation re-runs only for commits that wrote what it read: none for 160 commits of other objects")
+    func unrelatedCommitsDoNotRerun() async throws {
+        let world = try await World.make()
+        let (alice, bob) = (world.alice, world.bob)
+        let me = alice.identity.user
+        try await alice.setProfile(.name("Alice"))
+        let mine = try await alice.addPicture(jpeg(1), caption: "mine").object
+        let chat = try await alice.createChat(title: "us", members: [bob.identity.user]).object
+        _ = try await alice.sendMessage(chat, text: "hello")
+        try await world.exchange()
+        var since = try bob.arrivals().last?.arrival ?? 0
+
+        let profile = Watched(alice) { try $0.projections.profile(me) }
+        let likes = Watched(alice) { try $0.projections.likes(of: mine) }
+        let followers = Watched(alice) { try $0.projections.followers(of: me) }
+        let page = Watched(alice) { try $0.readableChatPage(chat, limit: 20) }
+        let balance = Watched(alice) { try $0.projections.balance(of: me) }
+        let gallery = Watched(alice) { try $0.projections.pictures(of: me) }
+        let all: [(String, () -> Int)] = [
+            ("profile", { profile.runs }), ("likes", { likes.runs }), ("followers", { followers.runs }),
+            ("chat page", { page.runs }), ("balance", { balance.runs }), ("gallery", { gallery.runs }),
+        ]
+        try await profile.wait("first profile") { $0?.name == "Alice" }
+        try await likes.wait("first likes") { $0 == [] }
+        try await followers.wait("first followers") { $0 == [] }
+        try await page.wait("first page") { $0?.messages.count == 1 }
+        try await balance.wait("first balance") { $0 != nil }
+        try await gallery.wait("first gallery") { $0?.count == 1 }
+
+        // Bob's own objects: his profile, pictures, likes of them, a chat of his own.
+        let other = try await bob.createChat(title: "solo").object
+        for i in 0..<40 {
+            try await bob.setProfile(.name("Bob \(i)"))
+            let picture = try await bob.addPicture(jpeg(UInt8(i)), caption: "b\(i)").object
+            try await bob.like(picture)
+            _ = try await bob.sendMessage(other, text: "note \(i)")
+        }
+        try await world.bobToAlice(since: &since)
+        // Alice's own writes elsewhere: a like of Bob's picture, a chat of hers alone.
+        let bobsPicture = try bob.projections.pictures(of: bob.identity.user).first?.id
+        if let bobsPicture { try await alice.like(bobsPicture) }
+        _ = try await alice.createChat(title: "notes")
+
+        #expect(all.allSatisfy { $0.1() == 1 }, "re-runs after unrelated commits: \(all.map { "\($0.0) \($0.1())" })")
+        // Then one related commit for each: once each has re-run for it,
+        // every earlier commit has been matched (in commit order).
+        try await bob.setProfile(.name("Bob"))
+        try await bob.like(mine)
+        try await bob.follow(me)
+        _ = try await bob.sendMessage(chat, text: "hi Alice")
+        try await world.bobToAlice(since: &since)
+        try await alice.setProfile(.name("Alice A."))
+        _ = try await alice.addPicture(jpeg(200), caption: "second")
+        _ = try await world.shop.creditCoins(user: me, amount: 5, receipt: "r-1")
+        _ = await alice.ingest(try world.shop.arrivals().map { $0.event.encoded() })
+
+        try await profile.wait("renamed profile") { $0?.name == "Alice A." }
+        try await likes.wait("Bob's like") { $0 == [bob.identity.user] }
+        try await followers.wait("Bob's follow") { $0 == [bob.identity.user] }
+        try await page.wait("Bob's message") { $0?.messages.count == 2 }
+        try await balance.wait("the credit") { $0?.total == 5 }
+        try await gallery.wait("the second picture") { $0?.count == 2 }
+        for (name, runs) in all {
+            // The first read, then one for each related commit (two for
+            // the profile: the rename, and the credit, as a profile shows
+            // each device's rights), fewer when commits came together.
+            #expect(runs() >= 2 && runs() <= (name == "profile" ? 3 : 2), "\(name) ran \(runs()) times")
+        }
+        await world.close()
+    }
+
+    @Test("seeded random commits: every observation ends at what a fresh read returns", arguments: [1, 2, 3])
+    func observationsConverge(seed: UInt64) async throws {
+        let world = try await World.make()
+        let (alice, bob) = (world.alice, world.bob)
+        let me = alice.identity.user
+        let him = bob.identity.user
+        let chat = try await alice.createChat(title: "us", members: [him]).object
+        try await world.exchange()
+        var since = try bob.arrivals().last?.arrival ?? 0
+        var rng = SeededGenerator(seed: seed)
+
+        let profile = Watched(alice) { try $0.projections.profile(him) }
+        let followers = Watched(alice) { try $0.projections.followers(of: me) }
+        let page = Watched(alice) { try $0.readableChatPage(chat, limit: 5) }
+        let gallery = Watched(alice) { try $0.projections.pictures(of: him) }
+        var pictures: [PictureID] = []
+        for step in 0..<60 {
+            switch Int.random(in: 0..<6, using: &rng) {
+            case 0: try await bob.setProfile(.name("Bob \(step)"))
+            case 1: _ = try? await bob.follow(me)
+            case 2: _ = try? await bob.unfollow(me)
+            case 3: _ = try await bob.sendMessage(chat, text: "m\(step)")
+            case 4: pictures.append(try await bob.addPicture(jpeg(UInt8(step)), caption: "p\(step)").object)
+            default:
+                if let victim = pictures.popLast() { _ = try await bob.deletePicture(victim) }
+            }
+            if Bool.random(using: &rng) { try await world.bobToAlice(since: &since) }
+        }
+        try await world.bobToAlice(since: &since)
+        let freshProfile = try alice.projections.profile(him)
+        let freshFollowers = try alice.projections.followers(of: me)
+        let freshPage = try alice.readableChatPage(chat, limit: 5)
+        let freshGallery = try alice.projections.pictures(of: him)
+        try await profile.wait("the profile") { $0 == freshProfile }
+        try await followers.wait("the followers") { $0 == freshFollowers }
+        try await page.wait("the chat page") { $0 == freshPage }
+        try await gallery.wait("the gallery") { $0 == freshGallery }
+        await world.close()
+    }
+
+    @Test("an observation ends when the node closes")
+    func endsOnClose() async throws {
+        let world = try await World.make()
+        let stream = world.alice.observe { try $0.projections.profile($0.identity.user) }
+        var iterator = stream.makeAsyncIterator()
+        _ = try await iterator.next()
+        await world.alice.close()
+        #expect(try await iterator.next() == nil)
+        await world.close()
+    }
+}
+
+/// A tiny JPEG-tagged byte string, distinct per `n`.
+func jpeg(_ n: UInt8) -> [UInt8] { [0xFF, 0xD8, 0xFF, 0xE0, n, n &+ 1] }
+
+/// SplitMix64: the same schedule for the same seed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
