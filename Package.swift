@@ -135,7 +135,7 @@ let package = Package(
             name: "ChorusSimulation", dependencies: ["ChorusNode", "ChorusSync", "ChorusProjections", "ChorusEvents", "ChorusCrypto"],
             path: "Tools/Simulation"),
         .executableTarget(
-            name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
+            name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusProjections", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
             path: "Tools/CrashWriter"),
 
         // Helpers the test targets share (seeded randomness, vector files).
@@ -144,12 +144,12 @@ let package = Package(
         .testTarget(
             name: "ChorusServiceTests",
             dependencies: [
-                "ChorusTestSupport", "ChorusService", "ChorusOperations", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusSync",
+                "ChorusTestSupport", "ChorusService", "ChorusOperations", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusSync",
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
-        .testTarget(name: "ChorusOperationsTests", dependencies: ["ChorusTestSupport", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto"]),
+        .testTarget(name: "ChorusOperationsTests", dependencies: ["ChorusTestSupport", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusStorage", "ChorusEvents", "ChorusCrypto"]),
         .testTarget(name: "ChorusStorageTests", dependencies: ["ChorusTestSupport", "ChorusStorage"]),
         .testTarget(name: "ChorusEncryptionTests", dependencies: ["ChorusTestSupport", "ChorusEncryption", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(name: "ChorusEventsTests", dependencies: ["ChorusTestSupport", "ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),

@@ -27,6 +27,14 @@ extension ChorusError {
     public var message: String { String(describing: self) }
 }
 
+/// The store's errors (a full disk, a closed store: `closed` after
+/// `close()`, whatever the call), nameable with `import Chorus` alone.
+public typealias StorageError = ChorusStorage.StorageError
+/// The event log's errors (a damaged log entry, an append the log refuses).
+public typealias LogError = ChorusLog.LogError
+/// The blob store's errors (a blob whose bytes do not match their hash).
+public typealias BlobError = ChorusBlobs.BlobError
+
 extension CBORError: ChorusError {}
 extension EventError: ChorusError {}
 extension NodeError: ChorusError {}

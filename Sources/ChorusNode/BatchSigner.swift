@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusLog
+import ChorusStorage
 import ChorusParallel
 import Foundation
 
@@ -40,7 +41,7 @@ final class BatchSigner: Sendable {
 
     /// Queues a job behind all earlier ones (synchronously, so the caller controls the order).
     func enqueue(_ job: Job) {
-        if !thread.enqueue(job) { job.completion(.failure(NodeError.closed)) }
+        if !thread.enqueue(job) { job.completion(.failure(StorageError.closed)) }
     }
 
     /// Signs and forwards everything queued, then stops the thread.

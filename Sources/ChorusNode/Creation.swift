@@ -25,7 +25,7 @@ extension Node {
 
     /// `create(at:)` for a file URL.
     public static func create(
-        at url: URL, deviceName: String? = nil, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+        at url: URL, deviceName: String? = nil, network: NetworkConfig, options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try await create(at: try path(of: url), deviceName: deviceName, network: network, options: options)
     }
@@ -51,7 +51,7 @@ extension Node {
 
     /// `createDevice(at:user:)` for a file URL.
     public static func createDevice(
-        at url: URL, user: UserID, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+        at url: URL, user: UserID, network: NetworkConfig, options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try await createDevice(at: try path(of: url), user: user, network: network, options: options)
     }

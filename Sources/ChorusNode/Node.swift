@@ -136,7 +136,7 @@ public actor Node {
     /// the first event: the user key binding the device (`device.added`,
     /// carrying the device's consent).
     public static func create(
-        at path: String, deviceName: String? = nil, network: NetworkConfig = NetworkConfig(),
+        at path: String, deviceName: String? = nil, network: NetworkConfig,
         options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try prepareDirectory(path, network: network)
@@ -159,7 +159,7 @@ public actor Node {
     /// device key is made here. The user binds it from a node holding the
     /// user key with `addDevice(_:proof:name:)`, using `bindingProof`.
     public static func createDevice(
-        at path: String, user: UserID, network: NetworkConfig = NetworkConfig(), options: NodeOptions = NodeOptions()
+        at path: String, user: UserID, network: NetworkConfig, options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try prepareDirectory(path, network: network)
         try KeyStore.write(SigningKey.generate(), to: KeyStore.deviceKeyPath(path))
@@ -836,7 +836,7 @@ public actor Node {
 
     /// Returns once this node's writer has run an empty job after every
     /// write queued before it: the writer commits. Throws
-    /// ``NodeError/readOnly`` on a read-only node and ``NodeError/closed``
+    /// ``NodeError/readOnly`` on a read-only node and `StorageError.closed`
     /// after `close()`. A writer that is stuck (a full disk, a stalled
     /// device) makes this wait; callers bound the wait.
     public nonisolated func probeWriter() async throws {
@@ -911,7 +911,7 @@ final class BatchResults: @unchecked Sendable {
             switch r {
             case .success(let pair)?: out.append(pair)
             case .failure(let error)?: return callback(.failure(error))
-            case nil: return callback(.failure(NodeError.closed))
+            case nil: return callback(.failure(StorageError.closed))
             }
         }
         callback(.success(out))

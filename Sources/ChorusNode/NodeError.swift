@@ -18,8 +18,6 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     case compactionCheckFailed(path: String, detail: String)
     /// A write on a store opened read-only: `read_only`.
     case readOnly
-    /// A call after `close()`: `closed`.
-    case closed
     /// A key file that cannot be read or is not a key: `key_file`.
     case keyFile(path: String, problem: String)
     /// A call that needs the user key on a device-only store: `no_user_key`.
@@ -49,7 +47,6 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
         case .compactionCheckFailed(let path, let detail):
             "the compacted copy of \(path) did not match the store (\(detail)); the store was left unchanged"
         case .readOnly: "this node was opened read-only and cannot write"
-        case .closed: "this node has been closed"
         case .keyFile(let path, let problem): "key file \(path): \(problem)"
         case .noUserKey: "this store holds no user key, so it cannot sign user-level events (device added or removed)"
         case .ownEventRefused(let e): "the log refused this node's own event: \(e)"
@@ -74,7 +71,6 @@ extension NodeError {
         case .storeOpenElsewhere: "store_open_elsewhere"
         case .compactionCheckFailed: "compaction_check_failed"
         case .readOnly: "read_only"
-        case .closed: "closed"
         case .keyFile: "key_file"
         case .noUserKey: "no_user_key"
         case .ownEventRefused: "own_event_refused"

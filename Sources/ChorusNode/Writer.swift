@@ -59,7 +59,7 @@ final class GroupCommitWriter: Sendable {
         completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void
     ) {
         if !thread.enqueue(Request(events: events, blobs: blobs, work: work, completion: completion)) {
-            completion(.failure(NodeError.closed))
+            completion(.failure(StorageError.closed))
         }
     }
 
@@ -67,7 +67,7 @@ final class GroupCommitWriter: Sendable {
     /// committed, with no commit running beside it; completes when it returns.
     func exclusively(_ job: @escaping @Sendable () throws -> Void, completion: @escaping @Sendable (Result<[AppendOutcome], any Error>) -> Void) {
         if !thread.enqueue(Request(events: [], exclusive: job, completion: completion)) {
-            completion(.failure(NodeError.closed))
+            completion(.failure(StorageError.closed))
         }
     }
 

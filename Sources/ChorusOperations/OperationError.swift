@@ -102,7 +102,7 @@ public struct OperationError: Error, Sendable, Equatable, CustomStringConvertibl
         switch error {
         case .refused(let why): kind(of: why)
         case .notInitialized, .alreadyInitialized, .keyFile, .notAFileURL, .compactionCheckFailed, .ownEventRefused: .failed
-        case .storeInUse, .storeOpenElsewhere, .readOnly, .closed, .projectionsStale: .unavailable
+        case .storeInUse, .storeOpenElsewhere, .readOnly, .projectionsStale: .unavailable
         case .noUserKey, .noIssuerKey: .refused
         }
     }

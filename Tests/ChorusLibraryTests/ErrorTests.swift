@@ -22,7 +22,7 @@ struct ErrorTests {
         defer { try? FileManager.default.removeItem(at: root) }
         let store = root.appendingPathComponent("a")
         #expect(await Self.code { _ = try await Node.open(at: root.appendingPathComponent("none")) } == "not_initialized")
-        let node = try await Node.create(at: store, deviceName: "phone")
+        let node = try await Node.create(at: store, deviceName: "phone", network: NetworkConfig())
         #expect(await Self.code { try await node.spendCoins(30, for: "a gift") } == "beyond_rights")
         #expect(await Self.code { try await node.follow(node.identity.user) } == "self")
         #expect(await Self.code { try await node.unlockSlot(99) } == "no_such_slot")
@@ -42,7 +42,11 @@ struct ErrorTests {
         #expect(await Self.code { _ = try await Node.open(at: store) } == "already_open_in_process")
         await node.close()
         #expect(await Self.code { try await node.setProfile(.city("Lisbon")) } == "closed")
-        #expect(await Self.code { _ = try await Node.create(at: store) } == "already_initialized")
+        // One error for a closed node, whatever the call, nameable with `import Chorus`.
+        await #expect(throws: StorageError.closed) { try await node.setProfile(.city("Lisbon")) }
+        #expect(throws: StorageError.closed) { _ = try node.projections.profile(node.identity.user) }
+        await #expect(throws: StorageError.closed) { _ = try await node.follow(someone) }
+        #expect(await Self.code { _ = try await Node.create(at: store, network: NetworkConfig()) } == "already_initialized")
         let refusal: any ChorusError = Refusal.insufficientRights(held: 0, needed: 30)
         #expect(refusal.code == "beyond_rights" && refusal.message.contains("30"))
     }
@@ -55,7 +59,7 @@ struct PictureDataTests {
     func relayLists() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-relays-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone")
+        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig())
         let relay = Relay(address: "relay1.example.org:7800", key: SigningKey.generate().publicKey, roles: [.home, .inbox])
         let inbox = Relay(address: "[2001:db8::7]:7801", key: SigningKey.generate().publicKey, roles: .inbox)
         #expect(try node.projections.relays(of: node.identity.user) == nil)
@@ -74,7 +78,7 @@ struct PictureDataTests {
     func pictureData() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-data-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone")
+        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig())
         let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 9, count: 40))
         let kept = try await node.addPicture(photo).object
         let gone = try await node.addPicture(photo + Data([1])).object

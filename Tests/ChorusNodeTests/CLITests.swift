@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import Foundation
 import ChorusTestSupport
 import Testing
@@ -122,7 +123,7 @@ struct CLITests {
         defer { tmp.cleanup() }
         let a = tmp.store("a"), b = tmp.store("b")
         #expect(try await run("init", "--store", b).status == 0)
-        let node = try await Node.create(at: a)
+        let node = try await Node.create(at: a, network: NetworkConfig())
         let items = (0..<30_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("edit \($0)")), object: node.identity.user.raw) }
         _ = try await node.appendBatch(items)
         await node.close()

@@ -1,5 +1,6 @@
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import ChorusStorage
 import ChorusTestSupport
 import Foundation
@@ -9,7 +10,7 @@ import Testing
 struct CompactionTests {
     /// A store whose deleted pictures left free pages behind.
     static func storeWithFreePages(_ path: String) async throws -> (events: Int, digest: String, kept: [String]) {
-        let node = try await Node.create(at: path)
+        let node = try await Node.create(at: path, network: NetworkConfig())
         var random = SplitMix64(seed: 7)
         var pictures: [PictureID] = []
         for i in 0..<8 {

@@ -3,6 +3,7 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
+import ChorusProjections
 import ChorusTestSupport
 import Foundation
 import Synchronization
@@ -42,7 +43,7 @@ struct IngestTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let clock = ManualClock(vectors.invalid[0].now_ms)
-        let node = try await Node.create(at: tmp.store("a"), options: options(clock: clock))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock))
         // Reversed: the batch is applied in feed order regardless.
         let report = await node.ingest(vectors.valid.reversed().map { hex($0.envelope_hex) })
         #expect(report.accepted == vectors.valid.count, "\(report.errors)")
@@ -58,7 +59,7 @@ struct IngestTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let clock = ManualClock(v.now_ms)
-        let node = try await Node.create(at: tmp.store("a"), options: options(clock: clock))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock))
         let prior = await node.ingest(v.prior_hex.map(hex))
         #expect(prior.accepted == v.prior_hex.count)
         let before = try snapshot(node)
@@ -89,7 +90,7 @@ struct IngestTests {
     @Test func refusalInTheMiddleOfABatchLeavesTheRestIntact() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         var a = FeedWriter(seedByte: 1)
         var b = FeedWriter(seedByte: 2)
         let aEvents = (0..<5).map { a.next("a\($0)") }
@@ -116,7 +117,7 @@ struct IngestTests {
     func duplicatesAndForksWithinOneCommit() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         var a = FeedWriter(seedByte: 1)
         let first = a.next("one")
         var forked = a
@@ -142,7 +143,7 @@ struct IngestTests {
     @Test func largeBatchesCommitInSlicesAndStayInFeedOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), options: options(mapSize: 1 << 20))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(mapSize: 1 << 20))
         var writers = (1...20).map { FeedWriter(seedByte: UInt8($0)) }
         var envelopes: [[UInt8]] = []
         for _ in 0..<600 { for w in writers.indices { envelopes.append(writers[w].next().encoded()) } }
@@ -159,7 +160,7 @@ struct IngestTests {
     func streamedCallsQueueInOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), options: options())
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options())
         let own = try node.log.eventCount()
         var writers = (1...8).map { FeedWriter(seedByte: UInt8($0)) }
         // Batch k + 1 continues every feed of batch k: out of order, its
@@ -184,7 +185,7 @@ struct IngestTests {
     func lastCallInPartsKeepsFeedOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), options: options())
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options())
         let own = try node.log.eventCount()
         var writers = (1...6).map { FeedWriter(seedByte: UInt8($0)) }
         // 12,000 events in six feeds: the parts (a quarter each) split feeds.
@@ -211,7 +212,7 @@ struct IngestTests {
     func overlappingCallsKeepTheirOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), options: options())
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options())
         var writer = FeedWriter(seedByte: 9)
         let first = (0..<3).map { _ in writer.next() }
         let second = (0..<3).map { _ in writer.next() }
@@ -242,7 +243,7 @@ struct IngestTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let clock = ManualClock(1_700_000_000_000)
-        let node = try await Node.create(at: tmp.store("a"), options: options(clock: clock))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock))
         var remote = FeedWriter(seedByte: 9, startMillis: 1_700_000_000_000 + 30_000)
         let ahead = remote.next()
         #expect(await node.ingest(events: [ahead]).accepted == 1)

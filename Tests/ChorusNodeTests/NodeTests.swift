@@ -3,6 +3,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import ChorusStore
 import Foundation
 import Synchronization
@@ -20,7 +21,7 @@ struct NodeTests {
     @Test func initBindsTheDeviceWithTheUserKey() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), deviceName: "phone")
+        let node = try await Node.create(at: tmp.store("a"), deviceName: "phone", network: NetworkConfig())
         let userFeed = try node.feed(node.identity.user.raw)
         #expect(userFeed.count == 1)
         let first = try #require(userFeed.first?.event)
@@ -37,13 +38,13 @@ struct NodeTests {
         #expect(stat(tmp.store("a") + "/keys/user.secret", &st) == 0 && st.st_mode & 0o777 == 0o600)
         #expect(stat(tmp.store("a") + "/keys/device.secret", &st) == 0 && st.st_mode & 0o777 == 0o600)
         #expect(stat(tmp.store("a"), &st) == 0 && st.st_mode & 0o777 == 0o700)
-        await #expect(throws: NodeError.self) { _ = try await Node.create(at: tmp.store("a")) }
+        await #expect(throws: NodeError.self) { _ = try await Node.create(at: tmp.store("a"), network: NetworkConfig()) }
     }
 
     @Test func concurrentAppendsFormOneContiguousVerifiedChain() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         let ids = try await withThrowingTaskGroup(of: [EventID].self) { group in
             for task in 0..<64 {
                 group.addTask {
@@ -69,7 +70,7 @@ struct NodeTests {
     @Test func acknowledgedEventsSurviveReopening() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        var node = try await Node.create(at: tmp.store("a"))
+        var node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         let e = try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("durable"))
         let identity = node.identity
         await node.close()
@@ -85,7 +86,7 @@ struct NodeTests {
     func aSecondWriterIsRefusedButReadersAreNot() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         _ = try await node.setProfile(.bio, .text("held"))
         let chorus = try productPath("chorus")
         let write = try await runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")], environment: ["CHORUS_WRITER_WAIT": "0"])
@@ -117,7 +118,7 @@ struct NodeTests {
     @Test func anIDLookupChecksEachEventListedUnderItsPrefix() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         for i in 0..<3 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i)")) }
         let events = try node.feed(node.identity.device.raw)
         let (other, target) = (events[1], events[3])
@@ -245,7 +246,7 @@ struct NodeTests {
     @Test func aStoreOfANewerFormatIsRefused() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         await node.close()
         do {
             let env = try Environment(path: tmp.store("a"))
@@ -267,7 +268,7 @@ struct NodeTests {
     @Test func projectionsWithoutTheRecentFactsAreStaleReadOnlyAndRebuiltReadWrite() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("before"))
         let digest = try node.projections.digest()
         await node.close()
@@ -308,7 +309,7 @@ struct NodeTests {
     @Test func theMapGrowsInsteadOfFailing() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), options: options(mapSize: 64 << 10))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(mapSize: 64 << 10))
         let start = node.log.env.mapSize
         let big = String(repeating: "y", count: 900)
         for i in 0..<400 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i) \(big)")) }
@@ -321,7 +322,7 @@ struct NodeTests {
     @Test func invalidLocalPayloadsAreRefusedBeforeSigning() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         await #expect(throws: EventError.self) {
             try await node.append(.profileSet, object: node.identity.user.raw,
                                   payload: .textMap([("field", .text("birthday")), ("value", .text("yesterday"))]))
@@ -335,7 +336,7 @@ struct NodeTests {
     @Test func arrivalLogAnswersWhatIsNew() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         let mark = try node.lastArrival()
         for i in 0..<5 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i)")) }
         let new = try node.arrivals(since: mark)
@@ -358,8 +359,8 @@ struct NodeTests {
     @Test func receivedBlobsAreStoredOnlyWhileReferencedAndOnce() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let a = try await Node.create(at: tmp.store("a"))
-        let b = try await Node.create(at: tmp.store("b"))
+        let a = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let b = try await Node.create(at: tmp.store("b"), network: NetworkConfig())
         let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let picture = try await a.addPicture(bytes, mime: "image/png").object
         // B learns of the picture without its bytes, as a sync delivers events before blobs.
@@ -374,7 +375,7 @@ struct NodeTests {
         #expect(try b.blobs.read(hash) == bytes)
         // A deleted picture's bytes are not taken in again.
         _ = try await a.deletePicture(picture)
-        let c = try await Node.create(at: tmp.store("c"))
+        let c = try await Node.create(at: tmp.store("c"), network: NetworkConfig())
         let all = try a.arrivals().map(\.event)
         #expect(await c.ingest(events: all).accepted == all.count)
         #expect(try await c.storeReceivedBlob(bytes, hash: hash) == false)
@@ -403,7 +404,7 @@ struct NodeTests {
         let mountPoint = tmp.store("tiny")
         try await withSmallDisk(at: mountPoint, size: "2m") {
             let store = mountPoint + "/store"
-            let node = try await Node.create(at: store)
+            let node = try await Node.create(at: store, network: NetworkConfig())
             var acknowledged: [PictureID] = []
             var failure: (any Error)? = nil
             for i in 0..<40 {
@@ -437,7 +438,7 @@ struct BatchAppendTests {
     @Test func aBatchIsChainedInOrderAndDurableInFewCommits() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         let before = node.writerStatistics.commits
         let items = (0..<3000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0)")), object: node.identity.user.raw) }
         let events = try await node.appendBatch(items)
@@ -463,7 +464,7 @@ struct BatchAppendTests {
     @Test func aLargeCommitReleasesTheFreedPagesAndASmallOneDoesNot() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         let env = node.log.env
         var (txn, commits) = (try env.transactionAndFilePages().lastTransaction, node.writerStatistics.commits)
         _ = try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user.raw)
@@ -472,7 +473,7 @@ struct BatchAppendTests {
         #expect(afterAppend == txn + 1, "transactions \(txn) then \(afterAppend)")
 
         // Another node's 5,000 events, received in one call: one commit.
-        let other = try await Node.create(at: tmp.store("b"))
+        let other = try await Node.create(at: tmp.store("b"), network: NetworkConfig())
         let items = (0..<5_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: other.identity.user.raw) }
         try await other.appendBatch(items)
         let envelopes = try other.arrivals().map { $0.event.encoded() }
@@ -492,7 +493,7 @@ struct BatchAppendTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let shopStore = tmp.store("shop")
-        await (try await Node.create(at: shopStore)).close()
+        await (try await Node.create(at: shopStore, network: NetworkConfig())).close()
         let issuer = try Node.createIssuer(at: shopStore)
         let network = NetworkConfig(issuers: [issuer])
         let shop = try await Node.open(at: shopStore)
@@ -530,7 +531,7 @@ struct BatchAppendTests {
         let reopened = try await Node.open(at: buyerURL)
         #expect(try reopened.projections.pictures(of: reopened.identity.user).map(\.id) == [picture.object])
         await #expect(throws: NodeError.notAFileURL("https://example.com/store")) {
-            _ = try await Node.create(at: URL(string: "https://example.com/store")!)
+            _ = try await Node.create(at: URL(string: "https://example.com/store")!, network: NetworkConfig())
         }
         await reopened.close()
         await shop.close()
@@ -541,7 +542,7 @@ struct BatchAppendTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let path = tmp.store("a")
-        let node = try await Node.create(at: path)
+        let node = try await Node.create(at: path, network: NetworkConfig())
         await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.open(at: path) }
         await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.open(at: path, readOnly: true) }
         // Another path to the same directory is the same store.
@@ -556,7 +557,7 @@ struct BatchAppendTests {
     func typedProfile() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 3, count: 40)
         let picture = try await node.addPicture(png).object
         try await node.setProfile(.name("Ana"))
@@ -613,7 +614,7 @@ struct StaleOpenTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let path = tmp.store("a")
-        let node = try await Node.create(at: path)
+        let node = try await Node.create(at: path, network: NetworkConfig())
         let items = (0..<25_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: node.identity.user.raw) }
         try await node.appendBatch(items)
         let digest = try node.projections.digest()
@@ -652,7 +653,7 @@ struct NodeThreadTests {
     func threadsAreNamed() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"))
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
         _ = try await node.setProfile(.bio, .text("signed and written"))
         let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
         let names = Set(
@@ -671,7 +672,7 @@ struct NodeClosingTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let path = dir.store("a")
-        let node = try await Node.create(at: path)
+        let node = try await Node.create(at: path, network: NetworkConfig())
         _ = try await node.setProfile(.bio, .text("before closing"))
         let me = node.identity.user
         await node.close()
@@ -693,7 +694,7 @@ struct RefusalTests {
     @Test func anAppBranchesOnWhyAMutationWasRefused() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"))
+        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
         let me = node.identity.user
         await #expect(throws: NodeError.refused(.insufficientRights(held: 0, needed: 30))) {
             _ = try await node.spendCoins(30, for: "sticker pack")

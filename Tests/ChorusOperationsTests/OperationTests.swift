@@ -3,6 +3,7 @@ import ChorusEvents
 import ChorusNode
 import ChorusOperations
 import ChorusProjections
+import ChorusStorage
 import ChorusTestSupport
 import Foundation
 import Testing
@@ -39,7 +40,7 @@ struct OperationTests {
             (NodeError.refused(.insufficientRights(held: 1, needed: 5)), .refused, "beyond_rights", 422),
             (NodeError.refused(.textLength(bytes: 4001)), .badInput, "text_length", 400),
             (NodeError.refused(.pictureTooLarge(bytes: 10, limit: 5)), .tooLarge, "picture_too_large", 413),
-            (NodeError.closed, .unavailable, "closed", 503),
+            (StorageError.closed, .unavailable, "closed", 503),
             (QueryError.badCursor("x"), .badInput, "bad_cursor", 400),
             (OperationError.badID("12", what: "USER"), .badInput, "bad_id", 400),
         ]
@@ -54,7 +55,7 @@ struct OperationTests {
     func mutationsReport() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"))
+        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
         let bob = Self.id(0xB0)
         let followed = try await Relate(.follow, bob).run(on: node)
         let json = try JSONValueEncoder().encode(followed).rendered()
@@ -100,7 +101,7 @@ struct LogOperationTests {
     func pagesAnswerAsTheWholeLog() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"))
+        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
         // 2,600 events over more than two pages: profile edits, with a follow every 7th.
         for i in 0..<2_600 {
             if i % 7 == 0, let user = Bytes32(hex: String(format: "%064x", i + 1)) {

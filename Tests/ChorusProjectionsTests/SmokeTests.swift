@@ -12,7 +12,7 @@ struct SmokeTests {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-smoke-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let issuerNode = try await Node.create(at: dir + "/issuer")
+        let issuerNode = try await Node.create(at: dir + "/issuer", network: NetworkConfig())
         await issuerNode.close()
         let issuer = try Node.createIssuer(at: dir + "/issuer")
         let network = NetworkConfig(issuers: [issuer])

@@ -36,7 +36,7 @@ struct KnownHistory {
     static func build() async throws -> KnownHistory {
         let dir = NSTemporaryDirectory() + "chorus-replay-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let issuerNode = try await Node.create(at: dir + "/issuer")
+        let issuerNode = try await Node.create(at: dir + "/issuer", network: NetworkConfig())
         await issuerNode.close()
         let issuerKey = try Node.createIssuer(at: dir + "/issuer")
         let network = NetworkConfig(issuers: [issuerKey], slotPrices: [0, 50])
@@ -160,7 +160,7 @@ struct ReplayTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let store = dir.store("source")
-        let node = try await Node.create(at: store)
+        let node = try await Node.create(at: store, network: NetworkConfig())
         for i in 0..<24 {
             let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ i) }
             _ = try await node.addPicture(bytes, mime: "image/png")

@@ -1,5 +1,6 @@
 import ChorusCommands
 import ChorusNode
+import ChorusProjections
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -40,7 +41,7 @@ struct BrowserSafetyTests {
     }
 
     static func serve(_ dir: TempDir, idleTimeout: Duration = .seconds(30)) async throws -> Served {
-        let node = try await Node.create(at: dir.store("node"))
+        let node = try await Node.create(at: dir.store("node"), network: NetworkConfig())
         let tokenPath = dir.store("node") + "/keys/api.token"
         let token = try APIToken.loadOrCreate(at: tokenPath)
         var configuration = APIConfiguration(socketPath: dir.store("node") + "/api.sock", tcp: ("127.0.0.1", 0), token: token)

@@ -1,5 +1,6 @@
 import ChorusCommands
 import ChorusNode
+import ChorusProjections
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -11,7 +12,7 @@ struct LibraryAPITests {
     func serveAPIWithoutTheCommandLine() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"))
+        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
         let serving = try await node.serveAPI()
         let socket = APIClient(.socket(inStore: dir.store("app")))
         let followed = try await socket.send(.POST, "/v1/following/\(String(repeating: "b0", count: 32))")
@@ -33,7 +34,7 @@ struct LibraryAPITests {
     func serveAPIFromALibrary() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"))
+        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
         let token = String(repeating: "7f", count: 32)
         let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token, commandLine: ChorusProgram.runner(node: node))
         #expect(serving.endpoints.first == .socket(inStore: dir.store("app")))

@@ -1,5 +1,6 @@
 import ChorusCommands
 import ChorusNode
+import ChorusProjections
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -18,7 +19,7 @@ struct StatusTests {
     func statusesFromCodes() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"))
+        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
         let serving = try await node.serveAPI(commandLine: ChorusProgram.runner(node: node))
         let api = APIClient(.socket(inStore: dir.store("app")))
         func send(_ method: HTTPMethod, _ path: String, _ json: String? = nil) async throws -> (Int, [String: Any], APIClient.Response) {

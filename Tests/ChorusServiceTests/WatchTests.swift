@@ -1,5 +1,6 @@
 import ChorusCommands
 import ChorusNode
+import ChorusProjections
 @testable import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -90,7 +91,7 @@ struct WatchTests {
     func webSocketWatch() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"))
+        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
         let token = "t-" + String(repeating: "ab", count: 16)
         let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token)
         let port = try #require(serving.endpoints.compactMap { if case .tcp(_, let p) = $0 { p } else { nil } }.first)
@@ -147,7 +148,7 @@ struct WatchTests {
     func resumeWithLastEventID() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"))
+        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
         let serving = try await node.serveAPI()
         let api = APIClient(.socket(inStore: dir.store("app")))
         let first = try #require(try await bounded(.seconds(30), "the first event") { try await Self.events(api, [], count: 1) }.first)

@@ -6,6 +6,7 @@ import ChorusCommands
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import ChorusOperations
 import ChorusService
 import Dispatch
@@ -48,8 +49,8 @@ struct APIBench: AsyncParsableCommand {
         let chorus = try siblingExecutable("chorus")
         let dir = temporaryDirectory("api")
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let direct = try await Node.create(at: dir + "/direct")
-        let served = try await Node.create(at: dir + "/served")
+        let direct = try await Node.create(at: dir + "/direct", network: NetworkConfig())
+        let served = try await Node.create(at: dir + "/served", network: NetworkConfig())
         await served.close()
 
         // Follows of distinct users: each touches a new object, so the

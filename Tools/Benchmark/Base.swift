@@ -9,6 +9,7 @@ import ChorusCrypto
 import ChorusEncryption
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import ChorusStorage
 import Dispatch
 import Foundation
@@ -154,7 +155,7 @@ func rawLMDBAppend(batch: Int, seconds: Double) throws -> Double {
 func localAppend(writers: Int, seconds: Double) async throws -> Double {
     let dir = temporaryDirectory("append")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let node = try await Node.create(at: dir + "/store")
+    let node = try await Node.create(at: dir + "/store", network: NetworkConfig())
     let payload = CBORValue.textMap([("field", .text("bio")), ("value", .text(String(repeating: "b", count: 120)))])
     let start = Bench.clock()
     let deadline = start + seconds
@@ -207,7 +208,7 @@ func rawCommitLatency(samples: Int) throws -> (p50: Double, p99: Double) {
 func localAppendLatency(samples: Int) async throws -> (p50: Double, p99: Double) {
     let dir = temporaryDirectory("latency")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let node = try await Node.create(at: dir + "/store")
+    let node = try await Node.create(at: dir + "/store", network: NetworkConfig())
     var out: [Double] = []
     for i in 0..<samples {
         let start = Bench.clock()
@@ -222,7 +223,7 @@ func localAppendLatency(samples: Int) async throws -> (p50: Double, p99: Double)
 func batchAppend(count: Int) async throws -> Double {
     let dir = temporaryDirectory("batch")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let node = try await Node.create(at: dir + "/store")
+    let node = try await Node.create(at: dir + "/store", network: NetworkConfig())
     let items = (0..<count).map {
         PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0) " + String(repeating: "b", count: 110))), object: node.identity.user.raw)
     }
@@ -255,7 +256,7 @@ func remoteIngest(events count: Int, authors: Int) async throws -> (rate: Double
     for i in 0..<perAuthor { for a in 0..<authors { envelopes.append(batches[a][i]) } }
     let dir = temporaryDirectory("ingest")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let node = try await Node.create(at: dir + "/store")
+    let node = try await Node.create(at: dir + "/store", network: NetworkConfig())
     let start = Bench.clock()
     let report = await node.ingest(envelopes)
     let elapsed = Bench.clock() - start

@@ -7,6 +7,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusProjections
 import Foundation
 
 let args = CommandLine.arguments
@@ -23,7 +24,7 @@ do {
     if FileManager.default.fileExists(atPath: store + "/keys/device.secret") {
         node = try await Node.open(at: store, options: options)
     } else {
-        node = try await Node.create(at: store, deviceName: "crash-writer", options: options)
+        node = try await Node.create(at: store, deviceName: "crash-writer", network: NetworkConfig(), options: options)
     }
 } catch {
     FileHandle.standardError.write(Data("cannot open \(store): \(error)\n".utf8))
