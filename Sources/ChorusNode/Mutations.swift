@@ -399,7 +399,7 @@ extension Node {
     /// The mutation's object is the credited user.
     @discardableResult
     public func creditCoins(
-        user: UserID, amount: UInt64, receipt: String, device: DeviceID? = nil, product: String? = nil
+        _ amount: UInt64, to user: UserID, receipt: String, device: DeviceID? = nil, product: String? = nil
     ) async throws -> Mutation<UserID> {
         let target = try creditTarget(user: user, device: device)
         return try await outcome(appendAsIssuer(
@@ -439,7 +439,7 @@ extension Node {
     /// Credits many purchases at once (issuer key required), signed on all
     /// cores and committed together; returns once every credit is durable.
     /// A receipt already credited is stored and takes no effect, as with
-    /// `creditCoins(user:amount:receipt:)`.
+    /// `creditCoins(_:to:receipt:)`.
     @discardableResult
     public func creditCoins(_ credits: [Credit]) async throws -> [Mutation<UserID>] {
         var items: [PendingEvent] = []
@@ -472,7 +472,7 @@ extension Node {
     /// Gives coins to another user; they land on `device` or on the
     /// recipient's first device.
     @discardableResult
-    public func giveCoins(to user: UserID, _ amount: UInt64, device: DeviceID? = nil, note: String? = nil) async throws
+    public func giveCoins(_ amount: UInt64, to user: UserID, device: DeviceID? = nil, note: String? = nil) async throws
         -> Mutation<UserID>
     {
         try requireRights(amount)
@@ -482,7 +482,7 @@ extension Node {
 
     /// Moves spending rights to another device of this user.
     @discardableResult
-    public func moveRights(to device: DeviceID, _ amount: UInt64) async throws -> Mutation<DeviceID> {
+    public func moveRights(_ amount: UInt64, to device: DeviceID) async throws -> Mutation<DeviceID> {
         try requireRights(amount)
         return try await outcome(append(CoinRightsMovedPayload(amount: amount), object: device.raw), device)
     }

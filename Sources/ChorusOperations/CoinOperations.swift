@@ -52,7 +52,7 @@ public struct MoveCoins: NodeOperation {
     public func run(on node: Node) async throws -> MutationReport<Fields> {
         switch movement {
         case .credit(let user, let receipt, let device, let product):
-            let m = try await node.creditCoins(user: user, amount: amount, receipt: receipt, device: device, product: product)
+            let m = try await node.creditCoins(amount, to: user, receipt: receipt, device: device, product: product)
             return MutationReport(
                 Fields(user: user.hex, device: m.event.object.hex, amount: amount), m, summary: "Credited \(amount) coins to \(user.short) (receipt \(receipt))")
         case .spend(let purpose):
@@ -60,11 +60,11 @@ public struct MoveCoins: NodeOperation {
                 Fields(user: nil, device: nil, amount: amount), try await node.spendCoins(amount, for: purpose), summary: "Spent \(amount) coins for \(purpose)")
         case .give(let user, let device, let note):
             return MutationReport(
-                Fields(user: user.hex, device: nil, amount: amount), try await node.giveCoins(to: user, amount, device: device, note: note),
+                Fields(user: user.hex, device: nil, amount: amount), try await node.giveCoins(amount, to: user, device: device, note: note),
                 summary: "Gave \(amount) coins to \(user.short)")
         case .moveRights(let device):
             return MutationReport(
-                Fields(user: nil, device: device.hex, amount: amount), try await node.moveRights(to: device, amount),
+                Fields(user: nil, device: device.hex, amount: amount), try await node.moveRights(amount, to: device),
                 summary: "Moved rights to \(amount) coins to device \(device.short)")
         }
     }

@@ -69,7 +69,7 @@ public struct ListRelated: NodeOperation {
         if limit == nil, after == nil {
             return switch relation {
             case .followers: KeyList(try p.followers(of: subject))
-            case .following: KeyList(try p.following(subject))
+            case .following: KeyList(try p.following(of: subject))
             case .likes: KeyList(try p.likes(of: subject))
             }
         }
@@ -79,7 +79,7 @@ public struct ListRelated: NodeOperation {
         let users: [UserID] =
             switch relation {
             case .followers: try p.followers(of: UserID(subject), after: after, limit: limit + 1)
-            case .following: try p.following(UserID(subject), after: after, limit: limit + 1)
+            case .following: try p.following(of: UserID(subject), after: after, limit: limit + 1)
             case .likes: try p.likes(of: subject, after: after, limit: limit + 1)
             }
         let page = users.prefix(limit).map(\.raw)

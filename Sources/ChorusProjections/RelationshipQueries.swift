@@ -53,8 +53,8 @@ extension Projections {
         }
     }
 
-    /// A page of `following(_:)`: up to `limit` users in key order after `after`.
-    public func following(_ user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
+    /// A page of `following(of:)`: up to `limit` users in key order after `after`.
+    public func following(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
         try log.env.read { txn in
             try page(Table.edgeOut.key(ObjectClass.follow.rawValue, user.raw), after: after?.raw, limit: limit, in: txn).map(UserID.init)
         }
@@ -85,11 +85,11 @@ extension Projections {
     }
 
     /// Users `user` follows now, in key order (bytewise).
-    public func following(_ user: UserID) throws -> [UserID] {
-        try following(user.raw).map(UserID.init)
+    public func following(of user: UserID) throws -> [UserID] {
+        try following(of: user.raw).map(UserID.init)
     }
 
-    package func following(_ user: PublicKey) throws -> [PublicKey] {
+    package func following(of user: PublicKey) throws -> [PublicKey] {
         try log.env.read { txn in try targets(.follow, of: user, in: txn) }
     }
 

@@ -51,7 +51,7 @@ public struct ReplicationScope: Hashable, Sendable {
         let blocked = Set(try p.blocked(by: node.identity.user.raw))
         // The user keys of the users this user follows, whatever the hops:
         // their relay lists say where to leave the follow (§4.11).
-        for u in try p.following(node.identity.user.raw) where !blocked.contains(u) && !elsewhere.contains(u) { feeds.insert(u) }
+        for u in try p.following(of: node.identity.user.raw) where !blocked.contains(u) && !elsewhere.contains(u) { feeds.insert(u) }
         // The devices that left notices for this user (§4.11), before their
         // binding is known here.
         for device in try InboxStore.correspondents(of: node.identity.user.raw, at: node).devices {
@@ -73,7 +73,7 @@ public struct ReplicationScope: Hashable, Sendable {
         for _ in 0..<max(0, hops) {
             var next: [PublicKey] = []
             for u in frontier {
-                for f in try p.following(u) where !blocked.contains(f) && !users.contains(f) {
+                for f in try p.following(of: u) where !blocked.contains(f) && !users.contains(f) {
                     users.insert(f)
                     next.append(f)
                 }

@@ -29,8 +29,8 @@ struct EmbeddingTests {
         // A purchase the store delivers twice is credited once; the second
         // credit is stored and says why it took no effect.
         _ = await shop.ingest(try node.arrivals().map { $0.event.encoded() })
-        let credit = try await shop.creditCoins(user: node.identity.user, amount: 100, receipt: "GPA.3372")
-        let again = try await shop.creditCoins(user: node.identity.user, amount: 100, receipt: "GPA.3372")
+        let credit = try await shop.creditCoins(100, to: node.identity.user, receipt: "GPA.3372")
+        let again = try await shop.creditCoins(100, to: node.identity.user, receipt: "GPA.3372")
         if case .noEffect(let why) = again.effect, why.code == "duplicate_receipt" { print("redelivered: \(why.detail)") }
         _ = await node.ingest(try shop.arrivals().map { $0.event.encoded() })
 

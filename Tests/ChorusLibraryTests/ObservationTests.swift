@@ -145,7 +145,7 @@ struct ObservationTests {
         try await world.bobToAlice(since: &since)
         try await alice.setProfile(.name("Alice A."))
         _ = try await alice.addPicture(jpeg(200), caption: "second")
-        _ = try await world.shop.creditCoins(user: me, amount: 5, receipt: "r-1")
+        _ = try await world.shop.creditCoins(5, to: me, receipt: "r-1")
         _ = await alice.ingest(try world.shop.arrivals().map { $0.event.encoded() })
 
         try await profile.wait("renamed profile") { $0?.name == "Alice A." }

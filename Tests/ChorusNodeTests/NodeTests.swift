@@ -521,7 +521,7 @@ struct BatchAppendTests {
         let buyerURL = URL(fileURLWithPath: tmp.store("buyer"))
         let buyer = try await Node.create(at: buyerURL, network: joined)
         _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
-        let credit = try await shop.creditCoins(user: buyer.identity.user, amount: 50, receipt: "r-1")
+        let credit = try await shop.creditCoins(50, to: buyer.identity.user, receipt: "r-1")
         #expect(credit.isApplied)
         _ = await buyer.ingest(try shop.arrivals().map { $0.event.encoded() })
         #expect(try buyer.projections.balance(of: buyer.identity.user).total == 50)
@@ -583,8 +583,8 @@ struct BatchAppendTests {
         let buyer = try await Node.create(at: tmp.store("buyer"), network: network)
         _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
 
-        let first = try await shop.creditCoins(user: buyer.identity.user, amount: 30, receipt: "GPA.0001")
-        let again = try await shop.creditCoins(user: buyer.identity.user, amount: 30, receipt: "GPA.0001")
+        let first = try await shop.creditCoins(30, to: buyer.identity.user, receipt: "GPA.0001")
+        let again = try await shop.creditCoins(30, to: buyer.identity.user, receipt: "GPA.0001")
         #expect(first.effect == .applied && first.kind == .coinCredited)
         guard case .noEffect(let why) = again.effect else {
             Issue.record("a redelivered receipt took effect")

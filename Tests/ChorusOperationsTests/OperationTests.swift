@@ -61,7 +61,7 @@ struct OperationTests {
         let json = try JSONValueEncoder().encode(followed).rendered()
         #expect(json == #"{"target":"\#(bob.hex)","event":"\#(followed.event.hex)","effective":true}"#)
         #expect(followed.failure == nil && followed.summary == "Followed \(bob.short)")
-        #expect(try node.projections.following(node.identity.user).map(\.raw) == [bob])
+        #expect(try node.projections.following(of: node.identity.user).map(\.raw) == [bob])
         guard case .failure(let again) = await Relate(.follow, bob).perform(on: node) else {
             Issue.record("a second follow was accepted")
             return

@@ -60,10 +60,10 @@ struct PagingTests {
         #expect(followerPages.map(\.count) == [100, 100, 23])
         #expect(followerPages.flatMap { $0 } == followers)
 
-        let following = try p.following(user)
+        let following = try p.following(of: user)
         #expect(following.count == 150)
-        #expect(try Self.allPages(100) { try p.following(user, after: $0, limit: $1) }.flatMap { $0 } == following)
-        #expect(try Self.allPages(1) { try p.following(user, after: $0, limit: $1) }.flatMap { $0 } == following)
+        #expect(try Self.allPages(100) { try p.following(of: user, after: $0, limit: $1) }.flatMap { $0 } == following)
+        #expect(try Self.allPages(1) { try p.following(of: user, after: $0, limit: $1) }.flatMap { $0 } == following)
 
         let likes = try p.likes(of: PictureID(picture.id))
         #expect(likes.count == 115)

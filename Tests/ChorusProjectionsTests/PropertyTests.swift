@@ -223,7 +223,7 @@ struct ScheduleRun {
         for user in users.map(UserID.init) {
             let blocked = Set(try r.projections.blocked(by: user))
             var all: [PictureView] = []
-            for followed in try r.projections.following(user) where !blocked.contains(followed) {
+            for followed in try r.projections.following(of: user) where !blocked.contains(followed) {
                 all += try r.projections.pictures(of: followed)
             }
             all.sort { ($0.hlc, $0.id.raw) > ($1.hlc, $1.id.raw) }

@@ -664,10 +664,10 @@ struct RuleTests {
             if withPicture { events.append(try s.picture(alice.d2, at: 11).event) }
             let r = try s.fold(events)
             let digest = try r.digest()
-            #expect(try r.projections.following(alice.key) == [bob.key])
+            #expect(try r.projections.following(of: alice.key) == [bob.key])
             try r.projections.rebuild(part: 1)
             #expect(try r.digest() == digest)
-            #expect(try r.projections.following(alice.key) == [bob.key])
+            #expect(try r.projections.following(of: alice.key) == [bob.key])
             if withPicture { #expect(try r.projections.pictures(of: alice.key).count == 1) }
         }
     }

@@ -51,8 +51,8 @@ struct SmokeTests {
         let aReader = try await Node.open(at: dir + "/a", readOnly: true)
         let aEvents = try aReader.arrivals().map { $0.event.encoded() }
         _ = await i.ingest(aEvents)
-        try await i.creditCoins(user: me, amount: 100, receipt: "tx-1")
-        try await i.creditCoins(user: me, amount: 100, receipt: "tx-1")
+        try await i.creditCoins(100, to: me, receipt: "tx-1")
+        try await i.creditCoins(100, to: me, receipt: "tx-1")
         #expect(try i.projections.balance(of: me).total == 100)
         await i.close()
     }

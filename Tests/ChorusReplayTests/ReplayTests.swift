@@ -55,8 +55,8 @@ struct KnownHistory {
             .profileSet, object: ana.identity.user.raw, payload: .textMap([("field", .text("name")), ("value", .text("hacked"))])
         ).id
         _ = await issuer.ingest(try ana.arrivals().map { $0.event.encoded() })
-        let credit = try await issuer.creditCoins(user: ana.identity.user, amount: 100, receipt: "store-tx-1").id
-        let duplicate = try await issuer.creditCoins(user: ana.identity.user, amount: 100, receipt: "store-tx-1").id
+        let credit = try await issuer.creditCoins(100, to: ana.identity.user, receipt: "store-tx-1").id
+        let duplicate = try await issuer.creditCoins(100, to: ana.identity.user, receipt: "store-tx-1").id
         _ = await ana.ingest(try issuer.arrivals().map { $0.event.encoded() })
         _ = await ana.ingest(try ben.arrivals().map { $0.event.encoded() })
         let spend = try await ana.spendCoins(40, for: "stickers")

@@ -2,5 +2,5 @@
 import Chorus
 
 func misuse(_ node: Node) async throws {
-    try await node.moveRights(to: node.identity.user, 1)
+    try await node.moveRights(1, to: node.identity.user)
 }

@@ -49,8 +49,8 @@ guard screens.last?.contains("lovely") == true else { fatalError("the observed c
 // Coins: the shop credits a purchase; the store redelivers it after a
 // crash, and the second credit is stored but takes no effect.
 _ = try await shop.sync(with: "127.0.0.1", port: bobServing.port)
-let credit = try await shop.creditCoins(user: alice.identity.user, amount: 100, receipt: "GPA.3372")
-let again = try await shop.creditCoins(user: alice.identity.user, amount: 100, receipt: "GPA.3372")
+let credit = try await shop.creditCoins(100, to: alice.identity.user, receipt: "GPA.3372")
+let again = try await shop.creditCoins(100, to: alice.identity.user, receipt: "GPA.3372")
 guard credit.isApplied, case .noEffect(let why) = again.effect, why.code == "duplicate_receipt" else {
     fatalError("a redelivered receipt must not be credited twice")
 }
