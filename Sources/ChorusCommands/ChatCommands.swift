@@ -221,7 +221,7 @@ struct ChatAttachment: AsyncParsableCommand {
             guard try node.blobs.read(blob) != nil else {
                 throw CommandFailure(message: "the encrypted picture of message \(id.short) has not arrived yet: run `chorus sync`")
             }
-            guard let (bytes, attachment) = try node.attachmentBytes(of: id), content.attachment != nil else {
+            guard let (bytes, attachment) = try await node.attachmentBytes(of: id), content.attachment != nil else {
                 throw CommandFailure(message: "the picture of message \(id.short) does not decrypt with the key in its message")
             }
             return (bytes, attachment.mime)

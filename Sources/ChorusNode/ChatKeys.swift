@@ -155,7 +155,14 @@ extension Node {
     }
 
     /// The bytes of a picture sent in a chat, decrypted on this device.
-    public nonisolated func attachmentBytes(of message: MessageID) throws -> (bytes: [UInt8], attachment: Attachment)? {
+    /// Reading and decrypting take milliseconds for a photo, so they run
+    /// off the caller's thread (which in a SwiftUI view is the main thread).
+    public nonisolated func attachmentBytes(of message: MessageID) async throws -> (bytes: [UInt8], attachment: Attachment)? {
+        try await offTheCaller { try self.readAttachment(of: message) }
+    }
+
+    nonisolated func readAttachment(of message: MessageID) throws -> (bytes: [UInt8], attachment: Attachment)? {
+        countMainThreadByteRead()
         guard let view = try projections.message(message), let blob = view.blob,
             let attachment = try readableMessage(view).content.value?.attachment,
             let sealed = try blobs.read(blob)

@@ -65,8 +65,15 @@ extension Node {
     /// The bytes of a live picture, to show it. Throws
     /// `NodeError.refused` with `.unknownPicture` (not received yet),
     /// `.pictureDeleted` (its bytes are purged) or `.pictureBytesUnavailable`
-    /// (the picture is here but its bytes are not fetched yet).
-    public nonisolated func pictureData(_ id: PictureID) throws -> Data {
+    /// (the picture is here but its bytes are not fetched yet). A photo's
+    /// bytes take milliseconds to read, so they are read off the caller's
+    /// thread (which in a SwiftUI view is the main thread).
+    public nonisolated func pictureData(_ id: PictureID) async throws -> Data {
+        try await offTheCaller { try self.readPicture(id) }
+    }
+
+    nonisolated func readPicture(_ id: PictureID) throws -> Data {
+        countMainThreadByteRead()
         switch try projections.picture(id) {
         case .unknown: throw NodeError.refused(.unknownPicture(id))
         case .deleted: throw NodeError.refused(.pictureDeleted(id))
@@ -78,8 +85,8 @@ extension Node {
 
     /// The decrypted bytes of a picture sent in a chat (see
     /// `attachmentBytes(of:)`), as `Data`; nil when this device cannot read them.
-    public nonisolated func attachmentData(of message: MessageID) throws -> (data: Data, attachment: Attachment)? {
-        try attachmentBytes(of: message).map { (Data($0.bytes), $0.attachment) }
+    public nonisolated func attachmentData(of message: MessageID) async throws -> (data: Data, attachment: Attachment)? {
+        try await offTheCaller { try self.readAttachment(of: message).map { (Data($0.bytes), $0.attachment) } }
     }
 
     private static func path(of url: URL) throws -> String {

@@ -1,5 +1,24 @@
+import ChorusParallel
 import ChorusStorage
+import Synchronization
 import Foundation
+
+/// Runs a read that can take more than a millisecond (a photo's bytes, a
+/// decryption) on a dispatch thread instead of the caller's, carrying the
+/// caller's read recorder along so an observation still sees what it read.
+func offTheCaller<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    let recorder = ReadTracking.recorder
+    return try await offThePool { try ReadTracking.$recorder.withValue(recorder) { try body() } }
+}
+
+/// Byte reads (a picture's, an attachment's) that ran on the main thread:
+/// none should; a test reads from the main actor and checks.
+package let mainThreadByteReads = Atomic<Int>(0)
+
+/// Counts a byte read on the main thread.
+func countMainThreadByteRead() {
+    if Thread.isMainThread { mainThreadByteReads.add(1, ordering: .relaxed) }
+}
 
 extension Node {
     /// Observes a value read from this node: the stream yields the current

@@ -16,7 +16,7 @@ public struct GetPictureBytes: Sendable {
     public func run(on node: Node) async throws -> (data: Data, mediaType: String) {
         let data: Data
         do {
-            data = try node.pictureData(picture)
+            data = try await node.pictureData(picture)
         } catch NodeError.refused(.unknownPicture) {
             throw OperationError(.notFound, code: "picture_unknown", "this node holds no picture \(picture.hex); import its owner's events first")
         }

@@ -1,5 +1,6 @@
 import Chorus
 import Foundation
+import Synchronization
 import Testing
 
 /// Every error an app meets carries a stable code (`ChorusError`).
@@ -82,15 +83,34 @@ struct PictureDataTests {
         let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 9, count: 40))
         let kept = try await node.addPicture(photo).object
         let gone = try await node.addPicture(photo + Data([1])).object
-        #expect(try node.pictureData(kept) == photo)
+        #expect(try await node.pictureData(kept) == photo)
         try await node.deletePicture(gone)
-        #expect(await ErrorTests.code { _ = try node.pictureData(gone) } == "after_deletion")
-        #expect(await ErrorTests.code { _ = try node.pictureData(PictureID(Bytes32.zero)) } == "picture_unknown")
+        #expect(await ErrorTests.code { _ = try await node.pictureData(gone) } == "after_deletion")
+        #expect(await ErrorTests.code { _ = try await node.pictureData(PictureID(Bytes32.zero)) } == "picture_unknown")
 
         let chat = try await node.createChat(title: "notes").object
         let sent = try await node.sendMessage(chat, text: "a photo", image: photo).object
-        let opened = try #require(try node.attachmentData(of: sent))
+        let opened = try #require(try await node.attachmentData(of: sent))
         #expect(opened.data == photo && opened.attachment.mime == "image/jpeg")
+        await node.close()
+    }
+
+    @MainActor
+    @Test("picture and attachment bytes are read off the main thread when asked for on the main actor")
+    func bytesAreReadOffTheMainThread() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-main-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig())
+        let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + (0..<(2 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let picture = try await node.addPicture(photo).object
+        let chat = try await node.createChat(title: "notes").object
+        let sent = try await node.sendMessage(chat, text: "a photo", image: photo).object
+        let before = mainThreadByteReads.load(ordering: .relaxed)
+        for _ in 0..<3 {
+            #expect(try await node.pictureData(picture) == photo)
+            #expect(try await node.attachmentData(of: sent)?.data == photo)
+        }
+        #expect(mainThreadByteReads.load(ordering: .relaxed) == before, "a byte read ran on the main thread")
         await node.close()
     }
 }

@@ -23,7 +23,7 @@ try await alice.setProfile(.birthday(DateComponents(year: 1990, month: 4, day: 2
 let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 7, count: 64))  // a JPEG's bytes
 let picture = try await alice.addPicture(photo, caption: "rooftop").object
 try await alice.setProfile(.avatar(picture))
-guard try alice.pictureData(picture) == photo else { fatalError("the picture's bytes differ") }
+guard try await alice.pictureData(picture) == photo else { fatalError("the picture's bytes differ") }
 try await alice.follow(bob.identity.user)
 
 // A chat, sealed to its members' devices. Alice's screen observes it: the
