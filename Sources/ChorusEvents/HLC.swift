@@ -1,3 +1,5 @@
+import Foundation
+
 /// A hybrid logical clock timestamp: milliseconds since the Unix epoch in the
 /// high 48 bits and a logical counter in the low 16 (Specs/events.md §4).
 /// Comparing the raw values compares (physical, logical) lexicographically.
@@ -23,6 +25,9 @@ public struct HLC: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// The physical part: milliseconds since the Unix epoch (the high 48 bits).
     public var physicalMillis: UInt64 { rawValue >> 16 }
+
+    /// The physical part as a `Date`, to show when something happened.
+    public var date: Date { Date(timeIntervalSince1970: Double(physicalMillis) / 1000) }
     /// The logical counter (the low 16 bits): orders timestamps that share a millisecond
     /// and keeps a node's own timestamps increasing when its wall clock does not.
     public var logical: UInt16 { UInt16(truncatingIfNeeded: rawValue) }

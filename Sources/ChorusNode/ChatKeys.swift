@@ -71,8 +71,32 @@ public struct ReadableChatPage: Hashable, Sendable {
     /// The cursor to pass as `before` for the next, older page; `nil` when this
     /// page reaches the chat's first message.
     public let older: String?
-    /// Each member's read marker: the HLC of the last message they marked read.
-    public let readMarkers: [UserID: HLC]
+    /// Each member's read marker: the furthest message they marked read.
+    public let readMarkers: [UserID: ReadMarker]
+
+    /// The users who have read `message` (their read marker covers it), its
+    /// sender left out, in key order.
+    public func readers(of message: ReadableMessage) -> [UserID] {
+        readMarkers.filter { $0.key != message.view.sender && $0.value.covers(message.view) }.map(\.key).sorted()
+    }
+}
+
+/// One row of this user's chat list (``Node/chatList()``): the chat with
+/// its title opened, its last message opened, and this user's unread count.
+public struct ReadableChatSummary: Hashable, Sendable {
+    /// The chat, with its title opened when this device holds the key.
+    public let chat: ReadableChat
+    /// The newest message, opened when this device holds its epoch key;
+    /// nil in a chat without messages.
+    public let lastMessage: ReadableMessage?
+    /// Messages after this user's read marker that others sent and that
+    /// are not deleted.
+    public let unread: Int
+    /// This user's read marker; nil before they marked anything read.
+    public let readMarker: ReadMarker?
+    /// When the chat last saw a message (or was created): the list's order,
+    /// newest first. `lastActivity.date` gives it as a `Date`.
+    public let lastActivity: HLC
 }
 
 // MARK: Reading: opening sealed values on this device
@@ -152,6 +176,19 @@ extension Node {
         return ReadableChatPage(
             chat: try readableChat(page.chat), messages: try page.messages.map(readableMessage), older: page.older,
             readMarkers: page.readMarkers)
+    }
+
+    /// This user's chats as a chat list shows them, newest activity first:
+    /// titles and last messages opened on this device, unread counts and
+    /// read markers. Observe it to keep an inbox screen current:
+    /// `node.observe { try $0.chatList() }` re-runs only when a commit touches
+    /// one of these chats or this user's membership.
+    public nonisolated func chatList() throws -> [ReadableChatSummary] {
+        try projections.chatList(of: identity.user).map { summary in
+            ReadableChatSummary(
+                chat: try readableChat(summary.chat), lastMessage: try summary.lastMessage.map(readableMessage), unread: summary.unread,
+                readMarker: summary.readMarker, lastActivity: summary.lastActivity)
+        }
     }
 
     /// The bytes of a picture sent in a chat, decrypted on this device.

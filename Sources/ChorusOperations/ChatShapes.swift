@@ -159,7 +159,7 @@ public struct GetChatPage: NodeOperation {
             try c.encode(ChatShape(page.chat), forKey: .chat)
             try c.encode(page.messages.map(MessageShape.init), forKey: .messages)
             try c.encodeIfPresent(page.older, forKey: .older)
-            try c.encode(JSONValue.object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.rawValue)) }), forKey: .read)
+            try c.encode(JSONValue.object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.hlc.rawValue)) }), forKey: .read)
         }
     }
 

@@ -79,6 +79,43 @@ public struct MessageView: Hashable, Sendable {
     public var cursor: String { Hex.encode(Codec.u64(hlc.rawValue) + id.bytes) }
 }
 
+/// How far a member has read a chat: the furthest message their effective
+/// `chat.read` events reached (Specs/projections.md §6.7), the message
+/// `Node.markRead(_:upTo:)` names, with its sending HLC.
+public struct ReadMarker: Hashable, Sendable {
+    /// The furthest message marked read.
+    public let message: MessageID
+    /// That message's sending HLC; messages order by (HLC, id).
+    public let hlc: HLC
+
+    /// Whether `m` is at or before this marker in the chat's order.
+    public func covers(_ m: MessageView) -> Bool { m.hlc < hlc || (m.hlc == hlc && !(message.raw < m.id.raw)) }
+
+    static func decode(_ value: [UInt8]) throws -> ReadMarker {
+        guard let a = try Codec.decode(value, "read marker").arrayValue, a.count == 2, let hlc = a[0].unsignedValue, let message = a[1].id32 else {
+            throw ProjectionError.corrupt("read marker")
+        }
+        return ReadMarker(message: MessageID(message), hlc: HLC(rawValue: hlc))
+    }
+}
+
+/// One chat of a chat list (`chatList(of:)`): what an inbox row shows.
+public struct ChatSummary: Hashable, Sendable {
+    /// The chat's record and current members (the title still sealed).
+    public let chat: ChatView
+    /// The newest message that took effect, deleted ones included, leaving
+    /// out senders the viewer blocks; nil in a chat without messages.
+    public let lastMessage: MessageView?
+    /// Messages after the viewer's read marker that the viewer did not send
+    /// and that are not deleted, leaving out senders the viewer blocks.
+    public let unread: Int
+    /// The viewer's own read marker; nil before they marked anything read.
+    public let readMarker: ReadMarker?
+    /// The last message's HLC, or the chat's creation when it has none: the
+    /// list is sorted by it, newest first.
+    public let lastActivity: HLC
+}
+
 /// One page of a chat as `chat(_:viewer:limit:before:)` returns it: the chat, a
 /// run of its messages and everyone's read markers.
 public struct ChatPage: Hashable, Sendable {
@@ -88,10 +125,15 @@ public struct ChatPage: Hashable, Sendable {
     public let messages: [MessageView]
     /// The cursor for the next (older) page, nil when this is the first message.
     public let older: String?
-    /// Per user, the HLC of the furthest message their effective `chat.read`
-    /// events reached (Specs/projections.md §6.7); users without one are
-    /// absent.
-    public let readMarkers: [UserID: HLC]
+    /// Per user, the furthest message their effective `chat.read` events
+    /// reached (Specs/projections.md §6.7); users without one are absent.
+    public let readMarkers: [UserID: ReadMarker]
+
+    /// The users whose read marker covers `message` (its sender left out), in
+    /// key order: who has read it.
+    public func readers(of message: MessageView) -> [UserID] {
+        readMarkers.filter { $0.key != message.sender && $0.value.covers(message) }.map(\.key).sorted()
+    }
 }
 
 extension Projections {
@@ -136,6 +178,47 @@ extension Projections {
                 start = order.firstIndex { ($0.0, $0.1) > (hlc, after.raw) } ?? order.endIndex
             }
             return try order[start...].prefix(max(0, limit)).compactMap { try chatView($0.1, in: txn) }
+        }
+    }
+
+    /// The chats `user` is a member of now, as a chat list shows them: each
+    /// with its last message, the user's unread count and read marker,
+    /// newest activity first (then by id). One read transaction; a chat
+    /// costs its record, its last entries and one step per unread message.
+    public func chatList(of user: UserID) throws -> [ChatSummary] {
+        try log.env.read { txn in
+            var ids: [ObjectID] = []
+            try txn.scan(state, prefix: Table.userChat.key(user.raw)) { key, _ in
+                ids.append(try Codec.b32(key.suffix(32), "chat id"))
+                return true
+            }
+            let blocked = Set(try targets(.block, of: user.raw, in: txn))
+            var senders = Senders(state: state)
+            var list: [ChatSummary] = []
+            for id in ids {
+                guard let chat = try chatView(id, in: txn) else { continue }
+                let prefix = Table.message.key(id)
+                var last: MessageView? = nil
+                try txn.scanBackward(state, prefix: prefix) { key, value in
+                    if try MessageEntry.isWithdrawn(value) { return true }
+                    if try blocked.contains(senders.user(of: MessageEntry.send(of: value).device, in: txn)) { return true }
+                    last = try messageView(key: key, value: value, chat: id, senders: &senders, in: txn)
+                    return last == nil
+                }
+                let marker = try txn.get(state, Table.read.key(id, user.raw)).map(ReadMarker.decode)
+                var unread = 0
+                let from = marker.map { prefix + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes + [0] } ?? prefix
+                try txn.scan(state, from: from) { key, value in
+                    guard key.starts(with: prefix) else { return false }
+                    // Flags (Specs/projections.md §9.1): 8 withdrawn, 2 deleted.
+                    guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0 else { return true }
+                    let sender = try senders.user(of: MessageEntry.send(of: value).device, in: txn)
+                    if sender != user.raw && !blocked.contains(sender) { unread += 1 }
+                    return true
+                }
+                list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: max(last?.hlc ?? chat.createdHLC, chat.createdHLC)))
+            }
+            return list.sorted { ($0.lastActivity, $1.chat.id.raw) > ($1.lastActivity, $0.chat.id.raw) }
         }
     }
 
@@ -199,12 +282,9 @@ extension Projections {
                 return true
             }
             messages.reverse()
-            var markers: [UserID: HLC] = [:]
+            var markers: [UserID: ReadMarker] = [:]
             try txn.scan(state, prefix: Table.read.key(id)) { key, value in
-                let v = try Codec.decode(value, "read marker")
-                if let a = v.arrayValue, let hlc = a.first?.unsignedValue {
-                    markers[UserID(try Codec.b32(key[33...], "reader"))] = HLC(rawValue: hlc)
-                }
+                markers[UserID(try Codec.b32(key[33...], "reader"))] = try ReadMarker.decode(value)
                 return true
             }
             return ChatPage(chat: chat, messages: messages, older: more ? messages.first?.cursor : nil, readMarkers: markers)

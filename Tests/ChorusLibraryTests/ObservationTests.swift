@@ -230,3 +230,63 @@ struct SeededGenerator: RandomNumberGenerator {
         return z ^ (z >> 31)
     }
 }
+
+/// The chat list an inbox screen draws (Node.chatList).
+@Suite("A chat list an app can draw")
+struct ChatListTests {
+    @Test("each chat with its last message, unread count and read marker, newest activity first; readers per message; observed by what changed")
+    func chatList() async throws {
+        let world = try await ObservationTests.World.make()
+        let (alice, bob) = (world.alice, world.bob)
+        let him = bob.identity.user
+        let first = try await alice.createChat(title: "first", members: [him]).object
+        let second = try await alice.createChat(title: "second", members: [him]).object
+        try await world.exchange()
+        #expect(try alice.chatList().map(\.chat.view.id) == [second, first])
+        #expect(try alice.chatList().allSatisfy { $0.unread == 0 && $0.lastMessage == nil && $0.readMarker == nil })
+
+        let runs = ObservationTests.Watched(alice) { try $0.chatList() }
+        try await runs.wait("the first list") { $0?.count == 2 }
+        var sent: [MessageID] = []
+        for text in ["one", "two", "three"] { sent.append(try await bob.sendMessage(first, text: text).object) }
+        try await world.exchange()
+        try await runs.wait("Bob's messages") { $0?.first?.unread == 3 }
+        var list = try alice.chatList()
+        #expect(list.map(\.chat.view.id) == [first, second])
+        #expect(list[0].chat.title?.value == "first" && list[0].lastMessage?.content.value?.text == "three")
+        #expect(list[0].lastActivity.date.timeIntervalSince1970 > 1_700_000_000)
+
+        // Alice reads up to "two": one unread; her own message does not count.
+        try await alice.markRead(first, upTo: sent[1])
+        _ = try await alice.sendMessage(first, text: "hi Bob")
+        list = try alice.chatList()
+        #expect(list[0].unread == 1 && list[0].readMarker?.message == sent[1])
+        #expect(list[0].lastMessage?.content.value?.text == "hi Bob")
+
+        // A deleted message is not unread.
+        try await bob.deleteMessage(sent[2])
+        try await world.exchange()
+        #expect(try alice.chatList()[0].unread == 0)
+
+        // Who has read what: Bob reads up to Alice's message.
+        let page = try bob.readableChatPage(first, limit: 10)
+        let hers = try #require(page.messages.last)
+        try await bob.markRead(first, upTo: hers.view.id)
+        try await world.exchange()
+        let seen = try alice.readableChatPage(first, limit: 10)
+        #expect(seen.readers(of: try #require(seen.messages.last)) == [him])
+        #expect(seen.readers(of: seen.messages[0]) == [alice.identity.user])
+
+        // A commit of other objects does not run the list again.
+        let before = runs.runs
+        try await bob.setProfile(.name("Bob"))
+        _ = try await bob.addPicture(jpeg(7))
+        try await world.exchange()
+        try await alice.setProfile(.name("Alice"))
+        _ = try await bob.sendMessage(second, text: "later")
+        try await world.exchange()
+        try await runs.wait("the second chat's message") { $0?.first?.chat.view.id == second && $0?.first?.unread == 1 }
+        #expect(runs.runs == before + 1, "the list ran \(runs.runs - before) times for one related commit and three unrelated ones")
+        await world.close()
+    }
+}
