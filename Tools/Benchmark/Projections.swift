@@ -103,6 +103,8 @@ struct Workload {
     var popular: [Int] = []
     var chats: [Chat] = []
     var longChats: [Int] = []
+    /// Chats the first user created for the chat list figure.
+    var inboxChats: [Int] = []
     var rights: [Int: UInt64] = [:]  // device feed -> spending rights (as the ledger will decide them)
     var funded: [Int] = []
     var owner: [Int: Int] = [:]  // device feed -> user
@@ -478,6 +480,11 @@ struct Workload {
             let members = w.int(1..<5)
             _ = w.createChat(by: creator, members: members)
         }
+        // The first user's inbox: 200 chats of a few members each, for the
+        // chat list's cost (`chatList(of:)`).
+        for _ in 0..<(userCount > 200 ? 200 : 0) {
+            if let c = w.createChat(by: 0, members: w.int(1..<4)) { w.inboxChats.append(c) }
+        }
         while w.count < events {
             var done = false
             for _ in 0..<4 where !done {
@@ -698,6 +705,10 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let profileLatency = try Bench.latency(q) { i in _ = try projections.profile(profileUsers[i]) }
     let balanceLatency = try Bench.latency(q) { i in _ = try projections.balance(of: balanceUsers[i]) }
     let chatLatency = try Bench.latency(q) { i in pageMessages += try projections.chat(pageChats[i], limit: 50).messages.count }
+    let inboxUser = UserID(users[0])
+    let chatListLatency = workload.inboxChats.isEmpty ? nil : try Bench.latency(q) { _ in
+        guard try projections.chatList(of: inboxUser).count >= workload.inboxChats.count else { throw ValidationError("the inbox lacks chats") }
+    }
     let followerUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
     let feedUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
     let followersLatency = try Bench.latency(q) { i in _ = try projections.followers(of: followerUsers[i]) }
@@ -899,6 +910,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     rows.append(latencyRow("profile(user)", "query_profile", profileLatency))
     rows.append(latencyRow("balance(of: user)", "query_balance", balanceLatency))
     rows.append(latencyRow("chat(id, limit: 50)", "query_chat_page", chatLatency))
+    if let chatListLatency { rows.append(latencyRow("chatList(of: user in \(workload.inboxChats.count) chats)", "query_chat_list", chatListLatency)) }
     rows.append(latencyRow("followers(of: user)", "query_followers", followersLatency))
     rows.append(latencyRow("feed(for: user, limit: 50)", "query_feed", feedLatency))
     if let messageLatency { rows.append(latencyRow("message(id), in a long chat", "query_message", messageLatency)) }
