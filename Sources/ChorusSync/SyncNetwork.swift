@@ -39,9 +39,11 @@ public enum SyncNetwork {
     /// delivers them at once, so that one `sync` lets a new member or a
     /// user's new device read the chat.
     /// With `expecting`, the peer must prove that device key (a relay's
-    /// pinned key) or no session runs.
+    /// pinned key) or no session runs. `connected` is called each time a
+    /// connection is authenticated, before its session runs.
     public static func sync(
-        _ node: Node, host: String, port: Int, options: SyncOptions = SyncOptions(), expecting: PublicKey? = nil
+        _ node: Node, host: String, port: Int, options: SyncOptions = SyncOptions(), expecting: PublicKey? = nil,
+        connected: (@Sendable () -> Void)? = nil
     ) async throws -> SyncReport {
         let configuration = try configuration(for: node)
         let peers = try PeerStore(env: node.log.env)
@@ -51,6 +53,7 @@ public enum SyncNetwork {
                 await connection.close()
                 throw RelayIdentityMismatch(address: "\(host):\(port)", expected: expecting, proved: connection.peer.key)
             }
+            connected?()
             return try await SyncSession(node: node, transport: connection, options: options, peers: peers).run()
         }
         var report = try await session()

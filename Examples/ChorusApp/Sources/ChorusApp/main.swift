@@ -40,11 +40,25 @@ let screen = Task {
     }
     return seen
 }
+// Her inbox: each chat with its last message and her unread count, newest
+// first. It runs again only when a commit touches one of her chats.
+let inbox = Task {
+    for try await rows in alice.observe({ try $0.chatList() }) {
+        print("Alice's inbox: \(rows.map { "\($0.chat.title?.value ?? "untitled"): \($0.unread) unread" })")
+        if let row = rows.first, row.unread == 1 { return row }
+    }
+    fatalError("the inbox ended")
+}
 try await syncAlice()  // Bob gets the chat and its key
 try await bob.sendMessage(chat, text: "lovely")
-try await syncAlice()  // Bob's message arrives; Alice's screen updates
+try await syncAlice()  // Bob's message arrives; Alice's screens update
 let screens = try await screen.value
 guard screens.last?.contains("lovely") == true else { fatalError("the observed chat did not update") }
+let row = try await inbox.value
+guard let newest = row.lastMessage, newest.content.value?.text == "lovely" else { fatalError("the inbox row lacks the last message") }
+try await alice.markRead(chat, upTo: newest.view.id)  // read markers name messages
+guard try alice.chatList().first?.unread == 0 else { fatalError("a read chat still shows unread messages") }
+print("read at \(newest.view.hlc.date)")
 
 // Coins: the shop credits a purchase; the store redelivers it after a
 // crash, and the second credit is stored but takes no effect.
