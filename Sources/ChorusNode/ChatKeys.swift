@@ -90,7 +90,8 @@ public struct ReadableChatSummary: Hashable, Sendable {
     /// nil in a chat without messages.
     public let lastMessage: ReadableMessage?
     /// Messages after this user's read marker that others sent and that
-    /// are not deleted.
+    /// are not deleted, counted up to `ChatSummary.unreadLimit` (that value
+    /// means at least as many).
     public let unread: Int
     /// This user's read marker; nil before they marked anything read.
     public let readMarker: ReadMarker?

@@ -107,8 +107,13 @@ public struct ChatSummary: Hashable, Sendable {
     /// out senders the viewer blocks; nil in a chat without messages.
     public let lastMessage: MessageView?
     /// Messages after the viewer's read marker that the viewer did not send
-    /// and that are not deleted, leaving out senders the viewer blocks.
+    /// and that are not deleted, leaving out senders the viewer blocks,
+    /// counted up to `unreadLimit`: that value means at least as many (a
+    /// list shows "99+").
     public let unread: Int
+
+    /// Where unread counting stops.
+    public static let unreadLimit = 100
     /// The viewer's own read marker; nil before they marked anything read.
     public let readMarker: ReadMarker?
     /// The last message's HLC, or the chat's creation when it has none: the
@@ -208,13 +213,15 @@ extension Projections {
                 let marker = try txn.get(state, Table.read.key(id, user.raw)).map(ReadMarker.decode)
                 var unread = 0
                 let from = marker.map { prefix + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes + [0] } ?? prefix
-                try txn.scan(state, from: from) { key, value in
+                try txn.scanInPlace(state, from: from) { key, value in
                     guard key.starts(with: prefix) else { return false }
                     // Flags (Specs/projections.md §9.1): 8 withdrawn, 2 deleted.
-                    guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0 else { return true }
-                    let sender = try senders.user(of: MessageEntry.send(of: value).device, in: txn)
+                    guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0,
+                        let device = Bytes32(UnsafeRawBufferPointer(rebasing: value[0..<32]))
+                    else { return true }
+                    let sender = try senders.user(of: device, in: txn)
                     if sender != user.raw && !blocked.contains(sender) { unread += 1 }
-                    return true
+                    return unread < ChatSummary.unreadLimit
                 }
                 list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: max(last?.hlc ?? chat.createdHLC, chat.createdHLC)))
             }
