@@ -5,9 +5,13 @@ import Synchronization
 /// end of the database): what a read depended on. Every key in it starts
 /// with `shared`, by which regions are indexed (Specs/storage.md §8).
 public struct KeyRegion: Hashable, Sendable {
+    /// The LMDB database handle the keys belong to.
     public let database: UInt32
+    /// The first key of the range.
     public let lower: [UInt8]
+    /// The first key past the range; nil: the range runs to the end.
     public let upper: [UInt8]?
+    /// A prefix every key in the range has (at most `indexedPrefix` bytes).
     public let shared: [UInt8]
 
     /// The longest `shared` prefix indexed: a longer one is cut, which only
@@ -327,6 +331,7 @@ public struct RegionObservation: Sendable {
         observers.update(id, regions: recorded.regions, snapshot: recorded.snapshot)
     }
 
+    /// Stops matching commits against it.
     public func close() {
         guard let id else { return }
         observers.close(id)

@@ -51,12 +51,17 @@ public struct LiveSyncFailure: Hashable, Sendable {
 /// `maximum`, each wait drawn uniformly from [(1 − jitter)·d, d] so that
 /// many devices cut off together do not return together.
 public struct Backoff: Hashable, Sendable {
+    /// The wait after the first failure.
     public var initial: Duration
+    /// The longest wait.
     public var maximum: Duration
+    /// How much longer each wait is than the one before, at least 1.
     public var multiplier: Double
     /// The fraction of each wait drawn at random, 0...1.
     public var jitter: Double
 
+    /// A backoff from `initial` to `maximum`, `multiplier` times longer
+    /// after each failure, with `jitter` of each wait drawn at random.
     public init(initial: Duration = .milliseconds(500), maximum: Duration = .seconds(60), multiplier: Double = 2, jitter: Double = 0.5) {
         self.initial = initial
         self.maximum = maximum

@@ -10,6 +10,19 @@ extension Node {
         try await SyncNetwork.sync(self, host: host, port: port, options: options)
     }
 
+    /// Runs one sync session over a transport of the app's own: Multipeer
+    /// Connectivity or a WebSocket on Apple platforms, an in-memory pair
+    /// (`MemoryTransport.pair`) in tests. Any `FrameTransport` will do that
+    /// delivers whole frames in order, both ways, and whose `peer.key` is the
+    /// other node's device key as proved to this end (over TCP the Noise
+    /// handshake proves it and encrypts, Specs/sync-transport.md; a custom
+    /// transport must do both). Each end calls it with its end of the
+    /// transport; it returns when both said the sync is complete (with
+    /// `options.live`, when the transport closes).
+    public nonisolated func sync(over transport: any FrameTransport, options: SyncOptions = SyncOptions()) async throws -> SyncReport {
+        try await SyncSession(node: self, transport: transport, options: options, peers: try PeerStore(env: log.env)).run()
+    }
+
     /// Serves sync to peers on `host:port` (port 0: a free one, see
     /// `Serving.port`) in the background until `shutdown()`, each session
     /// with `options` (live by default: a peer that asks for live mode stays

@@ -56,6 +56,27 @@ struct LiveSyncTests {
     }
 }
 
+/// A transport of the app's own (`Node.sync(over:)`).
+@Suite("Sync over a custom transport")
+struct CustomTransportTests {
+    @Test("two nodes sync both ways over an in-memory pair of FrameTransports")
+    func memoryPair() async throws {
+        let world = try await ObservationTests.World.make()
+        let (alice, bob) = (world.alice, world.bob)
+        try await alice.setProfile(.name("Alice"))
+        try await bob.setProfile(.name("Bob"))
+        // Each end is held by one node; its peer is the other's device key.
+        let (aliceEnd, bobEnd) = MemoryTransport.pair(alice.identity.device.raw, bob.identity.device.raw)
+        async let fromBob = alice.sync(over: aliceEnd)
+        async let fromAlice = bob.sync(over: bobEnd)
+        let (a, b) = try await (fromBob, fromAlice)
+        #expect(a.complete && b.complete)
+        #expect(try alice.projections.profile(bob.identity.user).name == "Bob")
+        #expect(try bob.projections.profile(alice.identity.user).name == "Alice")
+        await world.close()
+    }
+}
+
 /// The states a live sync went through, shared with the test.
 final class StatesSeen: Sendable {
     private let states = Mutex<[LiveSyncState]>([])
