@@ -70,7 +70,7 @@ public struct ReadableChatPage: Hashable, Sendable {
     public let messages: [ReadableMessage]
     /// The cursor to pass as `before` for the next, older page; `nil` when this
     /// page reaches the chat's first message.
-    public let older: String?
+    public let older: MessageCursor?
     /// Each member's read marker: the furthest message they marked read.
     public let readMarkers: [UserID: ReadMarker]
 
@@ -172,7 +172,7 @@ extension Node {
     }
 
     /// A page of a chat as this device reads it (Specs/encryption.md §8).
-    public nonisolated func readableChatPage(_ chat: ChatID, limit: Int = 50, before: String? = nil) throws -> ReadableChatPage {
+    public nonisolated func readableChatPage(_ chat: ChatID, limit: Int = 50, before: MessageCursor? = nil) throws -> ReadableChatPage {
         let page = try projections.chat(chat, viewer: identity.user, limit: limit, before: before)
         return ReadableChatPage(
             chat: try readableChat(page.chat), messages: try page.messages.map(readableMessage), older: page.older,
@@ -351,7 +351,7 @@ extension Node {
     /// the HLC of the latest such message.
     nonisolated func latestMessagePerEpoch(in chat: ObjectID) throws -> [Hash32: HLC] {
         var out: [Hash32: HLC] = [:]
-        var before: String? = nil
+        var before: MessageCursor? = nil
         while true {
             let page = try projections.chat(chat, limit: 500, before: before)
             for m in page.messages { if let e = m.epoch { out[e] = max(out[e] ?? m.hlc, m.hlc) } }

@@ -98,7 +98,7 @@ public struct MessageShape: Encodable, Sendable {
         edited = m.edited?.rawValue
         deleted = m.deleted?.rawValue
         purged = m.purged
-        cursor = m.cursor
+        cursor = m.cursor.description
     }
 }
 
@@ -158,7 +158,7 @@ public struct GetChatPage: NodeOperation {
             var c = encoder.container(keyedBy: Keys.self)
             try c.encode(ChatShape(page.chat), forKey: .chat)
             try c.encode(page.messages.map(MessageShape.init), forKey: .messages)
-            try c.encodeIfPresent(page.older, forKey: .older)
+            try c.encodeIfPresent(page.older?.description, forKey: .older)
             try c.encode(JSONValue.object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.hlc.rawValue)) }), forKey: .read)
         }
     }
@@ -180,7 +180,12 @@ public struct GetChatPage: NodeOperation {
     /// Reads the page and opens what this device can.
     public func run(on node: Node) async throws -> Result {
         guard limit >= 1 else { throw OperationError(.badInput, code: "bad_limit", "limit must be at least 1") }
-        return Result(page: try node.readableChatPage(chat, limit: limit, before: before))
+        var cursor: MessageCursor? = nil
+        if let before {
+            guard let parsed = MessageCursor(before) else { throw QueryError.badCursor(before) }
+            cursor = parsed
+        }
+        return Result(page: try node.readableChatPage(chat, limit: limit, before: cursor))
     }
 }
 

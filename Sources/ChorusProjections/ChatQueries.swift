@@ -76,7 +76,51 @@ public struct MessageView: Hashable, Sendable {
     /// The epoch the body is sealed under (its first 32 bytes).
     public var epoch: Hash32? { body.flatMap { $0.count >= 32 ? Bytes32($0[0..<32]) : nil } }
     /// Pass as `before` to get the page of older messages.
-    public var cursor: String { Hex.encode(Codec.u64(hlc.rawValue) + id.bytes) }
+    public var cursor: MessageCursor { MessageCursor(hlc: hlc, message: id) }
+}
+
+/// Where a page of a chat ends (its `older`): a message's place in the
+/// chat's order, (HLC, id). Pass it as `before` for the page of older
+/// messages. Its text form (`description`, `init(_:)`, and as `Codable`) is
+/// the hex of `u64be(hlc) ‖ message id` (Specs/projections.md §7.3), as the
+/// HTTP API and `chorus` print it.
+public struct MessageCursor: Hashable, Sendable, Codable, LosslessStringConvertible {
+    /// The message's sending HLC.
+    public let hlc: HLC
+    /// The message.
+    public let message: MessageID
+
+    /// The place of `message`, sent at `hlc`.
+    public init(hlc: HLC, message: MessageID) {
+        self.hlc = hlc
+        self.message = message
+    }
+
+    /// Reads the hex form; nil unless it is 80 hex digits.
+    public init?(_ description: String) {
+        guard let raw = Hex.decode(description), raw.count == 40, let id = Bytes32(raw[8...]) else { return nil }
+        self.init(hlc: HLC(rawValue: Codec.readU64(raw[0..<8])), message: MessageID(id))
+    }
+
+    /// The hex of `u64be(hlc) ‖ message id`.
+    public var description: String { Hex.encode(bytes) }
+
+    var bytes: [UInt8] { Codec.u64(hlc.rawValue) + message.raw.bytes }
+
+    /// Decodes the hex form.
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let cursor = MessageCursor(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a chat cursor: \(text)"))
+        }
+        self = cursor
+    }
+
+    /// Encodes the hex form.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
 }
 
 /// How far a member has read a chat: the furthest message their effective
@@ -129,7 +173,7 @@ public struct ChatPage: Hashable, Sendable {
     /// Oldest first.
     public let messages: [MessageView]
     /// The cursor for the next (older) page, nil when this is the first message.
-    public let older: String?
+    public let older: MessageCursor?
     /// Per user, the furthest message their effective `chat.read` events
     /// reached (Specs/projections.md §6.7); users without one are absent.
     public let readMarkers: [UserID: ReadMarker]
@@ -260,20 +304,17 @@ extension Projections {
     /// A page of a chat's messages, oldest first: the `limit` newest
     /// messages before `before` (a cursor from an earlier page). Messages
     /// from users `viewer` blocked are left out.
-    public func chat(_ id: ChatID, viewer: UserID? = nil, limit: Int = 50, before: String? = nil) throws -> ChatPage {
+    public func chat(_ id: ChatID, viewer: UserID? = nil, limit: Int = 50, before: MessageCursor? = nil) throws -> ChatPage {
         try chat(id.raw, viewer: viewer?.raw, limit: limit, before: before)
     }
 
-    package func chat(_ id: ObjectID, viewer: PublicKey? = nil, limit: Int = 50, before: String? = nil) throws -> ChatPage {
+    package func chat(_ id: ObjectID, viewer: PublicKey? = nil, limit: Int = 50, before: MessageCursor? = nil) throws -> ChatPage {
         try log.env.read { txn in
             guard let chat = try chatView(id, in: txn) else { throw QueryError.unknownChat(id) }
             let blocked = Set((try viewer.map { try targets(.block, of: $0, in: txn) } ?? []).map(UserID.init))
             let prefix = Table.message.key(id)
             var upper: [UInt8]? = nil
-            if let before {
-                guard let raw = Hex.decode(before), raw.count == 40 else { throw QueryError.badCursor(before) }
-                upper = prefix + raw
-            }
+            if let before { upper = prefix + before.bytes }
             var messages: [MessageView] = []
             var more = false
             var senders = Senders(state: state)

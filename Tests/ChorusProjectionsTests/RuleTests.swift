@@ -365,7 +365,10 @@ struct RuleTests {
             // cursor to an empty page.
             let newest = try r.projections.chat(chat, limit: 1)
             #expect(newest.messages.map(\.id.raw) == [second.id])
-            let cursor: String = try #require(newest.older)
+            let cursor: MessageCursor = try #require(newest.older)
+            // The text form round-trips, as the API and the CLI carry it.
+            #expect(MessageCursor(cursor.description) == cursor && cursor.description.count == 80)
+            #expect(MessageCursor("zz") == nil)
             let older = try r.projections.chat(chat, limit: 1, before: cursor)
             #expect(older.messages.map(\.id.raw) == [first.id])
             #expect(older.older == nil)

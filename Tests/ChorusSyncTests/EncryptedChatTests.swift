@@ -17,7 +17,7 @@ func readText(_ node: Node, _ message: MessageID) throws -> String? {
 /// Every effective message of a chat, oldest first.
 func allMessages(_ node: Node, _ chat: ChatID) throws -> [MessageView] {
     var out: [MessageView] = []
-    var before: String? = nil
+    var before: MessageCursor? = nil
     while true {
         let page = try node.projections.chat(chat, limit: 200, before: before)
         out = page.messages + out
