@@ -9,7 +9,7 @@ public struct ListPeers: NodeOperation {
     /// `[{"peer", "user", "address", "last_synced_ms", "last_synced", "sessions", "events_received", "events_sent", "position"}, …]`.
     public struct Result: OperationResult {
         /// The peers, latest first.
-        public let peers: [PeerRecord]
+        package let peers: [PeerRecord]
 
         struct Peer: Encodable {
             let peer: String

@@ -4,7 +4,7 @@ import ChorusLog
 import ChorusNode
 
 /// What the fetcher reads of its own store to decide what to ask for.
-public protocol FeedLookup {
+package protocol FeedLookup {
     /// The head (height and id) of `author`'s feed in this store, or nil when
     /// it holds none of its events.
     func head(of author: PublicKey) throws -> FeedHead?
@@ -15,7 +15,7 @@ public protocol FeedLookup {
 extension Node: FeedLookup {
     /// Reads `author`'s event at `seq` from this node's log: its id, or nil
     /// when the feed does not hold that event.
-    public nonisolated func eventID(of author: PublicKey, at seq: UInt64) throws -> EventID? {
+    package nonisolated func eventID(of author: PublicKey, at seq: UInt64) throws -> EventID? {
         guard let e = try feed(author, fromSeq: seq, limit: 1).first?.event, e.seq == seq else { return nil }
         return e.id
     }
@@ -25,9 +25,9 @@ extension Node: FeedLookup {
 /// the peer announced, which ranges were asked for, and whether a received
 /// event fits them. Pure state: the session feeds it messages and ingest
 /// results and sends what it decides.
-public struct FetchState: Sendable {
+package struct FetchState: Sendable {
     /// The peer's heads as announced, by author.
-    public private(set) var announced: [PublicKey: FeedAnnouncement] = [:]
+    package private(set) var announced: [PublicKey: FeedAnnouncement] = [:]
     private var incoming: [FeedAnnouncement] = []
     /// Ranges requested and not yet fully received: next expected seq, last
     /// seq, and the seq of a fork-evidence answer the server may send instead.
@@ -35,10 +35,10 @@ public struct FetchState: Sendable {
     /// Feeds whose events wait for this node's clock (§4.3): not asked again this round.
     private var transientAuthors: Set<PublicKey> = []
     /// Feeds the peer said concern this node's user (`invite`, §4.8).
-    public private(set) var invited: Set<PublicKey> = []
+    package private(set) var invited: Set<PublicKey> = []
     /// Whether the peer is pushing events unasked after a sketch
     /// reconciliation it decoded (Specs/sync.md §4.2.2), until `eventsEnd`.
-    public private(set) var pushOpen = false
+    package private(set) var pushOpen = false
     private enum PushedFeed { case next(UInt64), ended, dropping }
     /// Per pushed feed: the next seq expected, or the push ended (fork
     /// evidence), or it is being dropped (it did not extend this node's head).
@@ -46,26 +46,26 @@ public struct FetchState: Sendable {
     private var payloadsWanted: Set<EventID> = []
     private var payloadsAsked: Set<EventID> = []
     /// The current round lacks something (§4.5); then the session does too.
-    public var roundIncomplete = false
+    package var roundIncomplete = false
     /// Some round of this session was incomplete (set by `endRound()`), so the
     /// session is partial and the peer's position is not advanced
     /// (Specs/sync.md §4.3, §4.5).
-    public private(set) var sessionIncomplete = false
+    package private(set) var sessionIncomplete = false
 
     /// An empty state for a new session: nothing announced, requested or
     /// invited yet.
-    public init() {}
+    package init() {}
 
     /// Collects the entries of one `have` message until `haveEnd`. Throws
     /// `SyncError.unexpected` once one round's announcements exceed 10 million
     /// (Specs/sync.md §5).
-    public mutating func have(_ list: [FeedAnnouncement]) throws(SyncError) {
+    package mutating func have(_ list: [FeedAnnouncement]) throws(SyncError) {
         incoming += list
         if incoming.count > 10_000_000 { throw .unexpected("over 10 million feed announcements in one round") }
     }
 
     /// Ends an announcement: returns the heads it held.
-    public mutating func haveEnd() -> [FeedAnnouncement] {
+    package mutating func haveEnd() -> [FeedAnnouncement] {
         let list = incoming
         for a in list { announced[a.author] = a }
         incoming = []
@@ -77,39 +77,39 @@ public struct FetchState: Sendable {
     /// limited scope and offered `invitations`; when it does not, or past
     /// `SyncLimits.maxInvitedFeeds` feeds in one session, this throws
     /// `SyncError.unexpected`.
-    public mutating func invite(_ feeds: [PublicKey], scoped: Bool) throws(SyncError) {
+    package mutating func invite(_ feeds: [PublicKey], scoped: Bool) throws(SyncError) {
         guard scoped else { throw .unexpected("an invite to a node that replicates every feed or did not offer invitations") }
         invited.formUnion(feeds)
         if invited.count > SyncLimits.maxInvitedFeeds { throw .unexpected("invited to over \(SyncLimits.maxInvitedFeeds) feeds") }
     }
 
     /// Starts a round of requests: clears `roundIncomplete`.
-    public mutating func startRound() { roundIncomplete = false }
+    package mutating func startRound() { roundIncomplete = false }
 
     /// Heads the sketch decoder learned (Specs/sync.md §4.2.2): requested in
     /// the next round like announced ones.
-    public mutating func learned(_ heads: [FeedAnnouncement]) {
+    package mutating func learned(_ heads: [FeedAnnouncement]) {
         for h in heads { announced[h.author] = h }
     }
 
     /// The peer said it pushes events next.
-    public mutating func openPush() {
+    package mutating func openPush() {
         pushOpen = true
         pushed = [:]
     }
 
     /// The pushed events ended (`eventsEnd`).
-    public mutating func closePush() { pushOpen = false }
+    package mutating func closePush() { pushOpen = false }
 
     /// Ends a round of requests: an incomplete round marks the whole session
     /// incomplete (`sessionIncomplete`).
-    public mutating func endRound() { if roundIncomplete { sessionIncomplete = true } }
+    package mutating func endRound() { if roundIncomplete { sessionIncomplete = true } }
 
     /// Ranges of announced feeds in `feeds` (nil: every feed) that `store`
     /// lacks, not yet asked for in this round (`asked`); records them as
     /// expected. Equal heights with different heads ask for that one
     /// position: the peer's event there is fork evidence.
-    public mutating func wants(in feeds: Set<PublicKey>?, asked: inout [PublicKey: UInt64], store: some FeedLookup) throws -> [FeedRange] {
+    package mutating func wants(in feeds: Set<PublicKey>?, asked: inout [PublicKey: UInt64], store: some FeedLookup) throws -> [FeedRange] {
         var out: [FeedRange] = []
         for (author, a) in announced.sorted(by: { $0.key < $1.key }) {
             if let feeds, !feeds.contains(author) { continue }
@@ -133,7 +133,7 @@ public struct FetchState: Sendable {
     }
 
     /// Payload refills to ask for (§4.7): each event once per session.
-    public mutating func refills(among missing: [EventID]) -> [EventID] {
+    package mutating func refills(among missing: [EventID]) -> [EventID] {
         let ids = missing.filter { !payloadsAsked.contains($0) }
         payloadsAsked.formUnion(ids)
         payloadsWanted.formUnion(ids)
@@ -141,10 +141,10 @@ public struct FetchState: Sendable {
     }
 
     /// The peer answered the refill request: it lacks the rest.
-    public mutating func refillsAnswered() { payloadsWanted = [] }
+    package mutating func refillsAnswered() { payloadsWanted = [] }
 
     /// What a received event is to the fetcher.
-    public enum Received: Equatable, Sendable {
+    package enum Received: Equatable, Sendable {
         /// The next event of a requested range, or of a feed being pushed.
         case event
         /// A requested refill (§4.7).
@@ -157,10 +157,10 @@ public struct FetchState: Sendable {
 
     /// Whether requested events have still to arrive: a range asked for is
     /// open, or pushed events may come.
-    public var awaitsRequestedEvents: Bool { !expected.isEmpty || pushOpen }
+    package var awaitsRequestedEvents: Bool { !expected.isEmpty || pushOpen }
 
     /// Classifies a received event; anything unrequested ends the session.
-    public mutating func accept(_ event: Event, store: some FeedLookup) throws -> Received {
+    package mutating func accept(_ event: Event, store: some FeedLookup) throws -> Received {
         if payloadsWanted.remove(event.id) != nil { return .refill }
         guard var range = expected[event.author] else {
             guard pushOpen else { throw SyncError.unrequestedEvent("\(event.author.short)#\(event.seq)") }
@@ -208,7 +208,7 @@ public struct FetchState: Sendable {
 
     /// `eventsEnd`: ranges still open mean the peer sent less than it
     /// announced, not an attack one can prove, but the round is incomplete.
-    public mutating func eventsEnd() {
+    package mutating func eventsEnd() {
         if !expected.isEmpty {
             expected = [:]
             roundIncomplete = true
@@ -217,7 +217,7 @@ public struct FetchState: Sendable {
 
     /// Applies one ingest result of a received event to the report; throws
     /// for a refusal that ends the session (§4.3).
-    public mutating func ingested(_ event: Event, _ result: IngestResult, refill: Bool, report: inout SyncReport) throws(SyncError) {
+    package mutating func ingested(_ event: Event, _ result: IngestResult, refill: Bool, report: inout SyncReport) throws(SyncError) {
         switch result {
         case .accepted:
             report.eventsReceived += 1

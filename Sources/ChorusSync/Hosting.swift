@@ -7,9 +7,9 @@ import ChorusProjections
 /// §8.1): the feeds of users whose relay list names it `home`, the
 /// directory (every user key's own feed, which holds only bindings and relay
 /// lists, so that it can answer where anyone lives), and nothing else.
-public enum FeedHosting {
+package enum FeedHosting {
     /// How much of one feed a listed relay keeps.
-    public enum Level: Sendable, Hashable {
+    package enum Level: Sendable, Hashable {
         /// None of it: never requested; a refusal is never the peer's fault.
         case none
         /// A user key's own feed: its events of the directory kinds
@@ -21,7 +21,7 @@ public enum FeedHosting {
 
     /// Kinds a directory feed may hold: what a user key signs to say which
     /// devices and relays are its. An exhaustive switch, so a new kind must say.
-    public static func isDirectoryKind(_ kind: EventKind) -> Bool {
+    package static func isDirectoryKind(_ kind: EventKind) -> Bool {
         switch kind {
         case .deviceAdded, .deviceRemoved, .relaysSet:
             true
@@ -35,7 +35,7 @@ public enum FeedHosting {
 
     /// Whether `user`'s relay list, as `node` folds it, names `node` (by its
     /// device key) with the role `home`.
-    public static func homes(_ user: PublicKey, at node: Node) throws -> Bool {
+    package static func homes(_ user: PublicKey, at node: Node) throws -> Bool {
         let me = node.identity.device.raw
         return try node.projections.relays(of: UserID(user))?.relays.contains { $0.key == me && $0.roles.contains(.home) } ?? false
     }
@@ -43,7 +43,7 @@ public enum FeedHosting {
     /// How much of `feed` the listed relay `node` keeps now. `peerUser` is
     /// the user key of the peer offering it (its hello): that key's own feed
     /// is taken into the directory even before any of it is held.
-    public static func level(of feed: PublicKey, at node: Node, peerUser: PublicKey?) throws -> Level {
+    package static func level(of feed: PublicKey, at node: Node, peerUser: PublicKey?) throws -> Level {
         if feed == node.identity.device.raw || feed == node.identity.user.raw || node.network.issuers.contains(feed) { return .all }
         let p = node.projections
         let user = try p.user(of: feed)
@@ -58,7 +58,7 @@ public enum FeedHosting {
     /// remembered announcement position is reused only while that is
     /// unchanged (`PeerRecord.scopeTag`): when a user starts naming the relay
     /// `home`, the next session asks its devices to announce every feed.
-    public static func tag(peerUser: PublicKey?, at node: Node) throws -> Hash32 {
+    package static func tag(peerUser: PublicKey?, at node: Node) throws -> Hash32 {
         let homed = try peerUser.map { try homes($0, at: node) } ?? false
         return Blake2b.hash256(parts: [Array("chorus/sync/hosting".utf8), [homed ? 1 : 0]])
     }
@@ -67,17 +67,17 @@ public enum FeedHosting {
 /// What a listed relay holds (Specs/sync.md §8.1), for its logs and metrics:
 /// the users whose list names it `home`, and the users it holds feed events
 /// of although their list no longer does (it keeps them, accepts no more).
-public struct HostingCensus: Sendable, Hashable {
+package struct HostingCensus: Sendable, Hashable {
     /// Users whose relay list names this relay `home`.
-    public var hostedUsers: Int
+    package var hostedUsers: Int
     /// Users with a relay list that does not name this relay `home`, of
     /// whose devices it still holds events, with how many.
-    public var formerUsers: [PublicKey: UInt64]
+    package var formerUsers: [PublicKey: UInt64]
     /// (Event, addressee) pairs held as an inbox.
-    public var inboxNotices: Int
+    package var inboxNotices: Int
 
     /// Counts what `node` holds now (reads every relay list it holds).
-    public static func take(at node: Node) throws -> HostingCensus {
+    package static func take(at node: Node) throws -> HostingCensus {
         var hosted = 0
         var former: [PublicKey: UInt64] = [:]
         for list in try node.projections.relayLists() {

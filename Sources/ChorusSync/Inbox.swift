@@ -9,13 +9,13 @@ import Foundation
 /// Whom an event is addressed to (Specs/sync.md §4.11): the users whose
 /// inbox relays it is left at, because without it they would never learn of
 /// the feed it lives in.
-public enum Addressing {
+package enum Addressing {
     /// The addressees of `event`: user keys (or, for a `chat.key` wrap to a
     /// device `userOf` does not bind, that device key), never the author's
     /// own user, without repeats, in key order. `userOf` maps a key to the
     /// user it acts for as the caller folds it. An event whose payload is
     /// purged or does not read as its kind is addressed to nobody.
-    public static func addressees(of event: Event, userOf: (PublicKey) throws -> PublicKey) rethrows -> [PublicKey] {
+    package static func addressees(of event: Event, userOf: (PublicKey) throws -> PublicKey) rethrows -> [PublicKey] {
         var out: Set<PublicKey> = []
         switch event.kind {
         case .followAdded, .followRemoved, .coinGiven:
@@ -43,7 +43,7 @@ public enum Addressing {
     }
 
     /// Whether `relay` is an `inbox` relay of `user`'s list as `node` folds it.
-    public static func isInbox(_ relay: PublicKey, of user: PublicKey, at node: Node) throws -> Bool {
+    package static func isInbox(_ relay: PublicKey, of user: PublicKey, at node: Node) throws -> Bool {
         try node.projections.relays(of: UserID(user))?.relays.contains { $0.key == relay && $0.roles.contains(.inbox) } ?? false
     }
 }
@@ -55,7 +55,7 @@ public enum Addressing {
 /// has left at which relay, and the last notice serial each relay sent it.
 /// Kept out of the log because a notice is one event of a feed the holder
 /// does not host, and feeds are never stored with gaps.
-public final class InboxStore: Sendable {
+package final class InboxStore: Sendable {
     let env: Environment
     let db: Database
 
@@ -69,7 +69,7 @@ public final class InboxStore: Sendable {
     static let ownAddressed: UInt8 = 6  // 6 ‖ seq (8, big-endian) → empty: this device's event at seq is addressed
 
     /// Opens (creating if needed) the `inbox` database of `env`.
-    public init(env: Environment) throws {
+    package init(env: Environment) throws {
         self.env = env
         db = try env.openDatabase("inbox", create: !env.readOnly)
     }
@@ -81,7 +81,7 @@ public final class InboxStore: Sendable {
     /// recipient), in one write transaction; returns how many (event,
     /// recipient) pairs were new.
     @discardableResult
-    public func keep(_ items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])]) throws -> Int {
+    package func keep(_ items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])]) throws -> Int {
         guard !items.isEmpty else { return 0 }
         return try env.write { txn in
             var serial = try txn.get(db, [Self.counter]).map { Self.readBE($0) } ?? 0
@@ -105,7 +105,7 @@ public final class InboxStore: Sendable {
     /// The notices held for `recipient` after `serial`, oldest first, at
     /// most `limit`, with the serial of the last one returned (`serial`
     /// when none).
-    public func notices(for recipient: PublicKey, after serial: UInt64 = 0, limit: Int = .max) throws -> (notices: [Notice], last: UInt64) {
+    package func notices(for recipient: PublicKey, after serial: UInt64 = 0, limit: Int = .max) throws -> (notices: [Notice], last: UInt64) {
         try env.read { txn in
             var out: [Notice] = []
             var last = serial
@@ -125,7 +125,7 @@ public final class InboxStore: Sendable {
     }
 
     /// How many (event, recipient) pairs this store holds.
-    public func count() throws -> Int {
+    package func count() throws -> Int {
         try env.read { txn in
             var n = 0
             try txn.scan(db, prefix: [Self.byEvent]) { _, _ in
@@ -137,14 +137,14 @@ public final class InboxStore: Sendable {
     }
 
     /// Which of `ids` this node has left at `relay` already.
-    public func left(_ ids: [EventID], at relay: PublicKey) throws -> Set<EventID> {
+    package func left(_ ids: [EventID], at relay: PublicKey) throws -> Set<EventID> {
         try env.read { txn in
             Set(try ids.filter { try txn.get(db, [Self.leftAt] + relay.bytes + $0.bytes) != nil })
         }
     }
 
     /// Records that `relay` kept these events of this node's as an inbox.
-    public func markLeft(_ ids: [EventID], at relay: PublicKey) throws {
+    package func markLeft(_ ids: [EventID], at relay: PublicKey) throws {
         guard !ids.isEmpty else { return }
         try env.write { txn in
             for id in ids { try txn.put(db, [Self.leftAt] + relay.bytes + id.bytes, []) }
@@ -152,12 +152,12 @@ public final class InboxStore: Sendable {
     }
 
     /// The last notice serial `relay` sent this node (0: none).
-    public func noticeSerial(from relay: PublicKey) throws -> UInt64 {
+    package func noticeSerial(from relay: PublicKey) throws -> UInt64 {
         try env.read { txn in try txn.get(db, [Self.noticeSerial] + relay.bytes).map { Self.readBE($0) } ?? 0 }
     }
 
     /// Records the last notice serial `relay` sent this node.
-    public func setNoticeSerial(_ serial: UInt64, from relay: PublicKey) throws {
+    package func setNoticeSerial(_ serial: UInt64, from relay: PublicKey) throws {
         try env.write { txn in try txn.put(db, [Self.noticeSerial] + relay.bytes, Self.be(serial)) }
     }
 
@@ -167,7 +167,7 @@ public final class InboxStore: Sendable {
     /// covers first (§9). A notice `isAnswered` leaves them out: its event
     /// is held and folded, so its sender stays in scope only if something
     /// else (a follow, a chat) puts it there.
-    public func correspondents(of user: PublicKey, isAnswered: (EventHeader, PublicKey?) throws -> Bool = { _, _ in false }) throws -> Correspondents {
+    package func correspondents(of user: PublicKey, isAnswered: (EventHeader, PublicKey?) throws -> Bool = { _, _ in false }) throws -> Correspondents {
         var out = Correspondents()
         for notice in try notices(for: user).notices {
             guard let header = try? Event.decode(notice.envelope).header else { continue }
@@ -184,20 +184,20 @@ public final class InboxStore: Sendable {
     }
 
     /// Who left notices for a user (`correspondents(of:)`).
-    public struct Correspondents: Sendable {
+    package struct Correspondents: Sendable {
         /// The users the notices named.
-        public var users: Set<PublicKey> = []
+        package var users: Set<PublicKey> = []
         /// The notices' author devices.
-        public var devices: Set<PublicKey> = []
+        package var devices: Set<PublicKey> = []
         /// The users named by notices of a chat.
-        public var chats: Set<PublicKey> = []
+        package var chats: Set<PublicKey> = []
     }
 
     /// `correspondents(of:)` in `node`'s store, leaving out the notices
     /// whose event `node` holds with its author bound as the notice said
     /// (Specs/sync.md §4.11); none when the store has no inbox database yet
     /// (a read-only store never synced by relay lists).
-    public static func correspondents(of user: PublicKey, at node: Node) throws -> Correspondents {
+    package static func correspondents(of user: PublicKey, at node: Node) throws -> Correspondents {
         guard let store = try? InboxStore(env: node.log.env) else { return Correspondents() }
         let p = node.projections
         return try store.correspondents(of: user) { header, named in
@@ -211,7 +211,7 @@ public final class InboxStore: Sendable {
     /// payload it still holds, oldest first. Which events of the feed are
     /// addressed is indexed as the feed grows, so a plan or a session reads
     /// those events only, not the whole feed.
-    public static func addressedOwnEvents(at node: Node, store: InboxStore) throws -> [Event] {
+    package static func addressedOwnEvents(at node: Node, store: InboxStore) throws -> [Event] {
         let device = node.identity.device.raw
         let head = try node.head(of: device)?.seq ?? 0
         var (scanned, seqs) = try store.env.read { txn in
@@ -249,7 +249,7 @@ public final class InboxStore: Sendable {
 
     /// The inbox relays at which this node's own addressed events still
     /// wait to be left (Specs/sync.md §4.11), with how many wait at each.
-    public static func pending(at node: Node) throws -> [(relay: Relay, events: Int)] {
+    package static func pending(at node: Node) throws -> [(relay: Relay, events: Int)] {
         guard let store = try? InboxStore(env: node.log.env) else { return [] }
         let p = node.projections
         var waiting: [PublicKey: (relay: Relay, ids: [EventID])] = [:]

@@ -50,13 +50,13 @@ public struct ConnectionLimits: Sendable, Hashable {
     static func defaultTotal() -> Int { max(16, min(4096, maxTotal)) }
 
     /// The most `total` may be: half the process's descriptor limit.
-    public static var maxTotal: Int { max(16, Descriptors.limit / 2) }
+    package static var maxTotal: Int { max(16, Descriptors.limit / 2) }
 
     /// These limits lowered to what the process's descriptors allow (`total`
     /// at most `maxTotal`, the handshake caps at most `total`), with one
     /// line for each value lowered. Above the descriptor limit `accept` would
     /// fail with `EMFILE` instead of the listener choosing whom to refuse.
-    public func fittedToDescriptors() -> (limits: ConnectionLimits, lowered: [String]) {
+    package func fittedToDescriptors() -> (limits: ConnectionLimits, lowered: [String]) {
         var fitted = self
         var lowered: [String] = []
         if total > Self.maxTotal {
@@ -74,9 +74,9 @@ public struct ConnectionLimits: Sendable, Hashable {
 
 /// The process's file-descriptor limit, which every listener's connection
 /// cap must fit in (Specs/sync-transport.md §6a).
-public enum Descriptors {
+package enum Descriptors {
     /// The soft `RLIMIT_NOFILE` (8192 when it reads as unlimited).
-    public static var limit: Int {
+    package static var limit: Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
         return limit.rlim_cur > 1 << 20 ? 8192 : Int(limit.rlim_cur)
@@ -85,7 +85,7 @@ public enum Descriptors {
     /// Raises the soft limit to the hard one (at most 2^20), as a server
     /// that holds many connections should; returns the soft limit after.
     @discardableResult
-    public static func raiseLimit() -> Int {
+    package static func raiseLimit() -> Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return Self.limit }
         let target = min(limit.rlim_max, 1 << 20)
@@ -101,15 +101,15 @@ public enum Descriptors {
 /// Each connection runs its handshake in its own task; only authenticated
 /// connections reach `connections`. A slow or failing peer holds up no other,
 /// and `ConnectionLimits` bound what idle or hostile clients can hold.
-public final class SecureListener: Sendable {
+package final class SecureListener: Sendable {
     /// The host the listener was bound to, as passed to `bind`.
-    public let host: String
+    package let host: String
     /// The bound port (the one picked by the system when asked for port 0).
-    public let port: Int
+    package let port: Int
     /// Authenticated connections, in the order their handshakes completed.
     /// Each waits here until taken; the connection limits bound how many
     /// can (`ConnectionLimits.total`).
-    public let connections: AsyncStream<SecureConnection>
+    package let connections: AsyncStream<SecureConnection>
 
     private let serverChannel: any Channel
     private let children: ChildChannels
@@ -130,7 +130,7 @@ public final class SecureListener: Sendable {
     /// Binds `host:port` (port 0 picks a free port) and starts accepting.
     /// `onFailure` hears about every connection that failed before it was
     /// authenticated: the peer's address and the error.
-    public static func bind(
+    package static func bind(
         host: String, port: Int, configuration: SecureConnectionConfiguration,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, limits: ConnectionLimits = ConnectionLimits(),
         onFailure: (@Sendable (String, SecureConnectionError) -> Void)? = nil
@@ -229,7 +229,7 @@ public final class SecureListener: Sendable {
 
     /// Stops accepting, closes every connection this listener accepted, and
     /// waits for their tasks to end.
-    public func shutdown() async {
+    package func shutdown() async {
         try? await serverChannel.close()
         for channel in children.all() { channel.close(promise: nil) }
         await acceptLoop.value

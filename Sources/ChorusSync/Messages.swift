@@ -2,64 +2,64 @@ import ChorusCBOR
 import ChorusCrypto
 
 /// The protocol version this build speaks (Specs/sync.md §2).
-public enum SyncProtocol {
+package enum SyncProtocol {
     /// The only version this build speaks: a hello with another ends the
     /// session with `unsupported_version` (Specs/sync.md §4.1).
-    public static let version: UInt64 = 1
+    package static let version: UInt64 = 1
 }
 
 /// Capability bits of a hello (Specs/sync.md §3.1).
-public struct SyncCapabilities: OptionSet, Hashable, Sendable {
+package struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// The capability bits as they travel in the hello (Specs/sync.md §3).
-    public let rawValue: UInt64
+    package let rawValue: UInt64
     /// Capabilities from a bit set; bits this build does not know are kept but
     /// ignored, never refused.
-    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    package init(rawValue: UInt64) { self.rawValue = rawValue }
 
     /// Stays connected after "done" and announces new heads as they arrive.
-    public static let live = SyncCapabilities(rawValue: 1)
+    package static let live = SyncCapabilities(rawValue: 1)
     /// Serves and fetches picture blobs.
-    public static let blobs = SyncCapabilities(rawValue: 2)
+    package static let blobs = SyncCapabilities(rawValue: 2)
     /// Serves and fetches purged payloads (refill).
-    public static let refill = SyncCapabilities(rawValue: 4)
+    package static let refill = SyncCapabilities(rawValue: 4)
     /// Tells a scoped peer which feeds concern it (its chats' members) with
     /// an `invite` message (Specs/sync.md §4.8).
-    public static let invitations = SyncCapabilities(rawValue: 8)
+    package static let invitations = SyncCapabilities(rawValue: 8)
     /// Tells the peer this node's blob serial (`blobSerial`), so a peer that
     /// remembers which blobs this node lacked asks for them again only after
     /// this node stored a new blob (Specs/sync.md §4.4).
-    public static let blobSerial = SyncCapabilities(rawValue: 16)
+    package static let blobSerial = SyncCapabilities(rawValue: 16)
     /// Finds the feeds two nodes hold differently with range-based set
     /// reconciliation (`reconcile` rounds) instead of announcing every feed,
     /// when either side has no remembered position (Specs/sync.md §4.2.1).
-    public static let reconcile = SyncCapabilities(rawValue: 32)
+    package static let reconcile = SyncCapabilities(rawValue: 32)
     /// Finds them with sketches of power sums instead (`sketchInfo`,
     /// `sketch`, `sketchResult`), at about 16 bytes per differing feed
     /// (Specs/sync.md §4.2.2).
-    public static let sketch = SyncCapabilities(rawValue: 64)
+    package static let sketch = SyncCapabilities(rawValue: 64)
     /// A side that replicates a limited scope says which feeds it wants
     /// (`scope`, `scopeEnd`), and the other announces and reconciles only
     /// those: first contact then costs what the scope holds, not what the
     /// peer holds (Specs/sync.md §4.10).
-    public static let scoped = SyncCapabilities(rawValue: 128)
+    package static let scoped = SyncCapabilities(rawValue: 128)
     /// Exchanges inbox deliveries and notices right after the hellos
     /// (`inbox`, `deliver`, `notices`, `inboxEnd`): a sender leaves the
     /// events it addresses to a user at that user's inbox relay, which hands
     /// them to the user's devices (Specs/sync.md §4.11).
-    public static let inbox = SyncCapabilities(rawValue: 256)
+    package static let inbox = SyncCapabilities(rawValue: 256)
 }
 
 /// An event left at an inbox for one of its addressees (Specs/sync.md
 /// §4.11): the envelope as stored, and the user its author's device is bound
 /// to as the sender folds it (nil when it does not know), so the recipient
 /// can find the author's relay list.
-public struct Notice: Hashable, Sendable {
+package struct Notice: Hashable, Sendable {
     /// The user the author's device is bound to, as the sender of the notice folds it.
-    public var user: PublicKey?
+    package var user: PublicKey?
     /// The event's envelope, byte for byte as stored (Specs/events.md §3).
-    public var envelope: [UInt8]
+    package var envelope: [UInt8]
     /// A notice of `envelope`, whose author acts for `user`.
-    public init(user: PublicKey?, envelope: [UInt8]) {
+    package init(user: PublicKey?, envelope: [UInt8]) {
         self.user = user
         self.envelope = envelope
     }
@@ -68,24 +68,24 @@ public struct Notice: Hashable, Sendable {
 /// The first message of each side (`hello`, Specs/sync.md §4.1): protocol
 /// version, user key, capabilities, replication scope, and the position from
 /// which the receiver should announce.
-public struct SyncHello: Hashable, Sendable {
+package struct SyncHello: Hashable, Sendable {
     /// The sync protocol version the sender speaks; a receiver checks it before
     /// the other items.
-    public var version: UInt64
+    package var version: UInt64
     /// The sender node's user key (its device key is the transport's peer key).
-    public var user: PublicKey
+    package var user: PublicKey
     /// The optional features the sender offers; each runs as Specs/sync.md §4
     /// describes, most only when both hellos carry it.
-    public var capabilities: SyncCapabilities
+    package var capabilities: SyncCapabilities
     /// The sender's replication scope: nil for every feed, else hops.
-    public var hops: UInt64?
+    package var hops: UInt64?
     /// The position in the RECEIVER's arrival log from which the sender wants
     /// the receiver to announce changed feeds (0: announce every feed).
-    public var since: UInt64
+    package var since: UInt64
 
     /// Builds a hello; `version` defaults to this build's
     /// `SyncProtocol.version`.
-    public init(version: UInt64 = SyncProtocol.version, user: PublicKey, capabilities: SyncCapabilities, hops: UInt64?, since: UInt64) {
+    package init(version: UInt64 = SyncProtocol.version, user: PublicKey, capabilities: SyncCapabilities, hops: UInt64?, since: UInt64) {
         self.version = version
         self.user = user
         self.capabilities = capabilities
@@ -95,17 +95,17 @@ public struct SyncHello: Hashable, Sendable {
 }
 
 /// One feed's height and head id.
-public struct FeedAnnouncement: Hashable, Sendable {
+package struct FeedAnnouncement: Hashable, Sendable {
     /// The feed, named by its author's key.
-    public var author: PublicKey
+    package var author: PublicKey
     /// The feed's height: the sequence number of its head event (at least 1 on
     /// the wire).
-    public var seq: UInt64
+    package var seq: UInt64
     /// The id of the head event; zero when unknown (a height learned from a
     /// sketch, Specs/sync.md §4.2.2).
-    public var head: EventID
+    package var head: EventID
     /// Builds the announcement of one feed's head.
-    public init(author: PublicKey, seq: UInt64, head: EventID) {
+    package init(author: PublicKey, seq: UInt64, head: EventID) {
         self.author = author
         self.seq = seq
         self.head = head
@@ -115,19 +115,19 @@ public struct FeedAnnouncement: Hashable, Sendable {
 /// A request for events `from...to` of one feed. `prev` is the requester's
 /// id of event `from - 1` (nil when `from == 1`); a server whose event at
 /// `from - 1` differs answers with that event only (fork evidence).
-public struct FeedRange: Hashable, Sendable {
+package struct FeedRange: Hashable, Sendable {
     /// The feed requested, named by its author's key.
-    public var author: PublicKey
+    package var author: PublicKey
     /// The first sequence number requested (at least 1).
-    public var from: UInt64
+    package var from: UInt64
     /// The requester's id of event `from - 1`, nil exactly when `from` is 1.
-    public var prev: EventID?
+    package var prev: EventID?
     /// The last sequence number requested (at least `from`); the server sends
     /// as many as it holds.
-    public var to: UInt64
+    package var to: UInt64
     /// Builds a request without checking its bounds; `SyncMessage.decode`
     /// enforces them on received ranges.
-    public init(author: PublicKey, from: UInt64, prev: EventID?, to: UInt64) {
+    package init(author: PublicKey, from: UInt64, prev: EventID?, to: UInt64) {
         self.author = author
         self.from = from
         self.prev = prev
@@ -138,7 +138,7 @@ public struct FeedRange: Hashable, Sendable {
 /// Every message of the sync protocol (Specs/sync.md §3). Each travels as
 /// one frame holding one deterministic CBOR array whose first item is the
 /// message type.
-public enum SyncMessage: Hashable, Sendable {
+package enum SyncMessage: Hashable, Sendable {
     /// The first message each side sends, and only once (Specs/sync.md §4.1).
     case hello(SyncHello)
     /// Announces feed heads, at most 1024 per message (Specs/sync.md §4.2).
@@ -222,14 +222,14 @@ public enum SyncMessage: Hashable, Sendable {
 
     /// The message type: the first item of every message's CBOR array
     /// (Specs/sync.md §3).
-    public enum Code: UInt64, CaseIterable, Sendable {
+    package enum Code: UInt64, CaseIterable, Sendable {
         case hello = 0, have, haveEnd, want, wantEnd, events, ack, eventsEnd, blobWant, blobWantEnd, blobData,
             blobMissing, blobEnd, done, error, payloadWant, payloadWantEnd, invite, blobSerial, reconcile, sketchInfo, sketch,
             sketchResult, scope, scopeEnd, scopeAnswered, inbox, deliver, deliverEnd, notices, inboxEnd
     }
 
     /// This message's type, as encoded.
-    public var code: Code {
+    package var code: Code {
         switch self {
         case .hello: .hello
         case .have: .have
@@ -267,7 +267,7 @@ public enum SyncMessage: Hashable, Sendable {
 
     /// Whether this message consumes one unit of the receiver's window
     /// (Specs/sync.md §5).
-    public var isData: Bool {
+    package var isData: Bool {
         switch self {
         case .events, .blobData, .blobMissing: true
         default: false
@@ -276,7 +276,7 @@ public enum SyncMessage: Hashable, Sendable {
 
     /// The message as one frame: its deterministic CBOR encoding (Specs/sync.md
     /// §2), which `decode(_:)` reads back.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         let t = CBORValue.unsigned(code.rawValue)
         let items: [CBORValue]
         switch self {
@@ -324,7 +324,7 @@ public enum SyncMessage: Hashable, Sendable {
 
     /// Decodes one frame. Anything but the exact canonical encoding of a
     /// known message is refused (Specs/sync.md §3).
-    public static func decode(_ frame: [UInt8]) throws(SyncError) -> SyncMessage {
+    package static func decode(_ frame: [UInt8]) throws(SyncError) -> SyncMessage {
         if frame.count > SyncLimits.maxFrameBytes { throw .frameTooLarge(size: frame.count, limit: SyncLimits.maxFrameBytes) }
         let value: CBORValue
         do { value = try CBORDecoder.decode(frame) } catch { throw .malformed("frame is not canonical CBOR: \(error)") }
@@ -525,21 +525,21 @@ public enum SyncMessage: Hashable, Sendable {
 }
 
 /// Sizes the protocol bounds (Specs/sync.md §5).
-public enum SyncLimits {
+package enum SyncLimits {
     /// The largest frame a node accepts.
-    public static let maxFrameBytes = 1 << 20
+    package static let maxFrameBytes = 1 << 20
     /// The most entries in one have, want, blob want or payload want list.
-    public static let maxListItems = 4096
+    package static let maxListItems = 4096
     /// A sender puts at most this many event bytes in one events frame
     /// (one event larger than this travels alone).
-    public static let eventBatchBytes = 256 << 10
+    package static let eventBatchBytes = 256 << 10
     /// A sender puts at most this many events in one events frame
     /// (Specs/sync.md §4.3).
-    public static let eventBatchCount = 1024
+    package static let eventBatchCount = 1024
     /// Announcements and requests per frame.
-    public static let listBatch = 1024
+    package static let listBatch = 1024
     /// Blob bytes per blobData frame.
-    public static let blobChunkBytes = 64 << 10
+    package static let blobChunkBytes = 64 << 10
     /// Unacknowledged `events` frames a sender may have in flight, or four
     /// times as many blob frames (`ServeState.DataFrame`). Wide enough
     /// that a receiver's group commit takes tens of thousands of events
@@ -547,18 +547,18 @@ public enum SyncLimits {
     /// pages it rewrites, so fewer, larger commits ingest faster; and wider
     /// than one commit, so that the receiver verifies the next frames while
     /// a commit is written.
-    public static let window = 128
+    package static let window = 128
     /// The most bytes of frames a sender queues for the network before
     /// it waits for the peer to read (Specs/sync.md §5).
-    public static let outboxBytes = 2 << 20
+    package static let outboxBytes = 2 << 20
     /// Event ids asked for in one payload refill round.
-    public static let maxRefill = 10_000
+    package static let maxRefill = 10_000
     /// The most feeds one session's invitations may add to a scope.
-    public static let maxInvitedFeeds = 100_000
+    package static let maxInvitedFeeds = 100_000
     /// The most feeds a peer's scope may name in one session (Specs/sync.md §4.10).
-    public static let maxScopeFeeds = 1_000_000
+    package static let maxScopeFeeds = 1_000_000
     /// The most events one side delivers, and the most notices it sends, in
     /// one session's inbox exchange (Specs/sync.md §4.11); the rest wait
     /// for the next session.
-    public static let maxInboxEvents = 4096
+    package static let maxInboxEvents = 4096
 }

@@ -4,36 +4,36 @@ import ChorusStorage
 import Foundation
 
 /// Constants and byte layouts of the encrypted transport (Specs/sync-transport.md).
-public enum SecureConnectionProtocol {
+package enum SecureConnectionProtocol {
     /// The Noise handshake pattern: XX with the network key as PSK in position
     /// 3 (Specs/sync-transport.md §1).
-    public static let pattern = NoisePattern.XXpsk3
+    package static let pattern = NoisePattern.XXpsk3
     /// `Noise_XXpsk3_25519_ChaChaPoly_BLAKE2b`.
-    public static var protocolName: String { pattern.protocolName }
+    package static var protocolName: String { pattern.protocolName }
     /// The Noise prologue, the 14 ASCII bytes `chorus/sync/v1`: it binds the
     /// handshake to this protocol.
-    public static let prologue: [UInt8] = Array("chorus/sync/v1".utf8)
+    package static let prologue: [UInt8] = Array("chorus/sync/v1".utf8)
     /// The domain-separation string an identity proof's signed message starts
     /// with (Specs/sync-transport.md §3).
-    public static let identityContext: [UInt8] = Array("chorus/sync/identity/v1".utf8)
+    package static let identityContext: [UInt8] = Array("chorus/sync/identity/v1".utf8)
     /// Largest Noise message on the wire, excluding its 2-byte length prefix.
-    public static let maxNoiseMessage = 65535
+    package static let maxNoiseMessage = 65535
     /// Largest plaintext in one Noise transport message.
-    public static let maxNoisePlaintext = 65535 - 16
+    package static let maxNoisePlaintext = 65535 - 16
     /// An identity proof: Ed25519 public key (32) || signature (64).
-    public static let identityProofLength = 96
+    package static let identityProofLength = 96
     /// The default largest application frame, 4 MiB (Specs/sync-transport.md
     /// §4); sync connections use the smaller `SyncLimits.maxFrameBytes`.
-    public static let defaultMaxFrameSize = 4 << 20
+    package static let defaultMaxFrameSize = 4 << 20
 
     /// The bytes an identity proof signs:
     /// `"chorus/sync/identity/v1" || 0x00 || handshake hash (64) || role (0 initiator, 1 responder)`.
-    public static func identityMessage(handshakeHash: [UInt8], signerIsInitiator: Bool) -> [UInt8] {
+    package static func identityMessage(handshakeHash: [UInt8], signerIsInitiator: Bool) -> [UInt8] {
         identityContext + [0] + handshakeHash + [signerIsInitiator ? 0 : 1]
     }
 
     /// The proof `signer` sends as its first transport message.
-    public static func identityProof(
+    package static func identityProof(
         signer: SigningKey, handshakeHash: [UInt8], signerIsInitiator: Bool
     ) -> [UInt8] {
         let message = identityMessage(handshakeHash: handshakeHash, signerIsInitiator: signerIsInitiator)
@@ -41,7 +41,7 @@ public enum SecureConnectionProtocol {
     }
 
     /// The key a valid proof names, or nil.
-    public static func verifyIdentityProof(
+    package static func verifyIdentityProof(
         _ proof: [UInt8], handshakeHash: [UInt8], signerIsInitiator: Bool
     ) -> PublicKey? {
         guard proof.count == identityProofLength, let key = PublicKey(Array(proof[0..<32])) else { return nil }
@@ -53,17 +53,17 @@ public enum SecureConnectionProtocol {
 
 /// A node's static X25519 key for the sync transport: `keys/noise.secret` in
 /// its store directory, 64 lowercase hex digits, mode 0600, created on first use.
-public enum NoiseStaticKeyFile {
+package enum NoiseStaticKeyFile {
     /// Where a store keeps its static key: `keys/noise.secret` under the store
     /// directory.
-    public static func path(store: String) -> String { store + "/keys/noise.secret" }
+    package static func path(store: String) -> String { store + "/keys/noise.secret" }
 
     /// Reads the store's static key, or generates and writes one (file mode
     /// 0600, `keys` directory 0700) when there is none yet. Throws
     /// `SecureConnectionError.keyFile` when the file cannot be written, is
     /// readable by others, or does not hold 64 hex digits of an X25519 private
     /// key.
-    public static func loadOrCreate(store: String) throws -> NoiseKeyPair {
+    package static func loadOrCreate(store: String) throws -> NoiseKeyPair {
         let file = path(store: store)
         if FileManager.default.fileExists(atPath: file) { return try load(file) }
         try FileManager.default.createDirectory(

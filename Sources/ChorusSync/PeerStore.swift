@@ -5,38 +5,38 @@ import Foundation
 import Synchronization
 
 /// What this node remembers about one peer (Specs/sync.md §4.2).
-public struct PeerRecord: Hashable, Sendable {
+package struct PeerRecord: Hashable, Sendable {
     /// The peer's device key, under which the record is stored.
-    public var key: PublicKey
+    package var key: PublicKey
     /// The peer's user key, from its last hello.
-    public var user: PublicKey?
+    package var user: PublicKey?
     /// The address the peer was last seen at; an update with an empty address
     /// keeps it.
-    public var address: String
+    package var address: String
     /// When the last complete sync ended (Unix milliseconds; 0: never).
-    public var lastSynced: UInt64
+    package var lastSynced: UInt64
     /// The peer's arrival position announced in the last complete sync: the
     /// next sync asks it to announce only feeds that changed after it.
-    public var position: UInt64
+    package var position: UInt64
     /// Identifies the replication scope that position was reached with; a
     /// different scope asks for every feed again.
-    public var scopeTag: Hash32
+    package var scopeTag: Hash32
     /// Totals over every session with this peer.
-    public var eventsReceived: UInt64
+    package var eventsReceived: UInt64
     /// Events this node sent the peer, summed over every recorded session.
-    public var eventsSent: UInt64
+    package var eventsSent: UInt64
     /// How many sessions with the peer were recorded.
-    public var sessions: UInt64
+    package var sessions: UInt64
     /// The peer's blob serial when it last said which blobs it lacked, and
     /// those blobs: not asked again until its serial changes (sync.md §4.4).
-    public var blobSerial: UInt64?
+    package var blobSerial: UInt64?
     /// The blobs the peer lacked at `blobSerial` (answered `blobMissing` or
     /// left unanswered); empty when nothing is remembered.
-    public var lackedBlobs: Set<Hash32>
+    package var lackedBlobs: Set<Hash32>
 
     /// A record of a peer never synced with: position 0, zero scope tag, no
     /// totals, nothing remembered about its blobs.
-    public init(key: PublicKey, address: String) {
+    package init(key: PublicKey, address: String) {
         self.key = key
         self.user = nil
         self.address = address
@@ -85,28 +85,28 @@ public struct PeerRecord: Hashable, Sendable {
 /// Known peers, kept in the `peers` database of the node's LMDB environment
 /// (key: the peer's device key; value: a CBOR map). Losing it costs only a
 /// full height exchange on the next sync.
-public struct PeerStore: Sendable {
+package struct PeerStore: Sendable {
     /// The LMDB environment holding the `peers` database (the node's log
     /// environment).
-    public let env: Environment
+    package let env: Environment
     let db: Database
 
     /// Opens the `peers` database of `env`, creating it unless the environment
     /// is read-only. Throws when the database cannot be opened.
-    public init(env: Environment) throws {
+    package init(env: Environment) throws {
         self.env = env
         db = try env.openDatabase("peers", create: !env.readOnly)
     }
 
     /// The stored record of the peer with device key `key`, or nil when there
     /// is none (or it does not decode).
-    public func record(_ key: PublicKey) throws -> PeerRecord? {
+    package func record(_ key: PublicKey) throws -> PeerRecord? {
         try env.read { txn in try txn.get(db, key.bytes).flatMap { PeerRecord.decode(key: key, $0) } }
     }
 
     /// Every stored peer record, in key order; records that do not decode are
     /// skipped.
-    public func all() throws -> [PeerRecord] {
+    package func all() throws -> [PeerRecord] {
         try env.read { txn in
             var out: [PeerRecord] = []
             try txn.scan(db) { k, v in
@@ -118,7 +118,7 @@ public struct PeerStore: Sendable {
     }
 
     /// Reads, changes and writes one record in one write transaction.
-    public func update(_ key: PublicKey, address: String, _ change: (inout PeerRecord) -> Void) throws {
+    package func update(_ key: PublicKey, address: String, _ change: (inout PeerRecord) -> Void) throws {
         try env.write { txn in
             var r = try txn.get(db, key.bytes).flatMap { PeerRecord.decode(key: key, $0) } ?? PeerRecord(key: key, address: address)
             if !address.isEmpty { r.address = address }
@@ -129,29 +129,29 @@ public struct PeerStore: Sendable {
 
     /// Deletes the peer's record: the next sync with it starts from position 0
     /// and announces every feed.
-    public func forget(_ key: PublicKey) throws {
+    package func forget(_ key: PublicKey) throws {
         try env.write { txn in _ = try txn.delete(db, key.bytes) }
     }
 }
 
 /// Peers refused for a while after misbehaving (in memory; a restart
 /// forgives them).
-public final class BanList: Sendable {
+package final class BanList: Sendable {
     private let bans = Mutex<[PublicKey: (until: ContinuousClock.Instant, reason: String)]>([:])
     /// How long a ban lasts; 10 minutes by default (Specs/sync.md §7).
-    public let duration: Duration
+    package let duration: Duration
 
     /// An empty ban list whose bans last `duration`.
-    public init(duration: Duration = .seconds(600)) { self.duration = duration }
+    package init(duration: Duration = .seconds(600)) { self.duration = duration }
 
     /// Refuses the peer for `duration` from now, replacing any earlier ban;
     /// `reason` (an error code) is what `refusal(_:)` returns.
-    public func ban(_ key: PublicKey, reason: String) {
+    package func ban(_ key: PublicKey, reason: String) {
         bans.withLock { $0[key] = (ContinuousClock.now + duration, reason) }
     }
 
     /// The reason the peer is refused, or nil when it may connect.
-    public func refusal(_ key: PublicKey) -> String? {
+    package func refusal(_ key: PublicKey) -> String? {
         bans.withLock { b in
             guard let entry = b[key] else { return nil }
             if entry.until <= ContinuousClock.now {

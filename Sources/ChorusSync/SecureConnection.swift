@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 
 /// Why an encrypted connection failed (Specs/sync-transport.md §7).
-public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConvertible {
+package enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A handshake message did not verify: almost always a different network
     /// key (PSK), otherwise tampering.
     case handshakeFailed(NoiseError)
@@ -47,7 +47,7 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
     case keyFile(path: String, problem: String)
 
     /// A one-line explanation for logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .handshakeFailed(let e): return "handshake failed (wrong network key?): \(e)"
         case .closedDuringHandshake:
@@ -73,21 +73,21 @@ public enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConver
 }
 
 /// Keys and limits of the encrypted transport.
-public struct SecureConnectionConfiguration: Sendable {
+package struct SecureConnectionConfiguration: Sendable {
     /// The PSK: `NetworkConfig.networkKey`.
-    public var networkKey: Bytes32
+    package var networkKey: Bytes32
     /// This node's static X25519 key (`NoiseStaticKeyFile`).
-    public var staticKey: NoiseKeyPair
+    package var staticKey: NoiseKeyPair
     /// This node's Ed25519 device key, proved to the peer after the handshake.
-    public var identity: SigningKey
+    package var identity: SigningKey
     /// Largest application frame accepted or sent (at most 2^32 - 2).
-    public var maxFrameSize: Int
+    package var maxFrameSize: Int
     /// Bounds the whole handshake, identity proofs included.
-    public var handshakeTimeout: Duration
+    package var handshakeTimeout: Duration
     /// Bounds every later wait for the peer: nothing received, or a write
     /// making no progress, for this long ends the connection. Each side sends
     /// a keepalive after a third of it without sending anything.
-    public var idleTimeout: Duration
+    package var idleTimeout: Duration
 
     /// Test hook: claim this Ed25519 key in the identity proof while signing with `identity`.
     var forgedIdentityKey: PublicKey? = nil
@@ -95,7 +95,7 @@ public struct SecureConnectionConfiguration: Sendable {
     /// Builds a transport configuration. `maxFrameSize` is clamped to at most
     /// 2^32 − 2 (0xFFFFFFFF is the close notify); the timeouts default to
     /// 10 s for the handshake and 120 s idle (Specs/sync-transport.md §6).
-    public init(
+    package init(
         networkKey: Bytes32, staticKey: NoiseKeyPair, identity: SigningKey,
         maxFrameSize: Int = SecureConnectionProtocol.defaultMaxFrameSize, handshakeTimeout: Duration = .seconds(10),
         idleTimeout: Duration = .seconds(120)
@@ -118,16 +118,16 @@ extension Duration {
 }
 
 /// An authenticated, encrypted connection to a peer (Specs/sync-transport.md).
-public final class SecureConnection: FrameTransport {
+package final class SecureConnection: FrameTransport {
     /// The peer's proved device key and remote address.
-    public let peer: PeerIdentity
+    package let peer: PeerIdentity
     /// The Noise handshake hash both sides share (channel binding).
-    public let handshakeHash: [UInt8]
+    package let handshakeHash: [UInt8]
     /// The peer's static X25519 key from the handshake.
-    public let remoteStaticKey: [UInt8]
+    package let remoteStaticKey: [UInt8]
     /// Whether this side connected rather than accepted; it fixes the Noise
     /// roles and the role byte of the identity proofs.
-    public let isInitiator: Bool
+    package let isInitiator: Bool
     let core: SecureConnectionCore
 
     init(core: SecureConnectionCore, peer: PeerIdentity, handshakeHash: [UInt8], remoteStaticKey: [UInt8], isInitiator: Bool) {
@@ -139,18 +139,18 @@ public final class SecureConnection: FrameTransport {
     }
 
     /// Sends one frame; suspends while the peer is not reading (back-pressure).
-    public func send(_ frame: [UInt8]) async throws { try await core.send(frame) }
+    package func send(_ frame: [UInt8]) async throws { try await core.send(frame) }
     /// The next frame; nil after the peer's close notify.
-    public func receive() async throws -> [UInt8]? { try await core.receive() }
+    package func receive() async throws -> [UInt8]? { try await core.receive() }
     /// Sends a close notify and closes the connection.
-    public func close() async { await core.close() }
+    package func close() async { await core.close() }
 
     /// Test hook: raw bytes straight onto the socket.
     func sendRawForTesting(_ bytes: [UInt8]) async throws { try await core.writeRaw(bytes) }
 
     /// Connects to `host:port`, runs the handshake and identity proofs, and
     /// returns the authenticated connection.
-    public static func connect(
+    package static func connect(
         host: String, port: Int, configuration: SecureConnectionConfiguration,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> SecureConnection {
@@ -693,7 +693,7 @@ actor SecureConnectionCore {
 
 extension SecureConnectionError {
     /// A stable, machine-readable name of the error, in snake case.
-    public var code: String {
+    package var code: String {
         switch self {
         case .handshakeFailed: "handshake_failed"
         case .closedDuringHandshake: "closed_during_handshake"

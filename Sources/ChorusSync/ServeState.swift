@@ -4,11 +4,11 @@ import NIOCore
 /// and not yet served, received events gathered into frames, and the window
 /// of data frames sent and not yet acknowledged. Pure state: the session
 /// reads the store, sends the frames and waits when the window is shut.
-public struct ServeState: Sendable {
+package struct ServeState: Sendable {
     /// Window units this side may still spend before an `ack`: an `events`
     /// frame takes `DataFrame.events.units`, a blob frame one
     /// (Specs/sync.md §5).
-    public private(set) var credits: Int
+    package private(set) var credits: Int
     /// The units of each data frame sent and not yet acknowledged, oldest
     /// first: an `ack(n)` returns those of the n oldest.
     private var unacknowledged = CircularBuffer<Int>()
@@ -18,26 +18,26 @@ public struct ServeState: Sendable {
     private var queuedItems = 0
     let budget: SessionBudget
     /// Events and their bytes served in this session.
-    public private(set) var servedEvents = 0
+    package private(set) var servedEvents = 0
     /// Envelope bytes served in this session, counted against `budget.bytes`.
-    public private(set) var servedBytes = 0
+    package private(set) var servedBytes = 0
 
     /// Whether this session served its budget: the rest of the peer's
     /// ranges go unanswered (Specs/sync.md §5.1).
-    public var budgetSpent: Bool { servedEvents >= budget.events || servedBytes >= budget.bytes }
+    package var budgetSpent: Bool { servedEvents >= budget.events || servedBytes >= budget.bytes }
     /// Events this session may still serve before its event budget is spent (0
     /// once it is).
-    public var eventsLeft: Int { max(0, budget.events - servedEvents) }
+    package var eventsLeft: Int { max(0, budget.events - servedEvents) }
 
     /// The most requested items (ranges, event ids, blob hashes) queued and not
     /// yet served; more ends the session with `unexpected_message`
     /// (Specs/sync.md §5).
-    public static let maxQueuedItems = 1_000_000
+    package static let maxQueuedItems = 1_000_000
 
     /// Starts with a window of `window` events frames (at least 1), so
     /// four times as many blob frames, and nothing served; `budget` bounds
     /// what the session serves (Specs/sync.md §5.1).
-    public init(window: Int, budget: SessionBudget = SessionBudget()) {
+    package init(window: Int, budget: SessionBudget = SessionBudget()) {
         self.budget = budget
         credits = max(1, window) * DataFrame.events.units
     }
@@ -45,14 +45,14 @@ public struct ServeState: Sendable {
     /// The window's units a data frame takes (Specs/sync.md §5): its
     /// largest size in 64 KiB, so the window bounds the bytes in flight
     /// whatever the frames are.
-    public enum DataFrame: Sendable {
+    package enum DataFrame: Sendable {
         /// An `events` frame: at most 256 KiB of envelopes.
         case events
         /// A `blobData` (at most 64 KiB of a blob) or `blobMissing` frame.
         case blob
 
         /// The units this frame takes.
-        public var units: Int {
+        package var units: Int {
             switch self {
             case .events: 4
             case .blob: 1
@@ -63,14 +63,14 @@ public struct ServeState: Sendable {
     /// An `ack(n)`: the n oldest data frames in flight are acknowledged and
     /// their units may be spent again. More than are in flight is
     /// `unexpected_message`.
-    public mutating func acknowledge(_ n: UInt64) throws(SyncError) {
+    package mutating func acknowledge(_ n: UInt64) throws(SyncError) {
         guard n <= UInt64(unacknowledged.count) else { throw .unexpected("more acknowledgements than data frames sent") }
         for _ in 0..<n { credits += unacknowledged.removeFirst() }
     }
 
     /// Takes the window's units for one data frame; false when they are not
     /// all free.
-    public mutating func takeCredit(for frame: DataFrame) -> Bool {
+    package mutating func takeCredit(for frame: DataFrame) -> Bool {
         guard credits >= frame.units else { return false }
         credits -= frame.units
         unacknowledged.append(frame.units)
@@ -79,18 +79,18 @@ public struct ServeState: Sendable {
 
     /// Counts `items` newly requested items as queued. Throws
     /// `SyncError.unexpected` once more than `maxQueuedItems` are queued.
-    public mutating func queue(_ items: Int) throws(SyncError) {
+    package mutating func queue(_ items: Int) throws(SyncError) {
         queuedItems += items
         if queuedItems > Self.maxQueuedItems { throw .unexpected("over a million requests queued") }
     }
 
     /// Counts `items` queued items as served, making room for more requests.
-    public mutating func served(_ items: Int) { queuedItems -= items }
+    package mutating func served(_ items: Int) { queuedItems -= items }
 
     /// Adds one envelope to the events frame being gathered. Returns the
     /// frame to send first when this one does not fit in it (§4.3: at most
     /// 1024 events or 256 KiB, a larger event alone).
-    public mutating func add(_ envelope: [UInt8]) -> [[UInt8]]? {
+    package mutating func add(_ envelope: [UInt8]) -> [[UInt8]]? {
         var full: [[UInt8]]? = nil
         if batchBytes + envelope.count > SyncLimits.eventBatchBytes || batch.count >= SyncLimits.eventBatchCount { full = flush() }
         batch.append(envelope)
@@ -101,7 +101,7 @@ public struct ServeState: Sendable {
     }
 
     /// The frame gathered so far, if any, emptied.
-    public mutating func flush() -> [[UInt8]]? {
+    package mutating func flush() -> [[UInt8]]? {
         guard !batch.isEmpty else { return nil }
         defer {
             batch = []

@@ -11,7 +11,7 @@ public enum SyncNetwork {
     /// oversized frame is refused before its body is read.
     /// `networkKey` overrides the store's (network.json) for this process,
     /// as `chorus serve --network-key FILE` does.
-    public static func configuration(
+    package static func configuration(
         for node: Node, networkKey: Bytes32? = nil, idleTimeout: Duration = .seconds(120), handshakeTimeout: Duration = .seconds(10)
     ) throws -> SecureConnectionConfiguration {
         let identity: SigningKey

@@ -11,19 +11,19 @@ import Synchronization
 /// structured line per session start, end or error (peer, address, events,
 /// bytes, seconds, outcome) and counts sessions, events and bytes
 /// (Specs/api.md §8).
-public final class SyncServer: Sendable {
+package final class SyncServer: Sendable {
     /// The node whose store is served.
-    public let node: Node
+    package let node: Node
     /// The peer records in the node's store, updated at the end of each
     /// session.
-    public let peers: PeerStore
+    package let peers: PeerStore
     /// Peers refused for a while after a session they broke.
-    public let bans: BanList
+    package let bans: BanList
     /// The options every session runs with (live mode offered by default).
-    public let options: SyncOptions
+    package let options: SyncOptions
     /// Receives one structured line per session start, end or error; discards
     /// them by default.
-    public let logger: Logger
+    package let logger: Logger
     /// Failures before authentication: an attacker causes them at will.
     let failureLog: RateLimitedLog
     private let active = Mutex<[Int: Task<Void, Never>]>([:])
@@ -33,7 +33,7 @@ public final class SyncServer: Sendable {
     /// A server for `node` whose sessions run with `options` and refuse the
     /// peers in `bans`. Throws when the node's `peers` database cannot be
     /// opened.
-    public init(
+    package init(
         node: Node, options: SyncOptions = SyncOptions(live: true), bans: BanList = BanList(),
         logger: Logger = Logger(label: "chorus.sync", factory: { _ in SwiftLogNoOpLogHandler() })
     ) throws {
@@ -56,7 +56,7 @@ public final class SyncServer: Sendable {
     /// Runs one session on `transport` to its end and returns its report
     /// (nil when it failed or the peer is refused).
     @discardableResult
-    public func serve(_ transport: any FrameTransport) async -> SyncReport? {
+    package func serve(_ transport: any FrameTransport) async -> SyncReport? {
         let peer = transport.peer
         var logger = self.logger
         logger[metadataKey: "peer"] = "\(peer.key.hex)"
@@ -116,7 +116,7 @@ public final class SyncServer: Sendable {
     }
 
     /// Starts a session in the background (for a listener's accept loop).
-    public func accept(_ transport: any FrameTransport) {
+    package func accept(_ transport: any FrameTransport) {
         let id = counter.wrappingAdd(1, ordering: .relaxed).newValue
         // Inserted under the lock that the task's removal also takes, so a
         // session that ends at once is never left behind in the table.
@@ -131,7 +131,7 @@ public final class SyncServer: Sendable {
     /// Ends every running session (closing their connections) and waits for
     /// them. Acknowledged events are durable already: each ack follows the
     /// group commit that stored the batch.
-    public func shutdown() async {
+    package func shutdown() async {
         // What was suppressed is still reported.
         failureLog.flush()
         let tasks = active.withLock { a in
@@ -144,8 +144,8 @@ public final class SyncServer: Sendable {
     }
 
     /// Sessions started with `accept(_:)` that have not ended yet.
-    public var activeSessions: Int { active.withLock { $0.count } }
+    package var activeSessions: Int { active.withLock { $0.count } }
 
     /// The sessions running now (to watch their progress and queues).
-    public var runningSessions: [SyncSession] { running.withLock { Array($0.values) } }
+    package var runningSessions: [SyncSession] { running.withLock { Array($0.values) } }
 }

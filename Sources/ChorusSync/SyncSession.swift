@@ -10,13 +10,13 @@ import Foundation
 /// (Specs/sync.md): each side announces its feeds, requests the ranges it
 /// lacks, streams what the other requested, fetches missing blobs, and says
 /// "done"; with live mode both stay connected and announce new heads.
-public actor SyncSession {
+package actor SyncSession {
     /// The node this side syncs.
-    public nonisolated let node: Node
+    package nonisolated let node: Node
     /// The authenticated frame stream to the peer.
-    public nonisolated let transport: any FrameTransport
+    package nonisolated let transport: any FrameTransport
     /// What this side offers and does in the session.
-    public nonisolated let options: SyncOptions
+    package nonisolated let options: SyncOptions
     let peers: PeerStore?
     let blobs: BlobAccess
 
@@ -80,9 +80,9 @@ public actor SyncSession {
     var outboxFrames = 0
     var outboxBytes = 0
     /// The most bytes ever queued for the network and not yet handed to it.
-    public private(set) var peakOutboxBytes = 0
+    package private(set) var peakOutboxBytes = 0
     /// Bytes queued for the network and not yet handed to it.
-    public var queuedOutboxBytes: Int { outboxBytes }
+    package var queuedOutboxBytes: Int { outboxBytes }
 
     // Serving (what the peer asked for).
     enum ServeJob: Sendable {
@@ -130,7 +130,7 @@ public actor SyncSession {
     /// Prepares a session of `node` with the peer on `transport`; nothing is
     /// sent before `run()`. `peers`, when given, supplies what was remembered
     /// of the peer and records it at the end.
-    public init(node: Node, transport: any FrameTransport, options: SyncOptions = SyncOptions(), peers: PeerStore? = nil) throws {
+    package init(node: Node, transport: any FrameTransport, options: SyncOptions = SyncOptions(), peers: PeerStore? = nil) throws {
         self.node = node
         self.transport = transport
         self.options = options
@@ -146,7 +146,7 @@ public actor SyncSession {
     /// "done" (and, in live mode, the connection then closed), throws a
     /// `SyncError` otherwise. Cancelling the calling task closes the
     /// connection.
-    public func run() async throws -> SyncReport {
+    package func run() async throws -> SyncReport {
         let transport = self.transport
         var report = try await withTaskCancellationHandler {
             try await runSession()

@@ -10,43 +10,43 @@ import Foundation
 /// sides added together are those of the feeds whose values differ, which
 /// a decoder finds with Berlekamp–Massey and root finding like a
 /// Reed–Solomon decoder finds errors.
-public struct FeedSketch: Sendable {
+package struct FeedSketch: Sendable {
     /// Heights at or above 2^40 do not fit a value: such a side gives up.
-    public static let maxSeq: UInt64 = 1 << 40
+    package static let maxSeq: UInt64 = 1 << 40
 
     /// One feed as an element of the sketch: its head, and the tag and value
     /// derived from it.
-    public struct Item: Sendable {
+    package struct Item: Sendable {
         /// The feed's author key.
-        public var author: PublicKey
+        package var author: PublicKey
         /// The feed's height (1 ≤ seq < `maxSeq`).
-        public var seq: UInt64
+        package var seq: UInt64
         /// The id of the feed's head event.
-        public var head: EventID
+        package var head: EventID
         /// The feed's point in GF(2^64), from the salt and its author
         /// (`tag(salt:author:)`); nonzero and unique in the set.
-        public var tag: UInt64
+        package var tag: UInt64
         /// The feed's height and head prefix as one element
         /// (`value(seq:head:)`).
-        public var value: UInt64
+        package var value: UInt64
     }
 
     /// The session's 16-byte salt, derived from both sides' nonces
     /// (Specs/sync.md §4.2.2).
-    public let salt: [UInt8]
+    package let salt: [UInt8]
     /// Sorted by author.
-    public let items: [Item]
+    package let items: [Item]
     /// The item index of each tag.
     let byTag: [UInt64: Int]
     /// The items' tags and values, as the sums read them.
     private let tags: [UInt64], values: [UInt64]
     /// Syndromes s_1 … s_(count) computed so far, and each item's tag^count.
-    public private(set) var syndromes: [UInt64] = []
+    package private(set) var syndromes: [UInt64] = []
     private var powers: [UInt64]
 
     /// Nil when two feeds share a tag, a tag is zero or a height does not
     /// fit (all but impossible by chance; then the side gives up).
-    public init?(heads: [FeedAnnouncement], salt: [UInt8]) {
+    package init?(heads: [FeedAnnouncement], salt: [UInt8]) {
         self.salt = salt
         let sorted = heads.sorted(by: { $0.author < $1.author })
         // Hashing every head is most of a sketch's setup: on all cores.
@@ -70,30 +70,30 @@ public struct FeedSketch: Sendable {
     }
 
     /// The first 8 bytes, big-endian, of BLAKE2b-256(salt ‖ author).
-    public static func tag(salt: [UInt8], author: PublicKey) -> UInt64 {
+    package static func tag(salt: [UInt8], author: PublicKey) -> UInt64 {
         Self.word(Blake2b.hash256(parts: [salt, author.bytes]).bytes)
     }
 
     /// seq · 2^24 + the first three bytes of the head id, big-endian.
-    public static func value(seq: UInt64, head: EventID) -> UInt64 {
+    package static func value(seq: UInt64, head: EventID) -> UInt64 {
         seq << 24 | UInt64(head.bytes[0]) << 16 | UInt64(head.bytes[1]) << 8 | UInt64(head.bytes[2])
     }
 
     /// The first 8 bytes, big-endian, of BLAKE2b-256("chorus/sketch/check/v1"
     /// ‖ 0x00 ‖ salt ‖ u64be(tag) ‖ u64be(value)).
-    public static func check(salt: [UInt8], tag: UInt64, value: UInt64) -> UInt64 {
+    package static func check(salt: [UInt8], tag: UInt64, value: UInt64) -> UInt64 {
         word(Blake2b.hash256(parts: [Array("chorus/sketch/check/v1".utf8), [0], salt, bytes([tag]), bytes([value])]).bytes)
     }
 
     /// The sum modulo 2^64 of every item's check: what a decoder compares
     /// with the difference it found applied to its own sum.
-    public let checksum: UInt64
+    package let checksum: UInt64
 
     /// The item with this tag, or nil when this side holds no such feed.
-    public func item(tag: UInt64) -> Item? { byTag[tag].map { items[$0] } }
+    package func item(tag: UInt64) -> Item? { byTag[tag].map { items[$0] } }
 
     /// Extends the syndromes to s_1 … s_n, the items split over all cores.
-    public mutating func extend(to n: Int) {
+    package mutating func extend(to n: Int) {
         guard n > syndromes.count else { return }
         let count = n - syndromes.count
         let tags = self.tags, values = self.values, start = powers
@@ -125,12 +125,12 @@ public struct FeedSketch: Sendable {
 
     /// One element of the difference: a feed whose values differ, with
     /// `error` = the two values added (XOR).
-    public struct Difference: Hashable, Sendable {
+    package struct Difference: Hashable, Sendable {
         /// The tag of the feed whose values differ.
-        public var tag: UInt64
+        package var tag: UInt64
         /// The two sides' values added (XOR); a side without the feed counts
         /// value 0.
-        public var error: UInt64
+        package var error: UInt64
     }
 
     /// The unique set of at most `capacity` (tag, error) pairs whose power
@@ -141,7 +141,7 @@ public struct FeedSketch: Sendable {
     /// Unless `last`, a difference of exactly t feeds is not decoded (more
     /// sums settle it): that is what more than t differences look like, and
     /// telling them apart costs the root finding.
-    public static func decode(_ sums: [UInt64], candidates: [UInt64] = [], last: Bool = true) -> [Difference]? {
+    package static func decode(_ sums: [UInt64], candidates: [UInt64] = [], last: Bool = true) -> [Difference]? {
         let capacity = sums.count / 2
         guard sums.contains(where: { $0 != 0 }) else { return [] }
         // Berlekamp–Massey: the shortest Λ(x) = 1 + λ1·x + … with

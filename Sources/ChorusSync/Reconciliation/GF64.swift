@@ -5,18 +5,18 @@ import Foundation
 /// Arithmetic in GF(2^64) = GF(2)[x] / (x^64 + x^4 + x^3 + x + 1), the field
 /// of sketch reconciliation (Specs/sync.md §4.2.2): bit i of a `UInt64` is the
 /// coefficient of x^i; addition is XOR.
-public enum GF64 {
+package enum GF64 {
 
     /// The product of `a` and `b`: a carry-less multiply (the CPU's
     /// instruction where it has one) reduced modulo the field polynomial.
     @inline(__always)
-    public static func mul(_ a: UInt64, _ b: UInt64) -> UInt64 { chorus_gf64_mul(a, b) }
+    package static func mul(_ a: UInt64, _ b: UInt64) -> UInt64 { chorus_gf64_mul(a, b) }
 
     /// a².
-    public static func square(_ a: UInt64) -> UInt64 { mul(a, a) }
+    package static func square(_ a: UInt64) -> UInt64 { mul(a, a) }
 
     /// a^(2^64 − 2): the inverse of a nonzero element.
-    public static func inverse(_ a: UInt64) -> UInt64 {
+    package static func inverse(_ a: UInt64) -> UInt64 {
         precondition(a != 0, "zero has no inverse")
         // 2^64 − 2 = 0b111…10: square and multiply over 63 ones, then square.
         var result: UInt64 = 1
@@ -25,7 +25,7 @@ public enum GF64 {
     }
 
     /// a^n.
-    public static func power(_ a: UInt64, _ n: UInt64) -> UInt64 {
+    package static func power(_ a: UInt64, _ n: UInt64) -> UInt64 {
         var result: UInt64 = 1, base = a, e = n
         while e > 0 {
             if e & 1 == 1 { result = mul(result, base) }

@@ -1,18 +1,18 @@
 import ChorusCrypto
 
 /// A side's opening of sketch reconciliation (`sketchInfo`, Specs/sync.md §4.2.2).
-public struct SketchInfo: Hashable, Sendable {
+package struct SketchInfo: Hashable, Sendable {
     /// How many feeds the sender holds.
-    public var count: UInt64
+    package var count: UInt64
     /// The sum of their heights (modulo 2^64).
-    public var total: UInt64
+    package var total: UInt64
     /// 16 bytes naming the sender's set of heads exactly.
-    public var setHash: [UInt8]
+    package var setHash: [UInt8]
     /// 16 random bytes; both nonces salt the session's tags.
-    public var nonce: [UInt8]
+    package var nonce: [UInt8]
     /// Builds a `sketchInfo`; `SyncMessage.decode` checks the 16-byte set hash
     /// and nonce of received ones.
-    public init(count: UInt64, total: UInt64, setHash: [UInt8], nonce: [UInt8]) {
+    package init(count: UInt64, total: UInt64, setHash: [UInt8], nonce: [UInt8]) {
         self.count = count
         self.total = total
         self.setHash = setHash
@@ -21,14 +21,14 @@ public struct SketchInfo: Hashable, Sendable {
 }
 
 /// The sketcher's power sums for one round (`sketch`).
-public struct SketchSums: Hashable, Sendable {
+package struct SketchSums: Hashable, Sendable {
     /// The sketcher's checksum of its items (the same in every round).
-    public var checksum: UInt64
+    package var checksum: UInt64
     /// The round's new sums, continuing where the previous round stopped.
-    public var sums: [UInt64]
+    package var sums: [UInt64]
     /// Builds one round of sums; the decoder checks their number against the
     /// round's capacity.
-    public init(checksum: UInt64, sums: [UInt64]) {
+    package init(checksum: UInt64, sums: [UInt64]) {
         self.checksum = checksum
         self.sums = sums
     }
@@ -36,19 +36,19 @@ public struct SketchSums: Hashable, Sendable {
 
 /// The answer to a round (`sketchResult`): more sums, the difference found,
 /// or the end of sketching (both sides then fall back).
-public struct SketchResult: Hashable, Sendable {
+package struct SketchResult: Hashable, Sendable {
     /// The decoder's answer to a round: `more` sums needed (0), the difference
     /// `found` (1), or `giveUp` (2), after which both sides fall back.
-    public enum Outcome: UInt64, Sendable { case more = 0, found = 1, giveUp = 2 }
+    package enum Outcome: UInt64, Sendable { case more = 0, found = 1, giveUp = 2 }
     /// What the decoder decided for this round.
-    public var outcome: Outcome
+    package var outcome: Outcome
     /// Tags of feeds the decoder lacks: the sketcher announces them.
-    public var asks: [UInt64]
+    package var asks: [UInt64]
     /// How many events the decoder pushes next (then `eventsEnd`); 0: none.
-    public var push: UInt64
+    package var push: UInt64
     /// Builds a result; only a `found` result may carry asks or a push
     /// (`SyncMessage.decode` refuses others).
-    public init(outcome: Outcome, asks: [UInt64] = [], push: UInt64 = 0) {
+    package init(outcome: Outcome, asks: [UInt64] = [], push: UInt64 = 0) {
         self.outcome = outcome
         self.asks = asks
         self.push = push
@@ -63,22 +63,22 @@ public struct SketchResult: Hashable, Sendable {
 /// sketcher lacks, asks for the feeds it lacks entirely, and requests the
 /// heights it lacks. The sketcher's part costs 16 bytes per differing feed,
 /// whatever the number of feeds.
-public struct SketchReconciler: Sendable {
+package struct SketchReconciler: Sendable {
     /// The largest capacity of a round: at most 1024 differing feeds can be
     /// decoded, from 2048 sums.
-    public static let maxCapacity = 1024
+    package static let maxCapacity = 1024
     /// The smallest first capacity, so that a few differences decode in one
     /// round.
-    public static let minCapacity = 8
+    package static let minCapacity = 8
     /// Length in bytes of each side's random nonce in `sketchInfo`.
-    public static let nonceBytes = 16
+    package static let nonceBytes = 16
 
     /// This side's part, settled by `start(peer:)`: the side with the smaller
     /// height total (then the smaller device key) sketches, the other decodes.
-    public enum Role: Sendable { case sketcher, decoder }
+    package enum Role: Sendable { case sketcher, decoder }
 
     /// What to do once both sides' `sketchInfo` are known.
-    public enum Start: Sendable {
+    package enum Start: Sendable {
         /// The two sets are the same: nothing to announce.
         case identical
         /// Sketching does not pay or cannot run: fall back (§4.2.2).
@@ -90,19 +90,19 @@ public struct SketchReconciler: Sendable {
     }
 
     /// What the decoder does with the difference.
-    public struct Plan: Hashable, Sendable {
+    package struct Plan: Hashable, Sendable {
         /// Tags of feeds only the sketcher holds.
-        public var asks: [UInt64] = []
+        package var asks: [UInt64] = []
         /// Ranges to send the sketcher unasked (prev nil: `from` follows the
         /// sketcher's head, or is fork evidence at its height).
-        public var pushes: [FeedRange] = []
+        package var pushes: [FeedRange] = []
         /// The sketcher's heights of feeds where it holds more or another
         /// head; the head id is unknown (zero).
-        public var wants: [FeedAnnouncement] = []
+        package var wants: [FeedAnnouncement] = []
     }
 
     /// The decoder's next step after a round of sums.
-    public enum DecoderStep: Sendable {
+    package enum DecoderStep: Sendable {
         /// Send this result: `more` (wait for the next round) or `giveUp` (fall
         /// back).
         case reply(SketchResult)
@@ -112,7 +112,7 @@ public struct SketchReconciler: Sendable {
     }
 
     /// The sketcher's next step after the decoder's answer.
-    public enum SketcherStep: Sendable {
+    package enum SketcherStep: Sendable {
         /// Send these further sums, for a capacity twice the last.
         case next(SketchSums)
         /// The decoder found the difference: announce these heads (its asks),
@@ -130,10 +130,10 @@ public struct SketchReconciler: Sendable {
     let peerDevice: PublicKey
     /// This side's role; nil until `start(peer:)` picks one, and left nil when
     /// the sets are identical or sketching falls back at once.
-    public private(set) var role: Role? = nil
+    package private(set) var role: Role? = nil
     private var sketch: FeedSketch? = nil
     /// Capacity of the last round sent or received.
-    public private(set) var capacity = 0
+    package private(set) var capacity = 0
     private var peerSums: [UInt64] = []
     private var peerChecksum: UInt64? = nil
     private var finished = false
@@ -141,7 +141,7 @@ public struct SketchReconciler: Sendable {
     /// Prepares one side's reconciliation of its feed heads with a fresh
     /// `nonce` of `nonceBytes` random bytes; the two device keys settle the
     /// roles when the height totals are equal.
-    public init(heads: [FeedAnnouncement], nonce: [UInt8], device: PublicKey, peerDevice: PublicKey) {
+    package init(heads: [FeedAnnouncement], nonce: [UInt8], device: PublicKey, peerDevice: PublicKey) {
         self.heads = heads.sorted { $0.author < $1.author }
         self.nonce = nonce
         ownInfo = Self.info(of: self.heads, nonce: nonce)
@@ -151,7 +151,7 @@ public struct SketchReconciler: Sendable {
 
     /// This side's `sketchInfo`: its feed count, height total, set hash and
     /// nonce.
-    public func info() -> SketchInfo { ownInfo }
+    package func info() -> SketchInfo { ownInfo }
 
     /// Hashes every head once, at construction.
     static func info(of heads: [FeedAnnouncement], nonce: [UInt8]) -> SketchInfo {
@@ -176,7 +176,7 @@ public struct SketchReconciler: Sendable {
     /// Compares the two `sketchInfo`s and settles what follows: the sets are
     /// identical, the counts differ by more than `maxCapacity` (fall back), or
     /// this side sketches (with its first sums) or decodes.
-    public mutating func start(peer: SketchInfo) -> Start {
+    package mutating func start(peer: SketchInfo) -> Start {
         let mine = ownInfo
         if mine.count == peer.count, mine.setHash == peer.setHash {
             finished = true
@@ -214,7 +214,7 @@ public struct SketchReconciler: Sendable {
     // MARK: Decoder
 
     /// A round of sums: decode, or ask for more, or give up.
-    public mutating func receive(_ round: SketchSums, store: some FeedLookup) throws -> DecoderStep {
+    package mutating func receive(_ round: SketchSums, store: some FeedLookup) throws -> DecoderStep {
         guard role == .decoder, !finished else { throw SyncError.unexpected("sketch sums to a side that does not decode") }
         guard round.sums.count == 2 * capacity - peerSums.count else {
             throw SyncError.unexpected("\(round.sums.count) sketch sums where \(2 * capacity - peerSums.count) were due")
@@ -283,7 +283,7 @@ public struct SketchReconciler: Sendable {
     // MARK: Sketcher
 
     /// The decoder's answer (or, on either side, the peer giving up).
-    public mutating func receive(_ result: SketchResult) throws -> SketcherStep {
+    package mutating func receive(_ result: SketchResult) throws -> SketcherStep {
         guard !finished || result.outcome == .giveUp, role != nil else { throw SyncError.unexpected("a sketch result out of turn") }
         if result.outcome == .giveUp {
             finished = true

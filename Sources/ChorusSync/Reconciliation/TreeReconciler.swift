@@ -5,14 +5,14 @@ import ChorusCrypto
 /// (Specs/sync.md §4.2.1): `prefix` holds the bucket's author-key nibbles,
 /// one per byte, and `fingerprints` the sender's 16 children's fingerprints
 /// (8 bytes each, child 0 first).
-public struct ReconcileSplit: Hashable, Sendable {
+package struct ReconcileSplit: Hashable, Sendable {
     /// The bucket's author-key nibbles, one per byte (0 to 63 of them).
-    public var prefix: [UInt8]
+    package var prefix: [UInt8]
     /// The sender's 16 child fingerprints, 8 bytes each, big-endian (128
     /// bytes).
-    public var fingerprints: [UInt8]
+    package var fingerprints: [UInt8]
     /// Builds a split; `SyncMessage.decode` checks the sizes of received ones.
-    public init(prefix: [UInt8], fingerprints: [UInt8]) {
+    package init(prefix: [UInt8], fingerprints: [UInt8]) {
         self.prefix = prefix
         self.fingerprints = fingerprints
     }
@@ -21,32 +21,32 @@ public struct ReconcileSplit: Hashable, Sendable {
 /// A small bucket whose fingerprints differ: the sender's item digests
 /// (8 bytes each, ascending), or nil when it holds more than
 /// `Reconciler.maxLeafItems` feeds there and announces them all instead.
-public struct ReconcileLeaf: Hashable, Sendable {
+package struct ReconcileLeaf: Hashable, Sendable {
     /// The bucket's author-key nibbles, one per byte (1 to 64 of them).
-    public var prefix: [UInt8]
+    package var prefix: [UInt8]
     /// The sender's digests of its items in the bucket, ascending, 8 bytes
     /// each; nil when it holds more than `Reconciler.maxLeafItems` there.
-    public var digests: [UInt8]?
+    package var digests: [UInt8]?
     /// Builds a leaf; `SyncMessage.decode` checks the sizes of received ones.
-    public init(prefix: [UInt8], digests: [UInt8]?) {
+    package init(prefix: [UInt8], digests: [UInt8]?) {
         self.prefix = prefix
         self.digests = digests
     }
 }
 
 /// One round of range-based reconciliation over feed heads.
-public struct ReconcileRound: Hashable, Sendable {
+package struct ReconcileRound: Hashable, Sendable {
     /// How many feeds the sender holds.
-    public var count: UInt64
+    package var count: UInt64
     /// The buckets this round splits into their 16 children, in order.
-    public var splits: [ReconcileSplit]
+    package var splits: [ReconcileSplit]
     /// The buckets at leaf depth this round, with the sender's digests, in
     /// order.
-    public var leaves: [ReconcileLeaf]
+    package var leaves: [ReconcileLeaf]
     /// Builds a round (`reconcile`, Specs/sync.md §4.2.1);
     /// `Reconciler.receive(_:)` checks that the peer's round lists the same
     /// buckets.
-    public init(count: UInt64, splits: [ReconcileSplit], leaves: [ReconcileLeaf]) {
+    package init(count: UInt64, splits: [ReconcileSplit], leaves: [ReconcileLeaf]) {
         self.count = count
         self.splits = splits
         self.leaves = leaves
@@ -59,18 +59,18 @@ public struct ReconcileRound: Hashable, Sendable {
 /// which says which heads to announce and what to send next. Both sides
 /// reach the same decisions from the same two messages, so rounds stay in
 /// step without either side leading.
-public struct Reconciler: Sendable {
+package struct Reconciler: Sendable {
     /// Feeds per leaf bucket the tree depth aims at.
-    public static let leafTarget = 4
+    package static let leafTarget = 4
     /// A leaf with more feeds than this is announced whole instead of by digests.
-    public static let maxLeafItems = 1024
+    package static let maxLeafItems = 1024
     /// A round with more buckets than this ends the reconciliation: every
     /// feed in those buckets is announced (the sets differ too much for
     /// fingerprints to pay).
-    public static let maxBucketsPerRound = 1024
+    package static let maxBucketsPerRound = 1024
     /// Bytes of one digest or fingerprint on the wire (a big-endian 64-bit
     /// number).
-    public static let digestBytes = 8
+    package static let digestBytes = 8
 
     let heads: [FeedAnnouncement]
     let digests: [UInt64]
@@ -80,14 +80,14 @@ public struct Reconciler: Sendable {
 
     /// Prepares one side's reconciliation of its feed heads (the head of each
     /// feed it holds).
-    public init(heads: [FeedAnnouncement]) {
+    package init(heads: [FeedAnnouncement]) {
         self.heads = heads.sorted { $0.author < $1.author }
         self.digests = self.heads.map(Self.digest)
     }
 
     /// The first 8 bytes, big-endian, of BLAKE2b-256("chorus/reconcile/v1" ‖
     /// 0x00 ‖ author ‖ u64be(seq) ‖ head id).
-    public static func digest(_ h: FeedAnnouncement) -> UInt64 {
+    package static func digest(_ h: FeedAnnouncement) -> UInt64 {
         var seq = [UInt8](repeating: 0, count: 8)
         for i in 0..<8 { seq[i] = UInt8(truncatingIfNeeded: h.seq >> (56 - 8 * UInt64(i))) }
         let hash = Blake2b.hash256(parts: [Array("chorus/reconcile/v1".utf8), [0], h.author.bytes, seq, h.head.bytes])
@@ -96,7 +96,7 @@ public struct Reconciler: Sendable {
 
     /// The first round (Specs/sync.md §4.2.1 step 1): this side's feed count
     /// and one split of the empty prefix, with no leaves.
-    public mutating func firstRound() -> ReconcileRound {
+    package mutating func firstRound() -> ReconcileRound {
         let round = ReconcileRound(
             count: UInt64(heads.count), splits: [ReconcileSplit(prefix: [], fingerprints: childFingerprints([]))], leaves: [])
         sent = round
@@ -106,7 +106,7 @@ public struct Reconciler: Sendable {
     /// Compares the peer's round with the one this side sent. Returns the
     /// heads to announce (`have`) and the next round, or nil when the
     /// reconciliation is over (then `haveEnd` follows the heads).
-    public mutating func receive(_ peer: ReconcileRound) throws(SyncError) -> (announce: [FeedAnnouncement], next: ReconcileRound?) {
+    package mutating func receive(_ peer: ReconcileRound) throws(SyncError) -> (announce: [FeedAnnouncement], next: ReconcileRound?) {
         guard let mine = sent else { throw .unexpected("a reconcile round before this side's first") }
         guard peer.splits.map(\.prefix) == mine.splits.map(\.prefix), peer.leaves.map(\.prefix) == mine.leaves.map(\.prefix) else {
             throw .unexpected("a reconcile round that lists other buckets than this side's")
@@ -199,7 +199,7 @@ public struct Reconciler: Sendable {
 
     /// The words as 8-byte big-endian values, concatenated: the wire form of
     /// digests, fingerprints and sketch sums.
-    public static func bytes(_ words: [UInt64]) -> [UInt8] {
+    package static func bytes(_ words: [UInt64]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(words.count * 8)
         for w in words { for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: w >> (56 - 8 * UInt64(i)))) } }
