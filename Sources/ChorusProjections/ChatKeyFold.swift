@@ -3,14 +3,14 @@ import ChorusCrypto
 import ChorusEvents
 
 /// A device's published X25519 encryption key (Specs/encryption.md §3).
-public struct EncryptionKeyRecord: Hashable, Sendable {
+package struct EncryptionKeyRecord: Hashable, Sendable {
     /// The device's X25519 public key, from the effective `device.key`.
-    public let key: Bytes32
+    package let key: Bytes32
     /// HLC of the effective `device.key` (the first in merge order signed by
     /// the device itself, Specs/projections.md §6.10).
-    public let hlc: HLC
+    package let hlc: HLC
     /// Id of that `device.key` event.
-    public let event: EventID
+    package let event: EventID
 
     func encoded() -> [UInt8] { Codec.cbor(.array([.bytes(key.bytes), .unsigned(hlc.rawValue), .bytes(event.bytes)])) }
 
@@ -25,14 +25,14 @@ public struct EncryptionKeyRecord: Hashable, Sendable {
 
 /// An epoch of a chat as every replica records it: when it started and the
 /// key event that introduced it (Specs/encryption.md §4).
-public struct EpochRecord: Hashable, Sendable {
+package struct EpochRecord: Hashable, Sendable {
     /// The epoch id (Specs/encryption.md §4) named by the key events.
-    public let epoch: Hash32
+    package let epoch: Hash32
     /// HLC of the first effective `chat.key` naming the epoch: the epoch's
     /// start (Specs/projections.md §6.11).
-    public let start: HLC
+    package let start: HLC
     /// Id of that first effective `chat.key`.
-    public let introducedBy: EventID
+    package let introducedBy: EventID
 }
 
 extension FoldRun {
@@ -105,13 +105,13 @@ extension FoldRun {
 
 extension Projections {
     /// The published encryption key of a device, if this node holds it.
-    public func encryptionKey(of device: PublicKey) throws -> EncryptionKeyRecord? {
+    package func encryptionKey(of device: PublicKey) throws -> EncryptionKeyRecord? {
         try log.env.read { txn in try txn.get(state, Table.encryptionKey.key(device)).map(EncryptionKeyRecord.decode) }
     }
 
     /// Every epoch of a chat, in order of introduction (merge order of the
     /// introducing event).
-    public func epochs(of chat: ObjectID) throws -> [EpochRecord] {
+    package func epochs(of chat: ObjectID) throws -> [EpochRecord] {
         try log.env.read { txn in
             var out: [EpochRecord] = []
             try txn.scan(state, prefix: Table.epoch.key(chat)) { key, value in
@@ -128,7 +128,7 @@ extension Projections {
 
     /// The devices holding a wrap of an epoch, each with the key event that
     /// carries it.
-    public func wraps(of chat: ObjectID, epoch: Hash32) throws -> [(device: PublicKey, event: EventID)] {
+    package func wraps(of chat: ObjectID, epoch: Hash32) throws -> [(device: PublicKey, event: EventID)] {
         try log.env.read { txn in
             var out: [(PublicKey, EventID)] = []
             try txn.scan(state, prefix: Table.wrap.key(chat, epoch)) { key, value in
@@ -140,14 +140,14 @@ extension Projections {
     }
 
     /// The key event carrying `device`'s wrap of an epoch, if any.
-    public func wrap(of chat: ObjectID, epoch: Hash32, for device: PublicKey) throws -> EventID? {
+    package func wrap(of chat: ObjectID, epoch: Hash32, for device: PublicKey) throws -> EventID? {
         try log.env.read { txn in
             try txn.get(state, Table.wrap.key(chat, epoch, device)).map { try Codec.b32($0[...], "key event id") }
         }
     }
 
     /// Membership of a user in a chat over time, if it ever was a member.
-    public func membership(of user: PublicKey, in chat: ObjectID) throws -> Membership? {
+    package func membership(of user: PublicKey, in chat: ObjectID) throws -> Membership? {
         try log.env.read { txn in try txn.get(state, Table.member.key(chat, user)).map(Membership.decode) }
     }
 
@@ -155,7 +155,7 @@ extension Projections {
     /// `chat.key` naming it and every device those events wrap it to,
     /// whether or not the events took effect (a removed member's device
     /// that rotated before learning of its removal knows the key it made).
-    public func possibleHolders(of chat: ObjectID, epoch: Hash32) throws -> Set<PublicKey> {
+    package func possibleHolders(of chat: ObjectID, epoch: Hash32) throws -> Set<PublicKey> {
         var out: Set<PublicKey> = []
         for (author, key) in try keyEventsWithAuthors(of: chat, epoch: epoch) {
             out.insert(author)
@@ -165,7 +165,7 @@ extension Projections {
     }
 
     /// Every `chat.key` naming the epoch that this node holds, effective or not.
-    public func keyEvents(of chat: ObjectID, epoch: Hash32) throws -> [ChatKeyPayload] {
+    package func keyEvents(of chat: ObjectID, epoch: Hash32) throws -> [ChatKeyPayload] {
         try keyEventsWithAuthors(of: chat, epoch: epoch).map(\.key)
     }
 
@@ -183,7 +183,7 @@ extension Projections {
     }
 
     /// Every user who ever was a member of the chat, with their intervals.
-    public func memberships(in chat: ObjectID) throws -> [(user: PublicKey, membership: Membership)] {
+    package func memberships(in chat: ObjectID) throws -> [(user: PublicKey, membership: Membership)] {
         try log.env.read { txn in
             var out: [(PublicKey, Membership)] = []
             try txn.scan(state, prefix: Table.member.key(chat)) { key, value in

@@ -5,30 +5,30 @@ import ChorusStorage
 import HeapModule
 
 /// The decision the ledger recorded for one coin event (Specs/projections.md §6.9).
-public struct LedgerEntry: Hashable, Sendable {
+package struct LedgerEntry: Hashable, Sendable {
     /// The coin event's kind: `coin.credited`, `coin.spent`, `coin.given`,
     /// `coin.rights.moved` or `slot.unlocked`.
-    public let kind: EventKind
+    package let kind: EventKind
     /// Coins the event moves (or would have, without effect): the payload's
     /// `amount`, or the `price` of a `slot.unlocked`.
-    public let amount: UInt64
+    package let amount: UInt64
     /// The key whose rights the event debits: the event's author (a device,
     /// or a user key acting as itself).
-    public let from: PublicKey?
+    package let from: PublicKey?
     /// The key whose rights the event credits.
-    public let to: PublicKey?
+    package let to: PublicKey?
     /// The receipt an effective credit counted; nil for other kinds and for
     /// entries without effect.
-    public let receipt: String?
+    package let receipt: String?
     /// The user and slot number an effective `slot.unlocked` unlocked; nil
     /// otherwise.
-    public let slot: (user: PublicKey, slot: UInt64)?
+    package let slot: (user: PublicKey, slot: UInt64)?
     /// Why the event took no effect (e.g. `beyond_rights`); nil when it took
     /// effect.
-    public let noEffect: NoEffect?
+    package let noEffect: NoEffect?
 
     /// Whether the entry took effect, so its amount moved between rights.
-    public var isEffective: Bool { noEffect == nil }
+    package var isEffective: Bool { noEffect == nil }
 
     /// The keys whose rights this entry reads or changes.
     var parties: [PublicKey] { [from, to].compactMap { $0 } }
@@ -44,9 +44,9 @@ public struct LedgerEntry: Hashable, Sendable {
 
     /// Equal when the stored CBOR encodings are equal (the slot tuple keeps the
     /// struct from synthesising `==`).
-    public static func == (a: LedgerEntry, b: LedgerEntry) -> Bool { a.encoded() == b.encoded() }
+    package static func == (a: LedgerEntry, b: LedgerEntry) -> Bool { a.encoded() == b.encoded() }
     /// Hashes the stored CBOR encoding, consistently with `==`.
-    public func hash(into h: inout Hasher) { h.combine(encoded()) }
+    package func hash(into h: inout Hasher) { h.combine(encoded()) }
 
     func encoded() -> [UInt8] {
         Codec.cbor(

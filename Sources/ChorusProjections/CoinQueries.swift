@@ -86,7 +86,7 @@ extension Projections {
     }
 
     /// Every coin decision in merge order (for audits).
-    public func ledger() throws -> [(order: MergeOrder, entry: LedgerEntry)] {
+    package func ledger() throws -> [(order: MergeOrder, entry: LedgerEntry)] {
         try log.env.read { txn in
             var out: [(MergeOrder, LedgerEntry)] = []
             try txn.scan(state, prefix: [Table.ledger.rawValue]) { key, value in

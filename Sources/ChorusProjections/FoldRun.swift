@@ -507,14 +507,14 @@ struct FoldRun {
 /// `Projections.carryOut` writes it, after the fold, in the same
 /// transaction, so a blob is removed only if no object holds it once every
 /// object of the transaction is folded (Specs/projections.md §6.3, §6.6).
-public struct Purges: Sendable, Equatable {
+package struct Purges: Sendable, Equatable {
     /// Arrival positions of the events whose payloads go.
-    public internal(set) var payloads: [UInt64] = []
+    package internal(set) var payloads: [UInt64] = []
     /// Blobs that go unless a live object still references them.
-    public internal(set) var blobs: [Hash32] = []
+    package internal(set) var blobs: [Hash32] = []
 
     /// Nothing to purge.
-    public var isEmpty: Bool { payloads.isEmpty && blobs.isEmpty }
+    package var isEmpty: Bool { payloads.isEmpty && blobs.isEmpty }
 
     mutating func add(_ other: Purges) {
         payloads += other.payloads
@@ -537,20 +537,20 @@ public struct NoEffect: Error, Hashable, Sendable {
 }
 
 /// A device bound to a user by a `device.added` event (Specs/projections.md §6.1).
-public struct DeviceBinding: Hashable, Sendable {
+package struct DeviceBinding: Hashable, Sendable {
     /// The user key that bound the device: the author of the effective
     /// `device.added`.
-    public let user: PublicKey
+    package let user: PublicKey
     /// HLC of that `device.added`. The binding also covers the device's events
     /// stamped earlier (Specs/projections.md §3).
-    public let addedHLC: HLC
+    package let addedHLC: HLC
     /// Id of that `device.added` event.
-    public let addedBy: EventID
+    package let addedBy: EventID
     /// HLC of the effective `device.removed`; events at or after it take no
     /// effect (`device_removed`). nil while the device acts.
-    public let removedHLC: HLC?
+    package let removedHLC: HLC?
     /// The `name` of the `device.added` payload; nil when it has none.
-    public let name: String?
+    package let name: String?
 
     func encoded() -> [UInt8] {
         Codec.cbor(
@@ -571,13 +571,13 @@ public struct DeviceBinding: Hashable, Sendable {
     }
 
     /// The message a device signs to consent to being bound to `user`.
-    public static func proofMessage(user: PublicKey) -> [UInt8] {
+    package static func proofMessage(user: PublicKey) -> [UInt8] {
         Array("chorus/device-binding/v1".utf8) + [0] + user.bytes
     }
 
     /// The `proof` a `device.added` payload carries: `device`'s signature over
     /// `proofMessage(user:)` (Specs/projections.md §6.1).
-    public static func proof(device: SigningKey, user: PublicKey) -> [UInt8] {
+    package static func proof(device: SigningKey, user: PublicKey) -> [UInt8] {
         device.sign(proofMessage(user: user))
     }
 }

@@ -5,24 +5,24 @@ import ChorusLog
 import ChorusStorage
 
 /// One event as filed under one projected object, for audit tools.
-public struct FiledEvent: Hashable, Sendable {
+package struct FiledEvent: Hashable, Sendable {
     /// The object class: device, profile, picture, follow, like, block,
     /// chat, reads, message, slots, coins, device-key or chat-keys.
-    public let objectClass: String
+    package let objectClass: String
     /// The object the event is filed under; all zero for coin events, which
     /// share one ledger.
-    public let object: Bytes32
+    package let object: Bytes32
     /// The event's merge order (Specs/projections.md §2).
-    public let order: MergeOrder
+    package let order: MergeOrder
     /// The event's kind, from its header (key 5, Specs/events.md §6).
-    public let kind: EventKind
+    package let kind: EventKind
     /// The event's header object (differs from `object` for messages).
-    public let headerObject: Bytes32
+    package let headerObject: Bytes32
     /// nil when the payload is purged.
-    public let payload: CBORValue?
+    package let payload: CBORValue?
 
     /// The event's id (the last part of `order`).
-    public var id: EventID { order.id }
+    package var id: EventID { order.id }
 }
 
 /// Read access to the folding inputs and raw state, for the replay tool.
@@ -47,7 +47,7 @@ extension Projections {
 
     /// Every event filed under `object` in any class, plus every coin event
     /// naming it, in merge order within each class.
-    public func filedEvents(about object: Bytes32) throws -> [FiledEvent] {
+    package func filedEvents(about object: Bytes32) throws -> [FiledEvent] {
         try log.env.read { txn in
             var out: [FiledEvent] = []
             for cls in ObjectClass.allCases where cls != .coins {
@@ -85,7 +85,7 @@ extension Projections {
 
     /// The messages filed under a chat (whatever their effect), by sending
     /// time (HLC), then id.
-    public func messageIDs(inChat chat: ObjectID) throws -> [EventID] {
+    package func messageIDs(inChat chat: ObjectID) throws -> [EventID] {
         try log.env.read { txn in
             var out: [EventID] = []
             try txn.scan(state, prefix: Table.message.key(chat)) { key, _ in
@@ -97,13 +97,13 @@ extension Projections {
     }
 
     /// The ledger entry of one coin event.
-    public func ledgerEntry(_ order: MergeOrder) throws -> LedgerEntry? {
+    package func ledgerEntry(_ order: MergeOrder) throws -> LedgerEntry? {
         try log.env.read { txn in try txn.get(state, Table.ledger.key(order)).map(LedgerEntry.decode) }
     }
 
     /// A readable name for a state key, as §5 of Specs/projections.md
     /// gives it or as stored (§9.1): the table and its key parts.
-    public static func describe(key: [UInt8]) -> String {
+    package static func describe(key: [UInt8]) -> String {
         guard let first = key.first else { return "(empty key)" }
         let rest = Array(key.dropFirst())
         func hex(_ r: Range<Int>) -> String { r.upperBound <= rest.count ? Hex.encode(rest[r]) : Hex.encode(rest) }
@@ -148,13 +148,13 @@ extension Projections {
     }
 
     /// Database sizes in bytes (pages in use) of the projection databases.
-    public func databaseSizes() throws -> [(name: String, bytes: Int)] {
+    package func databaseSizes() throws -> [(name: String, bytes: Int)] {
         [("facts", facts), ("facts_recent", recentFacts), ("index", index), ("state", state)].map { ($0.0, (try? log.env.pageCount(of: $0.1)) ?? 0) }
     }
 
     /// Writes one raw state entry (tests use it to damage a store behind
     /// the log's back; nothing else should).
-    public func unsafePutStateEntry(key: [UInt8], value: [UInt8]?) throws {
+    package func unsafePutStateEntry(key: [UInt8], value: [UInt8]?) throws {
         try log.env.write { txn in
             if let value { try txn.put(state, key, value) } else { try txn.delete(state, key) }
         }
@@ -169,7 +169,7 @@ extension Projections {
     /// `payloadGap` entries (§9.1), so its cost follows the objects held
     /// that way, not the size of the store: sync asks at every round that
     /// received events.
-    public func eventsMissingPayload(limit: Int = 10_000) throws -> [EventID] {
+    package func eventsMissingPayload(limit: Int = 10_000) throws -> [EventID] {
         try log.env.read { txn in
             var objects: [(ObjectClass, Bytes32)] = []
             try txn.scan(index, prefix: [IndexTable.payloadGap.rawValue]) { key, _ in
@@ -199,7 +199,7 @@ extension Projections {
     /// from the `blobWanted` entries (Specs/projections.md §9.1), so its
     /// cost follows the blobs lacked, not the pictures held; each entry is
     /// checked against the `blobRef` table and the blob store as it is read.
-    public func wantedBlobs() throws -> [(blob: Hash32, object: ObjectID)] {
+    package func wantedBlobs() throws -> [(blob: Hash32, object: ObjectID)] {
         try log.env.read { txn in
             var hashes: [Hash32] = []
             try txn.scan(index, prefix: [IndexTable.blobWanted.rawValue]) { key, _ in
@@ -222,12 +222,12 @@ extension Projections {
 
     /// Records, in the transaction that stores `blob`, that it is no longer
     /// wanted (its `blobWanted` entry, §9.1).
-    public func blobStored(_ blob: Hash32, in txn: Transaction) throws {
+    package func blobStored(_ blob: Hash32, in txn: Transaction) throws {
         try txn.delete(index, IndexTable.blobWanted.key(blob))
     }
 
     /// Whether a live picture still references `blob`.
-    public func isBlobReferenced(_ blob: Hash32, in txn: Transaction) throws -> Bool {
+    package func isBlobReferenced(_ blob: Hash32, in txn: Transaction) throws -> Bool {
         var found = false
         try txn.scan(state, prefix: Table.blobRef.key(blob)) { _, _ in
             found = true

@@ -7,27 +7,27 @@ import ChorusStorage
 
 /// The merge order of events: (HLC, author, event id), compared as the
 /// 72-byte big-endian concatenation (Specs/projections.md §2).
-public struct MergeOrder: Hashable, Comparable, Sendable {
+package struct MergeOrder: Hashable, Comparable, Sendable {
     /// The event's HLC, compared first.
-    public let hlc: HLC
+    package let hlc: HLC
     /// The key that signed the event, compared second.
-    public let author: PublicKey
+    package let author: PublicKey
     /// The event's id, compared last: it makes the order total.
-    public let id: EventID
+    package let id: EventID
 
     /// The merge order of an event known by its HLC, author and id.
-    public init(hlc: HLC, author: PublicKey, id: EventID) {
+    package init(hlc: HLC, author: PublicKey, id: EventID) {
         self.hlc = hlc
         self.author = author
         self.id = id
     }
 
     /// The merge order of `event`: its HLC, author and id.
-    public init(_ event: Event) { self.init(hlc: event.hlc, author: event.author, id: event.id) }
+    package init(_ event: Event) { self.init(hlc: event.hlc, author: event.author, id: event.id) }
 
     /// The 72-byte form `u64be(hlc) || author || id`: key suffix of facts and
     /// ledger entries, whose bytewise order is the merge order.
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(72)
         append(to: &out)
@@ -51,7 +51,7 @@ public struct MergeOrder: Hashable, Comparable, Sendable {
     }
 
     /// By HLC, then author, then id, bytewise: the same order as `bytes`.
-    public static func < (a: MergeOrder, b: MergeOrder) -> Bool {
+    package static func < (a: MergeOrder, b: MergeOrder) -> Bool {
         if a.hlc != b.hlc { return a.hlc < b.hlc }
         if a.author != b.author { return a.author < b.author }
         return a.id < b.id
@@ -59,13 +59,13 @@ public struct MergeOrder: Hashable, Comparable, Sendable {
 }
 
 /// Errors from reading the projected state.
-public enum ProjectionError: Error, Sendable, CustomStringConvertible {
+package enum ProjectionError: Error, Sendable, CustomStringConvertible {
     /// A stored entry does not decode as expected; rebuilding the projections
     /// from the log repairs it.
     case corrupt(String)
 
     /// The message shown to people, with the advice to rebuild.
-    public var description: String {
+    package var description: String {
         switch self {
         case .corrupt(let what): "projection state damaged: \(what); rebuild the projections from the log"
         }
@@ -532,7 +532,7 @@ extension CBORValue {
 
 extension ProjectionError {
     /// A stable, machine-readable name of the error, in snake case.
-    public var code: String {
+    package var code: String {
         switch self {
         case .corrupt: "projections_corrupt"
         }

@@ -4,23 +4,23 @@ import ChorusEvents
 
 /// Gallery positions: byte strings compared as if right-padded with zero
 /// bytes to 64 (Specs/projections.md §6.3).
-public enum GalleryPosition {
+package enum GalleryPosition {
     /// The length in bytes positions are padded to before comparing, and the
     /// longest a `picture.moved` position may be.
-    public static let width = 64
+    package static let width = 64
 
     /// A picture's position until it is first moved: its creation HLC.
-    public static func initial(_ hlc: HLC) -> [UInt8] { Codec.u64(hlc.rawValue) }
+    package static func initial(_ hlc: HLC) -> [UInt8] { Codec.u64(hlc.rawValue) }
 
     /// `position` right-padded with zero bytes to `width` (cut to it if
     /// longer): the form gallery keys hold, so key order is gallery order.
-    public static func padded(_ position: [UInt8]) -> [UInt8] {
+    package static func padded(_ position: [UInt8]) -> [UInt8] {
         Array(position.prefix(width)) + [UInt8](repeating: 0, count: max(0, width - position.count))
     }
 
     /// A position strictly between `low` and `high` (nil: the start or the
     /// end of the gallery), or nil when there is no room within 64 bytes.
-    public static func between(_ low: [UInt8]?, _ high: [UInt8]?) -> [UInt8]? {
+    package static func between(_ low: [UInt8]?, _ high: [UInt8]?) -> [UInt8]? {
         let a = padded(low ?? [])
         let b = high.map(padded)
         if let b, !a.lexicographicallyPrecedes(b) { return nil }
@@ -139,40 +139,40 @@ extension FoldRun {
 }
 
 /// The projected state of one picture (Specs/projections.md §6.3).
-public struct PictureRecord: Hashable, Sendable {
+package struct PictureRecord: Hashable, Sendable {
     /// The acting user of the creation: the only user who may edit or delete.
-    public var owner: PublicKey
+    package var owner: PublicKey
     /// The device (or key) that signed the `picture.created`.
-    public var author: PublicKey
+    package var author: PublicKey
     /// HLC of the creation; the feed orders by it.
-    public var hlc: HLC
+    package var hlc: HLC
     /// Id of the effective `picture.created`.
-    public var createdBy: EventID
+    package var createdBy: EventID
     /// Hash of the picture's bytes; nil when deleted or purged.
-    public var blob: Hash32? = nil
+    package var blob: Hash32? = nil
     /// Size of the blob in bytes; nil when deleted or purged.
-    public var size: UInt64? = nil
+    package var size: UInt64? = nil
     /// Media type of the blob, e.g. `image/jpeg`; nil when deleted or purged.
-    public var mime: String? = nil
+    package var mime: String? = nil
     /// Width in pixels; nil when the creation gave none, or deleted or purged.
-    public var width: UInt64? = nil
+    package var width: UInt64? = nil
     /// Height in pixels; nil when the creation gave none, or deleted or purged.
-    public var height: UInt64? = nil
+    package var height: UInt64? = nil
     /// The caption register: the latest effective caption, else the creation's;
     /// nil when there is none, or deleted or purged.
-    public var caption: String? = nil
+    package var caption: String? = nil
     /// The gallery position: the latest effective `picture.moved`, else
     /// `u64be(created hlc)`; nil when deleted.
-    public var position: [UInt8]? = nil
+    package var position: [UInt8]? = nil
     /// HLC of the effective `picture.deleted`; nil while the picture is live.
-    public var deleted: HLC? = nil
+    package var deleted: HLC? = nil
     /// Id of that `picture.deleted`; nil while the picture is live.
-    public var deletedBy: EventID? = nil
+    package var deletedBy: EventID? = nil
     /// The creation's payload was purged here although no deletion is held.
-    public var purged = false
+    package var purged = false
 
     /// Whether no effective deletion is held (a purged record is still live).
-    public var isLive: Bool { deleted == nil }
+    package var isLive: Bool { deleted == nil }
 
     /// The record's canonical CBOR map (Specs/projections.md §5), written
     /// directly (`RecordMapWriter`): a rebuild encodes one per picture.

@@ -169,7 +169,7 @@ extension Projections {
 
     /// The binding of `device` (Specs/projections.md §6.1); nil when this node
     /// holds no effective `device.added` for it.
-    public func binding(of device: PublicKey) throws -> DeviceBinding? {
+    package func binding(of device: PublicKey) throws -> DeviceBinding? {
         try log.env.read { txn in try txn.get(state, Table.device.key(device)).map(DeviceBinding.decode) }
     }
 }

@@ -80,7 +80,7 @@ public struct Projections: Sendable {
     /// `refilled` names the events of `events` that were stored before
     /// (their payload refilled): unlike the others, they may have state
     /// and decisions already.
-    public func apply(
+    package func apply(
         _ events: [StoredEvent], refilled: Set<EventID> = [], in txn: Transaction, purging: Bool = true
     ) throws -> Purges {
         guard !events.isEmpty else { return Purges() }
@@ -112,7 +112,7 @@ public struct Projections: Sendable {
     /// Carries out `purges` after the fold that decided them: strips each
     /// payload from the log (events.md §6) and removes each blob that no
     /// live object references in the state as folded.
-    public func carryOut(_ purges: Purges, in txn: Transaction) throws {
+    package func carryOut(_ purges: Purges, in txn: Transaction) throws {
         for arrival in purges.payloads { try log.purgePayload(atArrival: arrival, in: txn) }
         for blob in Set(purges.blobs) where try !isBlobReferenced(blob, in: txn) { try blobs.delete(blob, in: txn) }
     }

@@ -30,7 +30,7 @@ public enum Decision: Hashable, Sendable {
 }
 
 public struct HistoryEntry: Hashable, Sendable {
-    public let event: FiledEvent
+    package let event: FiledEvent
     public let decision: Decision
     public let purged: Bool
     /// The projected object the event was filed under (class and id).
