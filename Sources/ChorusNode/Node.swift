@@ -16,11 +16,11 @@ public struct NodeOptions: Sendable {
     /// How far ahead of this node's clock an event's timestamp may be (Specs/events.md §7.2).
     public var driftMillis: UInt64 = 60_000
     /// The LMDB map size to start from; it doubles whenever it fills.
-    public var initialMapSize: Int = 256 << 20
+    package var initialMapSize: Int = 256 << 20
     /// The wall clock in Unix milliseconds (replaceable in tests).
     public var clock: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
     /// The largest picture this node stores (blob size cap).
-    public var maxBlobBytes: Int = 16 << 20
+    package var maxBlobBytes: Int = 16 << 20
     /// Told how far a rebuild of the projections has got, when opening a
     /// store whose projections are stale (an older store, or a changed
     /// network configuration) has to fold the whole log again.
@@ -35,9 +35,9 @@ public struct NodeOptions: Sendable {
     /// that another thread of this process is starting (it shares the open
     /// lock file until it executes its program), and by a node in another
     /// process that is closing.
-    public var writerLockWait: Duration = .milliseconds(250)
+    package var writerLockWait: Duration = .milliseconds(250)
     /// Called once when `open` has waited a second for the writer lock.
-    public var onWaitingForWriterLock: (@Sendable () -> Void)? = nil
+    package var onWaitingForWriterLock: (@Sendable () -> Void)? = nil
 
     /// The default options: 60 000 ms drift, a 256 MiB initial map, the system
     /// clock, 16 MiB pictures and no wait for another process's writer lock.
@@ -97,13 +97,13 @@ public actor Node {
     public nonisolated let identity: Identity
     /// The store's event log, for reading raw events and feeds. Write only through
     /// the node: the store has one writer (Specs/storage.md §5.1).
-    public nonisolated let log: LogStore
+    package nonisolated let log: LogStore
     /// Profiles, pictures, relationships, chats, coins and slots: the
     /// queries of the library API.
     public nonisolated let projections: Projections
     /// The store's content-addressed blobs: picture bytes and encrypted chat
     /// attachments, keyed by their BLAKE2b-256 hash.
-    public nonisolated let blobs: BlobStore
+    package nonisolated let blobs: BlobStore
     /// The store's network configuration (issuers, slot prices; `network.json`),
     /// which the projections apply (Specs/projections.md §1).
     public nonisolated var network: NetworkConfig { projections.config }
@@ -382,7 +382,7 @@ public actor Node {
     /// Signs an event with this device's key, appends it to the device's
     /// feed and returns it once it is durable.
     @discardableResult
-    public func append(_ kind: EventKind, object: ObjectID, payload: CBORValue, blobs: [[UInt8]] = []) async throws
+    package func append(_ kind: EventKind, object: ObjectID, payload: CBORValue, blobs: [[UInt8]] = []) async throws
         -> Event
     {
         guard let deviceKey else { throw NodeError.readOnly }
@@ -408,13 +408,13 @@ public actor Node {
     /// it once durable. Throws ``NodeError/readOnly``, ``NodeError/noIssuerKey`` on a
     /// store without an issuer key, or ``NodeError/ownEventRefused(_:)``.
     @discardableResult
-    public func appendAsIssuer<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
+    package func appendAsIssuer<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
         try await appendAsIssuer(P.kind, object: object, payload: payload.cbor)
     }
 
     /// Signs an event with the user key (device added or removed).
     @discardableResult
-    public func appendAsUser(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
+    package func appendAsUser(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
         guard !isReadOnly else { throw NodeError.readOnly }
         guard let userKey else { throw NodeError.noUserKey }
         return try await appendSigned(by: userKey, kind, object: object, payload: payload)
@@ -422,7 +422,7 @@ public actor Node {
 
     /// Signs an event with this node's issuer key (coin credits).
     @discardableResult
-    public func appendAsIssuer(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
+    package func appendAsIssuer(_ kind: EventKind, object: ObjectID, payload: CBORValue) async throws -> Event {
         guard !isReadOnly else { throw NodeError.readOnly }
         guard let issuerKey else { throw NodeError.noIssuerKey }
         return try await appendSigned(by: issuerKey, kind, object: object, payload: payload)
@@ -537,7 +537,7 @@ public actor Node {
     /// commit (one writer, Specs/storage.md §5.1), unless no live picture
     /// references them any more or they are stored already. The caller has
     /// checked the bytes against `hash`. Returns whether they were stored.
-    public func storeReceivedBlob(_ bytes: [UInt8], hash: Hash32) async throws -> Bool {
+    package func storeReceivedBlob(_ bytes: [UInt8], hash: Hash32) async throws -> Bool {
         try await storeReceivedBlobs([(hash, bytes)]) == 1
     }
 
@@ -545,7 +545,7 @@ public actor Node {
     /// `storeReceivedBlob` would; returns how many were stored. One durable
     /// commit for the blobs that arrived while the previous ones were being
     /// written, instead of one each (Specs/sync.md §4.4).
-    public func storeReceivedBlobs(_ received: [(hash: Hash32, bytes: [UInt8])]) async throws -> Int {
+    package func storeReceivedBlobs(_ received: [(hash: Hash32, bytes: [UInt8])]) async throws -> Int {
         guard let writer else { throw NodeError.readOnly }
         guard !received.isEmpty else { return 0 }
         let stored = Mutex(0)
@@ -610,7 +610,7 @@ public actor Node {
     /// Like `ingest(_:)`, but refuses the whole batch, storing nothing, if any
     /// event in it is damaged in itself (encoding, hash, schema, signature).
     /// Import of a file uses this: a damaged file is not half-imported.
-    public func ingestAllOrNothing(_ envelopes: [[UInt8]]) async -> IngestReport {
+    package func ingestAllOrNothing(_ envelopes: [[UInt8]]) async -> IngestReport {
         let decoded = await Self.parallel(envelopes, ParallelVerifier.check)
         if decoded.contains(where: { if case .failure = $0 { true } else { false } }) {
             return IngestReport(results: decoded.map { r in
@@ -625,7 +625,7 @@ public actor Node {
 
     /// Decodes and verifies envelopes on all cores without storing anything
     /// (Specs/events.md §7.1): nil for a well-formed event, else its error.
-    public static func check(_ envelopes: [[UInt8]]) async -> [EventError?] {
+    package static func check(_ envelopes: [[UInt8]]) async -> [EventError?] {
         await parallel(envelopes, ParallelVerifier.check).map { r in
             if case .failure(let e) = r { e } else { nil }
         }
@@ -650,7 +650,7 @@ public actor Node {
     /// earlier call's `enqueued`), so a caller may start this call's
     /// verification while the earlier call's is still running, and the
     /// cores never wait between the two, yet the writer gets them in order.
-    public func ingest(
+    package func ingest(
         events: [Event], last: Bool = false, after: Task<Void, Never>? = nil, enqueued: @escaping @Sendable () -> Void = {}
     ) async -> IngestReport {
         await ingest(
@@ -822,7 +822,7 @@ public actor Node {
     /// pass it later to ``arrivals(since:limit:)`` to read only what came after.
     public nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
     /// A feed's stored envelopes from `fromSeq` as bytes, for serving.
-    public nonisolated func feedEnvelopes(_ author: PublicKey, fromSeq: UInt64, limit: Int) throws -> [(seq: UInt64, envelope: [UInt8])] {
+    package nonisolated func feedEnvelopes(_ author: PublicKey, fromSeq: UInt64, limit: Int) throws -> [(seq: UInt64, envelope: [UInt8])] {
         try log.feedEnvelopes(author, fromSeq: fromSeq, limit: limit)
     }
     /// Evidence of every forked feed this node has seen: for an author and
@@ -830,7 +830,7 @@ public actor Node {
     public nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
 
     /// Group-commit statistics of this node's writer.
-    public nonisolated var writerStatistics: WriterStatistics {
+    package nonisolated var writerStatistics: WriterStatistics {
         writer?.statistics ?? WriterStatistics()
     }
 
@@ -839,7 +839,7 @@ public actor Node {
     /// ``NodeError/readOnly`` on a read-only node and `StorageError.closed`
     /// after `close()`. A writer that is stuck (a full disk, a stalled
     /// device) makes this wait; callers bound the wait.
-    public nonisolated func probeWriter() async throws {
+    package nonisolated func probeWriter() async throws {
         guard let writer else { throw NodeError.readOnly }
         let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in
             writer.exclusively({}, completion: { continuation.resume(with: $0) })
@@ -848,7 +848,7 @@ public actor Node {
 
     /// Seconds this node's store has spent writing and flushing committed
     /// pages (`mdb_txn_commit`).
-    public nonisolated var secondsInDurableCommits: Double { log.env.secondsInDurableCommits }
+    package nonisolated var secondsInDurableCommits: Double { log.env.secondsInDurableCommits }
 }
 
 enum ParallelVerifier {

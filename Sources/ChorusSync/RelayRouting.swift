@@ -25,7 +25,7 @@ public struct RelayPlan: Sendable, Hashable {
         public var reasons: [String]
 
         /// A relay at `address` proving `key`, chosen for `reasons`.
-        public init(address: String, key: PublicKey, covers: [PublicKey], reasons: [String]) {
+        package init(address: String, key: PublicKey, covers: [PublicKey], reasons: [String]) {
             self.address = address
             self.key = key
             self.covers = covers
@@ -41,7 +41,7 @@ public struct RelayPlan: Sendable, Hashable {
     public var unlisted: [PublicKey]
 
     /// A plan of these relays (`make` chooses them from relay lists).
-    public init(relays: [Entry], uncovered: [PublicKey], unlisted: [PublicKey]) {
+    package init(relays: [Entry], uncovered: [PublicKey], unlisted: [PublicKey]) {
         self.relays = relays
         self.uncovered = uncovered
         self.unlisted = unlisted
@@ -51,7 +51,7 @@ public struct RelayPlan: Sendable, Hashable {
     /// user in scope whose list names a reachable `home` relay, none of those
     /// `avoiding` (relays that failed earlier in the same sync: their users
     /// are covered by their other home relays).
-    public static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = []) throws -> RelayPlan {
+    package static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = []) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
         var entries: [Entry] = []
@@ -313,7 +313,7 @@ extension SyncNetwork {
 
     /// Rounds of `syncByRelayLists`, at most: a notice's sender is found in
     /// the second (its relay list) and fetched in the third (its home relays).
-    public static let maxRounds = 3
+    package static let maxRounds = 3
 
     /// Syncs with the relays of `plan` in parallel, at most `maxConnections`
     /// at once (Specs/sync.md §9), each pinned to its listed key; one failing
@@ -321,7 +321,7 @@ extension SyncNetwork {
     /// replicates its relay's share: the users another relay of `shares`
     /// (the whole plan of which `plan` may be a part; `plan` itself by
     /// default) covers are left to that relay. Results in the plan's order.
-    public static func syncRouted(
+    package static func syncRouted(
         _ node: Node, plan: RelayPlan, shares: RelayPlan? = nil, maxConnections: Int = 8, options: SyncOptions = SyncOptions()
     ) async -> [RelaySyncResult] {
         let left = (shares ?? plan).shares(without: node.identity.user.raw)
@@ -338,14 +338,14 @@ extension SyncNetwork {
 }
 
 /// The heights of a node's own device feed and its user key feed.
-public struct OwnHeights: Sendable, Hashable {
+package struct OwnHeights: Sendable, Hashable {
     /// This device's feed.
-    public var device: UInt64
+    package var device: UInt64
     /// The user key's feed (bindings and the relay list).
-    public var user: UInt64
+    package var user: UInt64
 
     /// Heights `device` and `user`.
-    public init(device: UInt64, user: UInt64) {
+    package init(device: UInt64, user: UInt64) {
         self.device = device
         self.user = user
     }
@@ -355,7 +355,7 @@ public struct OwnHeights: Sendable, Hashable {
 /// database, Specs/storage.md): a counter of syncs, and per user the sync at
 /// which one of its home relays was last synced, so that users a plan could
 /// not cover weigh more in the next plan (Specs/sync.md §9).
-public final class RoutingMemory: Sendable {
+package final class RoutingMemory: Sendable {
     let env: Environment
     let db: Database
     static let counterKey: [UInt8] = [0]
@@ -364,14 +364,14 @@ public final class RoutingMemory: Sendable {
     static let ownPrefix: UInt8 = 4
 
     /// Opens (creating if needed) the `routing` database of `env`.
-    public init(env: Environment) throws {
+    package init(env: Environment) throws {
         self.env = env
         db = try env.openDatabase("routing", create: !env.readOnly)
     }
 
     /// Syncs each of `users` has waited since one of its home relays was
     /// last synced (since the first sync, for a user never covered).
-    public func syncsWaited(_ users: Set<PublicKey>) throws -> [PublicKey: UInt64] {
+    package func syncsWaited(_ users: Set<PublicKey>) throws -> [PublicKey: UInt64] {
         try env.read { txn in
             let now = try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0
             var out: [PublicKey: UInt64] = [:]
@@ -386,7 +386,7 @@ public final class RoutingMemory: Sendable {
     /// Per relay, the heights of this node's device feed and user key feed
     /// when a sync by relay lists last synced with it successfully (what it
     /// was offered, so an own home relay that holds them need not be met).
-    public func published() throws -> [PublicKey: OwnHeights] {
+    package func published() throws -> [PublicKey: OwnHeights] {
         try env.read { txn in
             var out: [PublicKey: OwnHeights] = [:]
             try txn.scan(db, from: [Self.publishedPrefix]) { key, value in
@@ -404,7 +404,7 @@ public final class RoutingMemory: Sendable {
 
     /// The relays this user's lists named when syncs by relay lists ran,
     /// with their addresses, until they took a later list or failed.
-    public func formerOwn() throws -> [PublicKey: String] {
+    package func formerOwn() throws -> [PublicKey: String] {
         try env.read { txn in
             var out: [PublicKey: String] = [:]
             try txn.scan(db, from: [Self.ownPrefix]) { key, value in
@@ -420,7 +420,7 @@ public final class RoutingMemory: Sendable {
     /// relay of `offered` was offered the own feeds up to its heights;
     /// `own` are the relays the user's list names now, `done` the former
     /// ones that took the current list or failed.
-    public func endSync(covered: Set<PublicKey>, offered: [PublicKey: OwnHeights] = [:], own: [Relay] = [], done: Set<PublicKey> = []) throws {
+    package func endSync(covered: Set<PublicKey>, offered: [PublicKey: OwnHeights] = [:], own: [Relay] = [], done: Set<PublicKey> = []) throws {
         try env.write { txn in
             let now = (try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0) + 1
             for user in covered { try txn.put(db, [Self.userPrefix] + user.bytes, InboxStore.be(now)) }

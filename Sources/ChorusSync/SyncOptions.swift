@@ -12,48 +12,48 @@ public struct SyncOptions: Sendable {
     /// default. A limited scope travels as `hops` in the hello.
     public var scope = ReplicationScope.all
     /// Unacknowledged data frames in flight towards the peer.
-    public var window = SyncLimits.window
+    package var window = SyncLimits.window
     /// Fetches and serves picture blobs (capabilities `blobs` and `blobSerial`,
     /// Specs/sync.md §4.4); on by default.
     public var blobs = true
     /// How long to wait for the peer's hello.
-    public var helloTimeout: Duration = .seconds(10)
+    package var helloTimeout: Duration = .seconds(10)
     /// How long the session may go without progress (no frame received,
     /// none handed to the network, no local ingest finishing) while it
     /// waits for something: before both "done"s, or in live mode while a
     /// request or a send is outstanding. Then it ends with `idle_timeout`.
-    public var idleTimeout: Duration = .seconds(60)
+    package var idleTimeout: Duration = .seconds(60)
     /// Ask the peer for the payloads of events held here without one
     /// although no deletion covers them (Specs/sync.md §4.7).
-    public var refill = true
+    package var refill = true
     /// Offers and accepts invitations: feeds that concern this node's user
     /// (Specs/sync.md §4.8). Off only to test an older peer.
-    public var invitations = true
+    package var invitations = true
     /// Offers range-based reconciliation of feed heads for first contact
     /// (Specs/sync.md §4.2.1); off, every feed is announced instead.
-    public var reconcile = true
+    package var reconcile = true
     /// Prefers sketch reconciliation (Specs/sync.md §4.2.2) when the peer
     /// offers it too; it falls back to `reconcile`'s tree when the sets
     /// differ in too many feeds.
-    public var sketch = true
+    package var sketch = true
     /// Offers scoped announcements (`scoped`, Specs/sync.md §4.10): a scoped
     /// side names the feeds it wants, the other announces only those.
-    public var scoped = true
+    package var scoped = true
     /// Offers the inbox exchange (`inbox`, Specs/sync.md §4.11): this side
     /// leaves its own events addressed to users whose inbox the peer is, and
     /// takes the notices the peer holds for its user. Syncing by relay lists
     /// sets it; a listed relay offers it too.
-    public var inbox = false
+    package var inbox = false
     /// Serves as a relay that hosts a part (`chorus serve --host listed`,
     /// Specs/sync.md §8.1): it requests only the feeds `FeedHosting` keeps,
     /// and keeps, as an inbox, the deliveries addressed to users whose list
     /// names it `inbox`. Off: every feed is requested (`--host all`).
-    public var hostsListed = false
+    package var hostsListed = false
     /// The most events and bytes of events this side serves the peer in one
     /// session (Specs/sync.md §5.1): past it, the rest of the peer's ranges
     /// go unanswered this session, so one peer cannot hold a server for an
     /// unbounded time; the peer syncs again for the rest.
-    public var budget = SessionBudget()
+    package var budget = SessionBudget()
     /// Called as the session fetches: after each committed batch of events,
     /// each blob stored, and each new request (on the session's executor:
     /// keep it short).
@@ -65,7 +65,7 @@ public struct SyncOptions: Sendable {
     /// inbox exchange offered (any relay may be someone's inbox, Specs/sync.md
     /// §4.11), and with `hostsListed` only the listed part kept, reconciled by
     /// tree (a sketch's decoder pushes feeds unasked, §8.1).
-    public static func relay(hostsListed: Bool) -> SyncOptions {
+    package static func relay(hostsListed: Bool) -> SyncOptions {
         var options = SyncOptions(live: true)
         options.inbox = true
         if hostsListed {
@@ -100,13 +100,13 @@ public struct SyncProgress: Sendable, Hashable {
 }
 
 /// Per-session limits on what one side serves (Specs/sync.md §5.1).
-public struct SessionBudget: Sendable, Hashable {
+package struct SessionBudget: Sendable, Hashable {
     /// The most events served per session; 1,000,000 by default.
-    public var events: Int
+    package var events: Int
     /// The most envelope bytes served per session; 1 GiB by default.
-    public var bytes: Int
+    package var bytes: Int
     /// A budget of `events` events and `bytes` envelope bytes per session.
-    public init(events: Int = 1_000_000, bytes: Int = 1 << 30) {
+    package init(events: Int = 1_000_000, bytes: Int = 1 << 30) {
         self.events = events
         self.bytes = bytes
     }
@@ -117,45 +117,45 @@ public struct SyncReport: Sendable, Hashable {
     /// The peer's proved device key and address.
     public var peer: PeerIdentity
     /// The peer's user key from its hello; nil when no hello arrived.
-    public var peerUser: PublicKey? = nil
+    package var peerUser: PublicKey? = nil
     /// Events stored here for the first time.
     public var eventsReceived = 0
     /// Events received that this node already held.
-    public var duplicatesReceived = 0
+    package var duplicatesReceived = 0
     /// Events received to restore a payload this node held purged (refill).
-    public var payloadsRefilled = 0
+    package var payloadsRefilled = 0
     /// Events sent to the peer: answers to its requests and refills, and pushed
     /// events.
     public var eventsSent = 0
     /// Events this side asked the peer for (the sum of its requested ranges).
-    public var eventsRequested = 0
+    package var eventsRequested = 0
     /// Blobs received and stored here (a blob no live picture references any
     /// more is neither stored nor counted).
     public var blobsReceived = 0
     /// Blobs sent to the peer in full.
-    public var blobsSent = 0
+    package var blobsSent = 0
     /// Blob hashes this side asked the peer for.
-    public var blobsRequested = 0
+    package var blobsRequested = 0
     /// Blobs the peer asked for that this side holds with bytes that no
     /// longer match their hash (damaged on its disk): answered
     /// `blobMissing`, so the session goes on (Specs/sync.md §4.4).
-    public var damagedBlobs: [Hash32] = []
+    package var damagedBlobs: [Hash32] = []
     /// Received events the log refused as forks and kept as evidence
     /// (Specs/sync.md §4.3).
-    public var forksSeen = 0
+    package var forksSeen = 0
     /// `chat.key` events this device wrote after the session to share the
     /// chat keys the received events entitle member devices to.
-    public var keyEventsWritten = 0
+    package var keyEventsWritten = 0
     /// Frames handed to the network, of every message type.
-    public var framesSent = 0
+    package var framesSent = 0
     /// Frames received, the peer's hello included.
-    public var framesReceived = 0
+    package var framesReceived = 0
     /// Bytes of the frames handed to the network (sync messages, without
     /// transport overhead).
-    public var bytesSent = 0
+    package var bytesSent = 0
     /// Bytes of the frames received (sync messages, without transport
     /// overhead).
-    public var bytesReceived = 0
+    package var bytesReceived = 0
     /// How long the session ran, in seconds.
     public var seconds = 0.0
     /// Both sides said "done".
@@ -164,42 +164,42 @@ public struct SyncReport: Sendable, Hashable {
     public var live = false
     /// A live session ended because the connection failed (the peer went
     /// away without closing), not because either side closed it.
-    public var connectionLost = false
+    package var connectionLost = false
     /// This side sent its own device key or a device binding: the peer may
     /// have wrapped chat keys to this device during the session
     /// (Specs/encryption.md §6 rule 5), which the next session brings.
-    public var sentDeviceKeys = false
+    package var sentDeviceKeys = false
     /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
     /// in this many rounds sent.
-    public var reconciled = false
+    package var reconciled = false
     /// Reconciliation rounds this side sent: `reconcile` rounds, or its
     /// `sketchInfo` and each later sketch round (plus tree rounds after a
     /// fall-back).
-    public var reconcileRounds = 0
+    package var reconcileRounds = 0
     /// The reconciliation was by sketch (Specs/sync.md §4.2.2) and found
     /// the difference, without falling back to the tree.
-    public var sketched = false
+    package var sketched = false
     /// The peer sent less than was asked (its budget, or events stamped
     /// ahead of this node's clock): another session fetches the rest.
-    public var partial = false
+    package var partial = false
     /// Sessions this report covers (a sync that continued after a partial one).
-    public var sessions = 1
+    package var sessions = 1
     /// Events a listed relay did not keep because it does not host their
     /// feed (Specs/sync.md §8.1); never the peer's fault.
-    public var notHosted = 0
+    package var notHosted = 0
     /// This node's events the peer kept as their addressees' inbox (Specs/sync.md §4.11).
-    public var deliveriesLeft = 0
+    package var deliveriesLeft = 0
     /// (Event, addressee) pairs this node kept as an inbox for the peer's deliveries.
-    public var deliveriesKept = 0
+    package var deliveriesKept = 0
     /// Notices for this node's user received from the peer and kept.
-    public var noticesReceived = 0
+    package var noticesReceived = 0
 
     /// An empty report for a session with `peer`.
-    public init(peer: PeerIdentity) { self.peer = peer }
+    package init(peer: PeerIdentity) { self.peer = peer }
 
     /// Adds a follow-up session's counts to this one (one `sync` that took
     /// two sessions reports as one).
-    public mutating func add(_ other: SyncReport) {
+    package mutating func add(_ other: SyncReport) {
         eventsReceived += other.eventsReceived
         duplicatesReceived += other.duplicatesReceived
         payloadsRefilled += other.payloadsRefilled
