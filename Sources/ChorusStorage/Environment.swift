@@ -793,12 +793,7 @@ public struct Transaction {
     /// when there is none.
     static func seekNewest(_ cursor: OpaquePointer?, prefix: [UInt8], before: [UInt8]?, _ k: inout MDB_val, _ v: inout MDB_val) -> Int32 {
         // Start at the first key >= the upper bound, then step back once.
-        var upper = before ?? prefix
-        if before == nil {
-            // The smallest key above every key with this prefix.
-            while let last = upper.last, last == 0xFF { upper.removeLast() }
-            if !upper.isEmpty { upper[upper.count - 1] += 1 }
-        }
+        let upper = before ?? KeyRegion.successor(of: prefix) ?? []
         var rc: Int32
         if upper.isEmpty {
             rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST)

@@ -109,8 +109,7 @@ final class ChangeList {
     }
 
     func wrote(_ db: UInt32, _ key: UnsafeRawBufferPointer) {
-        guard !overflow else { return }
-        wrote(db, Array(key))
+        if !overflow { wrote(db, Array(key)) }
     }
 
     func wroteAll(_ db: UInt32) { wholeDatabases.insert(db) }
