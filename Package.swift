@@ -132,7 +132,7 @@ let package = Package(
             path: "Tools/Benchmark", exclude: ["HISTORY.md"]),
         // The many-relays network simulation, shared by chorus-bench and the tests.
         .target(
-            name: "ChorusSimulation", dependencies: ["ChorusNode", "ChorusSync", "ChorusProjections", "ChorusEvents", "ChorusCrypto"],
+            name: "ChorusSimulation", dependencies: ["ChorusNode", "ChorusParallel", "ChorusSync", "ChorusProjections", "ChorusEvents", "ChorusCrypto"],
             path: "Tools/Simulation"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusProjections", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],

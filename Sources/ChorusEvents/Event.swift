@@ -260,6 +260,13 @@ public struct Event: Hashable, Sendable {
         return out
     }
 
+    /// This event's payload under another copy's signature: what a refill
+    /// stores, so a purged event refilled from a copy whose signature was
+    /// never checked keeps the signature the log verified (Specs/events.md §7.4).
+    public func refilled(keeping stored: Event) -> Event {
+        Event(header: header, headerBytes: headerBytes, signature: stored.signature, payloadBytes: payloadBytes, id: id)
+    }
+
     /// The same event without its payload, as kept after a purge.
     public func purged() -> Event {
         Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: nil, id: id)

@@ -239,7 +239,7 @@ public struct LogStore: Sendable {
                 guard event.payloadBytes != nil, event.kind.payloadIsPurgeable else { return .duplicate }
                 let existing = try readEnvelope(at: arrival, in: txn)
                 guard existing.payloadBytes == nil else { return .duplicate }
-                try txn.put(envelopes, Self.encodeU64(arrival), event.encoded())
+                try txn.put(envelopes, Self.encodeU64(arrival), event.refilled(keeping: existing).encoded())
                 return .refilled(arrival: arrival)
             }
             // A different event at a position the feed already holds: keep the evidence.
@@ -654,6 +654,37 @@ public struct LogStore: Sendable {
                 do { refused = try Event.decode(value) } catch { throw LogError.corrupt("fork evidence: \(error)") }
                 out.append(ForkEvidence(author: author, seq: seq, kept: kept, refused: refused))
                 return true
+            }
+            return out
+        }
+    }
+
+    /// Which of `events` (in any order) the log already holds, by their
+    /// ids at their feed positions: one head read per author, and a lookup
+    /// only for positions at or below the head. Ingest skips verifying
+    /// these (Specs/events.md §7.1): the id is the hash of the header, so a
+    /// held id means a header already verified; the new envelope's
+    /// signature is never stored, as the log keeps the first one. An event
+    /// that would refill a purged payload (`append` then stores its
+    /// envelope) counts as not held, so it is verified.
+    package func held(_ events: some Collection<(author: PublicKey, seq: UInt64, id: EventID, mayRefill: Bool)>) throws -> [Bool] {
+        try env.read { txn in
+            var out: [Bool] = []
+            out.reserveCapacity(events.count)
+            var lastAuthor: PublicKey? = nil
+            var headSeq: UInt64 = 0
+            for e in events {
+                if e.author != lastAuthor {
+                    lastAuthor = e.author
+                    headSeq = try readHead(e.author, in: txn)?.seq ?? 0
+                }
+                guard e.seq <= headSeq, let arrival = try arrival(of: e.author, seq: e.seq, in: txn) else {
+                    out.append(false)
+                    continue
+                }
+                let same = try storedID(at: arrival, in: txn) == e.id
+                let refills = try same && e.mayRefill && readPayload(at: arrival, in: txn) == nil
+                out.append(same && !refills)
             }
             return out
         }

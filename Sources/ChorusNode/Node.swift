@@ -590,21 +590,19 @@ public actor Node {
     // MARK: Ingesting remote events
 
     /// The one path by which events from elsewhere enter the store.
-    /// Envelopes are decoded and their signatures verified on all cores, in
-    /// one pass: an event is verified by the core that just decoded it, while
-    /// its bytes are in that core's cache. They are then put in feed order
-    /// (so a batch behaves as a set) and go to the group-commit writer.
+    /// Envelopes are decoded on all cores, put in feed order (so a batch
+    /// behaves as a set), verified on all cores but for those already held
+    /// (Specs/events.md §7.4), and go to the group-commit writer.
     /// Returns one result per input, in input order. `enqueued` and `last`
-    /// are as for `ingest(events:last:enqueued:)`; a last call is decoded
-    /// first and verified slice by slice as it is handed to the writer.
+    /// are as for `ingest(events:last:enqueued:)`; a last call is verified
+    /// slice by slice as it is handed to the writer.
     public func ingest(_ envelopes: [[UInt8]], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async
         -> IngestReport
     {
-        guard last else {
-            return await ingest(decoded: await Self.parallel(envelopes, ParallelVerifier.check), verified: true, enqueued: enqueued)
-        }
-        return await ingest(
-            decoded: await Self.parallel(envelopes, Self.decodeOnly), gather: Self.lastCallGather(envelopes.count), enqueued: enqueued)
+        // Verified after decoding, not with it: events already held are not verified again.
+        await ingest(
+            decoded: await Self.parallel(envelopes, Self.decodeOnly), gather: last ? Self.lastCallGather(envelopes.count) : Self.commitGather,
+            enqueued: enqueued)
     }
 
     /// Like `ingest(_:)`, but refuses the whole batch, storing nothing, if any
@@ -729,9 +727,28 @@ public actor Node {
         while start < events.count {
             let range = start..<min(events.count, start + slice)
             start = range.upperBound
-            let checks: [Bool] =
-                verified ? Array(repeating: true, count: range.count)
-                : await Self.parallel(Array(range)) { k in events.withUnsafeBufferPointer { $0[k].verifySignature() } }
+            let checks: [Bool]
+            if verified {
+                checks = Array(repeating: true, count: range.count)
+            } else {
+                // Events already held are not verified again: peers that
+                // serve the same feeds (a user's two home relays) send the
+                // same events, and the writer answers them `duplicate`.
+                let positions = Array(range)
+                var ok =
+                    (try? log.held(
+                        positions.lazy.map {
+                            let e = events[$0]
+                            return (e.header.author, e.header.seq, e.id, e.payloadBytes != nil && e.kind.payloadIsPurgeable)
+                        }))
+                    ?? Array(repeating: false, count: positions.count)
+                let toVerify = positions.indices.filter { !ok[$0] }
+                let verifiedNow = await Self.parallel(toVerify.map { positions[$0] }) { k in
+                    events.withUnsafeBufferPointer { $0[k].verifySignature() }
+                }
+                for (offset, good) in zip(toVerify, verifiedNow) { ok[offset] = good }
+                checks = ok
+            }
             for (k, ok) in zip(range, checks) {
                 if ok { good.append(k) } else { results[order[k]] = .refused(.badSignature) }
             }

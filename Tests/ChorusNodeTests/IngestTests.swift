@@ -54,6 +54,38 @@ struct IngestTests {
         await node.close()
     }
 
+    /// `envelope` with one byte of its signature changed.
+    static func tampered(_ event: Event) -> [UInt8] {
+        var bytes = event.encoded()
+        let at = bytes.firstRange(of: event.signature)!.lowerBound
+        bytes[at] ^= 0x01
+        return bytes
+    }
+
+    @Test func aHeldEventIsNotVerifiedAgainAndKeepsItsSignature() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let posted = try await node.addPicture(Array("a picture".utf8), mime: "image/png")
+        let original = try #require(try node.event(posted.id)).event
+        // A copy of a held event under another signature: its header is the
+        // held header, so it is a duplicate and the log keeps its envelope.
+        let first = await node.ingest([Self.tampered(original)])
+        #expect(first.codes == ["duplicate"], "\(first.results)")
+        #expect(try node.event(posted.id)?.event.encoded() == original.encoded())
+        #expect(try node.log.integrityProblems() == [])
+        // Once the payload is purged, a copy would refill it, so its
+        // signature is checked: a bad one is refused, a good one refills
+        // under the signature the log verified.
+        #expect(try node.log.env.write { txn in try node.log.purgePayload(posted.id, in: txn) })
+        #expect((await node.ingest([Self.tampered(original)])).codes == ["bad_signature"])
+        #expect(try node.event(posted.id)?.event.payloadBytes == nil)
+        #expect((await node.ingest([original.encoded()])).codes == ["duplicate"])
+        #expect(try node.event(posted.id)?.event.encoded() == original.encoded())
+        #expect(try node.log.integrityProblems() == [])
+        await node.close()
+    }
+
     @Test("every negative vector is refused with its error and changes nothing", arguments: try VectorFile.load().invalid)
     func negativeVector(_ v: InvalidVector) async throws {
         let tmp = TempDir()

@@ -1,6 +1,7 @@
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
+import ChorusParallel
 import ChorusProjections
 import ChorusSync
 import Foundation
@@ -8,7 +9,7 @@ import Foundation
 /// A network of many relays in one process (Specs/sync.md §8.1, §4.11, §9):
 /// `relays` relays serving `--host listed` on 127.0.0.1 and `users` user
 /// nodes, each a real store opened only while it acts, syncing by relay
-/// lists over real TCP. A power-law follow graph, posts (pictures), likes of
+/// lists over real TCP, `concurrency` users at a time. A power-law follow graph, posts (pictures), likes of
 /// followed users' pictures and private chats; each user on two random
 /// `home` relays and one `inbox`. `chorus-bench network` runs it at scale;
 /// the test suite runs a small one and requires every delivery.
@@ -35,6 +36,10 @@ public struct NetworkSimulation: Sendable {
         public var firstContactSample = 200
         /// Fixes the follow graph, the relay choices and the chats.
         public var seed: UInt64 = 1
+        /// Users acting at once, each with its own store and connections.
+        /// Every random choice is made before they act, so the network is
+        /// the same whatever the order in which they finish.
+        public var concurrency = 8
         /// Where the stores go (a directory of its own, removed by the caller).
         public var directory: String
 
@@ -119,14 +124,14 @@ public struct NetworkSimulation: Sendable {
         }
     }
 
-    struct User {
+    struct User: Sendable {
         let store: String
         let user: PublicKey
         let device: PublicKey
         var follows: [Int] = []
     }
 
-    struct Chat {
+    struct Chat: Sendable {
         let creator: Int
         let members: [Int]
         let id: ChatID
@@ -135,7 +140,7 @@ public struct NetworkSimulation: Sendable {
     /// Builds the network, runs the publishing pass and `rounds` rounds,
     /// and measures. `progress` hears a line per phase.
     public static func run(_ p: Parameters, progress: @Sendable (String) -> Void = { _ in }) async throws -> Result {
-        let started = ContinuousClock.now
+        let began = ContinuousClock.now
         var rng = SeededRandom(seed: p.seed)
         let network = NetworkConfig(networkKey: Random.bytes32())
         try FileManager.default.createDirectory(atPath: p.directory, withIntermediateDirectories: true)
@@ -152,7 +157,7 @@ public struct NetworkSimulation: Sendable {
             relays.append((node, server, listener, { Relay(address: address, key: key, roles: $0) }))
         }
         do {
-            let result = try await simulate(p, relays: relays, network: network, rng: &rng, started: started, progress: progress)
+            let result = try await simulate(p, relays: relays, network: network, rng: &rng, started: began, progress: progress)
             for r in relays { await r.listener.shutdown(); await r.server.shutdown(); await r.node.close() }
             return result
         } catch {
@@ -164,7 +169,7 @@ public struct NetworkSimulation: Sendable {
     typealias Served = (node: Node, server: SyncServer, listener: SecureListener, relay: @Sendable (Relay.Roles) -> Relay)
 
     static func simulate(
-        _ p: Parameters, relays: [Served], network: NetworkConfig, rng: inout SeededRandom, started: ContinuousClock.Instant,
+        _ p: Parameters, relays: [Served], network: NetworkConfig, rng: inout SeededRandom, started began: ContinuousClock.Instant,
         progress: @Sendable (String) -> Void
     ) async throws -> Result {
         var network = network
@@ -174,28 +179,40 @@ public struct NetworkSimulation: Sendable {
         }
         progress("\(p.relays) relays listening")
 
-        // Users: identities, relay lists, posts.
-        var users: [User] = []
-        var pictures: [[PictureID]] = []
-        for i in 0..<p.users {
-            let store = p.directory + "/u\(i)"
-            let node = try await Node.create(at: store, deviceName: "u\(i)", network: network)
+        // Every random choice first, in user order, from the seed.
+        var lists: [[Relay]] = []
+        var postCounts: [Int] = []
+        for _ in 0..<p.users {
             var homes = Set<Int>()
             while homes.count < min(2, p.relays) { homes.insert(Int.random(in: 0..<p.relays, using: &rng)) }
             var inbox = Int.random(in: 0..<p.relays, using: &rng)
             if p.relays > 2 { while homes.contains(inbox) { inbox = Int.random(in: 0..<p.relays, using: &rng) } }
             var list = homes.sorted().map { relays[$0].relay(homes.contains(inbox) && $0 == inbox ? .all : .home) }
             if !homes.contains(inbox) { list.append(relays[inbox].relay(.inbox)) }
-            _ = try await node.setRelays(list)
-            var mine: [PictureID] = []
-            for k in 0..<Int.random(in: 1...p.maxPosts, using: &rng) {
-                mine.append(try await node.addPicture(Array("picture \(k) of u\(i) ".utf8) + Random.bytes(64), mime: "image/png").object)
-            }
-            pictures.append(mine)
-            users.append(User(store: store, user: node.identity.user.raw, device: node.identity.device.raw))
-            await node.close()
-            if (i + 1) % 1000 == 0 { progress("\(i + 1) users created") }
+            lists.append(list)
+            postCounts.append(Int.random(in: 1...p.maxPosts, using: &rng))
         }
+
+        // Users: identities, relay lists, posts.
+        let made = try await eachUser(p) { [network, lists, postCounts] i -> (User, [PictureID]) in
+            let store = p.directory + "/u\(i)"
+            let node = try await Node.create(at: store, deviceName: "u\(i)", network: network)
+            do {
+                _ = try await node.setRelays(lists[i])
+                var mine: [PictureID] = []
+                for k in 0..<postCounts[i] {
+                    mine.append(try await node.addPicture(Array("picture \(k) of u\(i) ".utf8) + Random.bytes(64), mime: "image/png").object)
+                }
+                await node.close()
+                return (User(store: store, user: node.identity.user.raw, device: node.identity.device.raw), mine)
+            } catch {
+                await node.close()
+                throw error
+            }
+        }
+        var users = made.map(\.0)
+        let pictures = made.map(\.1)
+        progress("\(p.users) users created")
 
         // A power-law follow graph: popularity by Zipf rank, follow counts by Pareto.
         let weights = (0..<p.users).map { 1 / pow(Double($0 + 1), 0.9) }
@@ -217,7 +234,7 @@ public struct NetworkSimulation: Sendable {
             return order[lo]
         }
         var result = Result()
-        var chats: [Chat] = []
+        var chatMembers: [Int: [Int]] = [:]  // creator → the two members
         for i in 0..<p.users {
             let u = Double.random(in: Double.ulpOfOne..<1, using: &rng)
             let want = min(p.maxFollows, p.users - 1, Int(Double(p.minFollows) / pow(u, 1 / 1.5)))
@@ -230,30 +247,44 @@ public struct NetworkSimulation: Sendable {
             }
             users[i].follows = follows.sorted()
             result.follows += follows.count
-            let node = try await Node.open(at: users[i].store)
-            for j in users[i].follows { _ = try await node.follow(UserID(users[j].user)) }
-            // Likes of a followed user's picture (held or not: a like names its object).
-            for j in users[i].follows.prefix(3) {
-                if let picture = pictures[j].first { _ = try await node.like(picture) }
-            }
             if users[i].follows.count >= 2, Double.random(in: 0..<1, using: &rng) < p.chatFraction {
-                let members = Array(users[i].follows.shuffled(using: &rng).prefix(2))
-                let chat = try await node.createChat(title: "chat of u\(i)", members: members.map { UserID(users[$0].user) }).object
-                _ = try await node.sendMessage(chat, text: "hello from u\(i)")
-                chats.append(Chat(creator: i, members: members, id: chat))
+                chatMembers[i] = Array(users[i].follows.shuffled(using: &rng).prefix(2))
             }
-            await node.close()
         }
+        let everyone = users
+        let started = try await eachUser(p) { [chatMembers] i -> Chat? in
+            let me = everyone[i]
+            let node = try await Node.open(at: me.store)
+            do {
+                for j in me.follows { _ = try await node.follow(UserID(everyone[j].user)) }
+                // Likes of a followed user's picture (held or not: a like names its object).
+                for j in me.follows.prefix(3) {
+                    if let picture = pictures[j].first { _ = try await node.like(picture) }
+                }
+                var chat: Chat? = nil
+                if let members = chatMembers[i] {
+                    let id = try await node.createChat(title: "chat of u\(i)", members: members.map { UserID(everyone[$0].user) }).object
+                    _ = try await node.sendMessage(id, text: "hello from u\(i)")
+                    chat = Chat(creator: i, members: members, id: id)
+                }
+                await node.close()
+                return chat
+            } catch {
+                await node.close()
+                throw error
+            }
+        }
+        let chats = started.compactMap { $0 }
         result.chats = chats.count
         progress("\(result.follows) follows, \(chats.count) chats")
 
         // Publishing: each user's node syncs with its own relays and the bootstrap relays.
-        for i in 0..<p.users {
-            let node = try await Node.open(at: users[i].store)
-            _ = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
-            await node.close()
+        _ = try await eachUser(p) { i in
+            try await withNode(at: everyone[i].store) { node in
+                _ = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
+            }
         }
-        result.setupSeconds = seconds(ContinuousClock.now - started)
+        result.setupSeconds = seconds(ContinuousClock.now - began)
         progress("published in \(String(format: "%.1f", result.setupSeconds)) s")
 
         // The rounds: every user syncs by its relay lists with its scope.
@@ -262,12 +293,14 @@ public struct NetworkSimulation: Sendable {
         var scopeFeedsAtFirstContact = 0
         var due = try await heights(of: users)
         for round in 0..<p.rounds {
-            for i in 0..<p.users {
-                let node = try await Node.open(at: users[i].store)
-                let (plan, _) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
-                connections.append(plan.relays.count)
-                if round == p.rounds - 1 { for relay in plan.relays { for reason in relay.reasons { reasons[reason, default: 0] += 1 } } }
-                await node.close()
+            let plans = try await eachUser(p) { i in
+                try await withNode(at: everyone[i].store) { node in
+                    try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1)).plan.relays.map(\.reasons)
+                }
+            }
+            for plan in plans {
+                connections.append(plan.count)
+                if round == p.rounds - 1 { for relay in plan { for reason in relay { reasons[reason, default: 0] += 1 } } }
             }
             let thisRound = connections.suffix(p.users)
             result.connectionsPerSyncMeanByRound.append(Double(thisRound.reduce(0, +)) / Double(max(1, thisRound.count)))
@@ -283,18 +316,23 @@ public struct NetworkSimulation: Sendable {
         // First contact as the scoped benchmark measures it: nodes that hold
         // the same events, nothing remembered of each other (peer records
         // forgotten), so the bytes are the protocol's, not the events'.
-        for i in stride(from: 0, to: p.users, by: max(1, p.users / p.firstContactSample)) {
-            let node = try await Node.open(at: users[i].store)
-            let peers = try PeerStore(env: node.log.env)
-            for record in try peers.all() { try peers.forget(record.key) }
-            let (_, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
-            for r in results {
-                guard case .success(let report) = r.outcome else { continue }
-                result.firstContactSessions += 1
-                result.firstContactBytes += report.bytesSent + report.bytesReceived
+        let sample = Array(stride(from: 0, to: p.users, by: max(1, p.users / p.firstContactSample)))
+        let contacts = try await eachUser(p, sample) { i in
+            try await withNode(at: everyone[i].store) { node in
+                let peers = try PeerStore(env: node.log.env)
+                for record in try peers.all() { try peers.forget(record.key) }
+                let (_, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
+                let bytes = results.compactMap { r -> Int? in
+                    guard case .success(let report) = r.outcome else { return nil }
+                    return report.bytesSent + report.bytesReceived
+                }
+                return (bytes, try ReplicationScope(hops: 1).feeds(of: node)?.count ?? 0)
             }
-            scopeFeedsAtFirstContact += try ReplicationScope(hops: 1).feeds(of: node)?.count ?? 0
-            await node.close()
+        }
+        for (bytes, feeds) in contacts {
+            result.firstContactSessions += bytes.count
+            result.firstContactBytes += bytes.reduce(0, +)
+            scopeFeedsAtFirstContact += feeds
         }
         result.connectionsPerSyncMean = connections.isEmpty ? 0 : Double(connections.reduce(0, +)) / Double(connections.count)
         result.connectionsPerSyncMax = connections.max() ?? 0
@@ -320,8 +358,32 @@ public struct NetworkSimulation: Sendable {
         result.relayEventsMaxOverIdeal = Double(result.relayEventsMax) / max(1, result.relayEventsIdeal)
         result.users = p.users
         result.relays = p.relays
-        result.wallSeconds = seconds(ContinuousClock.now - started)
+        result.wallSeconds = seconds(ContinuousClock.now - began)
         return result
+    }
+
+    /// `body` for every user (or those of `only`), `p.concurrency` at a
+    /// time; the results in user order, or the first error.
+    static func eachUser<T: Sendable>(
+        _ p: Parameters, _ only: [Int]? = nil, _ body: @escaping @Sendable (Int) async throws -> T
+    ) async throws -> [T] {
+        let outcomes = await concurrentMap(only ?? Array(0..<p.users), limit: p.concurrency) { i -> Swift.Result<T, any Error> in
+            do { return .success(try await body(i)) } catch { return .failure(error) }
+        }
+        return try outcomes.map { try $0.get() }
+    }
+
+    /// `body` with the store at `path` open, closed after whatever happens.
+    static func withNode<T: Sendable>(at path: String, _ body: (Node) async throws -> T) async throws -> T {
+        let node = try await Node.open(at: path)
+        do {
+            let value = try await body(node)
+            await node.close()
+            return value
+        } catch {
+            await node.close()
+            throw error
+        }
     }
 
     /// Each user's device feed height in its own store.
