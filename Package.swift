@@ -16,6 +16,13 @@ import PackageDescription
 //     -> ChorusCommandLine (what both tools share, ArgumentParser)
 //     -> ChorusCommands (every `chorus` command; `ChorusProgram.runner` for a served API's command line)
 //     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
+// The HTTP API server and the service life cycle (Hummingbird, swift-prometheus,
+// swift-service-lifecycle) are the `Service` trait, off by default: an app that
+// depends on the `Chorus` product resolves none of their packages. `chorus serve`'s
+// API, `node.serveAPI` and their tests need it: `swift build --traits Service`
+// (Tools/chorus, Tools/test and Tools/bench pass it).
+let service = TargetDependencyCondition.when(traits: ["Service"])
+
 let package = Package(
     name: "Chorus",
     // Synchronization's Mutex and Atomic need macOS 15 / iOS 18; on Linux any Swift 6.
@@ -31,6 +38,12 @@ let package = Package(
         .executable(name: "chorus", targets: ["ChorusCLI"]),
         .executable(name: "chorus-replay", targets: ["ChorusReplayCLI"]),
         .executable(name: "chorus-bench", targets: ["ChorusBench"]),
+    ],
+    traits: [
+        .trait(
+            name: "Service",
+            description: "The node's HTTP API (Hummingbird), Prometheus metrics and graceful shutdown for chorus serve and node.serveAPI."),
+        .default(enabledTraits: []),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -93,13 +106,13 @@ let package = Package(
             dependencies: ["ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusSync", "ChorusStorage", "ChorusCrypto",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio"),
-                           .product(name: "Hummingbird", package: "hummingbird"),
-                           .product(name: "HummingbirdCore", package: "hummingbird"),
-                           .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                           .product(name: "Hummingbird", package: "hummingbird", condition: service),
+                           .product(name: "HummingbirdCore", package: "hummingbird", condition: service),
+                           .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket", condition: service),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Metrics", package: "swift-metrics"),
-                           .product(name: "Prometheus", package: "swift-prometheus"),
-                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
+                           .product(name: "Prometheus", package: "swift-prometheus", condition: service),
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: service)]),
         .target(
             name: "Chorus",
             dependencies: [
@@ -121,7 +134,7 @@ let package = Package(
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Metrics", package: "swift-metrics"),
-                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: service)]),
         .executableTarget(name: "ChorusCLI", dependencies: ["ChorusCommands"]),
         // Harnesses that live with the tools, not the product.
         .executableTarget(

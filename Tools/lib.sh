@@ -72,13 +72,18 @@ ensure_schemathesis() {
     export CHORUS_SCHEMATHESIS="$venv/bin/st"
 }
 
+# The package traits every build of the tools and tests enables: `Service`
+# brings the HTTP API and service life cycle that `chorus serve` needs (an
+# app that depends on the library leaves it off; Package.swift).
+chorus_traits=(--traits Service)
+
 # Builds the given products in debug mode; prints the build log only on failure.
 build_products() {
     local log
     log="$(mktemp)"
     echo "Building ${*}..." >&2
     for p in "$@"; do
-        if ! (cd "$chorus_root" && swift build --product "$p") >"$log" 2>&1; then
+        if ! (cd "$chorus_root" && swift build "${chorus_traits[@]}" --product "$p") >"$log" 2>&1; then
             cat "$log" >&2
             rm -f "$log"
             echo "Build failed." >&2

@@ -1,3 +1,4 @@
+#if Service
 import ArgumentParser
 import ChorusCommandLine
 import ChorusCrypto
@@ -306,3 +307,22 @@ struct HostingCensusService: Service {
         }
     }
 }
+#else
+import ArgumentParser
+import ChorusCommandLine
+
+/// `chorus serve` in a build without the `Service` trait: the serving
+/// process needs the HTTP API and the service life cycle, which that build
+/// leaves out, so the command says how to get a build that has them.
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve sync to peers and the local API (this build has no service: build with --traits Service).")
+
+    @Argument(parsing: .allUnrecognized) var arguments: [String] = []
+
+    func run() async throws {
+        printError("error: this chorus was built without the Service trait, which `serve` needs; build it with `swift build --traits Service` (Tools/chorus does)")
+        throw ExitCode(Exit.failure)
+    }
+}
+#endif

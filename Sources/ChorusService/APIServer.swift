@@ -1,3 +1,4 @@
+#if Service
 import ChorusCrypto
 import ChorusNode
 import ChorusOperations
@@ -479,3 +480,4 @@ public struct APIRequestContext: RequestContext, WebSocketRequestContext {
     /// Pictures and imports are larger than the default.
     public var maxUploadSize: Int { 64 << 20 }
 }
+#endif

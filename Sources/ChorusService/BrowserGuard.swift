@@ -1,3 +1,4 @@
+#if Service
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -249,3 +250,4 @@ struct BrowserGuardMiddleware: RouterMiddleware {
                         code: "unauthorized"))))
     }
 }
+#endif

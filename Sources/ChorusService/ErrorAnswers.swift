@@ -1,3 +1,4 @@
+#if Service
 import Hummingbird
 import HummingbirdCore
 
@@ -61,3 +62,4 @@ struct ErrorAnswersMiddleware<Context: RequestContext>: RouterMiddleware {
 struct IncompleteBody: Error {
     let cause: String
 }
+#endif

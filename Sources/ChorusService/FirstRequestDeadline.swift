@@ -1,3 +1,4 @@
+#if Service
 import HummingbirdCore
 import Logging
 import NIOCore
@@ -54,3 +55,4 @@ final class FirstHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusNode
 import ChorusOperations
 import Foundation
@@ -67,3 +68,4 @@ enum ProcessFigures {
         #endif
     }
 }
+#endif

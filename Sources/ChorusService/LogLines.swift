@@ -1,3 +1,4 @@
+#if Service
 import ChorusOperations
 import Foundation
 import Logging
@@ -68,3 +69,4 @@ public struct LineLogHandler: LogHandler {
     /// Control characters shown escaped (a peer's text cannot break a line or drive a terminal).
     static func escaped(_ s: String) -> String { terminalSafe(s) }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusNode
 import Foundation
 import Logging
@@ -59,3 +60,4 @@ public struct APIServing: Sendable {
         for case .unixSocket(let path) in endpoints { try? FileManager.default.removeItem(atPath: path) }
     }
 }
+#endif

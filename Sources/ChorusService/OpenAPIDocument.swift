@@ -1,3 +1,4 @@
+#if Service
 import ChorusEvents
 import ChorusNode
 import ChorusOperations
@@ -304,3 +305,4 @@ public enum OpenAPIDocument {
         ]
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
@@ -281,3 +282,4 @@ struct BytesEndpoint: Sendable {
             })
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusCrypto
 import ChorusEvents
 import ChorusNode
@@ -378,3 +379,4 @@ public struct CommandRoute: Sendable {
         .init(.get, "/v1/peers", "Known sync peers, latest first", [.word("peers")], operation: OperationEndpoint { _ in ListPeers() }),
     ]
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusLog
 import ChorusNode
 import ChorusProjections
@@ -80,3 +81,4 @@ public final class ServiceMetrics: Sendable {
         return registry.emitToBuffer()
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusCrypto
 import Foundation
 import NIOCore
@@ -239,3 +240,4 @@ final class WatchMailbox: Sendable {
         return nil
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 /// The viewer served at `/` (Specs/api.md §7): one static page, no build
 /// step, that reads this node's projections through the API: a profile and
 /// its gallery in order with the pictures themselves, the feed, the chats
@@ -257,3 +258,4 @@ $("user-form").onsubmit = (e) => { e.preventDefault(); loadProfile(); };
 })();
 """#
 }
+#endif

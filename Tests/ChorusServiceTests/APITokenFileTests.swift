@@ -1,3 +1,4 @@
+#if Service
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -18,3 +19,4 @@ struct APITokenFileTests {
         #expect(try APIToken.loadOrCreate(at: path) == token)
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusNode
 import ChorusOperations
 import ChorusService
@@ -55,3 +56,4 @@ enum AnswerSchemas {
         return []
     }
 }
+#endif

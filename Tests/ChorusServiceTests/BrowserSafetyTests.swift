@@ -1,3 +1,4 @@
+#if Service
 import ChorusCommands
 import ChorusNode
 import ChorusProjections
@@ -203,3 +204,4 @@ struct BrowserSafetyTests {
         await s.stop()
     }
 }
+#endif

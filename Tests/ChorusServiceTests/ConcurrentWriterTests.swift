@@ -1,3 +1,4 @@
+#if Service
 import ChorusTestSupport
 import Foundation
 import Synchronization
@@ -75,3 +76,4 @@ final class FailureList: Sendable {
     func add(_ s: String) { state.withLock { $0.append(s) } }
     var all: [String] { state.withLock { $0 } }
 }
+#endif

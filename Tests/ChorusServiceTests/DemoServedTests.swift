@@ -1,3 +1,4 @@
+#if Service
 import ChorusTestSupport
 import Foundation
 import Testing
@@ -60,3 +61,4 @@ struct DemoServedTests {
         #expect(served.stdout.contains("Demo complete."))
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -296,3 +297,4 @@ struct ForwardingTests {
         return (status, String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusCommands
 import ChorusNode
 import ChorusProjections
@@ -64,3 +65,4 @@ struct LibraryAPITests {
         await node.close()
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusCrypto
 import ChorusNode
 import ChorusSync
@@ -155,3 +156,4 @@ struct ManyRelaysProcessTests {
         for r in relays { r.server.stop() }
     }
 }
+#endif

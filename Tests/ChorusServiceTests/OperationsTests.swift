@@ -1,3 +1,4 @@
+#if Service
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -162,3 +163,4 @@ struct OperationsTests {
         }
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusTestSupport
 import Foundation
 import Synchronization
@@ -97,3 +98,4 @@ final class RawWebSocket: @unchecked Sendable {
         Foundation.close(fd)
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusTestSupport
 import Foundation
 import Testing
@@ -55,3 +56,4 @@ struct SchemathesisTests {
         #expect(server.stop() == 0, "\(server.output.suffix(4000))")
     }
 }
+#endif

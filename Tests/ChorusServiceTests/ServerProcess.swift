@@ -1,3 +1,4 @@
+#if Service
 import ChorusService
 import ChorusTestSupport
 import Foundation
@@ -88,3 +89,4 @@ final class LogBuffer: Sendable {
     func append(_ s: String) { state.withLock { $0 += s } }
     var text: String { state.withLock { $0 } }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Service
 import ChorusCommands
 import ChorusNode
 import ChorusProjections
@@ -124,3 +125,4 @@ struct StatusTests {
         await node.close()
     }
 }
+#endif

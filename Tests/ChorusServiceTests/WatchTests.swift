@@ -1,3 +1,4 @@
+#if Service
 import ChorusCommands
 import ChorusNode
 import ChorusProjections
@@ -166,3 +167,4 @@ struct WatchTests {
         await node.close()
     }
 }
+#endif

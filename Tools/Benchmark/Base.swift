@@ -118,7 +118,7 @@ func siblingExecutable(_ name: String) throws -> String {
     let path = me.deletingLastPathComponent().appendingPathComponent(name).path
     guard FileManager.default.isExecutableFile(atPath: path) else {
         throw ValidationError(
-            "no \(name) executable next to chorus-bench at \(path): build it with the same configuration (swift build -c release --product \(name))")
+            "no \(name) executable next to chorus-bench at \(path): build it with the same configuration (swift build -c release --traits Service --product \(name))")
     }
     return path
 }
