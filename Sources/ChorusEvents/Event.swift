@@ -263,7 +263,7 @@ public struct Event: Hashable, Sendable {
     /// This event's payload under another copy's signature: what a refill
     /// stores, so a purged event refilled from a copy whose signature was
     /// never checked keeps the signature the log verified (Specs/events.md §7.4).
-    public func refilled(keeping stored: Event) -> Event {
+    package func refilled(keeping stored: Event) -> Event {
         Event(header: header, headerBytes: headerBytes, signature: stored.signature, payloadBytes: payloadBytes, id: id)
     }
 
