@@ -164,11 +164,14 @@ package final class InboxStore: Sendable {
     /// The feeds that left notices for `user` here (Specs/sync.md §6): each
     /// notice's author device and the user it named; `chats` are the users
     /// named by notices of a chat (an invitation or a key wrap), whom a plan
-    /// covers first (§9). A notice `isAnswered` leaves them out: its event
+    /// covers first (§9); `followersOnly` those named only by notices of a
+    /// follow or an unfollow, whom a plan may defer (§9). A notice `isAnswered` leaves them out: its event
     /// is held and folded, so its sender stays in scope only if something
     /// else (a follow, a chat) puts it there.
     package func correspondents(of user: PublicKey, isAnswered: (EventHeader, PublicKey?) throws -> Bool = { _, _ in false }) throws -> Correspondents {
         var out = Correspondents()
+        var follows: Set<PublicKey> = []
+        var others: Set<PublicKey> = []
         for notice in try notices(for: user).notices {
             guard let header = try? Event.decode(notice.envelope).header else { continue }
             if try isAnswered(header, notice.user) { continue }
@@ -176,10 +179,14 @@ package final class InboxStore: Sendable {
             guard let u = notice.user else { continue }
             out.users.insert(u)
             switch header.kind {
-            case .chatCreated, .chatMemberAdded, .chatKey: out.chats.insert(u)
-            default: break
+            case .chatCreated, .chatMemberAdded, .chatKey:
+                out.chats.insert(u)
+                others.insert(u)
+            case .followAdded, .followRemoved: follows.insert(u)
+            default: others.insert(u)
             }
         }
+        out.followersOnly = follows.subtracting(others)
         return out
     }
 
@@ -191,6 +198,8 @@ package final class InboxStore: Sendable {
         package var devices: Set<PublicKey> = []
         /// The users named by notices of a chat.
         package var chats: Set<PublicKey> = []
+        /// The users named only by notices of a follow or an unfollow.
+        package var followersOnly: Set<PublicKey> = []
     }
 
     /// `correspondents(of:)` in `node`'s store, leaving out the notices
@@ -248,25 +257,29 @@ package final class InboxStore: Sendable {
     }
 
     /// The inbox relays at which this node's own addressed events still
-    /// wait to be left (Specs/sync.md §4.11), with how many wait at each.
-    package static func pending(at node: Node) throws -> [(relay: Relay, events: Int)] {
+    /// wait to be left (Specs/sync.md §4.11), with how many wait at each,
+    /// and whether only follows and unfollows wait there (`followsOnly`: a
+    /// plan may leave those for a later sync, §9).
+    package static func pending(at node: Node) throws -> [(relay: Relay, events: Int, followsOnly: Bool)] {
         guard let store = try? InboxStore(env: node.log.env) else { return [] }
         let p = node.projections
-        var waiting: [PublicKey: (relay: Relay, ids: [EventID])] = [:]
+        var waiting: [PublicKey: (relay: Relay, ids: [EventID], follows: Set<EventID>)] = [:]
         for event in try addressedOwnEvents(at: node, store: store) {
+            let follow = event.kind == .followAdded || event.kind == .followRemoved
             for user in try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }) {
                 for relay in try p.relays(of: UserID(user))?.relays ?? [] where relay.roles.contains(.inbox) {
-                    var entry = waiting[relay.key] ?? (relay, [])
+                    var entry = waiting[relay.key] ?? (relay, [], [])
                     if entry.ids.last != event.id { entry.ids.append(event.id) }
+                    if follow { entry.follows.insert(event.id) }
                     waiting[relay.key] = entry
                 }
             }
         }
-        var out: [(relay: Relay, events: Int)] = []
+        var out: [(relay: Relay, events: Int, followsOnly: Bool)] = []
         for (key, entry) in waiting {
             let left = try store.left(entry.ids, at: key)
-            let count = entry.ids.count - left.count
-            if count > 0 { out.append((entry.relay, count)) }
+            let unleft = entry.ids.filter { !left.contains($0) }
+            if !unleft.isEmpty { out.append((entry.relay, unleft.count, unleft.allSatisfy { entry.follows.contains($0) })) }
         }
         return out.sorted { ($0.events, $1.relay.key) > ($1.events, $0.relay.key) }
     }

@@ -39,6 +39,10 @@ public struct RelayPlan: Sendable, Hashable {
     public var uncovered: [PublicKey]
     /// Users in scope without a relay list: fetched from whichever relays the plan holds.
     public var unlisted: [PublicKey]
+    /// Users in scope only because they followed or unfollowed this user
+    /// (their notices wait here) whose home relays the plan leaves to a
+    /// later sync (§9 step 5): no session fetches them this time.
+    package var deferred: [PublicKey] = []
 
     /// A plan of these relays (`make` chooses them from relay lists).
     package init(relays: [Entry], uncovered: [PublicKey], unlisted: [PublicKey]) {
@@ -50,7 +54,10 @@ public struct RelayPlan: Sendable, Hashable {
     /// The plan for `node` (its scope from `scope`): relays covering every
     /// user in scope whose list names a reachable `home` relay, none of those
     /// `avoiding` (relays that failed earlier in the same sync: their users
-    /// are covered by their other home relays).
+    /// are covered by their other home relays). What can wait a sync (users
+    /// in scope only as followers, inboxes where only follows wait to be
+    /// left) goes through the relays chosen for the rest and one relay more,
+    /// so each sync makes progress on it; followers left are `deferred`.
     package static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = []) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
@@ -109,27 +116,39 @@ public struct RelayPlan: Sendable, Hashable {
             for relay in node.network.bootstrapRelays { add(relay.address, relay.key, "bootstrap") }
         }
         // Inboxes where this node's own addressed events (invitations, key
-        // wraps, follows, gifts) wait to be left, most waiting first.
-        for waiting in try InboxStore.pending(at: node) {
+        // wraps, gifts) wait to be left, most waiting first; those where
+        // only follows wait come after the cover, within the budget.
+        let waitingInboxes = try InboxStore.pending(at: node)
+        for waiting in waitingInboxes where !waiting.followsOnly {
             add(waiting.relay.address, waiting.relay.key, "inbox")
         }
         var members: Set<PublicKey> = []
         for chat in try p.chats(of: me.raw) { for m in chat.members where m.user.raw != me.raw { members.insert(m.user.raw) } }
+        // Followers who are in scope for nothing else: their follow is the
+        // only thing this node needs of them, and it can wait a sync.
+        let correspondents = try InboxStore.correspondents(of: me.raw, at: node)
+        let due = try scope.users(of: node, notices: false) ?? []
+        let followers = correspondents.followersOnly.subtracting(due).subtracting(members).intersection(homes.keys)
         // Users a relay chosen above is home to are covered already.
-        var pending = Set(homes.keys)
-        for i in entries.indices {
-            let served = homes.filter { $0.value.contains { $0.key == entries[i].key } }.keys.sorted()
-            entries[i].covers += served.filter { !entries[i].covers.contains($0) }
-            pending.subtract(served)
+        var pending = Set(homes.keys).subtracting(followers)
+        var later = followers
+        func coverByChosen(_ users: inout Set<PublicKey>) {
+            for i in entries.indices {
+                let served = users.filter { homes[$0]?.contains { $0.key == entries[i].key } ?? false }.sorted()
+                entries[i].covers += served.filter { !entries[i].covers.contains($0) }
+                users.subtract(served)
+            }
         }
+        coverByChosen(&pending)
         // A user left uncovered by earlier syncs (every home relay failed)
         // weighs more, one more per sync it waited.
-        let waited = try memory.syncsWaited(pending)
+        let waited = try memory.syncsWaited(pending.union(later))
         // The members of this user's chats and whoever invited it or wrapped
         // it a key come before followed users and followers: an invitation
         // or a key wrap waits on them.
-        let urgent = members.union(try InboxStore.correspondents(of: me.raw, at: node).chats)
-        while !pending.isEmpty {
+        let urgent = members.union(correspondents.chats)
+        func cover(_ pending: inout Set<PublicKey>, while more: () -> Bool) {
+        while !pending.isEmpty && more() {
             // The relay that serves the most pending users, by weight; ties
             // go to the relay users list earlier, then the smaller key, so
             // every node with the same lists and history picks alike.
@@ -154,7 +173,22 @@ public struct RelayPlan: Sendable, Hashable {
             add(best.relay.address, best.relay.key, "home", covering: best.users)
             pending.subtract(best.users)
         }
-        return RelayPlan(relays: entries, uncovered: pending.union(unreachable).sorted(), unlisted: unlisted)
+        }
+        cover(&pending) { true }
+        // What can wait a sync: inboxes where only follows wait to be left
+        // (most waiting first), then followers (the longest waiting first),
+        // through the relays chosen and one relay more.
+        let limit = entries.count + 1
+        for waiting in waitingInboxes where waiting.followsOnly {
+            if entries.contains(where: { $0.key == waiting.relay.key }) || entries.count < limit {
+                add(waiting.relay.address, waiting.relay.key, "inbox")
+            }
+        }
+        coverByChosen(&later)
+        cover(&later) { entries.count < limit }
+        var plan = RelayPlan(relays: entries, uncovered: pending.union(unreachable).sorted(), unlisted: unlisted)
+        plan.deferred = later.sorted()
+        return plan
     }
 
     /// Per relay, the users of the scope that other relays of the plan
@@ -164,7 +198,7 @@ public struct RelayPlan: Sendable, Hashable {
     func shares(without me: PublicKey) -> [PublicKey: Set<PublicKey>] {
         let coverers = Set(relays.flatMap(\.covers)).subtracting([me])
         var out: [PublicKey: Set<PublicKey>] = [:]
-        for entry in relays { out[entry.key, default: coverers].subtract(entry.covers) }
+        for entry in relays { out[entry.key, default: coverers.union(deferred)].subtract(entry.covers) }
         return out
     }
 

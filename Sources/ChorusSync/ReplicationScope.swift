@@ -63,7 +63,10 @@ public struct ReplicationScope: Hashable, Sendable {
     }
 
     /// The users in scope now (this node's user included), or nil for every user.
-    public func users(of node: Node) throws -> Set<PublicKey>? {
+    public func users(of node: Node) throws -> Set<PublicKey>? { try users(of: node, notices: true) }
+
+    /// `users(of:)`, with or without the users that notices alone put in scope.
+    package func users(of node: Node, notices: Bool) throws -> Set<PublicKey>? {
         guard let hops else { return nil }
         let p = node.projections
         let me = node.identity.user.raw
@@ -86,7 +89,9 @@ public struct ReplicationScope: Hashable, Sendable {
         }
         // Whoever addressed this user (a notice at its inbox, §4.11): their
         // feeds hold the invitation, the follow or the gift.
-        for u in try InboxStore.correspondents(of: me, at: node).users where !blocked.contains(u) { users.insert(u) }
+        if notices {
+            for u in try InboxStore.correspondents(of: me, at: node).users where !blocked.contains(u) { users.insert(u) }
+        }
         return users
     }
 

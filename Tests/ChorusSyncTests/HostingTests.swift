@@ -244,6 +244,46 @@ struct HostingTests {
         for relay in relays { await relay.stop() }
     }
 
+    @Test("followers whose homes the plan does not meet wait: one relay more a round, the longest waiting first, until every one is held")
+    func followersBeyondTheBudgetWait() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        var relays: [ServedRelay] = []
+        for i in 0..<6 { relays.append(try await Self.listed(dir, "r\(i)", network: net)) }
+        net.bootstrapRelays = [BootstrapRelay(address: relays[0].address, key: relays[0].key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        _ = try await alice.setRelays([relays[0].relay(.all)])
+        _ = try await Self.syncByLists(alice, hops: 0)
+        // Five followers, each at home on a relay of its own.
+        var followers: [Node] = []
+        for i in 1...5 {
+            let node = try await makeNode(dir, "f\(i)", network: net)
+            _ = try await node.setRelays([relays[i].relay(.all)])
+            _ = try await node.follow(alice.identity.user)
+            _ = try await Self.syncByLists(node, hops: 1)
+            followers.append(node)
+        }
+        func held() throws -> Set<PublicKey> { Set(try alice.projections.followers(of: alice.identity.user).map(\.raw)) }
+        // The plan meets her own relay and one more a round (the rest
+        // wait): not every follower in one sync...
+        let (plan, results) = try await bounded(.seconds(60), "alice's first sync") {
+            try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 1))
+        }
+        #expect(results.allSatisfy { if case .success = $0.outcome { true } else { false } })
+        let first = try held()
+        #expect(!first.isEmpty && first.count < 5, "\(first.count) followers after one sync, plan \(plan.relays.map(\.reasons))")
+        // ...and every one of them after a few.
+        for _ in 0..<4 where try held().count < 5 {
+            _ = try await bounded(.seconds(60), "alice's later sync") {
+                try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 1))
+            }
+        }
+        #expect(try held() == Set(followers.map(\.identity.user.raw)))
+        for node in [alice] + followers { await node.close() }
+        for relay in relays { await relay.stop() }
+    }
+
     @Test("with one relay connection at a time a sync still covers every followed user; a user whose home relays all fail is reported uncovered")
     func oneConnectionAtATimeCoversEveryone() async throws {
         let dir = SyncTempDir()
