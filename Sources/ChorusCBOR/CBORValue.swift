@@ -1,3 +1,5 @@
+import Foundation
+
 /// A CBOR data item restricted to the deterministic subset Chorus uses
 /// (Specs/events.md §2): integers, byte and text strings, arrays, maps,
 /// `false`, `true` and `null`. Floats, tags, `undefined` and other simple
@@ -91,4 +93,27 @@ extension CBORValue {
     public subscript(text key: String) -> CBORValue? { self[.text(key)] }
     /// Looks an unsigned integer key up in a map; nil when absent or not a map.
     public subscript(int key: UInt64) -> CBORValue? { self[.unsigned(key)] }
+}
+
+/// A value is kept as its deterministic encoding, base64: lossless for every
+/// value (byte strings, integers past JSON's safe range), and read back only
+/// if it is canonical, as any Chorus decoder requires.
+extension CBORValue: Codable {
+    /// Reads the base64 of a canonical encoding.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let data = Data(base64Encoded: text) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "a CBOR value is the base64 of its encoding")
+        }
+        do { self = try CBORDecoder.decode(Array(data)) } catch {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a canonical CBOR value: \(error)")
+        }
+    }
+
+    /// Writes the base64 of the deterministic encoding.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(Data(CBOREncoder.encode(self)).base64EncodedString())
+    }
 }

@@ -165,3 +165,23 @@ public enum Hex {
         }
     }
 }
+
+/// Keys, event ids and hashes are kept and sent as their 64-digit hex form,
+/// as the typed ids are, so a view an app caches reads back the same.
+extension Bytes32: Codable {
+    /// Reads the 64-digit hex form (either case).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let value = Bytes32(hex: text) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "32 bytes are 64 hex digits, got \"\(text.prefix(80))\"")
+        }
+        self = value
+    }
+
+    /// Writes the 64-digit lowercase hex form.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(hex)
+    }
+}

@@ -4,7 +4,7 @@ import ChorusEvents
 
 /// A picture sent inside a chat: the key of its encrypted blob and what the
 /// relays must not see (Specs/encryption.md §7).
-public struct Attachment: Hashable, Sendable {
+public struct Attachment: Hashable, Sendable, Codable {
     /// The random 32-byte key the blob bytes are encrypted with; it travels only
     /// inside the sealed message body.
     public let key: [UInt8]
@@ -52,7 +52,7 @@ public struct Attachment: Hashable, Sendable {
 }
 
 /// The plaintext of a sealed `message.sent` body or `message.edited` body.
-public struct MessageContent: Hashable, Sendable {
+public struct MessageContent: Hashable, Sendable, Codable {
     /// The message text (1…4000 UTF-8 bytes), if any; the only field of an edit.
     public var text: String?
     /// The id of a published picture the message refers to, if any, resolved as in

@@ -101,3 +101,18 @@ enum ISO8601Millis {
         return (m <= 2 ? y + 1 : y, m, d)
     }
 }
+
+/// A timestamp is kept as its raw 64-bit value: exact, and ordered as the
+/// clock orders it.
+extension HLC: Codable {
+    /// Reads the raw value.
+    public init(from decoder: any Decoder) throws {
+        self.init(rawValue: try decoder.singleValueContainer().decode(UInt64.self))
+    }
+
+    /// Writes the raw value.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+}

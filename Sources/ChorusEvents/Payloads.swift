@@ -777,9 +777,9 @@ public struct SlotSetPayload: KindPayload, Hashable {
 /// One relay of a user's relay list (Specs/events.md §6.2.29): a node that
 /// serves the user's feeds (`home`) or accepts what others address to the
 /// user (`inbox`), reached at `address` and proving `key` in its handshake.
-public struct Relay: Sendable, Hashable {
+public struct Relay: Sendable, Hashable, Codable {
     /// What a relay does for the user whose list names it.
-    public struct Roles: OptionSet, Sendable, Hashable {
+    public struct Roles: OptionSet, Sendable, Hashable, Codable {
         /// Bit 0 `home`, bit 1 `inbox`: the byte `roles` holds per relay.
         public let rawValue: UInt8
         /// The roles of a `roles` byte.

@@ -39,9 +39,12 @@ public enum Readable<Content: Hashable & Sendable>: Hashable, Sendable {
     public var value: Content? { if case .content(let c) = self { c } else { nil } }
 }
 
+/// Opened content is kept as it was opened, so a cached view needs no key to read back.
+extension Readable: Codable where Content: Codable {}
+
 /// A message as this device reads it: the projected record and, when this
 /// device holds its epoch key, the content.
-public struct ReadableMessage: Hashable, Sendable {
+public struct ReadableMessage: Hashable, Sendable, Codable {
     /// The message's projected record: sender, device, HLC, the sealed body and
     /// its edit or deletion state.
     public let view: MessageView
@@ -54,7 +57,7 @@ public struct ReadableMessage: Hashable, Sendable {
 
 /// A chat as this device reads it: the projected record and, when this device
 /// holds the key, the opened title (Specs/encryption.md §8).
-public struct ReadableChat: Hashable, Sendable {
+public struct ReadableChat: Hashable, Sendable, Codable {
     /// The chat's projected record: creator, current members and message count.
     public let view: ChatView
     /// The title as this device can open it, or `nil` when the chat has no title.
@@ -63,7 +66,7 @@ public struct ReadableChat: Hashable, Sendable {
 
 /// One page of a chat as this device reads it, returned by
 /// ``Node/readableChatPage(_:limit:before:)``.
-public struct ReadableChatPage: Hashable, Sendable {
+public struct ReadableChatPage: Hashable, Sendable, Codable {
     /// The chat itself, with its title opened when it can be.
     public let chat: ReadableChat
     /// The page's messages, oldest first, leaving out senders the viewing user blocks.
@@ -83,7 +86,7 @@ public struct ReadableChatPage: Hashable, Sendable {
 
 /// One row of this user's chat list (``Node/chatList()``): the chat with
 /// its title opened, its last message opened, and this user's unread count.
-public struct ReadableChatSummary: Hashable, Sendable {
+public struct ReadableChatSummary: Hashable, Sendable, Codable {
     /// The chat, with its title opened when this device holds the key.
     public let chat: ReadableChat
     /// The newest message, opened when this device holds its epoch key;

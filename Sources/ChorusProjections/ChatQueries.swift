@@ -6,7 +6,7 @@ import ChorusStorage
 
 /// A current member of a chat, as `ChatView.members` lists it
 /// (Specs/projections.md §6.5).
-public struct MemberView: Hashable, Sendable {
+public struct MemberView: Hashable, Sendable, Codable {
     /// The member's user key.
     public let user: UserID
     /// Whether the member is an administrator and may add or remove members.
@@ -18,7 +18,7 @@ public struct MemberView: Hashable, Sendable {
 
 /// A chat as this node projects it: its creation record and current members
 /// (Specs/projections.md §6.5). The title stays sealed here.
-public struct ChatView: Hashable, Sendable {
+public struct ChatView: Hashable, Sendable, Codable {
     /// The chat id: the object of its `chat.created`, chosen by the creating
     /// device.
     public let id: ChatID
@@ -42,7 +42,7 @@ public struct ChatView: Hashable, Sendable {
 
 /// One message as every replica projects it (Specs/projections.md §6.6): who
 /// sent it, when, and its sealed body; nothing here is decrypted.
-public struct MessageView: Hashable, Sendable {
+public struct MessageView: Hashable, Sendable, Codable {
     /// The message id: the id of its `message.sent` event.
     public let id: MessageID
     /// The chat the message was sent to.
@@ -126,7 +126,7 @@ public struct MessageCursor: Hashable, Sendable, Codable, LosslessStringConverti
 /// How far a member has read a chat: the furthest message their effective
 /// `chat.read` events reached (Specs/projections.md §6.7), the message
 /// `Node.markRead(_:upTo:)` names, with its sending HLC.
-public struct ReadMarker: Hashable, Sendable {
+public struct ReadMarker: Hashable, Sendable, Codable {
     /// The furthest message marked read.
     public let message: MessageID
     /// That message's sending HLC; messages order by (HLC, id).
@@ -144,7 +144,7 @@ public struct ReadMarker: Hashable, Sendable {
 }
 
 /// One chat of a chat list (`chatList(of:)`): what an inbox row shows.
-public struct ChatSummary: Hashable, Sendable {
+public struct ChatSummary: Hashable, Sendable, Codable {
     /// The chat's record and current members (the title still sealed).
     public let chat: ChatView
     /// The newest message that took effect, deleted ones included, leaving
@@ -167,7 +167,7 @@ public struct ChatSummary: Hashable, Sendable {
 
 /// One page of a chat as `chat(_:viewer:limit:before:)` returns it: the chat, a
 /// run of its messages and everyone's read markers.
-public struct ChatPage: Hashable, Sendable {
+public struct ChatPage: Hashable, Sendable, Codable {
     /// The chat's record and current members.
     public let chat: ChatView
     /// Oldest first.

@@ -5,7 +5,7 @@ import ChorusStorage
 
 /// A user's coin balance (Specs/projections.md §6.9): the rights of every
 /// device ever bound to them plus those of the user key.
-public struct BalanceView: Hashable, Sendable {
+public struct BalanceView: Hashable, Sendable, Codable {
     /// The user key the balance belongs to.
     public let user: UserID
     /// The balance in coins: every device's rights plus `userKeyRights`.
@@ -19,7 +19,7 @@ public struct BalanceView: Hashable, Sendable {
 
 /// One lock slot of a profile (Specs/projections.md §6.8): its price, whether
 /// it is unlocked and the picture it shows.
-public struct SlotView: Hashable, Sendable {
+public struct SlotView: Hashable, Sendable, Codable {
     /// The slot number, from 0 (always free and unlocked).
     public let slot: Int
     /// The configured price of the slot in coins (`NetworkConfig.slotPrices`).

@@ -7,7 +7,7 @@ import HeapModule
 /// How a projection shows a reference to a picture. References are resolved
 /// when read, so a deleted picture disappears from everything that points at
 /// it, and a picture not received yet shows as unresolved until it arrives.
-public enum PictureReference: Hashable, Sendable {
+public enum PictureReference: Hashable, Sendable, Codable {
     /// The picture is live (and, for avatars and slots, owned by the referring
     /// user).
     case picture(PictureView)
@@ -27,7 +27,7 @@ public enum PictureReference: Hashable, Sendable {
 
 /// A live picture as queries show it (Specs/projections.md §6.3). Fields of the
 /// creation's payload are nil when it was purged (`contentPurged`).
-public struct PictureView: Hashable, Sendable {
+public struct PictureView: Hashable, Sendable, Codable {
     /// The picture id, chosen by the creating device.
     public let id: PictureID
     /// The user who created the picture and alone may change it.

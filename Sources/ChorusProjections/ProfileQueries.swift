@@ -5,7 +5,7 @@ import ChorusStorage
 
 /// One profile field register (Specs/projections.md §6.2): the value of the
 /// winning `profile.set` and who wrote it.
-public struct ProfileFieldValue: Hashable, Sendable {
+public struct ProfileFieldValue: Hashable, Sendable, Codable {
     /// The field name, e.g. `name`, `bio` or `avatar` (Specs/events.md §6.2.3).
     public let name: String
     /// The winning value; `.null` when the field was cleared.
@@ -20,7 +20,7 @@ public struct ProfileFieldValue: Hashable, Sendable {
 
 /// A device bound to a user, with its coin rights (Specs/projections.md §6.1,
 /// §6.9).
-public struct DeviceView: Hashable, Sendable {
+public struct DeviceView: Hashable, Sendable, Codable {
     /// The device's public key.
     public let device: DeviceID
     /// The name its `device.added` gave; nil when none.
@@ -35,7 +35,7 @@ public struct DeviceView: Hashable, Sendable {
 
 /// A user's profile as this node projects it: field registers, the resolved
 /// avatar and the user's devices.
-public struct ProfileView: Hashable, Sendable {
+public struct ProfileView: Hashable, Sendable, Codable {
     /// The user key the profile belongs to.
     public let user: UserID
     /// The fields set (a cleared field holds `null`), by name.
@@ -53,7 +53,7 @@ public struct ProfileView: Hashable, Sendable {
 
 /// A user's relay list as this node projects it (Specs/projections.md
 /// §6.12): the relays of the greatest effective `relays.set`.
-public struct RelayListView: Hashable, Sendable {
+public struct RelayListView: Hashable, Sendable, Codable {
     /// The user the list belongs to.
     public let user: UserID
     /// The relays, in the user's order of preference (empty: cleared).
