@@ -74,7 +74,7 @@ let package = Package(
         .target(name: "ChorusStorage", dependencies: ["CLMDB"]),
         .target(name: "ChorusEvents", dependencies: ["ChorusCBOR", "ChorusCrypto"]),
         .target(name: "ChorusEncryption", dependencies: ["ChorusEvents", "ChorusCBOR", "ChorusCrypto"]),
-        .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage", "ChorusParallel"]),
+        .target(name: "ChorusLog", dependencies: ["ChorusEvents", "ChorusStorage", "ChorusParallel", "ChorusCBOR", "ChorusCrypto"]),
         .target(name: "ChorusBlobs", dependencies: ["ChorusStorage", "ChorusCrypto"]),
         .target(
             name: "ChorusProjections",
@@ -86,7 +86,7 @@ let package = Package(
             name: "ChorusNode",
             dependencies: ["ChorusParallel", "ChorusStore", "ChorusProjections", "ChorusEncryption", "ChorusBlobs", "ChorusLog", "ChorusEvents",
                            "ChorusCrypto", "ChorusStorage", "ChorusCBOR", .product(name: "Metrics", package: "swift-metrics")]),
-        .target(name: "ChorusNoise", dependencies: ["CSodium", "ChorusCrypto"]),
+        .target(name: "ChorusNoise", dependencies: ["CSodium"]),
         .target(
             name: "ChorusSync",
             dependencies: ["ChorusParallel", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
@@ -121,16 +121,16 @@ let package = Package(
             ]),
         .target(
             name: "ChorusCommandLine",
-            dependencies: ["ChorusOperations", "ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusStorage",
+            dependencies: ["ChorusOperations", "ChorusNode", "ChorusReplay", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "ChorusReplayCLI",
-            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
+            dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusReplay", "ChorusNode", "ChorusProjections", "ChorusCrypto", "ChorusCBOR",
                            "ChorusStorage", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "ChorusCommands",
             dependencies: ["ChorusCommandLine", "ChorusOperations", "ChorusNode", "ChorusReplay", "ChorusSync", "ChorusService", "ChorusEncryption",
-                           "ChorusStorage",
+                           "ChorusStorage", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Metrics", package: "swift-metrics"),
@@ -140,7 +140,7 @@ let package = Package(
         .executableTarget(
             name: "ChorusBench",
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusStore", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
-                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands", "ChorusSimulation",
+                           "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands", "ChorusSimulation", "ChorusOperations",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/Benchmark", exclude: ["HISTORY.md"]),
         // The many-relays network simulation, shared by chorus-bench and the tests.
@@ -158,7 +158,8 @@ let package = Package(
             name: "ChorusServiceTests",
             dependencies: [
                 "ChorusTestSupport", "ChorusService", "ChorusOperations", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusSync",
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                "ChorusCrypto", .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: service),
             ]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
@@ -174,7 +175,7 @@ let package = Package(
         .testTarget(
             name: "ChorusSyncTests",
             dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
-                           "ChorusStorage", "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64", "ChorusSimulation",
+                           "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64", "ChorusSimulation",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")]),
         .testTarget(
