@@ -172,6 +172,9 @@ public struct SyncReport: Sendable, Hashable {
     /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
     /// in this many rounds sent.
     package var reconciled = false
+    /// Times live announcing woke for commits (Specs/sync.md §4.6): only
+    /// commits that grew a feed the peer may be announced wake it.
+    package var liveWakes = 0
     /// Reconciliation rounds this side sent: `reconcile` rounds, or its
     /// `sketchInfo` and each later sketch round (plus tree rounds after a
     /// fall-back).

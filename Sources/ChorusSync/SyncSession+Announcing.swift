@@ -3,6 +3,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusParallel
+import ChorusStorage
 import Foundation
 
 /// Announcing this node's feeds: the heads changed since the peer's
@@ -18,14 +19,37 @@ extension SyncSession {
         guard let hello = peerHello else { return }
         // A scoped peer's feeds first (§4.10): every announcement is limited to them.
         if expectsPeerScope { await peerScopeReceived() }
-        // Subscribed before reading the position, so nothing slips between.
-        let wakeups = live ? node.arrivalNotifier.subscribe() : nil
         var invitation: [PublicKey] = []
         if hello.hops != nil, hello.capabilities.contains(.invitations) {
             invitation = try ReplicationScope.invitation(for: hello.user, at: node)
             for chunk in invitation.chunked(SyncLimits.listBatch) { send(.invite(chunk)) }
         }
         let invited = Set(invitation)
+        // Live announcing wakes by what changed (Specs/storage.md §8): the
+        // reads of the heads of the feeds the peer may be announced are
+        // recorded, and only a commit that writes one of them wakes it, so
+        // a relay's live sessions of scoped peers cost what their peers
+        // want, not every commit. Recorded before the position is read, so
+        // nothing slips between.
+        let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let observation = live ? node.log.env.regionObservers.open { wake.yield() } : nil
+        defer {
+            observation?.close()
+            wake.finish()
+        }
+        var watched: Set<PublicKey>? = nil
+        func watch() throws {
+            guard let observation else { return }
+            let feeds = peerScope.map { $0.union(invited) }
+            let recorder = ReadRecorder()
+            try ReadTracking.$recorder.withValue(recorder) {
+                if let feeds { for feed in feeds { _ = try node.head(of: feed) } } else { _ = try node.lastArrival() }
+            }
+            observation.update(recorder.recorded)
+            watched = feeds
+        }
+        try watch()
+        if live { liveWake = wake }
         func allowed(_ heads: [FeedAnnouncement]) -> [FeedAnnouncement] {
             guard let scope = peerScope else { return heads }
             return heads.filter { scope.contains($0.author) || invited.contains($0.author) }
@@ -49,8 +73,12 @@ extension SyncSession {
             for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         }
         send(.haveEnd(position: position))
-        guard let wakeups else { return }
-        for await _ in wakeups {
+        guard live else { return }
+        for await _ in wakes {
+            report.liveWakes += 1
+            // A scope that grew is watched whole from now on; what arrived
+            // meanwhile is in the arrivals since `position`.
+            if peerScope.map({ $0.union(invited) }) != watched { try watch() }
             let now = try node.lastArrival()
             guard now > position else { continue }
             let changed = allowed(try changedHeads(since: position, upTo: now, initial: false))
@@ -219,6 +247,7 @@ extension SyncSession {
         }
         let added = feeds.subtracting(scope)
         peerScope = scope.union(added)
+        if !added.isEmpty { liveWake?.yield() }  // live announcing watches the added feeds too
         let heads = try heads(of: added.sorted())
         for h in heads { peerKnown[h.author] = max(peerKnown[h.author] ?? 0, h.seq) }
         for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }

@@ -126,6 +126,9 @@ package actor SyncSession {
     var peerScope: Set<PublicKey>? = nil
     var peerScopePending: [PublicKey] = []
     var peerScopeWaiter: CheckedContinuation<Void, Never>? = nil
+    /// Wakes live announcing (Specs/sync.md §4.6) when a commit writes a
+    /// feed head its last reads covered, or when the peer's scope grew.
+    var liveWake: AsyncStream<Void>.Continuation? = nil
 
     /// Prepares a session of `node` with the peer on `transport`; nothing is
     /// sent before `run()`. `peers`, when given, supplies what was remembered

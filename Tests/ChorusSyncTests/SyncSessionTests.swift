@@ -221,6 +221,45 @@ struct SyncSessionTests {
         await b.close()
     }
 
+    @Test("a live session wakes only for commits that grow a feed its scoped peer wants")
+    func liveWakesByWhatChanged() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let hub = try await makeNode(dir, "hub", network: net)
+        let reader = try await makeNode(dir, "reader", network: net)
+        let followed = try await makeNode(dir, "followed", network: net)
+        let stranger = try await makeNode(dir, "stranger", network: net)
+        try await reader.follow(followed.identity.user)
+        for n in [followed, stranger, reader] { try await syncPair(hub, n) }
+        let strangerHeld = try reader.head(of: stranger.identity.device.raw)?.seq
+        let (tr, th) = MemoryTransport.pair(reader.identity.device.raw, hub.identity.device.raw)
+        var scoped = SyncOptions(live: true)
+        scoped.scope = ReplicationScope(hops: 1)
+        let sr = try SyncSession(node: reader, transport: tr, options: scoped)
+        let sh = try SyncSession(node: hub, transport: th, options: SyncOptions(live: true))
+        let runR = Task { try await sr.run() }
+        let runH = Task { try await sh.run() }
+        let first = try await followed.setProfile(.bio, .text("first"))
+        _ = await hub.ingest([first.event.encoded()])
+        #expect(try await eventually { try reader.event(first.id) != nil })
+        // Thirty commits of a feed the reader does not want: none wakes the
+        // hub's announcing for it (each woke it before).
+        for i in 0..<30 {
+            let e = try await stranger.setProfile(.bio, .text("n\(i)"))
+            _ = await hub.ingest([e.event.encoded()])
+        }
+        let second = try await followed.setProfile(.bio, .text("second"))
+        _ = await hub.ingest([second.event.encoded()])
+        #expect(try await eventually { try reader.event(second.id) != nil })
+        await tr.close()
+        let hubReport = try await bounded(.seconds(120), "live session end") { try await runH.value }
+        _ = try await bounded(.seconds(120), "live session end") { try await runR.value }
+        #expect(hubReport.liveWakes <= 4, "\(hubReport.liveWakes) wake-ups for 2 commits the reader wants and 30 it does not")
+        #expect(try reader.head(of: stranger.identity.device.raw)?.seq == strangerHeld)
+        for n in [hub, reader, followed, stranger] { await n.close() }
+    }
+
     @Test("--hops replicates exactly the feeds in scope")
     func partialReplication() async throws {
         let dir = SyncTempDir()
