@@ -1,21 +1,31 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// Dependency arrows point one way:
-//   CLMDB, CSodium (system libraries)
-//     -> ChorusCBOR, ChorusCrypto, ChorusStorage
+// Every target, lowest first; dependency arrows point one way (a target
+// depends only on targets before it):
+//   CLMDB, CSodium (system libraries: LMDB, libsodium), CGF64 (GF(2^64) in C for sync's sketches)
+//     -> ChorusCBOR, ChorusParallel (CPU work over all cores), ChorusCrypto, ChorusStorage (LMDB environment)
 //     -> ChorusEvents (format, kinds, schemas, clock)
 //     -> ChorusEncryption (chat encryption: epoch keys, key wraps, sealed values)
 //     -> ChorusLog (feeds in LMDB: append, chain checks, forks, arrival log), ChorusBlobs (picture bytes)
 //     -> ChorusProjections (CRDT merge into profiles, pictures, chats, coins; queries; digest)
+//     -> ChorusStore (one environment's log, blobs and projections, and the commit that writes them)
 //     -> ChorusNode (the embeddable node: identity, single writer, ingest, typed mutations)
 //     -> ChorusNoise (Noise_XXpsk3 on libsodium) -> ChorusSync (peer sync over TCP with SwiftNIO)
+//     -> Chorus (the library product an app embeds: re-exports node, queries, events, ids, sync)
 //     -> ChorusReplay (audits: verify, rebuild and diff, history, as-of, coin audit, stats)
 //     -> ChorusOperations (typed operations with Encodable results and stable error codes)
 //     -> ChorusService (the local HTTP API, metrics, logs, `node.serveAPI`; no ArgumentParser)
 //     -> ChorusCommandLine (what both tools share, ArgumentParser)
+//     -> ChorusReplayCLI (`chorus-replay`)
 //     -> ChorusCommands (every `chorus` command; `ChorusProgram.runner` for a served API's command line)
-//     -> ChorusCLI (`chorus`), ChorusReplayCLI (`chorus-replay`), Tools
+//     -> ChorusCLI (`chorus`)
+// Harnesses in Tools/: ChorusSimulation (the many-relays network) -> ChorusBench (`chorus-bench`);
+//   ChorusCrashWriter (the crash test's child process).
+// Tests: ChorusTestSupport (helpers most test targets share), then ChorusCBORTests, ChorusParallelTests,
+//   ChorusStorageTests, ChorusEventsTests, ChorusEncryptionTests, ChorusProjectionsTests, ChorusNodeTests,
+//   ChorusNoiseTests, ChorusSyncTests, ChorusReplayTests, ChorusOperationsTests, ChorusServiceTests and
+//   ChorusLibraryTests (the `Chorus` product alone).
 // The HTTP API server and the service life cycle (Hummingbird, swift-prometheus,
 // swift-service-lifecycle) are the `Service` trait, off by default: an app that
 // depends on the `Chorus` product resolves none of their packages. `chorus serve`'s
@@ -142,7 +152,7 @@ let package = Package(
             dependencies: ["ChorusParallel", "ChorusNode", "ChorusReplay", "ChorusStore", "ChorusLog", "ChorusProjections", "ChorusEvents", "ChorusCrypto", "ChorusCBOR",
                            "ChorusStorage", "CLMDB", "CSodium", "ChorusSync", "ChorusEncryption", "ChorusService", "ChorusCommands", "ChorusSimulation", "ChorusOperations",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            path: "Tools/Benchmark", exclude: ["HISTORY.md"]),
+            path: "Tools/Benchmark", exclude: ["README.md"]),
         // The many-relays network simulation, shared by chorus-bench and the tests.
         .target(
             name: "ChorusSimulation", dependencies: ["ChorusNode", "ChorusParallel", "ChorusSync", "ChorusProjections", "ChorusEvents", "ChorusCrypto"],

@@ -8,9 +8,9 @@ import ChorusProjections
 import Foundation
 import Synchronization
 
-/// Exit statuses shared by `chorus` and `chorus-replay` (README "Exit
-/// codes"): 0 success, 1 the command ran but refused or found something,
-/// 2 usage, store or I/O error.
+/// Exit statuses shared by `chorus` and `chorus-replay` (README, "The
+/// `chorus` command"): 0 success, 1 the command ran but refused or found
+/// something, 2 usage, store or I/O error.
 public enum Exit {
     public static let refused: Int32 = 1
     public static let finding: Int32 = 1

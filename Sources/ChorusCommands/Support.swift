@@ -19,7 +19,7 @@ struct StoreOptions: ParsableArguments {
     var path: String { storePath(store) }
 
     /// How long a command waits for another process that writes the store:
-    /// `$CHORUS_WRITER_WAIT` seconds, 60 by default (README "Several writers").
+    /// `$CHORUS_WRITER_WAIT` seconds, 60 by default (README "A running node").
     static var writerLockWait: Duration {
         let text = ProcessInfo.processInfo.environment["CHORUS_WRITER_WAIT"] ?? ""
         return .seconds(Int(text).map { max(0, $0) } ?? 60)

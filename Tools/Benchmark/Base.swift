@@ -59,10 +59,11 @@ func rateOfEachThread(threads: Int, seconds: Double, batch: Int = 64, _ perThrea
 
 /// What the verify limit verifies: distinct signatures by distinct keys
 /// over distinct messages, as every ingest does. Verifying one signature
-/// over and over ran 3–5 % faster on the development machine (README,
-/// "Performance"): libsodium's variable-time double scalar multiplication
-/// branches on the signature's scalars, and a loop over one signature, or a
-/// few, lets the branch predictor learn those branches.
+/// over and over ran 3–5 % faster on the development machine
+/// (Tools/Benchmark/README.md, "The verify limit"): libsodium's
+/// variable-time double scalar multiplication branches on the signature's
+/// scalars, and a loop over one signature, or a few, lets the branch
+/// predictor learn those branches.
 struct VerifySet: Sendable {
     let signatures: [[UInt8]]
     let messages: [[UInt8]]

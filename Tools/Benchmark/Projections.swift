@@ -725,8 +725,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     // as its users run it, `chorus rebuild` in a process of its own on the
     // closed store, timed by the tool itself (its digests apart). The heap
     // the ingest's threads left in this process made the same rebuild take
-    // about 12 % more CPU (Tools/Benchmark/HISTORY.md, fifty-seventh
-    // session), as it slowed the replay tool before (step 6). The limit is
+    // about 12 % more CPU, as it slowed the replay tool (step 6). The limit is
     // sampled just before and just after the second.
     var rebuildRate = 0.0
     var rebuildSeconds = 0.0

@@ -6,8 +6,7 @@ import Foundation
 /// includes a full rebuild in a scratch store) and `rebuild --out`, each
 /// timed as its users run it: the `chorus-replay` executable in a process
 /// of its own: the benchmark's process holds the signed workload and has
-/// just ingested and rebuilt, which slowed the same work measurably (the
-/// forty-eighth session in Tools/Benchmark/HISTORY.md has the figures).
+/// just ingested and rebuilt, which slowed the same work measurably.
 enum ReplayBench {
     static func measure(store: String, events: Int) throws -> (
         verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Bool
