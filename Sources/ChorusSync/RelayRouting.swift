@@ -56,9 +56,10 @@ public struct RelayPlan: Sendable, Hashable {
     /// `avoiding` (relays that failed earlier in the same sync: their users
     /// are covered by their other home relays). What can wait a sync (users
     /// in scope only as followers, inboxes where only follows wait to be
-    /// left) goes through the relays chosen for the rest and one relay more,
-    /// so each sync makes progress on it; followers left are `deferred`.
-    package static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = []) throws -> RelayPlan {
+    /// left) goes through the relays chosen for the rest and, with
+    /// `extra` (a sync's first plan), one relay more, so each sync makes
+    /// progress on it; followers left are `deferred`.
+    package static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
         var entries: [Entry] = []
@@ -177,8 +178,8 @@ public struct RelayPlan: Sendable, Hashable {
         cover(&pending) { true }
         // What can wait a sync: inboxes where only follows wait to be left
         // (most waiting first), then followers (the longest waiting first),
-        // through the relays chosen and one relay more.
-        let limit = entries.count + 1
+        // through the relays chosen and one relay more in a sync's first plan.
+        let limit = entries.count + (extra ? 1 : 0)
         for waiting in waitingInboxes where waiting.followsOnly {
             if entries.contains(where: { $0.key == waiting.relay.key }) || entries.count < limit {
                 add(waiting.relay.address, waiting.relay.key, "inbox")
@@ -294,7 +295,7 @@ extension SyncNetwork {
             // lists arrived in this round), and own home relays when this
             // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
-            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed)
+            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed, extra: false)
             let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
             let now = try ownHeights()
