@@ -43,6 +43,8 @@ public struct RelayPlan: Sendable, Hashable {
     /// (their notices wait here) whose home relays the plan leaves to a
     /// later sync (§9 step 5): no session fetches them this time.
     package var deferred: [PublicKey] = []
+    /// Whether step 5 added its one relay more (a sync allows it once).
+    package var addedForWhatCanWait = false
 
     /// A plan of these relays (`make` chooses them from relay lists).
     package init(relays: [Entry], uncovered: [PublicKey], unlisted: [PublicKey]) {
@@ -57,8 +59,8 @@ public struct RelayPlan: Sendable, Hashable {
     /// are covered by their other home relays). What can wait a sync (users
     /// in scope only as followers, inboxes where only follows wait to be
     /// left) goes through the relays chosen for the rest and, with
-    /// `extra` (a sync's first plan), one relay more, so each sync makes
-    /// progress on it; followers left are `deferred`.
+    /// `extra` (until a plan of the sync has used it), one relay more, so
+    /// each sync makes progress on it; followers left are `deferred`.
     package static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
@@ -178,8 +180,9 @@ public struct RelayPlan: Sendable, Hashable {
         cover(&pending) { true }
         // What can wait a sync: inboxes where only follows wait to be left
         // (most waiting first), then followers (the longest waiting first),
-        // through the relays chosen and one relay more in a sync's first plan.
-        let limit = entries.count + (extra ? 1 : 0)
+        // through the relays chosen and one relay more, once a sync.
+        let chosen = entries.count
+        let limit = chosen + (extra ? 1 : 0)
         for waiting in waitingInboxes where waiting.followsOnly {
             if entries.contains(where: { $0.key == waiting.relay.key }) || entries.count < limit {
                 add(waiting.relay.address, waiting.relay.key, "inbox")
@@ -189,6 +192,7 @@ public struct RelayPlan: Sendable, Hashable {
         cover(&later) { entries.count < limit }
         var plan = RelayPlan(relays: entries, uncovered: pending.union(unreachable).sorted(), unlisted: unlisted)
         plan.deferred = later.sorted()
+        plan.addedForWhatCanWait = entries.count > chosen
         return plan
     }
 
@@ -266,6 +270,7 @@ extension SyncNetwork {
         }
         var offered: [PublicKey: OwnHeights] = [:]  // per relay, the own feeds' heights when its last complete session began
         var plan = try RelayPlan.make(for: node, scope: scope)
+        var extraUsed = plan.addedForWhatCanWait
         var round = plan
         var results: [RelaySyncResult] = []
         var covered: [PublicKey: Set<PublicKey>] = [:]
@@ -295,7 +300,8 @@ extension SyncNetwork {
             // lists arrived in this round), and own home relays when this
             // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
-            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed, extra: false)
+            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed, extra: !extraUsed)
+            extraUsed = extraUsed || plan.addedForWhatCanWait
             let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
             let now = try ownHeights()
