@@ -120,7 +120,7 @@ public struct RelayPlan: Sendable, Hashable {
         }
         // Inboxes where this node's own addressed events (invitations, key
         // wraps, gifts) wait to be left, most waiting first; those where
-        // only follows wait come after the cover, within the budget.
+        // only follows wait are what can wait (below).
         let waitingInboxes = try InboxStore.pending(at: node)
         for waiting in waitingInboxes where !waiting.followsOnly {
             add(waiting.relay.address, waiting.relay.key, "inbox")
@@ -151,31 +151,31 @@ public struct RelayPlan: Sendable, Hashable {
         // or a key wrap waits on them.
         let urgent = members.union(correspondents.chats)
         func cover(_ pending: inout Set<PublicKey>, while more: () -> Bool) {
-        while !pending.isEmpty && more() {
-            // The relay that serves the most pending users, by weight; ties
-            // go to the relay users list earlier, then the smaller key, so
-            // every node with the same lists and history picks alike.
-            var tally: [PublicKey: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)] = [:]
-            for user in pending.sorted() {
-                for (rank, relay) in (homes[user] ?? []).enumerated() where canAdd(relay.key) {
-                    var t = tally[relay.key] ?? (relay, [], 0, 0)
-                    t.users.append(user)
-                    t.rank += rank
-                    t.weight += 1 + (waited[user] ?? 0) + (urgent.contains(user) ? Self.urgentWeight : 0)
-                    tally[relay.key] = t
+            while !pending.isEmpty && more() {
+                // The relay that serves the most pending users, by weight; ties
+                // go to the relay users list earlier, then the smaller key, so
+                // every node with the same lists and history picks alike.
+                var tally: [PublicKey: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)] = [:]
+                for user in pending.sorted() {
+                    for (rank, relay) in (homes[user] ?? []).enumerated() where canAdd(relay.key) {
+                        var t = tally[relay.key] ?? (relay, [], 0, 0)
+                        t.users.append(user)
+                        t.rank += rank
+                        t.weight += 1 + (waited[user] ?? 0) + (urgent.contains(user) ? Self.urgentWeight : 0)
+                        tally[relay.key] = t
+                    }
                 }
+                func better(
+                    _ a: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64), _ b: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)
+                ) -> Bool {
+                    if a.weight != b.weight { return a.weight > b.weight }
+                    if a.rank != b.rank { return a.rank < b.rank }
+                    return a.relay.key.bytes.lexicographicallyPrecedes(b.relay.key.bytes)
+                }
+                guard let best = tally.values.min(by: better) else { break }
+                add(best.relay.address, best.relay.key, "home", covering: best.users)
+                pending.subtract(best.users)
             }
-            func better(
-                _ a: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64), _ b: (relay: Relay, users: [PublicKey], rank: Int, weight: UInt64)
-            ) -> Bool {
-                if a.weight != b.weight { return a.weight > b.weight }
-                if a.rank != b.rank { return a.rank < b.rank }
-                return a.relay.key.bytes.lexicographicallyPrecedes(b.relay.key.bytes)
-            }
-            guard let best = tally.values.min(by: better) else { break }
-            add(best.relay.address, best.relay.key, "home", covering: best.users)
-            pending.subtract(best.users)
-        }
         }
         cover(&pending) { true }
         // What can wait a sync: inboxes where only follows wait to be left
