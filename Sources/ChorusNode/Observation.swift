@@ -79,9 +79,7 @@ extension Node {
                 var pending = wakes.makeAsyncIterator()
                 repeat {
                     guard observation.isOpen else { break }
-                    let recorder = ReadRecorder()
-                    let value = try await ReadTracking.$recorder.withValue(recorder) { try await read(self) }
-                    observation.update(recorder.recorded)
+                    let value = try await observation.watching { try await read(self) }
                     continuation.yield(value)
                 } while await pending.next() != nil
                 continuation.finish()

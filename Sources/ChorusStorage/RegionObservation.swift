@@ -315,8 +315,8 @@ public final class RegionObservers: Sendable {
     }
 }
 
-/// One open observation (`RegionObservers.open`): record a read with
-/// `ReadTracking`, then hand its regions to `update`.
+/// One open observation (`RegionObservers.open`): `watching` runs a read
+/// with its regions recorded (`ReadTracking`) and hands them to `update`.
 public struct RegionObservation: Sendable {
     let observers: RegionObservers
     let id: Int?
@@ -328,6 +328,23 @@ public struct RegionObservation: Sendable {
     public func update(_ recorded: (regions: Set<KeyRegion>, snapshot: UInt64?)) {
         guard let id else { return }
         observers.update(id, regions: recorded.regions, snapshot: recorded.snapshot)
+    }
+
+    /// Runs `read` with its key regions recorded, then matches commits
+    /// against those regions from the read's snapshot on.
+    public func watching<T>(_ read: () throws -> T) rethrows -> T {
+        let recorder = ReadRecorder()
+        let value = try ReadTracking.$recorder.withValue(recorder) { try read() }
+        update(recorder.recorded)
+        return value
+    }
+
+    /// `watching(_:)` for a read that suspends.
+    public func watching<T: Sendable>(_ read: @Sendable () async throws -> T) async rethrows -> T {
+        let recorder = ReadRecorder()
+        let value = try await ReadTracking.$recorder.withValue(recorder) { try await read() }
+        update(recorder.recorded)
+        return value
     }
 
     /// Stops matching commits against it.

@@ -3,7 +3,6 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusParallel
-import ChorusStorage
 import Foundation
 
 /// Announcing this node's feeds: the heads changed since the peer's
@@ -41,11 +40,9 @@ extension SyncSession {
         func watch() throws {
             guard let observation else { return }
             let feeds = peerScope.map { $0.union(invited) }
-            let recorder = ReadRecorder()
-            try ReadTracking.$recorder.withValue(recorder) {
+            try observation.watching {
                 if let feeds { for feed in feeds { _ = try node.head(of: feed) } } else { _ = try node.lastArrival() }
             }
-            observation.update(recorder.recorded)
             watched = feeds
         }
         try watch()
