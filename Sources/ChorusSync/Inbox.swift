@@ -62,7 +62,7 @@ package final class InboxStore: Sendable {
     // Key prefixes of the one database.
     static let byRecipient: UInt8 = 0  // 0 ‖ recipient ‖ serial (8, big-endian) → [user or null, envelope]
     static let byEvent: UInt8 = 1  // 1 ‖ event id ‖ recipient → serial
-    static let leftAt: UInt8 = 2  // 2 ‖ relay ‖ event id → empty: this node's event left at that relay
+    static let leftAt: UInt8 = 2  // 2 ‖ relay ‖ event id ‖ addressee → empty: this node's event left at that relay for that addressee
     static let counter: UInt8 = 3  // 3 → the last serial given
     static let noticeSerial: UInt8 = 4  // 4 ‖ relay → the last notice serial that relay sent this node
     static let ownScanned: UInt8 = 5  // 5 → the height of this device's feed indexed under prefix 6
@@ -136,19 +136,36 @@ package final class InboxStore: Sendable {
         }
     }
 
-    /// Which of `ids` this node has left at `relay` already.
-    package func left(_ ids: [EventID], at relay: PublicKey) throws -> Set<EventID> {
-        try env.read { txn in
-            Set(try ids.filter { try txn.get(db, [Self.leftAt] + relay.bytes + $0.bytes) != nil })
+    /// One of this node's events with one of its addressees: what an inbox
+    /// relay keeps, and what this node records as left there.
+    package struct Pair: Sendable, Hashable {
+        package let event: EventID
+        package let addressee: PublicKey
+        package init(_ event: EventID, _ addressee: PublicKey) {
+            self.event = event
+            self.addressee = addressee
         }
     }
 
-    /// Records that `relay` kept these events of this node's as an inbox.
-    package func markLeft(_ ids: [EventID], at relay: PublicKey) throws {
-        guard !ids.isEmpty else { return }
-        try env.write { txn in
-            for id in ids { try txn.put(db, [Self.leftAt] + relay.bytes + id.bytes, []) }
+    /// Which of `pairs` this node has left at `relay` already. Per
+    /// addressee, not per event: the addressees an event has at a relay
+    /// grow as their relay lists arrive, and each must be left there.
+    package func left(_ pairs: [Pair], at relay: PublicKey) throws -> Set<Pair> {
+        try env.read { txn in
+            Set(try pairs.filter { try txn.get(db, Self.leftKey(relay, $0)) != nil })
         }
+    }
+
+    /// Records that `relay` kept these (event, addressee) pairs as an inbox.
+    package func markLeft(_ pairs: [Pair], at relay: PublicKey) throws {
+        guard !pairs.isEmpty else { return }
+        try env.write { txn in
+            for pair in pairs { try txn.put(db, Self.leftKey(relay, pair), []) }
+        }
+    }
+
+    static func leftKey(_ relay: PublicKey, _ pair: Pair) -> [UInt8] {
+        [Self.leftAt] + relay.bytes + pair.event.bytes + pair.addressee.bytes
     }
 
     /// The last notice serial `relay` sent this node (0: none).
@@ -263,13 +280,13 @@ package final class InboxStore: Sendable {
     package static func pending(at node: Node) throws -> [(relay: Relay, events: Int, followsOnly: Bool)] {
         guard let store = try? InboxStore(env: node.log.env) else { return [] }
         let p = node.projections
-        var waiting: [PublicKey: (relay: Relay, ids: [EventID], follows: Set<EventID>)] = [:]
+        var waiting: [PublicKey: (relay: Relay, pairs: [Pair], follows: Set<EventID>)] = [:]
         for event in try addressedOwnEvents(at: node, store: store) {
             let follow = event.kind == .followAdded || event.kind == .followRemoved
             for user in try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }) {
                 for relay in try p.relays(of: UserID(user))?.relays ?? [] where relay.roles.contains(.inbox) {
                     var entry = waiting[relay.key] ?? (relay, [], [])
-                    if entry.ids.last != event.id { entry.ids.append(event.id) }
+                    entry.pairs.append(Pair(event.id, user))
                     if follow { entry.follows.insert(event.id) }
                     waiting[relay.key] = entry
                 }
@@ -277,8 +294,8 @@ package final class InboxStore: Sendable {
         }
         var out: [(relay: Relay, events: Int, followsOnly: Bool)] = []
         for (key, entry) in waiting {
-            let left = try store.left(entry.ids, at: key)
-            let unleft = entry.ids.filter { !left.contains($0) }
+            let left = try store.left(entry.pairs, at: key)
+            let unleft = Set(entry.pairs.filter { !left.contains($0) }.map(\.event))
             if !unleft.isEmpty { out.append((entry.relay, unleft.count, unleft.allSatisfy { entry.follows.contains($0) })) }
         }
         return out.sorted { ($0.events, $1.relay.key) > ($1.events, $0.relay.key) }

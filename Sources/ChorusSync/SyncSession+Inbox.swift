@@ -71,12 +71,13 @@ extension SyncSession {
                     return n
                 }
                 report.noticesReceived += count
-                // Marked left only when the peer kept every (event, addressee)
-                // pair offered: a relay that did not yet hold an addressee's
-                // list is offered them again next time.
-                let pairs = offered.reduce(0) { $0 + $1.recipients }
-                if kept >= UInt64(pairs), !offered.isEmpty {
-                    try await offThePool { try store.markLeft(offered.map(\.id), at: peer) }
+                // Marked left, per (event, addressee), only when the peer kept
+                // every pair offered: a relay that did not yet hold an
+                // addressee's list is offered them again next time, and an
+                // addressee whose list this node learns later is a new pair.
+                let pairs = offered.flatMap { o in o.recipients.map { InboxStore.Pair(o.id, $0) } }
+                if kept >= UInt64(pairs.count), !pairs.isEmpty {
+                    try await offThePool { try store.markLeft(pairs, at: peer) }
                 }
                 report.deliveriesLeft += Int(clamping: kept)
             case .error(let code, let text):
@@ -103,19 +104,23 @@ extension SyncSession {
     }
 
     /// This node's own events addressed to users whose list names `relay`
-    /// `inbox`, not yet left there, oldest first, at most
-    /// `SyncLimits.maxInboxEvents`; with how many addressees each has there.
-    static func deliveries(of node: Node, to relay: PublicKey, store: InboxStore) throws -> [(id: EventID, envelope: [UInt8], recipients: Int)] {
+    /// `inbox` and not yet left there for each of them, oldest first, at
+    /// most `SyncLimits.maxInboxEvents`; each with every addressee it has
+    /// there (the relay counts every pair it keeps, new or held before).
+    static func deliveries(of node: Node, to relay: PublicKey, store: InboxStore) throws -> [(id: EventID, envelope: [UInt8], recipients: [PublicKey])] {
         let p = node.projections
-        var out: [(id: EventID, envelope: [UInt8], recipients: Int)] = []
+        var out: [(id: EventID, envelope: [UInt8], recipients: [PublicKey])] = []
         for event in try InboxStore.addressedOwnEvents(at: node, store: store) {
             let recipients = try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).filter {
                 try Addressing.isInbox(relay, of: $0, at: node)
             }
-            if !recipients.isEmpty { out.append((event.id, event.encoded(), recipients.count)) }
+            if recipients.isEmpty { continue }
+            let pairs = recipients.map { InboxStore.Pair(event.id, $0) }
+            if try store.left(pairs, at: relay).count == pairs.count { continue }
+            out.append((event.id, event.encoded(), recipients))
+            if out.count == SyncLimits.maxInboxEvents { break }
         }
-        let left = try store.left(out.map(\.id), at: relay)
-        return Array(out.filter { !left.contains($0.id) }.prefix(SyncLimits.maxInboxEvents))
+        return out
     }
 
     /// Keeps, as an inbox, each delivered event for each of its addressees

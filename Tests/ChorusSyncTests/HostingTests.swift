@@ -176,6 +176,42 @@ struct HostingTests {
         for relay in [home, inbox] { await relay.stop() }
     }
 
+    @Test("an invitation already left at an inbox relay for one member is left there again for a member whose list the sender learns later")
+    func invitationLeftPerAddressee() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let home = try await Self.listed(dir, "home", network: net)
+        let inbox = try await Self.listed(dir, "inbox", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
+        for node in [alice, bob, carol] { _ = try await node.setRelays([home.relay(.home), inbox.relay(.inbox)]) }
+        _ = try await Self.syncByLists(bob, hops: 0)
+        // Alice invites Bob and Carol while only Bob's list is published:
+        // her sync leaves the invitation at the shared inbox for Bob alone.
+        let chat = try await alice.createChat(title: "Two inboxes in one", members: [bob.identity.user, carol.identity.user]).object
+        _ = try await Self.syncByLists(alice, hops: 0)
+        func invitations(for user: UserID) throws -> Int {
+            try InboxStore(env: inbox.node.log.env).notices(for: user.raw).notices.filter {
+                (try? Event.decode($0.envelope)).map { $0.kind == .chatCreated && $0.object == chat.raw } ?? false
+            }.count
+        }
+        #expect(try invitations(for: bob.identity.user) == 1)
+        #expect(try invitations(for: carol.identity.user) == 0)
+        // Carol publishes her list; Alice's next sync learns it and leaves
+        // the same invitation at the same relay for Carol too.
+        _ = try await Self.syncByLists(carol, hops: 0)
+        _ = try await Self.syncByLists(alice, hops: 0)
+        #expect(try invitations(for: carol.identity.user) == 1)
+        #expect(try InboxStore.pending(at: alice).filter { $0.relay.key == inbox.key }.isEmpty)
+        _ = try await Self.syncByLists(carol, hops: 0)
+        #expect(try carol.projections.chatView(chat) != nil, "Carol holds the chat she was invited to")
+        for node in [alice, bob, carol] { await node.close() }
+        for relay in [home, inbox] { await relay.stop() }
+    }
+
     @Test("a follower leaves the followed user's scope once its follow is held; an unfollow reaches the followed user as a notice too")
     func answeredNoticesLeaveTheScope() async throws {
         let dir = SyncTempDir()
@@ -355,7 +391,7 @@ struct HostingTests {
         #expect(try InboxStore.pending(at: alice).map(\.relay.key) == [inbox.key])
         // More events: the index grows from where it stopped, and what was left stops waiting.
         _ = try await alice.setProfile(.bio, .text("still not addressed"))
-        try store.markLeft(first.map(\.id), at: inbox.key)
+        try store.markLeft(first.map { InboxStore.Pair($0.id, bob.identity.user.raw) }, at: inbox.key)
         #expect(try InboxStore.pending(at: alice).isEmpty)
         let carol = try await makeNode(dir, "carol", network: net)
         _ = await alice.ingest(try carol.feedEnvelopes(carol.identity.user.raw, fromSeq: 1, limit: .max).map(\.envelope))

@@ -75,9 +75,13 @@ public struct NetworkSimulation: Sendable {
         /// All three after the last round, together.
         public var delivery = 0.0
         /// Why deliveries missed after the last round, by cause:
-        /// `invitation_not_left` (no notice at the member's inbox relays),
-        /// `invitation_not_taken` (the notice waits there), `creator_list_unknown`
-        /// (the member lacks the creator's relay list), `creator_feed_not_fetched`,
+        /// `invitation_not_left` (no relay holds the notice of the chat's
+        /// invitation for the member), `invitation_not_taken` (the member's
+        /// node does not hold it), `creator_list_unknown`
+        /// (the member lacks the creator's relay list), `creator_feed_not_at_home` (no
+        /// home relay of the creator holds its device feed), `creator_home_not_met`,
+        /// `creator_home_failed`, `creator_home_not_covering` (the member's last sync
+        /// met a home relay of the creator but not to bring it), `creator_feed_not_fetched`,
         /// `wrap_not_written` (the creator does not know the member's device),
         /// `wrap_not_arrived`, `followed_feed_not_fetched` (none of it held),
         /// `followed_feed_behind_KIND` (not all of it, the last event due of kind KIND).
@@ -129,6 +133,14 @@ public struct NetworkSimulation: Sendable {
         let user: PublicKey
         let device: PublicKey
         var follows: [Int] = []
+    }
+
+    /// A relay a user's sync met in the last round: the users it was to
+    /// bring, and how the session failed if it did.
+    struct Met: Sendable {
+        let relay: PublicKey
+        let covers: Set<PublicKey>
+        let failure: String?
     }
 
     struct Chat: Sendable {
@@ -293,18 +305,25 @@ public struct NetworkSimulation: Sendable {
         var scopeFeedsAtFirstContact = 0
         var due = try await heights(of: users)
         for round in 0..<p.rounds {
-            let plans = try await eachUser(p) { i in
+            let synced = try await eachUser(p) { i in
                 try await withNode(at: everyone[i].store) { node in
-                    try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1)).plan.relays.map(\.reasons)
+                    let (plan, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
+                    let met = results.map { r -> Met in
+                        if case .failure(let error) = r.outcome { return Met(relay: r.relay.key, covers: Set(r.relay.covers), failure: "\(error)") }
+                        return Met(relay: r.relay.key, covers: Set(r.relay.covers), failure: nil)
+                    }
+                    return (plan.relays.map(\.reasons), met)
                 }
             }
+            let plans = synced.map(\.0)
+            let met = synced.map(\.1)
             for plan in plans {
                 connections.append(plan.count)
                 if round == p.rounds - 1 { for relay in plan { for reason in relay { reasons[reason, default: 0] += 1 } } }
             }
             let thisRound = connections.suffix(p.users)
             result.connectionsPerSyncMeanByRound.append(Double(thisRound.reduce(0, +)) / Double(max(1, thisRound.count)))
-            let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node), due: due)
+            let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node), due: due, met: met)
             due = measured.heights
             result.deliveryFollowsByRound.append(measured.follows)
             result.deliveryInvitationsByRound.append(measured.invitations)
@@ -401,7 +420,7 @@ public struct NetworkSimulation: Sendable {
     /// followed feed's height `due` (at the round's start), every chat
     /// invitation and key wrap; and every device feed's height now.
     static func measure(
-        users: [User], chats: [Chat], relays: [Node], due: [UInt64]
+        users: [User], chats: [Chat], relays: [Node], due: [UInt64], met: [[Met]]
     ) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double, misses: [String: Int], heights: [UInt64]) {
         var heights: [UInt64] = []
         var headKinds: [String] = []
@@ -444,7 +463,7 @@ public struct NetworkSimulation: Sendable {
                 wraps += 1
                 let creator = users[chat.creator]
                 guard let view = try node.projections.chatView(chat.id) else {
-                    misses[try invitationMiss(member: u, creator: creator, at: node, relays: relays), default: 0] += 1
+                    misses[try invitationMiss(member: u, creator: creator, chat: chat.id, at: node, relays: relays, met: met[i]), default: 0] += 1
                     continue
                 }
                 invited += 1
@@ -464,15 +483,29 @@ public struct NetworkSimulation: Sendable {
     }
 
     /// Where a chat invitation stopped on its way from `creator` to `member`.
-    static func invitationMiss(member: User, creator: User, at node: Node, relays: [Node]) throws -> String {
+    static func invitationMiss(member: User, creator: User, chat: ChatID, at node: Node, relays: [Node], met: [Met]) throws -> String {
+        // The notice of this chat's invitation, not any notice of the creator's.
+        func isInvitation(_ envelope: [UInt8]) -> Bool {
+            guard let event = try? Event.decode(envelope) else { return false }
+            return event.author == creator.device && event.kind == .chatCreated && event.object == chat.raw
+        }
         let atRelay = try relays.contains { relay in
-            try InboxStore(env: relay.log.env).notices(for: member.user).notices.contains {
-                (try? Event.decode($0.envelope).header.author) == creator.device
-            }
+            try InboxStore(env: relay.log.env).notices(for: member.user).notices.contains { isInvitation($0.envelope) }
         }
         if !atRelay { return "invitation_not_left" }
-        if !(try InboxStore.correspondents(of: member.user, at: node).devices.contains(creator.device)) { return "invitation_not_taken" }
-        if try node.projections.relays(of: UserID(creator.user)) == nil { return "creator_list_unknown" }
+        if !(try InboxStore(env: node.log.env).notices(for: member.user).notices.contains { isInvitation($0.envelope) }) {
+            return "invitation_not_taken"
+        }
+        guard let list = try node.projections.relays(of: UserID(creator.user)) else { return "creator_list_unknown" }
+        let homes = list.relays.filter { $0.roles.contains(.home) }.map(\.key)
+        let atHome = try relays.contains { relay in
+            try homes.contains(relay.identity.device.raw) && (relay.head(of: creator.device)?.seq ?? 0) > 0
+        }
+        if !atHome { return "creator_feed_not_at_home" }
+        let metHomes = met.filter { homes.contains($0.relay) }
+        if metHomes.isEmpty { return "creator_home_not_met" }
+        if metHomes.allSatisfy({ $0.failure != nil }) { return "creator_home_failed" }
+        if !metHomes.contains(where: { $0.covers.contains(creator.user) }) { return "creator_home_not_covering" }
         return "creator_feed_not_fetched"
     }
 }
