@@ -248,37 +248,86 @@ struct FoldRun {
         mark(.message, fact.id)
     }
 
+    /// Folds what this run marked, class by class in the registry's order
+    /// (`ObjectClass.foldOrder`): what a class's rules read is final before
+    /// it is folded, and a class marked by another is folded after it.
     mutating func execute() throws {
-        for device in (dirty[.device] ?? []).sorted() {
-            if try foldDevice(device) { try deviceChanged(device) }
+        for cls in ObjectClass.foldOrder { try foldMarked(cls) }
+    }
+
+    /// Folds this run's marked objects and new facts of `cls`. The switch
+    /// has no default: a new class does not compile until it says how it
+    /// is folded incrementally (Specs/adding-a-kind.md).
+    mutating func foldMarked(_ cls: ObjectClass) throws {
+        switch cls {
+        case .device:
+            for device in (dirty[.device] ?? []).sorted() {
+                if try foldDevice(device) { try deviceChanged(device) }
+            }
+            bindings.removeAll()
+        case .profile:
+            // A profile re-folded whole (its user's device bindings changed) already has its new edits.
+            for (user, facts) in profileFacts.sorted(by: { $0.key < $1.key }) where dirty[.profile]?.contains(user) != true {
+                for fact in facts { try foldProfileFact(user, fact) }
+            }
+            for user in (dirty[.profile] ?? []).sorted() { try foldProfile(user) }
+        case .picture:
+            for picture in (dirty[.picture] ?? []).sorted() { try foldPicture(picture) }
+        case .follow, .like, .block:
+            try foldMarkedRelationships(cls)
+        case .slots:
+            for user in (dirty[.slots] ?? []).sorted() { try foldSlots(user) }
+        case .deviceKey:
+            for device in (dirty[.deviceKey] ?? []).sorted() { try foldDeviceKey(device) }
+        case .chat:
+            try foldMarkedChats()
+        case .reads:
+            for chat in (dirty[.reads] ?? []).sorted() { try foldReads(chat) }
+            for (chat, users) in readRefolds.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
+                let new = readFacts[chat] ?? []
+                var users = users
+                for f in new { if let user = try actingUser(f.author, at: f.hlc) { users.insert(user) } }
+                try foldReads(chat, only: (users, Set(new.map(\.id))))
+            }
+            for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key })
+            where dirty[.reads]?.contains(chat) != true && readRefolds[chat] == nil {
+                for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
+            }
+        case .chatKeys:
+            for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
+        case .message:
+            try foldMessages((dirty[.message] ?? []).sorted())
+            try writeMessageCounts()
+        case .coins:
+            if !coinsDirty.isEmpty { try foldCoins(dirty: coinsDirty) }
         }
-        bindings.removeAll()
-        for (key, users) in relationshipRefolds.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
-        where dirty[key.cls]?.contains(key.target) != true {
+    }
+
+    /// The follows, likes or blocks (`cls`) this run touched: targets whose
+    /// users' bindings changed are folded again for those users, new facts
+    /// of the others are applied one by one, marked targets whole.
+    mutating func foldMarkedRelationships(_ cls: ObjectClass) throws {
+        let marked = dirty[cls] ?? []
+        for (key, users) in relationshipRefolds.filter({ $0.key.cls == cls }).sorted(by: { $0.key.target < $1.key.target })
+        where !marked.contains(key.target) {
             let new = relationshipFacts[key] ?? []
             var users = users
             for f in new { if let user = try actingUser(f.author, at: f.hlc) { users.insert(user) } }
             try foldRelationship(key.cls, key.target, only: (users, Set(new.map(\.id))))
         }
-        for (key, facts) in relationshipFacts.sorted(by: { ($0.key.cls.rawValue, $0.key.target) < ($1.key.cls.rawValue, $1.key.target) })
-        where dirty[key.cls]?.contains(key.target) != true && relationshipRefolds[key] == nil {
+        for (key, facts) in relationshipFacts.filter({ $0.key.cls == cls }).sorted(by: { $0.key.target < $1.key.target })
+        where !marked.contains(key.target) && relationshipRefolds[key] == nil {
             for fact in facts.sorted(by: { $0.order < $1.order }) { try foldRelationshipFact(key.cls, key.target, fact) }
         }
-        // A profile re-folded whole (its user's device bindings changed) already has its new edits.
-        for (user, facts) in profileFacts.sorted(by: { $0.key < $1.key }) where dirty[.profile]?.contains(user) != true {
-            for fact in facts { try foldProfileFact(user, fact) }
-        }
-        for cls: ObjectClass in [.profile, .picture, .follow, .like, .block, .slots, .deviceKey] {
-            for object in (dirty[cls] ?? []).sorted() {
-                switch cls {
-                case .profile: try foldProfile(object)
-                case .picture: try foldPicture(object)
-                case .slots: try foldSlots(object)
-                case .deviceKey: try foldDeviceKey(object)
-                default: try foldRelationship(cls, object)
-                }
-            }
-        }
+        for target in marked.sorted() { try foldRelationship(cls, target) }
+    }
+
+    /// The chats this run marked: each folded whole; where membership
+    /// changed, its read markers, its keys and the messages of the users
+    /// whose membership changed are marked for their classes, which fold
+    /// after chats. So are the chat keys of every chat of a user whose
+    /// devices changed.
+    mutating func foldMarkedChats() throws {
         for chat in (dirty[.chat] ?? []).sorted() {
             let changed = try foldChat(chat)
             guard !changed.isEmpty else { continue }
@@ -306,21 +355,6 @@ struct FoldRun {
                 return true
             }
         }
-        for chat in (dirty[.reads] ?? []).sorted() { try foldReads(chat) }
-        for (chat, users) in readRefolds.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
-            let new = readFacts[chat] ?? []
-            var users = users
-            for f in new { if let user = try actingUser(f.author, at: f.hlc) { users.insert(user) } }
-            try foldReads(chat, only: (users, Set(new.map(\.id))))
-        }
-        for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key })
-        where dirty[.reads]?.contains(chat) != true && readRefolds[chat] == nil {
-            for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
-        }
-        for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
-        try foldMessages((dirty[.message] ?? []).sorted())
-        try writeMessageCounts()
-        if !coinsDirty.isEmpty { try foldCoins(dirty: coinsDirty) }
     }
 
     /// Folds a run's messages. Their edits and deletions are read first, in

@@ -323,7 +323,7 @@ struct FiledPayloads: Sendable {
 /// Key prefixes of the `state` database: every projected table lives in it,
 /// so the projection digest is one hash over one database
 /// (Specs/projections.md §5 lists every table and its encoding).
-enum Table: UInt8 {
+enum Table: UInt8, CaseIterable {
     case device = 0x10  // device -> binding
     case userDevice = 0x11  // user || device -> ()
     case encryptionKey = 0x12  // device -> [X25519 key, hlc, event id]
@@ -456,7 +456,7 @@ struct StateKey: Hashable {
 
 /// Key prefixes of the `index` database: lookups the folds need, derived
 /// from the log but not part of the projected state.
-enum IndexTable: UInt8 {
+enum IndexTable: UInt8, CaseIterable {
     // 0x01 (author || class || object) is retired: a device's feed lists what it signed.
     case coinParty = 0x02  // key || merge order -> () (every key a coin event names)
     // 0x03 (chat || sending hlc || message id) is retired: every held send has a `message` state entry (§9.1).

@@ -1098,10 +1098,25 @@ public struct Projections: Sendable {
     /// name the live pictures and messages held without their payload
     /// (§9.1). 20: `blobWanted` index entries name the blobs that live
     /// objects reference and this node lacks (§9.1). 21: users' relay
-    /// lists (`relays.set`) in the `relays` table (§6.12).
-    public static let formatVersion: UInt64 = 21
+    /// lists (`relays.set`) in the `relays` table (§6.12). 22: the built
+    /// marker also names the layout (`layoutFingerprint`, §9.1).
+    public static let formatVersion: UInt64 = 22
 
-    var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes }
+    var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
+
+    /// Names the registered layout: every object class with its byte and
+    /// place in the fold order, every state and index table with its byte.
+    /// It is part of the built marker, so state built with another layout
+    /// (a class or table added, moved or renumbered) is rebuilt on open
+    /// even when `formatVersion` was not bumped; a changed rule over the
+    /// same layout still needs the bump.
+    package static let layoutFingerprint: Hash32 = {
+        var description = "chorus/projections/layout"
+        for cls in ObjectClass.allCases { description += " class:\(cls):\(cls.rawValue):\(cls.foldRank)" }
+        for table in Table.allCases { description += " state:\(table):\(table.rawValue)" }
+        for table in IndexTable.allCases { description += " index:\(table):\(table.rawValue)" }
+        return Blake2b.hash256(Array(description.utf8))
+    }()
 
     /// Whether the state was built by this format with this configuration
     /// (false for a store from before projections, or after the network
@@ -1118,7 +1133,11 @@ public struct Projections: Sendable {
             if marker == builtMarker { return nil }
             guard marker.count >= 8 else { return .neverBuilt }
             let format = Codec.readU64(marker[0..<8])
-            return format == Self.formatVersion ? .configuration : .format(format)
+            guard format == Self.formatVersion else { return .format(format) }
+            let built = Array(marker.dropFirst(8))
+            let expected = Array(builtMarker.dropFirst(8))
+            guard built.count == expected.count, built.suffix(32) == expected.suffix(32) else { return .layout }
+            return .configuration
         }
     }
 
@@ -1471,6 +1490,9 @@ public enum Staleness: Sendable, Equatable, CustomStringConvertible {
     case format(UInt64)
     /// Built for another network configuration (issuers, as in network.json).
     case configuration
+    /// Built by this format with another layout of classes and tables
+    /// (a build whose layout changed without a format bump).
+    case layout
 
     /// Why, as the end of a sentence that starts "the projections".
     public var description: String {
@@ -1479,6 +1501,7 @@ public enum Staleness: Sendable, Equatable, CustomStringConvertible {
         case .format(let old):
             "were built by projection format \(old), and this version reads format \(Projections.formatVersion)"
         case .configuration: "were built for another network configuration (network.json changed since)"
+        case .layout: "were built with another layout of projection format \(Projections.formatVersion) (a build whose classes or tables differ)"
         }
     }
 }

@@ -81,29 +81,18 @@ extension ReplayStore {
         var lastWrite: [String: FiledEvent] = [:]
         var deletion: [String: FiledEvent] = [:]
         for f in filed {
-            let register: String?
-            switch f.kind {
-            case .profileSet: register = "profile:\(f.object.hex):\(f.payload?[text: "field"]?.textValue ?? "?")"
-            case .pictureCaptioned, .pictureCreated: register = "caption:\(f.object.hex)"
-            case .pictureMoved: register = "position:\(f.object.hex)"
-            case .messageEdited, .messageSent: register = "text:\(f.object.hex)"
-            case .slotSet: register = "slot:\(f.object.hex):\(f.payload?[text: "slot"]?.unsignedValue ?? 0)"
-            case .relaysSet: register = "relays:\(f.object.hex)"
-            case .pictureDeleted, .messageDeleted:
-                deletion[f.object.hex] = deletion[f.object.hex] ?? f
-                register = nil
-            default: register = nil
-            }
-            if let register {
+            switch rule(of: f) {
+            case .register(let register):
                 if let previous = lastWrite[register] {
                     out[previous.objectClass + previous.id.hex] = .superseded(by: f.id, how: "overwritten")
                 }
                 lastWrite[register] = f
-            }
-            if f.kind == .followRemoved || f.kind == .likeRemoved || f.kind == .blockRemoved {
-                for id in f.payload?[text: "seen"]?.arrayValue?.compactMap(\.bytesValue).compactMap({ Bytes32($0) }) ?? [] {
-                    out[f.objectClass + id.hex] = .superseded(by: f.id, how: "removed")
-                }
+            case .deletion:
+                deletion[f.object.hex] = deletion[f.object.hex] ?? f
+            case .removal(let seen):
+                for id in seen { out[f.objectClass + id.hex] = .superseded(by: f.id, how: "removed") }
+            case .none:
+                break
             }
         }
         // A deletion overrides every edit of its object, earlier or later.
@@ -113,6 +102,42 @@ extension ReplayStore {
             }
         }
         return out
+    }
+
+    /// How an event can replace earlier ones in the history.
+    enum SupersessionRule {
+        /// It writes a last-writer-wins register (named by the string): it replaces the register's previous write.
+        case register(String)
+        /// It deletes its object: it replaces every edit of it.
+        case deletion
+        /// It removes the adds it names from an add-wins set.
+        case removal([EventID])
+        /// It replaces nothing.
+        case none
+    }
+
+    /// The rule of `f`'s kind. The switch has no default: a new kind does
+    /// not compile until it says whether it replaces anything
+    /// (Specs/adding-a-kind.md). A payload that is purged or does not read
+    /// as its kind names no register field and no removed adds.
+    static func rule(of f: FiledEvent) -> SupersessionRule {
+        let object = f.object.hex
+        func read<P: KindPayload>(_ type: P.Type) -> P? { f.payload.flatMap { try? P(reading: $0) } }
+        switch f.kind {
+        case .profileSet: return .register("profile:\(object):\(read(ProfileSetPayload.self)?.field.rawValue ?? "?")")
+        case .pictureCaptioned, .pictureCreated: return .register("caption:\(object)")
+        case .pictureMoved: return .register("position:\(object)")
+        case .messageEdited, .messageSent: return .register("text:\(object)")
+        case .slotSet: return .register("slot:\(object):\(read(SlotSetPayload.self)?.slot ?? 0)")
+        case .relaysSet: return .register("relays:\(object)")
+        case .pictureDeleted, .messageDeleted: return .deletion
+        case .followRemoved: return .removal(read(FollowRemovedPayload.self)?.seen ?? [])
+        case .likeRemoved: return .removal(read(LikeRemovedPayload.self)?.seen ?? [])
+        case .blockRemoved: return .removal(read(BlockRemovedPayload.self)?.seen ?? [])
+        case .deviceAdded, .deviceRemoved, .deviceKey, .followAdded, .likeAdded, .blockAdded, .chatCreated, .chatMemberAdded,
+            .chatMemberRemoved, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked, .unknown:
+            return .none
+        }
     }
 }
 

@@ -553,9 +553,23 @@ struct ReplayTests {
         // A rebuild cut short leaves no marker at all; another configuration, the same format.
         try ReplayStore.open(h.store, writable: true).projections.markStale()
         #expect(try ReplayStore.open(h.store).projections.staleness() == .neverBuilt)
-        try markBuilt(LogStore.encodeU64(Projections.formatVersion) + [UInt8](repeating: 0, count: 32))
+        try markBuilt(LogStore.encodeU64(Projections.formatVersion) + [UInt8](repeating: 0, count: 32) + Projections.layoutFingerprint.bytes)
         #expect(try ReplayStore.open(h.store).projections.staleness() == .configuration)
         #expect(try ReplayStore.open(h.store).verify().findings.contains { $0.code == "projections_stale" && $0.message.contains("network configuration") })
+        // The same format and configuration, another layout of classes and
+        // tables (a build that added one without bumping the format), or a
+        // marker from before the layout was named: rebuilt too.
+        try await Node.open(at: h.store).close()
+        let current = try #require(try {
+            let store = try ReplayStore.open(h.store)
+            let index = try store.env.openDatabase("index")
+            return try store.env.read { txn in try txn.get(index, [0xFF] + Array("built".utf8)) }
+        }())
+        #expect(current.count == 72 && Array(current.suffix(32)) == Projections.layoutFingerprint.bytes)
+        for marker in [Array(current.prefix(40)) + [UInt8](repeating: 0, count: 32), Array(current.prefix(40))] {
+            try markBuilt(marker)
+            #expect(try ReplayStore.open(h.store).projections.staleness() == .layout)
+        }
         // A node rebuilds them on open; then verify is clean again.
         try await Node.open(at: h.store).close()
         #expect(try ReplayStore.open(h.store).verify().findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
