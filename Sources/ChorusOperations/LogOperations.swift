@@ -56,10 +56,13 @@ public struct ListLog: NodeOperation {
         }
         var found: [StoredEvent] = []
         if latest {
-            // Windows of the log from its end backwards, until enough match.
+            // Windows of the log from its end backwards, until enough match:
+            // without a kind to filter, every event matches, so a window
+            // of what is still wanted (`limit=1`: one event) is enough.
             var end = try node.lastArrival()
             while end > since, found.count < wanted {
-                let start = max(since, end > UInt64(Self.page) ? end - UInt64(Self.page) : 0)
+                let size = UInt64(kind == nil ? min(wanted - found.count, Self.page) : Self.page)
+                let start = max(since, end > size ? end - size : 0)
                 let window = try node.arrivals(since: start, limit: Int(end - start))
                 found += window.reversed().filter(matches).prefix(wanted - found.count)
                 end = start

@@ -126,4 +126,27 @@ struct LogOperationTests {
         }
         await node.close()
     }
+
+    @Test("the log's latest events come newest first, a window at a time: as many as asked without a kind, past other kinds with one, never before since")
+    func latestLogEvents() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
+        for i in 0..<20 {
+            _ = try await Relate(.follow, OperationTests.id(UInt8(i + 1))).run(on: node)
+            _ = try await node.setProfile(.bio, .text("bio \(i)"))
+        }
+        let last = try node.lastArrival()
+        let all = try await ListLog().run(on: node).events
+        #expect(all.count == Int(last))
+        let one = try await ListLog(limit: 1, latest: true).run(on: node).events
+        #expect(one.map(\.arrival) == [last])
+        let three = try await ListLog(limit: 3, latest: true).run(on: node).events
+        #expect(three.map(\.arrival) == [last, last - 1, last - 2])
+        let follows = try await ListLog(kind: .followAdded, limit: 2, latest: true).run(on: node).events
+        #expect(follows.map(\.arrival) == all.filter { $0.event.kind == .followAdded }.suffix(2).reversed().map(\.arrival))
+        let since = try await ListLog(since: last - 4, latest: true).run(on: node).events
+        #expect(since.map(\.arrival) == Array((last - 3...last).reversed()))
+        await node.close()
+    }
 }
