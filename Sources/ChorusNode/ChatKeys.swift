@@ -170,7 +170,7 @@ extension Node {
 
     /// The content of a message as first sent (before its edits).
     nonisolated func originalContent(_ m: MessageView) throws -> MessageContent? {
-        guard let body = try log.event(m.id.raw)?.event.payload?[text: "body"]?.bytesValue else { return nil }
+        guard let payload = try log.event(m.id.raw)?.event.payload, let body = (try? MessageSentPayload(reading: payload))?.body else { return nil }
         return try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw) { MessageContent.decode($0) }.value
     }
 

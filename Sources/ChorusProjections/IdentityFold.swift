@@ -25,7 +25,7 @@ extension FoldRun {
                 }
                 binding = DeviceBinding(
                     user: f.author, addedHLC: f.hlc, addedBy: f.id, removedHLC: nil,
-                    name: f.payload?[text: "name"]?.textValue)
+                    name: f.readIfHeld(DeviceAddedPayload.self)?.name)
                 try decide(f, nil)
             case .deviceRemoved:
                 guard let b = binding else {
@@ -74,7 +74,7 @@ extension FoldRun {
     /// Whether a `device.added` carries the device's signature consenting
     /// to its author as its user (Specs/projections.md §6.1).
     static func deviceConsents(_ f: Fact) -> Bool {
-        guard let proof = f.payload?[text: "proof"]?.bytesValue else { return false }
+        guard let proof = f.readIfHeld(DeviceAddedPayload.self)?.proof else { return false }
         return Ed25519.verify(signature: proof, message: DeviceBinding.proofMessage(user: f.author), publicKey: f.object)
     }
 

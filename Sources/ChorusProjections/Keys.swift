@@ -142,6 +142,10 @@ struct Fact {
     /// The typed payload (Sources/ChorusEvents/Payloads.swift). Every fact's
     /// payload passed its schema before it was stored, so a failure here is
     /// a damaged store.
+    /// The typed payload, or nil when it is purged here (or, which its
+    /// schema check rules out, does not read as its kind).
+    func readIfHeld<P: KindPayload>(_ type: P.Type) -> P? { payload.flatMap { try? P(reading: $0) } }
+
     func read<P: KindPayload>(_ type: P.Type) throws -> P {
         guard let payload else { throw ProjectionError.corrupt("\(kind.name) fact without its payload") }
         do { return try P(reading: payload) } catch { throw ProjectionError.corrupt("\(kind.name) fact: \(error)") }

@@ -57,15 +57,13 @@ extension FoldRun {
             try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may edit this profile"))
             return nil
         case .success:
-            guard let payload = f.payload, let field = payload[text: "field"]?.textValue, let value = payload[text: "value"] else {
-                throw ProjectionError.corrupt("profile.set fact without its payload")
-            }
-            if ProfileField(rawValue: field)?.isRetired == true {
-                try decide(f, NoEffect("retired_field", "the profile field \(field) is retired and takes no effect: every profile field is public"))
+            let edit = try f.read(ProfileSetPayload.self)
+            if edit.field.isRetired {
+                try decide(f, NoEffect("retired_field", "the profile field \(edit.field.rawValue) is retired and takes no effect: every profile field is public"))
                 return nil
             }
             try decide(f, nil)
-            return (field, value)
+            return (edit.field.rawValue, edit.value)
         }
     }
 
@@ -102,9 +100,8 @@ extension FoldRun {
             case .success(let actor) where actor != user:
                 try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
             case .success:
-                guard let payload = f.payload, let slot = payload[text: "slot"]?.unsignedValue,
-                    let picture = payload[text: "picture"]
-                else { throw ProjectionError.corrupt("slot.set fact without its payload") }
+                let set = try f.read(SlotSetPayload.self)
+                let (slot, picture): (UInt64, CBORValue) = (set.slot, set.picture.map { .bytes($0.bytes) } ?? .null)
                 guard slot < UInt64(p.config.slotCount) else {
                     try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
                     continue

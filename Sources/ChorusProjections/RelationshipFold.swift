@@ -40,11 +40,9 @@ extension FoldRun {
             switch actor {
             case .failure(let why): try decide(f, why)
             case .success(let user):
-                guard let seen = f.payload?[text: "seen"]?.arrayValue else {
-                    throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
-                }
+                let seen = try Self.seen(by: f)
                 var matched = false
-                for id in seen.compactMap(\.id32) where adds[id]?.user == user {
+                for id in seen where adds[id]?.user == user {
                     cancelled.insert(id)
                     matched = true
                 }
@@ -126,13 +124,11 @@ extension FoldRun {
             }
             return try decide(f, nil)
         }
-        guard let seen = f.payload?[text: "seen"]?.arrayValue else {
-            throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
-        }
+        let seen = try Self.seen(by: f)
         var matched = false
         var arrivals = try liveAdds(cls, target, user)
         let before = arrivals.count
-        for named in seen.compactMap(\.id32) {
+        for named in seen {
             guard let add = try heldAdd(cls, target, named) else { continue }
             guard try actingUser(add.author, at: add.hlc) == user, user != target || cls == .like else { continue }
             matched = true
@@ -179,5 +175,16 @@ extension FoldRun {
     static func edgeArrivals(_ raw: [UInt8]) throws -> [UInt64] {
         guard !raw.isEmpty, raw.count % 8 == 0 else { throw ProjectionError.corrupt("edge value of \(raw.count) bytes") }
         return stride(from: 0, to: raw.count, by: 8).map { Codec.readU64(raw[$0..<$0 + 8]) }
+    }
+
+    /// The adds a removal names (its typed payload's `seen`, Specs/events.md
+    /// §6.2); a removal held without its payload cannot be folded.
+    static func seen(by f: Fact) throws -> [EventID] {
+        switch f.kind {
+        case .followRemoved: try f.read(FollowRemovedPayload.self).seen
+        case .likeRemoved: try f.read(LikeRemovedPayload.self).seen
+        case .blockRemoved: try f.read(BlockRemovedPayload.self).seen
+        default: throw ProjectionError.corrupt("\(f.kind.name) is not a removal")
+        }
     }
 }

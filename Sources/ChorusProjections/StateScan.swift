@@ -167,9 +167,11 @@ extension Projections {
     /// bindings can change the event's decision.
     static func coinParties(_ event: Event) -> [Bytes32] {
         var parties: Set<Bytes32> = [event.author, event.object]
-        if let p = event.payload {
-            if let d = p[text: "device"]?.id32 { parties.insert(d) }
-            if let u = p[text: "user"]?.id32 { parties.insert(u) }
+        guard let payload = event.payload else { return parties.sorted() }
+        switch event.kind {
+        case .coinGiven: if let device = (try? CoinGivenPayload(reading: payload))?.device { parties.insert(device) }
+        case .coinCredited: if let user = (try? CoinCreditedPayload(reading: payload))?.user { parties.insert(user) }
+        default: break
         }
         return parties.sorted()
     }

@@ -146,7 +146,11 @@ extension ReplayStore {
             if filter != nil, let stored = try? log.event(id) {
                 // A refused event names its parties only in the event itself.
                 involved.append(stored.event.object)
-                if let user = stored.event.payload?[text: "user"]?.bytesValue.flatMap({ Bytes32($0) }) { involved.append(user) }
+                if stored.event.kind == .coinCredited, let payload = stored.event.payload,
+                    let credit = try? CoinCreditedPayload(reading: payload)
+                {
+                    involved.append(credit.user)
+                }
             }
             if try filter == nil || involved.contains(where: { try owner($0) == filter || $0 == filter }) {
                 audit.steps.append(

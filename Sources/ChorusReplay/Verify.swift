@@ -315,9 +315,16 @@ struct EncryptionAudit {
         /// `payload`: `e`'s, as decoded (nil when purged).
         init?(_ e: Event, payload: CBORValue?) {
             guard e.kind == .messageSent || e.kind == .messageEdited, let payload else { return nil }
-            guard let body = payload[text: "body"]?.bytesValue, body.count >= 32, let epoch = Bytes32(body[0..<32]) else { return nil }
-            let chat = e.kind == .messageSent ? e.object : payload[text: "chat"]?.bytesValue.flatMap { Bytes32($0) }
-            guard let chat else { return nil }
+            let body: [UInt8]
+            let chat: ObjectID
+            if e.kind == .messageSent {
+                guard let sent = try? MessageSentPayload(reading: payload) else { return nil }
+                (body, chat) = (sent.body, e.object)
+            } else {
+                guard let edit = try? MessageEditedPayload(reading: payload) else { return nil }
+                (body, chat) = (edit.body, edit.chat)
+            }
+            guard body.count >= 32, let epoch = Bytes32(body[0..<32]) else { return nil }
             self.chat = chat
             self.epoch = epoch
         }
