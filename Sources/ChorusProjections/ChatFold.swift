@@ -89,7 +89,7 @@ extension FoldRun {
                 }
                 created = (f, user)
                 join(user, admin: true, at: f.hlc)
-                for m in f.payload?[text: "members"]?.arrayValue?.compactMap(\.id32) ?? [] where m != user {
+                for m in f.readIfHeld(ChatCreatedPayload.self)?.members ?? [] where m != user {
                     join(m, admin: false, at: f.hlc)
                 }
                 try decide(f, nil)
@@ -99,8 +99,14 @@ extension FoldRun {
                 try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
                 continue
             }
-            guard let target = f.payload?[text: "user"]?.id32 else {
-                throw ProjectionError.corrupt("\(f.kind.name) fact without its payload")
+            let target: PublicKey
+            var admin = false
+            switch f.kind {
+            case .chatMemberAdded:
+                let added = try f.read(ChatMemberAddedPayload.self)
+                (target, admin) = (added.user, added.admin)
+            case .chatMemberRemoved: target = try f.read(ChatMemberRemovedPayload.self).user
+            default: throw ProjectionError.corrupt("\(f.kind.name) filed as a membership fact")
             }
             let isAdmin = members[user].map { $0.isCurrent && $0.admin } ?? false
             switch f.kind {
@@ -109,7 +115,7 @@ extension FoldRun {
                     try decide(f, NoEffect("not_admin", "only an administrator of the chat may add members"))
                     continue
                 }
-                join(target, admin: f.payload?[text: "admin"]?.boolValue ?? false, at: f.hlc)
+                join(target, admin: admin, at: f.hlc)
             case .chatMemberRemoved:
                 guard isAdmin || target == user else {
                     try decide(f, NoEffect("not_admin", "only an administrator may remove another member"))
@@ -134,7 +140,7 @@ extension FoldRun {
                 ("created_by", .bytes(created.fact.id.bytes)),
             ]
             // Sealed (Specs/encryption.md §7): every replica keeps the same ciphertext.
-            if let title = created.fact.payload?[text: "title"]?.bytesValue { record.append(("title", .bytes(title))) }
+            if let title = created.fact.readIfHeld(ChatCreatedPayload.self)?.title { record.append(("title", .bytes(title))) }
             try putState(chatKey, Codec.cbor(.textMap(record)))
         } else {
             try deleteState(chatKey)
@@ -233,7 +239,7 @@ extension FoldRun {
                 continue
             case .success: break
             }
-            if let named = f.payload?[text: "chat"]?.id32, named != chat {
+            if let named = Self.namedChat(f), named != chat {
                 try decide(f, NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
                 continue
             }
@@ -285,10 +291,20 @@ extension FoldRun {
         }
     }
 
+    /// The chat an edit or a deletion names in its payload (nil when the
+    /// payload is purged here).
+    static func namedChat(_ f: Fact) -> ObjectID? {
+        switch f.kind {
+        case .messageEdited: f.readIfHeld(MessageEditedPayload.self)?.chat
+        case .messageDeleted: f.readIfHeld(MessageDeletedPayload.self)?.chat
+        default: nil
+        }
+    }
+
     /// Purges a deleted message's payloads and its encrypted picture, unless a
     /// live object still references the same bytes.
     mutating func purgeContent(ofMessage message: EventID, _ all: [Fact]) throws {
-        let blob = all.first { $0.kind == .messageSent && $0.id == message }?.payload?[text: "blob"]?.id32
+        let blob = all.first { $0.kind == .messageSent && $0.id == message }?.readIfHeld(MessageSentPayload.self)?.blob
         if let blob {
             try txn.delete(p.state, Table.blobRef.key(blob, message))
             try blobUnreferenced(blob)
@@ -340,9 +356,8 @@ extension FoldRun {
                 try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
                 continue
             }
-            guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
-                throw ProjectionError.corrupt("chat.read fact without its payload")
-            }
+            let marker = try f.read(ChatReadPayload.self)
+            let (hlc, message) = (marker.hlc, marker.message)
             // Never backwards: the marker is the furthest (hlc, message) read.
             if let current = markers[user], !(current.hlc < hlc || (current.hlc == hlc && current.message < message)) {
                 try decide(f, nil)
@@ -378,9 +393,8 @@ extension FoldRun {
         guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
             return try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
         }
-        guard let hlc = f.payload?[text: "hlc"]?.unsignedValue, let message = f.payload?[text: "message"]?.id32 else {
-            throw ProjectionError.corrupt("chat.read fact without its payload")
-        }
+        let marker = try f.read(ChatReadPayload.self)
+        let (hlc, message) = (marker.hlc, marker.message)
         let key = Table.read.key(chat, user)
         var forward = true
         if let raw = try txn.get(p.state, key) {
@@ -405,7 +419,7 @@ struct SentContent: Sendable, Equatable {
     let held: Bool
 
     init(payload: CBORValue?) {
-        attachment = payload?[text: "blob"]?.id32
+        attachment = payload.flatMap { try? MessageSentPayload(reading: $0) }?.blob
         held = payload != nil
     }
 
@@ -468,8 +482,9 @@ struct MessageRecord: Hashable, Sendable {
         -> MessageRecord
     {
         var record = MessageRecord(sender: sender, device: device, hlc: hlc)
-        record.body = edit?.payload?[text: "body"]?.bytesValue ?? payload[text: "body"]?.bytesValue
-        if let blob = payload[text: "blob"]?.id32, let size = payload[text: "size"]?.unsignedValue {
+        let sent = try? MessageSentPayload(reading: payload)
+        record.body = edit?.payload.flatMap { try? MessageEditedPayload(reading: $0) }?.body ?? sent?.body
+        if let blob = sent?.blob, let size = sent?.size {
             record.blob = blob
             record.size = size
         }

@@ -253,10 +253,10 @@ extension FoldRun {
     static func coinGroup(kind: EventKind, object: Bytes32, payload: CBORValue?) -> Hash32? {
         switch kind {
         case .coinCredited:
-            guard let receipt = payload?[text: "receipt"]?.textValue else { return nil }
+            guard let payload, let receipt = (try? CoinCreditedPayload(reading: payload))?.receipt else { return nil }
             return Blake2b.hash256(parts: [Array("chorus/receipt".utf8), [0], Array(receipt.utf8)])
         case .slotUnlocked:
-            guard let slot = payload?[text: "slot"]?.unsignedValue, slot < 256 else { return nil }
+            guard let payload, let slot = (try? SlotUnlockedPayload(reading: payload))?.slot, slot < 256 else { return nil }
             return Blake2b.hash256(parts: [Array("chorus/slot".utf8), [0], object.bytes, [UInt8(slot)]])
         default:
             return nil
@@ -289,8 +289,25 @@ extension FoldRun {
     /// Every rule of a coin event except the rights check, which the ledger
     /// applies in order.
     mutating func decideCoin(_ f: Fact) throws -> LedgerEntry {
-        guard let payload = f.payload else { throw ProjectionError.corrupt("\(f.kind.name) fact without its payload") }
-        let amount = payload[text: "amount"]?.unsignedValue ?? 0
+        // The typed payload of each coin kind (a slot unlock moves its price, not an amount).
+        let amount: UInt64
+        var credit: CoinCreditedPayload? = nil
+        var gift: CoinGivenPayload? = nil
+        var unlock: SlotUnlockedPayload? = nil
+        switch f.kind {
+        case .coinCredited:
+            credit = try f.read(CoinCreditedPayload.self)
+            amount = credit?.amount ?? 0
+        case .coinSpent: amount = try f.read(CoinSpentPayload.self).amount
+        case .coinGiven:
+            gift = try f.read(CoinGivenPayload.self)
+            amount = gift?.amount ?? 0
+        case .coinRightsMoved: amount = try f.read(CoinRightsMovedPayload.self).amount
+        case .slotUnlocked:
+            unlock = try f.read(SlotUnlockedPayload.self)
+            amount = 0
+        default: throw ProjectionError.corrupt("\(f.kind.name) filed as a coin fact")
+        }
         func none(_ code: String, _ detail: String) -> LedgerEntry {
             LedgerEntry(kind: f.kind, amount: amount, from: nil, to: nil, receipt: nil, slot: nil, noEffect: NoEffect(code, detail))
         }
@@ -298,7 +315,7 @@ extension FoldRun {
             guard p.config.issuers.contains(f.author) else {
                 return none("not_issuer", "\(f.author.short) is not an issuer of this network")
             }
-            guard let receipt = payload[text: "receipt"]?.textValue else { throw ProjectionError.corrupt("credit without receipt") }
+            guard let receipt = credit?.receipt else { throw ProjectionError.corrupt("credit without receipt") }
             if let group = Self.coinGroup(f), let earlier = try effectiveGroupMember(group, before: f.order) {
                 return none("duplicate_receipt", "receipt \(receipt) was already credited by event \(earlier.id.short)")
             }
@@ -316,7 +333,7 @@ extension FoldRun {
         case .coinGiven:
             let recipient = f.object
             let target: PublicKey
-            if let device = payload[text: "device"]?.id32 {
+            if let device = gift?.device {
                 let boundUser = try binding(device)?.user
                 let acting = try actingUser(device, at: f.hlc)
                 guard device == recipient || boundUser == recipient, acting == recipient else {
@@ -336,9 +353,7 @@ extension FoldRun {
             }
             return LedgerEntry(kind: f.kind, amount: amount, from: f.author, to: sibling, receipt: nil, slot: nil, noEffect: nil)
         case .slotUnlocked:
-            guard let slot = payload[text: "slot"]?.unsignedValue, let price = payload[text: "price"]?.unsignedValue else {
-                throw ProjectionError.corrupt("slot.unlocked without slot or price")
-            }
+            guard let slot = unlock?.slot, let price = unlock?.price else { throw ProjectionError.corrupt("slot.unlocked without slot or price") }
             func slotNone(_ code: String, _ detail: String) -> LedgerEntry {
                 LedgerEntry(kind: f.kind, amount: price, from: nil, to: nil, receipt: nil, slot: nil, noEffect: NoEffect(code, detail))
             }

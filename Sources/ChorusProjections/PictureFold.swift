@@ -57,7 +57,7 @@ extension FoldRun {
                     continue
                 }
                 created = (f, user)
-                caption = f.payload?[text: "caption"]?.textValue
+                caption = f.readIfHeld(PictureCreatedPayload.self)?.caption
                 try decide(f, nil)
                 continue
             }
@@ -75,9 +75,9 @@ extension FoldRun {
             }
             switch f.kind {
             case .pictureCaptioned:
-                caption = f.payload?[text: "caption"]?.textValue
+                caption = f.readIfHeld(PictureCaptionedPayload.self)?.caption
             case .pictureMoved:
-                position = f.payload?[text: "position"]?.bytesValue
+                position = f.readIfHeld(PictureMovedPayload.self)?.position
             case .pictureDeleted:
                 deleted = f
             default:
@@ -101,18 +101,18 @@ extension FoldRun {
             if let oldBlob { try blobUnreferenced(oldBlob) }
             return
         }
-        let payload = created.fact.payload
+        let payload = created.fact.readIfHeld(PictureCreatedPayload.self)
         var record = PictureRecord(owner: created.owner, author: created.fact.author, hlc: created.fact.hlc, createdBy: created.fact.id)
         if let deleted {
             record.deleted = deleted.hlc
             record.deletedBy = deleted.id
             if purging { purgeContent(of: picture, all) } else if bulk { deletedInBulk.pictures.append(picture) }
         } else if let payload {
-            record.blob = payload[text: "blob"]?.id32
-            record.size = payload[text: "size"]?.unsignedValue
-            record.mime = payload[text: "mime"]?.textValue
-            record.width = payload[text: "width"]?.unsignedValue
-            record.height = payload[text: "height"]?.unsignedValue
+            record.blob = payload.blob
+            record.size = payload.size
+            record.mime = payload.mime
+            record.width = payload.width
+            record.height = payload.height
             record.caption = caption
             record.position = position ?? GalleryPosition.initial(created.fact.hlc)
         } else {
@@ -132,7 +132,7 @@ extension FoldRun {
     /// Purges a deleted picture's payloads and, unless a live picture still
     /// uses them, its blob bytes (Specs/projections.md §6.3).
     mutating func purgeContent(of picture: ObjectID, _ all: [Fact]) {
-        let blob = all.first { $0.kind == .pictureCreated && $0.payload != nil }?.payload?[text: "blob"]?.id32
+        let blob = all.first { $0.kind == .pictureCreated && $0.payload != nil }?.readIfHeld(PictureCreatedPayload.self)?.blob
         for f in all { purge(f) }
         if let blob { purges.blobs.append(blob) }
     }

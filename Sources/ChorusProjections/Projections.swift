@@ -151,7 +151,7 @@ public struct Projections: Sendable {
                 // Relationships fold incrementally (one edge per event)
                 // unless a device binding change forces a full re-fold.
                 if !FoldRun.isAdd(event.kind) {
-                    for named in event.payload?[text: "seen"]?.arrayValue?.compactMap(\.id32) ?? [] {
+                    for named in FoldRun.seen(kind: event.kind, payload: event.payload) {
                         try sink.put(
                             index, IndexTable.relationshipCancel.key(cls.rawValue, object, named, order), [])
                     }

@@ -177,6 +177,17 @@ extension FoldRun {
         return stride(from: 0, to: raw.count, by: 8).map { Codec.readU64(raw[$0..<$0 + 8]) }
     }
 
+    /// The adds a removal held with its payload names (none when it is purged).
+    static func seen(kind: EventKind, payload: CBORValue?) -> [EventID] {
+        guard let payload else { return [] }
+        switch kind {
+        case .followRemoved: return (try? FollowRemovedPayload(reading: payload))?.seen ?? []
+        case .likeRemoved: return (try? LikeRemovedPayload(reading: payload))?.seen ?? []
+        case .blockRemoved: return (try? BlockRemovedPayload(reading: payload))?.seen ?? []
+        default: return []
+        }
+    }
+
     /// The adds a removal names (its typed payload's `seen`, Specs/events.md
     /// §6.2); a removal held without its payload cannot be folded.
     static func seen(by f: Fact) throws -> [EventID] {
