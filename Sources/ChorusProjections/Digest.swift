@@ -160,7 +160,7 @@ extension Projections {
     /// records only between stores that hold the same log at the same
     /// positions (a copy as stored); there, equal stored state means equal
     /// digests, without expanding a message.
-    public func storesSameState(in txn: Transaction, as other: Projections, in otherTxn: Transaction) throws -> Bool {
+    package func storesSameState(in txn: Transaction, as other: Projections, in otherTxn: Transaction) throws -> Bool {
         try txn.hasSameEntries(state, as: other.state, in: otherTxn)
     }
 }

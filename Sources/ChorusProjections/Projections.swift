@@ -173,7 +173,7 @@ public struct Projections: Sendable {
 
     /// Purges the payloads (and unused blobs) of every picture and message
     /// the final state holds as deleted: the end of a whole-log fold.
-    public func purgeDeleted(in txn: Transaction) throws {
+    package func purgeDeleted(in txn: Transaction) throws {
         var pictures: [ObjectID] = []
         try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
             if try PictureRecord.decode(value).deleted != nil { pictures.append(try Codec.b32(key[1...], "picture id")) }
