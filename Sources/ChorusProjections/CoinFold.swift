@@ -296,12 +296,12 @@ extension FoldRun {
         var unlock: SlotUnlockedPayload? = nil
         switch f.kind {
         case .coinCredited:
-            credit = try f.read(CoinCreditedPayload.self)
-            amount = credit?.amount ?? 0
+            let read = try f.read(CoinCreditedPayload.self)
+            (credit, amount) = (read, read.amount)
         case .coinSpent: amount = try f.read(CoinSpentPayload.self).amount
         case .coinGiven:
-            gift = try f.read(CoinGivenPayload.self)
-            amount = gift?.amount ?? 0
+            let read = try f.read(CoinGivenPayload.self)
+            (gift, amount) = (read, read.amount)
         case .coinRightsMoved: amount = try f.read(CoinRightsMovedPayload.self).amount
         case .slotUnlocked:
             unlock = try f.read(SlotUnlockedPayload.self)

@@ -142,14 +142,14 @@ struct Fact {
     /// The typed payload (Sources/ChorusEvents/Payloads.swift). Every fact's
     /// payload passed its schema before it was stored, so a failure here is
     /// a damaged store.
-    /// The typed payload, or nil when it is purged here (or, which its
-    /// schema check rules out, does not read as its kind).
-    func readIfHeld<P: KindPayload>(_ type: P.Type) -> P? { payload.flatMap { try? P(reading: $0) } }
-
     func read<P: KindPayload>(_ type: P.Type) throws -> P {
         guard let payload else { throw ProjectionError.corrupt("\(kind.name) fact without its payload") }
         do { return try P(reading: payload) } catch { throw ProjectionError.corrupt("\(kind.name) fact: \(error)") }
     }
+
+    /// The typed payload, or nil when it is purged here (or, which its
+    /// schema check rules out, does not read as its kind).
+    func readIfHeld<P: KindPayload>(_ type: P.Type) -> P? { payload.flatMap { try? P(reading: $0) } }
 
     init(order: MergeOrder, kind: EventKind, object: Bytes32, arrival: UInt64, payload: CBORValue?) {
         self.order = order

@@ -114,13 +114,11 @@ extension SyncSession {
             let recipients = try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).filter {
                 try Addressing.isInbox(relay, of: $0, at: node)
             }
-            if recipients.isEmpty { continue }
-            let pairs = recipients.map { InboxStore.Pair(event.id, $0) }
-            if try store.left(pairs, at: relay).count == pairs.count { continue }
-            out.append((event.id, event.encoded(), recipients))
-            if out.count == SyncLimits.maxInboxEvents { break }
+            if !recipients.isEmpty { out.append((event.id, event.encoded(), recipients)) }
         }
-        return out
+        let left = try store.left(out.flatMap { o in o.recipients.map { InboxStore.Pair(o.id, $0) } }, at: relay)
+        let waiting = out.filter { o in o.recipients.contains { !left.contains(InboxStore.Pair(o.id, $0)) } }
+        return Array(waiting.prefix(SyncLimits.maxInboxEvents))
     }
 
     /// Keeps, as an inbox, each delivered event for each of its addressees
