@@ -17,6 +17,16 @@ struct HostingTests {
         try await ServedRelay.start(dir, name, network: network, options: .relay(hostsListed: true))
     }
 
+    /// Two listed relays, one to be users' home (and the network's
+    /// bootstrap relay), one their inbox, and the network that names them.
+    static func homeAndInbox(_ dir: SyncTempDir) async throws -> (home: ServedRelay, inbox: ServedRelay, network: NetworkConfig) {
+        var net = testNetwork()
+        let home = try await listed(dir, "home", network: net)
+        let inbox = try await listed(dir, "inbox", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        return (home, inbox, net)
+    }
+
     static func syncByLists(_ node: Node, hops: Int) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
         let (plan, results) = try await bounded(.seconds(60), "sync by relay lists") {
             try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: hops))
@@ -154,10 +164,7 @@ struct HostingTests {
     func correspondentAlreadyOnTheRelay() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
-        var net = testNetwork()
-        let home = try await Self.listed(dir, "home", network: net)
-        let inbox = try await Self.listed(dir, "inbox", network: net)
-        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        let (home, inbox, net) = try await Self.homeAndInbox(dir)
         let alice = try await makeNode(dir, "alice", network: net)
         let bob = try await makeNode(dir, "bob", network: net)
         _ = try await alice.setRelays([home.relay(.home), inbox.relay(.inbox)])
@@ -180,10 +187,7 @@ struct HostingTests {
     func invitationLeftPerAddressee() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
-        var net = testNetwork()
-        let home = try await Self.listed(dir, "home", network: net)
-        let inbox = try await Self.listed(dir, "inbox", network: net)
-        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        let (home, inbox, net) = try await Self.homeAndInbox(dir)
         let alice = try await makeNode(dir, "alice", network: net)
         let bob = try await makeNode(dir, "bob", network: net)
         let carol = try await makeNode(dir, "carol", network: net)
@@ -216,10 +220,7 @@ struct HostingTests {
     func answeredNoticesLeaveTheScope() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
-        var net = testNetwork()
-        let home = try await Self.listed(dir, "home", network: net)
-        let inbox = try await Self.listed(dir, "inbox", network: net)
-        net.bootstrapRelays = [BootstrapRelay(address: home.address, key: home.key)]
+        let (home, inbox, net) = try await Self.homeAndInbox(dir)
         let alice = try await makeNode(dir, "alice", network: net)
         let bob = try await makeNode(dir, "bob", network: net)
         _ = try await alice.setRelays([home.relay(.home), inbox.relay(.inbox)])
