@@ -46,7 +46,7 @@ struct Sync: AsyncParsableCommand {
             Without an address, syncs with relays found from relay lists (`chorus relays`): \
             this user's inbox relays and the home relays that lack its latest events, the \
             network's bootstrap relays (`chorus network relay-add`; where relay lists are \
-            found) while a list is missing, the inbox relays where its addressed events wait, \
+            found) until each holds this user's list, one of them while a list is missing, the inbox relays where its addressed events wait, \
             and the fewest home relays that cover every user in scope, in parallel (at most \
             --max-relays connections at once), each for its share of the scope, each of which must prove \
             the device key its list names; then the relays named by lists those syncs brought \

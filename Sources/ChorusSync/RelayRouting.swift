@@ -60,8 +60,14 @@ public struct RelayPlan: Sendable, Hashable {
     /// in scope only as followers, inboxes where only follows wait to be
     /// left) goes through the relays chosen for the rest and, with
     /// `extra` (until a plan of the sync has used it), one relay more, so
-    /// each sync makes progress on it; followers left are `deferred`.
-    package static func make(for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true) throws -> RelayPlan {
+    /// each sync makes progress on it; followers left are `deferred`. The
+    /// relay more is added only while the relays chosen are fewer than
+    /// `budget` (the sessions a sync opens at once), or at every
+    /// `Self.waitingTurn`-th sync, so what waits still moves for a node
+    /// whose deliveries fill the budget.
+    package static func make(
+        for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true, budget: Int = 8
+    ) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
         var entries: [Entry] = []
@@ -108,15 +114,19 @@ public struct RelayPlan: Sendable, Hashable {
         where !(ownList?.relays.contains { $0.key == key } ?? false) && (held[key]?.user ?? 0) < own.user {
             add(address, key, "former")
         }
-        // The network's bootstrap relays, where relay lists are found: while
-        // this node lacks the list of a user in scope (or every relay it lists
-        // failed), and until one of them holds this user's list as it is now.
-        let listPublished = node.network.bootstrapRelays.contains { relay in
-            guard let last = held[relay.key] else { return false }
-            return last.user >= own.user
+        // The network's bootstrap relays, where relay lists are found: each
+        // until it holds this user's list as it is now (so any one of them
+        // answers for every user), every one while every home relay of a
+        // user in scope failed, and one, chosen by this user's key so that
+        // lookups spread over them, while this node lacks the list of its
+        // own user or of a user in scope.
+        let bootstrap = node.network.bootstrapRelays.filter { canAdd($0.key) }
+        for relay in bootstrap where !unreachable.isEmpty || (held[relay.key]?.user ?? 0) < own.user {
+            add(relay.address, relay.key, "bootstrap")
         }
-        if ownList == nil || !unlisted.isEmpty || !unreachable.isEmpty || !listPublished {
-            for relay in node.network.bootstrapRelays { add(relay.address, relay.key, "bootstrap") }
+        if ownList == nil || !unlisted.isEmpty, !bootstrap.isEmpty, !entries.contains(where: { e in bootstrap.contains { $0.key == e.key } }) {
+            let relay = bootstrap[Int(me.raw.bytes[0]) % bootstrap.count]
+            add(relay.address, relay.key, "bootstrap")
         }
         // Inboxes where this node's own addressed events (invitations, key
         // wraps, gifts) wait to be left, most waiting first; those where
@@ -146,6 +156,7 @@ public struct RelayPlan: Sendable, Hashable {
         // A user left uncovered by earlier syncs (every home relay failed)
         // weighs more, one more per sync it waited.
         let waited = try memory.syncsWaited(pending.union(later))
+
         // The members of this user's chats and whoever invited it or wrapped
         // it a key come before followed users and followers: an invitation
         // or a key wrap waits on them.
@@ -182,7 +193,8 @@ public struct RelayPlan: Sendable, Hashable {
         // (most waiting first), then followers (the longest waiting first),
         // through the relays chosen and one relay more, once a sync.
         let chosen = entries.count
-        let limit = chosen + (extra ? 1 : 0)
+        let turn = try memory.syncs() % Self.waitingTurn == Self.waitingTurn - 1
+        let limit = chosen + (extra && (chosen < budget || turn) ? 1 : 0)
         for waiting in waitingInboxes where waiting.followsOnly {
             if entries.contains(where: { $0.key == waiting.relay.key }) || entries.count < limit {
                 add(waiting.relay.address, waiting.relay.key, "inbox")
@@ -206,6 +218,10 @@ public struct RelayPlan: Sendable, Hashable {
         for entry in relays { out[entry.key, default: coverers.union(deferred)].subtract(entry.covers) }
         return out
     }
+
+    /// Every this many syncs by relay lists, what can wait adds its relay
+    /// even to a plan that fills the budget (§9 step 5).
+    package static let waitingTurn: UInt64 = 4
 
     /// The weight a chat member or a correspondent adds in the greedy cover:
     /// more than any number of followed users can.
@@ -269,7 +285,7 @@ extension SyncNetwork {
             OwnHeights(device: try node.head(of: node.identity.device.raw)?.seq ?? 0, user: try node.head(of: node.identity.user.raw)?.seq ?? 0)
         }
         var offered: [PublicKey: OwnHeights] = [:]  // per relay, the own feeds' heights when its last complete session began
-        var plan = try RelayPlan.make(for: node, scope: scope)
+        var plan = try RelayPlan.make(for: node, scope: scope, budget: maxConnections)
         var extraUsed = plan.addedForWhatCanWait
         var round = plan
         var results: [RelaySyncResult] = []
@@ -300,7 +316,7 @@ extension SyncNetwork {
             // lists arrived in this round), and own home relays when this
             // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
-            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed, extra: !extraUsed)
+            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed, extra: !extraUsed, budget: maxConnections)
             extraUsed = extraUsed || plan.addedForWhatCanWait
             let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
@@ -422,6 +438,11 @@ package final class RoutingMemory: Sendable {
             }
             return out
         }
+    }
+
+    /// The syncs by relay lists this node has ended.
+    package func syncs() throws -> UInt64 {
+        try env.read { txn in try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0 }
     }
 
     /// Per relay, the heights of this node's device feed and user key feed

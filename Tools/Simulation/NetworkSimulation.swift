@@ -100,6 +100,9 @@ public struct NetworkSimulation: Sendable {
         /// for each reason (a relay met for several counts for each).
         public var connectionsPerSyncMeanByRound: [Double] = []
         public var connectionsByReasonLastRound: [String: Double] = [:]
+        /// By round, the mean number of relays a sync met for the reason
+        /// that first chose each (these add up to the round's mean).
+        public var connectionsByFirstReasonByRound: [[String: Double]] = []
         /// First contacts of a sample of users with every relay of their plan
         /// once all hold the same events: bytes both ways, and those bytes
         /// over the users' scope feeds after 2 KB per session.
@@ -122,6 +125,7 @@ public struct NetworkSimulation: Sendable {
             case connectionsPerSyncMean = "connections_per_sync_mean", connectionsPerSyncMax = "connections_per_sync_max"
             case connectionsPerSyncMeanByRound = "connections_per_sync_mean_by_round"
             case connectionsByReasonLastRound = "connections_by_reason_last_round"
+            case connectionsByFirstReasonByRound = "connections_by_first_reason_by_round"
             case firstContactSessions = "first_contact_sessions", firstContactBytes = "first_contact_bytes"
             case firstContactBytesPerScopeFeed = "first_contact_bytes_per_scope_feed", firstContactScopeFeeds = "first_contact_scope_feeds"
             case wallSeconds = "wall_seconds", setupSeconds = "setup_seconds"
@@ -317,10 +321,13 @@ public struct NetworkSimulation: Sendable {
             }
             let plans = synced.map(\.0)
             let met = synced.map(\.1)
+            var firstReasons: [String: Int] = [:]
             for plan in plans {
                 connections.append(plan.count)
+                for relay in plan { if let first = relay.first { firstReasons[first, default: 0] += 1 } }
                 if round == p.rounds - 1 { for relay in plan { for reason in relay { reasons[reason, default: 0] += 1 } } }
             }
+            result.connectionsByFirstReasonByRound.append(firstReasons.mapValues { Double($0) / Double(max(1, p.users)) })
             let thisRound = connections.suffix(p.users)
             result.connectionsPerSyncMeanByRound.append(Double(thisRound.reduce(0, +)) / Double(max(1, thisRound.count)))
             let measured = try await measure(users: users, chats: chats, relays: relays.map(\.node), due: due, met: met)

@@ -1,0 +1,94 @@
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusSync
+import Foundation
+import Testing
+
+/// Specs/sync.md §9: the plan a node makes from the relay lists it holds.
+/// No relay runs: a plan is a function of the store, so these tests make
+/// plans and read them.
+@Suite("The relay plan, made from relay lists")
+struct RelayPlanTests {
+    /// A relay nobody serves: a plan only names it.
+    static func relay(_ n: Int, _ roles: Relay.Roles) -> Relay {
+        Relay(address: "127.0.0.1:\(9000 + n)", key: Bytes32([UInt8](repeating: UInt8(n), count: 32))!, roles: roles)
+    }
+
+    /// Gives `node` the relay lists (the user keys' feeds) of `users`.
+    static func learnLists(_ node: Node, of users: [Node]) async throws {
+        for user in users {
+            let envelopes = try user.feedEnvelopes(user.identity.user.raw, fromSeq: 1, limit: .max).map(\.envelope)
+            _ = await node.ingest(envelopes)
+        }
+    }
+
+    @Test("a node looks lists up at one bootstrap relay, chosen by its user key, once every bootstrap relay holds its own list")
+    func oneBootstrapRelayForLookups() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boots = (1...3).map { Self.relay($0, .all) }
+        net.bootstrapRelays = boots.map { BootstrapRelay(address: $0.address, key: $0.key) }
+        try await withNodes(dir, ["alice", "carol"], network: net) { nodes in
+        let (alice, carol) = (nodes[0], nodes[1])
+        _ = try await carol.setRelays([Self.relay(10, .all)])
+        _ = try await carol.follow(alice.identity.user)
+        // Its list not yet published: every bootstrap relay is in the plan.
+        let publishing = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        #expect(Set(publishing.relays.filter { $0.reasons.contains("bootstrap") }.map(\.key)) == Set(boots.map(\.key)))
+        // Every bootstrap relay took the list: Alice's list, missing here, is looked up at one of them.
+        let heights = OwnHeights(
+            device: try #require(try carol.head(of: carol.identity.device.raw)).seq, user: try #require(try carol.head(of: carol.identity.user.raw)).seq)
+        try RoutingMemory(env: carol.log.env).endSync(covered: [], offered: Dictionary(uniqueKeysWithValues: boots.map { ($0.key, heights) }))
+        let lookup = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        let chosen = boots[Int(carol.identity.user.raw.bytes[0]) % boots.count]
+        #expect(lookup.relays.filter { $0.reasons.contains("bootstrap") }.map(\.key) == [chosen.key], "\(lookup.relays)")
+        #expect(lookup.unlisted == [alice.identity.user.raw])
+        // That relay failed earlier in the sync: another one is asked.
+        let failover = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), avoiding: [chosen.key])
+        let other = try #require(failover.relays.first { $0.reasons.contains("bootstrap") })
+        #expect(other.key != chosen.key && boots.contains { $0.key == other.key })
+        // With Alice's list held, no bootstrap relay is needed.
+        _ = try await alice.setRelays([Self.relay(20, .all)])
+        try await Self.learnLists(carol, of: [alice])
+        let known = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        #expect(!known.relays.contains { $0.reasons.contains("bootstrap") }, "\(known.relays)")
+        }
+    }
+
+    @Test("what can wait adds its relay only while the plan has a session to spare, or on its turn")
+    func whatCanWaitWithinTheBudget() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        try await withNodes(dir, ["alice", "bob", "carol"], network: net) { nodes in
+        let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
+        // Alice lives on relay 1 and reads at 5; Bob lives on 4 and reads at 3.
+        _ = try await alice.setRelays([Self.relay(1, .home), Self.relay(5, .inbox)])
+        _ = try await bob.setRelays([Self.relay(4, .home), Self.relay(3, .inbox)])
+        try await Self.learnLists(carol, of: [alice, bob])
+        // Carol follows both: her follows wait to be left at relays 5 and 3.
+        _ = try await carol.follow(alice.identity.user)
+        _ = try await carol.follow(bob.identity.user)
+        func keys(_ relays: Int...) -> Set<PublicKey> { Set(relays.map { Self.relay($0, .all).key }) }
+        // Within the budget: relays 1 and 4 bring Alice and Bob, and one
+        // relay more takes a follow (relay 3: as many wait there as at 5, and its key is smaller).
+        let roomy = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        #expect(Set(roomy.relays.map(\.key)) == keys(1, 3, 4), "\(roomy.relays)")
+        #expect(roomy.addedForWhatCanWait)
+        // Two relays fill a budget of two: the follows wait.
+        let full = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2)
+        #expect(Set(full.relays.map(\.key)) == keys(1, 4), "\(full.relays)")
+        #expect(!full.addedForWhatCanWait)
+        // Every fourth sync the relay more is added anyway.
+        let memory = try RoutingMemory(env: carol.log.env)
+        for _ in 1..<RelayPlan.waitingTurn { try memory.endSync(covered: []) }
+        let turn = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2)
+        #expect(Set(turn.relays.map(\.key)) == keys(1, 3, 4) && turn.addedForWhatCanWait, "\(turn.relays)")
+        try memory.endSync(covered: [])
+        #expect(!(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2).addedForWhatCanWait))
+        }
+    }
+}
