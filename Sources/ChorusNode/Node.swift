@@ -217,6 +217,7 @@ public actor Node {
             }
             let blobs = try BlobStore(env: env)
             let projections = try Projections(log: log, blobs: blobs, config: network)
+            let store = Store(env: env, log: log, blobs: blobs, projections: projections)
             if let why = try projections.staleness() {
                 guard !readOnly else { throw NodeError.projectionsStale(path: path) }
                 options.onRebuild?(why, try log.eventCount())
@@ -224,7 +225,7 @@ public actor Node {
                 // the cooperative pool's few, and cancellable.
                 let progress = options.rebuildProgress
                 try await runOnOwnThread("chorus-rebuild") { cancelled in
-                    try projections.rebuild(progress: progress, isCancelled: cancelled)
+                    try store.rebuild(progress: progress, isCancelled: cancelled)
                 }
             }
             let device = try KeyStore.read(KeyStore.deviceKeyPath(path))
@@ -573,9 +574,9 @@ public actor Node {
     /// Readers may see the projections partly folded until it returns.
     public func rebuildProjections(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws {
         guard let writer else { throw NodeError.readOnly }
-        let projections = self.projections
+        let store = Store(env: log.env, log: log, blobs: blobs, projections: projections)
         let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in
-            writer.exclusively({ try projections.rebuild(progress: progress) }) { continuation.resume(with: $0) }
+            writer.exclusively({ try store.rebuild(progress: progress) }) { continuation.resume(with: $0) }
         }
     }
 

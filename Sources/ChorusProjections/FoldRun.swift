@@ -129,8 +129,7 @@ struct FoldRun {
 
     /// Whether effective deletions purge now. A whole-log fold in slices
     /// leaves purges, which cannot be undone, to its end: a bulk rebuild
-    /// purges what its folds recorded (`deletedInBulk`), any other such fold
-    /// calls `Projections.purgeDeleted`, which finds them in the state.
+    /// purges what its folds recorded (`deletedInBulk`).
     let purging: Bool
 
     /// A bulk fold (a rebuild from empty state, Specs/projections.md §9.2):
@@ -538,7 +537,7 @@ struct FoldRun {
 
 /// What a fold decided to purge: the payloads of deleted pictures and
 /// messages (by arrival position) and their blobs. The fold only decides;
-/// `Projections.carryOut` writes it, after the fold, in the same
+/// `Store.carryOut` writes it, after the fold, in the same
 /// transaction, so a blob is removed only if no object holds it once every
 /// object of the transaction is folded (Specs/projections.md §6.3, §6.6).
 package struct Purges: Sendable, Equatable {

@@ -43,7 +43,8 @@ public struct Projections: Sendable {
 
     /// Opens the `facts`, `facts_recent`, `index` and `state` databases in
     /// `log`'s environment (creating them in a writable one); throws when
-    /// LMDB cannot. Folds nothing: see `rebuildIfNeeded`.
+    /// LMDB cannot. Folds nothing: stale projections (`staleness()`) are
+    /// rebuilt by `Store.rebuild`.
     public init(log: LogStore, blobs: BlobStore, config: NetworkConfig) throws {
         try self.init(log: log, blobs: blobs, config: config, recentFactsMinimum: Self.defaultRecentFactsMinimum)
     }
@@ -74,17 +75,14 @@ public struct Projections: Sendable {
 
     /// Folds newly stored events (accepted or refilled) into the projections,
     /// inside the caller's write transaction, and returns the purges the
-    /// fold decided, for the caller to carry out (`carryOut`) in the same
-    /// transaction. `purging: false` decides none (whole-log folds in
-    /// slices leave them to `purgeDeleted`: see `FoldRun.purging`).
+    /// fold decided, for the store to carry out (`Store.carryOut`) in the
+    /// same transaction: the projections never write the log or the blobs.
     /// `refilled` names the events of `events` that were stored before
     /// (their payload refilled): unlike the others, they may have state
     /// and decisions already.
-    package func apply(
-        _ events: [StoredEvent], refilled: Set<EventID> = [], in txn: Transaction, purging: Bool = true
-    ) throws -> Purges {
+    package func apply(_ events: [StoredEvent], refilled: Set<EventID> = [], in txn: Transaction) throws -> Purges {
         guard !events.isEmpty else { return Purges() }
-        var run: FoldRun? = FoldRun(projections: self, txn: txn, purging: purging)
+        var run: FoldRun? = FoldRun(projections: self, txn: txn)
         // Filed in key order once the batch is filed: the transaction's
         // cursors then walk each table forward (facts into their recent
         // level, Specs/projections.md §9.1). The fold reads them after.
@@ -107,14 +105,6 @@ public struct Projections: Sendable {
         try run.execute()
         try moveRecentFactsIfDue(in: txn)
         return run.purges
-    }
-
-    /// Carries out `purges` after the fold that decided them: strips each
-    /// payload from the log (events.md §6) and removes each blob that no
-    /// live object references in the state as folded.
-    package func carryOut(_ purges: Purges, in txn: Transaction) throws {
-        for arrival in purges.payloads { try log.purgePayload(atArrival: arrival, in: txn) }
-        for blob in Set(purges.blobs) where try !isBlobReferenced(blob, in: txn) { try blobs.delete(blob, in: txn) }
     }
 
     /// Files an event under every object it touches (its `facts` entries
@@ -171,32 +161,14 @@ public struct Projections: Sendable {
         return targets
     }
 
-    /// Purges the payloads (and unused blobs) of every picture and message
-    /// the final state holds as deleted: the end of a whole-log fold.
-    package func purgeDeleted(in txn: Transaction) throws {
-        var pictures: [ObjectID] = []
-        try txn.scan(state, prefix: [Table.picture.rawValue]) { key, value in
-            if try PictureRecord.decode(value).deleted != nil { pictures.append(try Codec.b32(key[1...], "picture id")) }
-            return true
-        }
-        var messages: [EventID] = []
-        try txn.scan(state, prefix: [Table.message.rawValue]) { key, value in
-            if try MessageEntry.decode(value).deleted != nil {
-                messages.append(try Codec.b32(key.suffix(32), "message id"))
-            }
-            return true
-        }
-        try purge(deletedPictures: pictures, messages: messages, in: txn)
-    }
-
-    /// Purges the payloads (and unused blobs) of these deleted pictures and
-    /// messages, and what a bulk fold already `decided` to purge.
-    func purge(deletedPictures pictures: [ObjectID], messages: [EventID], decided: Purges = Purges(), in txn: Transaction) throws {
+    /// The purges of these deleted pictures (their payloads and unused
+    /// blobs), with what a bulk fold already `decided` to purge: the end
+    /// of a rebuild, for the store to carry out.
+    func purges(ofDeletedPictures pictures: [ObjectID], decided: Purges, in txn: Transaction) throws -> Purges {
         var run = FoldRun(projections: self, txn: txn)
         for picture in pictures { run.purgeContent(of: picture, try run.facts(.picture, picture)) }
-        for message in messages { try run.purgeContent(ofMessage: message, try run.messageFacts(message).all) }
         run.purges.add(decided)
-        try carryOut(run.purges, in: txn)
+        return run.purges
     }
 
     /// Every device binding of the committed state (Specs/projections.md
@@ -298,14 +270,6 @@ public struct Projections: Sendable {
     public static func markStale(env: Environment) throws {
         let index = try env.openDatabase("index")
         try env.write { txn in _ = try txn.delete(index, builtKey) }
-    }
-
-    /// Rebuilds the projections unless they are current (`isCurrent()`);
-    /// returns whether it rebuilt. `progress` is passed to `rebuild`.
-    public func rebuildIfNeeded(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Bool {
-        if try isCurrent() { return false }
-        try rebuild(progress: progress)
-        return true
     }
 }
 

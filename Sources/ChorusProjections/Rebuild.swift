@@ -28,11 +28,14 @@ extension Projections {
     /// lists in memory for the message pass; past it they are filed in
     /// `index` instead (§9.2). `payloadsBudget` bounds the bytes of
     /// payloads the filing keeps for the fold of the classes; past it they
-    /// are read from the log again.
-    public func rebuild(
+    /// are read from the log again. The payloads and blobs of what it
+    /// finds deleted are purged by `carryOut` (the store's,
+    /// `Store.rebuild`) in the transaction before the built marker.
+    package func rebuild(
         sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
         payloadsBudget: Int = Projections.payloadsBudget, part: Int? = nil,
-        progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+        progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil,
+        carryingOut carryOut: (Purges, Transaction) throws -> Void
     ) throws {
         try log.env.write { txn in
             _ = try txn.delete(index, Self.builtKey)
@@ -157,7 +160,7 @@ extension Projections {
         foldedMore(try alone.wait())
         if isCancelled?() == true { throw CancellationError() }
         try log.env.write { txn in
-            try purge(deletedPictures: deleted.pictures, messages: [], decided: deleted.messagePurges, in: txn)
+            try carryOut(try purges(ofDeletedPictures: deleted.pictures, decided: deleted.messagePurges, in: txn), txn)
         }
         try log.env.write { txn in try txn.put(index, Self.builtKey, builtMarker) }
         progress?(total, total)

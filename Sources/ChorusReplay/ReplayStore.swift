@@ -94,7 +94,7 @@ public struct ReplayStore: Sendable {
     ) throws -> ReplayStore {
         guard include != nil || tolerant else {
             let target = try copyLog(to: output, whole: true) { _, _ in }.copy
-            try target.projections.rebuild(progress: progress)
+            try target.store.rebuild(progress: progress)
             return target
         }
         let include = include ?? { _ in true }
@@ -142,7 +142,7 @@ public struct ReplayStore: Sendable {
     public func rebuild(to output: String, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Rebuilt {
         let stale = try projections.staleness()
         let (copy, digests) = try copyLog(to: output, whole: true) { snapshot, copy -> (folded: Hash32, live: Hash32?) in
-            try copy.projections.rebuild(progress: progress)
+            try copy.store.rebuild(progress: progress)
             let folded = try copy.projections.digest()
             guard stale == nil else { return (folded, nil) }
             return (folded, try liveDigest(in: snapshot, storedSame: try storesSameState(in: snapshot, as: copy), folded: folded))
@@ -298,7 +298,7 @@ public struct ReplayStore: Sendable {
                 for f in forks { _ = try commit.append(f.refused) }
             }
         }
-        try target.projections.rebuild(progress: progress)
+        try target.store.rebuild(progress: progress)
     }
 
     static func open(_ path: String, writableNew: Bool, mapSize: Int) throws -> ReplayStore {

@@ -91,7 +91,7 @@ extension ReplayStore {
             let (copy, folding) = try copyLog(to: scratch.path + "/tables", whole: true) {
                 snapshot, copy -> FoldOutcome in
                 let rebuilt = Result { () throws -> Hash32? in
-                    try copy.projections.rebuild(progress: { done, _ in folded.set(done) })
+                    try copy.store.rebuild(progress: { done, _ in folded.set(done) })
                     // Not split into batches (`digestInParts`): the checks
                     // keep the other core busy, so the split would only add
                     // its own overhead.

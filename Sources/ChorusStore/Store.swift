@@ -9,7 +9,8 @@ import ChorusStorage
 /// and the projections. It owns the commit: every writer (the node's group
 /// commit, the replay tool's copies, the test harnesses) appends and folds
 /// through `commit`, so the log and the projections can never disagree
-/// (Specs/storage.md).
+/// (Specs/storage.md). The projections decide what deletion purges; the
+/// store purges it from the log and the blobs (`carryOut`).
 public struct Store: Sendable {
     public let env: Environment
     public let log: LogStore
@@ -33,8 +34,7 @@ public struct Store: Sendable {
     /// Runs `body` in one write transaction, then folds every event it
     /// stored (or refilled) into the projections in the same transaction:
     /// either all of it is durable or none. `now` and `drift` are the feed
-    /// checks' clock (Specs/events.md §7.2); `purging: false` leaves purges
-    /// to a whole-log pass (a rebuild or a copy); `fold: false` only appends,
+    /// checks' clock (Specs/events.md §7.2); `fold: false` only appends,
     /// for a copy that rebuilds its projections in bulk afterwards (the
     /// projections are stale until then: `Projections.rebuild`).
     ///
@@ -42,14 +42,14 @@ public struct Store: Sendable {
     /// that lets the next reuse the pages it freed (Specs/storage.md §5.1
     /// step 8).
     public func commit<T>(
-        nowMillis: UInt64, driftMillis: UInt64, purging: Bool = true, fold: Bool = true, _ body: (inout CommitBatch) throws -> T
+        nowMillis: UInt64, driftMillis: UInt64, fold: Bool = true, _ body: (inout CommitBatch) throws -> T
     ) throws -> T {
         var stored = 0
         let result = try env.write { txn in
             var batch = CommitBatch(store: self, transaction: txn, context: try log.appendContext(in: txn, nowMillis: nowMillis, driftMillis: driftMillis))
             let result = try body(&batch)
             try log.finish(&batch.context, in: txn)
-            if fold { try projections.carryOut(try projections.apply(batch.stored, refilled: batch.refilled, in: txn, purging: purging), in: txn) }
+            if fold { try carryOut(try projections.apply(batch.stored, refilled: batch.refilled, in: txn), in: txn) }
             stored = batch.stored.count
             return result
         }
@@ -58,6 +58,28 @@ public struct Store: Sendable {
         // reports it.
         if stored >= Self.largeCommit { try? log.releaseFreedPages() }
         return result
+    }
+
+    /// Carries out `purges` after the fold that decided them, in its
+    /// transaction: strips each payload from the log (Specs/events.md §6)
+    /// and removes each blob that no live object references in the state
+    /// as folded (Specs/projections.md §6.3, §6.6).
+    package func carryOut(_ purges: Purges, in txn: Transaction) throws {
+        for arrival in purges.payloads { try log.purgePayload(atArrival: arrival, in: txn) }
+        for blob in Set(purges.blobs) where try !projections.isBlobReferenced(blob, in: txn) { try blobs.delete(blob, in: txn) }
+    }
+
+    /// Drops every projection and folds the whole log again, in bulk
+    /// (Specs/projections.md §9.2; the parameters are `Projections.rebuild`'s),
+    /// purging what it finds deleted from the log and the blobs.
+    public func rebuild(
+        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
+        payloadsBudget: Int = Projections.payloadsBudget, part: Int? = nil,
+        progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
+    ) throws {
+        try projections.rebuild(
+            sliceSize: sliceSize, filingBudget: filingBudget, sendsBudget: sendsBudget, payloadsBudget: payloadsBudget, part: part,
+            progress: progress, isCancelled: isCancelled, carryingOut: carryOut)
     }
 
     /// Events stored in one commit from which the pages it freed are

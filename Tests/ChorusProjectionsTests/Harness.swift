@@ -84,13 +84,15 @@ final class Replica {
 
     deinit { try? FileManager.default.removeItem(atPath: dir) }
 
+    /// The replica's store: its commits and rebuilds.
+    var store: Store { Store(env: env, log: log, blobs: blobs, projections: projections) }
+
     /// Delivers `batch` in one write transaction: each event is appended
     /// (or buffered when its feed has a gap), buffered successors that
     /// became appendable follow, and every event stored or refilled is
     /// folded. Returns the events folded.
     @discardableResult
     func deliver(_ batch: [Event]) throws -> [Event] {
-        let store = Store(env: env, log: log, blobs: blobs, projections: projections)
         let (folded, waitingAfter): ([Event], [PublicKey: [UInt64: Event]]) = try store.commit(
             nowMillis: Self.nowMillis, driftMillis: Self.driftMillis
         ) { commit in
@@ -313,7 +315,7 @@ enum Payload {
     }
 }
 
-/// The coin invariants of issue 3, recomputed independently from the
+/// The coin invariants (Specs/projections.md §6.9), recomputed independently from the
 /// ledger the projections hold. Returns the violations found.
 func coinInvariantViolations(_ p: Projections, users: [PublicKey]) throws -> [String] {
     var problems: [String] = []

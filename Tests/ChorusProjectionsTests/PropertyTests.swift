@@ -5,7 +5,7 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-/// Issue 3, point 1: random worlds delivered to several replicas in random
+/// Convergence: random worlds delivered to several replicas in random
 /// orders, with duplicates, gossip between replicas (which carries purged
 /// copies) and partitions that heal. Every replica must end with the same
 /// digest, equal to a rebuild from its log and to a fresh fold of the event
@@ -124,7 +124,7 @@ struct ScheduleRun {
             problems += (gapProblems + wantedProblems).map { "replica \(i) before the refill: " + $0 }
             guard i == 1, gaps + wanted > 0 else { continue }
             let digest = try replica.digest()
-            try replica.projections.rebuild(sliceSize: rng.int(1...64), part: rng.int(0...1) == 0 ? rng.int(1...16) : nil)
+            try replica.store.rebuild(sliceSize: rng.int(1...64), part: rng.int(0...1) == 0 ? rng.int(1...16) : nil)
             if try replica.digest() != digest { problems.append("a rebuild of replica 1 before the refill changed its state") }
             problems += try (replica.payloadGapProblems().problems + replica.blobWantedProblems().problems)
                 .map { "replica 1 rebuilt before the refill: " + $0 }
@@ -189,7 +189,7 @@ struct ScheduleRun {
         // or all payloads from the log again, and half the time with slices
         // filed and messages folded in parts of a few, one core each.
         let before = try replicas[0].stateLines()
-        try replicas[0].projections.rebuild(
+        try replicas[0].store.rebuild(
             sliceSize: rng.int(1...64), filingBudget: rng.int(0...1) == 0 ? rng.int(1...40_000) : Projections.filingBudget,
             sendsBudget: rng.int(0...1) == 0 ? rng.int(0...4_000) : Projections.sendsBudget,
             payloadsBudget: rng.int(0...1) == 0 ? rng.int(0...4_000) : Projections.payloadsBudget,

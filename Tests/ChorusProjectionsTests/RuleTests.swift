@@ -553,14 +553,14 @@ struct RuleTests {
         let incremental = try r.digest()
         // One object per slice and per part: the held message and the
         // unknown one are folded in different slices.
-        try r.projections.rebuild(sliceSize: 1, part: 1)
+        try r.store.rebuild(sliceSize: 1, part: 1)
         #expect(try r.digest() == incremental)
         try expectUnknown()
         try r.deliver([bobs])
         for id in [editBobs.id, deleteBobs.id] { #expect(try r.projections.noEffect(id)?.code == "not_author") }
         #expect(try r.projections.chat(chat).messages.map(\.body) == [fakeSealed("held 2"), fakeSealed("bob's")])
         let decided = try r.digest()
-        try r.projections.rebuild()
+        try r.store.rebuild()
         #expect(try r.digest() == decided)
     }
 
@@ -592,7 +592,7 @@ struct RuleTests {
         let purged = [pic.event.id, caption.id, message.id, edit.id, sharing.id]
         for id in purged { #expect(try r.log.event(id)?.event.payloadBytes != nil) }
         // One object per slice and per part.
-        try r.projections.rebuild(sliceSize: 1, part: 1)
+        try r.store.rebuild(sliceSize: 1, part: 1)
         for id in purged { #expect(try r.log.event(id)?.event.payloadBytes == nil, "payload of \(id.short) survived the rebuild") }
         #expect(try r.log.event(live.id)?.event.payloadBytes != nil)
         #expect(try r.blobs.read(pic.blob) == nil)
@@ -624,7 +624,7 @@ struct RuleTests {
         #expect(try r.projections.devices(of: alice.key).map(\.device.raw) == [alice.d1.publicKey])
         // A rebuild checks the consents ahead, on all cores: the same state.
         let folded = try r.digest()
-        try r.projections.rebuild()
+        try r.store.rebuild()
         #expect(try r.digest() == folded)
         #expect(try r.projections.noEffect(noProof.id)?.code == "no_device_consent")
         #expect(try r.projections.noEffect(wrongProof.id)?.code == "no_device_consent")
@@ -668,7 +668,7 @@ struct RuleTests {
             let r = try s.fold(events)
             let digest = try r.digest()
             #expect(try r.projections.following(of: alice.key) == [bob.key])
-            try r.projections.rebuild(part: 1)
+            try r.store.rebuild(part: 1)
             #expect(try r.digest() == digest)
             #expect(try r.projections.following(of: alice.key) == [bob.key])
             if withPicture { #expect(try r.projections.pictures(of: alice.key).count == 1) }

@@ -211,7 +211,7 @@ struct ReplayTests {
             try s.projections.unsafePutStateEntry(key: [0x60] + h.anaDevice.bytes, value: LogStore.encodeU64(7))
             return digest
         }
-        try copy.projections.rebuild()
+        try copy.store.rebuild()
         #expect(try copy.projections.digest() == inSnapshot)
         #expect(try s.projections.digest() != inSnapshot)
     }
@@ -230,7 +230,7 @@ struct ReplayTests {
             try s.projections.digest(in: snapshot)
         }
         #expect(try whole.projections.isCurrent())  // the live projections came with it
-        try whole.projections.rebuild()
+        try whole.store.rebuild()
         #expect(try whole.projections.digest() == wholeDigest)
 
         let (tables, seen) = try s.copyLog(

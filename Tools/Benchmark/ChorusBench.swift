@@ -35,7 +35,7 @@ struct ProjectionsBench: AsyncParsableCommand {
             Generates N events of a realistic mix from U users with one or two devices each, signs \
             them on all cores, then measures in one run: raw LMDB batched durable append of N values \
             of the same sizes, the all-core Ed25519 verify rate, ingest of all N into an empty node \
-            through Node.ingest in sync-like batches (feed by feed), Projections.rebuild(), and the \
+            through Node.ingest in sync-like batches (feed by feed), Store.rebuild(), and the \
             latency of profile, balance and chat-page queries. Then, on the closed store, the replay \
             tool: `verify` as a ratio to the verify rate and `rebuild --out` as a ratio to LMDB append.
             """)

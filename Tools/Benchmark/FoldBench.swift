@@ -97,7 +97,7 @@ func runFoldBenchmark(_ options: FoldBenchOptions) throws {
                     let window = stored + appended
                     let foldStarted = threadCPUSeconds()
                     let txn = batch.transaction
-                    try store.projections.carryOut(try store.projections.apply(window, in: txn), in: txn)
+                    try store.carryOut(try store.projections.apply(window, in: txn), in: txn)
                     return (appended, foldStarted)
                 }
                 stored += appended

@@ -1,9 +1,8 @@
 // `chorus-bench projections`: loads N events of a realistic social mix and
-// measures the projection engine against the machine's limits in one run
-// (issue 3, "What it must show" point 5):
+// measures the projection engine against the machine's limits in one run:
 //   - ingest through `Node.ingest` (verify + log + projections) as a ratio to
 //     the all-core Ed25519 verify rate (target >= 0.7);
-//   - `Projections.rebuild()` as a ratio to raw LMDB batched append of the
+//   - `Store.rebuild()` as a ratio to raw LMDB batched append of the
 //     same number of same-sized values (target >= 0.25);
 //   - p50/p99 latency of profile, balance and chat-page queries through the
 //     library (target p99 <= 1 ms).
@@ -18,6 +17,7 @@ import ChorusEvents
 import ChorusNode
 import ChorusParallel
 import ChorusProjections
+import ChorusStore
 import ChorusStorage
 import Dispatch
 import ChorusSimulation
@@ -559,7 +559,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         let node = try await Node.open(at: path)
         let count = try node.log.eventCount()
         let t0 = Bench.clock()
-        try node.projections.rebuild()
+        try Store(env: node.log.env, log: node.log, blobs: node.blobs, projections: node.projections).rebuild()
         let seconds = Bench.clock() - t0
         await node.close()
         print("rebuilt \(count) events in \(String(format: "%.2f", seconds)) s: \(Int(Double(count) / seconds))/s")
@@ -740,7 +740,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         let memoryBeforeRebuild = residentMemory()
         t0 = Bench.clock()
         let (_, anonymousPeak, filePeak) = try await peakResidentMemory {
-            try projections.rebuild { done, total in
+            try Store(env: node.log.env, log: node.log, blobs: node.blobs, projections: projections).rebuild { done, total in
                 if Bench.progress, done % 200_000 < 20_000 { Bench.note("  \(done) / \(total)") }
             }
         }
@@ -766,7 +766,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         digestsAgree = digestsAgree && report["equal"] as? Bool == true && report["after"] as? String == digestIngested.hex
     }
 
-    // 6. The replay tool on the closed store (issue 5): verify and rebuild --out.
+    // 6. The replay tool on the closed store: verify and rebuild --out.
     var replayFigures: (verifyRate: Double, verifySeconds: Double, copyRate: Double, copySeconds: Double, findings: Bool)? = nil
     if !options.skipReplay {
         Bench.note("chorus-replay verify of \(logged) events...")

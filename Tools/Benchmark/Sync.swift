@@ -1,5 +1,5 @@
 // `chorus-bench sync`: peer sync over the encrypted TCP transport against
-// the machine's limits, in one run (issue 4, "What it must show" point 5):
+// the machine's limits, in one run:
 //   - a full sync of an empty node B from a node A holding N events from U
 //     users, with pictures and their blob bytes, over 127.0.0.1: events per
 //     second as a ratio to the all-core Ed25519 verify rate (target >= 0.7);
