@@ -111,7 +111,7 @@ public struct OutputOptions: ParsableArguments {
     public init() {}
 }
 
-public func printJSON(_ value: JSONValue) {
+package func printJSON(_ value: JSONValue) {
     emit(value.rendered())
 }
 

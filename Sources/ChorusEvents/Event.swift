@@ -194,7 +194,7 @@ public struct Event: Hashable, Sendable {
 
     /// Domain separation: a Chorus event signature can never be mistaken for
     /// a signature made for another purpose with the same key.
-    public static let signingContext: [UInt8] = Array("chorus/event/v1".utf8) + [0]
+    package static let signingContext: [UInt8] = Array("chorus/event/v1".utf8) + [0]
 
     /// The signing key (header key 1), taken from `header`.
     public var author: PublicKey { header.author }
@@ -215,13 +215,13 @@ public struct Event: Hashable, Sendable {
 
     /// The message an event signature covers: `signingContext` followed by the
     /// header bytes (Specs/events.md §5).
-    public static func signedMessage(headerBytes: [UInt8]) -> [UInt8] { signingContext + headerBytes }
+    package static func signedMessage(headerBytes: [UInt8]) -> [UInt8] { signingContext + headerBytes }
 
     /// The id is the hash of the header bytes alone: the header is what the
     /// author signs, so a feed's chain (each header names its predecessor's
     /// id) can be built before any signature exists, and signing runs on all
     /// cores. Any valid signature over the same header is the same event.
-    public static func computeID(headerBytes: [UInt8]) -> EventID {
+    package static func computeID(headerBytes: [UInt8]) -> EventID {
         Blake2b.hash256(headerBytes)
     }
 
@@ -234,7 +234,7 @@ public struct Event: Hashable, Sendable {
     }
 
     /// Builds and signs a new event, checking the payload against its schema first.
-    public static func sign(
+    package static func sign(
         with key: SigningKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID,
         payload: CBORValue
     ) throws(EventError) -> Event {
@@ -268,7 +268,7 @@ public struct Event: Hashable, Sendable {
     }
 
     /// The same event without its payload, as kept after a purge.
-    public func purged() -> Event {
+    package func purged() -> Event {
         Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: nil, id: id)
     }
 
@@ -290,7 +290,7 @@ public struct Event: Hashable, Sendable {
     /// `decode(_:)`, with the payload as it was decoded for its schema
     /// check (nil when purged): a caller that reads the payload next need
     /// not decode it again.
-    public static func decodeWithPayload(_ bytes: [UInt8]) throws(EventError) -> (event: Event, payload: CBORValue?) {
+    package static func decodeWithPayload(_ bytes: [UInt8]) throws(EventError) -> (event: Event, payload: CBORValue?) {
         if bytes.count > EventLimits.maxEnvelopeBytes { throw .envelopeTooLarge(size: bytes.count) }
         let value: CBORValue
         do { value = try CBORDecoder.decode(bytes) } catch { throw .cbor(error, part: "envelope") }
@@ -336,20 +336,20 @@ public struct Event: Hashable, Sendable {
 
 /// An event whose header is complete but not yet signed. Its id is already
 /// final, so the next event of the feed can chain to it.
-public struct UnsignedEvent: Sendable {
+package struct UnsignedEvent: Sendable {
     /// The complete header, as it will be signed.
-    public let header: EventHeader
+    package let header: EventHeader
     /// The header's deterministic CBOR encoding: the bytes `signed(with:)` signs.
-    public let headerBytes: [UInt8]
+    package let headerBytes: [UInt8]
     /// The payload's deterministic CBOR encoding, at most `EventLimits.maxPayloadBytes`
     /// bytes; the header commits to its hash and length.
-    public let payloadBytes: [UInt8]
+    package let payloadBytes: [UInt8]
     /// The event id (BLAKE2b-256 of `headerBytes`), final before signing.
-    public let id: EventID
+    package let id: EventID
 
     /// Checks the payload against its kind's schema and builds the header.
     /// A node only writes kinds it knows.
-    public init(
+    package init(
         author: PublicKey, seq: UInt64, prev: EventID?, hlc: HLC, kind: EventKind, object: ObjectID, payload: CBORValue
     ) throws(EventError) {
         guard let schema = kind.schema else { throw .schemaViolation(kind: kind.name, detail: "this node does not know the kind") }
@@ -360,7 +360,7 @@ public struct UnsignedEvent: Sendable {
     /// An event of a kind this version does not know, as a newer node writes
     /// it (its payload need only be deterministic CBOR, Specs/events.md
     /// §6.3): for tests and tools that stand in for a newer node.
-    public static func ofUnknownKind(
+    package static func ofUnknownKind(
         _ code: UInt64, author: PublicKey, seq: UInt64, prev: EventID?, hlc: HLC, object: ObjectID, payload: CBORValue
     ) throws(EventError) -> UnsignedEvent {
         let kind = EventKind(code: code)
@@ -384,7 +384,7 @@ public struct UnsignedEvent: Sendable {
     }
 
     /// Signs with `key`, which must be the author's.
-    public func signed(with key: SigningKey) -> Event {
+    package func signed(with key: SigningKey) -> Event {
         precondition(key.publicKey == header.author, "signing key is not the event's author")
         return Event(
             header: header, headerBytes: headerBytes, signature: key.sign(Event.signedMessage(headerBytes: headerBytes)),
@@ -443,20 +443,20 @@ extension Event {
     /// The payload bytes of an envelope this node stored itself (nil when
     /// purged): the projections read payloads this way, and
     /// `chorus-replay verify` re-checks every stored envelope in full.
-    public static func storedPayload(ofEnvelope bytes: [UInt8]) throws(EventError) -> [UInt8]? {
+    package static func storedPayload(ofEnvelope bytes: [UInt8]) throws(EventError) -> [UInt8]? {
         try storedParts(bytes).payload.map { Array(bytes[$0]) }
     }
 
     /// The id of an envelope this node stored itself, read where the store
     /// holds it: only the header bytes are hashed (a lookup by id checks
     /// the events its index lists this way, Specs/storage.md §3).
-    public static func storedID(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> EventID {
+    package static func storedID(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> EventID {
         computeID(headerBytes: Array(UnsafeRawBufferPointer(rebasing: bytes[try storedParts(bytes).header])))
     }
 
     /// The same, from an envelope where the store holds it: only the
     /// payload is copied.
-    public static func storedPayload(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> [UInt8]? {
+    package static func storedPayload(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> [UInt8]? {
         try storedParts(bytes).payload.map { Array(UnsafeRawBufferPointer(rebasing: bytes[$0])) }
     }
 
@@ -464,7 +464,7 @@ extension Event {
     /// this node stored itself, read where the store holds it, for a fold
     /// that already knows the event's id: the id is not computed again, nor
     /// the signature copied.
-    public static func storedHeaderAndPayload(
+    package static func storedHeaderAndPayload(
         ofEnvelope bytes: UnsafeRawBufferPointer
     ) throws(EventError) -> (header: EventHeader, payload: [UInt8]?) {
         let parts = try storedParts(bytes)
@@ -474,7 +474,7 @@ extension Event {
 
     /// The header of an envelope this node stored itself, nothing else
     /// copied or checked (who wrote what, read from the log in bulk).
-    public static func storedHeader(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> EventHeader {
+    package static func storedHeader(ofEnvelope bytes: UnsafeRawBufferPointer) throws(EventError) -> EventHeader {
         let parts = try storedParts(bytes)
         return try EventHeader.decode(Array(UnsafeRawBufferPointer(rebasing: bytes[parts.header])))
     }
@@ -484,12 +484,12 @@ extension Event {
     /// computed, but the payload's hash and schema are not checked again
     /// (a whole-log fold reads every event this way; `chorus-replay verify`
     /// re-checks everything).
-    public static func decodeStored(_ bytes: [UInt8]) throws(EventError) -> Event {
+    package static func decodeStored(_ bytes: [UInt8]) throws(EventError) -> Event {
         try bytes.withUnsafeBytes { raw in Result { () throws(EventError) in try decodeStored(raw) } }.get()
     }
 
     /// `decodeStored` of an envelope where the store holds it.
-    public static func decodeStored(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Event {
+    package static func decodeStored(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Event {
         try decodeStoredUnidentified(bytes).identified()
     }
 
@@ -497,7 +497,7 @@ extension Event {
     /// most of the cost of reading a stored event: a reader of the log in
     /// arrival order takes it from the next event of the same feed (its
     /// `prev`) where it has one (`LogStore.forEachTrusted`).
-    public static func decodeStoredUnidentified(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Unidentified {
+    package static func decodeStoredUnidentified(_ bytes: UnsafeRawBufferPointer) throws(EventError) -> Unidentified {
         let parts = try storedParts(bytes)
         func copy(_ range: Range<Int>) -> [UInt8] { Array(UnsafeRawBufferPointer(rebasing: bytes[range])) }
         let headerBytes = copy(parts.header)
@@ -508,15 +508,15 @@ extension Event {
     }
 
     /// A stored event decoded but for its id (`decodeStoredUnidentified`).
-    public struct Unidentified: Sendable {
+    package struct Unidentified: Sendable {
         /// The decoded header.
-        public let header: EventHeader
+        package let header: EventHeader
         let headerBytes: [UInt8]
         let signature: [UInt8]
         let payloadBytes: [UInt8]?
 
         /// The event, its id the hash of its header.
-        public func identified() -> Event {
+        package func identified() -> Event {
             Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes)
         }
 
@@ -524,7 +524,7 @@ extension Event {
         /// hash of its header: the `prev` of the next event of its feed as
         /// the store holds them, which the store checked against this one
         /// when it appended that one.
-        public func identified(as id: EventID) -> Event {
+        package func identified(as id: EventID) -> Event {
             Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes, id: id)
         }
     }

@@ -1,7 +1,7 @@
 import ChorusCBOR
 
 /// The type of one payload field (Specs/events.md §6.1).
-public indirect enum FieldType: Sendable {
+package indirect enum FieldType: Sendable {
     /// UTF-8 text of `minBytes...maxBytes` bytes (byte length of the encoding).
     case text(minBytes: Int, maxBytes: Int)
     /// A 32-byte byte string: a key, an event id, an object id or a hash.
@@ -76,32 +76,32 @@ public indirect enum FieldType: Sendable {
 
 /// One field of a payload schema: its text key, the type of its value, and whether
 /// it must be present. Built with `required(_:_:)` and `optional(_:_:)`.
-public struct FieldSpec: Sendable {
+package struct FieldSpec: Sendable {
     /// The field's text key in the payload map.
-    public let name: String
+    package let name: String
     /// The type the field's value must satisfy when the key is present.
-    public let type: FieldType
+    package let type: FieldType
     /// Whether the key must be present; an optional key may be absent.
-    public let required: Bool
+    package let required: Bool
 }
 
 /// The schema of one kind's payload: a CBOR map with text keys. Keys not
 /// listed are refused, so every accepted payload has one meaning.
-public struct PayloadSchema: Sendable {
+package struct PayloadSchema: Sendable {
     /// The fields a payload may hold; any other key is refused.
-    public let fields: [FieldSpec]
+    package let fields: [FieldSpec]
     /// A rule spanning several fields, checked after the per-field rules.
     let crossCheck: (@Sendable (CBORValue) -> String?)?
 
     /// Builds a schema from its fields and an optional cross-field rule, which returns
     /// a description of the violation or nil and runs after the per-field checks.
-    public init(_ fields: [FieldSpec], crossCheck: (@Sendable (CBORValue) -> String?)? = nil) {
+    package init(_ fields: [FieldSpec], crossCheck: (@Sendable (CBORValue) -> String?)? = nil) {
         self.fields = fields
         self.crossCheck = crossCheck
     }
 
     /// Returns a description of the first violation, or nil.
-    public func violation(in payload: CBORValue) -> String? {
+    package func violation(in payload: CBORValue) -> String? {
         guard let entries = payload.mapEntries else { return "payload must be a map" }
         for entry in entries {
             guard let key = entry.key.textValue else { return "payload keys must be text strings" }
@@ -116,9 +116,9 @@ public struct PayloadSchema: Sendable {
 }
 
 /// A field whose key must be present, with a value of `type`.
-public func required(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: true) }
+package func required(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: true) }
 /// A field whose key may be absent; when present, its value must be of `type`.
-public func optional(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: false) }
+package func optional(_ name: String, _ type: FieldType) -> FieldSpec { FieldSpec(name: name, type: type, required: false) }
 
 /// Bounds shared by the schemas; Specs/events.md §6 lists the same numbers.
 public enum PayloadLimits {
@@ -175,7 +175,7 @@ public enum ProfileField: String, CaseIterable, Sendable {
 
     /// The type a non-null `value` must have for this field (the cross-field rule of
     /// `profile.set`); `null` always clears the field.
-    public var valueType: FieldType {
+    package var valueType: FieldType {
         switch self {
         case .name: .text(minBytes: 1, maxBytes: 100)
         case .bio: .text(minBytes: 0, maxBytes: 1000)
@@ -193,7 +193,7 @@ extension EventKind {
     /// The payload schema of a known kind (from its typed payload,
     /// Payloads.swift); nil for an unknown kind, whose payload is only
     /// required to be deterministic CBOR (Specs/events.md §6.3).
-    public var schema: PayloadSchema? { payloadType?.schema }
+    package var schema: PayloadSchema? { payloadType?.schema }
 }
 
 /// One schema per known kind (Specs/events.md §6.2), built once.

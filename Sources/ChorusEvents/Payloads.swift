@@ -6,7 +6,7 @@ import ChorusCrypto
 /// `EventKind.payloadType` maps every known kind to its type through an
 /// exhaustive switch, so a kind without one does not compile
 /// (Specs/adding-a-kind.md).
-public protocol KindPayload: Sendable {
+package protocol KindPayload: Sendable {
     /// The kind whose payload this type is.
     static var kind: EventKind { get }
     /// The schema every payload of `kind` satisfies (Specs/events.md §6.2).
@@ -20,7 +20,7 @@ public protocol KindPayload: Sendable {
 
 extension EventKind {
     /// The typed payload of a known kind; nil for a kind this version does not know.
-    public var payloadType: (any KindPayload.Type)? {
+    package var payloadType: (any KindPayload.Type)? {
         switch self {
         case .deviceAdded: DeviceAddedPayload.self
         case .deviceRemoved: DeviceRemovedPayload.self
@@ -124,129 +124,129 @@ func payloadMap(_ fields: [(String, CBORValue?)]) -> CBORValue {
 
 /// The payload of `device.added` (Specs/events.md §6.2.1): a user key binds the device
 /// named by the event's `object`.
-public struct DeviceAddedPayload: KindPayload, Hashable {
+package struct DeviceAddedPayload: KindPayload, Hashable {
     /// `device.added`, code 1.
-    public static let kind = EventKind.deviceAdded
+    package static let kind = EventKind.deviceAdded
     /// Optional `name` (1...64 bytes) and optional 64-byte `proof`.
-    public static var schema: PayloadSchema { Schemas.deviceAdded }
+    package static var schema: PayloadSchema { Schemas.deviceAdded }
     /// A human-readable device name, 1...64 bytes of UTF-8; nil when absent.
-    public var name: String?
+    package var name: String?
     /// The device's signature consenting to the user (`DeviceBinding.proof`).
-    public var proof: [UInt8]?
+    package var proof: [UInt8]?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(name: String? = nil, proof: [UInt8]? = nil) {
+    package init(name: String? = nil, proof: [UInt8]? = nil) {
         self.name = name
         self.proof = proof
     }
     /// Reads a `device.added` payload; throws `schemaViolation` for a mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(name: try r.optionalText("name"), proof: try r.optionalBytes("proof"))
     }
     /// Encodes as `{name?, proof?}`, absent fields left out.
-    public var cbor: CBORValue { payloadMap([("name", name.map { .text($0) }), ("proof", proof.map { .bytes($0) })]) }
+    package var cbor: CBORValue { payloadMap([("name", name.map { .text($0) }), ("proof", proof.map { .bytes($0) })]) }
 }
 
 /// The payload of `device.removed` (Specs/events.md §6.2.2): the user unbinds the
 /// device named by `object`. The device's earlier events still count.
-public struct DeviceRemovedPayload: KindPayload, Hashable {
+package struct DeviceRemovedPayload: KindPayload, Hashable {
     /// `device.removed`, code 2.
-    public static let kind = EventKind.deviceRemoved
+    package static let kind = EventKind.deviceRemoved
     /// One optional field, `reason` (0...200 bytes).
-    public static var schema: PayloadSchema { Schemas.deviceRemoved }
+    package static var schema: PayloadSchema { Schemas.deviceRemoved }
     /// Why the device was removed (0...200 bytes of UTF-8); nil when absent.
-    public var reason: String?
+    package var reason: String?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(reason: String? = nil) { self.reason = reason }
+    package init(reason: String? = nil) { self.reason = reason }
     /// Reads a `device.removed` payload; throws `schemaViolation` for a mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(reason: try FieldReader(payload: payload, kind: Self.kind).optionalText("reason"))
     }
     /// Encodes as `{reason?}`: the empty map when there is no reason.
-    public var cbor: CBORValue { payloadMap([("reason", reason.map { .text($0) })]) }
+    package var cbor: CBORValue { payloadMap([("reason", reason.map { .text($0) })]) }
 }
 
 /// A device's X25519 public key (Specs/encryption.md §3).
-public struct DeviceKeyPayload: KindPayload, Hashable {
+package struct DeviceKeyPayload: KindPayload, Hashable {
     /// `device.key`, code 3.
-    public static let kind = EventKind.deviceKey
+    package static let kind = EventKind.deviceKey
     /// One required field, `key` (32 bytes).
-    public static var schema: PayloadSchema { Schemas.deviceKey }
+    package static var schema: PayloadSchema { Schemas.deviceKey }
     /// The signing device's X25519 public key. The format accepts any 32 bytes; which
     /// `device.key` counts is a projection rule (Specs/projections.md §6.10).
-    public var key: Bytes32
+    package var key: Bytes32
     /// Builds the payload for a device's X25519 public key.
-    public init(key: Bytes32) { self.key = key }
+    package init(key: Bytes32) { self.key = key }
     /// Reads a `device.key` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(key: try FieldReader(payload: payload, kind: Self.kind).id("key"))
     }
     /// Encodes as `{key}`.
-    public var cbor: CBORValue { .textMap([("key", .bytes(key.bytes))]) }
+    package var cbor: CBORValue { .textMap([("key", .bytes(key.bytes))]) }
 }
 
 // MARK: Profiles and pictures
 
 /// The payload of `profile.set` (Specs/events.md §6.2.3): sets or clears one field
 /// of the profile of the user named by `object`.
-public struct ProfileSetPayload: KindPayload, Hashable {
+package struct ProfileSetPayload: KindPayload, Hashable {
     /// `profile.set`, code 10.
-    public static let kind = EventKind.profileSet
+    package static let kind = EventKind.profileSet
     /// Required `field` and `value`; a cross-field rule checks `value` against `field.valueType`.
-    public static var schema: PayloadSchema { Schemas.profileSet }
+    package static var schema: PayloadSchema { Schemas.profileSet }
     /// The profile field set (the wire field `field`).
-    public var field: ProfileField
+    package var field: ProfileField
     /// `.null` clears the field.
-    public var value: CBORValue
+    package var value: CBORValue
     /// Builds the payload; a nil `value` becomes `.null`, which clears the field.
     /// The value's type is checked only when the event is built against `schema`.
-    public init(field: ProfileField, value: CBORValue?) {
+    package init(field: ProfileField, value: CBORValue?) {
         self.field = field
         self.value = value ?? .null
     }
     /// Reads a `profile.set` payload; throws `schemaViolation` when a field is missing,
     /// mistyped, or `field` is not a known profile field. `value` is taken as it is.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         guard let field = ProfileField(rawValue: try r.text("field")) else { throw r.fail("field", "a profile field") }
         self.init(field: field, value: try r.value("value"))
     }
     /// Encodes as `{field, value}`, with `value` `null` when cleared.
-    public var cbor: CBORValue { .textMap([("field", .text(field.rawValue)), ("value", value)]) }
+    package var cbor: CBORValue { .textMap([("field", .text(field.rawValue)), ("value", value)]) }
 }
 
 /// The payload of `picture.created` (Specs/events.md §6.2.4, purgeable): creates
 /// the picture named by `object` and names its blob.
-public struct PictureCreatedPayload: KindPayload, Hashable {
+package struct PictureCreatedPayload: KindPayload, Hashable {
     /// `picture.created`, code 20.
-    public static let kind = EventKind.pictureCreated
+    package static let kind = EventKind.pictureCreated
     /// Required `blob`, `size` and `mime`; optional `caption`, `width` and `height`.
-    public static var schema: PayloadSchema { Schemas.pictureCreated }
+    package static var schema: PayloadSchema { Schemas.pictureCreated }
     /// The id of the picture's bytes: BLAKE2b-256 of the blob.
-    public var blob: Hash32
+    package var blob: Hash32
     /// The blob's length in bytes, 1...2^40 (`PayloadLimits.maxBlobSize`).
-    public var size: UInt64
+    package var size: UInt64
     /// The blob's media type, one of `PayloadLimits.imageTypes`.
-    public var mime: String
+    package var mime: String
     /// The caption, 0...2000 bytes of UTF-8; nil when absent.
-    public var caption: String?
+    package var caption: String?
     /// The width in pixels, 1...65535; nil when absent.
-    public var width: UInt64?
+    package var width: UInt64?
     /// The height in pixels, 1...65535; nil when absent.
-    public var height: UInt64?
+    package var height: UInt64?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(blob: Hash32, size: UInt64, mime: String, caption: String? = nil, width: UInt64? = nil, height: UInt64? = nil) {
+    package init(blob: Hash32, size: UInt64, mime: String, caption: String? = nil, width: UInt64? = nil, height: UInt64? = nil) {
         (self.blob, self.size, self.mime, self.caption, self.width, self.height) = (blob, size, mime, caption, width, height)
     }
     /// Reads a `picture.created` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(
             blob: try r.id("blob"), size: try r.uint("size"), mime: try r.text("mime"), caption: try r.optionalText("caption"),
             width: try r.optionalUInt("width"), height: try r.optionalUInt("height"))
     }
     /// Encodes as `{blob, size, mime, caption?, width?, height?}`, absent fields left out.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         payloadMap([
             ("blob", .bytes(blob.bytes)), ("size", .unsigned(size)), ("mime", .text(mime)), ("caption", caption.map { .text($0) }),
             ("width", width.map { .unsigned($0) }), ("height", height.map { .unsigned($0) }),
@@ -256,107 +256,107 @@ public struct PictureCreatedPayload: KindPayload, Hashable {
 
 /// The payload of `picture.captioned` (Specs/events.md §6.2.5, purgeable):
 /// replaces the caption of the picture named by `object`.
-public struct PictureCaptionedPayload: KindPayload, Hashable {
+package struct PictureCaptionedPayload: KindPayload, Hashable {
     /// `picture.captioned`, code 21.
-    public static let kind = EventKind.pictureCaptioned
+    package static let kind = EventKind.pictureCaptioned
     /// One required field, `caption` (0...2000 bytes).
-    public static var schema: PayloadSchema { Schemas.pictureCaptioned }
+    package static var schema: PayloadSchema { Schemas.pictureCaptioned }
     /// The new caption, 0...2000 bytes of UTF-8 (it may be empty).
-    public var caption: String
+    package var caption: String
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(caption: String) { self.caption = caption }
+    package init(caption: String) { self.caption = caption }
     /// Reads a `picture.captioned` payload; throws
     /// `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(caption: try FieldReader(payload: payload, kind: Self.kind).text("caption"))
     }
     /// Encodes as `{caption}`.
-    public var cbor: CBORValue { .textMap([("caption", .text(caption))]) }
+    package var cbor: CBORValue { .textMap([("caption", .text(caption))]) }
 }
 
 /// The payload of `picture.moved` (Specs/events.md §6.2.6): moves the picture named
 /// by `object` within its owner's gallery.
-public struct PictureMovedPayload: KindPayload, Hashable {
+package struct PictureMovedPayload: KindPayload, Hashable {
     /// `picture.moved`, code 22.
-    public static let kind = EventKind.pictureMoved
+    package static let kind = EventKind.pictureMoved
     /// One required field, `position` (1...64 bytes).
-    public static var schema: PayloadSchema { Schemas.pictureMoved }
+    package static var schema: PayloadSchema { Schemas.pictureMoved }
     /// A fractional index (Specs/projections.md §6.4).
-    public var position: [UInt8]
+    package var position: [UInt8]
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(position: [UInt8]) { self.position = position }
+    package init(position: [UInt8]) { self.position = position }
     /// Reads a `picture.moved` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(position: try FieldReader(payload: payload, kind: Self.kind).bytes("position"))
     }
     /// Encodes as `{position}`.
-    public var cbor: CBORValue { .textMap([("position", .bytes(position))]) }
+    package var cbor: CBORValue { .textMap([("position", .bytes(position))]) }
 }
 
 // MARK: Kinds with an empty payload, and removals naming the adds they saw
 
 /// The payload of `picture.deleted` (Specs/events.md §6.2.7): no fields. Deleting
 /// is final and purges the picture's payloads and blob (Specs/projections.md §6.3).
-public struct PictureDeletedPayload: KindPayload, Hashable {
+package struct PictureDeletedPayload: KindPayload, Hashable {
     /// `picture.deleted`, code 23.
-    public static let kind = EventKind.pictureDeleted
+    package static let kind = EventKind.pictureDeleted
     /// No fields: the empty map.
-    public static var schema: PayloadSchema { Schemas.empty }
+    package static var schema: PayloadSchema { Schemas.empty }
     /// The only payload: the empty map.
-    public init() {}
+    package init() {}
     /// Reads a `picture.deleted` payload: there is nothing to read, so it never throws.
-    public init(reading payload: CBORValue) throws(EventError) {}
+    package init(reading payload: CBORValue) throws(EventError) {}
     /// Encodes as the empty map (payload bytes `a0`).
-    public var cbor: CBORValue { .textMap([]) }
+    package var cbor: CBORValue { .textMap([]) }
 }
 
 /// The payload of `follow.added` (Specs/events.md §6.2.8): no fields; the user
 /// followed is the event's `object`.
-public struct FollowAddedPayload: KindPayload, Hashable {
+package struct FollowAddedPayload: KindPayload, Hashable {
     /// `follow.added`, code 30.
-    public static let kind = EventKind.followAdded
+    package static let kind = EventKind.followAdded
     /// No fields: the empty map.
-    public static var schema: PayloadSchema { Schemas.empty }
+    package static var schema: PayloadSchema { Schemas.empty }
     /// The only payload: the empty map.
-    public init() {}
+    package init() {}
     /// Reads a `follow.added` payload: there is nothing to read, so it never throws.
-    public init(reading payload: CBORValue) throws(EventError) {}
+    package init(reading payload: CBORValue) throws(EventError) {}
     /// Encodes as the empty map (payload bytes `a0`).
-    public var cbor: CBORValue { .textMap([]) }
+    package var cbor: CBORValue { .textMap([]) }
 }
 
 /// The payload of `like.added` (Specs/events.md §6.2.10): no fields; the picture or
 /// message liked is the event's `object`.
-public struct LikeAddedPayload: KindPayload, Hashable {
+package struct LikeAddedPayload: KindPayload, Hashable {
     /// `like.added`, code 32.
-    public static let kind = EventKind.likeAdded
+    package static let kind = EventKind.likeAdded
     /// No fields: the empty map.
-    public static var schema: PayloadSchema { Schemas.empty }
+    package static var schema: PayloadSchema { Schemas.empty }
     /// The only payload: the empty map.
-    public init() {}
+    package init() {}
     /// Reads a `like.added` payload: there is nothing to read, so it never throws.
-    public init(reading payload: CBORValue) throws(EventError) {}
+    package init(reading payload: CBORValue) throws(EventError) {}
     /// Encodes as the empty map (payload bytes `a0`).
-    public var cbor: CBORValue { .textMap([]) }
+    package var cbor: CBORValue { .textMap([]) }
 }
 
 /// The payload of `block.added` (Specs/events.md §6.2.12): no fields; the user
 /// blocked is the event's `object`.
-public struct BlockAddedPayload: KindPayload, Hashable {
+package struct BlockAddedPayload: KindPayload, Hashable {
     /// `block.added`, code 34.
-    public static let kind = EventKind.blockAdded
+    package static let kind = EventKind.blockAdded
     /// No fields: the empty map.
-    public static var schema: PayloadSchema { Schemas.empty }
+    package static var schema: PayloadSchema { Schemas.empty }
     /// The only payload: the empty map.
-    public init() {}
+    package init() {}
     /// Reads a `block.added` payload: there is nothing to read, so it never throws.
-    public init(reading payload: CBORValue) throws(EventError) {}
+    package init(reading payload: CBORValue) throws(EventError) {}
     /// Encodes as the empty map (payload bytes `a0`).
-    public var cbor: CBORValue { .textMap([]) }
+    package var cbor: CBORValue { .textMap([]) }
 }
 
 /// The removals of the add-wins sets: `seen` names the adds removed.
-public protocol RemovalPayload: KindPayload {
+package protocol RemovalPayload: KindPayload {
     /// The ids of the add events this removal cancels, 1...1024 of them; only adds by
     /// the same acting user under the same target are cancelled (Specs/projections.md §6.4).
     var seen: [EventID] { get }
@@ -367,248 +367,248 @@ public protocol RemovalPayload: KindPayload {
 extension RemovalPayload {
     /// Reads a removal payload; throws `schemaViolation` when `seen` is missing or is not an
     /// array of 32-byte ids.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(seen: try FieldReader(payload: payload, kind: Self.kind).ids("seen"))
     }
     /// Encodes as `{seen: [id, …]}`, in the order given.
-    public var cbor: CBORValue { .textMap([("seen", .array(seen.map { .bytes($0.bytes) }))]) }
+    package var cbor: CBORValue { .textMap([("seen", .array(seen.map { .bytes($0.bytes) }))]) }
     /// Required `seen` (`SEEN` = `array<id32>[1..1024]`), the same for every removal kind.
-    public static var schema: PayloadSchema { Schemas.removal }
+    package static var schema: PayloadSchema { Schemas.removal }
 }
 
 /// The payload of `follow.removed` (Specs/events.md §6.2.9): unfollows by naming the follows seen.
-public struct FollowRemovedPayload: RemovalPayload, Hashable {
+package struct FollowRemovedPayload: RemovalPayload, Hashable {
     /// `follow.removed`, code 31.
-    public static let kind = EventKind.followRemoved
+    package static let kind = EventKind.followRemoved
     /// The `follow.added` events this removal cancels.
-    public var seen: [EventID]
+    package var seen: [EventID]
     /// Builds a removal of the `follow.added` events in `seen`.
-    public init(seen: [EventID]) { self.seen = seen }
+    package init(seen: [EventID]) { self.seen = seen }
 }
 
 /// The payload of `like.removed` (Specs/events.md §6.2.11): unlikes by naming the likes seen.
-public struct LikeRemovedPayload: RemovalPayload, Hashable {
+package struct LikeRemovedPayload: RemovalPayload, Hashable {
     /// `like.removed`, code 33.
-    public static let kind = EventKind.likeRemoved
+    package static let kind = EventKind.likeRemoved
     /// The `like.added` events this removal cancels.
-    public var seen: [EventID]
+    package var seen: [EventID]
     /// Builds a removal of the `like.added` events in `seen`.
-    public init(seen: [EventID]) { self.seen = seen }
+    package init(seen: [EventID]) { self.seen = seen }
 }
 
 /// The payload of `block.removed` (Specs/events.md §6.2.13): unblocks by naming the blocks seen.
-public struct BlockRemovedPayload: RemovalPayload, Hashable {
+package struct BlockRemovedPayload: RemovalPayload, Hashable {
     /// `block.removed`, code 35.
-    public static let kind = EventKind.blockRemoved
+    package static let kind = EventKind.blockRemoved
     /// The `block.added` events this removal cancels.
-    public var seen: [EventID]
+    package var seen: [EventID]
     /// Builds a removal of the `block.added` events in `seen`.
-    public init(seen: [EventID]) { self.seen = seen }
+    package init(seen: [EventID]) { self.seen = seen }
 }
 
 // MARK: Chats (content sealed: Specs/encryption.md §7)
 
 /// The payload of `chat.created` (Specs/events.md §6.2.14): creates the chat named
 /// by `object`; its creator joins as admin, `members` as non-admins.
-public struct ChatCreatedPayload: KindPayload, Hashable {
+package struct ChatCreatedPayload: KindPayload, Hashable {
     /// `chat.created`, code 40.
-    public static let kind = EventKind.chatCreated
+    package static let kind = EventKind.chatCreated
     /// Optional sealed `title` (up to 512 bytes) and optional `members` (up to 1024 user keys).
-    public static var schema: PayloadSchema { Schemas.chatCreated }
+    package static var schema: PayloadSchema { Schemas.chatCreated }
     /// The sealed title.
-    public var title: [UInt8]?
+    package var title: [UInt8]?
     /// The members besides the creator (omitted from the encoding when empty).
-    public var members: [PublicKey]
+    package var members: [PublicKey]
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(title: [UInt8]? = nil, members: [PublicKey] = []) {
+    package init(title: [UInt8]? = nil, members: [PublicKey] = []) {
         self.title = title
         self.members = members
     }
     /// Reads a `chat.created` payload (absent `members` reads as
     /// empty); throws `schemaViolation` for a mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(title: try r.optionalBytes("title"), members: payload[text: "members"] == nil ? [] : try r.ids("members"))
     }
     /// Encodes as `{title?, members?}`; `members` is left out when empty.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         payloadMap([("title", title.map { .bytes($0) }), ("members", members.isEmpty ? nil : .array(members.map { .bytes($0.bytes) }))])
     }
 }
 
 /// The payload of `chat.member.added` (Specs/events.md §6.2.15): an admin adds a
 /// member to the chat named by `object`, or sets an existing member's admin flag.
-public struct ChatMemberAddedPayload: KindPayload, Hashable {
+package struct ChatMemberAddedPayload: KindPayload, Hashable {
     /// `chat.member.added`, code 41.
-    public static let kind = EventKind.chatMemberAdded
+    package static let kind = EventKind.chatMemberAdded
     /// Required `user` (32 bytes); optional `admin` (a bool).
-    public static var schema: PayloadSchema { Schemas.chatMemberAdded }
+    package static var schema: PayloadSchema { Schemas.chatMemberAdded }
     /// The user key of the member added.
-    public var user: PublicKey
+    package var user: PublicKey
     /// Whether the member is an administrator; false when the wire field is absent.
-    public var admin: Bool
+    package var admin: Bool
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(user: PublicKey, admin: Bool = false) {
+    package init(user: PublicKey, admin: Bool = false) {
         self.user = user
         self.admin = admin
     }
     /// Reads a `chat.member.added` payload (absent `admin` reads as
     /// false); throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(user: try r.id("user"), admin: payload[text: "admin"]?.boolValue ?? false)
     }
     /// Encodes as `{user, admin?}`; `admin` is written only when true.
-    public var cbor: CBORValue { payloadMap([("user", .bytes(user.bytes)), ("admin", admin ? .bool(true) : nil)]) }
+    package var cbor: CBORValue { payloadMap([("user", .bytes(user.bytes)), ("admin", admin ? .bool(true) : nil)]) }
 }
 
 /// The payload of `chat.member.removed` (Specs/events.md §6.2.16): an admin
 /// removes a member from the chat named by `object`, or a member leaves.
-public struct ChatMemberRemovedPayload: KindPayload, Hashable {
+package struct ChatMemberRemovedPayload: KindPayload, Hashable {
     /// `chat.member.removed`, code 42.
-    public static let kind = EventKind.chatMemberRemoved
+    package static let kind = EventKind.chatMemberRemoved
     /// One required field, `user` (32 bytes).
-    public static var schema: PayloadSchema { Schemas.chatMemberRemoved }
+    package static var schema: PayloadSchema { Schemas.chatMemberRemoved }
     /// The user key of the member removed (the acting user's own key when leaving).
-    public var user: PublicKey
+    package var user: PublicKey
     /// Builds the payload for removing `user`.
-    public init(user: PublicKey) { self.user = user }
+    package init(user: PublicKey) { self.user = user }
     /// Reads a `chat.member.removed` payload; throws
     /// `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(user: try FieldReader(payload: payload, kind: Self.kind).id("user"))
     }
     /// Encodes as `{user}`.
-    public var cbor: CBORValue { .textMap([("user", .bytes(user.bytes))]) }
+    package var cbor: CBORValue { .textMap([("user", .bytes(user.bytes))]) }
 }
 
 /// The payload of `message.sent` (Specs/events.md §6.2.17, purgeable): a message in
 /// the chat named by `object`; the message's id is the event's id.
-public struct MessageSentPayload: KindPayload, Hashable {
+package struct MessageSentPayload: KindPayload, Hashable {
     /// `message.sent`, code 43.
-    public static let kind = EventKind.messageSent
+    package static let kind = EventKind.messageSent
     /// Required sealed `body` (up to 4608 bytes); `blob` and `size` optional but only together.
-    public static var schema: PayloadSchema { Schemas.messageSent }
+    package static var schema: PayloadSchema { Schemas.messageSent }
     /// The sealed body.
-    public var body: [UInt8]
+    package var body: [UInt8]
     /// Hash and size of the encrypted picture sent inside the message.
-    public var blob: Hash32?
+    package var blob: Hash32?
     /// The encrypted blob's length in bytes (the image's length + 16); nil exactly when
     /// `blob` is nil.
-    public var size: UInt64?
+    package var size: UInt64?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(body: [UInt8], blob: Hash32? = nil, size: UInt64? = nil) {
+    package init(body: [UInt8], blob: Hash32? = nil, size: UInt64? = nil) {
         (self.body, self.blob, self.size) = (body, blob, size)
     }
     /// Reads a `message.sent` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(body: try r.bytes("body"), blob: try r.optionalID("blob"), size: try r.optionalUInt("size"))
     }
     /// Encodes as `{body, blob?, size?}`, absent fields left out.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         payloadMap([("body", .bytes(body)), ("blob", blob.map { .bytes($0.bytes) }), ("size", size.map { .unsigned($0) })])
     }
 }
 
 /// The payload of `message.edited` (Specs/events.md §6.2.18, purgeable): replaces
 /// the text of the message named by `object`.
-public struct MessageEditedPayload: KindPayload, Hashable {
+package struct MessageEditedPayload: KindPayload, Hashable {
     /// `message.edited`, code 44.
-    public static let kind = EventKind.messageEdited
+    package static let kind = EventKind.messageEdited
     /// Required `chat` and sealed `body` (up to 4608 bytes).
-    public static var schema: PayloadSchema { Schemas.messageEdited }
+    package static var schema: PayloadSchema { Schemas.messageEdited }
     /// The id of the chat the edited message is in; it is also bound into `body`'s
     /// associated data (Specs/encryption.md §7).
-    public var chat: ObjectID
+    package var chat: ObjectID
     /// The sealed new text.
-    public var body: [UInt8]
+    package var body: [UInt8]
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(chat: ObjectID, body: [UInt8]) {
+    package init(chat: ObjectID, body: [UInt8]) {
         self.chat = chat
         self.body = body
     }
     /// Reads a `message.edited` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(chat: try r.id("chat"), body: try r.bytes("body"))
     }
     /// Encodes as `{chat, body}`.
-    public var cbor: CBORValue { .textMap([("chat", .bytes(chat.bytes)), ("body", .bytes(body))]) }
+    package var cbor: CBORValue { .textMap([("chat", .bytes(chat.bytes)), ("body", .bytes(body))]) }
 }
 
 /// The payload of `message.deleted` (Specs/events.md §6.2.19): deletes the message
 /// named by `object` and purges its payloads and blob.
-public struct MessageDeletedPayload: KindPayload, Hashable {
+package struct MessageDeletedPayload: KindPayload, Hashable {
     /// `message.deleted`, code 45.
-    public static let kind = EventKind.messageDeleted
+    package static let kind = EventKind.messageDeleted
     /// One required field, `chat` (32 bytes).
-    public static var schema: PayloadSchema { Schemas.messageDeleted }
+    package static var schema: PayloadSchema { Schemas.messageDeleted }
     /// The id of the deleted message's chat; the deletion takes effect only if it matches.
-    public var chat: ObjectID
+    package var chat: ObjectID
     /// Builds the payload for a message in `chat`.
-    public init(chat: ObjectID) { self.chat = chat }
+    package init(chat: ObjectID) { self.chat = chat }
     /// Reads a `message.deleted` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(chat: try FieldReader(payload: payload, kind: Self.kind).id("chat"))
     }
     /// Encodes as `{chat}`.
-    public var cbor: CBORValue { .textMap([("chat", .bytes(chat.bytes))]) }
+    package var cbor: CBORValue { .textMap([("chat", .bytes(chat.bytes))]) }
 }
 
 /// The payload of `chat.read` (Specs/events.md §6.2.20): the author's read position in
 /// the chat named by `object`, which never moves backwards (Specs/projections.md §6.7).
-public struct ChatReadPayload: KindPayload, Hashable {
+package struct ChatReadPayload: KindPayload, Hashable {
     /// `chat.read`, code 46.
-    public static let kind = EventKind.chatRead
+    package static let kind = EventKind.chatRead
     /// Required `message` and `hlc` (positive).
-    public static var schema: PayloadSchema { Schemas.chatRead }
+    package static var schema: PayloadSchema { Schemas.chatRead }
     /// The id of the last message read (its `message.sent` event id).
-    public var message: EventID
+    package var message: EventID
     /// The HLC of the message read up to.
-    public var hlc: UInt64
+    package var hlc: UInt64
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(message: EventID, hlc: UInt64) {
+    package init(message: EventID, hlc: UInt64) {
         self.message = message
         self.hlc = hlc
     }
     /// Reads a `chat.read` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(message: try r.id("message"), hlc: try r.uint("hlc"))
     }
     /// Encodes as `{message, hlc}`.
-    public var cbor: CBORValue { .textMap([("message", .bytes(message.bytes)), ("hlc", .unsigned(hlc))]) }
+    package var cbor: CBORValue { .textMap([("message", .bytes(message.bytes)), ("hlc", .unsigned(hlc))]) }
 }
 
 /// An epoch key wrapped to devices (Specs/encryption.md §5).
-public struct ChatKeyPayload: KindPayload, Hashable {
+package struct ChatKeyPayload: KindPayload, Hashable {
     /// `chat.key`, code 47.
-    public static let kind = EventKind.chatKey
+    package static let kind = EventKind.chatKey
     /// Required `epoch`, `wraps` and `ephemeral`; `wraps` must be whole 80-byte wraps with
     /// device keys strictly increasing.
-    public static var schema: PayloadSchema { Schemas.chatKey }
+    package static var schema: PayloadSchema { Schemas.chatKey }
     /// The epoch id, `epoch_id(chat, K)` (Specs/encryption.md §4).
-    public var epoch: Hash32
+    package var epoch: Hash32
     /// 80-byte wraps, ordered by device key.
-    public var wraps: [UInt8]
+    package var wraps: [UInt8]
     /// The event's ephemeral X25519 public key, fresh for each `chat.key`.
-    public var ephemeral: Bytes32
+    package var ephemeral: Bytes32
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(epoch: Hash32, wraps: [UInt8], ephemeral: Bytes32) {
+    package init(epoch: Hash32, wraps: [UInt8], ephemeral: Bytes32) {
         (self.epoch, self.wraps, self.ephemeral) = (epoch, wraps, ephemeral)
     }
     /// Reads a `chat.key` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(epoch: try r.id("epoch"), wraps: try r.bytes("wraps"), ephemeral: try r.id("ephemeral"))
     }
     /// Encodes as `{epoch, wraps, ephemeral}`.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         .textMap([("epoch", .bytes(epoch.bytes)), ("wraps", .bytes(wraps)), ("ephemeral", .bytes(ephemeral.bytes))])
     }
     /// The devices wrapped to, in order.
-    public var devices: [PublicKey] {
+    package var devices: [PublicKey] {
         stride(from: 0, to: wraps.count - wraps.count % PayloadLimits.wrapBytes, by: PayloadLimits.wrapBytes).compactMap {
             Bytes32(wraps[$0..<$0 + 32])
         }
@@ -619,31 +619,31 @@ public struct ChatKeyPayload: KindPayload, Hashable {
 
 /// The payload of `coin.credited` (Specs/events.md §6.2.21): a configured issuer
 /// credits bought coins to the device named by `object`.
-public struct CoinCreditedPayload: KindPayload, Hashable {
+package struct CoinCreditedPayload: KindPayload, Hashable {
     /// `coin.credited`, code 50.
-    public static let kind = EventKind.coinCredited
+    package static let kind = EventKind.coinCredited
     /// Required `user`, `amount` and `receipt` (1...256 bytes); optional `product`.
-    public static var schema: PayloadSchema { Schemas.coinCredited }
+    package static var schema: PayloadSchema { Schemas.coinCredited }
     /// The user credited; the spending rights go to the device named by `object`
     /// (Specs/projections.md §6.9).
-    public var user: PublicKey
+    package var user: PublicKey
     /// The coins credited, 1...10^12 (`AMOUNT`).
-    public var amount: UInt64
+    package var amount: UInt64
     /// The store's transaction id: credited once however often delivered.
-    public var receipt: String
+    package var receipt: String
     /// The store's product id, 1...128 bytes of UTF-8; nil when absent.
-    public var product: String?
+    package var product: String?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(user: PublicKey, amount: UInt64, receipt: String, product: String? = nil) {
+    package init(user: PublicKey, amount: UInt64, receipt: String, product: String? = nil) {
         (self.user, self.amount, self.receipt, self.product) = (user, amount, receipt, product)
     }
     /// Reads a `coin.credited` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(user: try r.id("user"), amount: try r.uint("amount"), receipt: try r.text("receipt"), product: try r.optionalText("product"))
     }
     /// Encodes as `{user, amount, receipt, product?}`.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         payloadMap([
             ("user", .bytes(user.bytes)), ("amount", .unsigned(amount)), ("receipt", .text(receipt)), ("product", product.map { .text($0) }),
         ])
@@ -652,126 +652,126 @@ public struct CoinCreditedPayload: KindPayload, Hashable {
 
 /// The payload of `coin.spent` (Specs/events.md §6.2.22): a device spends coins of
 /// its user's account, the user named by `object`.
-public struct CoinSpentPayload: KindPayload, Hashable {
+package struct CoinSpentPayload: KindPayload, Hashable {
     /// `coin.spent`, code 51.
-    public static let kind = EventKind.coinSpent
+    package static let kind = EventKind.coinSpent
     /// Required `amount` and `for` (1...200 bytes).
-    public static var schema: PayloadSchema { Schemas.coinSpent }
+    package static var schema: PayloadSchema { Schemas.coinSpent }
     /// The coins spent, 1...10^12 (`AMOUNT`).
-    public var amount: UInt64
+    package var amount: UInt64
     /// What the coins were spent on (the wire field `for`).
-    public var purpose: String
+    package var purpose: String
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(amount: UInt64, purpose: String) {
+    package init(amount: UInt64, purpose: String) {
         self.amount = amount
         self.purpose = purpose
     }
     /// Reads a `coin.spent` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(amount: try r.uint("amount"), purpose: try r.text("for"))
     }
     /// Encodes as `{amount, for}`.
-    public var cbor: CBORValue { .textMap([("amount", .unsigned(amount)), ("for", .text(purpose))]) }
+    package var cbor: CBORValue { .textMap([("amount", .unsigned(amount)), ("for", .text(purpose))]) }
 }
 
 /// The payload of `coin.given` (Specs/events.md §6.2.23): a device gives coins to
 /// the user named by `object`.
-public struct CoinGivenPayload: KindPayload, Hashable {
+package struct CoinGivenPayload: KindPayload, Hashable {
     /// `coin.given`, code 52.
-    public static let kind = EventKind.coinGiven
+    package static let kind = EventKind.coinGiven
     /// Required `amount`; optional `device` (32 bytes) and `note` (0...200 bytes).
-    public static var schema: PayloadSchema { Schemas.coinGiven }
+    package static var schema: PayloadSchema { Schemas.coinGiven }
     /// The coins given, 1...10^12 (`AMOUNT`).
-    public var amount: UInt64
+    package var amount: UInt64
     /// The receiving device, when the giver names one.
-    public var device: PublicKey?
+    package var device: PublicKey?
     /// A note to the recipient, 0...200 bytes of UTF-8; nil when absent.
-    public var note: String?
+    package var note: String?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(amount: UInt64, device: PublicKey? = nil, note: String? = nil) {
+    package init(amount: UInt64, device: PublicKey? = nil, note: String? = nil) {
         (self.amount, self.device, self.note) = (amount, device, note)
     }
     /// Reads a `coin.given` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(amount: try r.uint("amount"), device: try r.optionalID("device"), note: try r.optionalText("note"))
     }
     /// Encodes as `{amount, device?, note?}`, absent fields left out.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         payloadMap([("amount", .unsigned(amount)), ("device", device.map { .bytes($0.bytes) }), ("note", note.map { .text($0) })])
     }
 }
 
 /// The payload of `coin.rights.moved` (Specs/events.md §6.2.24): moves spending
 /// rights to the sibling device named by `object`.
-public struct CoinRightsMovedPayload: KindPayload, Hashable {
+package struct CoinRightsMovedPayload: KindPayload, Hashable {
     /// `coin.rights.moved`, code 53.
-    public static let kind = EventKind.coinRightsMoved
+    package static let kind = EventKind.coinRightsMoved
     /// One required field, `amount` (`AMOUNT` = `uint[1..10^12]`).
-    public static var schema: PayloadSchema { Schemas.coinRightsMoved }
+    package static var schema: PayloadSchema { Schemas.coinRightsMoved }
     /// The coins whose spending rights move, 1...10^12 (`AMOUNT`).
-    public var amount: UInt64
+    package var amount: UInt64
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(amount: UInt64) { self.amount = amount }
+    package init(amount: UInt64) { self.amount = amount }
     /// Reads a `coin.rights.moved` payload; throws
     /// `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         self.init(amount: try FieldReader(payload: payload, kind: Self.kind).uint("amount"))
     }
     /// Encodes as `{amount}`.
-    public var cbor: CBORValue { .textMap([("amount", .unsigned(amount))]) }
+    package var cbor: CBORValue { .textMap([("amount", .unsigned(amount))]) }
 }
 
 /// The payload of `slot.unlocked` (Specs/events.md §6.2.25): pays to unlock a lock
 /// slot in the profile of the user named by `object`.
-public struct SlotUnlockedPayload: KindPayload, Hashable {
+package struct SlotUnlockedPayload: KindPayload, Hashable {
     /// `slot.unlocked`, code 54.
-    public static let kind = EventKind.slotUnlocked
+    package static let kind = EventKind.slotUnlocked
     /// Required `slot` (0...63) and `price` (0...10^12).
-    public static var schema: PayloadSchema { Schemas.slotUnlocked }
+    package static var schema: PayloadSchema { Schemas.slotUnlocked }
     /// The slot number, 0...63; slot 0 is free and cannot be unlocked.
-    public var slot: UInt64
+    package var slot: UInt64
     /// The coins paid; it must equal the network's price for the slot (Specs/projections.md §6.9).
-    public var price: UInt64
+    package var price: UInt64
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(slot: UInt64, price: UInt64) {
+    package init(slot: UInt64, price: UInt64) {
         self.slot = slot
         self.price = price
     }
     /// Reads a `slot.unlocked` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(slot: try r.uint("slot"), price: try r.uint("price"))
     }
     /// Encodes as `{slot, price}`.
-    public var cbor: CBORValue { .textMap([("slot", .unsigned(slot)), ("price", .unsigned(price))]) }
+    package var cbor: CBORValue { .textMap([("slot", .unsigned(slot)), ("price", .unsigned(price))]) }
 }
 
 /// The payload of `slot.set` (Specs/events.md §6.2.26): puts a picture in a lock slot
 /// of the profile of the user named by `object`, or empties it.
-public struct SlotSetPayload: KindPayload, Hashable {
+package struct SlotSetPayload: KindPayload, Hashable {
     /// `slot.set`, code 55.
-    public static let kind = EventKind.slotSet
+    package static let kind = EventKind.slotSet
     /// Required `slot` (0...63) and `picture` (a picture id or `null`).
-    public static var schema: PayloadSchema { Schemas.slotSet }
+    package static var schema: PayloadSchema { Schemas.slotSet }
     /// The slot number, 0...63; it takes effect only below the network's slot count.
-    public var slot: UInt64
+    package var slot: UInt64
     /// nil empties the slot.
-    public var picture: ObjectID?
+    package var picture: ObjectID?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(slot: UInt64, picture: ObjectID?) {
+    package init(slot: UInt64, picture: ObjectID?) {
         self.slot = slot
         self.picture = picture
     }
     /// Reads a `slot.set` payload (`null` reads as nil); throws
     /// `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         self.init(slot: try r.uint("slot"), picture: try r.optionalID("picture"))
     }
     /// Encodes as `{slot, picture}`, with `picture` `null` when the slot is emptied.
-    public var cbor: CBORValue { .textMap([("slot", .unsigned(slot)), ("picture", picture.map { .bytes($0.bytes) } ?? .null)]) }
+    package var cbor: CBORValue { .textMap([("slot", .unsigned(slot)), ("picture", picture.map { .bytes($0.bytes) } ?? .null)]) }
 }
 
 /// One relay of a user's relay list (Specs/events.md §6.2.29): a node that
@@ -856,17 +856,17 @@ public enum RelayAddress {
 /// The payload of `relays.set` (Specs/events.md §6.2.29): the whole relay
 /// list of the user named by `object`, in the user's order of preference;
 /// an empty list clears it.
-public struct RelaysSetPayload: KindPayload, Hashable {
+package struct RelaysSetPayload: KindPayload, Hashable {
     /// `relays.set`, code 60.
-    public static let kind = EventKind.relaysSet
+    package static let kind = EventKind.relaysSet
     /// Required `keys`, `addresses` and `roles`, one entry each per relay.
-    public static var schema: PayloadSchema { Schemas.relaysSet }
+    package static var schema: PayloadSchema { Schemas.relaysSet }
     /// At most `PayloadLimits.maxRelays` relays, keys and addresses distinct.
-    public var relays: [Relay]
+    package var relays: [Relay]
     /// Builds the payload; nothing is checked until the event is built against `schema`.
-    public init(relays: [Relay]) { self.relays = relays }
+    package init(relays: [Relay]) { self.relays = relays }
     /// Reads a `relays.set` payload; throws `schemaViolation` for a missing or mistyped field.
-    public init(reading payload: CBORValue) throws(EventError) {
+    package init(reading payload: CBORValue) throws(EventError) {
         let r = FieldReader(payload: payload, kind: Self.kind)
         guard let keys = try r.value("keys").arrayValue, let addresses = try r.value("addresses").arrayValue else {
             throw r.fail("keys and addresses", "arrays")
@@ -882,7 +882,7 @@ public struct RelaysSetPayload: KindPayload, Hashable {
         self.init(relays: relays)
     }
     /// Encodes as `{keys, addresses, roles}`: two arrays and a byte string, one entry per relay.
-    public var cbor: CBORValue {
+    package var cbor: CBORValue {
         .textMap([
             ("keys", .array(relays.map { .bytes($0.key.bytes) })),
             ("addresses", .array(relays.map { .text($0.address) })),

@@ -107,7 +107,7 @@ public struct ReadableChatSummary: Hashable, Sendable, Codable {
 
 extension Node {
     /// The key of an epoch, if this device holds a wrap of it that opens.
-    public nonisolated func epochKey(chat: ObjectID, epoch: Hash32) throws -> [UInt8]? {
+    package nonisolated func epochKey(chat: ObjectID, epoch: Hash32) throws -> [UInt8]? {
         if let cached = keyRing.get(chat, epoch) { return cached }
         guard let agreement = keyRing.agreement,
             let key = try EpochKeyFinder(device: identity.device.raw, agreement: agreement).key(chat: chat, epoch: epoch, in: projections)
@@ -306,7 +306,7 @@ extension Node {
     /// chats of a user whose binding or device key arrived. A sync then pays
     /// for the chats it touched, not for every chat's history.
     @discardableResult
-    public func shareChatKeys(concerning triggers: ChatKeyTriggers? = nil) async throws -> Int {
+    package func shareChatKeys(concerning triggers: ChatKeyTriggers? = nil) async throws -> Int {
         guard !isReadOnly, keyRing.agreement != nil else { return 0 }
         if let triggers, triggers.isEmpty { return 0 }
         var written = 0
@@ -377,22 +377,22 @@ extension Node {
 /// What received events can change in chat key entitlements (Specs/
 /// encryption.md §6 rule 5): the chats named by chat events, and the keys
 /// (user keys, devices) whose bindings or device keys arrived.
-public struct ChatKeyTriggers: Sendable, Hashable {
+package struct ChatKeyTriggers: Sendable, Hashable {
     /// Chats named by received `chat.created`, membership, `chat.key` or `message.sent` events.
-    public var chats: Set<ObjectID> = []
+    package var chats: Set<ObjectID> = []
     /// Authors of received bindings (user keys) and device keys (devices).
-    public var keys: Set<PublicKey> = []
+    package var keys: Set<PublicKey> = []
 
     /// No trigger yet.
-    public init() {}
+    package init() {}
 
     /// Nothing received that could change an entitlement.
-    public var isEmpty: Bool { chats.isEmpty && keys.isEmpty }
+    package var isEmpty: Bool { chats.isEmpty && keys.isEmpty }
 
     /// Notes a received event; returns whether it can change an entitlement.
     /// An exhaustive switch: a new kind must say.
     @discardableResult
-    public mutating func note(_ event: Event) -> Bool {
+    package mutating func note(_ event: Event) -> Bool {
         switch event.kind {
         case .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey, .messageSent:
             chats.insert(event.object)

@@ -6,7 +6,7 @@ import Foundation
 
 /// Files of whole events, as written by `chorus export` and read by
 /// `chorus import` (Specs/events.md §8).
-public enum EventFileFormat: String, Sendable, CaseIterable {
+package enum EventFileFormat: String, Sendable, CaseIterable {
     /// A CBOR sequence (RFC 8742) of envelopes exactly as stored.
     case cbor
     /// One JSON object per line, as `chorus log --json` prints an event,
@@ -16,20 +16,20 @@ public enum EventFileFormat: String, Sendable, CaseIterable {
 
 /// The envelopes read from a whole event file by ``EventFile/read(_:)``, and
 /// where reading stopped if the file is damaged.
-public struct EventFileContents: Sendable {
+package struct EventFileContents: Sendable {
     /// The envelopes in file order, as raw bytes; they are not yet decoded or
     /// verified (pass them to `Node.ingestAllOrNothing`).
-    public var envelopes: [[UInt8]]
+    package var envelopes: [[UInt8]]
     /// Set when the file stops being readable: the index of the first
     /// unreadable event and why. Events before it were read.
-    public var unreadable: (index: Int, reason: String)?
+    package var unreadable: (index: Int, reason: String)?
 }
 
 /// Writing and reading event files held in memory (Specs/events.md §8);
 /// ``EventFileReader`` reads large files in bounded memory.
-public enum EventFile {
+package enum EventFile {
     /// Appends one event in `format` to `out`.
-    public static func append(_ stored: StoredEvent, format: EventFileFormat, to out: inout [UInt8]) {
+    package static func append(_ stored: StoredEvent, format: EventFileFormat, to out: inout [UInt8]) {
         switch format {
         case .cbor: out.append(contentsOf: stored.event.encoded())
         case .jsonl:
@@ -40,11 +40,11 @@ public enum EventFile {
 
     /// Space, tab, LF or CR: skipped before the first byte that tells the
     /// format (Specs/events.md §8.3).
-    public static func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
+    package static func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09 }
 
     /// Splits a file into envelopes. The format is recognised from the first
     /// byte: `{` starts JSON lines, anything else is a CBOR sequence.
-    public static func read(_ data: [UInt8]) -> EventFileContents {
+    package static func read(_ data: [UInt8]) -> EventFileContents {
         let first = data.first(where: { !isBlank($0) })
         return first == UInt8(ascii: "{") ? readJSONLines(data) : readCBORSequence(data)
     }
@@ -85,7 +85,7 @@ public enum EventFile {
 
 /// Reads an event file in slices with bounded memory (Specs/events.md §8):
 /// at most one buffered megabyte plus the envelopes of one slice.
-public final class EventFileReader {
+package final class EventFileReader {
     private let handle: FileHandle
     private var buffer: [UInt8] = []
     private var start = 0
@@ -93,10 +93,10 @@ public final class EventFileReader {
     private var format: EventFileFormat? = nil
     private var lineNumber = 0
     /// Envelopes handed out so far.
-    public private(set) var count = 0
+    package private(set) var count = 0
     /// Set once the file stops being readable (the index of the first
     /// unreadable event and why); nothing after it is returned.
-    public private(set) var unreadable: (index: Int, reason: String)? = nil
+    package private(set) var unreadable: (index: Int, reason: String)? = nil
 
     static let chunkBytes = 1 << 20
     /// The largest item read whole (Specs/events.md §8.1): an item that
@@ -108,11 +108,11 @@ public final class EventFileReader {
 
     /// Reads from `handle`, starting at its current offset; the format is
     /// recognised from the first non-blank byte.
-    public init(handle: FileHandle) { self.handle = handle }
+    package init(handle: FileHandle) { self.handle = handle }
 
     /// The next envelopes, at most `limit`; empty at the end of the file or
     /// once it became unreadable.
-    public func next(limit: Int) throws -> [[UInt8]] {
+    package func next(limit: Int) throws -> [[UInt8]] {
         var out: [[UInt8]] = []
         while out.count < limit, unreadable == nil {
             guard let envelope = try nextEnvelope() else { break }

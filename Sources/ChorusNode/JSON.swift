@@ -5,7 +5,7 @@ import ChorusLog
 
 /// A JSON value with deterministic rendering (object keys keep their given
 /// order), used for `--json` output and JSON-lines export.
-public indirect enum JSONValue: Sendable, Equatable {
+package indirect enum JSONValue: Sendable, Equatable {
     case string(String)
     case int(Int64)
     case uint(UInt64)
@@ -16,11 +16,11 @@ public indirect enum JSONValue: Sendable, Equatable {
 
     /// Two values are equal when they render to the same text, so object key
     /// order matters and `.int(5) == .uint(5)`.
-    public static func == (a: JSONValue, b: JSONValue) -> Bool { a.rendered() == b.rendered() }
+    package static func == (a: JSONValue, b: JSONValue) -> Bool { a.rendered() == b.rendered() }
 
     /// Renders compact JSON with no whitespace, object keys in their given order,
     /// non-ASCII text as UTF-8 and control characters escaped.
-    public func rendered() -> String {
+    package func rendered() -> String {
         var out = ""
         render(into: &out)
         return out
@@ -79,7 +79,7 @@ public indirect enum JSONValue: Sendable, Equatable {
     }
 
     /// CBOR to JSON: byte strings become lowercase hex, map keys text.
-    public init(cbor: CBORValue) {
+    package init(cbor: CBORValue) {
         switch cbor {
         case .unsigned(let n): self = .uint(n)
         case .negative(let n): self = n < UInt64(Int64.max) ? .int(-1 - Int64(n)) : .string("-1-\(n)")
@@ -105,7 +105,7 @@ public indirect enum JSONValue: Sendable, Equatable {
 extension StoredEvent {
     /// The JSON form used by `chorus log --json` and JSON-lines export.
     /// `raw` adds the envelope as hex, which makes the line importable.
-    public func json(includeRaw: Bool = false) -> JSONValue {
+    package func json(includeRaw: Bool = false) -> JSONValue {
         let h = event.header
         var fields: [(String, JSONValue)] = [
             ("id", .string(event.id.hex)),
@@ -131,7 +131,7 @@ extension StoredEvent {
 /// an encoder that keeps order), so a result may carry one as a field.
 extension JSONValue: Encodable {
     /// Encodes the value as itself.
-    public func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         switch self {
         case .string(let s):
             var c = encoder.singleValueContainer()
@@ -159,15 +159,15 @@ extension JSONValue: Encodable {
 }
 
 /// Any string as a coding key (the keys of a `JSONValue` object).
-public struct JSONKey: CodingKey, Sendable {
+package struct JSONKey: CodingKey, Sendable {
     /// The key.
-    public let stringValue: String
+    package let stringValue: String
     /// Keys here are names, never positions.
-    public var intValue: Int? { nil }
+    package var intValue: Int? { nil }
     /// The key `name`.
-    public init(_ name: String) { stringValue = name }
+    package init(_ name: String) { stringValue = name }
     /// The key `stringValue`.
-    public init?(stringValue: String) { self.stringValue = stringValue }
+    package init?(stringValue: String) { self.stringValue = stringValue }
     /// Not used: keys are names.
-    public init?(intValue: Int) { nil }
+    package init?(intValue: Int) { nil }
 }

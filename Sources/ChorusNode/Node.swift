@@ -393,7 +393,7 @@ public actor Node {
     /// Appends an event of the kind its typed payload belongs to
     /// (Sources/ChorusEvents/Payloads.swift).
     @discardableResult
-    public func append<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) async throws -> Event {
+    package func append<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) async throws -> Event {
         try await append(P.kind, object: object, payload: payload.cbor, blobs: blobs)
     }
 
@@ -401,7 +401,7 @@ public actor Node {
     /// durable. Throws ``NodeError/readOnly``, ``NodeError/noUserKey`` on a store
     /// without the user secret, or ``NodeError/ownEventRefused(_:)`` if the log refuses it.
     @discardableResult
-    public func appendAsUser<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
+    package func appendAsUser<P: KindPayload>(_ payload: P, object: ObjectID) async throws -> Event {
         try await appendAsUser(P.kind, object: object, payload: payload.cbor)
     }
 
@@ -477,7 +477,7 @@ public actor Node {
     /// and the events after it in the same feed are refused too (their
     /// chain is broken); those before it stay.
     @discardableResult
-    public func appendBatch(_ items: [PendingEvent], signedBy signer: EventSigner = .device) async throws -> [Event] {
+    package func appendBatch(_ items: [PendingEvent], signedBy signer: EventSigner = .device) async throws -> [Event] {
         guard !items.isEmpty else { return [] }
         guard let batchSigner = self.signer else { throw NodeError.readOnly }
         let key: SigningKey
@@ -877,24 +877,24 @@ enum ParallelVerifier {
 
 
 /// Which of this node's keys signs a batch (`Node.appendBatch`).
-public enum EventSigner: Sendable {
+package enum EventSigner: Sendable {
     case device, user, issuer
 }
 
 /// One event of a batch to append: built from a typed payload.
-public struct PendingEvent: Sendable {
+package struct PendingEvent: Sendable {
     /// The event kind, taken from the payload's type.
-    public let kind: EventKind
+    package let kind: EventKind
     /// The id of the thing the event is about (Specs/events.md §6).
-    public let object: ObjectID
+    package let object: ObjectID
     /// The payload as CBOR; it is checked against the kind's schema by `Node.appendBatch`.
-    public let payload: CBORValue
+    package let payload: CBORValue
     /// Blob bytes stored in the same commit as the event (for example a picture's bytes).
-    public let blobs: [[UInt8]]
+    package let blobs: [[UInt8]]
 
     /// Prepares an event of `P`'s kind about `object`, with any blob bytes that
     /// must become durable together with it.
-    public init<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) {
+    package init<P: KindPayload>(_ payload: P, object: ObjectID, blobs: [[UInt8]] = []) {
         self.kind = P.kind
         self.object = object
         self.payload = payload.cbor

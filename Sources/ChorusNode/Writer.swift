@@ -123,18 +123,18 @@ final class GroupCommitWriter: Sendable {
 /// What a node's writer has done: transactions committed, the most events
 /// committed in one, and the seconds it spent committing (the whole
 /// transaction: feed checks, fold, page writes and flush).
-public struct WriterStatistics: Sendable {
+package struct WriterStatistics: Sendable {
     /// Group-commit transactions that committed successfully.
-    public var commits = 0
+    package var commits = 0
     /// The most events one committed transaction took.
-    public var largestBatch = 0
+    package var largestBatch = 0
     /// Events offered in committed transactions, duplicates and refused ones included.
-    public var events = 0
+    package var events = 0
     /// Seconds the writer's thread spent in commits, failed ones and exclusive work (rebuilds) included.
-    public var busySeconds = 0.0
+    package var busySeconds = 0.0
     /// Of those, the seconds it ran on a core (the rest it waited: for the
     /// disk, or for a core other threads held), in the kernel included.
-    public var cpuSeconds = 0.0
+    package var cpuSeconds = 0.0
 }
 
 final class CommitStatistics: Sendable {

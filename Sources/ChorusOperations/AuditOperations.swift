@@ -30,7 +30,7 @@ public struct AuditCoins: NodeOperation {
 }
 
 /// The coin audit's JSON, as `chorus query audit --json` and `chorus-replay audit coins --json` print it.
-public func coinAuditJSON(_ audit: CoinAudit) -> JSONValue {
+package func coinAuditJSON(_ audit: CoinAudit) -> JSONValue {
     .object([
         ("issued", .uint(audit.issued)), ("held", .uint(audit.held)), ("spent", .uint(audit.spent)),
         ("conserved", .bool(audit.conserved)),
@@ -63,7 +63,7 @@ public func coinAuditJSON(_ audit: CoinAudit) -> JSONValue {
 }
 
 /// A finding of an audit or a verification: `{"code", "message", "event", "location"}`.
-public func findingJSON(_ f: Finding) -> JSONValue {
+package func findingJSON(_ f: Finding) -> JSONValue {
     .object([
         ("code", .string(f.code)), ("message", .string(f.message)), ("event", f.event.map { .string($0.hex) } ?? .null),
         ("location", .string(f.location)),

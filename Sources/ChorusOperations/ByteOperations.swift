@@ -30,10 +30,10 @@ public struct GetPictureBytes: Sendable {
 /// stays bounded whatever the store.
 public struct ExportEvents: Sendable {
     /// The file format.
-    public let format: EventFileFormat
+    package let format: EventFileFormat
 
     /// An export in `format`.
-    public init(format: EventFileFormat = .cbor) { self.format = format }
+    package init(format: EventFileFormat = .cbor) { self.format = format }
 
     /// What was written.
     public struct Summary: Sendable {

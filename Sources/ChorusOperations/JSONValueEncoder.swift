@@ -11,7 +11,7 @@ public struct JSONValueEncoder: Sendable {
 
     /// `value` as JSON. Throws `EncodingError.invalidValue` for floating-point
     /// numbers, which no result holds (amounts and times are whole numbers).
-    public func encode<T: Encodable>(_ value: T) throws -> JSONValue {
+    package func encode<T: Encodable>(_ value: T) throws -> JSONValue {
         let slot = Slot()
         try slot.encode(value, at: [])
         return slot.resolved()

@@ -39,7 +39,7 @@ public indirect enum JSONSchema: Sendable {
     ]
 
     /// The schema as JSON Schema.
-    public var json: JSONValue {
+    package var json: JSONValue {
         switch self {
         case .string: return .object([("type", .string("string"))])
         case .hex32: return .object([("type", .string("string")), ("pattern", .string("^[0-9a-f]{64}$"))])
@@ -63,7 +63,7 @@ public indirect enum JSONSchema: Sendable {
     }
 
     /// Where `value` does not match this schema, one line each ("$.picture.size: expected an integer"); empty when it matches.
-    public func problems(in value: JSONValue, at path: String = "$") -> [String] {
+    package func problems(in value: JSONValue, at path: String = "$") -> [String] {
         func expected(_ what: String) -> [String] { ["\(path): expected \(what), got \(value.rendered().prefix(80))"] }
         switch (self, value) {
         case (.anyValue, _): return []

@@ -87,7 +87,7 @@ public struct SyncOnce: NodeOperation {
 }
 
 /// What `chorus sync HOST:PORT --json` prints.
-public func syncReportJSON(_ r: SyncReport) -> JSONValue {
+package func syncReportJSON(_ r: SyncReport) -> JSONValue {
     .object([
         ("peer", .string(r.peer.key.hex)), ("address", .string(r.peer.address)),
         ("complete", .bool(r.complete)), ("live", .bool(r.live)),
@@ -130,7 +130,7 @@ public func relayFailureCode(_ error: any Error) -> String {
 }
 
 /// What `chorus sync --json` prints without an address.
-public func relaySyncJSON(_ plan: RelayPlan, _ results: [RelaySyncResult]) -> JSONValue {
+package func relaySyncJSON(_ plan: RelayPlan, _ results: [RelaySyncResult]) -> JSONValue {
     let failed = results.filter { if case .failure = $0.outcome { true } else { false } }
     return .object([
         (

@@ -17,10 +17,10 @@ import Foundation
 public struct Projections: Sendable {
     /// The event log, whose LMDB environment also holds the projection
     /// databases.
-    public let log: LogStore
+    package let log: LogStore
     /// The blob store: a deletion's purge removes a picture's or message's
     /// blob from it unless a live object still references the same bytes.
-    public let blobs: BlobStore
+    package let blobs: BlobStore
     /// The network configuration folds read (issuers, slot prices); its
     /// fingerprint is part of the digest.
     public let config: NetworkConfig
@@ -39,13 +39,13 @@ public struct Projections: Sendable {
 
     /// The LMDB databases the projections keep beside the log
     /// (Specs/projections.md §9.1).
-    public static let databaseNames = ["facts", "facts_recent", "index", "state"]
+    package static let databaseNames = ["facts", "facts_recent", "index", "state"]
 
     /// Opens the `facts`, `facts_recent`, `index` and `state` databases in
     /// `log`'s environment (creating them in a writable one); throws when
     /// LMDB cannot. Folds nothing: stale projections (`staleness()`) are
     /// rebuilt by `Store.rebuild`.
-    public init(log: LogStore, blobs: BlobStore, config: NetworkConfig) throws {
+    package init(log: LogStore, blobs: BlobStore, config: NetworkConfig) throws {
         try self.init(log: log, blobs: blobs, config: config, recentFactsMinimum: Self.defaultRecentFactsMinimum)
     }
 
@@ -218,7 +218,7 @@ public struct Projections: Sendable {
     /// objects reference and this node lacks (§9.1). 21: users' relay
     /// lists (`relays.set`) in the `relays` table (§6.12). 22: the built
     /// marker also names the layout (`layoutFingerprint`, §9.1).
-    public static let formatVersion: UInt64 = 22
+    package static let formatVersion: UInt64 = 22
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
 
@@ -261,13 +261,13 @@ public struct Projections: Sendable {
 
     /// Marks the state stale, so the next read-write open rebuilds it from
     /// the log (after changing fold rules by hand; tests).
-    public func markStale() throws {
+    package func markStale() throws {
         try log.env.write { txn in _ = try txn.delete(index, Self.builtKey) }
     }
 
     /// Marks the projections of `env` stale without opening them (after a
     /// store format upgrade): the next read-write open folds the log again.
-    public static func markStale(env: Environment) throws {
+    package static func markStale(env: Environment) throws {
         let index = try env.openDatabase("index")
         try env.write { txn in _ = try txn.delete(index, builtKey) }
     }

@@ -3,7 +3,7 @@ import Synchronization
 
 /// Why a `MemoryTransport` call failed: thrown by `send` and `receive` once the
 /// link is cut, and by `send` once either end closed.
-public enum MemoryTransportError: Error, Sendable, Equatable {
+package enum MemoryTransportError: Error, Sendable, Equatable {
     /// The connection was cut (a simulated network failure).
     case reset
     /// This end closed the transport.
@@ -14,10 +14,10 @@ public enum MemoryTransportError: Error, Sendable, Equatable {
 /// one process). Each direction is a bounded queue of whole frames: `send`
 /// waits while the queue is full, so a slow reader slows its writer exactly
 /// as TCP would. `cut()` simulates a connection failure on both ends.
-public struct MemoryTransport: FrameTransport {
+package struct MemoryTransport: FrameTransport {
     /// The node at the other end: the key given to `pair` and the address
     /// `memory:a` or `memory:b`.
-    public let peer: PeerIdentity
+    package let peer: PeerIdentity
     let outgoing: FrameQueue
     let incoming: FrameQueue
     let link: Link
@@ -36,7 +36,7 @@ public struct MemoryTransport: FrameTransport {
     /// peer is `b`, and the other way round. `capacity` frames may be queued
     /// per direction; `cutAfterFrames` cuts the link once that many frames
     /// have been sent in total (both directions).
-    public static func pair(
+    package static func pair(
         _ a: PublicKey, _ b: PublicKey, capacity: Int = 16, cutAfterFrames: Int? = nil
     ) -> (MemoryTransport, MemoryTransport) {
         let ab = FrameQueue(capacity: capacity)
@@ -52,7 +52,7 @@ public struct MemoryTransport: FrameTransport {
     /// Queues one frame for the peer, waiting while this direction's queue is
     /// full. Throws `MemoryTransportError.reset` once the link is cut (or this
     /// frame passes `cutAfterFrames`), `.closed` once either end closed.
-    public func send(_ frame: [UInt8]) async throws {
+    package func send(_ frame: [UInt8]) async throws {
         if let limit = link.cutAfter {
             let n = link.frames.wrappingAdd(1, ordering: .relaxed).newValue
             if n > limit {
@@ -66,16 +66,16 @@ public struct MemoryTransport: FrameTransport {
     /// The next frame the peer sent; nil once the peer closed and every queued
     /// frame was read. Throws `MemoryTransportError.reset` once the link is
     /// cut.
-    public func receive() async throws -> [UInt8]? { try await incoming.pop() }
+    package func receive() async throws -> [UInt8]? { try await incoming.pop() }
 
     /// Closes this end cleanly: the peer reads what was sent, then nil.
-    public func close() async {
+    package func close() async {
         outgoing.finish()
         incoming.finish()
     }
 
     /// Cuts the connection: both ends fail their pending and later calls.
-    public func cut() { link.cut() }
+    package func cut() { link.cut() }
 }
 
 /// A bounded FIFO of frames with one reader.
@@ -192,7 +192,7 @@ final class FrameQueue: Sendable {
 
 extension MemoryTransportError {
     /// A stable, machine-readable name of the error, in snake case.
-    public var code: String {
+    package var code: String {
         switch self {
         case .reset: "connection_reset"
         case .closed: "closed"
