@@ -73,28 +73,28 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
 
 /// A strict decoder: it accepts exactly the byte strings `CBOREncoder`
 /// produces, so one logical value has one encoding.
-public struct CBORDecoder {
+package struct CBORDecoder {
     /// The deepest nesting allowed: the top-level item has depth 0, and an item
     /// deeper than 16 fails with ``CBORError/nestingTooDeep(offset:)``
     /// (Specs/events.md §2.1, rule 6).
-    public static let maxDepth = 16
+    package static let maxDepth = 16
 
     private let bytes: [UInt8]
     /// The position of the next byte to read; after a successful decode it is the
     /// offset just past the item returned.
-    public private(set) var offset: Int
+    package private(set) var offset: Int
     private let end: Int
 
     /// Creates a decoder reading `bytes` from `offset` (0 by default), for
     /// walking a CBOR sequence item by item with ``decodeNext()``.
-    public init(_ bytes: [UInt8], offset: Int = 0) {
+    package init(_ bytes: [UInt8], offset: Int = 0) {
         self.bytes = bytes
         self.offset = offset
         self.end = bytes.count
     }
 
     /// Decodes exactly one item spanning the whole input.
-    public static func decode(_ bytes: [UInt8]) throws(CBORError) -> CBORValue {
+    package static func decode(_ bytes: [UInt8]) throws(CBORError) -> CBORValue {
         var decoder = CBORDecoder(bytes)
         let value = try decoder.decodeNext()
         if decoder.offset != bytes.count { throw .trailingBytes(offset: decoder.offset) }
@@ -103,16 +103,16 @@ public struct CBORDecoder {
 
     /// Whether every byte of the input has been consumed; the loop condition
     /// when reading a CBOR sequence.
-    public var isAtEnd: Bool { offset >= end }
+    package var isAtEnd: Bool { offset >= end }
 
     /// Decodes the next item of a CBOR sequence.
-    public mutating func decodeNext() throws(CBORError) -> CBORValue {
+    package mutating func decodeNext() throws(CBORError) -> CBORValue {
         try decodeItem(depth: 0)
     }
 
     /// Returns the bytes of the next item without building a value tree
     /// beyond what validation needs; used to slice CBOR sequences.
-    public mutating func nextItemBytes() throws(CBORError) -> (value: CBORValue, range: Range<Int>) {
+    package mutating func nextItemBytes() throws(CBORError) -> (value: CBORValue, range: Range<Int>) {
         let start = offset
         let value = try decodeItem(depth: 0)
         return (value, start..<offset)

@@ -37,18 +37,18 @@ public struct AgreementKey: Sendable {
 }
 
 /// XChaCha20-Poly1305-IETF (`crypto_aead_xchacha20poly1305_ietf_*`).
-public enum XChaCha20Poly1305 {
+package enum XChaCha20Poly1305 {
     /// Key size in bytes: 32.
-    public static let keyLength = 32
+    package static let keyLength = 32
     /// Nonce size in bytes: 24, large enough for nonces to be chosen at random.
-    public static let nonceLength = 24
+    package static let nonceLength = 24
     /// Size in bytes of the Poly1305 authentication tag appended to every ciphertext: 16.
-    public static let tagLength = 16
+    package static let tagLength = 16
 
     /// Encrypts `message` under `key` and `nonce`, authenticating `ad` too, and
     /// returns `ciphertext || tag` (`message.count + 16` bytes). Traps unless the
     /// key is 32 bytes and the nonce 24; never reuse a nonce with the same key.
-    public static func seal(key: [UInt8], nonce: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
+    package static func seal(key: [UInt8], nonce: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
         precondition(key.count == keyLength && nonce.count == nonceLength, "XChaCha20-Poly1305 key or nonce of wrong length")
         requireSodium()
         var out = [UInt8](repeating: 0, count: message.count + tagLength)
@@ -65,7 +65,7 @@ public enum XChaCha20Poly1305 {
     /// `prefix || nonce || AEAD(key, nonce, ad, message)` in one buffer with
     /// a fresh random nonce (`NoncePool`): the layout of a sealed value, built without
     /// intermediate copies (sealing sits on every message's hot path).
-    public static func sealWithFreshNonce(key: [UInt8], prefix: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
+    package static func sealWithFreshNonce(key: [UInt8], prefix: [UInt8], ad: [UInt8], message: [UInt8]) -> [UInt8] {
         precondition(key.count == keyLength, "XChaCha20-Poly1305 key of wrong length")
         requireSodium()
         let head = prefix.count + nonceLength
@@ -89,7 +89,7 @@ public enum XChaCha20Poly1305 {
 
     /// Opens `sealed[nonceOffset...]` laid out as `nonce || ciphertext || tag`,
     /// without copying the slices out; nil unless the tag verifies.
-    public static func open(key: [UInt8], sealed: [UInt8], nonceOffset: Int, ad: [UInt8]) -> [UInt8]? {
+    package static func open(key: [UInt8], sealed: [UInt8], nonceOffset: Int, ad: [UInt8]) -> [UInt8]? {
         let start = nonceOffset + nonceLength
         guard key.count == keyLength, nonceOffset >= 0, sealed.count >= start + tagLength else { return nil }
         requireSodium()
@@ -114,7 +114,7 @@ public enum XChaCha20Poly1305 {
     /// Decrypts `ciphertext || tag` made by ``seal(key:nonce:ad:message:)``; returns
     /// the plaintext, or `nil` unless the tag verifies with this key, nonce and `ad`
     /// (also `nil` for a wrong-sized key or nonce, or input shorter than the tag).
-    public static func open(key: [UInt8], nonce: [UInt8], ad: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
+    package static func open(key: [UInt8], nonce: [UInt8], ad: [UInt8], ciphertext: [UInt8]) -> [UInt8]? {
         guard key.count == keyLength, nonce.count == nonceLength, ciphertext.count >= tagLength else { return nil }
         requireSodium()
         var out = [UInt8](repeating: 0, count: ciphertext.count - tagLength)
@@ -132,7 +132,7 @@ public enum XChaCha20Poly1305 {
 
 extension Blake2b {
     /// BLAKE2b-256 keyed with a 32-byte key (`crypto_generichash` with a key).
-    public static func keyedHash256(key: [UInt8], _ data: [UInt8]) -> Hash32 {
+    package static func keyedHash256(key: [UInt8], _ data: [UInt8]) -> Hash32 {
         precondition(key.count == 32, "BLAKE2b key of wrong length")
         requireSodium()
         var out = [UInt8](repeating: 0, count: 32)

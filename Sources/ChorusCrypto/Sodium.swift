@@ -9,9 +9,9 @@ private let sodiumReady: Bool = sodium_init() >= 0
 }
 
 /// Cryptographically secure random bytes from libsodium (`randombytes_buf`).
-public enum Random {
+package enum Random {
     /// Returns `count` fresh random bytes, for keys, seeds and nonces.
-    public static func bytes(_ count: Int) -> [UInt8] {
+    package static func bytes(_ count: Int) -> [UInt8] {
         requireSodium()
         var out = [UInt8](repeating: 0, count: count)
         out.withUnsafeMutableBytes { buf in
@@ -22,7 +22,7 @@ public enum Random {
 
     /// Returns a fresh random nonce of `count` bytes (1 to 4,096) from
     /// `NoncePool`: unique, not secret, and cheaper than `bytes(_:)`.
-    public static func nonce(_ count: Int) -> [UInt8] {
+    package static func nonce(_ count: Int) -> [UInt8] {
         [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
             if let base = out.baseAddress { NoncePool.fill(base, count: count) }
             initialized = count
@@ -30,14 +30,14 @@ public enum Random {
     }
 
     /// Returns 32 fresh random bytes, for example a new object id.
-    public static func bytes32() -> Bytes32 { Bytes32(unchecked: bytes(32)) }
+    package static func bytes32() -> Bytes32 { Bytes32(unchecked: bytes(32)) }
 }
 
 /// BLAKE2b hashing with a 32-byte output (libsodium `crypto_generichash`),
 /// the hash behind event ids, payload hashes and blob hashes (Specs/events.md §3.3).
-public enum Blake2b {
+package enum Blake2b {
     /// BLAKE2b with a 32-byte output and no key (`crypto_generichash`).
-    public static func hash256(_ data: [UInt8]) -> Hash32 {
+    package static func hash256(_ data: [UInt8]) -> Hash32 {
         requireSodium()
         return Bytes32.written { out in
             data.withUnsafeBufferPointer { input in
@@ -47,7 +47,7 @@ public enum Blake2b {
     }
 
     /// Hashes the concatenation of several parts without copying them together.
-    public static func hash256(parts: [[UInt8]]) -> Hash32 {
+    package static func hash256(parts: [[UInt8]]) -> Hash32 {
         requireSodium()
         // The state struct is 64-byte aligned, which Swift imports as opaque.
         let raw = UnsafeMutableRawPointer.allocate(byteCount: crypto_generichash_statebytes(), alignment: 64)
@@ -104,21 +104,21 @@ public struct SigningKey: Sendable {
 }
 
 /// Ed25519 signature verification as Chorus defines it (Specs/events.md §5).
-public enum Ed25519 {
+package enum Ed25519 {
     /// Size in bytes of a detached Ed25519 signature: 64.
-    public static let signatureLength = 64
+    package static let signatureLength = 64
 
     /// libsodium's `crypto_sign_verify_detached`, the rule that defines
     /// validity (Specs/events.md §5): it rejects non-canonical S, small-order
     /// or non-canonical public keys and small-order R.
-    public static func verify(signature: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
+    package static func verify(signature: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
         verify(signature: signature, prefix: [], message: message, publicKey: publicKey)
     }
 
     /// `verify` of the message `prefix ‖ message`, joined on the stack: a
     /// verification on every core should not contend for the heap (events
     /// are signed with a context prefix, Specs/events.md §5).
-    public static func verify(signature: [UInt8], prefix: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
+    package static func verify(signature: [UInt8], prefix: [UInt8], message: [UInt8], publicKey: PublicKey) -> Bool {
         guard signature.count == 64 else { return false }
         requireSodium()
         let length = prefix.count + message.count
@@ -144,12 +144,12 @@ extension Blake2b {
     /// Incremental BLAKE2b-256 (`crypto_generichash_init/update/final`), for
     /// inputs too large to hold at once. The result equals `hash256` of the
     /// concatenated updates.
-    public final class Hasher {
+    package final class Hasher {
         private let raw: UnsafeMutableRawPointer
         private var finished = false
 
         /// Starts an unkeyed BLAKE2b hash with a 32-byte output.
-        public init() {
+        package init() {
             requireSodium()
             raw = UnsafeMutableRawPointer.allocate(byteCount: crypto_generichash_statebytes(), alignment: 64)
             crypto_generichash_init(OpaquePointer(raw), nil, 0, 32)
@@ -158,7 +158,7 @@ extension Blake2b {
         deinit { raw.deallocate() }
 
         /// Feeds `bytes` into the hash; traps if ``finish()`` has already been called.
-        public func update(_ bytes: [UInt8]) {
+        package func update(_ bytes: [UInt8]) {
             precondition(!finished, "hasher already finished")
             bytes.withUnsafeBufferPointer { p in
                 _ = crypto_generichash_update(OpaquePointer(raw), p.baseAddress, UInt64(p.count))
@@ -167,7 +167,7 @@ extension Blake2b {
 
         /// Returns the 32-byte digest of everything passed to ``update(_:)``; call it
         /// once only, since the hasher cannot be used afterwards (it traps).
-        public func finish() -> Hash32 {
+        package func finish() -> Hash32 {
             precondition(!finished, "hasher already finished")
             finished = true
             return Bytes32.written { out in _ = crypto_generichash_final(OpaquePointer(raw), out, 32) }

@@ -5,7 +5,7 @@ import ChorusEvents
 /// The constructions of Specs/encryption.md: epoch ids, key wraps, sealed
 /// values and encrypted attachments. Pure functions; randomness (keys,
 /// nonces, ephemeral keys) is passed in so the vectors can fix it.
-public enum ChatCrypto {
+package enum ChatCrypto {
     static func ctx(_ s: String) -> [UInt8] { Array(s.utf8) + [0] }
     static let epochContext = ctx("chorus/chat-epoch/v1")
     static let keyContext = ctx("chorus/chat-key/v1")
@@ -14,19 +14,19 @@ public enum ChatCrypto {
     static let zeroNonce = [UInt8](repeating: 0, count: XChaCha20Poly1305.nonceLength)
 
     /// `epoch_id(chat, K)` (§4): names an epoch and commits to its key.
-    public static func epochID(chat: ObjectID, key: [UInt8]) -> Hash32 {
+    package static func epochID(chat: ObjectID, key: [UInt8]) -> Hash32 {
         Blake2b.hash256(epochContext + chat.bytes + key)
     }
 
     /// A recipient of a key event: a device's Ed25519 key and its published X25519 key.
-    public struct Recipient: Hashable, Sendable {
+    package struct Recipient: Hashable, Sendable {
         /// The recipient device's Ed25519 key; wraps are labelled and ordered by it.
-        public let device: PublicKey
+        package let device: PublicKey
         /// The device's X25519 public key, as published in its `device.key` event
         /// (Specs/encryption.md §3).
-        public let encryptionKey: Bytes32
+        package let encryptionKey: Bytes32
         /// Pairs a device with its published encryption key.
-        public init(device: PublicKey, encryptionKey: Bytes32) {
+        package init(device: PublicKey, encryptionKey: Bytes32) {
             self.device = device
             self.encryptionKey = encryptionKey
         }
@@ -35,7 +35,7 @@ public enum ChatCrypto {
     /// The `wraps` of a `chat.key` event (§5): one 80-byte wrap per
     /// recipient, ordered by device key. nil if a recipient's key is unusable
     /// (small order), which an honest device never publishes.
-    public static func wrap(
+    package static func wrap(
         epochKey: [UInt8], chat: ObjectID, epoch: Hash32, to recipients: [Recipient], ephemeral: AgreementKey
     ) -> [UInt8]? {
         var out: [UInt8] = []
@@ -60,14 +60,14 @@ public enum ChatCrypto {
     }
 
     /// The key-wrapping key of one recipient (exposed for the vectors).
-    public static func wrapKey(ephemeral: AgreementKey, recipient: Bytes32) -> [UInt8]? {
+    package static func wrapKey(ephemeral: AgreementKey, recipient: Bytes32) -> [UInt8]? {
         wrapKey(shared: ephemeral.sharedSecret(with: recipient), ephemeral: ephemeral.publicKey, recipient: recipient)
     }
 
     /// Opens `device`'s wrap in `wraps` with the device's encryption key,
     /// and checks the key against the epoch id. nil if there is no such wrap
     /// or any step fails.
-    public static func unwrap(
+    package static func unwrap(
         wraps: [UInt8], ephemeral: Bytes32, chat: ObjectID, epoch: Hash32, device: PublicKey, with key: AgreementKey
     ) -> [UInt8]? {
         let size = PayloadLimits.wrapBytes
@@ -85,7 +85,7 @@ public enum ChatCrypto {
     }
 
     /// The associated data of a sealed value (§7).
-    public static func sealedAD(kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) -> [UInt8] {
+    package static func sealedAD(kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) -> [UInt8] {
         var ad: [UInt8] = []
         ad.reserveCapacity(sealedContext.count + 8 + 96)
         ad.append(contentsOf: sealedContext)
@@ -97,7 +97,7 @@ public enum ChatCrypto {
     }
 
     /// `epoch || nonce || AEAD(K, nonce, ad, plaintext)` (§7).
-    public static func seal(
+    package static func seal(
         _ plaintext: [UInt8], epochKey: [UInt8], epoch: Hash32, nonce: [UInt8], kind: EventKind, chat: ObjectID,
         object: ObjectID, author: PublicKey
     ) -> [UInt8] {
@@ -107,13 +107,13 @@ public enum ChatCrypto {
     }
 
     /// The epoch a sealed value names.
-    public static func epoch(ofSealed sealed: [UInt8]) -> Hash32? {
+    package static func epoch(ofSealed sealed: [UInt8]) -> Hash32? {
         sealed.count >= PayloadLimits.sealedOverhead ? Bytes32(sealed[0..<32]) : nil
     }
 
     /// `seal` with a fresh random nonce (what devices do; `seal` with a
     /// given nonce is for the vectors).
-    public static func seal(
+    package static func seal(
         _ plaintext: [UInt8], epochKey: [UInt8], epoch: Hash32, kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey
     ) -> [UInt8] {
         XChaCha20Poly1305.sealWithFreshNonce(
@@ -122,7 +122,7 @@ public enum ChatCrypto {
 
     /// The plaintext, or nil if the value does not open with this key under
     /// this event's chat, kind, object and author.
-    public static func open(
+    package static func open(
         _ sealed: [UInt8], epochKey: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey
     ) -> [UInt8]? {
         guard sealed.count >= PayloadLimits.sealedOverhead else { return nil }
@@ -131,13 +131,13 @@ public enum ChatCrypto {
     }
 
     /// The blob bytes of a picture sent in a chat, encrypted with its own key (§7).
-    public static func encryptAttachment(_ image: [UInt8], key: [UInt8]) -> [UInt8] {
+    package static func encryptAttachment(_ image: [UInt8], key: [UInt8]) -> [UInt8] {
         XChaCha20Poly1305.seal(key: key, nonce: zeroNonce, ad: attachmentContext, message: image)
     }
 
     /// The image bytes of an attachment blob made by ``encryptAttachment(_:key:)``,
     /// or `nil` if it does not open with `key` (wrong key, altered or truncated blob).
-    public static func decryptAttachment(_ blob: [UInt8], key: [UInt8]) -> [UInt8]? {
+    package static func decryptAttachment(_ blob: [UInt8], key: [UInt8]) -> [UInt8]? {
         XChaCha20Poly1305.open(key: key, nonce: zeroNonce, ad: attachmentContext, ciphertext: blob)
     }
 }

@@ -103,7 +103,7 @@ extension Node {
     /// The device key and encryption key of the store at `path`, to read
     /// its chats without opening the node (the replay tool's `--decrypt`).
     /// nil for a store from before encryption keys.
-    public static func epochKeyFinder(at path: String) throws -> EpochKeyFinder? {
+    package static func epochKeyFinder(at path: String) throws -> EpochKeyFinder? {
         guard FileManager.default.fileExists(atPath: KeyStore.encryptionKeyPath(path)) else { return nil }
         let device = try KeyStore.read(KeyStore.deviceKeyPath(path)).publicKey
         return EpochKeyFinder(device: device, agreement: try KeyStore.readAgreement(KeyStore.encryptionKeyPath(path)))

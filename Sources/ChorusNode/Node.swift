@@ -820,32 +820,32 @@ public actor Node {
 
     /// The head of `author`'s feed as stored (sequence number, id and HLC of its
     /// last event), or `nil` if this node holds none of its events. Throws if the store cannot be read.
-    public nonisolated func head(of author: PublicKey) throws -> FeedHead? { try log.head(of: author) }
+    package nonisolated func head(of author: PublicKey) throws -> FeedHead? { try log.head(of: author) }
     /// The head of every feed this node holds, ordered by author key: what sync
     /// announces to peers. Throws if the store cannot be read.
-    public nonisolated func heads() throws -> [(author: PublicKey, head: FeedHead)] { try log.allHeads() }
+    package nonisolated func heads() throws -> [(author: PublicKey, head: FeedHead)] { try log.allHeads() }
     /// The stored event with this id and its local arrival position, or `nil` if
     /// this node does not hold it. A purged event comes without its payload.
-    public nonisolated func event(_ id: EventID) throws -> StoredEvent? { try log.event(id) }
+    package nonisolated func event(_ id: EventID) throws -> StoredEvent? { try log.event(id) }
     /// Up to `limit` events of `author`'s feed from sequence number `fromSeq`, in
     /// sequence order. Throws if the store cannot be read.
-    public nonisolated func feed(_ author: PublicKey, fromSeq: UInt64 = 1, limit: Int = .max) throws -> [StoredEvent] {
+    package nonisolated func feed(_ author: PublicKey, fromSeq: UInt64 = 1, limit: Int = .max) throws -> [StoredEvent] {
         try log.feed(author, fromSeq: fromSeq, limit: limit)
     }
     /// Events that arrived after local position `since`, in arrival order.
-    public nonisolated func arrivals(since: UInt64 = 0, limit: Int = .max) throws -> [StoredEvent] {
+    package nonisolated func arrivals(since: UInt64 = 0, limit: Int = .max) throws -> [StoredEvent] {
         try log.arrivals(since: since, limit: limit)
     }
     /// The local arrival position of the newest stored event (0 for an empty log);
     /// pass it later to ``arrivals(since:limit:)`` to read only what came after.
-    public nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
+    package nonisolated func lastArrival() throws -> UInt64 { try log.lastArrival() }
     /// A feed's stored envelopes from `fromSeq` as bytes, for serving.
     package nonisolated func feedEnvelopes(_ author: PublicKey, fromSeq: UInt64, limit: Int) throws -> [(seq: UInt64, envelope: [UInt8])] {
         try log.feedEnvelopes(author, fromSeq: fromSeq, limit: limit)
     }
     /// Evidence of every forked feed this node has seen: for an author and
     /// sequence number, the event kept and the conflicting one refused.
-    public nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
+    package nonisolated func forks() throws -> [ForkEvidence] { try log.forkEvidence() }
 
     /// Group-commit statistics of this node's writer.
     package nonisolated var writerStatistics: WriterStatistics {

@@ -45,7 +45,7 @@ extension Projections {
 
     /// Spending rights of any key: a device, or a user key given coins
     /// while it had no device.
-    public func rights(of key: PublicKey) throws -> UInt64 {
+    package func rights(of key: PublicKey) throws -> UInt64 {
         try log.env.read { txn in try rights(key, in: txn) }
     }
 
@@ -98,7 +98,7 @@ extension Projections {
     }
 
     /// Every receipt credited, with the event that credited it.
-    public func receipts() throws -> [(receipt: String, event: EventID)] {
+    package func receipts() throws -> [(receipt: String, event: EventID)] {
         try log.env.read { txn in
             var out: [(String, EventID)] = []
             try txn.scan(state, prefix: [Table.receipt.rawValue]) { key, value in
@@ -110,7 +110,7 @@ extension Projections {
     }
 
     /// Rights of every key holding any, in key order.
-    public func allRights() throws -> [(key: PublicKey, rights: UInt64)] {
+    package func allRights() throws -> [(key: PublicKey, rights: UInt64)] {
         try log.env.read { txn in
             var out: [(PublicKey, UInt64)] = []
             try txn.scan(state, prefix: [Table.rights.rawValue]) { key, value in

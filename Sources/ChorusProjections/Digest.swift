@@ -16,7 +16,7 @@ extension Projections {
     /// `digest()`, with the state's entries turned into the digest's stream
     /// in batches on threads of their own (`digestInParts`) when it holds
     /// more than `splitAbove` entries; in one read on this thread otherwise.
-    public func digest(splitAbove: Int) throws -> Hash32 {
+    package func digest(splitAbove: Int) throws -> Hash32 {
         try log.env.readSnapshot(count: Self.digestReaders) { txns in
             try txns[0].count(state) > splitAbove ? digestInParts(txns) : digest(in: txns[0])
         }
@@ -29,7 +29,7 @@ extension Projections {
     /// State entries past which `digest()` splits its work: a split costs a
     /// thread per batch, well under a millisecond each, which a small
     /// store's whole digest does not take.
-    public static let digestSplitEntries = 50_000
+    package static let digestSplitEntries = 50_000
 
     /// The digest of `digest()`, from transactions on one snapshot: the
     /// first reads the state's entries in key order, a batch at a time (a
@@ -106,7 +106,7 @@ extension Projections {
 
     /// The digest of `digest()` inside the caller's transaction, so it covers
     /// state that transaction wrote (Specs/projections.md §8).
-    public func digest(in txn: Transaction) throws -> Hash32 {
+    package func digest(in txn: Transaction) throws -> Hash32 {
         let hasher = OrderedHashing()
         defer { hasher.stop() }
         try hasher.update(digestPrefix)

@@ -147,7 +147,7 @@ extension Projections {
 
     /// Of `keys`, those that have bound a device (user keys: Table.userDevice
     /// holds every device a key ever bound), read in one transaction.
-    public func bindingDevices(among keys: some Sequence<PublicKey>) throws -> Set<PublicKey> {
+    package func bindingDevices(among keys: some Sequence<PublicKey>) throws -> Set<PublicKey> {
         try log.env.read { txn in
             var binders: Set<PublicKey> = []
             for key in keys where !binders.contains(key) {
@@ -161,7 +161,7 @@ extension Projections {
     }
 
     /// The user a key acts for now (itself unless it is a bound device).
-    public func user(of key: PublicKey) throws -> PublicKey {
+    package func user(of key: PublicKey) throws -> PublicKey {
         try log.env.read { txn in
             try txn.get(state, Table.device.key(key)).map { try DeviceBinding.decode($0).user } ?? key
         }

@@ -116,7 +116,7 @@ extension Projections {
 
     /// The live add events of `actor`'s edge to `target`: what a removal
     /// must name to cancel it.
-    public func liveAdds(_ kind: EventKind, from actor: PublicKey, to target: Bytes32) throws -> [EventID] {
+    package func liveAdds(_ kind: EventKind, from actor: PublicKey, to target: Bytes32) throws -> [EventID] {
         let cls: ObjectClass =
             switch kind {
             case .followAdded, .followRemoved: .follow

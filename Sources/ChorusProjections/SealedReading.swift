@@ -7,22 +7,22 @@ import ChorusEvents
 /// finds the effective wrap of an epoch for the device in the projections,
 /// unwraps it with the device's X25519 secret and checks it against the
 /// epoch id. Shared by the node and the replay tool.
-public struct EpochKeyFinder: Sendable {
+package struct EpochKeyFinder: Sendable {
     /// The device whose wraps are looked for (its Ed25519 public key).
-    public let device: PublicKey
+    package let device: PublicKey
     /// The device's X25519 key pair, which opens the wraps addressed to it.
-    public let agreement: AgreementKey
+    package let agreement: AgreementKey
 
     /// A finder that looks up `device`'s wraps and opens them with `agreement`,
     /// the device's X25519 key pair.
-    public init(device: PublicKey, agreement: AgreementKey) {
+    package init(device: PublicKey, agreement: AgreementKey) {
         self.device = device
         self.agreement = agreement
     }
 
     /// The key of `epoch` in `chat`, or nil when no wrap for this device
     /// took effect or it does not open.
-    public func key(chat: ObjectID, epoch: Hash32, in projections: Projections) throws -> [UInt8]? {
+    package func key(chat: ObjectID, epoch: Hash32, in projections: Projections) throws -> [UInt8]? {
         if let eventID = try projections.wrap(of: chat, epoch: epoch, for: device),
             let payload = try projections.log.event(eventID)?.event.payload,
             let key = try? ChatKeyPayload(reading: payload),
@@ -45,21 +45,21 @@ public struct EpochKeyFinder: Sendable {
 }
 
 /// Where an event carries a sealed value, and what binds it (§7).
-public struct SealedField: Sendable {
+package struct SealedField: Sendable {
     /// The sealed bytes: `epoch (32) || nonce (24) || ciphertext`
     /// (Specs/encryption.md §7).
-    public let sealed: [UInt8]
+    package let sealed: [UInt8]
     /// The chat bound into the associated data: the event's object for
     /// `chat.created` and `message.sent`, the payload's `chat` for
     /// `message.edited`.
-    public let chat: ObjectID
+    package let chat: ObjectID
     /// The carrying event's object, also bound into the associated data (the
     /// chat id, or the message id for an edit).
-    public let object: ObjectID
+    package let object: ObjectID
 
     /// The sealed value of a `chat.created` title, `message.sent` body or
     /// `message.edited` body; nil for other kinds or a purged payload.
-    public init?(of event: Event) {
+    package init?(of event: Event) {
         guard let payload = event.payload else { return nil }
         switch event.kind {
         case .chatCreated:

@@ -154,7 +154,7 @@ extension ReplayStore {
     /// Opens the sealed title or body an event carries (Specs/encryption.md
     /// §7) with the keys wrapped to `reader`'s device; nil when the event
     /// carries none. Nothing decrypted is written anywhere.
-    public func decrypt(_ event: Event, with reader: EpochKeyFinder) throws -> Decrypted? {
+    package func decrypt(_ event: Event, with reader: EpochKeyFinder) throws -> Decrypted? {
         guard let field = SealedField(of: event) else { return nil }
         guard let epoch = ChatCrypto.epoch(ofSealed: field.sealed),
             let key = try reader.key(chat: field.chat, epoch: epoch, in: projections)
