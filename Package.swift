@@ -185,7 +185,7 @@ let package = Package(
         .testTarget(name: "ChorusNoiseTests", dependencies: ["ChorusTestSupport", "ChorusNoise", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusSyncTests",
-            dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents",
+            dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64", "ChorusSimulation",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")]),

@@ -7,7 +7,7 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-@Suite("Re-syncs with blobs neither side holds (Specs/sync.md §4.4)")
+@Suite("Re-syncs with blobs neither side holds (Specs/sync.md §4.4)", .closingNodes)
 struct BlobResyncTests {
     /// An author, a relay and a reader in one network, in a fresh directory.
     static func authorRelayReader() async throws -> (SyncTempDir, Node, Node, Node) {

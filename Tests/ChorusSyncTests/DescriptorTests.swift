@@ -7,7 +7,7 @@ import Testing
 /// Specs/sync-transport.md §6a under a real descriptor limit: `chorus serve`
 /// in a child process with `ulimit -n 1024`, flooded with more idle TCP
 /// connections than it has descriptors, from a client without the network key.
-@Suite("Descriptor exhaustion")
+@Suite("Descriptor exhaustion", .closingNodes)
 struct DescriptorTests {
     /// User plus system CPU seconds `pid` has used (/proc/PID/stat).
     static func cpuSeconds(_ pid: Int32) -> Double? {

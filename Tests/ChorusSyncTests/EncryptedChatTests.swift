@@ -29,12 +29,12 @@ func allMessages(_ node: Node, _ chat: ChatID) throws -> [MessageView] {
 /// Binds a new device of `owner`'s user, as `chorus init --user` and
 /// `chorus device add` do. The new device publishes its encryption key at once.
 func bindNewDevice(_ dir: SyncTempDir, _ name: String, of owner: Node, network: NetworkConfig) async throws -> Node {
-    let device = try await Node.createDevice(at: dir.store(name), user: owner.identity.user, network: network)
+    let device = opened(try await Node.createDevice(at: dir.store(name), user: owner.identity.user, network: network))
     try await owner.addDevice(device.identity.device, proof: try device.bindingProof(), name: name)
     return device
 }
 
-@Suite("Encrypted chats across nodes (Specs/encryption.md)")
+@Suite("Encrypted chats across nodes (Specs/encryption.md)", .closingNodes)
 struct EncryptedChatTests {
     @Test func aDeviceBoundAfterFiftyMessagesReadsThemAllThroughAnotherUsersNode() async throws {
         let dir = SyncTempDir()

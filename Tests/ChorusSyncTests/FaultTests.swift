@@ -208,7 +208,7 @@ func peerConfiguration(
 
 // MARK: tests
 
-@Suite("Sync fault tolerance")
+@Suite("Sync fault tolerance", .closingNodes)
 struct FaultTests {
     @Test("chorus serve killed with SIGKILL mid-sync keeps what it acknowledged; the next sync completes without duplicates")
     func sigkillMidSync() async throws {
@@ -249,7 +249,7 @@ struct FaultTests {
         #expect(tracker.ackedFrames >= 3 && !acknowledged.isEmpty)
 
         // The killed node opens intact and holds everything it acknowledged.
-        var reopened = try await Node.open(at: serverPath)
+        var reopened = opened(try await Node.open(at: serverPath))
         #expect(try reopened.log.integrityProblems().isEmpty)
         let missingAcked = try acknowledged.filter { try reopened.event($0) == nil }
         #expect(missingAcked.isEmpty, "\(missingAcked.count) acknowledged events lost")
@@ -285,8 +285,8 @@ struct FaultTests {
         #expect(try await server2.waitExit() == 0)
         #expect(server2.lines.all.contains { $0.contains("session end") })
 
-        reopened = try await Node.open(at: serverPath)
-        client = try await Node.open(at: clientPath)
+        reopened = opened(try await Node.open(at: serverPath))
+        client = opened(try await Node.open(at: clientPath))
         #expect(try feedHeads(reopened) == feedHeads(client))
         #expect(try digest(reopened) == digest(client))
         #expect(try reopened.log.integrityProblems().isEmpty && client.log.integrityProblems().isEmpty)

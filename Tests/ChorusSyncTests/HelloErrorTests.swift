@@ -7,7 +7,7 @@ import Testing
 
 /// Specs/sync.md §4.1, §7: a side that refuses the peer's first message
 /// says why in an `error` frame before it closes.
-@Suite("A refused hello is answered with an error")
+@Suite("A refused hello is answered with an error", .closingNodes)
 struct HelloErrorTests {
     @Test(
         "a malformed first frame, a first message that is not a hello and a newer version each get an error frame naming the code",

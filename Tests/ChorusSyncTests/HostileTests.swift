@@ -25,7 +25,7 @@ func runHostilePeer(_ transport: MemoryTransport, user: PublicKey, announce: Fee
     } catch {}
 }
 
-@Suite("Hostile peers")
+@Suite("Hostile peers", .closingNodes)
 struct HostileTests {
     static let now = UInt64(Date().timeIntervalSince1970 * 1000) - 10_000
 

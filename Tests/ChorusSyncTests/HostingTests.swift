@@ -10,7 +10,7 @@ import Testing
 /// Specs/sync.md §8.1 and §4.11: relays that host a part (`--host listed`)
 /// keep only their users' feeds and the directory, and leave what is
 /// addressed to a user at that user's inbox relay as notices.
-@Suite("Listed relays and inboxes, over TCP on 127.0.0.1")
+@Suite("Listed relays and inboxes, over TCP on 127.0.0.1", .closingNodes)
 struct HostingTests {
     /// A relay serving as `chorus serve --host listed` does.
     static func listed(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> ServedRelay {

@@ -10,7 +10,7 @@ import Testing
 /// chat's creator learns only from the member's own sync reads the chat
 /// after that one `sync`, and a live session delivers the key as soon as it
 /// is wrapped.
-@Suite("Chat keys reach a new member in one sync")
+@Suite("Chat keys reach a new member in one sync", .closingNodes)
 struct KeyDeliveryTests {
     @Test("a member added before the creator knew its device reads the chat after one sync")
     func oneSyncIsEnough() async throws {

@@ -5,7 +5,7 @@ import ChorusSync
 import Foundation
 import Testing
 
-@Suite("chorus serve --network-key")
+@Suite("chorus serve --network-key", .closingNodes)
 struct NetworkKeyTests {
     @Test("a key file overrides the store's network key: peers of that network connect, the store's own network cannot")
     func keyFileOverridesTheStoresKey() async throws {

@@ -5,7 +5,7 @@ import Testing
 
 /// Specs/sync.md §8.1, §4.11, §9: a small network of listed relays in one
 /// process, the same simulation as `chorus-bench network`.
-@Suite("Network simulation")
+@Suite("Network simulation", .closingNodes)
 struct NetworkSimulationTests {
     @Test("120 users over 6 listed relays: one round delivers every followed feed, invitation and key wrap, no relay far over its share, few relays per sync")
     func smallNetworkDeliversEverything() async throws {

@@ -23,7 +23,7 @@ final class Shared<T: Sendable>: Sendable {
     func withLock<R>(_ body: (inout T) -> R) -> R { value.withLock { body(&$0) } }
 }
 
-@Suite("Observation: live queries on a node")
+@Suite("Observation: live queries on a node", .closingNodes)
 struct ObservationTests {
     @Test func anObserverSeesTheCurrentValueThenOnlyChanges() async throws {
         let dir = SyncTempDir()

@@ -23,7 +23,7 @@ func storeFiles(_ directory: String) throws -> [(path: String, bytes: Data)] {
     return out
 }
 
-@Suite("Private chats leave no plaintext outside their members' devices (CLI)")
+@Suite("Private chats leave no plaintext outside their members' devices (CLI)", .closingNodes)
 struct PlaintextLeakTests {
     @Test func relayAndNonMemberStoresHoldNoPlaintextWhileMembersReadEverything() async throws {
         let dir = SyncTempDir()

@@ -4,7 +4,7 @@ import Testing
 
 /// Which received messages wait for the events and blobs before them to be
 /// stored (Specs/sync.md §4.3).
-@Suite("Messages that wait for what was received before them")
+@Suite("Messages that wait for what was received before them", .closingNodes)
 struct ReceiveOrderTests {
     /// An `ack` of this side's frames and the peer's `done` concern only this
     /// side's sending: waiting on them made a receiver stop reading until

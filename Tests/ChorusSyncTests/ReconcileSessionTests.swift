@@ -8,7 +8,7 @@ import Synchronization
 import Testing
 
 /// First contact through sessions (Specs/sync.md §4.2.1).
-@Suite("First contact by reconciliation")
+@Suite("First contact by reconciliation", .closingNodes)
 struct ReconcileSessionTests {
     @Test("nodes holding the same 2,000 feeds that never met agree in one round and under 1 KB; without reconcile they announce every feed")
     func identicalStores() async throws {
@@ -165,7 +165,7 @@ struct ReconcileSessionTests {
 }
 
 /// Specs/sync.md §5.1: what one side serves one peer per session is bounded.
-@Suite("Per-session budgets")
+@Suite("Per-session budgets", .closingNodes)
 struct BudgetTests {
     @Test("a server with a budget of 100 events serves 250 in three sessions; the client's sync continues by itself; another peer is served meanwhile")
     func budgetSplitsAFetchIntoSessions() async throws {
@@ -214,7 +214,7 @@ struct BudgetTests {
     }
 }
 
-@Suite("Sync progress")
+@Suite("Sync progress", .closingNodes)
 struct SyncProgressTests {
     @Test("a session reports what it requested and what arrived, batch by batch, ending with every requested event received")
     func progressIsReported() async throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// Feed-head reconciliation (Specs/sync.md §4.2.1) apart from any transport:
 /// both sides' decisions driven message by message.
-@Suite("Reconciliation of feed heads")
+@Suite("Reconciliation of feed heads", .closingNodes)
 struct ReconcileTests {
     /// Runs both sides to the end. Returns what each announced, the
     /// messages each sent, and the bytes each sent.

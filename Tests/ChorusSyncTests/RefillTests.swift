@@ -6,7 +6,7 @@ import ChorusSync
 import Foundation
 import Testing
 
-@Suite("Payload refill")
+@Suite("Payload refill", .closingNodes)
 struct RefillTests {
     @Test("a node holding a picture purged but not deleted gets its payload and blob back from a peer")
     func refillsPurgedPayload() async throws {

@@ -9,7 +9,7 @@ import Testing
 /// Specs/sync.md §9: the plan a node makes from the relay lists it holds.
 /// No relay runs: a plan is a function of the store, so these tests make
 /// plans and read them.
-@Suite("The relay plan, made from relay lists")
+@Suite("The relay plan, made from relay lists", .closingNodes)
 struct RelayPlanTests {
     /// A relay nobody serves: a plan only names it.
     static func relay(_ n: Int, _ roles: Relay.Roles) -> Relay {
@@ -92,3 +92,4 @@ struct RelayPlanTests {
         }
     }
 }
+

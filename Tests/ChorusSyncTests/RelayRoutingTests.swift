@@ -9,7 +9,7 @@ import Testing
 
 /// Specs/sync.md §9: a node with no address syncs with the relays that its
 /// users' relay lists name, found through the network's bootstrap relay.
-@Suite("Sync by relay lists, over TCP on 127.0.0.1")
+@Suite("Sync by relay lists, over TCP on 127.0.0.1", .closingNodes)
 struct RelayRoutingTests {
     static func serve(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> ServedRelay {
         try await ServedRelay.start(dir, name, network: network, options: SyncOptions(live: true))

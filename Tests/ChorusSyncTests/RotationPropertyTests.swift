@@ -12,7 +12,7 @@ import Testing
 /// seed): every replica converges, every member device reads every message
 /// it is entitled to, and no removed member reads what was sent by a device
 /// that had seen its removal (Specs/encryption.md §6).
-@Suite("Chat key rotation under concurrency (seeded)")
+@Suite("Chat key rotation under concurrency (seeded)", .closingNodes)
 struct RotationPropertyTests {
     struct Sent {
         let id: MessageID

@@ -8,7 +8,7 @@ import Testing
 
 /// Scoped announcements (Specs/sync.md §4.10): a node that replicates a
 /// limited scope pays for its scope at first contact, not for the relay's size.
-@Suite("Scoped first contact")
+@Suite("Scoped first contact", .closingNodes)
 struct ScopedSyncTests {
     /// A relay of `relayFeeds` feeds and a phone following `followed` of them.
     static func world(_ dir: SyncTempDir, relayFeeds: Int, followed: Int, phoneHolds: Bool) async throws -> (relay: Node, phone: Node, followedUsers: [PublicKey]) {

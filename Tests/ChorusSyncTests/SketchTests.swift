@@ -9,7 +9,7 @@ import Testing
 /// Sketch reconciliation (Specs/sync.md §4.2.2) apart from any transport:
 /// the field, the decoder against set arithmetic, both roles against the
 /// vectors of an independent implementation.
-@Suite("Sketch reconciliation")
+@Suite("Sketch reconciliation", .closingNodes)
 struct SketchTests {
     /// Feeds as chains of event ids, for the decoder's look-ups.
     struct Chains: FeedLookup {

@@ -9,7 +9,7 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-@Suite("Sync sessions over the in-memory transport")
+@Suite("Sync sessions over the in-memory transport", .closingNodes)
 struct SyncSessionTests {
     @Test("two nodes converge: feeds, projection digests and blobs")
     func twoNodesConverge() async throws {
@@ -282,7 +282,7 @@ struct SyncSessionTests {
             let viewerDir = SyncTempDir()
             defer { viewerDir.cleanup() }
             // A second device of u0 starts empty and replicates with the scope.
-            let device = try await Node.createDevice(at: viewerDir.store("d"), user: users[0].identity.user, network: net)
+            let device = opened(try await Node.createDevice(at: viewerDir.store("d"), user: users[0].identity.user, network: net))
             var options = SyncOptions()
             options.scope = ReplicationScope(hops: hops)
             try await syncPair(device, hub, optionsA: options)
@@ -300,7 +300,7 @@ struct SyncSessionTests {
         try await syncPair(users[0], hub)
         let d2 = SyncTempDir()
         defer { d2.cleanup() }
-        let device = try await Node.createDevice(at: d2.store("d"), user: users[0].identity.user, network: net)
+        let device = opened(try await Node.createDevice(at: d2.store("d"), user: users[0].identity.user, network: net))
         var options = SyncOptions()
         options.scope = ReplicationScope(hops: 0)
         try await syncPair(device, hub, optionsA: options)

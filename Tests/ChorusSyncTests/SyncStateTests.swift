@@ -8,7 +8,7 @@ import Testing
 
 /// The session's decisions driven directly, without a transport or a node
 /// (Specs/sync.md §4.3–4.5, §5).
-@Suite("Sync state machines without a transport")
+@Suite("Sync state machines without a transport", .closingNodes)
 struct SyncStateTests {
     /// A store that holds `heads` and, for each, the ids below its head.
     struct Store: FeedLookup {

@@ -5,7 +5,7 @@ import Foundation
 import ChorusTestSupport
 import Testing
 
-@Suite("Sync over encrypted TCP on 127.0.0.1")
+@Suite("Sync over encrypted TCP on 127.0.0.1", .closingNodes)
 struct SyncTCPTests {
     @Test("a client syncs with a server over TCP, then live mode delivers a new event")
     func tcpSyncAndLive() async throws {
@@ -43,7 +43,7 @@ struct SyncTCPTests {
     }
 }
 
-@Suite("Connection limits")
+@Suite("Connection limits", .closingNodes)
 struct ConnectionLimitTests {
     @Test func idleUnauthenticatedConnectionsCannotLockAnHonestPeerOut() async throws {
         let dir = SyncTempDir()

@@ -7,7 +7,7 @@ import Testing
 /// Specs/vectors/sync.json: the exact bytes of every message type.
 /// Regenerate (after a deliberate protocol change only) with
 /// CHORUS_WRITE_SYNC_VECTORS=1 swift test --traits Service --filter SyncVectorTests.
-@Suite("Sync message vectors")
+@Suite("Sync message vectors", .closingNodes)
 struct SyncVectorTests {
     static func k(_ byte: UInt8) -> Bytes32 { Bytes32([UInt8](repeating: byte, count: 32))! }
 

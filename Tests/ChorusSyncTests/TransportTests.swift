@@ -55,7 +55,7 @@ private func frame(_ index: Int, size: Int) -> [UInt8] {
     return out
 }
 
-@Suite("Encrypted TCP transport (Specs/sync-transport.md)", .timeLimit(.minutes(3)))
+@Suite("Encrypted TCP transport (Specs/sync-transport.md)", .closingNodes, .timeLimit(.minutes(3)))
 struct TransportTests {
     @Test func handshakeIdentityAndFramesRoundTrip() async throws {
         let network = Random.bytes32()
