@@ -18,8 +18,8 @@ public struct Projections: Sendable {
     /// The event log, whose LMDB environment also holds the projection
     /// databases.
     package let log: LogStore
-    /// The blob store: a deletion's purge removes a picture's or message's
-    /// blob from it unless a live object still references the same bytes.
+    /// The blob store, read to know which referenced blobs this node lacks
+    /// (`blobWanted`); the store, not the projections, removes purged blobs.
     package let blobs: BlobStore
     /// The network configuration folds read (issuers, slot prices); its
     /// fingerprint is part of the digest.

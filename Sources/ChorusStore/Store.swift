@@ -36,7 +36,7 @@ public struct Store: Sendable {
     /// either all of it is durable or none. `now` and `drift` are the feed
     /// checks' clock (Specs/events.md §7.2); `fold: false` only appends,
     /// for a copy that rebuilds its projections in bulk afterwards (the
-    /// projections are stale until then: `Projections.rebuild`).
+    /// projections are stale until then: `rebuild`).
     ///
     /// A commit that stored at least `largeCommit` events is followed by one
     /// that lets the next reuse the pages it freed (Specs/storage.md §5.1

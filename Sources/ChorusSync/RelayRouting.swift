@@ -156,7 +156,6 @@ public struct RelayPlan: Sendable, Hashable {
         // A user left uncovered by earlier syncs (every home relay failed)
         // weighs more, one more per sync it waited.
         let waited = try memory.syncsWaited(pending.union(later))
-
         // The members of this user's chats and whoever invited it or wrapped
         // it a key come before followed users and followers: an invitation
         // or a key wrap waits on them.
@@ -191,7 +190,8 @@ public struct RelayPlan: Sendable, Hashable {
         cover(&pending) { true }
         // What can wait a sync: inboxes where only follows wait to be left
         // (most waiting first), then followers (the longest waiting first),
-        // through the relays chosen and one relay more, once a sync.
+        // through the relays chosen and one relay more, once a sync, while
+        // the plan has a session to spare or on its turn.
         let chosen = entries.count
         let turn = try memory.syncs() % Self.waitingTurn == Self.waitingTurn - 1
         let limit = chosen + (extra && (chosen < budget || turn) ? 1 : 0)
