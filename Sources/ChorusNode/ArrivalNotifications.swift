@@ -60,5 +60,5 @@ public final class ArrivalNotifier: Sendable {
 extension Node {
     /// Notifications of new arrivals in this node's log (appends and
     /// ingests). A read-only node commits nothing, so its notifier stays quiet.
-    public nonisolated var arrivalNotifier: ArrivalNotifier { writerNotifier }
+    package nonisolated var arrivalNotifier: ArrivalNotifier { writerNotifier }
 }

@@ -66,7 +66,7 @@ extension Node {
     /// previous run read, yielding every result (equal ones too); how many
     /// times it ran is what `observe` saves. Ends when the consuming task is
     /// cancelled or the store closes.
-    public nonisolated func observeReads<Value: Sendable>(
+    package nonisolated func observeReads<Value: Sendable>(
         _ read: @escaping @Sendable (Node) async throws -> Value
     ) -> AsyncThrowingStream<Value, any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))

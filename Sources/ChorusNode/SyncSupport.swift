@@ -5,7 +5,7 @@ extension Node {
     /// key store's checks (owner-only mode, 64 hex digits of an Ed25519
     /// seed). Sync uses it to prove the node's identity in the transport
     /// handshake; nothing else outside this module should need it.
-    public nonisolated func deviceSigningKey() throws -> SigningKey {
+    package nonisolated func deviceSigningKey() throws -> SigningKey {
         try KeyStore.read(KeyStore.deviceKeyPath(storePath))
     }
 }

@@ -142,13 +142,13 @@ extension Projections {
     /// The bytes of sends a rebuild's filing lists in memory before it files
     /// them in `index` instead (§9.2): about 880,000 sends (152 bytes
     /// each), the messages of about 1.9 million events of a social workload.
-    public static let sendsBudget = 128 << 20
+    package static let sendsBudget = 128 << 20
 
     /// The bytes of payloads a rebuild's filing keeps for the fold of the
     /// classes (`FiledPayloads`, §9.2): those of about a million events of
     /// a social workload (the payloads of follows', likes' and blocks' adds
     /// and of messages' sends are not kept: their folds do not read them).
-    public static let payloadsBudget = 32 << 20
+    package static let payloadsBudget = 32 << 20
 
     /// The sends a rebuild's filing listed for its message pass: in memory,
     /// or filed in `index` under `IndexTable.rebuildSend` (§9.2).
@@ -167,7 +167,7 @@ extension Projections {
     /// The bytes of sorted runs a rebuild's filing pass holds before it
     /// writes them (§9.2): enough for about a million events' entries, well
     /// inside the 1 GiB a rebuild may take.
-    public static let filingBudget = 256 << 20
+    package static let filingBudget = 256 << 20
 
     /// One slice of the log filed into sorted runs of `facts` and `index`
     /// entries (one run per part of the slice, in filing order), with how

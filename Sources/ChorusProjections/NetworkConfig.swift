@@ -26,7 +26,7 @@ public struct NetworkConfig: Sendable, Hashable {
     /// Slot prices of a network configured without any: six slots, slot 0 free.
     public static let defaultSlotPrices: [UInt64] = [0, 50, 100, 200, 400, 800]
     /// Most bootstrap relays a configuration holds.
-    public static let maxBootstrapRelays = 16
+    package static let maxBootstrapRelays = 16
 
     /// Without `networkKey`, a new network: a fresh random key.
     public init(
@@ -43,7 +43,7 @@ public struct NetworkConfig: Sendable, Hashable {
     public var slotCount: Int { slotPrices.count }
 
     /// Problems that make the configuration unusable.
-    public var problems: [String] {
+    package var problems: [String] {
         var out: [String] = []
         if slotPrices.isEmpty { out.append("a profile needs at least one slot") }
         if slotPrices.count > 64 { out.append("at most 64 slots") }
@@ -157,11 +157,11 @@ public struct NetworkConfig: Sendable, Hashable {
     // MARK: File form (network.json in the store directory)
 
     /// Name of the configuration file in the store directory.
-    public static let fileName = "network.json"
+    package static let fileName = "network.json"
 
     /// The file form (`format` 1, `issuers`, `slot_prices`, `network_key`), as
     /// `write(to:)` stores it (Specs/projections.md §1).
-    public func json() -> String {
+    package func json() -> String {
         let issuers = self.issuers.map { "\"\($0.hex)\"" }.joined(separator: ", ")
         let prices = slotPrices.map(String.init).joined(separator: ", ")
         // Addresses are validated host:port text (no quote or backslash), written as they are.
@@ -176,7 +176,7 @@ public struct NetworkConfig: Sendable, Hashable {
     /// `NetworkConfigError.invalid` for bad JSON or a configuration with
     /// `problems`; without `network_key` the configuration gets a fresh random
     /// key.
-    public static func parse(json text: String, source: String) throws -> NetworkConfig {
+    package static func parse(json text: String, source: String) throws -> NetworkConfig {
         func bad(_ why: String) -> NetworkConfigError { .invalid(source: source, reason: why) }
         guard let data = text.data(using: .utf8),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
@@ -216,7 +216,7 @@ public struct NetworkConfig: Sendable, Hashable {
 
     /// Loads a configuration; one written before network keys existed gets
     /// a fresh key, saved back when the file is writable.
-    public static func load(from path: String) throws -> NetworkConfig {
+    package static func load(from path: String) throws -> NetworkConfig {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw NetworkConfigError.missing(path: path)
         }
@@ -230,7 +230,7 @@ public struct NetworkConfig: Sendable, Hashable {
     /// it), readable by the owner only: it holds the network key, which
     /// lets anyone who has it join the network. Throws
     /// `NetworkConfigError.cannotWrite` when that fails.
-    public func write(to path: String) throws {
+    package func write(to path: String) throws {
         do { try OwnerOnlyFile.replace(path, with: Array(json().utf8), durable: true) } catch {
             throw NetworkConfigError.cannotWrite(path: path, reason: "\(error)")
         }

@@ -73,7 +73,7 @@ extension Projections {
 
     /// Every event that took no effect, with the reason, in the order of
     /// their ids: the stored records and the withdrawn sends' (§9.1).
-    public func noEffects(limit: Int = .max) throws -> [NoEffectRecord] {
+    package func noEffects(limit: Int = .max) throws -> [NoEffectRecord] {
         try log.env.read { txn in
             var out: [NoEffectRecord] = []
             guard limit > 0 else { return out }

@@ -12,7 +12,7 @@ import Foundation
 extension Projections {
     /// Every state entry in key order (for diffs and tests), as
     /// Specs/projections.md §5 defines it.
-    public func stateEntries(in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
+    package func stateEntries(in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
         var out: [([UInt8], [UInt8])] = []
         try scanState(in: txn) { out.append(($0, $1)) }
         return out

@@ -70,10 +70,18 @@ public struct Store: Sendable {
     }
 
     /// Drops every projection and folds the whole log again, in bulk
-    /// (Specs/projections.md §9.2; the parameters are `Projections.rebuild`'s),
-    /// purging what it finds deleted from the log and the blobs.
-    public func rebuild(
-        sliceSize: Int = 20_000, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
+    /// (Specs/projections.md §9.2), purging what it finds deleted from the
+    /// log and the blobs. `progress` counts events filed, then objects
+    /// folded; `isCancelled` is polled between slices (a cancelled rebuild
+    /// throws `CancellationError` and leaves the projections stale).
+    public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil) throws {
+        try rebuild(sliceSize: 20_000, progress: progress, isCancelled: isCancelled)
+    }
+
+    /// `rebuild` with the bulk fold's slices, budgets and parts
+    /// (`Projections.rebuild`'s parameters), for tests and benchmarks.
+    package func rebuild(
+        sliceSize: Int, filingBudget: Int = Projections.filingBudget, sendsBudget: Int = Projections.sendsBudget,
         payloadsBudget: Int = Projections.payloadsBudget, part: Int? = nil,
         progress: ((_ done: Int, _ total: Int) -> Void)? = nil, isCancelled: (() -> Bool)? = nil
     ) throws {

@@ -23,7 +23,7 @@ public enum SyncNetwork {
 
     /// Reads a network key file: 64 hex digits (surrounding whitespace
     /// allowed), nothing else. Errors name the file and the problem.
-    public static func readNetworkKey(path: String) throws -> Bytes32 {
+    package static func readNetworkKey(path: String) throws -> Bytes32 {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw SyncError.local("cannot read the network key file \(path)")
         }
@@ -78,10 +78,10 @@ public enum SyncNetwork {
     }
 
     /// Sessions a sync runs after a partial one, at most.
-    public static let maxFollowUpSessions = 1000
+    package static let maxFollowUpSessions = 1000
 
     /// Parses `HOST:PORT` (an IPv6 host in brackets: `[::1]:7800`).
-    public static func parseAddress(_ text: String) -> (host: String, port: Int)? {
+    package static func parseAddress(_ text: String) -> (host: String, port: Int)? {
         guard let colon = text.lastIndex(of: ":") else { return nil }
         var host = String(text[..<colon])
         guard let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port), !host.isEmpty else { return nil }

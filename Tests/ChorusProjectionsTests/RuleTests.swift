@@ -668,7 +668,7 @@ struct RuleTests {
             let r = try s.fold(events)
             let digest = try r.digest()
             #expect(try r.projections.following(of: alice.key) == [bob.key])
-            try r.store.rebuild(part: 1)
+            try r.store.rebuild(sliceSize: 20_000, part: 1)
             #expect(try r.digest() == digest)
             #expect(try r.projections.following(of: alice.key) == [bob.key])
             if withPicture { #expect(try r.projections.pictures(of: alice.key).count == 1) }
