@@ -8,7 +8,7 @@ import Testing
 
 /// Specs/sync.md §9: the plan a node makes from the relay lists it holds.
 /// No relay runs: a plan is a function of the store, so these tests make
-/// plans and read them.
+/// plans and read them; the suite trait closes the nodes.
 @Suite("The relay plan, made from relay lists", .closingNodes)
 struct RelayPlanTests {
     /// A relay nobody serves: a plan only names it.
@@ -31,8 +31,8 @@ struct RelayPlanTests {
         var net = testNetwork()
         let boots = (1...3).map { Self.relay($0, .all) }
         net.bootstrapRelays = boots.map { BootstrapRelay(address: $0.address, key: $0.key) }
-        try await withNodes(dir, ["alice", "carol"], network: net) { nodes in
-        let (alice, carol) = (nodes[0], nodes[1])
+        let alice = try await makeNode(dir, "alice", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
         _ = try await carol.setRelays([Self.relay(10, .all)])
         _ = try await carol.follow(alice.identity.user)
         // Its list not yet published: every bootstrap relay is in the plan.
@@ -55,7 +55,6 @@ struct RelayPlanTests {
         try await Self.learnLists(carol, of: [alice])
         let known = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
         #expect(!known.relays.contains { $0.reasons.contains("bootstrap") }, "\(known.relays)")
-        }
     }
 
     @Test("what can wait adds its relay only while the plan has a session to spare, or on its turn")
@@ -63,8 +62,9 @@ struct RelayPlanTests {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
         let net = testNetwork()
-        try await withNodes(dir, ["alice", "bob", "carol"], network: net) { nodes in
-        let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        let carol = try await makeNode(dir, "carol", network: net)
         // Alice lives on relay 1 and reads at 5; Bob lives on 4 and reads at 3.
         _ = try await alice.setRelays([Self.relay(1, .home), Self.relay(5, .inbox)])
         _ = try await bob.setRelays([Self.relay(4, .home), Self.relay(3, .inbox)])
@@ -89,7 +89,6 @@ struct RelayPlanTests {
         #expect(Set(turn.relays.map(\.key)) == keys(1, 3, 4) && turn.addedForWhatCanWait, "\(turn.relays)")
         try memory.endSync(covered: [])
         #expect(!(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2).addedForWhatCanWait))
-        }
     }
 }
 

@@ -79,21 +79,6 @@ extension Trait where Self == ClosingNodes {
     static var closingNodes: Self { ClosingNodes() }
 }
 
-/// Runs `body` with new nodes named `names`, and closes them however it ends
-/// (a failing expectation must not leave stores open for the next test).
-func withNodes<T>(_ dir: SyncTempDir, _ names: [String], network: NetworkConfig, _ body: ([Node]) async throws -> T) async throws -> T {
-    var nodes: [Node] = []
-    do {
-        for name in names { nodes.append(try await makeNode(dir, name, network: network)) }
-        let result = try await body(nodes)
-        for node in nodes { await node.close() }
-        return result
-    } catch {
-        for node in nodes { await node.close() }
-        throw error
-    }
-}
-
 /// Runs a symmetric session between two nodes over an in-memory pair.
 @discardableResult
 func syncPair(
