@@ -85,6 +85,7 @@ func spoolStandardInput(prefix: String) throws -> String {
     let directory = NSTemporaryDirectory()
     let path = directory + prefix + UUID().uuidString
     let out: FileHandle
+    TemporaryFiles.catchSignals()
     do { out = try OwnerOnlyFile.create(path) } catch {
         throw CommandFailure(message: "cannot create a temporary file for standard input: \(error)")
     }
@@ -139,24 +140,51 @@ enum TemporaryFiles {
     private static let paths = Mutex<Set<String>>([])
     private static let sources = Mutex<[any DispatchSourceSignal]>([])
 
-    static func register(_ path: String) {
-        paths.withLock { _ = $0.insert(path) }
+    /// Catches the signals from now on: call it before creating a file to
+    /// register (a signal before this ends the process with its default
+    /// action, when there is nothing to remove yet).
+    static func catchSignals() {
         guard Console.streams == nil else { return }
         sources.withLock { sources in
             guard sources.isEmpty else { return }
-            for sig in [SIGINT, SIGTERM, SIGHUP] {
-                signal(sig, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                source.setEventHandler {
-                    for path in TemporaryFiles.paths.withLock({ $0 }) { unlink(path) }
-                    // The shell's status for a process a signal ended.
-                    _exit(128 + sig)
-                }
-                source.resume()
-                sources.append(source)
+            sources = SignalSources.catching([SIGINT, SIGTERM, SIGHUP]) { sig in
+                for path in TemporaryFiles.paths.withLock({ $0 }) { unlink(path) }
+                // The shell's status for a process a signal ended.
+                _exit(128 + sig)
             }
         }
     }
 
+    static func register(_ path: String) {
+        catchSignals()
+        paths.withLock { _ = $0.insert(path) }
+    }
+
     static func unregister(_ path: String) { paths.withLock { _ = $0.remove(path) } }
+}
+
+/// Dispatch signal sources, returned once libdispatch has registered them.
+/// On Linux, libdispatch installs its own handler for a signal when it
+/// registers the source (later, on its manager thread): `SIG_IGN` set
+/// before that would drop a signal arriving in between, and `SIG_IGN` set
+/// after it would replace that handler for good. So the signal keeps its
+/// default action (ending the process) until the source is registered, and
+/// this waits for that.
+enum SignalSources {
+    static func catching(_ signals: [Int32], _ handler: @escaping @Sendable (Int32) -> Void) -> [any DispatchSourceSignal] {
+        let registered = DispatchSemaphore(value: 0)
+        let sources = signals.map { sig -> any DispatchSourceSignal in
+            #if canImport(Darwin)
+            signal(sig, SIG_IGN)  // kqueue reports signals whatever their action: the default must not end the process
+            #endif
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { handler(sig) }
+            source.setRegistrationHandler { registered.signal() }
+            source.resume()
+            return source
+        }
+        // Bounded: a machine too busy to register in time keeps the default actions a moment longer.
+        for _ in sources { _ = registered.wait(timeout: .now() + .seconds(10)) }
+        return sources
+    }
 }

@@ -14,13 +14,7 @@ func waitForTermination() async {
     let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
     var sources: [any DispatchSourceSignal] = []
     if Console.streams == nil {
-        for sig in [SIGINT, SIGTERM] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { continuation.yield(sig) }
-            source.resume()
-            sources.append(source)
-        }
+        sources = SignalSources.catching([SIGINT, SIGTERM]) { continuation.yield($0) }
     }
     await withTaskCancellationHandler {
         for await _ in stream { break }

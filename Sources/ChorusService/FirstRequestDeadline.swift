@@ -22,7 +22,8 @@ struct FirstRequestDeadline<Base: ServerChildChannel>: ServerChildChannel {
 }
 
 /// Closes the channel unless the bytes read hold the end of a request head
-/// (an empty line) before the deadline; then leaves the pipeline.
+/// (an empty line) before the deadline, or when the server stops first;
+/// then leaves the pipeline.
 final class FirstHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -40,6 +41,17 @@ final class FirstHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) { timer?.cancel() }
+
+    /// The server is stopping: a connection whose first request has not
+    /// arrived has nothing to finish, so it closes now rather than holding
+    /// the shutdown until its deadline.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = unwrapInboundIn(data)

@@ -180,7 +180,7 @@ struct CLITests {
         #expect(try await run("export", "--store", a, export).status == 0)
         // Awaited on a thread of its own, not a cooperative one (`offThePool`).
         let (data, status) = try await offThePool {
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: chorus)
             process.arguments = ["import", "--store", b, "-", "--json"]
             process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: export))
@@ -263,7 +263,7 @@ struct CLITests {
         #expect(zeros.status == 2 && zeros.stderr.contains("not a Chorus event file"), "\(zeros.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
         // A stream that looks like an event file and never ends, stopped with SIGTERM while it is spooled.
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: chorus)
         process.arguments = ["import", "--store", a, "-"]
         var env = ProcessInfo.processInfo.environment
@@ -289,7 +289,7 @@ struct CLITests {
         for _ in 0..<1200 where process.isRunning { try await Task.sleep(for: .milliseconds(25)) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
+        await process.exit(within: .seconds(30))
         #expect(process.terminationStatus == 128 + SIGTERM)
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "a temporary file was left behind")
     }

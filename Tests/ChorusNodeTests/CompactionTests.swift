@@ -66,12 +66,12 @@ struct CompactionTests {
         await node.close()
 
         // Open in another process: LMDB's shared lock on lock.mdb's first byte, as any reader holds it.
-        let holder = Process()
+        let holder = ChildProcess()
         holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         holder.arguments = [
             "-c",
-            // Held until its standard input closes (or 60 s pass).
-            "import fcntl, signal, sys\nsignal.alarm(60)\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_SH, 1, 0)\nprint('held', flush=True)\nsys.stdin.read()",
+            // Held until its standard input closes (or 600 s pass).
+            "import fcntl, signal, sys\nsignal.alarm(600)\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_SH, 1, 0)\nprint('held', flush=True)\nsys.stdin.read()",
             path + "/lock.mdb",
         ]
         let out = Pipe()
@@ -90,7 +90,7 @@ struct CompactionTests {
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) == bytes)
         try input.fileHandleForWriting.close()
-        holder.waitUntilExit()
+        #expect(await holder.exit(within: .seconds(60)), "the lock holder did not end once its input closed")
 
         // Once it has gone, `chorus compact` goes ahead.
         let compacted = try await runCommand(try productPath("chorus"), ["compact", "--store", path, "--json"])

@@ -82,7 +82,7 @@ struct CrashTests {
     /// Runs the crash writer, kills it with SIGKILL once `afterLines` lines
     /// arrived, and returns every line it wrote and whether the kill ended it.
     static func runAndKill(writer: String, store: String, afterLines: Int) throws -> (lines: [String], killed: Bool) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: writer)
         process.arguments = [store, "8"]
         let out = Pipe()

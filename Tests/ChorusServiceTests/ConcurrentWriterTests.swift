@@ -41,7 +41,7 @@ struct ConcurrentWriterTests {
         let store = dir.store("s")
         #expect(try await runCommand(chorus, ["init", "--store", store]).status == 0)
         let server = served ? try await ServerProcess.start(chorus: chorus, store: store) : nil
-        defer { server?.stop() }
+        defer { server?.kill() }
         let before = try await Self.eventCount(chorus, store, dir)
         let failures = FailureList()
         await onThreads(Self.writers) { writer in
@@ -61,7 +61,7 @@ struct ConcurrentWriterTests {
         }
         #expect(failures.all.isEmpty, "\(failures.all.prefix(5))")
         #expect(try await Self.eventCount(chorus, store, dir) == before + Self.writers * Self.mutationsEach)
-        if let server { #expect(server.stop() == 0) }
+        if let server { #expect(await server.stop() == 0) }
     }
 
     @Test("8 writers × 100 mutations on one store with no server: each waits its turn, none fails")

@@ -164,9 +164,9 @@ struct EndpointTests {
             tablets.append((try field(out, "device"), try field(out, "proof")))
         }
         let bobServer = try await ServerProcess.start(chorus: chorus, store: dir.store("bob"))
-        defer { bobServer.stop() }
+        defer { bobServer.kill() }
         let server = try await ServerProcess.start(chorus: chorus, store: alice, apiListen: true)
-        defer { server.stop() }
+        defer { server.kill() }
         let fixture = Fixture(alice: alice, bob: people[0], carol: people[1], bobSyncPort: bobServer.syncPort, tablets: tablets)
         let token = try String(contentsOfFile: APIPaths.token(inStore: alice), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         let tcpPort = try #require(server.apiPort)
@@ -203,7 +203,7 @@ struct EndpointTests {
         // The socket is owner-only.
         let attributes = try FileManager.default.attributesOfItem(atPath: APIPaths.socket(inStore: alice))
         #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
     }
 
     @Test("Specs/api.openapi.json is the document the route table makes (CHORUS_WRITE_OPENAPI=1 rewrites it)")

@@ -63,7 +63,7 @@ struct ForwardingTests {
             _ = fm.createFile(atPath: dir.store(side) + "/notes.txt", contents: Data("not an image".utf8))
         }
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("b") + "/store")
-        defer { server.stop() }
+        defer { server.kill() }
 
         let s = ["--store", "store"]  // relative: the client's working directory decides
         let steps: [Step] = [
@@ -131,7 +131,7 @@ struct ForwardingTests {
         #expect(fm.fileExists(atPath: dir.store("b") + "/events.cbor"))
         let served = try await runCommand(chorus, ["log", "--json", "--store", dir.store("b") + "/store"])
         #expect(served.status == 0 && served.stdout.contains("picture.created"))
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
     }
 
     @Test("a command that needs the store to itself says a server runs on it, at once")
@@ -141,14 +141,14 @@ struct ForwardingTests {
         defer { dir.cleanup() }
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
-        defer { server.stop() }
+        defer { server.kill() }
         for arguments in [["upgrade"], ["issuer", "create"], ["serve", "--listen", "127.0.0.1:0"]] {
             let r = try await runCommand(chorus, arguments + ["--store", dir.store("s")])
             #expect(r.status == 2, "\(arguments)")
             #expect(r.stderr.contains("`chorus serve` is running on"), "\(arguments): \(r.stderr)")
         }
         // After the server stops, the store is free again.
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         #expect(!FileManager.default.fileExists(atPath: APIPaths.socket(inStore: dir.store("s"))))
         #expect(try await runCommand(chorus, ["rebuild", "--store", dir.store("s")]).status == 0)
     }
@@ -161,10 +161,10 @@ struct ForwardingTests {
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("a"))
-        defer { server.stop() }
+        defer { server.kill() }
         let peer = try await ServerProcess.start(chorus: chorus, store: dir.store("peer"))
-        defer { peer.stop() }
-        let client = Process()
+        defer { peer.kill() }
+        let client = ChildProcess()
         client.executableURL = URL(fileURLWithPath: chorus)
         client.arguments = ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"]
         client.standardOutput = FileHandle.nullDevice
@@ -179,12 +179,12 @@ struct ForwardingTests {
         try await Task.sleep(for: .milliseconds(500))
         #expect(!peer.output.contains("session end") && !peer.output.contains("session error"))
         kill(client.processIdentifier, SIGINT)
-        client.waitUntilExit()
+        #expect(await client.exit(within: .seconds(60)), "the live sync kept running 60 s after SIGINT")
         // The server notices the client left and ends the live sync it ran for it.
         try await waitFor("the live session ends once its client is gone") {
             peer.output.contains("session end") || peer.output.contains("session error")
         }
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
     }
 
     @Test("a live `chorus sync` whose peer dies exits 2 and says the peer went away")
@@ -195,7 +195,7 @@ struct ForwardingTests {
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("a")]).status == 0)
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
         let peer = try await ServerProcess.start(chorus: chorus, store: dir.store("peer"))
-        defer { peer.stop() }
+        defer { peer.kill() }
         let (client, errors) = try Self.startChorus(chorus, ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"])
         for _ in 0..<400 where !peer.output.contains("session start") { try await Task.sleep(for: .milliseconds(50)) }
         try await Task.sleep(for: .milliseconds(300))
@@ -213,7 +213,7 @@ struct ForwardingTests {
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
         let big = try await Self.bigImportFile(chorus, dir)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
-        defer { server.stop() }
+        defer { server.kill() }
         let (client, _) = try Self.startChorus(chorus, ["import", "--store", dir.store("s"), big])
         let pid = server.process.processIdentifier
         func serverHoldsTheFile() -> Bool {
@@ -227,7 +227,7 @@ struct ForwardingTests {
         }
         #expect(reading, "the server never opened the file")
         kill(client.processIdentifier, SIGKILL)
-        client.waitUntilExit()
+        await client.exit()
         // The heartbeat notices the client within seconds; the import then stops at its next slice.
         // (Read to its end, the file takes the server over 40 s here.)
         var stopped = false
@@ -262,7 +262,7 @@ struct ForwardingTests {
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("s")]).status == 0)
         let big = try await Self.bigImportFile(chorus, dir)
         let server = try await ServerProcess.start(chorus: chorus, store: dir.store("s"))
-        defer { server.stop() }
+        defer { server.kill() }
         let (client, errors) = try Self.startChorus(chorus, ["import", "--store", dir.store("s"), big])
         try await Task.sleep(for: .seconds(1))
         kill(server.process.processIdentifier, SIGKILL)
@@ -271,8 +271,8 @@ struct ForwardingTests {
     }
 
     /// `chorus ARGUMENTS` started in the background, its standard error in a pipe.
-    static func startChorus(_ chorus: String, _ arguments: [String]) throws -> (Process, Pipe) {
-        let client = Process()
+    static func startChorus(_ chorus: String, _ arguments: [String]) throws -> (ChildProcess, Pipe) {
+        let client = ChildProcess()
         client.executableURL = URL(fileURLWithPath: chorus)
         client.arguments = arguments
         let errors = Pipe()
@@ -284,17 +284,14 @@ struct ForwardingTests {
 
     /// Waits up to 30 s for `client` to exit (then kills it and records
     /// `what`); returns its status and standard error.
-    static func exit(of client: Process, _ errors: Pipe, _ what: String) async throws -> (Int32, String) {
+    static func exit(of client: ChildProcess, _ errors: Pipe, _ what: String) async throws -> (Int32, String) {
         for _ in 0..<600 where client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         if client.isRunning {
             kill(client.processIdentifier, SIGKILL)
             Issue.record("\(what) kept running for 30 s")
         }
-        let status = try await offThePool { () -> Int32 in
-            client.waitUntilExit()
-            return client.terminationStatus
-        }
-        return (status, String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+        await client.exit()
+        return (client.terminationStatus, String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
     }
 }
 #endif

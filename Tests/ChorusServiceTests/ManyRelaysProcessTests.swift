@@ -49,7 +49,7 @@ struct ManyRelaysProcessTests {
 
         // Four relays of the network, hosting what their users list.
         var relays: [(store: String, key: String, address: String, server: ServerProcess)] = []
-        defer { for r in relays { r.server.stop() } }
+        defer { for r in relays { r.server.kill() } }
         for i in 0..<4 {
             let store = dir.store("relay\(i)")
             _ = try await cli(["init", "--store", store, "--name", "relay\(i)", "--network", network])
@@ -153,7 +153,7 @@ struct ManyRelaysProcessTests {
             #expect(differing.isEmpty, "u\(i) differs from the reference in \(differing.count) of \(feeds.count) feeds of its scope: \(differing)")
         }
         await all.close()
-        for r in relays { r.server.stop() }
+        for r in relays { await r.server.stop() }
     }
 }
 #endif

@@ -58,7 +58,7 @@ struct OperationsTests {
         let config = dir.store("serve.json")
         try Data(#"{"log-format": "json", "max-per-address": 8, "listen": "127.0.0.1:0"}"#.utf8).write(to: URL(fileURLWithPath: config))
         let server = try await ServerProcess.start(chorus: chorus, store: store, extra: ["--config", config])
-        defer { server.stop() }
+        defer { server.kill() }
 
         for i in 0..<5 { #expect(try await runCommand(chorus, ["profile", "set", "bio", "edit \(i)", "--store", store]).status == 0) }
         #expect(try await runCommand(chorus, ["profile", "set", "bio", "peer", "--store", dir.store("peer")]).status == 0)
@@ -107,7 +107,7 @@ struct OperationsTests {
         #expect(text.contains(#"le="0.0005""#), "sub-millisecond request buckets: \(text)")
         #expect(try await APIClient(.socket(inStore: store)).send(.GET, "/health").text == #"{"status":"ok","store":"ok","writer":"ok"}"#)
 
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         let lines = server.output.split(separator: "\n").map(String.init)
         let entries = lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String] }
         #expect(entries.count == lines.count, "every log line is one JSON object: \(lines.filter { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) == nil })")
@@ -137,7 +137,7 @@ struct OperationsTests {
         #expect(changed != text)
         try changed.write(toFile: network, atomically: true, encoding: .utf8)
         let server = try await ServerProcess.start(chorus: chorus, store: store)
-        defer { server.stop() }
+        defer { server.kill() }
         let log = server.output
         #expect(log.contains("rebuilding the projections from the log before serving"), "\(log)")
         #expect(log.contains("another network configuration"), "\(log)")

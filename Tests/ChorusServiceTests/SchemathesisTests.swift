@@ -35,7 +35,7 @@ struct SchemathesisTests {
         let created = try await runCommand(chorus, ["init", "--store", store, "--name", "Alice"])
         #expect(created.status == 0, "\(created.stderr)")
         let server = try await ServerProcess.start(chorus: chorus, store: store, apiListen: true)
-        defer { server.stop() }
+        defer { server.kill() }
         let port = try #require(server.apiPort)
         let token = try String(contentsOfFile: store + "/keys/api.token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         let document = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Specs/api.openapi.json").standardized.path
@@ -53,7 +53,7 @@ struct SchemathesisTests {
             environment: ["NO_COLOR": "1", "SCHEMATHESIS_TELEMETRY": "false"])
         #expect(result.status == 0, "schemathesis found answers that differ from Specs/api.openapi.json:\n\(result.stdout.suffix(20_000))\n\(result.stderr.suffix(4000))")
         #expect(result.stdout.contains("passed"), "\(result.stdout.suffix(4000))")
-        #expect(server.stop() == 0, "\(server.output.suffix(4000))")
+        #expect(await server.stop() == 0, "\(server.output.suffix(4000))")
     }
 }
 #endif

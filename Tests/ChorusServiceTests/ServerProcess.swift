@@ -6,7 +6,7 @@ import Synchronization
 
 /// A `chorus serve` child process, stopped with SIGTERM.
 final class ServerProcess: Sendable {
-    let process: Process
+    let process: ChildProcess
     private let log: LogBuffer
     let syncPort: Int
     let apiPort: Int?
@@ -20,7 +20,7 @@ final class ServerProcess: Sendable {
     }
 
     private init(chorus: String, store: String, apiListen: Bool = false, extra: [String] = []) throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: chorus)
         process.arguments = ["serve", "--store", store, "--listen", "127.0.0.1:0"] + (apiListen ? ["--api-listen", "127.0.0.1:0"] : []) + extra
         var env = ProcessInfo.processInfo.environment
@@ -69,18 +69,20 @@ final class ServerProcess: Sendable {
 
     var output: String { log.text }
 
-    /// SIGTERM, then a bounded wait for a clean exit; returns its status.
+    /// SIGTERM, then a bounded wait for a clean exit (polling: no
+    /// cooperative thread is held); returns its status, nil when it had to
+    /// be killed.
     @discardableResult
-    func stop() -> Int32? {
+    func stop(within limit: Duration = .seconds(60)) async -> Int32? {
         guard process.isRunning else { return process.terminationStatus }
-        kill(process.processIdentifier, SIGTERM)
-        let deadline = Date().addingTimeInterval(20)
-        while process.isRunning, Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            return nil
-        }
-        return process.terminationStatus
+        process.terminate()
+        return await process.exit(within: limit) ? process.terminationStatus : nil
+    }
+
+    /// SIGKILL, at once: the cleanup of a test that did not get to `stop()`.
+    func kill() {
+        process.signal(SIGKILL)
+        process.waitUntilExit()
     }
 }
 

@@ -24,8 +24,8 @@ struct DescriptorTests {
     /// be accepted (non-blocking connects: a server that stops accepting
     /// leaves them in its queue), from a child process. Returns the process
     /// (its stdin open: closing it ends the flood) and how many were started.
-    static func floodWithoutWaiting(port: Int, count: Int) throws -> (Process, Pipe, Int) {
-        try runFlood("""
+    static func floodWithoutWaiting(port: Int, count: Int) async throws -> (ChildProcess, Pipe, Int) {
+        try await runFlood("""
             import socket, sys
             held = []
             for _ in range(\(count)):
@@ -40,8 +40,8 @@ struct DescriptorTests {
 
     /// Runs a flood `script` (Python, under `ulimit -n 4096`) that prints how
     /// many connections it holds, then holds them until its stdin closes.
-    static func runFlood(_ script: String) throws -> (Process, Pipe, Int) {
-        let process = Process()
+    static func runFlood(_ script: String) async throws -> (ChildProcess, Pipe, Int) {
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", "ulimit -n 4096 && exec python3 -c \"$0\"", script]
         let input = Pipe(), output = Pipe()
@@ -49,7 +49,7 @@ struct DescriptorTests {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        let line = String(decoding: try await offThePool { output.fileHandleForReading.availableData }, as: UTF8.self)
         return (process, input, Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
     }
 
@@ -81,9 +81,10 @@ struct DescriptorTests {
         let api = try #require(apiPort)
         let pid = server.process.processIdentifier
 
-        let (flooder, floodInput, opened) = try Self.floodWithoutWaiting(port: api, count: 1100)
+        let (flooder, floodInput, opened) = try await Self.floodWithoutWaiting(port: api, count: 1100)
         defer {
             try? floodInput.fileHandleForWriting.close()
+            flooder.signal(SIGKILL)
             flooder.waitUntilExit()
         }
         #expect(opened == 1100)
@@ -119,8 +120,8 @@ struct DescriptorTests {
     /// (Python), so this process never holds descriptors above 1023 that
     /// other tests' `select`-based code could trip on. Returns the process
     /// (its stdin open: closing it ends the flood) and how many connected.
-    static func flood(port: Int, count: Int) throws -> (Process, Pipe, Int) {
-        try runFlood("""
+    static func flood(port: Int, count: Int) async throws -> (ChildProcess, Pipe, Int) {
+        try await runFlood("""
             import socket, sys
             held = []
             for _ in range(\(count)):
@@ -163,9 +164,10 @@ struct DescriptorTests {
         #expect(quiet.complete)
 
         // 1,124 connections that never say a word.
-        let (flooder, floodInput, opened) = try Self.flood(port: port, count: 1124)
+        let (flooder, floodInput, opened) = try await Self.flood(port: port, count: 1124)
         defer {
             try? floodInput.fileHandleForWriting.close()
+            flooder.signal(SIGKILL)
             flooder.waitUntilExit()
         }
         #expect(opened == 1124)

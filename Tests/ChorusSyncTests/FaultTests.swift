@@ -45,7 +45,7 @@ func chorusExecutable() throws -> String {
 
 /// A `chorus` child process whose stderr is collected line by line.
 final class ChorusProcess: @unchecked Sendable {
-    let process = Process()
+    let process = ChildProcess()
     let lines = LogLines()
     /// Set once stderr has reached its end and every line is in `lines`.
     private let drained = DrainedFlag()
@@ -119,7 +119,7 @@ final class ChorusProcess: @unchecked Sendable {
         if !(try await eventually(limit) { !process.isRunning }) {
             kill()
             _ = try await eventually(.seconds(30)) { !process.isRunning }
-            throw SyncTestFailure("chorus \(process.arguments ?? []) did not exit within \(limit)")
+            throw SyncTestFailure("chorus \(process.arguments ?? []) did not exit within \(limit); its last lines: \(lines.all.suffix(8))")
         }
         guard try await eventually(.seconds(10), { drained.isSet }) else {
             throw SyncTestFailure("chorus \(process.arguments ?? []) exited, but its stderr did not reach its end")

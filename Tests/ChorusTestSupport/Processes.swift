@@ -52,7 +52,7 @@ public struct CommandResult: Sendable {
 public func runCommandSync(
     _ path: String, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil, directory: String? = nil
 ) throws -> CommandResult {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
     var env = ProcessInfo.processInfo.environment
