@@ -163,8 +163,8 @@ let package = Package(
             path: "Tools/CrashWriter"),
 
         // Helpers the test targets share (seeded randomness, vector files).
-        .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto"], path: "Tests/ChorusTestSupport"),
-        .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus"]),
+        .target(name: "ChorusTestSupport", dependencies: ["ChorusCrypto", "ChorusNode"], path: "Tests/ChorusTestSupport"),
+        .testTarget(name: "ChorusLibraryTests", dependencies: ["Chorus", "ChorusTestSupport"]),
         .testTarget(
             name: "ChorusServiceTests",
             dependencies: [

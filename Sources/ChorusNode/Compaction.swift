@@ -73,7 +73,7 @@ extension Node {
                 throw StorageError.writeFailed(operation: "rename(\(work)/data.mdb, \(file)): \(String(cString: strerror(errno)))")
             }
             // The rename is durable once the directory is flushed.
-            let dir = Foundation.open(path, O_RDONLY | O_DIRECTORY)
+            let dir = Foundation.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             if dir >= 0 {
                 defer { Foundation.close(dir) }
                 guard fsync(dir) == 0 else { throw StorageError.writeFailed(operation: "fsync(\(path))") }

@@ -12,7 +12,7 @@ extension Environment {
         if isClosed { throw .closed }
         try StorageError.check(mdb_env_copy2(env, directory, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(directory))")
         try Self.restrictToOwner(directory + "/data.mdb")
-        let fd = Foundation.open(directory + "/data.mdb", O_RDONLY)
+        let fd = Foundation.open(directory + "/data.mdb", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .writeFailed(operation: "open(\(directory)/data.mdb)") }
         defer { Foundation.close(fd) }
         // mdb_env_copy2 does not flush what it wrote.
@@ -36,7 +36,7 @@ extension Environment {
     /// closing the probe's descriptor releases every `fcntl` lock the
     /// process holds on the file, LMDB's included.
     public static func openInAnotherProcess(_ path: String) throws(StorageError) -> Int32? {
-        let fd = Foundation.open(path + "/lock.mdb", O_RDWR)
+        let fd = Foundation.open(path + "/lock.mdb", O_RDWR | O_CLOEXEC)
         if fd < 0 { return nil }  // never opened, or already gone
         defer { Foundation.close(fd) }
         var probe = flock()

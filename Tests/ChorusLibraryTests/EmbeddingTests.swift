@@ -1,11 +1,12 @@
 import Chorus
+import ChorusTestSupport
 import Foundation
 import Testing
 
 /// The library's main calls, compiled against `import Chorus` alone and
 /// run inside the test suite (the README's own example is
 /// `Examples/ChorusApp`, which `Tools/test` builds and runs).
-@Suite("Embedding the library")
+@Suite("Embedding the library", .closingNodes)
 struct EmbeddingTests {
     @Test func theReadmeExampleRunsWithOnlyImportChorus() async throws {
         let root = NSTemporaryDirectory() + "chorus-embed-" + UUID().uuidString
@@ -15,10 +16,11 @@ struct EmbeddingTests {
         let photoData = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 7, count: 64))
 
         let (shop, network) = try await Node.createNetwork(at: shopStore)   // the network and its coin issuer, once
+        opened(shop)
         let invite = network.invite                                          // share this string; never rebuild the network
-        let bobNode = try await Node.create(at: root + "/bob", deviceName: "laptop", network: try NetworkConfig(invite: invite))
+        let bobNode = opened(try await Node.create(at: root + "/bob", deviceName: "laptop", network: try NetworkConfig(invite: invite)))
         let bob = bobNode.identity.user
-        let node = try await Node.create(at: storeDirectory, deviceName: "iPhone", network: try NetworkConfig(invite: invite))  // or Node.open(at:)
+        let node = opened(try await Node.create(at: storeDirectory, deviceName: "iPhone", network: try NetworkConfig(invite: invite)))  // or Node.open(at:)
         _ = await node.ingest(try bobNode.arrivals().map { $0.event.encoded() })  // Bob's device key, to seal the chat to him
         try await node.setProfile(.city("Lisbon"))                         // returns once durable
         let picture = try await node.addPicture(photoData, caption: "rooftop").object   // Data or [UInt8]

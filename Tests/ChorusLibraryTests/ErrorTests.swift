@@ -1,10 +1,11 @@
 import Chorus
+import ChorusTestSupport
 import Foundation
 import Synchronization
 import Testing
 
 /// Every error an app meets carries a stable code (`ChorusError`).
-@Suite("Errors an app branches on")
+@Suite("Errors an app branches on", .closingNodes)
 struct ErrorTests {
     static func code(_ body: () async throws -> Void) async -> String? {
         do {
@@ -22,8 +23,8 @@ struct ErrorTests {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-errors-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
         let store = root.appendingPathComponent("a")
-        #expect(await Self.code { _ = try await Node.open(at: root.appendingPathComponent("none")) } == "not_initialized")
-        let node = try await Node.create(at: store, deviceName: "phone", network: NetworkConfig())
+        #expect(await Self.code { _ = opened(try await Node.open(at: root.appendingPathComponent("none"))) } == "not_initialized")
+        let node = opened(try await Node.create(at: store, deviceName: "phone", network: NetworkConfig()))
         #expect(await Self.code { try await node.spendCoins(30, for: "a gift") } == "beyond_rights")
         #expect(await Self.code { try await node.follow(node.identity.user) } == "self")
         #expect(await Self.code { try await node.unlockSlot(99) } == "no_such_slot")
@@ -40,27 +41,27 @@ struct ErrorTests {
         #expect(await Self.code { _ = try await node.sendMessage(chat, text: "") } == "text_length")
         #expect(await Self.code { _ = try await node.sendMessage(chat, text: String(repeating: "x", count: 4001)) } == "text_length")
         #expect(await Self.code { _ = try await node.addPicture(Data("not an image".utf8)) } == "not_an_image")
-        #expect(await Self.code { _ = try await Node.open(at: store) } == "already_open_in_process")
+        #expect(await Self.code { _ = opened(try await Node.open(at: store)) } == "already_open_in_process")
         await node.close()
         #expect(await Self.code { try await node.setProfile(.city("Lisbon")) } == "closed")
         // One error for a closed node, whatever the call, nameable with `import Chorus`.
         await #expect(throws: StorageError.closed) { try await node.setProfile(.city("Lisbon")) }
         #expect(throws: StorageError.closed) { _ = try node.projections.profile(node.identity.user) }
         await #expect(throws: StorageError.closed) { _ = try await node.follow(someone) }
-        #expect(await Self.code { _ = try await Node.create(at: store, network: NetworkConfig()) } == "already_initialized")
+        #expect(await Self.code { _ = opened(try await Node.create(at: store, network: NetworkConfig())) } == "already_initialized")
         let refusal: any ChorusError = Refusal.insufficientRights(held: 0, needed: 30)
         #expect(refusal.code == "beyond_rights" && refusal.message.contains("30"))
     }
 }
 
 /// Pictures in and out as `Data`, with their ids typed.
-@Suite("Picture bytes through the library")
+@Suite("Picture bytes through the library", .closingNodes)
 struct PictureDataTests {
     @Test("a relay list is published and read back through import Chorus alone; an invalid one throws invalid_relay_list")
     func relayLists() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-relays-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig())
+        let node = opened(try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig()))
         let relay = Relay(address: "relay1.example.org:7800", key: SigningKey.generate().publicKey, roles: [.home, .inbox])
         let inbox = Relay(address: "[2001:db8::7]:7801", key: SigningKey.generate().publicKey, roles: .inbox)
         #expect(try node.projections.relays(of: node.identity.user) == nil)
@@ -79,7 +80,7 @@ struct PictureDataTests {
     func pictureData() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-data-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig())
+        let node = opened(try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig()))
         let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 9, count: 40))
         let kept = try await node.addPicture(photo).object
         let gone = try await node.addPicture(photo + Data([1])).object
@@ -100,7 +101,7 @@ struct PictureDataTests {
     func bytesAreReadOffTheMainThread() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-main-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        let node = try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig())
+        let node = opened(try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig()))
         let photo = Data([0xFF, 0xD8, 0xFF, 0xE0] + (0..<(2 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         let picture = try await node.addPicture(photo).object
         let chat = try await node.createChat(title: "notes").object

@@ -1,11 +1,12 @@
 import Chorus
+import ChorusTestSupport
 import Foundation
 import Synchronization
 import Testing
 
 /// Observation by what was read (Specs/storage.md §8): a read re-runs only
 /// when a commit wrote inside what it read.
-@Suite("Observation by what changed")
+@Suite("Observation by what changed", .closingNodes)
 struct ObservationTests {
     /// Three nodes of one network: Alice's is observed; Bob's events are
     /// ingested into it one commit each.
@@ -18,9 +19,10 @@ struct ObservationTests {
         static func make() async throws -> World {
             let root = NSTemporaryDirectory() + "chorus-observe-" + UUID().uuidString
             let (shop, network) = try await Node.createNetwork(at: root + "/shop")
+            opened(shop)
             let config = try NetworkConfig(invite: network.invite)
-            let alice = try await Node.create(at: root + "/alice", deviceName: "phone", network: config)
-            let bob = try await Node.create(at: root + "/bob", deviceName: "laptop", network: config)
+            let alice = opened(try await Node.create(at: root + "/alice", deviceName: "phone", network: config))
+            let bob = opened(try await Node.create(at: root + "/bob", deviceName: "laptop", network: config))
             let world = World(root: root, shop: shop, alice: alice, bob: bob)
             try await world.exchange()
             return world
@@ -232,7 +234,7 @@ struct SeededGenerator: RandomNumberGenerator {
 }
 
 /// The chat list an inbox screen draws (Node.chatList).
-@Suite("A chat list an app can draw")
+@Suite("A chat list an app can draw", .closingNodes)
 struct ChatListTests {
     @Test("each chat with its last message, unread count and read marker, newest activity first; readers per message; observed by what changed")
     func chatList() async throws {

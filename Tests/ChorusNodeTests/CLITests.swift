@@ -7,7 +7,7 @@ import ChorusTestSupport
 import Testing
 
 /// End-to-end tests of the `chorus` executable, as a user runs it.
-@Suite("chorus CLI")
+@Suite("chorus CLI", .closingNodes)
 struct CLITests {
     let chorus: String
     init() throws { chorus = try productPath("chorus") }
@@ -123,7 +123,7 @@ struct CLITests {
         defer { tmp.cleanup() }
         let a = tmp.store("a"), b = tmp.store("b")
         #expect(try await run("init", "--store", b).status == 0)
-        let node = try await Node.create(at: a, network: NetworkConfig())
+        let node = opened(try await Node.create(at: a, network: NetworkConfig()))
         let items = (0..<30_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("edit \($0)")), object: node.identity.user.raw) }
         _ = try await node.appendBatch(items)
         await node.close()

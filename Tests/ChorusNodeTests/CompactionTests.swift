@@ -6,11 +6,11 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-@Suite("store compaction")
+@Suite("store compaction", .closingNodes)
 struct CompactionTests {
     /// A store whose deleted pictures left free pages behind.
     static func storeWithFreePages(_ path: String) async throws -> (events: Int, digest: String, kept: [String]) {
-        let node = try await Node.create(at: path, network: NetworkConfig())
+        let node = opened(try await Node.create(at: path, network: NetworkConfig()))
         var random = SplitMix64(seed: 7)
         var pictures: [PictureID] = []
         for i in 0..<8 {
@@ -45,7 +45,7 @@ struct CompactionTests {
         #expect(!FileManager.default.fileExists(atPath: path + "/compacting"))
 
         // The compacted store opens, answers and takes new writes.
-        let node = try await Node.open(at: path)
+        let node = opened(try await Node.open(at: path))
         #expect(try node.projections.digest().hex == before.digest)
         #expect(try node.projections.pictures(of: node.identity.user).map(\.id.description).sorted() == before.kept)
         _ = try await node.setProfile(.bio, .text("after"))
@@ -61,7 +61,7 @@ struct CompactionTests {
         let bytes = try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb"))
 
         // Open in this process.
-        let node = try await Node.open(at: path, readOnly: true)
+        let node = opened(try await Node.open(at: path, readOnly: true))
         await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.compact(at: path) }
         await node.close()
 

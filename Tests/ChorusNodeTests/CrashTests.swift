@@ -42,7 +42,7 @@ final class LineCollector: Sendable {
     }
 }
 
-@Suite("Crash safety")
+@Suite("Crash safety", .closingNodes)
 struct CrashTests {
     /// A child appends from 8 concurrent tasks and is killed with SIGKILL
     /// after a random number of acknowledgements (seeded, so a failure
@@ -68,13 +68,14 @@ struct CrashTests {
                 acknowledged[String(parts[2])] = UInt64(parts[1])
             }
 
-            let node = try await Node.open(at: store, readOnly: true)
+            let node = opened(try await Node.open(at: store, readOnly: true))
             let missing = acknowledged.keys.filter { (try? node.event(Bytes32(hex: $0)!)) == nil }
             let problems = try node.log.integrityProblems()
             let count = try node.feed(node.identity.device.raw).count
             #expect(problems == [], "round \(round) (seed \(seed))")
             #expect(missing == [], "round \(round) (seed \(seed)): acknowledged events lost")
             #expect(count >= acknowledged.count)
+            await node.close()  // the next round's child writes the store
         }
         #expect(acknowledged.count >= rounds)
     }

@@ -36,14 +36,14 @@ extension IngestReport {
     }
 }
 
-@Suite("Ingest")
+@Suite("Ingest", .closingNodes)
 struct IngestTests {
     @Test func validVectorsAreAcceptedInAnyOrder() async throws {
         let vectors = try VectorFile.load()
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let clock = ManualClock(vectors.invalid[0].now_ms)
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock))
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock)))
         // Reversed: the batch is applied in feed order regardless.
         let report = await node.ingest(vectors.valid.reversed().map { hex($0.envelope_hex) })
         #expect(report.accepted == vectors.valid.count, "\(report.errors)")
@@ -65,7 +65,7 @@ struct IngestTests {
     @Test func aHeldEventIsNotVerifiedAgainAndKeepsItsSignature() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let posted = try await node.addPicture(Array("a picture".utf8), mime: "image/png")
         let original = try #require(try node.event(posted.id)).event
         // A copy of a held event under another signature: its header is the
@@ -91,7 +91,7 @@ struct IngestTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let clock = ManualClock(v.now_ms)
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock))
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock)))
         let prior = await node.ingest(v.prior_hex.map(hex))
         #expect(prior.accepted == v.prior_hex.count)
         let before = try snapshot(node)
@@ -122,7 +122,7 @@ struct IngestTests {
     @Test func refusalInTheMiddleOfABatchLeavesTheRestIntact() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         var a = FeedWriter(seedByte: 1)
         var b = FeedWriter(seedByte: 2)
         let aEvents = (0..<5).map { a.next("a\($0)") }
@@ -149,7 +149,7 @@ struct IngestTests {
     func duplicatesAndForksWithinOneCommit() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         var a = FeedWriter(seedByte: 1)
         let first = a.next("one")
         var forked = a
@@ -175,7 +175,7 @@ struct IngestTests {
     @Test func largeBatchesCommitInSlicesAndStayInFeedOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(mapSize: 1 << 20))
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(mapSize: 1 << 20)))
         var writers = (1...20).map { FeedWriter(seedByte: UInt8($0)) }
         var envelopes: [[UInt8]] = []
         for _ in 0..<600 { for w in writers.indices { envelopes.append(writers[w].next().encoded()) } }
@@ -192,7 +192,7 @@ struct IngestTests {
     func streamedCallsQueueInOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options()))
         let own = try node.log.eventCount()
         var writers = (1...8).map { FeedWriter(seedByte: UInt8($0)) }
         // Batch k + 1 continues every feed of batch k: out of order, its
@@ -217,7 +217,7 @@ struct IngestTests {
     func lastCallInPartsKeepsFeedOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options()))
         let own = try node.log.eventCount()
         var writers = (1...6).map { FeedWriter(seedByte: UInt8($0)) }
         // 12,000 events in six feeds: the parts (a quarter each) split feeds.
@@ -244,7 +244,7 @@ struct IngestTests {
     func overlappingCallsKeepTheirOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options()))
         var writer = FeedWriter(seedByte: 9)
         let first = (0..<3).map { _ in writer.next() }
         let second = (0..<3).map { _ in writer.next() }
@@ -275,7 +275,7 @@ struct IngestTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let clock = ManualClock(1_700_000_000_000)
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock))
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(clock: clock)))
         var remote = FeedWriter(seedByte: 9, startMillis: 1_700_000_000_000 + 30_000)
         let ahead = remote.next()
         #expect(await node.ingest(events: [ahead]).accepted == 1)
@@ -286,7 +286,7 @@ struct IngestTests {
     }
 }
 
-@Suite("Event files read in slices")
+@Suite("Event files read in slices", .closingNodes)
 struct EventFileReaderTests {
     /// 3,000 events of about 1 KB: files of 3 MB, across several of the reader's 1 MiB chunks.
     func events() throws -> [Event] {

@@ -16,12 +16,12 @@ import Testing
 
 func bio(_ text: String) -> CBORValue { .textMap([("field", .text("bio")), ("value", .text(text))]) }
 
-@Suite("Node: local writes and the store")
+@Suite("Node: local writes and the store", .closingNodes)
 struct NodeTests {
     @Test func initBindsTheDeviceWithTheUserKey() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), deviceName: "phone", network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), deviceName: "phone", network: NetworkConfig()))
         let userFeed = try node.feed(node.identity.user.raw)
         #expect(userFeed.count == 1)
         let first = try #require(userFeed.first?.event)
@@ -38,13 +38,13 @@ struct NodeTests {
         #expect(stat(tmp.store("a") + "/keys/user.secret", &st) == 0 && st.st_mode & 0o777 == 0o600)
         #expect(stat(tmp.store("a") + "/keys/device.secret", &st) == 0 && st.st_mode & 0o777 == 0o600)
         #expect(stat(tmp.store("a"), &st) == 0 && st.st_mode & 0o777 == 0o700)
-        await #expect(throws: NodeError.self) { _ = try await Node.create(at: tmp.store("a"), network: NetworkConfig()) }
+        await #expect(throws: NodeError.self) { _ = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig())) }
     }
 
     @Test func concurrentAppendsFormOneContiguousVerifiedChain() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let ids = try await withThrowingTaskGroup(of: [EventID].self) { group in
             for task in 0..<64 {
                 group.addTask {
@@ -70,11 +70,11 @@ struct NodeTests {
     @Test func acknowledgedEventsSurviveReopening() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        var node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        var node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let e = try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("durable"))
         let identity = node.identity
         await node.close()
-        node = try await Node.open(at: tmp.store("a"))
+        node = opened(try await Node.open(at: tmp.store("a")))
         #expect(node.identity == identity)
         #expect(try node.event(e.id)?.event == e)
         let next = try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("after reopen"))
@@ -86,7 +86,7 @@ struct NodeTests {
     func aSecondWriterIsRefusedButReadersAreNot() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         _ = try await node.setProfile(.bio, .text("held"))
         let chorus = try productPath("chorus")
         let write = try await runCommand(chorus, ["profile", "set", "bio", "other", "--store", tmp.store("a")], environment: ["CHORUS_WRITER_WAIT": "0"])
@@ -103,10 +103,10 @@ struct NodeTests {
         for _ in 0..<600 where waited.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(100)) }
         let after = try #require(waited.withLock { $0 })
         #expect(after.status == 0, "\(after.stderr)")
-        let reader = try await Node.open(at: tmp.store("a"), readOnly: true)
+        let reader = opened(try await Node.open(at: tmp.store("a"), readOnly: true))
         await #expect(throws: NodeError.self) { try await reader.append(.profileSet, object: reader.identity.user.raw, payload: bio("x")) }
         await reader.close()
-        let reopened = try await Node.open(at: tmp.store("a"))
+        let reopened = opened(try await Node.open(at: tmp.store("a")))
         await reopened.close()
     }
 
@@ -118,7 +118,7 @@ struct NodeTests {
     @Test func anIDLookupChecksEachEventListedUnderItsPrefix() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         for i in 0..<3 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i)")) }
         let events = try node.feed(node.identity.device.raw)
         let (other, target) = (events[1], events[3])
@@ -246,7 +246,7 @@ struct NodeTests {
     @Test func aStoreOfANewerFormatIsRefused() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         await node.close()
         do {
             let env = try Environment(path: tmp.store("a"))
@@ -254,7 +254,7 @@ struct NodeTests {
             try env.write { txn in try txn.put(meta, Array("format".utf8), LogStore.encodeU64(LogStore.formatVersion + 1)) }
         }
         do {
-            _ = try await Node.open(at: tmp.store("a"))
+            _ = opened(try await Node.open(at: tmp.store("a")))
             Issue.record("opened a newer store")
         } catch let error as LogError {
             #expect("\(error)".contains("newer"))
@@ -268,7 +268,7 @@ struct NodeTests {
     @Test func projectionsWithoutTheRecentFactsAreStaleReadOnlyAndRebuiltReadWrite() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("before"))
         let digest = try node.projections.digest()
         await node.close()
@@ -288,8 +288,8 @@ struct NodeTests {
                 try txn.put(projections.index, Projections.builtKey, Codec.u64(11) + NetworkConfig().fingerprint.bytes)
             }
         }
-        await #expect(throws: NodeError.projectionsStale(path: tmp.store("a"))) { _ = try await Node.open(at: tmp.store("a"), readOnly: true) }
-        let reopened = try await Node.open(at: tmp.store("a"))
+        await #expect(throws: NodeError.projectionsStale(path: tmp.store("a"))) { _ = opened(try await Node.open(at: tmp.store("a"), readOnly: true)) }
+        let reopened = opened(try await Node.open(at: tmp.store("a")))
         #expect(try reopened.projections.isCurrent())
         #expect(try reopened.projections.digest() == digest)
         await reopened.close()
@@ -298,7 +298,7 @@ struct NodeTests {
     @Test("a missing store is a typed error whose message speaks of the library, not of CLI commands (the CLI adds those)")
     func missingStoreIsATypedError() async throws {
         do {
-            _ = try await Node.open(at: "/nonexistent/chorus")
+            _ = opened(try await Node.open(at: "/nonexistent/chorus"))
             Issue.record("opened a missing store")
         } catch let error as NodeError {
             #expect(error == .notInitialized(path: "/nonexistent/chorus"))
@@ -309,7 +309,7 @@ struct NodeTests {
     @Test func theMapGrowsInsteadOfFailing() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(mapSize: 64 << 10))
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options(mapSize: 64 << 10)))
         let start = node.log.env.mapSize
         let big = String(repeating: "y", count: 900)
         for i in 0..<400 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i) \(big)")) }
@@ -322,7 +322,7 @@ struct NodeTests {
     @Test func invalidLocalPayloadsAreRefusedBeforeSigning() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         await #expect(throws: EventError.self) {
             try await node.append(.profileSet, object: node.identity.user.raw,
                                   payload: .textMap([("field", .text("birthday")), ("value", .text("yesterday"))]))
@@ -336,7 +336,7 @@ struct NodeTests {
     @Test func arrivalLogAnswersWhatIsNew() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let mark = try node.lastArrival()
         for i in 0..<5 { try await node.append(.profileSet, object: node.identity.user.raw, payload: bio("\(i)")) }
         let new = try node.arrivals(since: mark)
@@ -359,8 +359,8 @@ struct NodeTests {
     @Test func receivedBlobsAreStoredOnlyWhileReferencedAndOnce() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let a = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
-        let b = try await Node.create(at: tmp.store("b"), network: NetworkConfig())
+        let a = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
+        let b = opened(try await Node.create(at: tmp.store("b"), network: NetworkConfig()))
         let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let picture = try await a.addPicture(bytes, mime: "image/png").object
         // B learns of the picture without its bytes, as a sync delivers events before blobs.
@@ -375,7 +375,7 @@ struct NodeTests {
         #expect(try b.blobs.read(hash) == bytes)
         // A deleted picture's bytes are not taken in again.
         _ = try await a.deletePicture(picture)
-        let c = try await Node.create(at: tmp.store("c"), network: NetworkConfig())
+        let c = opened(try await Node.create(at: tmp.store("c"), network: NetworkConfig()))
         let all = try a.arrivals().map(\.event)
         #expect(await c.ingest(events: all).accepted == all.count)
         #expect(try await c.storeReceivedBlob(bytes, hash: hash) == false)
@@ -404,7 +404,7 @@ struct NodeTests {
         let mountPoint = tmp.store("tiny")
         try await withSmallDisk(at: mountPoint, size: "2m") {
             let store = mountPoint + "/store"
-            let node = try await Node.create(at: store, network: NetworkConfig())
+            let node = opened(try await Node.create(at: store, network: NetworkConfig()))
             var acknowledged: [PictureID] = []
             var failure: (any Error)? = nil
             for i in 0..<40 {
@@ -424,7 +424,7 @@ struct NodeTests {
             // The node still answers; everything acknowledged is there after reopening, and the log is intact.
             #expect(try node.projections.pictures(of: node.identity.user).count == acknowledged.count)
             await node.close()
-            let reopened = try await Node.open(at: store, readOnly: true)
+            let reopened = opened(try await Node.open(at: store, readOnly: true))
             #expect(try reopened.log.integrityProblems().isEmpty)
             let ids = Set(try reopened.projections.pictures(of: reopened.identity.user).map(\.id))
             #expect(ids == Set(acknowledged))
@@ -433,12 +433,12 @@ struct NodeTests {
     }
 }
 
-@Suite("Node: batch append")
+@Suite("Node: batch append", .closingNodes)
 struct BatchAppendTests {
     @Test func aBatchIsChainedInOrderAndDurableInFewCommits() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let before = node.writerStatistics.commits
         let items = (0..<3000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("batch \($0)")), object: node.identity.user.raw) }
         let events = try await node.appendBatch(items)
@@ -464,7 +464,7 @@ struct BatchAppendTests {
     @Test func aLargeCommitReleasesTheFreedPagesAndASmallOneDoesNot() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let env = node.log.env
         var (txn, commits) = (try env.transactionAndFilePages().lastTransaction, node.writerStatistics.commits)
         _ = try await node.append(ProfileSetPayload(field: .city, value: .text("Porto")), object: node.identity.user.raw)
@@ -473,7 +473,7 @@ struct BatchAppendTests {
         #expect(afterAppend == txn + 1, "transactions \(txn) then \(afterAppend)")
 
         // Another node's 5,000 events, received in one call: one commit.
-        let other = try await Node.create(at: tmp.store("b"), network: NetworkConfig())
+        let other = opened(try await Node.create(at: tmp.store("b"), network: NetworkConfig()))
         let items = (0..<5_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: other.identity.user.raw) }
         try await other.appendBatch(items)
         let envelopes = try other.arrivals().map { $0.event.encoded() }
@@ -493,11 +493,11 @@ struct BatchAppendTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let shopStore = tmp.store("shop")
-        await (try await Node.create(at: shopStore, network: NetworkConfig())).close()
+        await (opened(try await Node.create(at: shopStore, network: NetworkConfig()))).close()
         let issuer = try Node.createIssuer(at: shopStore)
         let network = NetworkConfig(issuers: [issuer])
-        let shop = try await Node.open(at: shopStore)
-        let buyer = try await Node.create(at: tmp.store("buyer"), network: network)
+        let shop = opened(try await Node.open(at: shopStore))
+        let buyer = opened(try await Node.create(at: tmp.store("buyer"), network: network))
         _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
         var credits = (0..<200).map { Node.Credit(user: buyer.identity.user, amount: 5, receipt: "tx-\($0)") }
         credits.append(Node.Credit(user: buyer.identity.user, amount: 5, receipt: "tx-7"))  // redelivered
@@ -515,11 +515,12 @@ struct BatchAppendTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let (shop, network) = try await Node.createNetwork(at: URL(fileURLWithPath: tmp.store("shop")), slotPrices: [0, 40])
+        opened(shop)
         #expect(network.issuers.count == 1 && network.slotPrices == [0, 40])
         let joined = try NetworkConfig(invite: network.invite)
         #expect(joined.fingerprint == network.fingerprint)
         let buyerURL = URL(fileURLWithPath: tmp.store("buyer"))
-        let buyer = try await Node.create(at: buyerURL, network: joined)
+        let buyer = opened(try await Node.create(at: buyerURL, network: joined))
         _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
         let credit = try await shop.creditCoins(50, to: buyer.identity.user, receipt: "r-1")
         #expect(credit.isApplied)
@@ -528,10 +529,10 @@ struct BatchAppendTests {
         let picture = try await buyer.addPicture(Data([0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3]))
         #expect(picture.isApplied)
         await buyer.close()
-        let reopened = try await Node.open(at: buyerURL)
+        let reopened = opened(try await Node.open(at: buyerURL))
         #expect(try reopened.projections.pictures(of: reopened.identity.user).map(\.id) == [picture.object])
         await #expect(throws: NodeError.notAFileURL("https://example.com/store")) {
-            _ = try await Node.create(at: URL(string: "https://example.com/store")!, network: NetworkConfig())
+            _ = opened(try await Node.create(at: URL(string: "https://example.com/store")!, network: NetworkConfig()))
         }
         await reopened.close()
         await shop.close()
@@ -542,13 +543,13 @@ struct BatchAppendTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let path = tmp.store("a")
-        let node = try await Node.create(at: path, network: NetworkConfig())
-        await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.open(at: path) }
-        await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = try await Node.open(at: path, readOnly: true) }
+        let node = opened(try await Node.create(at: path, network: NetworkConfig()))
+        await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = opened(try await Node.open(at: path)) }
+        await #expect(throws: StorageError.alreadyOpenInProcess(path: path)) { _ = opened(try await Node.open(at: path, readOnly: true)) }
         // Another path to the same directory is the same store.
-        await #expect(throws: StorageError.alreadyOpenInProcess(path: path + "/.")) { _ = try await Node.open(at: path + "/.", readOnly: true) }
+        await #expect(throws: StorageError.alreadyOpenInProcess(path: path + "/.")) { _ = opened(try await Node.open(at: path + "/.", readOnly: true)) }
         await node.close()
-        let again = try await Node.open(at: path, readOnly: true)
+        let again = opened(try await Node.open(at: path, readOnly: true))
         #expect(try again.log.eventCount() >= 1)
         await again.close()
     }
@@ -557,7 +558,7 @@ struct BatchAppendTests {
     func typedProfile() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 3, count: 40)
         let picture = try await node.addPicture(png).object
         try await node.setProfile(.name("Ana"))
@@ -580,7 +581,8 @@ struct BatchAppendTests {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let (shop, network) = try await Node.createNetwork(at: tmp.store("shop"))
-        let buyer = try await Node.create(at: tmp.store("buyer"), network: network)
+        opened(shop)
+        let buyer = opened(try await Node.create(at: tmp.store("buyer"), network: network))
         _ = await shop.ingest(try buyer.arrivals().map { $0.event.encoded() })
 
         let first = try await shop.creditCoins(30, to: buyer.identity.user, receipt: "GPA.0001")
@@ -608,13 +610,13 @@ struct BatchAppendTests {
     }
 }
 
-@Suite("Node: opening a stale store")
+@Suite("Node: opening a stale store", .closingNodes)
 struct StaleOpenTests {
     @Test func aRebuildOnOpenReportsProgressCanBeCancelledAndResumesOnTheNextOpen() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
         let path = tmp.store("a")
-        let node = try await Node.create(at: path, network: NetworkConfig())
+        let node = opened(try await Node.create(at: path, network: NetworkConfig()))
         let items = (0..<25_000).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("v\($0)")), object: node.identity.user.raw) }
         try await node.appendBatch(items)
         let digest = try node.projections.digest()
@@ -622,7 +624,7 @@ struct StaleOpenTests {
         await node.close()
 
         // Cancelled: the open throws CancellationError and leaves the store stale.
-        let cancelled = Task { try await Node.open(at: path) }
+        let cancelled = Task { opened(try await Node.open(at: path)) }
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { _ = try await cancelled.value }
 
@@ -635,7 +637,7 @@ struct StaleOpenTests {
             seen.withLock { $0.append(done) }
         }
         options.onRebuild = { why, events in told.withLock { $0.append((why, events)) } }
-        let reopened = try await Node.open(at: path, options: options)
+        let reopened = opened(try await Node.open(at: path, options: options))
         #expect(try reopened.projections.digest() == digest)
         let reports = seen.withLock { $0 }
         let count = try reopened.log.eventCount()
@@ -647,13 +649,13 @@ struct StaleOpenTests {
 }
 
 #if os(Linux)
-@Suite("Node: operations")
+@Suite("Node: operations", .closingNodes)
 struct NodeThreadTests {
     @Test("the writer and signer threads carry their names in the kernel, so top -H and perf show them")
     func threadsAreNamed() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         _ = try await node.setProfile(.bio, .text("signed and written"))
         let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
         let names = Set(
@@ -666,13 +668,13 @@ struct NodeThreadTests {
 }
 #endif
 
-@Suite("Node: closing")
+@Suite("Node: closing", .closingNodes)
 struct NodeClosingTests {
     @Test func closeReleasesTheStoreSoItReopensInTheSameProcessAndLaterReadsSaySo() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
         let path = dir.store("a")
-        let node = try await Node.create(at: path, network: NetworkConfig())
+        let node = opened(try await Node.create(at: path, network: NetworkConfig()))
         _ = try await node.setProfile(.bio, .text("before closing"))
         let me = node.identity.user
         await node.close()
@@ -681,7 +683,7 @@ struct NodeClosingTests {
         await #expect(throws: (any Error).self) { _ = try await node.setProfile(.bio, .text("after closing")) }
 
         // The same path opens again in this process (one LMDB environment per file) and holds what was written.
-        let again = try await Node.open(at: path)
+        let again = opened(try await Node.open(at: path))
         #expect(try again.projections.profile(me).field("bio") == .text("before closing"))
         _ = try await again.setProfile(.bio, .text("reopened"))
         #expect(try again.projections.profile(me).field("bio") == .text("reopened"))
@@ -689,12 +691,12 @@ struct NodeClosingTests {
     }
 }
 
-@Suite("Node: typed refusals")
+@Suite("Node: typed refusals", .closingNodes)
 struct RefusalTests {
     @Test func anAppBranchesOnWhyAMutationWasRefused() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("a"), network: NetworkConfig()))
         let me = node.identity.user
         await #expect(throws: NodeError.refused(.insufficientRights(held: 0, needed: 30))) {
             _ = try await node.spendCoins(30, for: "sticker pack")

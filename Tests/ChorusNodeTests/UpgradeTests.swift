@@ -10,7 +10,7 @@ import Testing
 /// formats 2, 3, 4 and 5 (pictures, a purged picture, blobs, an encrypted chat,
 /// coins, slots). Their `log.json` and `digest.txt` are what those builds
 /// printed for them.
-@Suite("store format upgrade")
+@Suite("store format upgrade", .closingNodes)
 struct UpgradeTests {
     let chorus: String
     init() throws { chorus = try productPath("chorus") }
@@ -100,9 +100,9 @@ struct UpgradeTests {
             #expect(try LogStore.format(of: env) == UInt64(format))
         }
         // Still the old format for a node; the upgrade picks up and completes.
-        await #expect(throws: LogError.self) { _ = try await Node.open(at: store) }
+        await #expect(throws: LogError.self) { _ = opened(try await Node.open(at: store)) }
         #expect(try await Node.upgrade(at: store))
-        let node = try await Node.open(at: store)
+        let node = opened(try await Node.open(at: store))
         #expect(try node.projections.digest().hex == (try fixtureText("digest.txt", format: format)))
         #expect(try node.lastArrival() == 40)
         #expect(try node.log.integrityProblems().isEmpty)
@@ -144,7 +144,7 @@ struct UpgradeTests {
             let recent = try env.openDatabase(LogStore.recentIDsName, create: false, fixedSizeDuplicates: true)
             #expect(try env.read { txn in [try txn.count(ids), try txn.count(recent)] } == [40, 0])
         }
-        let node = try await Node.open(at: store)
+        let node = opened(try await Node.open(at: store))
         let old = try node.feed(node.identity.device.raw)
         let new = try await node.append(.profileSet, object: node.identity.user.raw, payload: .textMap([("field", .text("bio")), ("value", .text("upgraded"))]))
         for e in old.map(\.event) + [new] { #expect(try node.log.event(e.id)?.event.id == e.id) }

@@ -11,7 +11,7 @@ import Testing
 /// blob listing reads: present exactly for the blobs a live object
 /// references and the store lacks, however the blob arrives or the
 /// reference goes.
-@Suite("Node: wanted blobs")
+@Suite("Node: wanted blobs", .closingNodes)
 struct WantedBlobTests {
     /// The hashes the index holds, read raw (the listing checks each entry
     /// again as it reads it, so it would hide a stale one).
@@ -29,7 +29,7 @@ struct WantedBlobTests {
     /// A node that posts pictures and one that receives their events, in one network.
     func nodes(in tmp: TempDir) async throws -> (author: Node, reader: Node) {
         let network = NetworkConfig(networkKey: Random.bytes32())
-        return (try await Node.create(at: tmp.store("author"), network: network), try await Node.create(at: tmp.store("reader"), network: network))
+        return (opened(try await Node.create(at: tmp.store("author"), network: network)), opened(try await Node.create(at: tmp.store("reader"), network: network)))
     }
 
     /// The two nodes, the author having posted a picture of `bytes` and the

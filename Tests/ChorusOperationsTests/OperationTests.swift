@@ -8,7 +8,7 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-@Suite("Typed operations (ChorusOperations)")
+@Suite("Typed operations (ChorusOperations)", .closingNodes)
 struct OperationTests {
     static func id(_ byte: UInt8) -> Bytes32 { Bytes32(hex: String(repeating: String(format: "%02x", byte), count: 32))! }
 
@@ -55,7 +55,7 @@ struct OperationTests {
     func mutationsReport() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("a"), network: NetworkConfig()))
         let bob = Self.id(0xB0)
         let followed = try await Relate(.follow, bob).run(on: node)
         let json = try JSONValueEncoder().encode(followed).rendered()
@@ -95,13 +95,13 @@ struct OperationTests {
     }
 }
 
-@Suite("The log, read by pages (ChorusOperations)")
+@Suite("The log, read by pages (ChorusOperations)", .closingNodes)
 struct LogOperationTests {
     @Test("every combination of kind, since, limit and latest answers what filtering the whole log would, across many pages")
     func pagesAnswerAsTheWholeLog() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("a"), network: NetworkConfig()))
         // 2,600 events over more than two pages: profile edits, with a follow every 7th.
         for i in 0..<2_600 {
             if i % 7 == 0, let user = Bytes32(hex: String(format: "%064x", i + 1)) {
@@ -131,7 +131,7 @@ struct LogOperationTests {
     func latestLogEvents() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("a"), network: NetworkConfig()))
         for i in 0..<20 {
             _ = try await Relate(.follow, OperationTests.id(UInt8(i + 1))).run(on: node)
             _ = try await node.setProfile(.bio, .text("bio \(i)"))

@@ -3,20 +3,21 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusNode
 import ChorusProjections
+import ChorusTestSupport
 import Foundation
 import Testing
 
-@Suite("Projections: basics through the node API")
+@Suite("Projections: basics through the node API", .closingNodes)
 struct SmokeTests {
     @Test func profilePictureChatCoinsOnOneNode() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("chorus-smoke-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let issuerNode = try await Node.create(at: dir + "/issuer", network: NetworkConfig())
+        let issuerNode = opened(try await Node.create(at: dir + "/issuer", network: NetworkConfig()))
         await issuerNode.close()
         let issuer = try Node.createIssuer(at: dir + "/issuer")
         let network = NetworkConfig(issuers: [issuer])
-        let a = try await Node.create(at: dir + "/a", deviceName: "phone", network: network)
+        let a = opened(try await Node.create(at: dir + "/a", deviceName: "phone", network: network))
         let me = a.identity.user
         try await a.setProfile(.name, .text("Alice"))
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13] + Array("IHDR".utf8) + [0, 0, 0, 4, 0, 0, 0, 3, 8]
@@ -46,9 +47,9 @@ struct SmokeTests {
         #expect(try a.blobs.read(blob) == nil)
         await a.close()
 
-        let i = try await Node.open(at: dir + "/issuer")
+        let i = opened(try await Node.open(at: dir + "/issuer"))
         #expect(i.identity.issuer == issuer)
-        let aReader = try await Node.open(at: dir + "/a", readOnly: true)
+        let aReader = opened(try await Node.open(at: dir + "/a", readOnly: true))
         let aEvents = try aReader.arrivals().map { $0.event.encoded() }
         _ = await i.ingest(aEvents)
         try await i.creditCoins(100, to: me, receipt: "tx-1")

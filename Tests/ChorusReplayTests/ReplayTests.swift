@@ -36,13 +36,13 @@ struct KnownHistory {
     static func build() async throws -> KnownHistory {
         let dir = NSTemporaryDirectory() + "chorus-replay-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let issuerNode = try await Node.create(at: dir + "/issuer", network: NetworkConfig())
+        let issuerNode = opened(try await Node.create(at: dir + "/issuer", network: NetworkConfig()))
         await issuerNode.close()
         let issuerKey = try Node.createIssuer(at: dir + "/issuer")
         let network = NetworkConfig(issuers: [issuerKey], slotPrices: [0, 50])
-        let ana = try await Node.create(at: dir + "/ana", deviceName: "phone", network: network)
-        let ben = try await Node.create(at: dir + "/ben", deviceName: "laptop", network: network)
-        let issuer = try await Node.open(at: dir + "/issuer")
+        let ana = opened(try await Node.create(at: dir + "/ana", deviceName: "phone", network: network))
+        let ben = opened(try await Node.create(at: dir + "/ben", deviceName: "laptop", network: network))
+        let issuer = opened(try await Node.open(at: dir + "/issuer"))
 
         let firstName = try await ana.setProfile(.name, .text("Ana")).id
         let secondName = try await ana.setProfile(.name, .text("Ana Lima")).id
@@ -93,7 +93,7 @@ struct ReplayTestFailure: Error, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
-@Suite("Replay tool", .serialized)
+@Suite("Replay tool", .serialized, .closingNodes)
 struct ReplayTests {
     @Test func verifyOnAHealthyStoreReportsTheForkAndNothingElse() async throws {
         let h = try await KnownHistory.build()
@@ -160,7 +160,7 @@ struct ReplayTests {
         let dir = TempDir()
         defer { dir.cleanup() }
         let store = dir.store("source")
-        let node = try await Node.create(at: store, network: NetworkConfig())
+        let node = opened(try await Node.create(at: store, network: NetworkConfig()))
         for i in 0..<24 {
             let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ i) }
             _ = try await node.addPicture(bytes, mime: "image/png")
@@ -479,7 +479,7 @@ struct ReplayTests {
     @Test func verifyChecksMessageEpochsAndStatsCountKindsFromNewerVersions() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
-        let ana = try await Node.open(at: h.store)
+        let ana = opened(try await Node.open(at: h.store))
         let (chat, bogus) = try await chatWithAnUnknownEpoch(ana, h)
         // The same in a chat that does not exist: it takes no effect, so no member device misses it.
         let nowhere = try await ana.append(
@@ -523,7 +523,7 @@ struct ReplayTests {
     @Test func projectionsOfAnotherFormatAreReportedNotMisread() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
-        let ana = try await Node.open(at: h.store)
+        let ana = opened(try await Node.open(at: h.store))
         let bogus = try await chatWithAnUnknownEpoch(ana, h).bogus
         await ana.close()
         let digest = try ReplayStore.open(h.store).projections.digest()
@@ -559,7 +559,7 @@ struct ReplayTests {
         // The same format and configuration, another layout of classes and
         // tables (a build that added one without bumping the format), or a
         // marker from before the layout was named: rebuilt too.
-        try await Node.open(at: h.store).close()
+        await opened(try await Node.open(at: h.store)).close()
         let current = try #require(try {
             let store = try ReplayStore.open(h.store)
             let index = try store.env.openDatabase("index")
@@ -571,7 +571,7 @@ struct ReplayTests {
             #expect(try ReplayStore.open(h.store).projections.staleness() == .layout)
         }
         // A node rebuilds them on open; then verify is clean again.
-        try await Node.open(at: h.store).close()
+        await opened(try await Node.open(at: h.store)).close()
         #expect(try ReplayStore.open(h.store).verify().findings.map(\.code).sorted() == ["epoch_unknown", "fork"])
     }
 

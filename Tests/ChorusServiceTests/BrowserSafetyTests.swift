@@ -12,7 +12,7 @@ import Testing
 /// Specs/api.md §3: the TCP API refuses what a web page on another port or
 /// host, or a DNS-rebound name, could make a browser send; the page's own
 /// credential is a short-lived session, never the token, never a cookie.
-@Suite("the local API is safe to expose to a browser")
+@Suite("the local API is safe to expose to a browser", .closingNodes)
 struct BrowserSafetyTests {
     /// The TCP API of a fresh node.
     struct Served {
@@ -42,7 +42,7 @@ struct BrowserSafetyTests {
     }
 
     static func serve(_ dir: TempDir, idleTimeout: Duration = .seconds(30)) async throws -> Served {
-        let node = try await Node.create(at: dir.store("node"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("node"), network: NetworkConfig()))
         let tokenPath = dir.store("node") + "/keys/api.token"
         let token = try APIToken.loadOrCreate(at: tokenPath)
         var configuration = APIConfiguration(socketPath: dir.store("node") + "/api.sock", tcp: ("127.0.0.1", 0), token: token)

@@ -7,13 +7,13 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-@Suite("the local API served by an app's own node")
+@Suite("the local API served by an app's own node", .closingNodes)
 struct LibraryAPITests {
     @Test("without the command line (ChorusService alone), node.serveAPI answers every endpoint (import, export and sync included); only /v1/run is absent")
     func serveAPIWithoutTheCommandLine() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
         let serving = try await node.serveAPI()
         let socket = APIClient(.socket(inStore: dir.store("app")))
         let followed = try await socket.send(.POST, "/v1/following/\(String(repeating: "b0", count: 32))")
@@ -35,7 +35,7 @@ struct LibraryAPITests {
     func serveAPIFromALibrary() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
         let token = String(repeating: "7f", count: 32)
         let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token, commandLine: ChorusProgram.runner(node: node))
         #expect(serving.endpoints.first == .socket(inStore: dir.store("app")))

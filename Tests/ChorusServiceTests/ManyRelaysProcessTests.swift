@@ -9,7 +9,7 @@ import Testing
 /// Specs/sync.md §8.1, §4.11 and §9 with real processes: four relays
 /// (`chorus serve --host listed`) and twelve users' stores driven by the
 /// `chorus` command line, all on 127.0.0.1.
-@Suite("Many relays, as separate processes")
+@Suite("Many relays, as separate processes", .closingNodes)
 struct ManyRelaysProcessTests {
     let chorus: String
     init() throws { chorus = try productPath("chorus") }
@@ -134,16 +134,16 @@ struct ManyRelaysProcessTests {
         let reference = dir.store("reference")
         _ = try await cli(["init", "--store", reference, "--name", "reference", "--network", network])
         for r in relays { _ = try await cli(["sync", r.address, "--store", reference]) }
-        let all = try await Node.open(at: reference, readOnly: true)
+        let all = opened(try await Node.open(at: reference, readOnly: true))
         for (i, store) in stores.enumerated() {
-            let node = try await Node.open(at: store, readOnly: true)
+            let node = opened(try await Node.open(at: store, readOnly: true))
             let feeds = try #require(try ReplicationScope(hops: 1).feeds(of: node))
             var differing: [String] = []
             for feed in feeds.sorted() where try node.head(of: feed) != all.head(of: feed) {
                 let owner = try users.firstIndex(of: node.projections.user(of: feed).hex).map { "u\($0)" } ?? "?"
                 var atRelays: [UInt64] = []
                 for r in relays {
-                    let relay = try await Node.open(at: r.store, readOnly: true)
+                    let relay = opened(try await Node.open(at: r.store, readOnly: true))
                     atRelays.append(try relay.head(of: feed)?.seq ?? 0)
                     await relay.close()
                 }

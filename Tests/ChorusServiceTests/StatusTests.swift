@@ -10,7 +10,7 @@ import Testing
 
 /// Specs/api.md §5: statuses from the failure's kind, every error body
 /// `{"code", "message"}`, unknown fields, paths and methods refused.
-@Suite("the local API speaks HTTP")
+@Suite("the local API speaks HTTP", .closingNodes)
 struct StatusTests {
     static func body(_ r: APIClient.Response) -> [String: Any] {
         (try? JSONSerialization.jsonObject(with: Data(r.body))) as? [String: Any] ?? [:]
@@ -20,7 +20,7 @@ struct StatusTests {
     func statusesFromCodes() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
         let serving = try await node.serveAPI(commandLine: ChorusProgram.runner(node: node))
         let api = APIClient(.socket(inStore: dir.store("app")))
         func send(_ method: HTTPMethod, _ path: String, _ json: String? = nil) async throws -> (Int, [String: Any], APIClient.Response) {

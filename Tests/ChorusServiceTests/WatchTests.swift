@@ -10,7 +10,7 @@ import Testing
 
 /// Specs/api.md §6: one observation per distinct watched query, event ids,
 /// resuming with Last-Event-ID.
-@Suite("live queries")
+@Suite("live queries", .closingNodes)
 struct WatchTests {
     @Test("many watchers of few queries: each query is observed once, every watcher gets every answer, the last to leave ends it")
     func oneObservationPerQuery() async throws {
@@ -92,7 +92,7 @@ struct WatchTests {
     func webSocketWatch() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
         let token = "t-" + String(repeating: "ab", count: 16)
         let serving = try await node.serveAPI(tcp: ("127.0.0.1", 0), token: token)
         let port = try #require(serving.endpoints.compactMap { if case .tcp(_, let p) = $0 { p } else { nil } }.first)
@@ -149,7 +149,7 @@ struct WatchTests {
     func resumeWithLastEventID() async throws {
         let dir = TempDir()
         defer { dir.cleanup() }
-        let node = try await Node.create(at: dir.store("app"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
         let serving = try await node.serveAPI()
         let api = APIClient(.socket(inStore: dir.store("app")))
         let first = try #require(try await bounded(.seconds(30), "the first event") { try await Self.events(api, [], count: 1) }.first)

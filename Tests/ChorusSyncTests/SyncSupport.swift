@@ -33,51 +33,6 @@ func makeNode(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async 
     opened(try await Node.create(at: dir.store(name), deviceName: name, network: network))
 }
 
-/// Registers `node` to be closed when the test ends, however it ends
-/// (`.closingNodes`), and returns it.
-@discardableResult
-func opened(_ node: Node) -> Node {
-    OpenedInTest.current?.add { await node.close() }
-    return node
-}
-
-/// What a test opened (nodes, served relays), closed in reverse order when
-/// it ends: a test that fails before its own `close()` calls must not
-/// leave stores open, listeners bound or writer threads running for the
-/// tests after it. Closing is idempotent, so tests that close what they
-/// open lose nothing.
-final class OpenedInTest: Sendable {
-    @TaskLocal static var current: OpenedInTest?
-    private let closers = Mutex<[@Sendable () async -> Void]>([])
-
-    func add(_ close: @escaping @Sendable () async -> Void) { closers.withLock { $0.append(close) } }
-
-    func closeAll() async {
-        for close in closers.withLock({ $0 }).reversed() { await close() }
-    }
-}
-
-/// The trait that closes what each test of a suite opened (`opened`), when
-/// the test ends, whether it passed, failed or threw.
-struct ClosingNodes: SuiteTrait, TestTrait, TestScoping {
-    var isRecursive: Bool { true }
-
-    func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
-        let opened = OpenedInTest()
-        do {
-            try await OpenedInTest.$current.withValue(opened) { try await function() }
-        } catch {
-            await opened.closeAll()
-            throw error
-        }
-        await opened.closeAll()
-    }
-}
-
-extension Trait where Self == ClosingNodes {
-    /// Closes every node and relay a test opens when it ends.
-    static var closingNodes: Self { ClosingNodes() }
-}
 
 /// Runs a symmetric session between two nodes over an in-memory pair.
 @discardableResult
