@@ -23,8 +23,8 @@ public enum Effect: Hashable, Sendable {
 /// What a mutation did: the signed event, durable with the projections it
 /// changed, the object it concerns, and its effect as of that commit. An
 /// event that took no effect here can take effect later (an event it depends
-/// on arrives by sync), and the reverse; `Projections.noEffect(_:)` answers
-/// for the current state.
+/// on arrives by sync), and the reverse; `Node.noEffect(_:)` answers for
+/// the current state.
 ///
 /// `Object` is the kind of id the mutation concerns: `Mutation<PictureID>`
 /// from `addPicture` carries the new picture's id, `Mutation<MessageID>` from

@@ -98,9 +98,9 @@ public actor Node {
     /// The store's event log, for reading raw events and feeds. Write only through
     /// the node: the store has one writer (Specs/storage.md §5.1).
     package nonisolated let log: LogStore
-    /// Profiles, pictures, relationships, chats, coins and slots: the
-    /// queries of the library API.
-    public nonisolated let projections: Projections
+    /// Profiles, pictures, relationships, chats, coins and slots: what the
+    /// node's reads (`profile(of:)`, `balance(of:)`, …) answer from.
+    package nonisolated let projections: Projections
     /// The store's content-addressed blobs: picture bytes and encrypted chat
     /// attachments, keyed by their BLAKE2b-256 hash.
     package nonisolated let blobs: BlobStore

@@ -6,35 +6,35 @@ import ChorusStorage
 
 /// A user's membership of one chat over time: half-open HLC intervals
 /// `[from, to)`, `to` nil while the membership lasts.
-public struct Membership: Hashable, Sendable {
+package struct Membership: Hashable, Sendable {
     /// Whether the user is an administrator: set when they join (the creator as
     /// admin, initial members not) and by each later effective
     /// `chat.member.added` naming them. It counts only while the membership is
     /// current (Specs/projections.md §6.5).
-    public var admin: Bool
+    package var admin: Bool
     /// The membership intervals in the order they began: `from` inclusive, `to`
     /// exclusive, `to` nil for the interval still open.
-    public var intervals: [(from: HLC, to: HLC?)]
+    package var intervals: [(from: HLC, to: HLC?)]
 
     /// Whether the user is a member now: the last interval is still open.
-    public var isCurrent: Bool { intervals.last.map { $0.to == nil } ?? false }
+    package var isCurrent: Bool { intervals.last.map { $0.to == nil } ?? false }
 
     /// Whether some interval holds `hlc` (`from ≤ hlc < to`, or an open `to`):
     /// the test that decides messages, read markers and key events
     /// (Specs/projections.md §6.5).
-    public func isMember(at hlc: HLC) -> Bool {
+    package func isMember(at hlc: HLC) -> Bool {
         intervals.contains { $0.from <= hlc && ($0.to.map { hlc < $0 } ?? true) }
     }
 
     /// Equal when `admin` and every interval match (tuples are not `Equatable`,
     /// so this is written out).
-    public static func == (a: Membership, b: Membership) -> Bool {
+    package static func == (a: Membership, b: Membership) -> Bool {
         a.admin == b.admin && a.intervals.count == b.intervals.count
             && zip(a.intervals, b.intervals).allSatisfy { $0.from == $1.from && $0.to == $1.to }
     }
 
     /// Hashes `admin` and every interval's bounds, consistently with `==`.
-    public func hash(into h: inout Hasher) {
+    package func hash(into h: inout Hasher) {
         h.combine(admin)
         for i in intervals {
             h.combine(i.from)

@@ -144,43 +144,43 @@ public struct ReadMarker: Hashable, Sendable, Codable {
 }
 
 /// One chat of a chat list (`chatList(of:)`): what an inbox row shows.
-public struct ChatSummary: Hashable, Sendable, Codable {
+package struct ChatSummary: Hashable, Sendable, Codable {
     /// The chat's record and current members (the title still sealed).
-    public let chat: ChatView
+    package let chat: ChatView
     /// The newest message that took effect, deleted ones included, leaving
     /// out senders the viewer blocks; nil in a chat without messages.
-    public let lastMessage: MessageView?
+    package let lastMessage: MessageView?
     /// Messages after the viewer's read marker that the viewer did not send
     /// and that are not deleted, leaving out senders the viewer blocks,
     /// counted up to `unreadLimit`: that value means at least as many (a
     /// list shows "99+").
-    public let unread: Int
+    package let unread: Int
 
     /// Where unread counting stops.
-    public static let unreadLimit = 100
+    package static let unreadLimit = 100
     /// The viewer's own read marker; nil before they marked anything read.
-    public let readMarker: ReadMarker?
+    package let readMarker: ReadMarker?
     /// The last message's HLC, or the chat's creation when it has none: the
     /// list is sorted by it, newest first.
-    public let lastActivity: HLC
+    package let lastActivity: HLC
 }
 
 /// One page of a chat as `chat(_:viewer:limit:before:)` returns it: the chat, a
 /// run of its messages and everyone's read markers.
-public struct ChatPage: Hashable, Sendable, Codable {
+package struct ChatPage: Hashable, Sendable, Codable {
     /// The chat's record and current members.
-    public let chat: ChatView
+    package let chat: ChatView
     /// Oldest first.
-    public let messages: [MessageView]
+    package let messages: [MessageView]
     /// The cursor for the next (older) page, nil when this is the first message.
-    public let older: MessageCursor?
+    package let older: MessageCursor?
     /// Per user, the furthest message their effective `chat.read` events
     /// reached (Specs/projections.md §6.7); users without one are absent.
-    public let readMarkers: [UserID: ReadMarker]
+    package let readMarkers: [UserID: ReadMarker]
 
     /// The users whose read marker covers `message` (its sender left out), in
     /// key order: who has read it.
-    public func readers(of message: MessageView) -> [UserID] {
+    package func readers(of message: MessageView) -> [UserID] {
         readMarkers.filter { $0.key != message.sender && $0.value.covers(message) }.map(\.key).sorted()
     }
 }
@@ -189,7 +189,7 @@ extension Projections {
     // MARK: Chats
 
     /// Chats `user` is a member of now.
-    public func chats(of user: UserID) throws -> [ChatView] {
+    package func chats(of user: UserID) throws -> [ChatView] {
         try chats(of: user.raw)
     }
 
@@ -207,7 +207,7 @@ extension Projections {
     /// A page of `chats(of:)`: up to `limit` chats after the chat `after`
     /// in the same order (creation, then id). Only the page's chats are
     /// read whole; the others cost one record lookup each.
-    public func chats(of user: UserID, after: ChatID?, limit: Int) throws -> [ChatView] {
+    package func chats(of user: UserID, after: ChatID?, limit: Int) throws -> [ChatView] {
         try log.env.read { txn in
             func created(_ id: ObjectID) throws -> HLC? {
                 guard let raw = try txn.get(state, Table.chat.key(id)), let hlc = try Codec.decode(raw, "chat record")[text: "hlc"]?.unsignedValue
@@ -234,7 +234,7 @@ extension Projections {
     /// with its last message, the user's unread count and read marker,
     /// newest activity first (then by id). One read transaction; a chat
     /// costs its record, its last entries and one step per unread message.
-    public func chatList(of user: UserID) throws -> [ChatSummary] {
+    package func chatList(of user: UserID) throws -> [ChatSummary] {
         try log.env.read { txn in
             var ids: [ObjectID] = []
             try txn.scan(state, prefix: Table.userChat.key(user.raw)) { key, _ in
@@ -274,7 +274,7 @@ extension Projections {
     }
 
     /// A chat's record and current members, nil when this node holds no creation.
-    public func chatView(_ id: ChatID) throws -> ChatView? {
+    package func chatView(_ id: ChatID) throws -> ChatView? {
         try log.env.read { txn in try chatView(id.raw, in: txn) }
     }
 
@@ -304,7 +304,7 @@ extension Projections {
     /// A page of a chat's messages, oldest first: the `limit` newest
     /// messages before `before` (a cursor from an earlier page). Messages
     /// from users `viewer` blocked are left out.
-    public func chat(_ id: ChatID, viewer: UserID? = nil, limit: Int = 50, before: MessageCursor? = nil) throws -> ChatPage {
+    package func chat(_ id: ChatID, viewer: UserID? = nil, limit: Int = 50, before: MessageCursor? = nil) throws -> ChatPage {
         try chat(id.raw, viewer: viewer?.raw, limit: limit, before: before)
     }
 
@@ -353,7 +353,7 @@ extension Projections {
     }
 
     /// The chat a message belongs to, when it took effect here.
-    public func message(_ id: MessageID) throws -> MessageView? {
+    package func message(_ id: MessageID) throws -> MessageView? {
         try message(id.raw)
     }
 

@@ -39,7 +39,7 @@ extension Projections {
     }
 
     /// Spending rights of one device.
-    public func rights(of device: DeviceID) throws -> UInt64 {
+    package func rights(of device: DeviceID) throws -> UInt64 {
         try rights(of: device.raw)
     }
 
@@ -52,7 +52,7 @@ extension Projections {
     /// A user's balance: the rights of every device bound to them (removed
     /// devices included: their coins are still the user's) plus any held by
     /// the user key itself.
-    public func balance(of user: UserID) throws -> BalanceView {
+    package func balance(of user: UserID) throws -> BalanceView {
         try balance(of: user.raw)
     }
 
@@ -66,7 +66,7 @@ extension Projections {
 
     /// Every lock slot of `user`'s profile, one per configured slot, in slot
     /// number order. A locked slot shows no picture even when one was set.
-    public func slots(of user: UserID) throws -> [SlotView] {
+    package func slots(of user: UserID) throws -> [SlotView] {
         try slots(of: user.raw)
     }
 

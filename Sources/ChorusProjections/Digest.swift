@@ -11,7 +11,7 @@ import Foundation
 extension Projections {
     /// BLAKE2b-256 over the network configuration and every entry of the
     /// projected state in key order (Specs/projections.md §8).
-    public func digest() throws -> Hash32 { try digest(splitAbove: Self.digestSplitEntries) }
+    package func digest() throws -> Hash32 { try digest(splitAbove: Self.digestSplitEntries) }
 
     /// `digest()`, with the state's entries turned into the digest's stream
     /// in batches on threads of their own (`digestInParts`) when it holds

@@ -72,7 +72,7 @@ extension Projections {
     // MARK: Pictures
 
     /// Looks a picture up by id: live, deleted or unknown.
-    public func picture(_ id: PictureID) throws -> PictureLookup {
+    package func picture(_ id: PictureID) throws -> PictureLookup {
         try log.env.read { txn in try lookup(id.raw, in: txn) }
     }
 
@@ -105,12 +105,12 @@ extension Projections {
 
     /// A reference to a picture resolved now (Specs/projections.md §7.1):
     /// what a decrypted message's `picture` shows.
-    public func reference(to id: PictureID) throws -> PictureReference {
+    package func reference(to id: PictureID) throws -> PictureReference {
         try log.env.read { txn in try reference(id.raw, in: txn) }
     }
 
     /// A user's gallery in its user-defined order.
-    public func pictures(of user: UserID, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
+    package func pictures(of user: UserID, limit: Int = .max, offset: Int = 0) throws -> [PictureView] {
         try pictures(of: user.raw, limit: limit, offset: offset)
     }
 
@@ -135,7 +135,7 @@ extension Projections {
 
     /// Pictures of the users `viewer` follows, newest first, leaving out
     /// users the viewer blocked. `before` is an HLC to page back from.
-    public func feed(for viewer: UserID, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
+    package func feed(for viewer: UserID, limit: Int = 50, before: HLC? = nil) throws -> [PictureView] {
         try feed(for: viewer.raw, limit: limit, before: before)
     }
 

@@ -69,7 +69,7 @@ public struct RelayListView: Hashable, Sendable, Codable {
 extension Projections {
     /// `user`'s profile: fields in name order, the avatar resolved (only the
     /// user's own picture shows) and devices. Empty when nothing is held.
-    public func profile(_ user: UserID) throws -> ProfileView {
+    package func profile(_ user: UserID) throws -> ProfileView {
         try profile(user.raw)
     }
 
@@ -94,7 +94,7 @@ extension Projections {
 
     /// `user`'s relay list (Specs/projections.md §6.12): nil when the user
     /// has published none that took effect.
-    public func relays(of user: UserID) throws -> RelayListView? {
+    package func relays(of user: UserID) throws -> RelayListView? {
         try log.env.read { txn in
             guard let value = try txn.get(state, Table.relays.key(user.raw)) else { return nil }
             let register = try Self.profileRegister(value)
@@ -108,7 +108,7 @@ extension Projections {
     }
 
     /// Every user's relay list this node holds, by user key.
-    public func relayLists() throws -> [RelayListView] {
+    package func relayLists() throws -> [RelayListView] {
         var users: [UserID] = []
         try log.env.read { txn in
             try txn.scan(state, prefix: [Table.relays.rawValue]) { key, _ in
@@ -121,7 +121,7 @@ extension Projections {
 
     /// Every device ever bound to `user`, removed ones included, oldest binding
     /// first (added HLC, then key), each with its rights.
-    public func devices(of user: UserID) throws -> [DeviceView] {
+    package func devices(of user: UserID) throws -> [DeviceView] {
         try log.env.read { txn in try devices(of: user.raw, in: txn) }
     }
 

@@ -14,7 +14,7 @@ import Foundation
 /// every event is filed as a fact under the objects it touches, and each
 /// touched object is re-folded from all of its facts in merge order, so
 /// delivery order never matters (Specs/projections.md).
-public struct Projections: Sendable {
+package struct Projections: Sendable {
     /// The event log, whose LMDB environment also holds the projection
     /// databases.
     package let log: LogStore
@@ -23,7 +23,7 @@ public struct Projections: Sendable {
     package let blobs: BlobStore
     /// The network configuration folds read (issuers, slot prices); its
     /// fingerprint is part of the digest.
-    public let config: NetworkConfig
+    package let config: NetworkConfig
     /// The facts' main level; `recentFacts` holds those filed and not yet
     /// moved into this one (Specs/projections.md §9.1).
     let facts: Database
@@ -239,13 +239,13 @@ public struct Projections: Sendable {
     /// Whether the state was built by this format with this configuration
     /// (false for a store from before projections, or after the network
     /// configuration changed): then it must be rebuilt before use.
-    public func isCurrent() throws -> Bool { try staleness() == nil }
+    package func isCurrent() throws -> Bool { try staleness() == nil }
 
     /// Why the stored state is not this format's with this configuration,
     /// or nil when it is (`isCurrent()`). A reader of stale state would read
     /// records of another layout as this one's: tools that read a store
     /// without rebuilding it refuse it instead.
-    public func staleness() throws -> Staleness? {
+    package func staleness() throws -> Staleness? {
         try log.env.read { txn in
             guard let marker = try txn.get(index, Self.builtKey) else { return .neverBuilt }
             if marker == builtMarker { return nil }

@@ -4,22 +4,22 @@ import ChorusEvents
 import ChorusStorage
 
 /// An event that took no effect and why, as `noEffects(limit:)` lists it.
-public struct NoEffectRecord: Hashable, Sendable {
+package struct NoEffectRecord: Hashable, Sendable {
     /// The event's id.
-    public let event: EventID
+    package let event: EventID
     /// Its reason (Specs/projections.md §4).
-    public let reason: NoEffect
+    package let reason: NoEffect
 }
 
 /// Errors queries throw for a request they cannot answer.
-public enum QueryError: Error, Sendable, CustomStringConvertible {
+package enum QueryError: Error, Sendable, CustomStringConvertible {
     /// The `before` cursor is not 40 bytes in hex (HLC and message id).
     case badCursor(String)
     /// This node holds no creation of the chat.
     case unknownChat(ObjectID)
 
     /// The message shown to people.
-    public var description: String {
+    package var description: String {
         switch self {
         case .badCursor(let c): "\"\(c)\" is not a chat cursor; use the cursor printed with the previous page"
         case .unknownChat(let id): "this node holds no chat \(id.hex)"
@@ -35,7 +35,7 @@ extension Projections {
     // MARK: Decisions
 
     /// Why an event took no effect, or nil when it took effect (or is unknown).
-    public func noEffect(_ id: EventID) throws -> NoEffect? {
+    package func noEffect(_ id: EventID) throws -> NoEffect? {
         try log.env.read { txn in try noEffect(id, in: txn) }
     }
 
@@ -50,7 +50,7 @@ extension Projections {
 
     /// `noEffect(_:)` for an event in hand (a mutation just committed): a
     /// `message.sent` is found by its chat and time, without a lookup by id.
-    public func noEffect(of event: Event) throws -> NoEffect? {
+    package func noEffect(of event: Event) throws -> NoEffect? {
         try log.env.read { txn in
             if let arrival = try log.readArrival(of: event.id, in: txn), let stored = try storedNoEffect(at: arrival, in: txn) {
                 return stored
@@ -117,7 +117,7 @@ extension Projections {
 
 extension QueryError {
     /// A stable, machine-readable name of the error, in snake case.
-    public var code: String {
+    package var code: String {
         switch self {
         case .badCursor: "bad_cursor"
         case .unknownChat: "chat_unknown"

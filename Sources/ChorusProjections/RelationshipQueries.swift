@@ -44,7 +44,7 @@ extension Projections {
     }
 
     /// A page of `followers(of:)`: up to `limit` users in key order after `after`.
-    public func followers(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
+    package func followers(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
         try log.env.read { txn in
             let blocks = Table.edgeOut.key(ObjectClass.block.rawValue, user.raw)
             return try page(Table.edge.key(ObjectClass.follow.rawValue, user.raw), after: after?.raw, limit: limit, in: txn) {
@@ -54,14 +54,14 @@ extension Projections {
     }
 
     /// A page of `following(of:)`: up to `limit` users in key order after `after`.
-    public func following(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
+    package func following(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
         try log.env.read { txn in
             try page(Table.edgeOut.key(ObjectClass.follow.rawValue, user.raw), after: after?.raw, limit: limit, in: txn).map(UserID.init)
         }
     }
 
     /// A page of `likes(of:)`: up to `limit` users in key order after `after`.
-    public func likes<Object: Likeable>(of object: Object, after: UserID?, limit: Int) throws -> [UserID] {
+    package func likes<Object: Likeable>(of object: Object, after: UserID?, limit: Int) throws -> [UserID] {
         try likes(of: object.raw, after: after, limit: limit)
     }
 
@@ -73,7 +73,7 @@ extension Projections {
     }
 
     /// Users following `user`, leaving out those `user` blocked.
-    public func followers(of user: UserID) throws -> [UserID] {
+    package func followers(of user: UserID) throws -> [UserID] {
         try followers(of: user.raw).map(UserID.init)
     }
 
@@ -85,7 +85,7 @@ extension Projections {
     }
 
     /// Users `user` follows now, in key order (bytewise).
-    public func following(of user: UserID) throws -> [UserID] {
+    package func following(of user: UserID) throws -> [UserID] {
         try following(of: user.raw).map(UserID.init)
     }
 
@@ -94,7 +94,7 @@ extension Projections {
     }
 
     /// Users `user` blocks now, in key order (bytewise).
-    public func blocked(by user: UserID) throws -> [UserID] {
+    package func blocked(by user: UserID) throws -> [UserID] {
         try blocked(by: user.raw).map(UserID.init)
     }
 
@@ -103,7 +103,7 @@ extension Projections {
     }
 
     /// Users who like a picture or message; empty once a picture is deleted.
-    public func likes<Object: Likeable>(of object: Object) throws -> [UserID] {
+    package func likes<Object: Likeable>(of object: Object) throws -> [UserID] {
         try likes(of: object.raw).map(UserID.init)
     }
 

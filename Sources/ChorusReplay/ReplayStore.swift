@@ -36,7 +36,7 @@ public struct ReplayStore: Sendable {
     public let env: Environment
     public let log: LogStore
     public let blobs: BlobStore
-    public let projections: Projections
+    package let projections: Projections
     /// The same environment as a `Store`: copies commit through it.
     public var store: Store { Store(env: env, log: log, blobs: blobs, projections: projections) }
 
@@ -342,7 +342,7 @@ public final class ScratchDirectory: Sendable {
 extension ReplayStore {
     /// A replay view of a store some node already has open (its reads are
     /// LMDB read transactions: they never block, nor see half a commit).
-    public init(path: String, log: LogStore, blobs: BlobStore, projections: Projections) {
+    package init(path: String, log: LogStore, blobs: BlobStore, projections: Projections) {
         self.init(path: path, env: log.env, log: log, blobs: blobs, projections: projections)
     }
 }

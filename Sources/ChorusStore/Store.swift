@@ -15,9 +15,9 @@ public struct Store: Sendable {
     public let env: Environment
     public let log: LogStore
     public let blobs: BlobStore
-    public let projections: Projections
+    package let projections: Projections
 
-    public init(env: Environment, log: LogStore, blobs: BlobStore, projections: Projections) {
+    package init(env: Environment, log: LogStore, blobs: BlobStore, projections: Projections) {
         self.env = env
         self.log = log
         self.blobs = blobs

@@ -37,10 +37,10 @@ struct EmbeddingTests {
         _ = await node.ingest(try shop.arrivals().map { $0.event.encoded() })
 
         let me = node.identity.user
-        let profile = try node.projections.profile(me)
+        let profile = try node.profile(of: me)
         let page = try node.readableChatPage(chat, limit: 50)
-        let balance = try node.projections.balance(of: me)
-        let digest = try node.projections.digest()
+        let balance = try node.balance(of: me)
+        let digest = try node.digest()
 
         var rendered: [ReadableChatPage] = []
         func render(_ page: ReadableChatPage) { rendered.append(page) }
@@ -62,7 +62,7 @@ struct EmbeddingTests {
         #expect(credit.isApplied && again.effect.code == "duplicate_receipt")
         #expect(report.complete)
         #expect(try bobNode.readableChatPage(chat, limit: 50).messages.first?.content.value?.text == "look")
-        #expect(try bobNode.projections.digest() == node.projections.digest() && digest == node.projections.digest())
+        #expect(try bobNode.digest() == node.digest() && digest == node.digest())
         await node.close()
         await bobNode.close()
         await shop.close()

@@ -46,7 +46,7 @@ struct ErrorTests {
         #expect(await Self.code { try await node.setProfile(.city("Lisbon")) } == "closed")
         // One error for a closed node, whatever the call, nameable with `import Chorus`.
         await #expect(throws: StorageError.closed) { try await node.setProfile(.city("Lisbon")) }
-        #expect(throws: StorageError.closed) { _ = try node.projections.profile(node.identity.user) }
+        #expect(throws: StorageError.closed) { _ = try node.profile(of: node.identity.user) }
         await #expect(throws: StorageError.closed) { _ = try await node.follow(someone) }
         #expect(await Self.code { _ = opened(try await Node.create(at: store, network: NetworkConfig())) } == "already_initialized")
         let refusal: any ChorusError = Refusal.insufficientRights(held: 0, needed: 30)
@@ -64,15 +64,15 @@ struct PictureDataTests {
         let node = opened(try await Node.create(at: root.appendingPathComponent("a"), deviceName: "phone", network: NetworkConfig()))
         let relay = Relay(address: "relay1.example.org:7800", key: SigningKey.generate().publicKey, roles: [.home, .inbox])
         let inbox = Relay(address: "[2001:db8::7]:7801", key: SigningKey.generate().publicKey, roles: .inbox)
-        #expect(try node.projections.relays(of: node.identity.user) == nil)
+        #expect(try node.relays(of: node.identity.user) == nil)
         let set = try await node.setRelays([relay, inbox])
         #expect(set.effect == .applied)
-        #expect(try node.projections.relays(of: node.identity.user)?.relays == [relay, inbox])
+        #expect(try node.relays(of: node.identity.user)?.relays == [relay, inbox])
         #expect(await ErrorTests.code { try await node.setRelays([relay, relay]) } == "invalid_relay_list")
         #expect(await ErrorTests.code { try await node.setRelays([Relay(address: "no-port", key: relay.key, roles: .home)]) } == "invalid_relay_list")
         #expect(await ErrorTests.code { try await node.setRelays(Array(repeating: inbox, count: 9)) } == "invalid_relay_list")
         _ = try await node.setRelays([])
-        #expect(try node.projections.relays(of: node.identity.user)?.relays == [])
+        #expect(try node.relays(of: node.identity.user)?.relays == [])
         await node.close()
     }
 

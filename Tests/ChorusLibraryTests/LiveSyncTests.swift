@@ -71,8 +71,8 @@ struct CustomTransportTests {
         async let fromAlice = bob.sync(over: bobEnd)
         let (a, b) = try await (fromBob, fromAlice)
         #expect(a.complete && b.complete)
-        #expect(try alice.projections.profile(bob.identity.user).name == "Bob")
-        #expect(try bob.projections.profile(alice.identity.user).name == "Alice")
+        #expect(try alice.profile(of: bob.identity.user).name == "Bob")
+        #expect(try bob.profile(of: alice.identity.user).name == "Alice")
         await world.close()
     }
 }

@@ -106,12 +106,12 @@ struct ObservationTests {
         try await world.exchange()
         var since = try bob.arrivals().last?.arrival ?? 0
 
-        let profile = Watched(alice) { try $0.projections.profile(me) }
-        let likes = Watched(alice) { try $0.projections.likes(of: mine) }
-        let followers = Watched(alice) { try $0.projections.followers(of: me) }
+        let profile = Watched(alice) { try $0.profile(of: me) }
+        let likes = Watched(alice) { try $0.likes(of: mine) }
+        let followers = Watched(alice) { try $0.followers(of: me) }
         let page = Watched(alice) { try $0.readableChatPage(chat, limit: 20) }
-        let balance = Watched(alice) { try $0.projections.balance(of: me) }
-        let gallery = Watched(alice) { try $0.projections.pictures(of: me) }
+        let balance = Watched(alice) { try $0.balance(of: me) }
+        let gallery = Watched(alice) { try $0.pictures(of: me) }
         let all: [(String, () -> Int)] = [
             ("profile", { profile.runs }), ("likes", { likes.runs }), ("followers", { followers.runs }),
             ("chat page", { page.runs }), ("balance", { balance.runs }), ("gallery", { gallery.runs }),
@@ -133,7 +133,7 @@ struct ObservationTests {
         }
         try await world.bobToAlice(since: &since)
         // Alice's own writes elsewhere: a like of Bob's picture, a chat of hers alone.
-        let bobsPicture = try bob.projections.pictures(of: bob.identity.user).first?.id
+        let bobsPicture = try bob.pictures(of: bob.identity.user).first?.id
         if let bobsPicture { try await alice.like(bobsPicture) }
         _ = try await alice.createChat(title: "notes")
 
@@ -176,10 +176,10 @@ struct ObservationTests {
         var since = try bob.arrivals().last?.arrival ?? 0
         var rng = SeededGenerator(seed: seed)
 
-        let profile = Watched(alice) { try $0.projections.profile(him) }
-        let followers = Watched(alice) { try $0.projections.followers(of: me) }
+        let profile = Watched(alice) { try $0.profile(of: him) }
+        let followers = Watched(alice) { try $0.followers(of: me) }
         let page = Watched(alice) { try $0.readableChatPage(chat, limit: 5) }
-        let gallery = Watched(alice) { try $0.projections.pictures(of: him) }
+        let gallery = Watched(alice) { try $0.pictures(of: him) }
         var pictures: [PictureID] = []
         for step in 0..<60 {
             switch Int.random(in: 0..<6, using: &rng) {
@@ -194,10 +194,10 @@ struct ObservationTests {
             if Bool.random(using: &rng) { try await world.bobToAlice(since: &since) }
         }
         try await world.bobToAlice(since: &since)
-        let freshProfile = try alice.projections.profile(him)
-        let freshFollowers = try alice.projections.followers(of: me)
+        let freshProfile = try alice.profile(of: him)
+        let freshFollowers = try alice.followers(of: me)
         let freshPage = try alice.readableChatPage(chat, limit: 5)
-        let freshGallery = try alice.projections.pictures(of: him)
+        let freshGallery = try alice.pictures(of: him)
         try await profile.wait("the profile") { $0 == freshProfile }
         try await followers.wait("the followers") { $0 == freshFollowers }
         try await page.wait("the chat page") { $0 == freshPage }
@@ -208,7 +208,7 @@ struct ObservationTests {
     @Test("an observation ends when the node closes")
     func endsOnClose() async throws {
         let world = try await World.make()
-        let stream = world.alice.observe { try $0.projections.profile($0.identity.user) }
+        let stream = world.alice.observe { try $0.profile(of: $0.identity.user) }
         var iterator = stream.makeAsyncIterator()
         _ = try await iterator.next()
         await world.alice.close()

@@ -71,7 +71,7 @@ guard credit.isApplied, case .noEffect(let why) = again.effect, why.code == "dup
 print("redelivered receipt: \(why.code) (\(why.detail))")
 _ = try await shop.sync(with: "127.0.0.1", port: bobServing.port)
 try await syncAlice()
-print("Alice's balance: \(try alice.projections.balance(of: alice.identity.user).total) coins")
+print("Alice's balance: \(try alice.balance(of: alice.identity.user).total) coins")
 
 // Refusals are typed: an app branches on the case, or on the stable code
 // every library error carries (`ChorusError`).
@@ -89,16 +89,16 @@ do {
 }
 
 // Queries read the projections; two nodes with the same events agree.
-let profile = try alice.projections.profile(alice.identity.user)
+let profile = try alice.profile(of: alice.identity.user)
 print("Alice: \(profile.city ?? "?"), born \(profile.birthday.map { "\($0.year ?? 0)" } ?? "?"), avatar \(profile.avatar != nil)")
 let bobsView = try bob.readableChatPage(chat, limit: 50).messages.compactMap { $0.content.value?.text }
 print("Bob's screen: \(bobsView)")
-guard try alice.projections.digest() == bob.projections.digest() else { fatalError("the nodes disagree") }
+guard try alice.digest() == bob.digest() else { fatalError("the nodes disagree") }
 
 // Close, then reopen the same store: everything acknowledged is there.
 await bobServing.shutdown()
 await alice.close()
 let reopened = try await Node.open(at: folder.appendingPathComponent("alice"))
-guard try reopened.projections.profile(reopened.identity.user).city == "Lisbon" else { fatalError("lost after reopening") }
-print("reopened: \(try reopened.projections.balance(of: reopened.identity.user).total) coins, city Lisbon")
+guard try reopened.profile(of: reopened.identity.user).city == "Lisbon" else { fatalError("lost after reopening") }
+print("reopened: \(try reopened.balance(of: reopened.identity.user).total) coins, city Lisbon")
 for node in [reopened, bob, shop] { await node.close() }
