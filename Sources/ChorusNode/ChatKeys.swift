@@ -176,10 +176,13 @@ extension Node {
 
     /// A page of a chat as this device reads it (Specs/encryption.md §8).
     public nonisolated func readableChatPage(_ chat: ChatID, limit: Int = 50, before: MessageCursor? = nil) throws -> ReadableChatPage {
-        let page = try projections.chat(chat, viewer: identity.user, limit: limit, before: before)
-        return ReadableChatPage(
-            chat: try readableChat(page.chat), messages: try page.messages.map(readableMessage), older: page.older,
-            readMarkers: page.readMarkers)
+        // One snapshot: the page, its senders' keys, the edits' originals and the pictures referenced.
+        try read {
+            let page = try projections.chat(chat, viewer: identity.user, limit: limit, before: before)
+            return ReadableChatPage(
+                chat: try readableChat(page.chat), messages: try page.messages.map(readableMessage), older: page.older,
+                readMarkers: page.readMarkers)
+        }
     }
 
     /// This user's chats as a chat list shows them, newest activity first:
@@ -188,10 +191,12 @@ extension Node {
     /// `node.observe { try $0.chatList() }` re-runs only when a commit touches
     /// one of these chats or this user's membership.
     public nonisolated func chatList() throws -> [ReadableChatSummary] {
-        try projections.chatList(of: identity.user).map { summary in
-            ReadableChatSummary(
-                chat: try readableChat(summary.chat), lastMessage: try summary.lastMessage.map(readableMessage), unread: summary.unread,
-                readMarker: summary.readMarker, lastActivity: summary.lastActivity)
+        try read {
+            try projections.chatList(of: identity.user).map { summary in
+                ReadableChatSummary(
+                    chat: try readableChat(summary.chat), lastMessage: try summary.lastMessage.map(readableMessage), unread: summary.unread,
+                    readMarker: summary.readMarker, lastActivity: summary.lastActivity)
+            }
         }
     }
 

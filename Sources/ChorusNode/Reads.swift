@@ -4,10 +4,21 @@ import ChorusProjections
 
 // The library's reads: what the projections hold, through the node, which is
 // the store's one boundary (the projections themselves are not public). Each
-// read answers from one read transaction of its own and runs on the
-// caller's thread, concurrently with the writer and other reads
-// (Specs/storage.md §5).
+// read answers from one read transaction of its own, or from `read`'s, and
+// runs on the caller's thread, concurrently with the writer and other reads
+// (Specs/storage.md §6).
 extension Node {
+    /// Runs `body`, in which every read of this node on this thread answers
+    /// from one read transaction: what `body` reads is one state of the
+    /// store, whatever commits meanwhile. For a screen made of several
+    /// reads, a picture with its likes:
+    ///
+    ///     let (picture, likes) = try node.read { (try node.picture(id), try node.likes(of: id)) }
+    ///
+    /// `readableChatPage` and `chatList` read this way. Keep `body` short: it
+    /// holds a snapshot the store cannot reclaim pages of until it returns.
+    public nonisolated func read<T>(_ body: () throws -> T) throws -> T { try log.env.readAsOneSnapshot(body) }
+
     // MARK: Profiles and devices
 
     /// `user`'s profile: fields in name order, the avatar resolved (only the

@@ -139,9 +139,12 @@ public struct GetPicture: NodeOperation {
 
     /// Reads the picture and, when live, counts its likes.
     public func run(on node: Node) async throws -> Result {
-        let lookup = try node.projections.picture(id)
-        let likes = if case .live(let p) = lookup { try node.projections.likes(of: p.id).count } else { 0 }
-        return Result(lookup: lookup, likes: likes)
+        // One snapshot: a like committed between the two reads must not count for a picture read before it.
+        try node.read {
+            let lookup = try node.picture(id)
+            let likes = if case .live(let p) = lookup { try node.likes(of: p.id).count } else { 0 }
+            return Result(lookup: lookup, likes: likes)
+        }
     }
 }
 

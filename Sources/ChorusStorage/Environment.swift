@@ -186,13 +186,35 @@ public final class Environment: @unchecked Sendable {
         return db
     }
 
-    /// Runs `body` in a read-only transaction.
+    /// Runs `body` in a read-only transaction: inside `readAsOneSnapshot`
+    /// on this thread, that call's transaction; otherwise one of its own.
     public func read<T>(_ body: (Transaction) throws -> T) throws -> T {
+        if let pinned = PinnedReads.transaction(of: self) {
+            return try body(Transaction(txn: pinned, recorder: Self.recorder(for: pinned)))
+        }
         resizeLock.lockShared()
         defer { resizeLock.unlock() }
         let txn = try begin(flags: UInt32(MDB_RDONLY))
         defer { mdb_txn_abort(txn) }
         return try body(Transaction(txn: txn, recorder: Self.recorder(for: txn)))
+    }
+
+    /// Runs `body` with one read transaction that every `read` of this
+    /// environment on this thread joins until `body` returns, so a read made
+    /// of several (a chat page with its senders and references, a picture
+    /// with its likes) sees one state, whatever commits meanwhile
+    /// (Specs/storage.md §6). Nested calls join the outermost. Keep `body`
+    /// short and never wait in it for a write of this store: the map cannot
+    /// be resized while it runs.
+    public func readAsOneSnapshot<T>(_ body: () throws -> T) throws -> T {
+        if PinnedReads.transaction(of: self) != nil { return try body() }
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        let txn = try begin(flags: UInt32(MDB_RDONLY))
+        defer { mdb_txn_abort(txn) }
+        PinnedReads.push(self, txn)
+        defer { PinnedReads.pop() }
+        return try body()
     }
 
     /// The current task's read recorder, told which snapshot `txn` reads.
@@ -990,4 +1012,40 @@ extension StorageError {
         case .alreadyOpenInProcess: "already_open_in_process"
         }
     }
+}
+
+/// The read transactions `readAsOneSnapshot` pinned on the current thread,
+/// innermost last. Thread-local, not task-local: `body` is synchronous, and
+/// a task it started must not inherit a transaction aborted when it returns.
+private enum PinnedReads {
+    final class Stack {
+        var entries: [(env: ObjectIdentifier, txn: OpaquePointer)] = []
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key) { if let stack = $0 { Unmanaged<Stack>.fromOpaque(stack).release() } }
+        return key
+    }()
+
+    private static var stack: Stack? {
+        pthread_getspecific(key).map { Unmanaged<Stack>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    static func transaction(of env: Environment) -> OpaquePointer? {
+        guard let stack, !stack.entries.isEmpty else { return nil }
+        let id = ObjectIdentifier(env)
+        return stack.entries.last { $0.env == id }?.txn
+    }
+
+    static func push(_ env: Environment, _ txn: OpaquePointer) {
+        let current: Stack
+        if let stack { current = stack } else {
+            current = Stack()
+            pthread_setspecific(key, Unmanaged.passRetained(current).toOpaque())
+        }
+        current.entries.append((ObjectIdentifier(env), txn))
+    }
+
+    static func pop() { stack?.entries.removeLast() }
 }
