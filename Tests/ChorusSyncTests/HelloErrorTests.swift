@@ -26,7 +26,7 @@ struct HelloErrorTests {
         let run = Task { try await session.run() }
         try await peerSide.send(first)
         var frames: [SyncMessage] = []
-        _ = try await bounded(.seconds(30), "the server's answer") {
+        _ = try await bounded(.seconds(60), "the server's answer") {
             var out: [SyncMessage] = []
             while let frame = try? await peerSide.receive() {
                 if let m = try? SyncMessage.decode(frame) { out.append(m) }

@@ -65,7 +65,7 @@ func syncPairResults(
 }
 
 /// Polls `condition` until it holds or `limit` passes.
-func eventually(_ limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws -> Bool {
+func eventually(_ limit: Duration = .seconds(60), _ condition: () throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + limit
     while ContinuousClock.now < deadline {
         if try condition() { return true }

@@ -33,14 +33,14 @@ private func configuration(
         handshakeTimeout: handshakeTimeout, idleTimeout: idleTimeout)
 }
 
-private func nextConnection(_ listener: SecureListener, seconds: Double = 30) async throws -> SecureConnection {
+private func nextConnection(_ listener: SecureListener, seconds: Double = 60) async throws -> SecureConnection {
     try await within(seconds) {
         for await connection in listener.connections { return connection }
         throw TransportTestTimeout()
     }
 }
 
-private func firstFailure(_ failures: AsyncStream<SecureConnectionError>, seconds: Double = 30) async throws -> SecureConnectionError {
+private func firstFailure(_ failures: AsyncStream<SecureConnectionError>, seconds: Double = 60) async throws -> SecureConnectionError {
     try await within(seconds) {
         for await failure in failures { return failure }
         throw TransportTestTimeout()
@@ -64,7 +64,7 @@ struct TransportTests {
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network, identity: serverKey))
         #expect(listener.port > 0)
-        let client = try await within(30) {
+        let client = try await within(60) {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: configuration(network: network, identity: clientKey))
         }
@@ -78,10 +78,10 @@ struct TransportTests {
         // Small, empty, and larger than one Noise message (fragmented and reassembled).
         let big = frame(7, size: 300_000)
         for f in [[1, 2, 3], [], big, frame(8, size: 65_515), frame(9, size: 65_516)] as [[UInt8]] {
-            try await within(30) { try await client.send(f) }
-            #expect(try await within(30) { try await server.receive() } == f)
-            try await within(30) { try await server.send(f) }
-            #expect(try await within(30) { try await client.receive() } == f)
+            try await within(60) { try await client.send(f) }
+            #expect(try await within(60) { try await server.receive() } == f)
+            try await within(60) { try await server.send(f) }
+            #expect(try await within(60) { try await client.receive() } == f)
         }
 
         // Many frames both ways at once.
@@ -105,7 +105,7 @@ struct TransportTests {
 
         // A clean close: the other side sees nil.
         await client.close()
-        #expect(try await within(30) { try await server.receive() } == nil)
+        #expect(try await within(60) { try await server.receive() } == nil)
         await listener.shutdown()
     }
 
@@ -140,9 +140,9 @@ struct TransportTests {
         }
         #expect(servers.count == count)
         for (i, client) in clients.sorted(by: { $0.key < $1.key }) {
-            try await within(30) { try await client.send(frame(i, size: 40)) }
+            try await within(60) { try await client.send(frame(i, size: 40)) }
             let server = try #require(servers[identities[i].publicKey])
-            #expect(try await within(30) { try await server.receive() } == frame(i, size: 40))
+            #expect(try await within(60) { try await server.receive() } == frame(i, size: 40))
         }
         for client in clients.values { await client.close() }
         await listener.shutdown()
@@ -152,7 +152,7 @@ struct TransportTests {
     private func connectPeers(_ count: Int, network: Bytes32, port: Int) async throws -> [SecureConnection] {
         var out: [SecureConnection] = []
         for _ in 0..<count {
-            out.append(try await within(30) {
+            out.append(try await within(60) {
                 try await SecureConnection.connect(host: "127.0.0.1", port: port, configuration: configuration(network: network))
             })
         }
@@ -177,7 +177,7 @@ struct TransportTests {
             // process must survive every refusal (it once trapped on the first).
             for round in 0..<5 {
                 let refused = await #expect(throws: SecureConnectionError.self) {
-                    _ = try await within(30) {
+                    _ = try await within(60) {
                         try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
                     }
                 }
@@ -193,8 +193,8 @@ struct TransportTests {
             // The held connections still work, and a freed slot admits a new peer.
             let server = try await nextConnection(listener)
             let client = try #require(held.first { $0.handshakeHash == server.handshakeHash })
-            try await within(30) { try await client.send([1, 2, 3]) }
-            #expect(try await within(30) { try await server.receive() } == [1, 2, 3])
+            try await within(60) { try await client.send([1, 2, 3]) }
+            #expect(try await within(60) { try await server.receive() } == [1, 2, 3])
             await held.removeLast().close()
             #expect(try await eventually { listener.authenticatedConnections == 2 })
             held += try await connectPeers(1, network: network, port: listener.port)
@@ -219,7 +219,7 @@ struct TransportTests {
         let client = Task { try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: configuration(network: network)) }
         #expect(try await eventually(.seconds(30)) { (try? channel.getOption(.autoRead).wait()) == true })
         let server = try await nextConnection(listener)
-        let connected = try await within(30) { try await client.value }
+        let connected = try await within(60) { try await client.value }
         #expect(connected.handshakeHash == server.handshakeHash)
         await connected.close()
         await listener.shutdown()
@@ -231,7 +231,7 @@ struct TransportTests {
             host: "127.0.0.1", port: 0, configuration: configuration(network: Random.bytes32()),
             onFailure: { _, error in sink.yield(error) })
         await #expect(throws: SecureConnectionError.self) {
-            _ = try await within(30) {
+            _ = try await within(60) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: listener.port, configuration: configuration(network: Random.bytes32()))
             }
@@ -255,10 +255,10 @@ struct TransportTests {
         let forger = forgerConfiguration
         // The forger may get as far as the listener's proof; it never gets a working connection.
         do {
-            let connection = try await within(30) {
+            let connection = try await within(60) {
                 try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: forger)
             }
-            await #expect(throws: SecureConnectionError.self) { _ = try await within(30) { try await connection.receive() } }
+            await #expect(throws: SecureConnectionError.self) { _ = try await within(60) { try await connection.receive() } }
         } catch {
             #expect(error is SecureConnectionError)
         }
@@ -274,7 +274,7 @@ struct TransportTests {
         let network = Random.bytes32()
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network, maxFrameSize: 1024))
-        let client = try await within(30) {
+        let client = try await within(60) {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: configuration(network: network, maxFrameSize: 4096))
         }
@@ -284,13 +284,13 @@ struct TransportTests {
             try await client.send([UInt8](repeating: 1, count: 5000))
         }
         try await client.send([UInt8](repeating: 2, count: 1024))
-        #expect(try await within(30) { try await server.receive() }?.count == 1024)
+        #expect(try await within(60) { try await server.receive() }?.count == 1024)
         // Over the receiver's limit: the receiver disconnects.
         try await client.send([UInt8](repeating: 3, count: 2000))
         await #expect(throws: SecureConnectionError.frameTooLarge(size: 2000, limit: 1024)) {
-            _ = try await within(30) { try await server.receive() }
+            _ = try await within(60) { try await server.receive() }
         }
-        await #expect(throws: SecureConnectionError.self) { _ = try await within(30) { try await client.receive() } }
+        await #expect(throws: SecureConnectionError.self) { _ = try await within(60) { try await client.receive() } }
         await listener.shutdown()
     }
 
@@ -303,7 +303,7 @@ struct TransportTests {
             let listener = try await SecureListener.bind(
                 host: "127.0.0.1", port: 0,
                 configuration: configuration(network: network, idleTimeout: round == 0 ? .seconds(120) : .seconds(1)))
-            let client = try await within(30) {
+            let client = try await within(60) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
             }
@@ -315,7 +315,7 @@ struct TransportTests {
                 #expect(error == .connectionLost || error == .closed, "\(error)")
             }
             do {
-                let got = try await within(30) { try await server.receive() }
+                let got = try await within(60) { try await server.receive() }
                 Issue.record("garbage produced \(String(describing: got))")
             } catch let error as SecureConnectionError {
                 if round == 0 { #expect(error == .decryptionFailed) }
@@ -344,7 +344,7 @@ struct TransportTests {
             .bind(host: "127.0.0.1", port: 0).get()
         let mutePort = try #require(mute.localAddress?.port)
         await #expect(throws: SecureConnectionError.handshakeTimeout) {
-            _ = try await within(30) {
+            _ = try await within(60) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: mutePort,
                     configuration: configuration(network: Random.bytes32(), handshakeTimeout: .milliseconds(300)))
@@ -371,7 +371,7 @@ struct TransportTests {
         let network = Random.bytes32()
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network))
-        let client = try await within(30) {
+        let client = try await within(60) {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
         }
@@ -404,7 +404,7 @@ struct TransportTests {
                 if got != frame(i, size: size) { Issue.record("frame \(i) differs") }
             }
         }
-        try await within(30) { try await sender.value }
+        try await within(60) { try await sender.value }
         #expect(await progress.value == total)
         await client.close()
         await listener.shutdown()
