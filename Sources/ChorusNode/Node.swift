@@ -569,6 +569,19 @@ public actor Node {
         return stored.withLock { $0 }
     }
 
+    /// Queues `work` on the writer behind everything already queued, without
+    /// waiting: it commits with or after the events queued before it, never
+    /// before them (peer bookkeeping that records what a session received).
+    /// `completion` gets the error that stopped it, or nil once durable.
+    package nonisolated func enqueueWrite(
+        _ work: @escaping @Sendable (Transaction) throws -> Void, completion: @escaping @Sendable ((any Error)?) -> Void
+    ) {
+        guard let writer else { return completion(NodeError.readOnly) }
+        writer.enqueue([], work: work) { result in
+            if case .failure(let error) = result { completion(error) } else { completion(nil) }
+        }
+    }
+
     /// Folds the projections again from the log (Specs/storage.md §5) on the
     /// writer's thread: writes queued meanwhile wait and commit after it.
     /// Readers may see the projections partly folded until it returns.

@@ -20,7 +20,7 @@ extension Node {
     /// transport; it returns when both said the sync is complete (with
     /// `options.live`, when the transport closes).
     public nonisolated func sync(over transport: any FrameTransport, options: SyncOptions = SyncOptions()) async throws -> SyncReport {
-        try await SyncSession(node: self, transport: transport, options: options, peers: try PeerStore(env: log.env)).run()
+        try await SyncSession(node: self, transport: transport, options: options, peers: try PeerStore(node: self)).run()
     }
 
     /// Serves sync to peers on `host:port` (port 0: a free one, see

@@ -1,5 +1,6 @@
 import ChorusCBOR
 import ChorusCrypto
+import ChorusNode
 import ChorusStorage
 import Foundation
 import Synchronization
@@ -90,11 +91,29 @@ package struct PeerStore: Sendable {
     /// environment).
     package let env: Environment
     let db: Database
+    /// The node whose writer commits the updates (Specs/storage.md §5.1):
+    /// behind the events a session received, so a position is never durable
+    /// before the events it covers. Nil for a store opened without a node.
+    private let node: Node?
+    private let queued = QueuedWrites()
 
     /// Opens the `peers` database of `env`, creating it unless the environment
-    /// is read-only. Throws when the database cannot be opened.
+    /// is read-only; updates are written directly (no node writes `env`).
+    /// Throws when the database cannot be opened.
     package init(env: Environment) throws {
         self.env = env
+        self.node = nil
+        db = try env.openDatabase("peers", create: !env.readOnly)
+    }
+
+    /// The `peers` database of `node`'s store, updated through its writer.
+    package init(node: Node) throws {
+        try self.init(env: node.log.env, node: node)
+    }
+
+    private init(env: Environment, node: Node) throws {
+        self.env = env
+        self.node = node
         db = try env.openDatabase("peers", create: !env.readOnly)
     }
 
@@ -117,20 +136,75 @@ package struct PeerStore: Sendable {
         }
     }
 
-    /// Reads, changes and writes one record in one write transaction.
-    package func update(_ key: PublicKey, address: String, _ change: (inout PeerRecord) -> Void) throws {
-        try env.write { txn in
+    /// Reads, changes and writes one record in one write transaction: on the
+    /// node's writer, queued behind what is queued there and not waited for
+    /// (`flush` waits); without a node, at once.
+    package func update(_ key: PublicKey, address: String, _ change: @escaping @Sendable (inout PeerRecord) -> Void) throws {
+        let db = self.db
+        let work: @Sendable (Transaction) throws -> Void = { txn in
             var r = try txn.get(db, key.bytes).flatMap { PeerRecord.decode(key: key, $0) } ?? PeerRecord(key: key, address: address)
             if !address.isEmpty { r.address = address }
             change(&r)
             try txn.put(db, key.bytes, r.encoded())
         }
+        guard let node else { return try env.write(work) }
+        queued.started()
+        node.enqueueWrite(work) { [queued] error in queued.ended(error) }
     }
 
-    /// Deletes the peer's record: the next sync with it starts from position 0
-    /// and announces every feed.
-    package func forget(_ key: PublicKey) throws {
-        try env.write { txn in _ = try txn.delete(db, key.bytes) }
+    /// Deletes the peer's record, durably when it returns: the next sync with
+    /// it starts from position 0 and announces every feed.
+    package func forget(_ key: PublicKey) async throws {
+        let db = self.db
+        let work: @Sendable (Transaction) throws -> Void = { txn in _ = try txn.delete(db, key.bytes) }
+        guard let node else { return try env.write(work) }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            node.enqueueWrite(work) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+    }
+
+    /// Waits until every update queued so far is durable (or failed), and
+    /// returns the first error among them since the last flush, if any.
+    @discardableResult
+    package func flush() async -> (any Error)? { await queued.drained() }
+}
+
+/// Updates queued on a writer and not yet durable, and who waits for them.
+private final class QueuedWrites: Sendable {
+    private struct State {
+        var pending = 0
+        var firstError: (any Error)?
+        var waiters: [CheckedContinuation<(any Error)?, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    func started() { state.withLock { $0.pending += 1 } }
+
+    func ended(_ error: (any Error)?) {
+        let (waiters, first): ([CheckedContinuation<(any Error)?, Never>], (any Error)?) = state.withLock { s in
+            s.pending -= 1
+            if s.firstError == nil { s.firstError = error }
+            guard s.pending == 0 else { return ([], nil) }
+            defer { s.waiters = []; s.firstError = nil }
+            return (s.waiters, s.firstError)
+        }
+        for w in waiters { w.resume(returning: first) }
+    }
+
+    func drained() async -> (any Error)? {
+        await withCheckedContinuation { continuation in
+            let now: (any Error)?? = state.withLock { s in
+                guard s.pending > 0 else {
+                    defer { s.firstError = nil }
+                    return .some(s.firstError)
+                }
+                s.waiters.append(continuation)
+                return .none
+            }
+            if case .some(let error) = now { continuation.resume(returning: error) }
+        }
     }
 }
 

@@ -46,7 +46,7 @@ public enum SyncNetwork {
         connected: (@Sendable () -> Void)? = nil
     ) async throws -> SyncReport {
         let configuration = try configuration(for: node)
-        let peers = try PeerStore(env: node.log.env)
+        let peers = try PeerStore(node: node)
         func session() async throws -> SyncReport {
             let connection = try await SecureConnection.connect(host: host, port: port, configuration: configuration)
             if let expecting, connection.peer.key != expecting {

@@ -38,7 +38,7 @@ package final class SyncServer: Sendable {
         logger: Logger = Logger(label: "chorus.sync", factory: { _ in SwiftLogNoOpLogHandler() })
     ) throws {
         self.node = node
-        self.peers = try PeerStore(env: node.log.env)
+        self.peers = try PeerStore(node: node)
         self.bans = bans
         self.options = options
         self.logger = logger

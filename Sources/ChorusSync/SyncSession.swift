@@ -160,6 +160,9 @@ package actor SyncSession {
         // device holds (a user's new device, a new member): share them now,
         // so the next session carries them (Specs/encryption.md §6 rule 5).
         if !keyTriggers.isEmpty { report.keyEventsWritten += (try? await node.shareChatKeys(concerning: keyTriggers)) ?? 0 }
+        // What the session remembered of its peer is durable when it returns
+        // (a failure costs only a full exchange next time: PeerStore).
+        await peers?.flush()
         return report
     }
 

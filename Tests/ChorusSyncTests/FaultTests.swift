@@ -238,7 +238,7 @@ struct FaultTests {
         options.window = 4
         let session = try SyncSession(
             node: client, transport: TrackingTransport(inner: connection, tracker: tracker), options: options,
-            peers: try PeerStore(env: client.log.env))
+            peers: try PeerStore(node: client))
         let first: Result<SyncReport, any Error> = try await bounded(.seconds(60), "first sync") {
             do { return .success(try await session.run()) } catch { return .failure(error) }
         }

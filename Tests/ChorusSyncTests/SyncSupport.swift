@@ -41,8 +41,8 @@ func syncPair(
     capacity: Int = 16, cutAfterFrames: Int? = nil, remember: Bool = true
 ) async throws -> (SyncReport, SyncReport) {
     let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
-    let sa = try SyncSession(node: a, transport: ta, options: optionsA, peers: remember ? try PeerStore(env: a.log.env) : nil)
-    let sb = try SyncSession(node: b, transport: tb, options: optionsB, peers: remember ? try PeerStore(env: b.log.env) : nil)
+    let sa = try SyncSession(node: a, transport: ta, options: optionsA, peers: remember ? try PeerStore(node: a) : nil)
+    let sb = try SyncSession(node: b, transport: tb, options: optionsB, peers: remember ? try PeerStore(node: b) : nil)
     return try await bounded(.seconds(60), "sync") {
         async let ra = sa.run()
         async let rb = sb.run()
@@ -55,8 +55,8 @@ func syncPairResults(
     _ a: Node, _ b: Node, cutAfterFrames: Int? = nil, capacity: Int = 16
 ) async throws -> (Result<SyncReport, any Error>, Result<SyncReport, any Error>) {
     let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
-    let sa = try SyncSession(node: a, transport: ta, peers: try PeerStore(env: a.log.env))
-    let sb = try SyncSession(node: b, transport: tb, peers: try PeerStore(env: b.log.env))
+    let sa = try SyncSession(node: a, transport: ta, peers: try PeerStore(node: a))
+    let sb = try SyncSession(node: b, transport: tb, peers: try PeerStore(node: b))
     return try await bounded(.seconds(60), "sync") {
         async let ra: Result<SyncReport, any Error> = { do { return .success(try await sa.run()) } catch { return .failure(error) } }()
         async let rb: Result<SyncReport, any Error> = { do { return .success(try await sb.run()) } catch { return .failure(error) } }()

@@ -65,8 +65,8 @@ func runScopedBenchmark(_ options: ScopedBenchOptions) async throws {
 
     func session(_ a: SyncOptions, remember: Bool) async throws -> SyncReport {
         let (ta, tb) = MemoryTransport.pair(phone.identity.device.raw, relay.identity.device.raw, capacity: 16)
-        let sa = try SyncSession(node: phone, transport: ta, options: a, peers: remember ? try PeerStore(env: phone.log.env) : nil)
-        let sb = try SyncSession(node: relay, transport: tb, peers: remember ? try PeerStore(env: relay.log.env) : nil)
+        let sa = try SyncSession(node: phone, transport: ta, options: a, peers: remember ? try PeerStore(node: phone) : nil)
+        let sb = try SyncSession(node: relay, transport: tb, peers: remember ? try PeerStore(node: relay) : nil)
         async let ra = sa.run()
         async let rb = sb.run()
         _ = try await rb

@@ -430,7 +430,7 @@ func measuredSync(
         host: "127.0.0.1", port: port, configuration: try SyncNetwork.configuration(for: client))
     let transport = TallyingTransport(connection)
     let session = try SyncSession(
-        node: client, transport: transport, options: options, peers: remember ? try PeerStore(env: client.log.env) : nil)
+        node: client, transport: transport, options: options, peers: remember ? try PeerStore(node: client) : nil)
     let report = try await session.run()
     let seconds = Bench.clock() - t0
     await transport.close()

@@ -345,8 +345,8 @@ public struct NetworkSimulation: Sendable {
         let sample = Array(stride(from: 0, to: p.users, by: max(1, p.users / p.firstContactSample)))
         let contacts = try await eachUser(p, sample) { i in
             try await withNode(at: everyone[i].store) { node in
-                let peers = try PeerStore(env: node.log.env)
-                for record in try peers.all() { try peers.forget(record.key) }
+                let peers = try PeerStore(node: node)
+                for record in try peers.all() { try await peers.forget(record.key) }
                 let (_, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
                 let bytes = results.compactMap { r -> Int? in
                     guard case .success(let report) = r.outcome else { return nil }
