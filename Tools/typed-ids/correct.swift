@@ -7,6 +7,6 @@ func correct(_ node: Node, picture: PictureID, chat: ChatID, message: MessageID)
     try await node.sendMessage(chat, text: "hi", picture: picture)
     try await node.editMessage(message, text: "hello")
     try await node.moveRights(1, to: node.identity.device)
-    _ = try node.projections.profile(node.identity.user)
-    _ = try node.projections.likes(of: message)
+    _ = try node.profile(of: node.identity.user)
+    _ = try node.likes(of: message)
 }

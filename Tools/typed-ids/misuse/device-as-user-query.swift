@@ -2,5 +2,5 @@
 import Chorus
 
 func misuse(_ node: Node) throws {
-    _ = try node.projections.balance(of: node.identity.device)
+    _ = try node.balance(of: node.identity.device)
 }
