@@ -1,4 +1,5 @@
 import ChorusNode
+import Foundation
 import Synchronization
 import Testing
 
@@ -35,6 +36,7 @@ public struct ClosingNodes: SuiteTrait, TestTrait, TestScoping {
     public var isRecursive: Bool { true }
 
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        PoolStallWatch.started
         let opened = OpenedInTest()
         do {
             try await OpenedInTest.$current.withValue(opened) { try await function() }
@@ -55,3 +57,42 @@ extension Trait where Self == ClosingNodes {
 /// (`.closingNodes`), and returns it.
 @discardableResult
 public func opened(_ node: Node) -> Node { opened(node) { await $0.close() } }
+
+/// Says on standard error when a new task could not start for seconds: the
+/// cooperative pool's threads (on 2 cores, two) were blocked or had that
+/// much work queued ahead, so every test's bounded waits stretched by as
+/// much, and a failure then shows far from its cause. Started by
+/// `.closingNodes`; silent otherwise.
+enum PoolStallWatch {
+    static let started: Void = {
+        let thread = Thread {
+            let threshold = Duration.seconds(5)
+            while true {
+                let ran = RanFlag()
+                let sent = ContinuousClock.now
+                Task { ran.set() }
+                var reported = false
+                while !ran.isSet {
+                    Thread.sleep(forTimeInterval: 0.1)
+                    let waited = ContinuousClock.now - sent
+                    if !reported, waited > threshold {
+                        reported = true
+                        FileHandle.standardError.write(Data("pool stall: a new task could not start for \(threshold) (since \(Date().addingTimeInterval(-Double(threshold.components.seconds)))): the cooperative pool is blocked or saturated\n".utf8))
+                    }
+                }
+                if reported {
+                    FileHandle.standardError.write(Data("pool stall: ended after \(ContinuousClock.now - sent) (\(Date()))\n".utf8))
+                }
+                Thread.sleep(forTimeInterval: 0.25)
+            }
+        }
+        thread.name = "pool-stall-watch"
+        thread.start()
+    }()
+
+    private final class RanFlag: Sendable {
+        private let value = Atomic<Bool>(false)
+        func set() { value.store(true, ordering: .releasing) }
+        var isSet: Bool { value.load(ordering: .acquiring) }
+    }
+}
