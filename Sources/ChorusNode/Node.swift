@@ -95,6 +95,9 @@ public actor Node {
     public nonisolated let storePath: String
     /// The keys this node acts with: its user, its device and, for an issuer, its issuer key.
     public nonisolated let identity: Identity
+    /// The store's log, blobs and projections, and its one commit (one value,
+    /// built when the node opens; the writer commits through it).
+    package nonisolated let store: Store
     /// The store's event log, for reading raw events and feeds. Write only through
     /// the node: the store has one writer (Specs/storage.md §5.1).
     package nonisolated let log: LogStore
@@ -245,7 +248,7 @@ public actor Node {
                 agreement = fresh
             }
             let node = Node(
-                path: path, projections: projections, blobs: blobs, user: userPublic, userKey: userSecret, device: device,
+                path: path, store: store, user: userPublic, userKey: userSecret, device: device,
                 issuer: issuer, agreement: agreement, lockFD: fd, readOnly: readOnly, options: options)
             // From here the node owns the lock's descriptor: closing it here too
             // would close whatever file reuses the number next.
@@ -333,14 +336,15 @@ public actor Node {
     }
 
     private init(
-        path: String, projections: Projections, blobs: BlobStore, user: PublicKey, userKey: SigningKey?, device: SigningKey,
+        path: String, store: Store, user: PublicKey, userKey: SigningKey?, device: SigningKey,
         issuer: SigningKey?, agreement: AgreementKey?, lockFD: Int32, readOnly: Bool, options: NodeOptions
     ) {
         self.keyRing = KeyRing(agreement: agreement)
         self.storePath = path
-        self.log = projections.log
-        self.projections = projections
-        self.blobs = blobs
+        self.store = store
+        self.log = store.log
+        self.projections = store.projections
+        self.blobs = store.blobs
         self.options = options
         self.isReadOnly = readOnly
         self.identity = Identity(user: UserID(user), device: DeviceID(device.publicKey), issuer: issuer?.publicKey)
@@ -348,10 +352,10 @@ public actor Node {
         self.deviceKey = readOnly ? nil : device
         self.issuerKey = readOnly ? nil : issuer
         self.lockFD = lockFD
-        self.clock = HybridClock(last: (try? projections.log.maxHLC()) ?? .zero)
+        self.clock = HybridClock(last: (try? store.log.maxHLC()) ?? .zero)
         let writer =
             readOnly ? nil : GroupCommitWriter(
-                store: Store(env: projections.log.env, log: projections.log, blobs: projections.blobs, projections: projections),
+                store: store,
                 driftMillis: options.driftMillis, nowMillis: options.clock)
         self.writer = writer
         self.writerNotifier = writer?.notifier ?? ArrivalNotifier()
@@ -587,7 +591,7 @@ public actor Node {
     /// Readers may see the projections partly folded until it returns.
     public func rebuildProjections(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws {
         guard let writer else { throw NodeError.readOnly }
-        let store = Store(env: log.env, log: log, blobs: blobs, projections: projections)
+        let store = self.store
         let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in
             writer.exclusively({ try store.rebuild(progress: progress) }) { continuation.resume(with: $0) }
         }

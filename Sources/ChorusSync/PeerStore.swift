@@ -101,9 +101,7 @@ package struct PeerStore: Sendable {
     /// is read-only; updates are written directly (no node writes `env`).
     /// Throws when the database cannot be opened.
     package init(env: Environment) throws {
-        self.env = env
-        self.node = nil
-        db = try env.openDatabase("peers", create: !env.readOnly)
+        try self.init(env: env, node: nil)
     }
 
     /// The `peers` database of `node`'s store, updated through its writer.
@@ -111,7 +109,7 @@ package struct PeerStore: Sendable {
         try self.init(env: node.log.env, node: node)
     }
 
-    private init(env: Environment, node: Node) throws {
+    private init(env: Environment, node: Node?) throws {
         self.env = env
         self.node = node
         db = try env.openDatabase("peers", create: !env.readOnly)
