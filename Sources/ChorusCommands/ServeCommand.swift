@@ -66,6 +66,11 @@ struct Serve: AsyncParsableCommand {
             "all: keep and serve every feed peers offer. listed: keep only the feeds of users whose relay list names this relay home, every user key's bindings and relay lists, and what is addressed to users whose list names it inbox (default all).",
             valueName: "all|listed"))
     var host: String?
+    @Option(
+        help: ArgumentHelp(
+            "Exchange the directory (every user's bindings and relay list) with each of the network's bootstrap relays this often, so this relay can answer where any user lives; 0: never (default 60).",
+            valueName: "seconds"))
+    var directoryInterval: Int?
     @Option(help: ArgumentHelp("text or json (default text).", valueName: "format"))
     var logFormat: String?
     @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical (default info).", valueName: "level"))
@@ -83,6 +88,7 @@ struct Serve: AsyncParsableCommand {
         var apiListen: String?
         var apiHost: [String]?
         var host: String?
+        var directoryInterval: Int?
         var logFormat: String?
         var logLevel: String?
 
@@ -90,7 +96,7 @@ struct Serve: AsyncParsableCommand {
             case listen, networkKey = "network-key", maxConnections = "max-connections", maxUnauthenticated = "max-unauthenticated"
             case maxPerAddress = "max-per-address", maxEventsPerSession = "max-events-per-session"
             case maxBytesPerSession = "max-bytes-per-session", apiListen = "api-listen", apiHost = "api-host", logFormat = "log-format"
-            case logLevel = "log-level", host
+            case logLevel = "log-level", host, directoryInterval = "directory-interval"
         }
 
         /// Reads a config file; an unknown key is an error (a typo must not be silently ignored).
@@ -123,6 +129,7 @@ struct Serve: AsyncParsableCommand {
         s.apiListen = apiListen ?? s.apiListen
         if !apiHost.isEmpty { s.apiHost = apiHost }
         s.host = host ?? s.host
+        s.directoryInterval = directoryInterval ?? s.directoryInterval
         s.logFormat = logFormat ?? s.logFormat
         s.logLevel = logLevel ?? s.logLevel
         return s
@@ -143,6 +150,8 @@ struct Serve: AsyncParsableCommand {
         let logLevel: Logger.Level
         /// `--host listed` (Specs/sync.md §8.1).
         let hostsListed: Bool
+        /// `--directory-interval` (Specs/sync.md §4.12); nil: never.
+        let directoryInterval: Duration?
 
         init(_ s: Settings) throws {
             switch s.host ?? "all" {
@@ -150,6 +159,9 @@ struct Serve: AsyncParsableCommand {
             case "listed": hostsListed = true
             case let other: throw ValidationError("--host must be all or listed, got \"\(other)\"")
             }
+            let interval = s.directoryInterval ?? 60
+            if interval < 0 { throw ValidationError("--directory-interval must be 0 (never) or a number of seconds, got \(interval)") }
+            directoryInterval = interval == 0 ? nil : .seconds(interval)
             let listen = s.listen ?? "127.0.0.1:7800"
             guard let address = SyncNetwork.parseAddress(listen) else { throw ValidationError("--listen must be HOST:PORT, got \"\(listen)\"") }
             (host, port) = address
@@ -243,6 +255,7 @@ struct Serve: AsyncParsableCommand {
             services =
                 [SyncListenerService(listener: listener, server: server)] + (try apiServer.services())
                 + (settings.hostsListed ? [HostingCensusService(node: node, logger: logger)] : [])
+                + (settings.directoryInterval.map { [DirectoryService(node: node, hostsListed: settings.hostsListed, interval: $0, logger: logger)] } ?? [])
         } catch {
             await node.close()
             throw error
@@ -276,6 +289,44 @@ struct SyncListenerService: Service {
     }
 }
 
+/// The directory exchange (Specs/sync.md §4.12) with each bootstrap relay
+/// of the network, at start and then every `interval`: a relay so holds
+/// every user's relay list, and a user's node finds the lists of the users
+/// it follows at its own relays. One log line per failed exchange; counters
+/// of exchanges by outcome.
+struct DirectoryService: Service {
+    let node: Node
+    let hostsListed: Bool
+    let interval: Duration
+    let logger: Logger
+    static let succeeded = Counter(label: "chorus_directory_exchanges_total", dimensions: [("outcome", "ok")])
+    static let failed = Counter(label: "chorus_directory_exchanges_total", dimensions: [("outcome", "failed")])
+    static let received = Counter(label: "chorus_directory_events_received_total")
+
+    func run() async throws {
+        // Cancelled at shutdown, so neither a running exchange nor the wait holds the server up.
+        await cancelWhenGracefulShutdown { await exchanges() }
+    }
+
+    func exchanges() async {
+        while !Task.isCancelled {
+            for exchange in await SyncNetwork.exchangeDirectory(node, hostsListed: hostsListed) {
+                switch exchange.outcome {
+                case .success(let report):
+                    Self.succeeded.increment()
+                    Self.received.increment(by: report.eventsReceived)
+                case .failure(let error):
+                    Self.failed.increment()
+                    logger.warning(
+                        "directory exchange with bootstrap relay \(exchange.relay.address) failed: \(error)",
+                        metadata: ["relay": "\(exchange.relay.key.hex)"])
+                }
+            }
+            try? await Task.sleep(for: interval)
+        }
+    }
+}
+
 /// A listed relay's census (Specs/sync.md §8.1) every minute: gauges of the
 /// users it hosts, the users it still holds events of although their list
 /// dropped it, and its inbox; a log line for each user whose list stops (or
@@ -289,8 +340,13 @@ struct HostingCensusService: Service {
     static let inbox = Gauge(label: "chorus_relay_inbox_notices")
 
     func run() async throws {
+        // Cancelled at shutdown, so the minute's wait does not hold the server up.
+        await cancelWhenGracefulShutdown { await censuses() }
+    }
+
+    func censuses() async {
         var known: [PublicKey: UInt64]? = nil
-        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+        while !Task.isCancelled {
             if let census = try? HostingCensus.take(at: node) {
                 Self.hosted.record(census.hostedUsers)
                 Self.former.record(census.formerUsers.count)

@@ -160,6 +160,24 @@ extension Projections {
         }
     }
 
+    /// Every key that has bound a device (every user key this node knows),
+    /// in one scan of Table.userDevice.
+    package func bindingUsers() throws -> Set<PublicKey> {
+        try log.env.read { txn in
+            var users: Set<PublicKey> = []
+            var last: ArraySlice<UInt8> = []
+            try txn.scan(state, prefix: [Table.userDevice.rawValue]) { key, _ in
+                let user = key.dropFirst().prefix(32)
+                if user != last {
+                    users.insert(try Codec.b32(user, "binding user"))
+                    last = user
+                }
+                return true
+            }
+            return users
+        }
+    }
+
     /// The user a key acts for now (itself unless it is a bound device).
     package func user(of key: PublicKey) throws -> PublicKey {
         try log.env.read { txn in

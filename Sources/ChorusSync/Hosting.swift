@@ -33,6 +33,12 @@ package enum FeedHosting {
         }
     }
 
+    /// The directory `node` holds (Specs/sync.md §4.12): every key that has
+    /// bound a device (a user key), with this node's own user key.
+    package static func directoryFeeds(at node: Node) throws -> Set<PublicKey> {
+        try node.projections.bindingUsers().union([node.identity.user.raw])
+    }
+
     /// Whether `user`'s relay list, as `node` folds it, names `node` (by its
     /// device key) with the role `home`.
     package static func homes(_ user: PublicKey, at node: Node) throws -> Bool {

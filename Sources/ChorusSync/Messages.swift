@@ -47,6 +47,10 @@ package struct SyncCapabilities: OptionSet, Hashable, Sendable {
     /// events it addresses to a user at that user's inbox relay, which hands
     /// them to the user's devices (Specs/sync.md §4.11).
     package static let inbox = SyncCapabilities(rawValue: 256)
+    /// Asks for a directory session: both sides announce and reconcile only
+    /// user keys' own feeds (bindings and relay lists), so relays keep every
+    /// user's relay list without holding the users' feeds (Specs/sync.md §4.12).
+    package static let directory = SyncCapabilities(rawValue: 512)
 }
 
 /// An event left at an inbox for one of its addressees (Specs/sync.md

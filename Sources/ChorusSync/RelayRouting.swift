@@ -66,7 +66,8 @@ public struct RelayPlan: Sendable, Hashable {
     /// `Self.waitingTurn`-th sync, so what waits still moves for a node
     /// whose deliveries fill the budget.
     package static func make(
-        for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true, budget: Int = 8
+        for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true, budget: Int = 8,
+        askedOwn: Set<PublicKey> = []
     ) throws -> RelayPlan {
         let p = node.projections
         let me = node.identity.user
@@ -124,7 +125,15 @@ public struct RelayPlan: Sendable, Hashable {
         for relay in bootstrap where !unreachable.isEmpty || (held[relay.key]?.user ?? 0) < own.user {
             add(relay.address, relay.key, "bootstrap")
         }
-        if ownList == nil || !unlisted.isEmpty, !bootstrap.isEmpty, !entries.contains(where: { e in bootstrap.contains { $0.key == e.key } }) {
+        // A relay of this user's own list holds every user's list too (it
+        // exchanges the directory with the bootstrap relays, §4.12), so a
+        // plan that meets one asks it; the bootstrap relay is added for the
+        // users an own relay was asked about (`askedOwn`) and did not know.
+        let meetsOwn = entries.contains { e in ownList?.relays.contains { $0.key == e.key } ?? false }
+        let lookUp = ownList == nil || (!unlisted.isEmpty && (!meetsOwn || unlisted.contains { askedOwn.contains($0) }))
+        if lookUp, !bootstrap.isEmpty,
+            !entries.contains(where: { e in bootstrap.contains { $0.key == e.key } })
+        {
             let relay = bootstrap[Int(me.raw.bytes[0]) % bootstrap.count]
             add(relay.address, relay.key, "bootstrap")
         }
@@ -292,6 +301,8 @@ extension SyncNetwork {
         var covered: [PublicKey: Set<PublicKey>] = [:]
         var leftOut: [PublicKey: Set<PublicKey>] = [:]  // per relay, the users its last session left to others
         var failed: Set<PublicKey> = []
+        let ownRelays = Set(try node.projections.relays(of: node.identity.user)?.relays.map(\.key) ?? [])
+        var askedOwn: Set<PublicKey> = []  // users without a list a completed session with an own relay was asked about (§9 step 2)
         for _ in 0..<maxRounds {
             let shares = plan.shares(without: node.identity.user.raw)
             let heights = try ownHeights()
@@ -301,6 +312,7 @@ extension SyncNetwork {
                 if case .failure = r.outcome {
                     failed.insert(r.relay.key)
                 } else if case .success(let report) = r.outcome {
+                    if ownRelays.contains(r.relay.key), report.complete { askedOwn.formUnion(round.unlisted) }
                     covered[r.relay.key, default: []].formUnion(r.relay.covers)
                     leftOut[r.relay.key] = shares[r.relay.key] ?? []
                     if report.complete { offered[r.relay.key] = heights }
@@ -316,13 +328,19 @@ extension SyncNetwork {
             // lists arrived in this round), and own home relays when this
             // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
-            plan = try RelayPlan.make(for: node, scope: scope, avoiding: failed, extra: !extraUsed, budget: maxConnections)
+            plan = try RelayPlan.make(
+                for: node, scope: scope, avoiding: failed, extra: !extraUsed, budget: maxConnections, askedOwn: askedOwn)
             extraUsed = extraUsed || plan.addedForWhatCanWait
             let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))
             let now = try ownHeights()
+            // Users without a list that no own relay was asked about yet
+            // (they came into scope during the round): the own relays are
+            // asked again, before the bootstrap relays are (§9 step 2).
+            let unasked = !Set(plan.unlisted).subtracting(askedOwn).isEmpty
             round = plan
             round.relays = plan.relays.filter { entry in
+                if unasked, ownRelays.contains(entry.key) { return true }
                 guard let before = covered[entry.key] else { return true }
                 let regained = !(leftOut[entry.key] ?? []).subtracting(next[entry.key] ?? []).isEmpty
                 let behind = entry.covers.contains(node.identity.user.raw) && offered[entry.key].map { $0.device < now.device || $0.user < now.user } ?? true

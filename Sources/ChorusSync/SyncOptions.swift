@@ -49,6 +49,11 @@ public struct SyncOptions: Sendable {
     /// and keeps, as an inbox, the deliveries addressed to users whose list
     /// names it `inbox`. Off: every feed is requested (`--host all`).
     package var hostsListed = false
+    /// Asks for a directory session (`directory`, Specs/sync.md §4.12): only
+    /// user keys' own feeds are announced and fetched, by reconciliation,
+    /// whatever either side remembers; no inbox exchange, no live mode. A
+    /// relay runs one with each bootstrap relay periodically.
+    package var directory = false
     /// The most events and bytes of events this side serves the peer in one
     /// session (Specs/sync.md §5.1): past it, the rest of the peer's ranges
     /// go unanswered this session, so one peer cannot hold a server for an
@@ -72,6 +77,18 @@ public struct SyncOptions: Sendable {
             options.hostsListed = true
             options.sketch = false
         }
+        return options
+    }
+
+    /// The options of a relay's directory session with another relay
+    /// (Specs/sync.md §4.12): what a relay serving `hostsListed` keeps of
+    /// each feed decides what it keeps.
+    package static func directory(hostsListed: Bool) -> SyncOptions {
+        var options = SyncOptions.relay(hostsListed: hostsListed)
+        options.live = false
+        options.inbox = false
+        options.blobs = false
+        options.directory = true
         return options
     }
 
@@ -172,6 +189,8 @@ public struct SyncReport: Sendable, Hashable {
     /// The first announcement was a reconciliation (Specs/sync.md §4.2.1),
     /// in this many rounds sent.
     package var reconciled = false
+    /// The session was a directory session (Specs/sync.md §4.12).
+    package var directory = false
     /// Times live announcing woke for commits (Specs/sync.md §4.6): only
     /// commits that grew a feed the peer may be announced wake it.
     package var liveWakes = 0

@@ -47,7 +47,9 @@ extension SyncSession {
         }
         try watch()
         if live { liveWake = wake }
+        let directory = directorySession ? try FeedHosting.directoryFeeds(at: node) : nil
         func allowed(_ heads: [FeedAnnouncement]) -> [FeedAnnouncement] {
+            if let directory { return heads.filter { directory.contains($0.author) } }
             guard let scope = peerScope else { return heads }
             return heads.filter { scope.contains($0.author) || invited.contains($0.author) }
         }
@@ -96,6 +98,11 @@ extension SyncSession {
         var heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
         // With one side scoped, both reconcile the scoped side's feeds only (§4.10).
         if let scope = peerScope ?? sentScope { heads = heads.filter { scope.contains($0.author) } }
+        // A directory session reconciles user keys' own feeds only (§4.12).
+        if directorySession {
+            let directory = try FeedHosting.directoryFeeds(at: node)
+            heads = heads.filter { directory.contains($0.author) }
+        }
         var settled = false
         if reconciliation == .sketch { settled = try await sketchHeads(heads) }
         if !settled {

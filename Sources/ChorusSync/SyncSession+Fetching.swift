@@ -139,6 +139,9 @@ extension SyncSession {
     /// A listed relay's "scope" is what it hosts of the announced feeds
     /// (Specs/sync.md §8.1), which grows as the relay lists naming it arrive.
     func scopeFeeds() throws -> Set<PublicKey>? {
+        // In a directory session every announced feed is a user key's own
+        // feed, kept as the directory (§4.12, §8.1 rule 2) when not hosted whole.
+        if directorySession { return Set(fetch.announced.keys) }
         if options.hostsListed {
             let peerUser = peerHello?.user
             return Set(try fetch.announced.keys.filter { try FeedHosting.level(of: $0, at: node, peerUser: peerUser) != .none })
@@ -168,11 +171,16 @@ extension SyncSession {
         // A scope that grew during a session that skipped unchanged feeds
         // may miss feeds the peer did not announce: ask for all next time.
         let forceFull = startSince > 0 && tag != startTag
+        // A directory session's position covers the directory only: it is
+        // never the peer's position for a whole session (§4.12).
+        let keepsPosition = !directorySession
         let blobSerial = blobFetch.peerSerial
         let lacked = blobFetch.lacked
         do {
             try peers.update(transport.peer.key, address: transport.peer.address) { r in
-                if forceFull {
+                if !keepsPosition {
+                    // Unchanged.
+                } else if forceFull {
                     r.position = 0
                     r.scopeTag = tag
                 } else if complete {

@@ -11,7 +11,8 @@ extension SyncSession {
         let record = try peers?.record(peerKey)
         let tag = try sessionTag(scopeFeeds, peerUser: record?.user)
         var since: UInt64 = 0
-        if let record, record.scopeTag == tag { since = record.position }
+        // A directory session reconciles whatever is remembered (§4.12).
+        if let record, record.scopeTag == tag, !options.directory { since = record.position }
         blobFetch = BlobFetchState(remembered: record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } })
         startTag = tag
         startSince = since
@@ -22,27 +23,30 @@ extension SyncSession {
         if options.reconcile { caps.insert(.reconcile) }
         if options.sketch { caps.insert(.sketch) }
         if options.scoped { caps.insert(.scoped) }
-        if options.inbox || options.hostsListed { caps.insert(.inbox) }
+        if (options.inbox || options.hostsListed) && !options.directory { caps.insert(.inbox) }
+        if options.directory { caps.insert(.directory) }
         send(.hello(SyncHello(user: node.identity.user.raw, capabilities: caps, hops: options.scope.hops.map { UInt64(max(0, $0)) }, since: since)))
         guard case .hello(let hello) = try await receiveBeforeSession("the peer's hello", within: options.helloTimeout) else {
             throw SyncError.unexpected("the first message must be a hello")
         }
         peerHello = hello
         report.peerUser = hello.user
+        directorySession = caps.contains(.directory) || hello.capabilities.contains(.directory)
+        report.directory = directorySession
         if options.blobs, hello.capabilities.contains(.blobSerial) { send(.blobSerial(try blobs.serial())) }
-        isLive = options.live && hello.capabilities.contains(.live)
+        isLive = options.live && hello.capabilities.contains(.live) && !directorySession
         report.live = isLive
         // Inbox deliveries and notices (§4.11) come before the scope: the
         // notices can add the feeds of their senders to it.
-        if caps.contains(.inbox), hello.capabilities.contains(.inbox) {
+        if caps.contains(.inbox), hello.capabilities.contains(.inbox), !directorySession {
             try await exchangeInbox(with: hello)
             if report.noticesReceived > 0 { scopeFeeds = try options.scope.feeds(of: node) }
         }
         // Scoped announcements (§4.10): at a first contact a scoped side names
         // its feeds when both offer them. Later syncs announce only what
         // changed since the remembered position, scope or not.
-        let firstContactBySince = since == 0 || hello.since == 0
-        let scoped = caps.contains(.scoped) && hello.capabilities.contains(.scoped) && firstContactBySince
+        let firstContactBySince = since == 0 || hello.since == 0 || directorySession
+        let scoped = caps.contains(.scoped) && hello.capabilities.contains(.scoped) && firstContactBySince && !directorySession
         expectsPeerScope = scoped && hello.hops != nil
         if scoped, let feeds = scopeFeeds {
             sentScope = feeds
@@ -53,8 +57,8 @@ extension SyncSession {
         // reconciliation runs over every feed when neither is scoped, and over
         // the scoped side's feeds when exactly one is and both offer `scoped`.
         let oneScoped = scoped && (options.scope.hops == nil) != (hello.hops == nil)
-        let firstContact = (options.scope.hops == nil && hello.hops == nil || oneScoped) && firstContactBySince
-        if firstContact, caps.contains(.sketch), hello.capabilities.contains(.sketch) {
+        let firstContact = (options.scope.hops == nil && hello.hops == nil || oneScoped || directorySession) && firstContactBySince
+        if firstContact, caps.contains(.sketch), hello.capabilities.contains(.sketch), !directorySession {
             reconciliation = .sketch
         } else if firstContact, caps.contains(.reconcile), hello.capabilities.contains(.reconcile) {
             reconciliation = .tree

@@ -123,6 +123,8 @@ package actor SyncSession {
     /// told this side (nil when the peer sends none: then nothing is held back).
     var sentScope: Set<PublicKey>? = nil
     var expectsPeerScope = false
+    /// Either hello asked for a directory session (Specs/sync.md §4.12).
+    var directorySession = false
     var peerScope: Set<PublicKey>? = nil
     var peerScopePending: [PublicKey] = []
     var peerScopeWaiter: CheckedContinuation<Void, Never>? = nil

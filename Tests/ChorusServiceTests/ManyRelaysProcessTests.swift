@@ -54,12 +54,15 @@ struct ManyRelaysProcessTests {
             let store = dir.store("relay\(i)")
             _ = try await cli(["init", "--store", store, "--name", "relay\(i)", "--network", network])
             let key = try field(try await cli(["whoami", "--store", store, "--json"]), "device")
-            let server = try await ServerProcess.start(chorus: chorus, store: store, extra: ["--host", "listed"])
+            // Relays 1-3 exchange the directory with relay 0 every second (Specs/sync.md §4.12).
+            let server = try await ServerProcess.start(chorus: chorus, store: store, extra: ["--host", "listed", "--directory-interval", "1"])
             relays.append((store, key, "127.0.0.1:\(server.syncPort)", server))
+            if i == 0 {
+                // Relay 0 bootstraps the network: every invite made from now on carries it.
+                _ = try await cli(["network", "relay-add", "--store", founder, "\(key)@\(relays[0].address)"])
+            }
         }
         #expect(relays[0].server.output.contains("host=listed"))
-        // Relay 0 bootstraps the network: every invite made from now on carries it.
-        _ = try await cli(["network", "relay-add", "--store", founder, "\(relays[0].key)@\(relays[0].address)"])
 
         // Twelve users: user i lives on relays i and i+1 (home) and leaves
         // its inbox on relay i+2.
@@ -92,6 +95,19 @@ struct ManyRelaysProcessTests {
         // Two rounds: a user early in the first ran before later users published.
         try await round()
         try await round()
+        // Every relay holds every user's list, the users it is no relay of
+        // included: relay 0 as the bootstrap relay every user gave its list
+        // to, relays 1-3 from relay 0 in their directory exchanges.
+        for r in relays {
+            for (i, user) in users.enumerated() {
+                let shown = try await waitFor(.seconds(30), "relay \(r.store) to hold the list of u\(i)") {
+                    let out = try await cli(["relays", "show", user, "--store", r.store])
+                    return out.contains("No relay list") ? nil : out
+                }
+                #expect(shown.contains("home"))
+            }
+        }
+
         // Everyone reads the users they follow, fetched from those users' home relays.
         for i in 0..<12 {
             let j = (i + 5) % 12

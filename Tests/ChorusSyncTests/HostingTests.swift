@@ -111,6 +111,70 @@ struct HostingTests {
         for relay in [boot, r1, r2, r3] { await relay.stop() }
     }
 
+    @Test("relays exchange the directory with the bootstrap relay (every user's binding and list, no feed they do not host), so a node finds the lists of the users it follows at its own relay; a list too new for it is found at the bootstrap relay")
+    func directoryExchange() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        var net = testNetwork()
+        let boot = try await Self.listed(dir, "boot", network: net)
+        let r1 = try await Self.listed(dir, "r1", network: net)
+        let r2 = try await Self.listed(dir, "r2", network: net)
+        let r3 = try await Self.listed(dir, "r3", network: net)
+        net.bootstrapRelays = [BootstrapRelay(address: boot.address, key: boot.key)]
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        _ = try await alice.setRelays([r1.relay(.all)])
+        _ = try await bob.setRelays([r2.relay(.all)])
+        _ = try await alice.setProfile(.bio, .text("Alice on relay 1"))
+        for node in [alice, bob] { _ = try await Self.syncByLists(node, hops: 0) }
+        #expect(try r2.node.projections.relays(of: alice.identity.user) == nil, "only the bootstrap relay and her own hold her list yet")
+
+        // Each relay's exchange with the bootstrap relay (chorus serve
+        // --directory-interval): both directions, the directory only.
+        func exchange(_ relay: ServedRelay) async throws -> SyncReport {
+            let bootstraps = net.bootstrapRelays
+            let done = try await bounded(.seconds(60), "directory exchange") {
+                await SyncNetwork.exchangeDirectory(relay.node, hostsListed: true, bootstrapRelays: bootstraps)
+            }
+            #expect(done.count == 1)
+            return try #require(done.first).outcome.get()
+        }
+        let first = try await exchange(r2)
+        #expect(first.directory && first.reconciled && first.complete)
+        #expect(try r2.node.projections.relays(of: alice.identity.user)?.relays == [r1.relay(.all)])
+        #expect(try Self.height(r2.node, alice.identity.user.raw) == Self.height(alice, alice.identity.user.raw))
+        #expect(try Self.height(r2.node, alice.identity.device.raw) == 0, "her device feed is hosted elsewhere")
+        _ = try await exchange(r1)
+        #expect(try r1.node.projections.relays(of: bob.identity.user) != nil)
+        #expect(try Self.height(boot.node, alice.identity.device.raw) == 0 && Self.height(boot.node, bob.identity.device.raw) == 0)
+        // In step, an exchange moves nothing and costs about a kilobyte.
+        _ = try await exchange(r2)  // takes what r1's exchange gave the bootstrap relay (r1's own user key)
+        let again = try await exchange(r2)
+        #expect(again.eventsReceived == 0 && again.eventsSent == 0)
+        #expect(again.bytesSent + again.bytesReceived < 2048, "\(again.bytesSent) + \(again.bytesReceived) bytes")
+
+        // Bob follows Alice: his own relay tells him where she lives; no bootstrap relay is met.
+        _ = try await bob.follow(alice.identity.user)
+        let (_, results) = try await Self.syncByLists(bob, hops: 1)
+        #expect(!results.contains { $0.relay.key == boot.key }, "\(results.map(\.relay))")
+        #expect(results.contains { $0.relay.key == r1.key && $0.relay.reasons.contains("home") })
+        #expect(try bob.profile(of: alice.identity.user).bio == "Alice on relay 1")
+
+        // Carol joins after the exchanges, on a relay of her own: her list
+        // is at the bootstrap relay and hers only, and Bob's sync adds the
+        // bootstrap relay once the relays it met did not know her.
+        let carol = try await makeNode(dir, "carol", network: net)
+        _ = try await carol.setRelays([r3.relay(.all)])
+        _ = try await carol.setProfile(.bio, .text("Carol, new"))
+        _ = try await Self.syncByLists(carol, hops: 0)
+        _ = try await bob.follow(carol.identity.user)
+        let (_, later) = try await Self.syncByLists(bob, hops: 1)
+        #expect(later.contains { $0.relay.key == boot.key && $0.relay.reasons == ["bootstrap"] }, "\(later.map { ($0.relay.address, $0.relay.reasons, $0.relay.covers.map(\.short)) }) boot \(boot.address)")
+        #expect(later.contains { $0.relay.key == r3.key && $0.relay.reasons.contains("home") })
+        #expect(try bob.profile(of: carol.identity.user).bio == "Carol, new")
+        for node in [alice, bob, carol] { await node.close() }
+    }
+
     @Test("a user who moves home loses nothing: the new relay takes the history from the user's device, followers find it there, and the old relay reports what it still holds")
     func movingHome() async throws {
         let dir = SyncTempDir()

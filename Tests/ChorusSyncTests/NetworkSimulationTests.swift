@@ -28,6 +28,9 @@ struct NetworkSimulationTests {
         #expect(r.deliveryKeyWrapsByRound == [1.0], "\(r.deliveryKeyWrapsByRound)")
         #expect(r.delivery == 1.0, "\(r.misses)")
         #expect(r.connectionsPerSyncMean <= 8 && r.connectionsPerSyncMax <= 8)
+        // Every relay holds every list (the directory exchange, Specs/sync.md
+        // §4.12): no sync of the round needs a bootstrap relay to find one.
+        #expect(r.connectionsByFirstReasonByRound.first?["bootstrap"] == nil, "\(r.connectionsByFirstReasonByRound)")
         // With 6 relays the random choice of homes alone puts a relay well over
         // the mean; `chorus-bench network` measures the share at scale.
         #expect(r.relayEventsMaxOverIdeal <= 2.0, "fullest relay \(r.relayEventsMax) events, ideal \(r.relayEventsIdeal)")

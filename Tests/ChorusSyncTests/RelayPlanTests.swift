@@ -24,7 +24,7 @@ struct RelayPlanTests {
         }
     }
 
-    @Test("a node looks lists up at one bootstrap relay, chosen by its user key, once every bootstrap relay holds its own list")
+    @Test("a node looks lists up at its own relay, then at one bootstrap relay, chosen by its user key, once every bootstrap relay holds its own list")
     func oneBootstrapRelayForLookups() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
@@ -38,22 +38,27 @@ struct RelayPlanTests {
         // Its list not yet published: every bootstrap relay is in the plan.
         let publishing = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
         #expect(Set(publishing.relays.filter { $0.reasons.contains("bootstrap") }.map(\.key)) == Set(boots.map(\.key)))
-        // Every bootstrap relay took the list: Alice's list, missing here, is looked up at one of them.
+        // Every bootstrap relay took the list: Alice's list, missing here, is
+        // looked up at Carol's own relay (it holds the directory, §4.12) ...
         let heights = OwnHeights(
             device: try #require(try carol.head(of: carol.identity.device.raw)).seq, user: try #require(try carol.head(of: carol.identity.user.raw)).seq)
         try RoutingMemory(env: carol.log.env).endSync(covered: [], offered: Dictionary(uniqueKeysWithValues: boots.map { ($0.key, heights) }))
-        let lookup = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        let own = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        #expect(own.relays.map(\.reasons) == [["own"]], "\(own.relays)")
+        #expect(own.unlisted == [alice.identity.user.raw])
+        // ... and, once that relay did not know it, at one bootstrap relay.
+        let lookup = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), askedOwn: [alice.identity.user.raw])
         let chosen = boots[Int(carol.identity.user.raw.bytes[0]) % boots.count]
         #expect(lookup.relays.filter { $0.reasons.contains("bootstrap") }.map(\.key) == [chosen.key], "\(lookup.relays)")
         #expect(lookup.unlisted == [alice.identity.user.raw])
         // That relay failed earlier in the sync: another one is asked.
-        let failover = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), avoiding: [chosen.key])
+        let failover = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), avoiding: [chosen.key], askedOwn: [alice.identity.user.raw])
         let other = try #require(failover.relays.first { $0.reasons.contains("bootstrap") })
         #expect(other.key != chosen.key && boots.contains { $0.key == other.key })
         // With Alice's list held, no bootstrap relay is needed.
         _ = try await alice.setRelays([Self.relay(20, .all)])
         try await Self.learnLists(carol, of: [alice])
-        let known = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        let known = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), askedOwn: [alice.identity.user.raw])
         #expect(!known.relays.contains { $0.reasons.contains("bootstrap") }, "\(known.relays)")
     }
 

@@ -65,6 +65,7 @@ struct SyncVectorTests {
         ("deliver_end", .deliverEnd),
         ("notices", .notices([Notice(user: k(0x22), envelope: [0x83, 0x41, 0x00, 0x41, 0x01, 0xf6]), Notice(user: nil, envelope: [0x01, 0x02])])),
         ("inbox_end", .inboxEnd(serial: 301, kept: 2)),
+        ("hello_directory", .hello(SyncHello(user: k(0x11), capabilities: [.refill, .invitations, .reconcile, .scoped, .directory], hops: nil, since: 0))),
     ]
 
     static var vectorPath: String {

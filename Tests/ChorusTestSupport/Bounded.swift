@@ -25,3 +25,16 @@ public func bounded<T: Sendable>(_ limit: Duration, _ what: String, _ body: @esc
     }
 }
 
+
+/// Asks `probe` until it answers (non-nil), pausing `every` between asks,
+/// for at most `limit`: for what another process does on its own schedule.
+public func waitFor<T: Sendable>(
+    _ limit: Duration, _ what: String, every: Duration = .milliseconds(250), _ probe: @escaping @Sendable () async throws -> T?
+) async throws -> T {
+    try await bounded(limit, what) {
+        while true {
+            if let value = try await probe() { return value }
+            try await Task.sleep(for: every)
+        }
+    }
+}

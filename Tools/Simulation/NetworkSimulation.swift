@@ -300,6 +300,16 @@ public struct NetworkSimulation: Sendable {
                 _ = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
             }
         }
+        // The relays' directory exchange with the bootstrap relays, as
+        // `chorus serve` runs it every minute (Specs/sync.md §4.12): every
+        // relay then holds every user's relay list.
+        for r in relays {
+            for exchange in await SyncNetwork.exchangeDirectory(r.node, hostsListed: true, bootstrapRelays: network.bootstrapRelays) {
+                if case .failure(let error) = exchange.outcome {
+                    throw SyncError.local("relay \(r.node.identity.device.short)'s directory exchange with \(exchange.relay.address) failed: \(error)")
+                }
+            }
+        }
         result.setupSeconds = seconds(ContinuousClock.now - began)
         progress("published in \(String(format: "%.1f", result.setupSeconds)) s")
 
