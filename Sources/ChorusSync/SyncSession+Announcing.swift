@@ -95,9 +95,15 @@ extension SyncSession {
     /// tree (or, without it, to every feed). Live mode needs no
     /// reconciliation: it announces only what arrives after.
     func reconcileHeads() async throws {
-        var heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
-        // With one side scoped, both reconcile the scoped side's feeds only (§4.10).
-        if let scope = peerScope ?? sentScope { heads = heads.filter { scope.contains($0.author) } }
+        // With one side scoped, both reconcile the scoped side's feeds only
+        // (§4.10), read one by one: a relay's cost is its peer's scope, not
+        // every feed it holds.
+        var heads: [FeedAnnouncement]
+        if let scope = peerScope ?? sentScope {
+            heads = try self.heads(of: Array(scope))
+        } else {
+            heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
+        }
         // A directory session reconciles user keys' own feeds only (§4.12).
         if directorySession {
             let directory = try FeedHosting.directoryFeeds(at: node)

@@ -13,9 +13,10 @@ struct NetworkBench: AsyncParsableCommand {
         abstract: "Simulate a network of --users users over --relays listed relays and report delivery, relay load, connections and bytes.",
         discussion: """
             Starts --relays relays serving --host listed on 127.0.0.1 and creates --users user stores, each \
-            on two random home relays and one inbox, with pictures, a power-law follow graph, likes and a \
+            on two random home relays and one inbox (a third relay, or with --inbox-on-home one of the two), with pictures, a power-law follow graph, likes and a \
             few private chats. Every user's node then publishes (syncs with its own and the bootstrap \
-            relays), and runs --rounds rounds of syncing by its relay lists with --hops 1, the real sync \
+            relays), every relay exchanges the directory with the bootstrap relays (as chorus serve does \
+            every --directory-interval), and every node runs --rounds rounds of syncing by its relay lists with --hops 1, the real sync \
             code over real TCP, one user at a time. Reports, after each round, the fraction of (follower, \
             followed) pairs, chat invitations and key wraps delivered; the fullest relay over its ideal \
             share (device events x 2 / relays, plus the user key feeds every listed relay keeps); relays per \
@@ -27,6 +28,8 @@ struct NetworkBench: AsyncParsableCommand {
     @Option(help: "Rounds after publishing.") var rounds = 2
     @Option(help: "Seed of the follow graph and relay choices.") var seed: UInt64 = 1
     @Option(help: "Fraction of users who start a chat with two users they follow.") var chatFraction = 0.05
+    @Flag(help: "Put each user's inbox on one of its two home relays (a relay listed with both roles) instead of a third relay.")
+    var inboxOnHome = false
     @Flag(help: "Print machine-readable JSON.") var json = false
 
     func validate() throws {
@@ -40,6 +43,7 @@ struct NetworkBench: AsyncParsableCommand {
         p.rounds = rounds
         p.seed = seed
         p.chatFraction = chatFraction
+        p.inboxOnHome = inboxOnHome
         let interactive = isatty(STDERR_FILENO) != 0
         let r = try await NetworkSimulation.run(p, progress: { line in
             if interactive { FileHandle.standardError.write(Data((line + "\n").utf8)) }
@@ -54,7 +58,7 @@ struct NetworkBench: AsyncParsableCommand {
             \(r.users) users, \(r.relays) relays, \(r.follows) follows, \(r.chats) chats
             delivery after each round: follows \(r.deliveryFollowsByRound), invitations \(r.deliveryInvitationsByRound), key wraps \(r.deliveryKeyWrapsByRound)
             fullest relay: \(r.relayEventsMax) events, \(String(format: "%.2f", r.relayEventsMaxOverIdeal)) of its ideal share \(Int(r.relayEventsIdeal)) (target <= 1.5)
-            relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8); by round \(r.connectionsPerSyncMeanByRound.map { String(format: "%.2f", $0) }.joined(separator: ", ")); last round by reason \(r.connectionsByReasonLastRound.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", "))
+            relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8); by round \(r.connectionsPerSyncMeanByRound.map { String(format: "%.2f", $0) }.joined(separator: ", ")); last round by reason \(r.connectionsByReasonLastRound.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ")); by first reason, each round: \(r.connectionsByFirstReasonByRound.map { round in round.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ") }.joined(separator: " | "))
             first contact: \(r.firstContactSessions) sessions, \(r.firstContactBytes) bytes (\(r.firstContactBytes / max(1, r.firstContactSessions)) a session) for \(r.firstContactScopeFeeds) scope feeds, \(String(format: "%.0f", r.firstContactBytesPerScopeFeed)) bytes per scope feed after 2 KB a session (target <= 150)
             missed after the last round: \(r.misses.isEmpty ? "nothing" : r.misses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             wall: \(String(format: "%.1f", r.wallSeconds)) s (setup and publishing \(String(format: "%.1f", r.setupSeconds)) s)

@@ -34,6 +34,9 @@ public struct NetworkSimulation: Sendable {
         public var rounds = 2
         /// Users whose first contact is measured (spread evenly over the users).
         public var firstContactSample = 200
+        /// Each user's inbox is one of its two home relays (a relay listed
+        /// with both roles, as most relay lists are), instead of a third relay.
+        public var inboxOnHome = false
         /// Fixes the follow graph, the relay choices and the chats.
         public var seed: UInt64 = 1
         /// Users acting at once, each with its own store and connections.
@@ -202,7 +205,11 @@ public struct NetworkSimulation: Sendable {
             var homes = Set<Int>()
             while homes.count < min(2, p.relays) { homes.insert(Int.random(in: 0..<p.relays, using: &rng)) }
             var inbox = Int.random(in: 0..<p.relays, using: &rng)
-            if p.relays > 2 { while homes.contains(inbox) { inbox = Int.random(in: 0..<p.relays, using: &rng) } }
+            if p.inboxOnHome {
+                inbox = homes.sorted()[inbox % homes.count]
+            } else if p.relays > 2 {
+                while homes.contains(inbox) { inbox = Int.random(in: 0..<p.relays, using: &rng) }
+            }
             var list = homes.sorted().map { relays[$0].relay(homes.contains(inbox) && $0 == inbox ? .all : .home) }
             if !homes.contains(inbox) { list.append(relays[inbox].relay(.inbox)) }
             lists.append(list)
@@ -308,6 +315,15 @@ public struct NetworkSimulation: Sendable {
                 if case .failure(let error) = exchange.outcome {
                     throw SyncError.local("relay \(r.node.identity.device.short)'s directory exchange with \(exchange.relay.address) failed: \(error)")
                 }
+            }
+        }
+        // Each chat's creator syncs once more, as an app does after a while:
+        // its own relays now tell it its members' devices (the directory), so
+        // it wraps the chat key to them and leaves the wraps at their inboxes.
+        let creators = chats.map(\.creator)
+        _ = try await eachUser(p, creators) { i in
+            try await withNode(at: everyone[i].store) { node in
+                _ = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
             }
         }
         result.setupSeconds = seconds(ContinuousClock.now - began)
