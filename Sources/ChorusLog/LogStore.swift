@@ -103,7 +103,7 @@ public struct LogStore: Sendable {
 
     /// With another least target for the recent level, for tests that
     /// move entries between the id index's levels after a few events.
-    init(env: Environment, recentIDsMinimum: Int) throws {
+    package init(env: Environment, recentIDsMinimum: Int) throws {
         self.env = env
         self.recentIDsMinimum = recentIDsMinimum
         // The format is checked before anything else is created, so a store

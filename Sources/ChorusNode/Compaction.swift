@@ -3,6 +3,7 @@ import ChorusCrypto
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import Foundation
 
 /// What `Node.compact` did.
@@ -83,9 +84,8 @@ extension Node {
     }
 
     private static func contents(_ env: Environment, _ config: NetworkConfig) throws -> (events: Int, digest: Hash32) {
-        let log = try LogStore(env: env)
-        let projections = try Projections(log: log, blobs: try BlobStore(env: env), config: config)
-        return (try log.eventCount(), try projections.digest())
+        let store = try Store(env: env, config: config)
+        return (try store.log.eventCount(), try store.projections.digest())
     }
 
     private static func fileSize(_ path: String) -> Int {

@@ -86,19 +86,8 @@ extension Node {
         do {
             let env = try Environment(path: path, initialMapSize: options.initialMapSize, readOnly: readOnly)
             opened = env
-            let log = try LogStore(env: env)
-            let configPath = path + "/" + NetworkConfig.fileName
-            let network: NetworkConfig
-            if FileManager.default.fileExists(atPath: configPath) {
-                network = try NetworkConfig.load(from: configPath)
-            } else {
-                // A store from before network configurations: no issuers yet.
-                network = NetworkConfig()
-                if !readOnly { try network.write(to: configPath) }
-            }
-            let blobs = try BlobStore(env: env)
-            let projections = try Projections(log: log, blobs: blobs, config: network)
-            let store = Store(env: env, log: log, blobs: blobs, projections: projections)
+            let store = try Store(env: env, config: try Store.configuration(ofStoreAt: path, writeDefault: !readOnly))
+            let (log, projections) = (store.log, store.projections)
             if let why = try projections.staleness() {
                 guard !readOnly else { throw NodeError.projectionsStale(path: path) }
                 options.onRebuild?(why, try log.eventCount())

@@ -24,7 +24,7 @@ public struct AuditCoins: NodeOperation {
 
     /// Replays the coin events in merge order over the node's own store.
     public func run(on node: Node) async throws -> Result {
-        let replay = ReplayStore(path: node.storePath, log: node.log, blobs: node.blobs, projections: node.projections)
+        let replay = ReplayStore(path: node.storePath, open: node.store)
         return Result(audit: try replay.auditCoins(user: user))
     }
 }

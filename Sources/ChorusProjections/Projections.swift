@@ -51,7 +51,7 @@ package struct Projections: Sendable {
 
     /// With another least target for the facts' recent level, for tests
     /// that move facts between the levels after a few events.
-    init(log: LogStore, blobs: BlobStore, config: NetworkConfig, recentFactsMinimum: Int) throws {
+    package init(log: LogStore, blobs: BlobStore, config: NetworkConfig, recentFactsMinimum: Int) throws {
         self.log = log
         self.blobs = blobs
         self.config = config

@@ -33,22 +33,17 @@ public enum ReplayError: Error, Sendable, CustomStringConvertible {
 /// never changes what it audits.
 public struct ReplayStore: Sendable {
     public let path: String
-    public let env: Environment
-    public let log: LogStore
-    public let blobs: BlobStore
-    package let projections: Projections
-    /// The same environment as a `Store`: copies commit through it.
-    public var store: Store { Store(env: env, log: log, blobs: blobs, projections: projections) }
+    /// The environment as a `Store`: copies commit through it.
+    public let store: Store
+    public var env: Environment { store.env }
+    public var log: LogStore { store.log }
+    public var blobs: BlobStore { store.blobs }
+    package var projections: Projections { store.projections }
 
     public static func open(_ path: String, writable: Bool = false) throws -> ReplayStore {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else { throw ReplayError.notAStore(path) }
         let env = try Environment(path: path, readOnly: !writable)
-        let log = try LogStore(env: env)
-        let configPath = path + "/" + NetworkConfig.fileName
-        let config = FileManager.default.fileExists(atPath: configPath) ? try NetworkConfig.load(from: configPath) : NetworkConfig()
-        let blobs = try BlobStore(env: env)
-        return ReplayStore(
-            path: path, env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+        return ReplayStore(path: path, store: try Store(env: env, config: try Store.configuration(ofStoreAt: path, writeDefault: false)))
     }
 
     /// Throws `staleProjections` unless the projections were built by this
@@ -303,10 +298,8 @@ public struct ReplayStore: Sendable {
 
     static func open(_ path: String, writableNew: Bool, mapSize: Int) throws -> ReplayStore {
         let env = try Environment(path: path, initialMapSize: mapSize)
-        let log = try LogStore(env: env)
         let config = try NetworkConfig.load(from: path + "/" + NetworkConfig.fileName)
-        let blobs = try BlobStore(env: env)
-        return ReplayStore(path: path, env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+        return ReplayStore(path: path, store: try Store(env: env, config: config))
     }
 }
 
@@ -342,7 +335,7 @@ public final class ScratchDirectory: Sendable {
 extension ReplayStore {
     /// A replay view of a store some node already has open (its reads are
     /// LMDB read transactions: they never block, nor see half a commit).
-    package init(path: String, log: LogStore, blobs: BlobStore, projections: Projections) {
-        self.init(path: path, env: log.env, log: log, blobs: blobs, projections: projections)
+    package init(path: String, open store: Store) {
+        self.init(path: path, store: store)
     }
 }

@@ -4,6 +4,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusProjections
 import ChorusStorage
+import Foundation
 
 /// One node's LMDB environment with everything in it: the log, the blobs
 /// and the projections. It owns the commit: every writer (the node's group
@@ -17,18 +18,38 @@ public struct Store: Sendable {
     public let blobs: BlobStore
     package let projections: Projections
 
-    package init(env: Environment, log: LogStore, blobs: BlobStore, projections: Projections) {
-        self.env = env
-        self.log = log
-        self.blobs = blobs
-        self.projections = projections
+    /// Opens the log, blobs and projections of `env` under `config`: the
+    /// one way a store is put together, for the node, the replay tool,
+    /// compaction and the test harnesses alike.
+    public init(env: Environment, config: NetworkConfig) throws {
+        try self.init(env: env, config: config, recentMinimum: nil)
     }
 
-    /// Opens the log, blobs and projections of `env` under `config`.
-    public init(env: Environment, config: NetworkConfig) throws {
-        let log = try LogStore(env: env)
-        let blobs = try BlobStore(env: env)
-        self.init(env: env, log: log, blobs: blobs, projections: try Projections(log: log, blobs: blobs, config: config))
+    /// With `recentMinimum`, the id index's and the facts' recent levels
+    /// merge after that many entries (tests that fold across the levels).
+    package init(env: Environment, config: NetworkConfig, recentMinimum: Int?) throws {
+        self.env = env
+        if let recentMinimum {
+            log = try LogStore(env: env, recentIDsMinimum: recentMinimum)
+            blobs = try BlobStore(env: env)
+            projections = try Projections(log: log, blobs: blobs, config: config, recentFactsMinimum: recentMinimum)
+        } else {
+            log = try LogStore(env: env)
+            blobs = try BlobStore(env: env)
+            projections = try Projections(log: log, blobs: blobs, config: config)
+        }
+    }
+
+    /// The network configuration of the store directory at `path`
+    /// (`network.json`, Specs/projections.md §1); a store from before
+    /// configurations has none and gets the empty one, written there when
+    /// `writeDefault` (a writable open).
+    public static func configuration(ofStoreAt path: String, writeDefault: Bool) throws -> NetworkConfig {
+        let file = path + "/" + NetworkConfig.fileName
+        if FileManager.default.fileExists(atPath: file) { return try NetworkConfig.load(from: file) }
+        let config = NetworkConfig()
+        if writeDefault { try config.write(to: file) }
+        return config
     }
 
     /// Runs `body` in one write transaction, then folds every event it

@@ -51,10 +51,12 @@ enum HarnessError: Error, CustomStringConvertible {
 /// One replica: log, blobs and projections in their own environment.
 final class Replica {
     let dir: String
-    let env: Environment
-    let log: LogStore
-    let blobs: BlobStore
-    let projections: Projections
+    /// The replica's store: its commits and rebuilds.
+    let store: Store
+    var env: Environment { store.env }
+    var log: LogStore { store.log }
+    var blobs: BlobStore { store.blobs }
+    var projections: Projections { store.projections }
     /// Blob bytes by hash: what sync would fetch for a picture it received.
     let blobSource: [Hash32: [UInt8]]
     /// Events that arrived ahead of their feed, by author and sequence
@@ -72,20 +74,16 @@ final class Replica {
 
     init(config: NetworkConfig, blobSource: [Hash32: [UInt8]] = [:], label: String = "replica") throws {
         dir = try scratchDirectory(label)
-        env = try Environment(path: dir, initialMapSize: 16 << 20)
+        let env = try Environment(path: dir, initialMapSize: 16 << 20)
         // The id index's and the facts' levels merge every few events
         // (Specs/storage.md §5.3, projections.md §9.1), so that every
         // property test also folds across merges and across both levels.
-        log = try LogStore(env: env, recentIDsMinimum: Self.recentMinimum)
-        blobs = try BlobStore(env: env)
-        projections = try Projections(log: log, blobs: blobs, config: config, recentFactsMinimum: Self.recentMinimum)
+        store = try Store(env: env, config: config, recentMinimum: Self.recentMinimum)
         self.blobSource = blobSource
     }
 
     deinit { try? FileManager.default.removeItem(atPath: dir) }
 
-    /// The replica's store: its commits and rebuilds.
-    var store: Store { Store(env: env, log: log, blobs: blobs, projections: projections) }
 
     /// Delivers `batch` in one write transaction: each event is appended
     /// (or buffered when its feed has a gap), buffered successors that

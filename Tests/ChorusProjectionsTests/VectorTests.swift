@@ -87,9 +87,8 @@ enum VectorReplica {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let env = try Environment(path: dir, initialMapSize: 16 << 20)
-        let log = try LogStore(env: env)
-        let projections = try Projections(log: log, blobs: try BlobStore(env: env), config: config)
-        let store = Store(env: env, log: log, blobs: try BlobStore(env: env), projections: projections)
+        let store = try Store(env: env, config: config)
+        let projections = store.projections
         for e in events {
             try store.commit(nowMillis: .max / 2, driftMillis: 0) { commit in
                 if case .refused(let why) = try commit.append(e) { throw why }

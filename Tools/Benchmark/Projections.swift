@@ -559,7 +559,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         let node = try await Node.open(at: path)
         let count = try node.log.eventCount()
         let t0 = Bench.clock()
-        try Store(env: node.log.env, log: node.log, blobs: node.blobs, projections: node.projections).rebuild()
+        try node.store.rebuild()
         let seconds = Bench.clock() - t0
         await node.close()
         print("rebuilt \(count) events in \(String(format: "%.2f", seconds)) s: \(Int(Double(count) / seconds))/s")
@@ -740,7 +740,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         let memoryBeforeRebuild = residentMemory()
         t0 = Bench.clock()
         let (_, anonymousPeak, filePeak) = try await peakResidentMemory {
-            try Store(env: node.log.env, log: node.log, blobs: node.blobs, projections: projections).rebuild { done, total in
+            try node.store.rebuild { done, total in
                 if Bench.progress, done % 200_000 < 20_000 { Bench.note("  \(done) / \(total)") }
             }
         }
