@@ -143,13 +143,7 @@ package final class SecureListener: Sendable {
                 .serverChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptPauseHandler()) }
                 }
-                .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
-                .bind(host: host, port: port) { child in
-                    child.eventLoop.makeCompletedFuture {
-                        try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
-                            wrappingChannelSynchronously: child, configuration: SecureConnectionCore.channelConfiguration)
-                    }
-                }
+                .bind(host: host, port: port, childChannelInitializer: SecureConnectionCore.asyncChannel)
         } catch {
             throw SecureConnectionError.bindFailed("\(host):\(port): \(error)")
         }

@@ -158,13 +158,7 @@ package final class SecureConnection: FrameTransport {
         do {
             channel = try await ClientBootstrap(group: group)
                 .connectTimeout(configuration.handshakeTimeout.timeAmount)
-                .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
-                .connect(host: host, port: port) { ch in
-                    ch.eventLoop.makeCompletedFuture {
-                        try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
-                            wrappingChannelSynchronously: ch, configuration: SecureConnectionCore.channelConfiguration)
-                    }
-                }
+                .connect(host: host, port: port, channelInitializer: SecureConnectionCore.asyncChannel)
         } catch {
             throw SecureConnectionError.connectFailed("\(host):\(port): \(error)")
         }
@@ -230,6 +224,16 @@ final class SecureFailureBox: @unchecked Sendable {
 actor SecureConnectionCore {
     static let channelConfiguration = NIOAsyncChannel<ByteBuffer, ByteBuffer>.Configuration(
         backPressureStrategy: .init(lowWatermark: 2, highWatermark: 4))
+
+    /// A new TCP channel, dialled or accepted, as the async channel a
+    /// connection runs on: the one set-up both sides share (frames are
+    /// small and latency-bound, so no Nagle delay).
+    static func asyncChannel(_ channel: any Channel) -> EventLoopFuture<NIOAsyncChannel<ByteBuffer, ByteBuffer>> {
+        channel.eventLoop.makeCompletedFuture {
+            try channel.syncOptions?.setOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel, configuration: channelConfiguration)
+        }
+    }
     /// Frame length value reserved for the close notify.
     static let closeNotify: UInt32 = .max
 
