@@ -27,6 +27,8 @@ struct NetworkSimulationTests {
         #expect(r.deliveryInvitationsByRound == [1.0], "\(r.deliveryInvitationsByRound)")
         #expect(r.deliveryKeyWrapsByRound == [1.0], "\(r.deliveryKeyWrapsByRound)")
         #expect(r.delivery == 1.0, "\(r.misses)")
+        // What can wait moves too: some followed users know their followers after one round.
+        #expect(r.followersKnownByRound.count == 1 && r.followersKnownByRound[0] > 0, "\(r.followersKnownByRound)")
         #expect(r.connectionsPerSyncMean <= 8 && r.connectionsPerSyncMax <= 8)
         // Every relay holds every list (the directory exchange, Specs/sync.md
         // §4.12): no sync of the round needs a bootstrap relay to find one.

@@ -57,6 +57,7 @@ struct NetworkBench: AsyncParsableCommand {
         print("""
             \(r.users) users, \(r.relays) relays, \(r.follows) follows, \(r.chats) chats
             delivery after each round: follows \(r.deliveryFollowsByRound), invitations \(r.deliveryInvitationsByRound), key wraps \(r.deliveryKeyWrapsByRound)
+            what can wait, after each round: followers known to the followed user \(r.followersKnownByRound.map { String(format: "%.3f", $0) })
             fullest relay: \(r.relayEventsMax) events, \(String(format: "%.2f", r.relayEventsMaxOverIdeal)) of its ideal share \(Int(r.relayEventsIdeal)) (target <= 1.5)
             relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8); by round \(r.connectionsPerSyncMeanByRound.map { String(format: "%.2f", $0) }.joined(separator: ", ")); last round by reason \(r.connectionsByReasonLastRound.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ")); by first reason, each round: \(r.connectionsByFirstReasonByRound.map { round in round.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ") }.joined(separator: " | "))
             first contact: \(r.firstContactSessions) sessions, \(r.firstContactBytes) bytes (\(r.firstContactBytes / max(1, r.firstContactSessions)) a session) for \(r.firstContactScopeFeeds) scope feeds, \(String(format: "%.0f", r.firstContactBytesPerScopeFeed)) bytes per scope feed after 2 KB a session (target <= 150)

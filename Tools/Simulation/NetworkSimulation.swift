@@ -75,6 +75,12 @@ public struct NetworkSimulation: Sendable {
         public var deliveryFollowsByRound: [Double] = []
         public var deliveryInvitationsByRound: [Double] = []
         public var deliveryKeyWrapsByRound: [Double] = []
+        /// Per round, what can wait (Specs/sync.md §9 step 5): the fraction
+        /// of (follower, followed user) pairs whose followed user's node
+        /// lists the follower (its follow notice was left at the followed
+        /// user's inbox and the follower's feed fetched). Not a delivery
+        /// target: it measures how fast what waits moves.
+        public var followersKnownByRound: [Double] = []
         /// All three after the last round, together.
         public var delivery = 0.0
         /// Why deliveries missed after the last round, by cause:
@@ -123,6 +129,7 @@ public struct NetworkSimulation: Sendable {
             case deviceEvents = "device_events", directoryEvents = "directory_events"
             case deliveryFollowsByRound = "delivery_follows_by_round", deliveryInvitationsByRound = "delivery_invitations_by_round"
             case deliveryKeyWrapsByRound = "delivery_key_wraps_by_round", delivery, misses
+            case followersKnownByRound = "followers_known_by_round"
             case relayEventsMax = "relay_events_max", relayEventsIdeal = "relay_events_ideal"
             case relayEventsMaxOverIdeal = "relay_events_max_over_ideal"
             case connectionsPerSyncMean = "connections_per_sync_mean", connectionsPerSyncMax = "connections_per_sync_max"
@@ -361,6 +368,7 @@ public struct NetworkSimulation: Sendable {
             result.deliveryFollowsByRound.append(measured.follows)
             result.deliveryInvitationsByRound.append(measured.invitations)
             result.deliveryKeyWrapsByRound.append(measured.keyWraps)
+            result.followersKnownByRound.append(measured.followersKnown)
             result.delivery = measured.all
             result.misses = measured.misses
             progress("round \(round + 1): delivery \(measured.all)")
@@ -454,7 +462,9 @@ public struct NetworkSimulation: Sendable {
     /// invitation and key wrap; and every device feed's height now.
     static func measure(
         users: [User], chats: [Chat], relays: [Node], due: [UInt64], met: [[Met]]
-    ) async throws -> (follows: Double, invitations: Double, keyWraps: Double, all: Double, misses: [String: Int], heights: [UInt64]) {
+    ) async throws -> (
+        follows: Double, invitations: Double, keyWraps: Double, all: Double, followersKnown: Double, misses: [String: Int], heights: [UInt64]
+    ) {
         var heights: [UInt64] = []
         var headKinds: [String] = []
         var knownDevices: [Int: Set<PublicKey>] = [:]  // creator → member devices it knows
@@ -479,8 +489,16 @@ public struct NetworkSimulation: Sendable {
         var misses: [String: Int] = [:]
         var membership: [Int: [Chat]] = [:]
         for chat in chats { for m in chat.members { membership[m, default: []].append(chat) } }
+        var followers: [Int: Set<PublicKey>] = [:]  // followed → its followers' user keys
+        for (i, u) in users.enumerated() { for j in u.follows { followers[j, default: []].insert(users[i].user) } }
+        var followerPairs = 0
+        var followersKnown = 0
         for (i, u) in users.enumerated() {
             let node = try await Node.open(at: u.store, readOnly: true)
+            if let expected = followers[i] {
+                followerPairs += expected.count
+                followersKnown += expected.intersection(try node.projections.followers(of: u.user)).count
+            }
             for j in u.follows {
                 pairs += 1
                 let held = try node.head(of: users[j].device)?.seq ?? 0
@@ -511,7 +529,7 @@ public struct NetworkSimulation: Sendable {
         func ratio(_ a: Int, _ b: Int) -> Double { b == 0 ? 1 : Double(a) / Double(b) }
         return (
             ratio(delivered, pairs), ratio(invited, invitations), ratio(readable, wraps), ratio(delivered + invited + readable, pairs + invitations + wraps),
-            misses, heights
+            ratio(followersKnown, followerPairs), misses, heights
         )
     }
 
