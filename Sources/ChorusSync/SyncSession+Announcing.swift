@@ -47,7 +47,9 @@ extension SyncSession {
         }
         try watch()
         if live { liveWake = wake }
-        let directory = directorySession ? try FeedHosting.directoryFeeds(at: node) : nil
+        // Only the announcement without reconciliation filters by it (a
+        // directory session is never live); `reconcileHeads` reads its own.
+        let directory = directorySession && reconciliation == .none ? try FeedHosting.directoryFeeds(at: node) : nil
         func allowed(_ heads: [FeedAnnouncement]) -> [FeedAnnouncement] {
             if let directory { return heads.filter { directory.contains($0.author) } }
             guard let scope = peerScope else { return heads }
