@@ -86,7 +86,7 @@ struct TransportTests {
 
         // Many frames both ways at once.
         let count = 300
-        try await within(20) {
+        try await within(120) {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (sender, receiver, seed) in [(client, server, 1), (server, client, 2)] {
                     group.addTask {
