@@ -174,8 +174,8 @@ public struct APIServer: Sendable {
         }
         for route in CommandRoute.all { add(route, to: router) }
         let node = self.node
-        router.get("/v1/watch") { request, _ in
-            try Self.watch(request, node: node, hub: watches)
+        router.get("/v1/watch") { request, context in
+            try Self.watch(request, channel: context.channel, node: node, hub: watches)
         }
         router.ws(
             "/v1/watch/ws",
@@ -325,38 +325,33 @@ public struct APIServer: Sendable {
     /// repeated), one observation per distinct query however many watch it.
     /// Each event's id is its answer's hash: a client that reconnects with
     /// `Last-Event-ID` is not sent again the answer it holds.
-    static func watch(_ request: Request, node: Node, hub: WatchHub) throws -> Response {
-        let answers: WatchMailbox
-        switch subscribe(request, node: node, hub: hub) {
-        case .success(let mailbox): answers = mailbox
+    static func watch(_ request: Request, channel: any Channel, node: Node, hub: WatchHub) throws -> Response {
+        let query: (key: String, observe: @Sendable () -> AsyncThrowingStream<WatchHub.Answer, any Error>)
+        switch watchedQuery(request, node: node) {
+        case .success(let q): query = q
         case .failure(let failure): return errorResponse(.badRequest, code: failure.code, failure.message)
         }
         let held = request.headers[FieldName("Last-Event-ID")!]
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream"
         headers[.cacheControl] = "no-cache"
-        // The response reads the watcher's mailbox itself: a commit wakes it
-        // directly. It ends when the client goes away (a write fails, at the
-        // latest at the next heartbeat) or the server shuts down.
+        // The head is written before this body runs; from then on a commit's
+        // answer is written on the connection's event loop (`StreamWatcher`),
+        // and this task only waits for the watch to end: the client went
+        // away (a write fails, at the latest at the next heartbeat), the
+        // query ended, or the server shuts down.
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { writer in
-                defer { answers.close() }
-                try await withGracefulShutdownHandler {
-                    var first = true
-                    while let item = await answers.next() {
-                        switch item {
-                        case .answer(let answer):
-                            defer { first = false }
-                            if first, answer.id == held { continue }
-                            try await writer.write(answer.event)
-                        case .heartbeat:
-                            try await writer.write(Self.watchHeartbeatComment)
-                        }
-                    }
+                let stream = try await StreamWatcher.start(on: channel, held: held)
+                let id = hub.subscribe(query.key, stream: stream, observe: query.observe)
+                await withGracefulShutdownHandler {
+                    await stream.done()
                 } onGracefulShutdown: {
-                    answers.end()
+                    stream.end()
                 }
+                hub.leave(query.key, id)
+                await stream.finish()
                 try await writer.finish(nil)
             })
     }
@@ -476,7 +471,12 @@ public struct APIRequestContext: RequestContext, WebSocketRequestContext {
     public var coreContext: CoreRequestContextStorage
     /// Where a WebSocket upgrade keeps its handler (`/v1/watch/ws`).
     public let webSocket = WebSocketHandlerReference<Self>()
-    public init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
+    /// The connection: a server-sent-events watch writes its answers on its event loop.
+    public let channel: any Channel
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        channel = source.channel
+    }
     /// Pictures and imports are larger than the default.
     public var maxUploadSize: Int { 64 << 20 }
 }

@@ -30,7 +30,21 @@ final class WatchHub: Sendable {
             event.writeBytes(output)
             event.writeString("\n\n")
             self.event = event
+            chunk = Self.chunk(event)
             message = #"{"id":"\#(id)",\#(status == 0 ? #""data""# : #""error""#):"# + String(decoding: output, as: UTF8.self) + "}"
+        }
+
+        /// `event` as one HTTP/1.1 chunk (RFC 9112 §7.1), framed once for
+        /// every watcher: `StreamWatcher` writes it beneath the HTTP encoder.
+        let chunk: ByteBuffer
+
+        static func chunk(_ bytes: ByteBuffer) -> ByteBuffer {
+            var chunk = ByteBuffer()
+            chunk.reserveCapacity(bytes.readableBytes + 12)
+            chunk.writeString(String(bytes.readableBytes, radix: 16) + "\r\n")
+            chunk.writeImmutableBuffer(bytes)
+            chunk.writeString("\r\n")
+            return chunk
         }
 
         /// The WebSocket message, made once for every watcher:
@@ -44,6 +58,8 @@ final class WatchHub: Sendable {
         /// Which observation this is, so that one that ended does not touch its successor under the same key.
         let generation: Int
         var watchers: [Int: WatchMailbox] = [:]
+        /// Server-sent-events watchers, written to on their connections' loops.
+        var streams: [Int: StreamWatcher] = [:]
         var latest: Answer?
         var task: Task<Void, Never>?
     }
@@ -62,7 +78,7 @@ final class WatchHub: Sendable {
     /// Distinct queries observed now (for metrics and tests).
     var queries: Int { entries.withLock { $0.count } }
     /// Watchers now.
-    var watchers: Int { entries.withLock { $0.values.reduce(0) { $0 + $1.watchers.count } } }
+    var watchers: Int { entries.withLock { $0.values.reduce(0) { $0 + $1.watchers.count + $1.streams.count } } }
 
     /// The answers of the query `key`, in a mailbox its reader closes when
     /// done: its latest answer at once when another watcher observes it
@@ -72,11 +88,31 @@ final class WatchHub: Sendable {
     func subscribe(_ key: String, observe: @escaping @Sendable () -> AsyncThrowingStream<Answer, any Error>) -> WatchMailbox {
         let id = nextWatcher.wrappingAdd(1, ordering: .relaxed).oldValue
         let mailbox = WatchMailbox(onClose: { [weak self] in self?.leave(key, id) })
+        join(key, id, observe: observe) { entry in
+            entry.watchers[id] = mailbox
+            if let latest = entry.latest { mailbox.put(latest) }
+        }
+        return mailbox
+    }
+
+    /// `stream` watches the query `key` until `leave(key, id)` with the id
+    /// returned: as `subscribe`, its answers written on its loop.
+    func subscribe(_ key: String, stream: StreamWatcher, observe: @escaping @Sendable () -> AsyncThrowingStream<Answer, any Error>) -> Int {
+        let id = nextWatcher.wrappingAdd(1, ordering: .relaxed).oldValue
+        join(key, id, observe: observe) { entry in
+            entry.streams[id] = stream
+            if let latest = entry.latest { stream.loop.execute { stream.deliver(latest) } }
+        }
+        return id
+    }
+
+    private func join(
+        _ key: String, _ id: Int, observe: @escaping @Sendable () -> AsyncThrowingStream<Answer, any Error>, add: (inout Entry) -> Void
+    ) {
         let (isNew, generation) = entries.withLock { all in
             let isNew = all[key] == nil
             var entry = all[key] ?? Entry(generation: id)
-            entry.watchers[id] = mailbox
-            if let latest = entry.latest { mailbox.put(latest) }
+            add(&entry)
             all[key] = entry
             return (isNew, entry.generation)
         }
@@ -96,7 +132,6 @@ final class WatchHub: Sendable {
             // Every watcher left already, or another observation serves the key.
             if !kept { task.cancel() }
         }
-        return mailbox
     }
 
     private func startBeating() {
@@ -107,25 +142,40 @@ final class WatchHub: Sendable {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: interval)
                     guard let self else { return }
-                    for mailbox in self.entries.withLock({ $0.values.flatMap(\.watchers.values) }) { mailbox.beat() }
+                    let (mailboxes, streams) = self.entries.withLock { all in
+                        (all.values.flatMap(\.watchers.values), all.values.flatMap(\.streams.values))
+                    }
+                    for mailbox in mailboxes { mailbox.beat() }
+                    Self.onTheirLoops(streams) { $0.beat() }
                 }
             }
         }
     }
 
     private func publish(_ key: String, _ generation: Int, _ answer: Answer) {
-        let watchers = entries.withLock { all -> [WatchMailbox] in
-            guard all[key]?.generation == generation else { return [] }
+        let (watchers, streams) = entries.withLock { all -> ([WatchMailbox], [StreamWatcher]) in
+            guard all[key]?.generation == generation else { return ([], []) }
             all[key]?.latest = answer
-            return Array(all[key]?.watchers.values ?? [:].values)
+            return (Array(all[key]?.watchers.values ?? [:].values), Array(all[key]?.streams.values ?? [:].values))
         }
+        Self.onTheirLoops(streams) { $0.deliver(answer) }
         for watcher in watchers { watcher.put(answer) }
     }
 
-    private func leave(_ key: String, _ id: Int) {
+    /// `body` for each stream on its own loop, one hop to each loop for all of its streams.
+    private static func onTheirLoops(_ streams: [StreamWatcher], _ body: @escaping @Sendable (StreamWatcher) -> Void) {
+        guard !streams.isEmpty else { return }
+        for group in Dictionary(grouping: streams, by: { ObjectIdentifier($0.loop) }).values {
+            group[0].loop.execute { for stream in group { body(stream) } }
+        }
+    }
+
+    /// The watcher `id` of `key` is done; the query's observation stops with its last watcher.
+    func leave(_ key: String, _ id: Int) {
         let task = entries.withLock { all -> Task<Void, Never>? in
             all[key]?.watchers[id] = nil
-            guard let entry = all[key], entry.watchers.isEmpty else { return nil }
+            all[key]?.streams[id] = nil
+            guard let entry = all[key], entry.watchers.isEmpty, entry.streams.isEmpty else { return nil }
             all[key] = nil
             return entry.task
         }
@@ -134,12 +184,13 @@ final class WatchHub: Sendable {
 
     /// The observation ended (the node closed): its watchers end too.
     private func finish(_ key: String, _ generation: Int) {
-        let watchers = entries.withLock { all -> [WatchMailbox] in
-            guard all[key]?.generation == generation else { return [] }
+        let (watchers, streams) = entries.withLock { all -> ([WatchMailbox], [StreamWatcher]) in
+            guard all[key]?.generation == generation else { return ([], []) }
             let entry = all.removeValue(forKey: key)
-            return Array(entry?.watchers.values ?? [:].values)
+            return (Array(entry?.watchers.values ?? [:].values), Array(entry?.streams.values ?? [:].values))
         }
         for watcher in watchers { watcher.end() }
+        for stream in streams { stream.end() }
     }
 }
 

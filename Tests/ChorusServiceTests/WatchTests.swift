@@ -5,6 +5,8 @@ import ChorusProjections
 @testable import ChorusService
 import ChorusTestSupport
 import Foundation
+import NIOCore
+import NIOEmbedded
 import Synchronization
 import Testing
 
@@ -143,6 +145,49 @@ struct WatchTests {
         } catch is Enough {}
         try await change.value
         return text.components(separatedBy: "\n\n").filter { $0.hasPrefix("id: ") }
+    }
+
+    @Test("a server-sent-events watcher writes each answer's chunk on its loop, keeps only the newest while the socket is full, and writes nothing once finished")
+    func streamWatcherOnItsLoop() async throws {
+        func answer(_ text: String) -> WatchHub.Answer { WatchHub.Answer(status: 0, output: Data(text.utf8)) }
+        func written(_ channel: NIOAsyncTestingChannel) async throws -> [String] {
+            var out: [String] = []
+            while let chunk = try await channel.readOutbound(as: ByteBuffer.self) { out.append(String(buffer: chunk)) }
+            return out
+        }
+        let (a, b, c, d) = (answer("a"), answer("b"), answer("c"), answer("d"))
+        #expect(String(buffer: a.chunk) == String(a.event.readableBytes, radix: 16) + "\r\n" + String(buffer: a.event) + "\r\n")
+        let channel = NIOAsyncTestingChannel()
+        try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
+        // The client holds `a`: the first answer is not sent again when it is that one.
+        let watcher = try await StreamWatcher.start(on: channel, held: a.id)
+        try await channel.testingEventLoop.executeInContext {
+            watcher.deliver(a)
+            watcher.deliver(b)
+        }
+        #expect(try await written(channel) == [String(buffer: b.chunk)])
+        // A full socket: answers wait, only the newest is kept, no heartbeat is added; it goes once writable.
+        channel.isWritable = false
+        try await channel.testingEventLoop.executeInContext {
+            watcher.deliver(c)
+            watcher.deliver(d)
+            watcher.beat()
+        }
+        #expect(try await written(channel).isEmpty)
+        channel.isWritable = true
+        try await channel.testingEventLoop.executeInContext { channel.pipeline.fireChannelWritabilityChanged() }
+        #expect(try await written(channel) == [String(buffer: d.chunk)])
+        try await channel.testingEventLoop.executeInContext { watcher.beat() }
+        #expect(try await written(channel) == [String(buffer: StreamWatcher.heartbeatChunk)])
+        // Finished: nothing more is written, and its handler left the pipeline.
+        await watcher.finish()
+        await watcher.done()
+        try await channel.testingEventLoop.executeInContext { watcher.deliver(c) }
+        #expect(try await written(channel).isEmpty)
+        // A second watcher of the same kind ends when its connection closes.
+        let other = try await StreamWatcher.start(on: channel, held: nil)
+        try await channel.close()
+        try await bounded(.seconds(30), "the watch to end on close") { await other.done() }
     }
 
     @Test("events carry ids; a watcher that reconnects with Last-Event-ID is not sent the answer it holds")
