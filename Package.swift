@@ -169,7 +169,8 @@ let package = Package(
             name: "ChorusServiceTests",
             dependencies: [
                 "ChorusTestSupport", "ChorusService", "ChorusOperations", "ChorusCommands", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusSync",
-                "ChorusCrypto", .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"),
+                "ChorusCrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: service),
             ]),

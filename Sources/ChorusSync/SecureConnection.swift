@@ -4,74 +4,6 @@ import Foundation
 import NIOCore
 import NIOPosix
 
-/// Why an encrypted connection failed (Specs/sync-transport.md §7).
-package enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// A handshake message did not verify: almost always a different network
-    /// key (PSK), otherwise tampering.
-    case handshakeFailed(NoiseError)
-    /// The peer closed the connection before the handshake and identity proofs
-    /// completed (a peer with another network key does this).
-    case closedDuringHandshake
-    /// The handshake and identity proofs did not complete within the handshake
-    /// timeout (Specs/sync-transport.md §6).
-    case handshakeTimeout
-    /// Nothing arrived from the peer, or a write could not make progress, for the idle timeout.
-    case idleTimeout
-    /// The peer's identity proof was malformed or its signature did not verify.
-    case identityRejected(String)
-    /// A frame larger than the limit: announced by the peer, or passed to `send`.
-    case frameTooLarge(size: Int, limit: Int)
-    /// A length prefix or message that breaks the framing rules.
-    case malformedMessage(String)
-    /// A transport message failed authentication (garbage or tampered bytes).
-    case decryptionFailed
-    /// A Noise failure other than authentication, such as nonce exhaustion.
-    case noise(NoiseError)
-    /// The connection ended without the peer's close notify.
-    case connectionLost
-    /// This side closed the connection.
-    case closed
-    /// `receive` called while another `receive` is waiting.
-    case concurrentReceive
-    /// The TCP connection to the peer could not be opened.
-    case connectFailed(String)
-    /// The listener could not bind its address.
-    case bindFailed(String)
-    /// The listener refused the connection at one of its limits (Specs/sync-transport.md §6a).
-    case refusedAtCapacity(ConnectionLimits.Limit)
-    /// The peer closed the connection before it answered the first handshake
-    /// message: a listener at its connection limits does this.
-    case refusedBeforeHandshake
-    /// The static key file could not be created, written or read, is readable
-    /// by others, or holds no valid key; `problem` says which.
-    case keyFile(path: String, problem: String)
-
-    /// A one-line explanation for logs and error messages.
-    package var description: String {
-        switch self {
-        case .handshakeFailed(let e): return "handshake failed (wrong network key?): \(e)"
-        case .closedDuringHandshake:
-            return "peer closed the connection during the handshake: a different network key, or a listener at its limits dropped it for a newer one"
-        case .refusedBeforeHandshake:
-            return "peer closed the connection before answering the handshake: it is at its connection limits (try again later) or not a Chorus listener"
-        case .handshakeTimeout: return "handshake timed out"
-        case .idleTimeout: return "connection idle for too long"
-        case .identityRejected(let why): return "peer identity rejected: \(why)"
-        case .frameTooLarge(let size, let limit): return "frame of \(size) bytes exceeds the limit of \(limit)"
-        case .malformedMessage(let why): return "malformed transport message: \(why)"
-        case .decryptionFailed: return "transport message failed authentication"
-        case .noise(let e): return "noise: \(e)"
-        case .connectionLost: return "connection lost without close notify"
-        case .closed: return "connection closed"
-        case .concurrentReceive: return "receive called concurrently"
-        case .connectFailed(let why): return "connect failed: \(why)"
-        case .bindFailed(let why): return "bind failed: \(why)"
-        case .keyFile(let path, let problem): return "\(path): \(problem)"
-        case .refusedAtCapacity(let limit): return "refused at the connection limits: \(limit)"
-        }
-    }
-}
-
 /// Keys and limits of the encrypted transport.
 package struct SecureConnectionConfiguration: Sendable {
     /// The PSK: `NetworkConfig.networkKey`.
@@ -234,9 +166,6 @@ actor SecureConnectionCore {
             return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel, configuration: channelConfiguration)
         }
     }
-    /// Frame length value reserved for the close notify.
-    static let closeNotify: UInt32 = .max
-
     enum Phase { case handshake, awaitingProof, established, finished }
     enum Step { case proceed, stop }
 
@@ -251,35 +180,21 @@ actor SecureConnectionCore {
     /// Whether a handshake message from the peer has been read.
     private var answered = false
     private var outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>?
-    private var handshake: HandshakeState?
+    private var handshake: ConnectionHandshake?
     private var sendCipher: CipherState?
     private var receiveCipher: CipherState?
     private var handshakeHash: [UInt8] = []
     private var remoteStatic: [UInt8] = []
-
-    private var handshakeTimer: Scheduled<Void>?
-    private var idleTimer: Scheduled<Void>?
-    private var keepalive: Task<Void, Never>?
+    private var timers = ConnectionTimers()
     private var lastSend = ContinuousClock.now
-
-    // Reassembly of frames from transport plaintexts.
-    private var header: [UInt8] = []
-    private var body: [UInt8] = []
-    private var remaining: Int?
-
-    // Mailbox: at most one undelivered frame.
-    private var pending: [UInt8]?
-    private var consumer: CheckedContinuation<[UInt8]?, any Error>?
-    private var producer: CheckedContinuation<Void, Never>?
+    private var reassembler: FrameReassembler
+    /// Received frames, one at a time: the reader stops reading the socket while one waits.
+    private let mailbox = Handoff<[UInt8], SecureConnectionError>(busy: .concurrentReceive)
     private var end: Result<Void, SecureConnectionError>?
-
-    // Connect waiter.
+    /// Whoever waits for the handshake (`connect`).
     private var established: Result<SecureConnection, SecureConnectionError>?
     private var establishedWaiter: CheckedContinuation<SecureConnection, any Error>?
-
-    // Send queue.
-    private var sending = false
-    private var sendWaiters: [CheckedContinuation<Void, Never>] = []
+    private let sends = SendGate()
 
     init(
         configuration: SecureConnectionConfiguration, isInitiator: Bool, channel: any Channel,
@@ -289,6 +204,7 @@ actor SecureConnectionCore {
         self.isInitiator = isInitiator
         self.channel = channel
         self.onEstablished = onEstablished
+        reassembler = FrameReassembler(maxFrameSize: configuration.maxFrameSize)
         if let remote = channel.remoteAddress {
             address = "\(remote.ipAddress ?? "?"):\(remote.port ?? 0)"
         } else {
@@ -307,22 +223,19 @@ actor SecureConnectionCore {
         self.outbound = outbound
         let box = failure
         let channel = self.channel
-        handshakeTimer = channel.eventLoop.scheduleTask(in: configuration.handshakeTimeout.timeAmount) {
+        timers.handshake = channel.eventLoop.scheduleTask(in: configuration.handshakeTimeout.timeAmount) {
             if box.expireHandshake() { channel.close(promise: nil) }
         }
         do {
-            let hs = try HandshakeState(
-                pattern: SecureConnectionProtocol.pattern, initiator: isInitiator, prologue: SecureConnectionProtocol.prologue,
-                staticKey: configuration.staticKey, psk: configuration.networkKey.bytes)
+            let hs = try ConnectionHandshake(configuration: configuration, isInitiator: isInitiator)
             handshake = hs
-            if isInitiator { try await writeMessages([hs.writeMessage()]) }
+            if let first = try hs.firstMessage() { try await writeMessages([first]) }
             var buffer = ByteBuffer()
             reading: for try await chunk in inbound {
-                idleTimer?.cancel()
-                idleTimer = nil
+                timers.cancelIdle()
                 var chunk = chunk
                 buffer.writeBuffer(&chunk)
-                while let message = try nextMessage(&buffer) {
+                while let message = try TransportFraming.nextMessage(&buffer, minimum: phase == .handshake ? 1 : 16) {
                     if phase == .finished { continue }  // draining after our close notify
                     if try await handle(message) == .stop { break reading }
                 }
@@ -338,7 +251,7 @@ actor SecureConnectionCore {
             fail(failure.error ?? closedByPeer)
         }
         if end == nil { fail(.connectionLost) }
-        stopTimers()
+        timers.stopAll()
     }
 
     /// Why the connection ended when the peer closed it in the current phase.
@@ -350,52 +263,31 @@ actor SecureConnectionCore {
         }
     }
 
-    /// One 2-byte-length-prefixed Noise message out of the buffer, if complete.
-    private func nextMessage(_ buffer: inout ByteBuffer) throws(SecureConnectionError) -> [UInt8]? {
-        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self) else { return nil }
-        let minimum = phase == .handshake ? 1 : 16
-        guard Int(length) >= minimum else { throw .malformedMessage("a Noise message of \(length) bytes") }
-        guard buffer.readableBytes >= 2 + Int(length) else { return nil }
-        buffer.moveReaderIndex(forwardBy: 2)
-        return buffer.readBytes(length: Int(length))
-    }
-
     private func handle(_ message: [UInt8]) async throws -> Step {
         switch phase {
         case .handshake:
-            guard let hs = handshake else { throw SecureConnectionError.malformedMessage("no handshake in progress") }
-            _ = try hs.readMessage(message)  // payloads are empty and ignored
+            guard var hs = handshake else { throw SecureConnectionError.malformedMessage("no handshake in progress") }
+            let step = try hs.read(message)
+            handshake = hs
             answered = true
-            if !hs.isComplete, hs.isMyTurn { try await writeMessages([hs.writeMessage()]) }
-            if hs.isComplete {
-                handshakeHash = hs.handshakeHash
-                remoteStatic = hs.remoteStaticKey ?? []
-                let ciphers = try hs.split()
+            if let reply = step.reply { try await writeMessages([reply]) }
+            if let keys = step.keys {
                 handshake = nil
-                sendCipher = ciphers.send
-                receiveCipher = ciphers.receive
+                handshakeHash = keys.handshakeHash
+                remoteStatic = keys.remoteStaticKey
+                sendCipher = keys.send
+                receiveCipher = keys.receive
                 phase = .awaitingProof
-                var proof = SecureConnectionProtocol.identityProof(
-                    signer: configuration.identity, handshakeHash: handshakeHash, signerIsInitiator: isInitiator)
-                if let forged = configuration.forgedIdentityKey { proof.replaceSubrange(0..<32, with: forged.bytes) }
-                try await writeMessages([encrypt(proof)])
+                try await writeMessages([keys.proofMessage])
             }
             return .proceed
         case .awaitingProof:
-            let proof = try decrypt(message)
-            guard proof.count == SecureConnectionProtocol.identityProofLength else {
-                throw SecureConnectionError.identityRejected("proof of \(proof.count) bytes, expected 96")
-            }
-            guard
-                let key = SecureConnectionProtocol.verifyIdentityProof(
-                    proof, handshakeHash: handshakeHash, signerIsInitiator: !isInitiator)
-            else { throw SecureConnectionError.identityRejected("the signature does not verify for the key it names") }
+            let key = try ConnectionHandshake.verifyPeerProof(try decrypt(message), handshakeHash: handshakeHash, peerIsInitiator: !isInitiator)
             // A connection the deadline already closed must not be handed
             // out as established (it would die at once).
             guard failure.completeHandshake() else { throw failure.error ?? SecureConnectionError.handshakeTimeout }
             phase = .established
-            handshakeTimer?.cancel()
-            handshakeTimer = nil
+            timers.cancelHandshake()
             startKeepalive()
             let connection = SecureConnection(
                 core: self, peer: PeerIdentity(key: key, address: address), handshakeHash: handshakeHash,
@@ -418,38 +310,16 @@ actor SecureConnectionCore {
 
     /// Feeds transport plaintext into frame reassembly; delivers whole frames.
     private func consume(_ plaintext: [UInt8]) async throws(SecureConnectionError) -> Step {
-        var i = 0
-        while i < plaintext.count {
-            if let left = remaining {
-                let take = min(left, plaintext.count - i)
-                body.append(contentsOf: plaintext[i..<i + take])
-                i += take
-                remaining = left - take
-            } else {
-                let take = min(4 - header.count, plaintext.count - i)
-                header.append(contentsOf: plaintext[i..<i + take])
-                i += take
-                guard header.count == 4 else { break }
-                let length = header.withUnsafeBytes { UInt32(bigEndian: $0.loadUnaligned(as: UInt32.self)) }
-                header.removeAll(keepingCapacity: true)
-                if length == Self.closeNotify {
-                    guard i == plaintext.count else { throw .malformedMessage("bytes after the close notify") }
-                    finish(.success(()))
-                    return .stop
-                }
-                guard Int(length) <= configuration.maxFrameSize else {
-                    throw .frameTooLarge(size: Int(length), limit: configuration.maxFrameSize)
-                }
-                remaining = Int(length)
-                body = []
-                body.reserveCapacity(min(Int(length), 1 << 20))
-            }
-            if remaining == 0 {
-                remaining = nil
-                let frame = body
-                body = []
-                await deliver(frame)
+        for output in reassembler.feed(plaintext) {
+            switch output {
+            case .frame(let frame):
+                await mailbox.put(frame)
                 if phase == .finished { return .stop }
+            case .closeNotify:
+                finish(.success(()))
+                return .stop
+            case .invalid(let error):
+                throw error
             }
         }
         return .proceed
@@ -470,10 +340,10 @@ actor SecureConnectionCore {
     // MARK: - timers
 
     private func armIdleTimer() {
-        guard phase == .established, idleTimer == nil else { return }
+        guard phase == .established, timers.idle == nil else { return }
         let box = failure
         let channel = self.channel
-        idleTimer = channel.eventLoop.scheduleTask(in: configuration.idleTimeout.timeAmount) {
+        timers.idle = channel.eventLoop.scheduleTask(in: configuration.idleTimeout.timeAmount) {
             box.set(.idleTimeout)
             channel.close(promise: nil)
         }
@@ -481,7 +351,7 @@ actor SecureConnectionCore {
 
     private func startKeepalive() {
         let interval = configuration.idleTimeout / 3
-        keepalive = Task { [weak self] in
+        timers.keepalive = Task { [weak self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)
                 guard let self, !Task.isCancelled else { return }
@@ -491,63 +361,20 @@ actor SecureConnectionCore {
     }
 
     private func sendKeepaliveIfQuiet(_ interval: Duration) async {
-        guard phase == .established, !sending, ContinuousClock.now - lastSend >= interval else { return }
-        sending = true
-        defer { releaseSend() }
+        guard phase == .established, ContinuousClock.now - lastSend >= interval, sends.tryAcquire() else { return }
+        defer { sends.release() }
         do { try await writeMessages([encrypt([])]) } catch { fail(failure.error ?? .connectionLost) }
     }
 
-    private func stopTimers() {
-        handshakeTimer?.cancel()
-        handshakeTimer = nil
-        idleTimer?.cancel()
-        idleTimer = nil
-        keepalive?.cancel()
-        keepalive = nil
-    }
+    // MARK: - receiving
 
-    // MARK: - mailbox
-
-    private func deliver(_ frame: [UInt8]) async {
-        if let waiting = consumer {
-            consumer = nil
-            waiting.resume(returning: frame)
-            return
-        }
-        pending = frame
-        await withCheckedContinuation { producer = $0 }
-    }
-
-    func receive() async throws -> [UInt8]? {
-        if let frame = pending {
-            pending = nil
-            producer?.resume()
-            producer = nil
-            return frame
-        }
-        if let end {
-            switch end {
-            case .success: return nil
-            case .failure(let error): throw error
-            }
-        }
-        guard consumer == nil else { throw SecureConnectionError.concurrentReceive }
-        return try await withCheckedThrowingContinuation { consumer = $0 }
-    }
+    func receive() async throws -> [UInt8]? { try await mailbox.take() }
 
     /// Ends the connection with `result` (first call wins) and wakes every waiter.
     private func finish(_ result: Result<Void, SecureConnectionError>) {
         if end == nil { end = result }
         phase = .finished
-        if let waiting = consumer {
-            consumer = nil
-            switch result {
-            case .success: waiting.resume(returning: nil)
-            case .failure(let error): waiting.resume(throwing: error)
-            }
-        }
-        producer?.resume()
-        producer = nil
+        mailbox.finish(result)
         if established == nil {
             let error: SecureConnectionError
             if case .failure(let e) = result { error = e } else { error = .closedDuringHandshake }
@@ -555,14 +382,11 @@ actor SecureConnectionCore {
             establishedWaiter?.resume(throwing: error)
             establishedWaiter = nil
         }
-        idleTimer?.cancel()
-        idleTimer = nil
-        keepalive?.cancel()
-        keepalive = nil
+        timers.cancelIdle()
+        timers.cancelKeepalive()
         handshake = nil
         receiveCipher?.clear()
-        for waiter in sendWaiters { waiter.resume() }
-        sendWaiters = []
+        sends.close()
     }
 
     func fail(_ error: SecureConnectionError) {
@@ -578,41 +402,16 @@ actor SecureConnectionCore {
 
     // MARK: - sending
 
-    private func acquireSend() async {
-        if !sending {
-            sending = true
-            return
-        }
-        await withCheckedContinuation { sendWaiters.append($0) }
-    }
-
-    private func releaseSend() {
-        if sendWaiters.isEmpty || phase == .finished {
-            sending = false
-        } else {
-            sendWaiters.removeFirst().resume()
-        }
-    }
-
     func send(_ frame: [UInt8]) async throws {
         guard frame.count <= configuration.maxFrameSize else {
             throw SecureConnectionError.frameTooLarge(size: frame.count, limit: configuration.maxFrameSize)
         }
-        await acquireSend()
-        defer { releaseSend() }
+        await sends.acquire()
+        defer { sends.release() }
         try checkOpen()
-        let maxPlain = SecureConnectionProtocol.maxNoisePlaintext
-        var offset = 0
-        var first = true
         var batch: [[UInt8]] = []
         var batchBytes = 0
-        while first || offset < frame.count {
-            var plaintext: [UInt8] = []
-            if first { plaintext = Self.bigEndian(UInt32(frame.count)) }
-            let take = min(maxPlain - plaintext.count, frame.count - offset)
-            plaintext.append(contentsOf: frame[offset..<offset + take])
-            offset += take
-            first = false
+        for plaintext in FramePlaintexts(frame) {
             let message = try encrypt(plaintext)
             batchBytes += message.count + 2
             batch.append(message)
@@ -638,11 +437,10 @@ actor SecureConnectionCore {
             fail(.closed)
             return
         }
-        if !sending {
-            sending = true
+        if sends.tryAcquire() {
             // Best effort: a peer that does not read cannot hold this up for longer than the idle timeout.
-            if let notify = try? encrypt(Self.bigEndian(Self.closeNotify)) { try? await writeMessages([notify]) }
-            releaseSend()
+            if let notify = try? encrypt(TransportFraming.bigEndian(TransportFraming.closeNotify)) { try? await writeMessages([notify]) }
+            sends.release()
         }
         finish(.failure(.closed))
         // Wait for the peer to close after our notify, but not for long.
@@ -652,23 +450,10 @@ actor SecureConnectionCore {
         }
     }
 
-    static func bigEndian(_ value: UInt32) -> [UInt8] {
-        [UInt8(value >> 24), UInt8(truncatingIfNeeded: value >> 16), UInt8(truncatingIfNeeded: value >> 8),
-         UInt8(truncatingIfNeeded: value)]
-    }
-
     /// Writes Noise messages, each with its 2-byte big-endian length prefix,
     /// bounded by the idle timeout.
     private func writeMessages(_ messages: [[UInt8]]) async throws {
-        var buffer = channel.allocator.buffer(capacity: messages.reduce(0) { $0 + $1.count + 2 })
-        for message in messages {
-            guard message.count <= SecureConnectionProtocol.maxNoiseMessage else {
-                throw SecureConnectionError.malformedMessage("outgoing Noise message of \(message.count) bytes")
-            }
-            buffer.writeInteger(UInt16(message.count))
-            buffer.writeBytes(message)
-        }
-        try await writeBuffer(buffer)
+        try await writeBuffer(TransportFraming.encode(messages, allocator: channel.allocator))
     }
 
     func writeRaw(_ bytes: [UInt8]) async throws {
@@ -695,27 +480,31 @@ actor SecureConnectionCore {
     }
 }
 
-extension SecureConnectionError {
-    /// A stable, machine-readable name of the error, in snake case.
-    package var code: String {
-        switch self {
-        case .handshakeFailed: "handshake_failed"
-        case .closedDuringHandshake: "closed_during_handshake"
-        case .handshakeTimeout: "handshake_timeout"
-        case .idleTimeout: "idle_timeout"
-        case .identityRejected: "identity_rejected"
-        case .frameTooLarge: "frame_too_large"
-        case .malformedMessage: "malformed_message"
-        case .decryptionFailed: "decryption_failed"
-        case .noise: "noise_error"
-        case .connectionLost: "connection_lost"
-        case .closed: "closed"
-        case .concurrentReceive: "concurrent_receive"
-        case .connectFailed: "connect_failed"
-        case .bindFailed: "bind_failed"
-        case .refusedAtCapacity: "refused_at_capacity"
-        case .refusedBeforeHandshake: "refused_before_handshake"
-        case .keyFile: "key_file"
-        }
+/// A connection's timers: the handshake deadline, the idle deadline (armed
+/// while nothing arrives) and the keepalive task.
+struct ConnectionTimers {
+    var handshake: Scheduled<Void>?
+    var idle: Scheduled<Void>?
+    var keepalive: Task<Void, Never>?
+
+    mutating func cancelHandshake() {
+        handshake?.cancel()
+        handshake = nil
+    }
+
+    mutating func cancelIdle() {
+        idle?.cancel()
+        idle = nil
+    }
+
+    mutating func cancelKeepalive() {
+        keepalive?.cancel()
+        keepalive = nil
+    }
+
+    mutating func stopAll() {
+        cancelHandshake()
+        cancelIdle()
+        cancelKeepalive()
     }
 }

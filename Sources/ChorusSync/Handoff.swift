@@ -1,0 +1,196 @@
+import Synchronization
+
+/// Hands elements one at a time from one producer to one consumer: `put`
+/// returns once the consumer took the element (so the producer never runs
+/// more than one element ahead: back-pressure), `take` waits for the next
+/// one, and `finish` ends it, waking both. An element put before the end is
+/// still taken after it.
+final class Handoff<Element: Sendable, Failure: Error>: Sendable {
+    private struct State {
+        var pending: Element?
+        var consumer: CheckedContinuation<Element?, any Error>?
+        var producer: CheckedContinuation<Void, Never>?
+        var end: Result<Void, Failure>?
+    }
+
+    private let state = Mutex(State())
+    /// Thrown by a `take` while another `take` waits.
+    private let busy: Failure
+
+    init(busy: Failure) { self.busy = busy }
+
+    /// Whether `finish` was called.
+    var isFinished: Bool { state.withLock { $0.end != nil } }
+    /// Whether a consumer waits in `take`, and whether an element waits to be taken.
+    var waiting: (consumer: Bool, element: Bool) { state.withLock { ($0.consumer != nil, $0.pending != nil) } }
+
+    /// Gives `element` to the consumer and waits until it is taken (or the
+    /// handoff ends: then it is dropped unless it was taken).
+    func put(_ element: Element) async {
+        let (taken, consumer) = state.withLock { s -> (Bool, CheckedContinuation<Element?, any Error>?) in
+            if s.end != nil { return (true, nil) }
+            guard let waiting = s.consumer else { return (false, nil) }
+            s.consumer = nil
+            return (true, waiting)
+        }
+        if taken {
+            consumer?.resume(returning: element)
+            return
+        }
+        await withCheckedContinuation { (producer: CheckedContinuation<Void, Never>) in
+            let consumer = state.withLock { s -> CheckedContinuation<Element?, any Error>?? in
+                if s.end != nil { return .some(nil) }
+                if let waiting = s.consumer {
+                    s.consumer = nil
+                    return .some(waiting)
+                }
+                s.pending = element
+                s.producer = producer
+                return nil
+            }
+            guard let consumer else { return }
+            consumer?.resume(returning: element)
+            producer.resume()
+        }
+    }
+
+    /// What a `take` finds ready: an element (and the producer to wake), or the end.
+    private enum Ready {
+        case element(Element, CheckedContinuation<Void, Never>?)
+        case ended(Result<Void, Failure>)
+
+        func answer() throws -> Element? {
+            switch self {
+            case .element(let element, let producer):
+                producer?.resume()
+                return element
+            case .ended(.success): return nil
+            case .ended(.failure(let error)): throw error
+            }
+        }
+    }
+
+    private static func ready(_ s: inout State) -> Ready? {
+        if let element = s.pending {
+            s.pending = nil
+            defer { s.producer = nil }
+            return .element(element, s.producer)
+        }
+        return s.end.map(Ready.ended)
+    }
+
+    /// The next element; nil once finished with success, the failure once
+    /// finished with one.
+    func take() async throws -> Element? {
+        if let r = try state.withLock({ s -> Ready? in
+            if let r = Self.ready(&s) { return r }
+            if s.consumer != nil { throw busy }
+            return nil
+        }) {
+            return try r.answer()
+        }
+        return try await withCheckedThrowingContinuation { (consumer: CheckedContinuation<Element?, any Error>) in
+            let outcome = state.withLock { s -> Result<Ready, Failure>? in
+                if let r = Self.ready(&s) { return .success(r) }
+                if s.consumer != nil { return .failure(busy) }
+                s.consumer = consumer
+                return nil
+            }
+            switch outcome {
+            case nil: break
+            case .success(let r): consumer.resume(with: Result { try r.answer() })
+            case .failure(let error): consumer.resume(throwing: error)
+            }
+        }
+    }
+
+    /// Ends the handoff with `result` (the first call decides) and wakes a
+    /// waiting consumer and producer.
+    func finish(_ result: Result<Void, Failure>) {
+        let (consumer, producer, end) = state.withLock { s in
+            if s.end == nil { s.end = result }
+            defer {
+                s.consumer = nil
+                s.producer = nil
+            }
+            return (s.consumer, s.producer, s.end ?? result)
+        }
+        switch end {
+        case .success: consumer?.resume(returning: nil)
+        case .failure(let error): consumer?.resume(throwing: error)
+        }
+        producer?.resume()
+    }
+}
+
+/// Lets one sender at a time through, in the order they came, so that the
+/// messages of one frame are never interleaved with another's. Once closed,
+/// everyone goes through at once (to find the connection closed).
+final class SendGate: Sendable {
+    private struct State {
+        var busy = false
+        var closed = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Senders waiting for their turn.
+    var waiters: Int { state.withLock { $0.waiters.count } }
+
+    /// Waits for its turn.
+    func acquire() async {
+        let through = state.withLock { s in
+            guard s.busy, !s.closed else {
+                s.busy = true
+                return true
+            }
+            return false
+        }
+        if through { return }
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s in
+                guard s.busy, !s.closed else {
+                    s.busy = true
+                    return true
+                }
+                s.waiters.append(waiter)
+                return false
+            }
+            if now { waiter.resume() }
+        }
+    }
+
+    /// Takes the turn only if nobody holds it.
+    func tryAcquire() -> Bool {
+        state.withLock { s in
+            guard !s.busy, !s.closed else { return false }
+            s.busy = true
+            return true
+        }
+    }
+
+    /// Gives the turn to the next waiter, in order.
+    func release() {
+        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            guard !s.waiters.isEmpty, !s.closed else {
+                s.busy = false
+                return nil
+            }
+            return s.waiters.removeFirst()
+        }
+        next?.resume()
+    }
+
+    /// Lets every waiter through now, and every later one at once.
+    func close() {
+        let waiters = state.withLock { s in
+            s.closed = true
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+}
