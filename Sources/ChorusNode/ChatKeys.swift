@@ -308,8 +308,12 @@ extension Node {
     ///
     /// With `concerning`, only the chats the received events can change
     /// entitlements in are looked at: a chat named by a chat event, and the
-    /// chats of a user whose binding or device key arrived. A sync then pays
-    /// for the chats it touched, not for every chat's history.
+    /// chats of a user whose binding or device key arrived, whole; a chat
+    /// that only received messages, for the epochs of those messages only
+    /// (a message is the one entitlement they can add: its epoch, to the
+    /// members it was sent after; every other one changes only with the
+    /// events above). A sync then pays for the chats and epochs it touched,
+    /// not for every chat's history.
     @discardableResult
     package func shareChatKeys(concerning triggers: ChatKeyTriggers? = nil) async throws -> Int {
         guard !isReadOnly, keyRing.agreement != nil else { return 0 }
@@ -317,17 +321,24 @@ extension Node {
         var written = 0
         let users = try triggers.map { t in Set(try t.keys.map { try projections.user(of: $0) }) } ?? []
         for chat in try projections.chats(of: identity.user) {
-            if let triggers, !triggers.chats.contains(chat.id.raw), !chat.members.contains(where: { users.contains($0.user.raw) }) {
-                continue
-            }
+            let received = triggers?.messages[chat.id.raw] ?? []
+            // Reading each received message costs about what a page of the
+            // history costs a message: when they are a good part of it, it is
+            // read whole.
+            let whole =
+                triggers.map { t in
+                    t.chats.contains(chat.id.raw) || chat.members.contains { users.contains($0.user.raw) } || received.count * 8 >= chat.messageCount
+                } ?? true
+            guard whole || !received.isEmpty else { continue }
             let introduced = try projections.epochs(of: chat.id.raw)
             // Epochs that effective messages name: one whose introduction
             // took no effect (a rotation by a member removed and re-added
             // concurrently) is still shared, so its messages stay readable.
-            let lastMessage = try latestMessagePerEpoch(in: chat.id.raw)
+            let lastMessage = whole ? try latestMessagePerEpoch(in: chat.id.raw) : try latestMessagePerEpoch(of: received)
             let introducedSet = Set(introduced.map(\.epoch))
             let epochs: [(epoch: Hash32, start: HLC?)] =
-                introduced.map { ($0.epoch, $0.start) } + lastMessage.keys.filter { !introducedSet.contains($0) }.sorted().map { ($0, nil) }
+                introduced.filter { whole || lastMessage[$0.epoch] != nil }.map { ($0.epoch, $0.start) }
+                + lastMessage.keys.filter { !introducedSet.contains($0) }.sorted().map { ($0, nil) }
             guard !epochs.isEmpty else { continue }
             var lacking: [Hash32: [ChatCrypto.Recipient]] = [:]
             for member in chat.members {
@@ -357,6 +368,15 @@ extension Node {
 
     /// For each epoch that effective messages of the chat are sealed under,
     /// the HLC of the latest such message.
+    /// `latestMessagePerEpoch` over the messages `ids` only (those that took effect).
+    nonisolated func latestMessagePerEpoch(of ids: [EventID]) throws -> [Hash32: HLC] {
+        var out: [Hash32: HLC] = [:]
+        for id in ids {
+            if let m = try projections.message(id), let e = m.epoch { out[e] = max(out[e] ?? m.hlc, m.hlc) }
+        }
+        return out
+    }
+
     nonisolated func latestMessagePerEpoch(in chat: ObjectID) throws -> [Hash32: HLC] {
         var out: [Hash32: HLC] = [:]
         var before: MessageCursor? = nil
@@ -383,8 +403,12 @@ extension Node {
 /// encryption.md §6 rule 5): the chats named by chat events, and the keys
 /// (user keys, devices) whose bindings or device keys arrived.
 package struct ChatKeyTriggers: Sendable, Hashable {
-    /// Chats named by received `chat.created`, membership, `chat.key` or `message.sent` events.
+    /// Chats named by received `chat.created`, membership or `chat.key` events: looked at whole.
     package var chats: Set<ObjectID> = []
+    /// Received `message.sent` events, by chat: a chat not in `chats` is
+    /// looked at for their epochs only.
+    package var messages: [ObjectID: [EventID]] = [:]
+    package static let messagesPerChat = 4096
     /// Authors of received bindings (user keys) and device keys (devices).
     package var keys: Set<PublicKey> = []
 
@@ -392,15 +416,25 @@ package struct ChatKeyTriggers: Sendable, Hashable {
     package init() {}
 
     /// Nothing received that could change an entitlement.
-    package var isEmpty: Bool { chats.isEmpty && keys.isEmpty }
+    package var isEmpty: Bool { chats.isEmpty && keys.isEmpty && messages.isEmpty }
 
     /// Notes a received event; returns whether it can change an entitlement.
     /// An exhaustive switch: a new kind must say.
     @discardableResult
     package mutating func note(_ event: Event) -> Bool {
         switch event.kind {
-        case .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey, .messageSent:
+        case .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey:
             chats.insert(event.object)
+            messages[event.object] = nil
+            return true
+        case .messageSent:
+            guard !chats.contains(event.object) else { return true }
+            messages[event.object, default: []].append(event.id)
+            // Past this many, the chat is looked at whole (and the list need not grow).
+            if messages[event.object, default: []].count > Self.messagesPerChat {
+                messages[event.object] = nil
+                chats.insert(event.object)
+            }
             return true
         case .deviceAdded, .deviceRemoved, .deviceKey:
             keys.insert(event.author)
