@@ -123,7 +123,7 @@ extension SyncSession {
         }
         // The peer ends in the same round; one more from it is out of step.
         reconcileFinished = true
-        if !reconcileQueue.isEmpty { throw SyncError.unexpected("a reconciliation message after the reconciliation ended") }
+        if !reconcileInputs.isEmpty { throw SyncError.unexpected("a reconciliation message after the reconciliation ended") }
     }
 
     /// Range-based reconciliation, round by round (§4.2.1).
@@ -132,7 +132,7 @@ extension SyncSession {
         send(.reconcile(reconciler.firstRound()))
         report.reconcileRounds += 1
         while true {
-            guard let input = await nextReconcileInput() else { throw SyncError.connectionClosed }
+            guard let input = await reconcileInputs.next() else { throw SyncError.connectionClosed }
             guard case .round(let peerRound) = input else { throw SyncError.unexpected("\(input) during a reconcile round") }
             let (announce, next) = try reconciler.receive(peerRound)
             for chunk in announce.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
@@ -151,7 +151,7 @@ extension SyncSession {
         send(.sketchInfo(sketch.info()))
         report.reconcileRounds = 1
         func next() async throws -> ReconcileInput {
-            guard let input = await nextReconcileInput() else { throw SyncError.connectionClosed }
+            guard let input = await reconcileInputs.next() else { throw SyncError.connectionClosed }
             return input
         }
         guard case .info(let peerInfo) = try await next() else { throw SyncError.unexpected("a sketch message before the peer's sketchInfo") }
@@ -239,8 +239,8 @@ extension SyncSession {
 
     /// Returns once the peer's first scope list has ended (or the session has).
     func peerScopeReceived() async {
-        if peerScope != nil || signalsFinished { return }
-        await withCheckedContinuation { peerScopeWaiter = $0 }
+        if peerScope != nil { return }
+        await peerScopeArrived.wait()
     }
 
     /// A scope list ended: the first is the peer's scope, which releases the
@@ -251,10 +251,7 @@ extension SyncSession {
         peerScopePending = []
         guard let scope = peerScope else {
             peerScope = feeds
-            if let w = peerScopeWaiter {
-                peerScopeWaiter = nil
-                w.resume()
-            }
+            peerScopeArrived.open()
             return
         }
         let added = feeds.subtracting(scope)
@@ -276,18 +273,6 @@ extension SyncSession {
             default: false
             }
         guard allowed, !reconcileFinished else { throw SyncError.unexpected("\(what) outside a reconciliation") }
-        if let w = reconcileWaiter {
-            reconcileWaiter = nil
-            w.resume(returning: input)
-        } else {
-            reconcileQueue.append(input)
-        }
-    }
-
-    /// The peer's next reconciliation message; nil once the session ends.
-    func nextReconcileInput() async -> ReconcileInput? {
-        if !reconcileQueue.isEmpty { return reconcileQueue.removeFirst() }
-        if signalsFinished { return nil }
-        return await withCheckedContinuation { reconcileWaiter = $0 }
+        reconcileInputs.push(input)
     }
 }

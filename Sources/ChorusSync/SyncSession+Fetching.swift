@@ -12,7 +12,7 @@ extension SyncSession {
 
     func fetchLoop() async throws {
         var firstRound = true
-        while let signal = await nextSignal() {
+        while let signal = await signals.next() {
             if case .pushEnd = signal { continue }  // the push ended before the peer's announcement
             guard case .announced(let position) = signal else { throw SyncError.unexpected("\(signal) before any request") }
             // Events the peer pushes settle what this round asks for.
@@ -103,35 +103,12 @@ extension SyncSession {
         // A live announcement (the peer committed meanwhile) may arrive in
         // the middle of a round: it waits for the next round.
         var deferred: [FetchSignal] = []
-        defer { signalQueue.insert(contentsOf: deferred, at: 0) }
+        defer { signals.pushFront(deferred) }
         while true {
-            guard let s = await nextSignal() else { throw CancellationError() }
+            guard let s = await signals.next() else { throw CancellationError() }
             if matches(s) { return }
             guard case .announced = s else { throw SyncError.unexpected("\(s) while waiting for \(wanted)") }
             deferred.append(s)
-        }
-    }
-
-    func signal(_ s: FetchSignal) {
-        if let w = signalWaiter {
-            signalWaiter = nil
-            w.resume(returning: s)
-        } else {
-            signalQueue.append(s)
-        }
-    }
-
-    func nextSignal() async -> FetchSignal? {
-        if !signalQueue.isEmpty { return signalQueue.removeFirst() }
-        if signalsFinished { return nil }
-        return await withCheckedContinuation { signalWaiter = $0 }
-    }
-
-    func finishSignals() {
-        signalsFinished = true
-        if let w = signalWaiter {
-            signalWaiter = nil
-            w.resume(returning: nil)
         }
     }
 

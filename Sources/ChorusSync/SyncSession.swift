@@ -103,9 +103,8 @@ package actor SyncSession {
     var tasks: [Task<Void, Never>] = []
     /// Sends the `error` frame of a failed session (best effort, at most 1 s).
     var notifying: Task<Void, Never>? = nil
-    var signalQueue: [FetchSignal] = []
-    var signalWaiter: CheckedContinuation<FetchSignal?, Never>? = nil
-    var signalsFinished = false
+    /// What the receive loop tells the fetching side (announcements, ends of answers), in order.
+    let signals = AsyncQueue<FetchSignal>()
     var startTag: Hash32 = .zero
     var finalFeeds: Set<PublicKey>? = nil
     var peerDonePosition: UInt64 = 0
@@ -116,8 +115,7 @@ package actor SyncSession {
     var reconciliation = Reconciliation.none
     var reconcileFinished = false
     var sketchRole: SketchReconciler.Role? = nil
-    var reconcileQueue: [ReconcileInput] = []
-    var reconcileWaiter: CheckedContinuation<ReconcileInput?, Never>? = nil
+    let reconcileInputs = AsyncQueue<ReconcileInput>()
     /// Scoped announcements (Specs/sync.md §4.10): the feeds this side told
     /// the peer it wants (nil when it sends no scope), and the feeds the peer
     /// told this side (nil when the peer sends none: then nothing is held back).
@@ -127,7 +125,8 @@ package actor SyncSession {
     var directorySession = false
     var peerScope: Set<PublicKey>? = nil
     var peerScopePending: [PublicKey] = []
-    var peerScopeWaiter: CheckedContinuation<Void, Never>? = nil
+    /// Opens when the peer's first scope list has ended, or the session has.
+    let peerScopeArrived = Latch()
     /// Wakes live announcing (Specs/sync.md §4.6) when a commit writes a
     /// feed head its last reads covered, or when the peer's scope grew.
     var liveWake: AsyncStream<Void>.Continuation? = nil
@@ -294,7 +293,7 @@ package actor SyncSession {
             if fetch.pushOpen { fetch.learned(list) } else { try fetch.have(list) }
         case .haveEnd(let position):
             endAnnouncement()
-            signal(.announced(position))
+            signals.push(.announced(position))
         case .want(let ranges):
             // Served together at `wantEnd`, in the order §4.3 gives.
             try serving.queue(ranges.count)
@@ -334,7 +333,7 @@ package actor SyncSession {
         case .scopeAnswered:
             guard sentScope != nil else { throw SyncError.unexpected("a scope answer to a side that sent no scope") }
             endAnnouncement()
-            signal(.scopeAnswered)
+            signals.push(.scopeAnswered)
         case .events(let envelopes):
             if let error = ingestError { throw error }
             ingestFrames.append(try checkEvents(envelopes))
@@ -348,10 +347,10 @@ package actor SyncSession {
         case .eventsEnd:
             if fetch.pushOpen {
                 fetch.closePush()
-                signal(.pushEnd)
+                signals.push(.pushEnd)
             } else {
                 fetch.eventsEnd()
-                signal(.eventsEnd)
+                signals.push(.eventsEnd)
             }
         case .blobData(let hash, let offset, let total, let bytes):
             try receiveBlob(hash: hash, offset: offset, total: total, bytes: bytes)
@@ -360,7 +359,7 @@ package actor SyncSession {
             send(.ack(1))
         case .blobEnd:
             blobFetch.end()
-            signal(.blobEnd)
+            signals.push(.blobEnd)
         case .done(let position):
             guard !peerDone else { throw SyncError.unexpected("a second done") }
             peerDone = true
@@ -438,15 +437,9 @@ package actor SyncSession {
     }
 
     func finish() async throws -> SyncReport {
-        finishSignals()
-        if let w = peerScopeWaiter {
-            peerScopeWaiter = nil
-            w.resume()
-        }
-        if let w = reconcileWaiter {
-            reconcileWaiter = nil
-            w.resume(returning: nil)
-        }
+        signals.finish()
+        peerScopeArrived.open()
+        reconcileInputs.finish()
         serveJobs.finish()
         if let w = creditWaiter {
             creditWaiter = nil

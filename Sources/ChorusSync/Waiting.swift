@@ -194,3 +194,120 @@ final class SendGate: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 }
+
+/// Messages for one reader, in order: `push` hands a message to the waiting
+/// reader or keeps it; `next` takes the oldest or waits; `finish` ends the
+/// waiting (the reader gets what is left, then nil).
+final class AsyncQueue<Element: Sendable>: Sendable {
+    private struct State {
+        var items: [Element] = []
+        var head = 0
+        var reader: CheckedContinuation<Element?, Never>?
+        var finished = false
+
+        mutating func take() -> Element? {
+            guard head < items.count else { return nil }
+            defer {
+                head += 1
+                if head == items.count {
+                    items.removeAll(keepingCapacity: true)
+                    head = 0
+                }
+            }
+            return items[head]
+        }
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Whether `finish` was called.
+    var isFinished: Bool { state.withLock { $0.finished } }
+    /// Whether no message waits.
+    var isEmpty: Bool { state.withLock { $0.head == $0.items.count } }
+    /// Whether the reader waits in `next`.
+    var hasReader: Bool { state.withLock { $0.reader != nil } }
+
+    /// Adds `element` after the others (after `finish` too: the reader still takes it before its nil).
+    func push(_ element: Element) {
+        let reader = state.withLock { s -> CheckedContinuation<Element?, Never>? in
+            if let r = s.reader {
+                s.reader = nil
+                return r
+            }
+            s.items.append(element)
+            return nil
+        }
+        reader?.resume(returning: element)
+    }
+
+    /// Puts `elements` back before the others, in their order (a reader
+    /// that set some aside hands them back).
+    func pushFront(_ elements: [Element]) {
+        guard !elements.isEmpty else { return }
+        state.withLock { s in
+            s.items = elements + s.items[s.head...]
+            s.head = 0
+        }
+    }
+
+    /// The oldest message; nil once finished and empty.
+    func next() async -> Element? {
+        if let ready = state.withLock({ s -> Element?? in
+            if let e = s.take() { return .some(e) }
+            return s.finished ? .some(nil) : nil
+        }) {
+            return ready
+        }
+        return await withCheckedContinuation { (reader: CheckedContinuation<Element?, Never>) in
+            let ready = state.withLock { s -> Element?? in
+                if let e = s.take() { return .some(e) }
+                if s.finished { return .some(nil) }
+                s.reader = reader
+                return nil
+            }
+            if let ready { reader.resume(returning: ready) }
+        }
+    }
+
+    /// Ends the queue; a waiting reader gets nil.
+    func finish() {
+        let reader = state.withLock { s -> CheckedContinuation<Element?, Never>? in
+            s.finished = true
+            defer { s.reader = nil }
+            return s.reader
+        }
+        reader?.resume(returning: nil)
+    }
+}
+
+/// Opens once: whoever waits is let through when it opens, and everyone after.
+final class Latch: Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    init() {}
+
+    var isOpen: Bool { state.withLock { $0.open } }
+
+    func open() {
+        let waiters = state.withLock { s in
+            s.open = true
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for w in waiters { w.resume() }
+    }
+
+    func wait() async {
+        if isOpen { return }
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s in
+                if s.open { return true }
+                s.waiters.append(waiter)
+                return false
+            }
+            if now { waiter.resume() }
+        }
+    }
+}
