@@ -50,7 +50,7 @@ extension SyncSession {
         while ingestError == nil {
             if ingestFrames.isEmpty {
                 if batchesPending == 0 { break }
-                await withCheckedContinuation { ingestWaiter = $0 }
+                try? await ingestWakeup.wait()
                 continue
             }
             if verifying.count >= Self.batchesVerifying {
@@ -115,12 +115,7 @@ extension SyncSession {
     }
 
     /// Resumes the ingest loop when it waits for frames or durability.
-    func wakeIngest() {
-        if let waiter = ingestWaiter {
-            ingestWaiter = nil
-            waiter.resume()
-        }
-    }
+    func wakeIngest() { ingestWakeup.wake() }
 
     /// Waits until every received event frame is committed.
     func finishIngest() async throws {
@@ -261,7 +256,7 @@ extension SyncSession {
         while !closing, firstError == nil {
             try await Task.sleep(for: tick)
             guard !closing, firstError == nil, !ingesting else { continue }
-            let waiting = !report.complete || fetchWaiting || creditWaiter != nil || outboxFrames > 0
+            let waiting = !report.complete || fetchWaiting || creditWakeup.hasWaiter || outboxFrames > 0
             if waiting, ContinuousClock.now - lastProgress >= limit {
                 throw SyncError.idle("no progress for \(limit) (\(outboxFrames) frames not taken by the peer)")
             }

@@ -143,7 +143,7 @@ extension SyncSession {
     func acquireCredit(for frame: ServeState.DataFrame) async throws {
         while outboxBytes > SyncLimits.outboxBytes || !serving.takeCredit(for: frame) {
             if firstError != nil || closing { throw CancellationError() }
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in creditWaiter = c }
+            try await creditWakeup.wait()
         }
     }
 }

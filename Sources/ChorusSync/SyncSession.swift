@@ -68,7 +68,7 @@ package actor SyncSession {
     /// Batches handed to the node's ingest and not yet acknowledged.
     var batchesPending = 0
     /// The ingest loop waiting for a frame to arrive or a batch to become durable.
-    var ingestWaiter: CheckedContinuation<Void, Never>? = nil
+    let ingestWakeup = Wakeup()
     var ingestError: (any Error)? = nil
     /// Received blob frames waiting for the blob commit in flight: the
     /// whole blobs among them, and how many frames their acknowledgement
@@ -95,7 +95,8 @@ package actor SyncSession {
     var serving: ServeState
     /// Ranges of the peer's `want` messages since its last `wantEnd`.
     var wanted: [FeedRange] = []
-    var creditWaiter: CheckedContinuation<Void, any Error>? = nil
+    /// Wakes serving waiting for window units or outbox room; cancelled when the session fails or ends.
+    let creditWakeup = Wakeup()
     /// The highest seq per author the peer is known to hold (from its
     /// announcements and what was sent), so live announcements skip them.
     var peerKnown: [PublicKey: UInt64] = [:]
@@ -227,10 +228,7 @@ package actor SyncSession {
         outboxBytes -= bytes
         lastProgress = .now
         // Serving may wait for the outbox to drain (`acquireCredit`).
-        if outboxBytes <= SyncLimits.outboxBytes, let w = creditWaiter {
-            creditWaiter = nil
-            w.resume()
-        }
+        if outboxBytes <= SyncLimits.outboxBytes { creditWakeup.wake() }
     }
 
     func send(_ message: SyncMessage) {
@@ -340,10 +338,7 @@ package actor SyncSession {
             if ingestTask == nil { ingestTask = Task { await self.drainIngestBuffer() } } else { wakeIngest() }
         case .ack(let n):
             try serving.acknowledge(n)
-            if let w = creditWaiter {
-                creditWaiter = nil
-                w.resume()
-            }
+            creditWakeup.wake()
         case .eventsEnd:
             if fetch.pushOpen {
                 fetch.closePush()
@@ -410,10 +405,7 @@ package actor SyncSession {
         guard firstError == nil, !(closing && report.complete) else { return }
         firstError = error
         closing = true
-        if let w = creditWaiter {
-            creditWaiter = nil
-            w.resume(throwing: CancellationError())
-        }
+        creditWakeup.cancel()
         // Tell the peer why (best effort), then cut the connection.
         let notify: SyncMessage? =
             switch error {
@@ -441,10 +433,7 @@ package actor SyncSession {
         peerScopeArrived.open()
         reconcileInputs.finish()
         serveJobs.finish()
-        if let w = creditWaiter {
-            creditWaiter = nil
-            w.resume(throwing: CancellationError())
-        }
+        creditWakeup.cancel()
         for t in tasks { t.cancel() }
         if firstError == nil {
             outbox.finish()

@@ -311,3 +311,58 @@ final class Latch: Sendable {
         }
     }
 }
+
+/// Wakes one waiter when what it waits for may have changed; the waiter
+/// checks again. A wake with nobody waiting is kept for the next wait, so
+/// none is lost between a check and the wait. Once cancelled, every wait
+/// throws `CancellationError`.
+final class Wakeup: Sendable {
+    private struct State {
+        var waiter: CheckedContinuation<Void, any Error>?
+        var pending = false
+        var cancelled = false
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Whether someone waits now.
+    var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
+
+    func wake() {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, any Error>? in
+            guard let w = s.waiter else {
+                s.pending = true
+                return nil
+            }
+            s.waiter = nil
+            return w
+        }
+        waiter?.resume()
+    }
+
+    func cancel() {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, any Error>? in
+            s.cancelled = true
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume(throwing: CancellationError())
+    }
+
+    func wait() async throws {
+        try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Void, any Error>) in
+            let outcome = state.withLock { s -> Result<Void, any Error>? in
+                if s.cancelled { return .failure(CancellationError()) }
+                if s.pending {
+                    s.pending = false
+                    return .success(())
+                }
+                s.waiter = waiter
+                return nil
+            }
+            if let outcome { waiter.resume(with: outcome) }
+        }
+    }
+}

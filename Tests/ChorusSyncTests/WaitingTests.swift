@@ -40,6 +40,22 @@ struct WaitingTests {
         #expect(await waiting.value == nil)
     }
 
+    @Test("a wakeup is never lost: a wake before the wait is kept for it; once cancelled, every wait throws")
+    func wakeup() async throws {
+        let wakeup = Wakeup()
+        wakeup.wake()
+        try await wakeup.wait()  // the kept wake
+        let waiter = Task { try await wakeup.wait() }
+        _ = try await waitFor(.seconds(30), "the waiter", every: .milliseconds(2)) { wakeup.hasWaiter ? true : nil }
+        wakeup.wake()
+        try await waiter.value
+        let cancelled = Task { try await wakeup.wait() }
+        _ = try await waitFor(.seconds(30), "the waiter", every: .milliseconds(2)) { wakeup.hasWaiter ? true : nil }
+        wakeup.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+        await #expect(throws: CancellationError.self) { try await wakeup.wait() }
+    }
+
     @Test("a latch lets its waiters through when it opens, and everyone after")
     func latch() async {
         let latch = Latch()
