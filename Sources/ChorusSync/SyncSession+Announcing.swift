@@ -17,7 +17,7 @@ extension SyncSession {
     func announceLoop(live: Bool) async throws {
         guard let hello = peerHello else { return }
         // A scoped peer's feeds first (§4.10): every announcement is limited to them.
-        if expectsPeerScope { await peerScopeReceived() }
+        if scopes.expectsPeer { await peerScopeReceived() }
         var invitation: [PublicKey] = []
         if hello.hops != nil, hello.capabilities.contains(.invitations) {
             invitation = try ReplicationScope.invitation(for: hello.user, at: node)
@@ -39,7 +39,7 @@ extension SyncSession {
         var watched: Set<PublicKey>? = nil
         func watch() throws {
             guard let observation else { return }
-            let feeds = peerScope.map { $0.union(invited) }
+            let feeds = scopes.peer.map { $0.union(invited) }
             try observation.watching {
                 if let feeds { for feed in feeds { _ = try node.head(of: feed) } } else { _ = try node.lastArrival() }
             }
@@ -52,14 +52,14 @@ extension SyncSession {
         let directory = directorySession && reconciliation == .none ? try FeedHosting.directoryFeeds(at: node) : nil
         func allowed(_ heads: [FeedAnnouncement]) -> [FeedAnnouncement] {
             if let directory { return heads.filter { directory.contains($0.author) } }
-            guard let scope = peerScope else { return heads }
+            guard let scope = scopes.peer else { return heads }
             return heads.filter { scope.contains($0.author) || invited.contains($0.author) }
         }
         var position = try node.lastArrival()
-        announcedSnapshot = (position, report.eventsReceived)
+        positions.announcedSnapshot = (position, report.eventsReceived)
         if reconciliation != .none {
             try await reconcileHeads()
-            if let scope = peerScope {
+            if let scope = scopes.peer {
                 // Invited feeds outside the scope are not reconciled: announced as they are.
                 for chunk in try heads(of: invitation.filter { !scope.contains($0) }).chunked(SyncLimits.listBatch) { send(.have(chunk)) }
             }
@@ -79,7 +79,7 @@ extension SyncSession {
             report.liveWakes += 1
             // A scope that grew is watched whole from now on; what arrived
             // meanwhile is in the arrivals since `position`.
-            if peerScope.map({ $0.union(invited) }) != watched { try watch() }
+            if scopes.peer.map({ $0.union(invited) }) != watched { try watch() }
             let now = try node.lastArrival()
             guard now > position else { continue }
             let changed = allowed(try changedHeads(since: position, upTo: now, initial: false))
@@ -101,7 +101,7 @@ extension SyncSession {
         // (§4.10), read one by one: a relay's cost is its peer's scope, not
         // every feed it holds.
         var heads: [FeedAnnouncement]
-        if let scope = peerScope ?? sentScope {
+        if let scope = scopes.peer ?? scopes.sent {
             heads = try self.heads(of: Array(scope))
         } else {
             heads = try node.heads().map { FeedAnnouncement(author: $0.author, seq: $0.head.seq, head: $0.head.id) }
@@ -239,7 +239,7 @@ extension SyncSession {
 
     /// Returns once the peer's first scope list has ended (or the session has).
     func peerScopeReceived() async {
-        if peerScope != nil { return }
+        if scopes.peer != nil { return }
         await peerScopeArrived.wait()
     }
 
@@ -247,15 +247,15 @@ extension SyncSession {
     /// announcements; a later one adds feeds, answered with the heads of
     /// those this node holds and `scopeAnswered`.
     func receivedScope() throws {
-        let feeds = Set(peerScopePending)
-        peerScopePending = []
-        guard let scope = peerScope else {
-            peerScope = feeds
+        let feeds = Set(scopes.peerPending)
+        scopes.peerPending = []
+        guard let scope = scopes.peer else {
+            scopes.peer = feeds
             peerScopeArrived.open()
             return
         }
         let added = feeds.subtracting(scope)
-        peerScope = scope.union(added)
+        scopes.peer = scope.union(added)
         if !added.isEmpty { liveWake?.yield() }  // live announcing watches the added feeds too
         let heads = try heads(of: added.sorted())
         for h in heads { peerKnown[h.author] = max(peerKnown[h.author] ?? 0, h.seq) }

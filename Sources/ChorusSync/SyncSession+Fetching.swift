@@ -24,8 +24,8 @@ extension SyncSession {
                 // A peer that announces only this side's scope learns what it
                 // grew by (§4.10), however it grew: by the events of this sync session,
                 // or by notices a parallel session took (§4.11).
-                if let sent = sentScope, let feeds, case let added = feeds.subtracting(sent), !added.isEmpty {
-                    sentScope = sent.union(added)
+                if let sent = scopes.sent, let feeds, case let added = feeds.subtracting(sent), !added.isEmpty {
+                    scopes.sent = sent.union(added)
                     for chunk in added.sorted().chunked(SyncLimits.listBatch) { send(.scope(chunk)) }
                     send(.scopeEnd)
                     try await expect("the peer's heads of the feeds added to the scope") { if case .scopeAnswered = $0 { true } else { false } }
@@ -70,7 +70,7 @@ extension SyncSession {
             if firstRound {
                 firstRound = false
                 iAmDone = true
-                finalFeeds = feeds
+                positions.finalFeeds = feeds
                 report.partial = fetch.sessionIncomplete
                 send(.done(position: try donePosition()))
                 completeIfReady()
@@ -130,7 +130,7 @@ extension SyncSession {
     /// every arrival since the announced snapshot came from this peer (so
     /// the peer never hears back about its own events), else the snapshot.
     func donePosition() throws -> UInt64 {
-        guard let snapshot = announcedSnapshot else { return 0 }
+        guard let snapshot = positions.announcedSnapshot else { return 0 }
         let now = try node.lastArrival()
         if now >= snapshot.position, now - snapshot.position == UInt64(report.eventsReceived - snapshot.accepted) { return now }
         return snapshot.position
@@ -141,13 +141,13 @@ extension SyncSession {
     func remember(position: UInt64, final: Bool = true) throws {
         guard let peers else { return }
         let complete = !fetch.sessionIncomplete
-        let tag = try sessionTag(finalFeeds, peerUser: peerHello?.user)
+        let tag = try sessionTag(positions.finalFeeds, peerUser: peerHello?.user)
         let user = peerHello?.user
         let received = UInt64(report.eventsReceived)
         let sentCount = UInt64(report.eventsSent)
         // A scope that grew during a session that skipped unchanged feeds
         // may miss feeds the peer did not announce: ask for all next time.
-        let forceFull = startSince > 0 && tag != startTag
+        let forceFull = positions.startSince > 0 && tag != positions.startTag
         // A directory session's position covers the directory only: it is
         // never the peer's position for a whole session (§4.12).
         let keepsPosition = !directorySession

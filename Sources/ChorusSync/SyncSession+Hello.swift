@@ -14,8 +14,8 @@ extension SyncSession {
         // A directory session reconciles whatever is remembered (§4.12).
         if let record, record.scopeTag == tag, !options.directory { since = record.position }
         blobFetch = BlobFetchState(remembered: record.flatMap { r in r.blobSerial.map { (serial: $0, lacked: r.lackedBlobs) } })
-        startTag = tag
-        startSince = since
+        positions.startTag = tag
+        positions.startSince = since
         var caps: SyncCapabilities = [.refill]
         if options.invitations { caps.insert(.invitations) }
         if options.live { caps.insert(.live) }
@@ -47,9 +47,9 @@ extension SyncSession {
         // changed since the remembered position, scope or not.
         let firstContactBySince = since == 0 || hello.since == 0 || directorySession
         let scoped = caps.contains(.scoped) && hello.capabilities.contains(.scoped) && firstContactBySince && !directorySession
-        expectsPeerScope = scoped && hello.hops != nil
+        scopes.expectsPeer = scoped && hello.hops != nil
         if scoped, let feeds = scopeFeeds {
-            sentScope = feeds
+            scopes.sent = feeds
             for chunk in feeds.sorted().chunked(SyncLimits.listBatch) { send(.scope(chunk)) }
             send(.scopeEnd)
         }

@@ -47,9 +47,9 @@ extension SyncSession {
         // next batch goes to the writer after the last one.
         var verifying: [Task<Void, Never>] = []
         var lastHandedOver: Task<Void, Never>? = nil
-        while ingestError == nil {
-            if ingestFrames.isEmpty {
-                if batchesPending == 0 { break }
+        while intake.error == nil {
+            if intake.frames.isEmpty {
+                if intake.batchesPending == 0 { break }
                 try? await ingestWakeup.wait()
                 continue
             }
@@ -60,25 +60,25 @@ extension SyncSession {
             var frames = 0
             var events: [Event] = []
             var refills: [Event] = []
-            while frames < ingestFrames.count, frames == 0 || events.count + refills.count < Self.batchEvents {
-                events += ingestFrames[frames].events
-                refills += ingestFrames[frames].refills
+            while frames < intake.frames.count, frames == 0 || events.count + refills.count < Self.batchEvents {
+                events += intake.frames[frames].events
+                refills += intake.frames[frames].refills
                 frames += 1
             }
-            ingestFrames.removeFirst(frames)
+            intake.frames.removeFirst(frames)
             // Refills are rare: without them the batch is the events array
             // itself, not a copy of every event.
             let all = refills.isEmpty ? events : events + refills
             let node = self.node
             let (enqueued, signal) = AsyncStream<Void>.makeStream()
-            ingesting = true
-            batchesPending += 1
+            intake.active = true
+            intake.batchesPending += 1
             // Every requested event is in hand and this batch is one of the
             // last two (which verify together): nothing will overlap their
             // commits but their own verification, so they go to the writer
             // in parts as verified. Handed over whole, the second last came
             // with the last at the end and the writer worked alone on both.
-            let left = ingestFrames.reduce(0) { $0 + $1.events.count + $1.refills.count }
+            let left = intake.frames.reduce(0) { $0 + $1.events.count + $1.refills.count }
             let last = !fetch.awaitsRequestedEvents && left < Self.batchesVerifying * Self.batchEvents
             let after = lastHandedOver
             let ingest = Task { await node.ingest(events: all, last: last, after: after, enqueued: { signal.finish() }) }
@@ -91,9 +91,9 @@ extension SyncSession {
         // After a failure, what was already queued still becomes durable
         // before the session reports its end. Otherwise nothing is pending
         // and this returns at once, with no frame arriving meanwhile.
-        if batchesPending > 0 { await acknowledging.value }
-        ingesting = false
-        ingestTask = nil
+        if intake.batchesPending > 0 { await acknowledging.value }
+        intake.active = false
+        intake.task = nil
     }
 
     /// Acknowledges each batch once it is durable, in the order they were
@@ -101,13 +101,13 @@ extension SyncSession {
     func acknowledgeInOrder(_ batches: AsyncStream<IngestBatch>) async {
         for await batch in batches {
             let result = await batch.ingest.value
-            batchesPending -= 1
-            if ingestError == nil {
+            intake.batchesPending -= 1
+            if intake.error == nil {
                 do {
                     try ingested(batch.events, result, refillsFrom: batch.refillsFrom)
                     send(.ack(UInt64(batch.frames)))
                 } catch {
-                    ingestError = error
+                    intake.error = error
                 }
             }
             wakeIngest()
@@ -119,8 +119,8 @@ extension SyncSession {
 
     /// Waits until every received event frame is committed.
     func finishIngest() async throws {
-        if let task = ingestTask { await task.value }
-        if let error = ingestError { throw error }
+        if let task = intake.task { await task.value }
+        if let error = intake.error { throw error }
     }
 
     /// Checks a frame's events against what was requested (feed order, no
@@ -161,13 +161,13 @@ extension SyncSession {
     /// without gaps); a hosted feed keeps everything.
     func hosts(_ event: Event) throws -> Bool {
         let author = event.author
-        if notHostedFeeds.contains(author) { return false }
-        if FeedHosting.isDirectoryKind(event.kind) || hostedFeeds.contains(author) { return true }
+        if hosting.notHosted.contains(author) { return false }
+        if FeedHosting.isDirectoryKind(event.kind) || hosting.hosted.contains(author) { return true }
         if try FeedHosting.level(of: author, at: node, peerUser: peerHello?.user) == .all {
-            hostedFeeds.insert(author)
+            hosting.hosted.insert(author)
             return true
         }
-        notHostedFeeds.insert(author)
+        hosting.notHosted.insert(author)
         return false
     }
 
@@ -197,25 +197,25 @@ extension SyncSession {
     /// it when those wait for a commit (a blob larger than the window must
     /// not wait for its own acknowledgements).
     func receiveBlob(hash: Hash32, offset: UInt64, total: UInt64, bytes: [UInt8]) throws {
-        if let error = blobError { throw error }
+        if let error = intake.blobError { throw error }
         let limit = UInt64(node.options.maxBlobBytes)
         let blob = try blobFetch.chunk(hash: hash, offset: offset, total: total, bytes: bytes, limit: limit)
-        if blob == nil, blobTask == nil {
+        if blob == nil, intake.blobTask == nil {
             send(.ack(1))
             return
         }
-        if let blob { blobBuffer.blobs.append((hash, blob)) }
-        blobBuffer.frames += 1
-        if blobTask == nil { blobTask = Task { await self.drainBlobBuffer() } }
+        if let blob { intake.blobs.blobs.append((hash, blob)) }
+        intake.blobs.frames += 1
+        if intake.blobTask == nil { intake.blobTask = Task { await self.drainBlobBuffer() } }
     }
 
     /// Stores buffered blobs until none are left, one commit for all that
     /// arrived while the previous commit was written, acknowledging their
     /// frames once durable.
     func drainBlobBuffer() async {
-        while blobError == nil, blobBuffer.frames > 0 {
-            let batch = blobBuffer
-            blobBuffer = ([], 0)
+        while intake.blobError == nil, intake.blobs.frames > 0 {
+            let batch = intake.blobs
+            intake.blobs = ([], 0)
             do {
                 let stored = try await node.storeReceivedBlobs(batch.blobs)
                 report.blobsReceived += stored
@@ -223,16 +223,16 @@ extension SyncSession {
                 reportProgress()
                 send(.ack(UInt64(batch.frames)))
             } catch {
-                blobError = SyncError.local("could not store \(batch.blobs.count) received blobs: \(error)")
+                intake.blobError = SyncError.local("could not store \(batch.blobs.count) received blobs: \(error)")
             }
         }
-        blobTask = nil
+        intake.blobTask = nil
     }
 
     /// Waits until every received blob is stored.
     func finishBlobs() async throws {
-        if let task = blobTask { await task.value }
-        if let error = blobError { throw error }
+        if let task = intake.blobTask { await task.value }
+        if let error = intake.blobError { throw error }
     }
 
     /// Decodes envelopes on all cores (decoding checks canonical encoding,
@@ -255,7 +255,7 @@ extension SyncSession {
         let tick = min(limit / 4, .milliseconds(500))
         while !closing, firstError == nil {
             try await Task.sleep(for: tick)
-            guard !closing, firstError == nil, !ingesting else { continue }
+            guard !closing, firstError == nil, !intake.active else { continue }
             let waiting = !report.complete || fetchWaiting || creditWakeup.hasWaiter || outboxFrames > 0
             if waiting, ContinuousClock.now - lastProgress >= limit {
                 throw SyncError.idle("no progress for \(limit) (\(outboxFrames) frames not taken by the peer)")

@@ -46,37 +46,18 @@ package actor SyncSession {
     /// This node's own feeds: its device's and its user key's.
     var ownFeeds: Set<PublicKey> { [node.identity.device.raw, node.identity.user.raw] }
     var blobFetch = BlobFetchState(remembered: nil)
-    /// A listed relay's verdicts in this sync session (Specs/sync.md §8.1): feeds
-    /// it keeps whole, and feeds it stopped keeping at an event of a kind a
-    /// directory feed does not hold.
-    var hostedFeeds: Set<PublicKey> = []
-    var notHostedFeeds: Set<PublicKey> = []
+    /// A listed relay's verdicts in this sync session (Specs/sync.md §8.1).
+    var hosting = HostingVerdicts()
     /// Events received when the last refill ran (refill runs again only when more arrived).
     var refillCheckedAt: Int? = nil
 
     // Progress, for the idle timeout.
     var lastProgress = ContinuousClock.now
     var fetchWaiting = false
-    var ingesting = false
-    /// Received event frames waiting to be verified, in arrival order: each
-    /// frame's checked events and payload refills. A batch takes the frames
-    /// that arrived while the previous batch was verified, up to
-    /// `batchEvents`, so one durable commit covers several frames and the
-    /// receive loop keeps checking frames meanwhile.
-    var ingestFrames: [(events: [Event], refills: [Event])] = []
-    var ingestTask: Task<Void, Never>? = nil
-    /// Batches handed to the node's ingest and not yet acknowledged.
-    var batchesPending = 0
+    /// Received events on their way to the store, and received blobs on theirs.
+    var intake = Intake()
     /// The ingest loop waiting for a frame to arrive or a batch to become durable.
     let ingestWakeup = Wakeup()
-    var ingestError: (any Error)? = nil
-    /// Received blob frames waiting for the blob commit in flight: the
-    /// whole blobs among them, and how many frames their acknowledgement
-    /// covers. Like events, the blobs that arrive while one commit is
-    /// written share the next one (Specs/sync.md §4.4).
-    var blobBuffer: (blobs: [(hash: Hash32, bytes: [UInt8])], frames: Int) = ([], 0)
-    var blobTask: Task<Void, Never>? = nil
-    var blobError: (any Error)? = nil
     var outboxFrames = 0
     var outboxBytes = 0
     /// The most bytes ever queued for the network and not yet handed to it.
@@ -106,26 +87,18 @@ package actor SyncSession {
     var notifying: Task<Void, Never>? = nil
     /// What the receive loop tells the fetching side (announcements, ends of answers), in order.
     let signals = AsyncQueue<FetchSignal>()
-    var startTag: Hash32 = .zero
-    var finalFeeds: Set<PublicKey>? = nil
-    var peerDonePosition: UInt64 = 0
-    var announcedSnapshot: (position: UInt64, accepted: Int)? = nil
-    var startSince: UInt64 = 0
+    /// Where this session's announcements started and ended (Specs/sync.md §4.2, §4.7).
+    var positions = SessionPositions()
     /// How this session's first announcement is found (Specs/sync.md
     /// §4.2.1–4.2.2), and the peer's reconciliation messages on their way.
     var reconciliation = Reconciliation.none
     var reconcileFinished = false
     var sketchRole: SketchReconciler.Role? = nil
     let reconcileInputs = AsyncQueue<ReconcileInput>()
-    /// Scoped announcements (Specs/sync.md §4.10): the feeds this side told
-    /// the peer it wants (nil when it sends no scope), and the feeds the peer
-    /// told this side (nil when the peer sends none: then nothing is held back).
-    var sentScope: Set<PublicKey>? = nil
-    var expectsPeerScope = false
+    /// Scoped announcements (Specs/sync.md §4.10).
+    var scopes = ScopeExchange()
     /// Either hello asked for a directory session (Specs/sync.md §4.12).
     var directorySession = false
-    var peerScope: Set<PublicKey>? = nil
-    var peerScopePending: [PublicKey] = []
     /// Opens when the peer's first scope list has ended, or the session has.
     let peerScopeArrived = Latch()
     /// Wakes live announcing (Specs/sync.md §4.6) when a commit writes a
@@ -320,22 +293,22 @@ package actor SyncSession {
         case .invite(let feeds):
             try fetch.invite(feeds, scoped: options.scope.hops != nil && options.invitations)
         case .scope(let feeds):
-            guard expectsPeerScope else { throw SyncError.unexpected("a scope from a peer that does not replicate a scope or offer scoped") }
-            peerScopePending += feeds
-            if (peerScope?.count ?? 0) + peerScopePending.count > SyncLimits.maxScopeFeeds {
+            guard scopes.expectsPeer else { throw SyncError.unexpected("a scope from a peer that does not replicate a scope or offer scoped") }
+            scopes.peerPending += feeds
+            if (scopes.peer?.count ?? 0) + scopes.peerPending.count > SyncLimits.maxScopeFeeds {
                 throw SyncError.unexpected("a scope of over \(SyncLimits.maxScopeFeeds) feeds")
             }
         case .scopeEnd:
-            guard expectsPeerScope else { throw SyncError.unexpected("a scope end from a peer that does not replicate a scope or offer scoped") }
+            guard scopes.expectsPeer else { throw SyncError.unexpected("a scope end from a peer that does not replicate a scope or offer scoped") }
             try receivedScope()
         case .scopeAnswered:
-            guard sentScope != nil else { throw SyncError.unexpected("a scope answer to a side that sent no scope") }
+            guard scopes.sent != nil else { throw SyncError.unexpected("a scope answer to a side that sent no scope") }
             endAnnouncement()
             signals.push(.scopeAnswered)
         case .events(let envelopes):
-            if let error = ingestError { throw error }
-            ingestFrames.append(try checkEvents(envelopes))
-            if ingestTask == nil { ingestTask = Task { await self.drainIngestBuffer() } } else { wakeIngest() }
+            if let error = intake.error { throw error }
+            intake.frames.append(try checkEvents(envelopes))
+            if intake.task == nil { intake.task = Task { await self.drainIngestBuffer() } } else { wakeIngest() }
         case .ack(let n):
             try serving.acknowledge(n)
             creditWakeup.wake()
@@ -358,7 +331,7 @@ package actor SyncSession {
         case .done(let position):
             guard !peerDone else { throw SyncError.unexpected("a second done") }
             peerDone = true
-            peerDonePosition = position
+            positions.peerDone = position
             completeIfReady()
         case .error(let code, let text):
             throw SyncError.peerError(code: code, message: text)
@@ -379,7 +352,7 @@ package actor SyncSession {
     func completeIfReady() {
         guard iAmDone, peerDone, !report.complete else { return }
         report.complete = true
-        do { try remember(position: peerDonePosition) } catch { fail(error as? SyncError ?? .local("\(error)")) }
+        do { try remember(position: positions.peerDone) } catch { fail(error as? SyncError ?? .local("\(error)")) }
         var snapshot = report
         snapshot.seconds = seconds
         options.onComplete?(snapshot)
@@ -445,8 +418,8 @@ package actor SyncSession {
         // Frames already received are committed before the session ends,
         // failed or not: when `run` returns, the store holds all of them
         // (and the next session asks only for what follows).
-        if let task = ingestTask { await task.value }
-        if let task = blobTask { await task.value }
+        if let task = intake.task { await task.value }
+        if let task = intake.blobTask { await task.value }
         writer?.cancel()
         report.seconds = seconds
         if let firstError { throw firstError }
@@ -455,3 +428,59 @@ package actor SyncSession {
     }
 }
 
+
+/// What a session has received and not yet made durable (Specs/sync.md §4.3, §4.4).
+struct Intake {
+    /// Event frames waiting to be verified, in arrival order: each frame's
+    /// checked events and payload refills. A batch takes the frames that
+    /// arrived while the previous batch was verified, up to `batchEvents`,
+    /// so one durable commit covers several frames and the receive loop
+    /// keeps checking frames meanwhile.
+    var frames: [(events: [Event], refills: [Event])] = []
+    /// The loop that verifies and hands batches to the node's ingest.
+    var task: Task<Void, Never>? = nil
+    /// Whether that loop has work in hand (for the idle timeout).
+    var active = false
+    /// Batches handed to the node's ingest and not yet acknowledged.
+    var batchesPending = 0
+    var error: (any Error)? = nil
+    /// Blob frames waiting for the blob commit in flight: the whole blobs
+    /// among them, and how many frames their acknowledgement covers. Like
+    /// events, the blobs that arrive while one commit is written share the
+    /// next one (Specs/sync.md §4.4).
+    var blobs: (blobs: [(hash: Hash32, bytes: [UInt8])], frames: Int) = ([], 0)
+    var blobTask: Task<Void, Never>? = nil
+    var blobError: (any Error)? = nil
+}
+
+/// Where this session's announcements started and where the peer's ended.
+struct SessionPositions {
+    /// The session tag and the position this side announced from (Specs/sync.md §4.7).
+    var startTag: Hash32 = .zero
+    var startSince: UInt64 = 0
+    /// The feeds of the last round, for the tag remembered at the end.
+    var finalFeeds: Set<PublicKey>? = nil
+    /// The peer's log position its `done` named.
+    var peerDone: UInt64 = 0
+    /// This side's position and accepted count when it announced.
+    var announcedSnapshot: (position: UInt64, accepted: Int)? = nil
+}
+
+/// The scopes of a session (Specs/sync.md §4.10): the feeds this side told
+/// the peer it wants (nil when it sends no scope), and the feeds the peer
+/// told this side (nil when the peer sends none: then nothing is held back).
+struct ScopeExchange {
+    var sent: Set<PublicKey>? = nil
+    var expectsPeer = false
+    var peer: Set<PublicKey>? = nil
+    /// The peer's scope list being received, until its end.
+    var peerPending: [PublicKey] = []
+}
+
+/// A listed relay's verdicts in a session (Specs/sync.md §8.1): feeds it
+/// keeps whole, and feeds it stopped keeping at an event of a kind a
+/// directory feed does not hold.
+struct HostingVerdicts {
+    var hosted: Set<PublicKey> = []
+    var notHosted: Set<PublicKey> = []
+}
