@@ -190,6 +190,30 @@ struct WatchTests {
         try await bounded(.seconds(30), "the watch to end on close") { await other.done() }
     }
 
+    @Test("a server that stops ends its open watches: the response ends cleanly (chunked, its last chunk sent) and shutdown does not wait for the clients")
+    func shutdownEndsOpenWatches() async throws {
+        let dir = TempDir()
+        defer { dir.cleanup() }
+        let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
+        let serving = try await node.serveAPI()
+        let api = APIClient(.socket(inStore: dir.store("app")))
+        let firstEvent = Latched()
+        let watch = Task { () -> (status: Int, headers: [(String, String)], text: String) in
+            var text = ""
+            let (status, headers) = try await api.stream(.GET, "/v1/watch?path=%2Fv1%2Fprofile") { chunk in
+                text += String(decoding: chunk, as: UTF8.self)
+                if text.contains("\n\n") { firstEvent.set() }
+            }
+            return (status, headers, text)
+        }
+        _ = try await waitFor(.seconds(30), "the first event", every: .milliseconds(20)) { firstEvent.isSet ? true : nil }
+        try await bounded(.seconds(30), "the server's shutdown with a watch open") { await serving.shutdown() }
+        let (status, headers, text) = try await bounded(.seconds(30), "the watch's end") { try await watch.value }
+        #expect(status == 200 && text.hasPrefix("id: "), "\(status) \(text)")
+        #expect(headers.contains { $0.0.lowercased() == "transfer-encoding" && $0.1.lowercased() == "chunked" }, "\(headers)")
+        await node.close()
+    }
+
     @Test("events carry ids; a watcher that reconnects with Last-Event-ID is not sent the answer it holds")
     func resumeWithLastEventID() async throws {
         let dir = TempDir()
@@ -211,5 +235,12 @@ struct WatchTests {
         await serving.shutdown()
         await node.close()
     }
+}
+
+/// A flag one task sets and another polls.
+final class Latched: Sendable {
+    private let flag = Mutex(false)
+    func set() { flag.withLock { $0 = true } }
+    var isSet: Bool { flag.withLock { $0 } }
 }
 #endif
