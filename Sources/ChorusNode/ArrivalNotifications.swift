@@ -6,14 +6,14 @@ import Synchronization
 /// durable write transaction; subscribers then read the arrival log
 /// themselves, so a notification carries nothing and many commits coalesce
 /// into one wake-up.
-public final class ArrivalNotifier: Sendable {
+package final class ArrivalNotifier: Sendable {
     private let subscribers = Mutex<(next: Int, all: [Int: AsyncStream<Void>.Continuation], finished: Bool)>((0, [:], false))
 
     init() {}
 
     /// A stream that yields after each commit (coalesced: at most one wake-up
     /// is buffered). It ends when the consuming task is cancelled.
-    public func subscribe() -> AsyncStream<Void> {
+    package func subscribe() -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         let id = subscribers.withLock { s -> Int? in
             if s.finished { return nil }
@@ -36,7 +36,7 @@ public final class ArrivalNotifier: Sendable {
 
     /// When the last commit was announced (`DispatchTime` uptime nanoseconds;
     /// 0 before the first): observation latency is measured from it.
-    public var lastCommitUptimeNanoseconds: UInt64 { lastNotified.load(ordering: .acquiring) }
+    package var lastCommitUptimeNanoseconds: UInt64 { lastNotified.load(ordering: .acquiring) }
 
     func notify() {
         lastNotified.store(DispatchTime.now().uptimeNanoseconds, ordering: .releasing)
