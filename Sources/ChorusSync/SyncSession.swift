@@ -87,7 +87,7 @@ package actor SyncSession {
     var notifying: Task<Void, Never>? = nil
     /// What the receive loop tells the fetching side (announcements, ends of answers), in order.
     let signals = AsyncQueue<FetchSignal>()
-    /// Where this session's announcements started and ended (Specs/sync.md §4.2, §4.7).
+    /// Where the session's announcements started and ended (Specs/sync.md §4.2, §4.7).
     var positions = SessionPositions()
     /// How this session's first announcement is found (Specs/sync.md
     /// §4.2.1–4.2.2), and the peer's reconciliation messages on their way.
@@ -453,7 +453,7 @@ struct Intake {
     var blobError: (any Error)? = nil
 }
 
-/// Where this session's announcements started and where the peer's ended.
+/// Where a sync session's announcements started and where the peer's ended.
 struct SessionPositions {
     /// The session tag and the position this side announced from (Specs/sync.md §4.7).
     var startTag: Hash32 = .zero
