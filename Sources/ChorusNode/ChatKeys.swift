@@ -366,9 +366,7 @@ extension Node {
         return written
     }
 
-    /// For each epoch that effective messages of the chat are sealed under,
-    /// the HLC of the latest such message.
-    /// `latestMessagePerEpoch` over the messages `ids` only (those that took effect).
+    /// `latestMessagePerEpoch(in:)` over the messages `ids` only (those that took effect).
     nonisolated func latestMessagePerEpoch(of ids: [EventID]) throws -> [Hash32: HLC] {
         var out: [Hash32: HLC] = [:]
         for id in ids {
@@ -377,6 +375,8 @@ extension Node {
         return out
     }
 
+    /// For each epoch that effective messages of the chat are sealed under,
+    /// the HLC of the latest such message.
     nonisolated func latestMessagePerEpoch(in chat: ObjectID) throws -> [Hash32: HLC] {
         var out: [Hash32: HLC] = [:]
         var before: MessageCursor? = nil
@@ -408,6 +408,7 @@ package struct ChatKeyTriggers: Sendable, Hashable {
     /// Received `message.sent` events, by chat: a chat not in `chats` is
     /// looked at for their epochs only.
     package var messages: [ObjectID: [EventID]] = [:]
+    /// Received messages listed per chat; past this many the chat is looked at whole.
     package static let messagesPerChat = 4096
     /// Authors of received bindings (user keys) and device keys (devices).
     package var keys: Set<PublicKey> = []

@@ -19,8 +19,6 @@ final class Handoff<Element: Sendable, Failure: Error>: Sendable {
 
     init(busy: Failure) { self.busy = busy }
 
-    /// Whether `finish` was called.
-    var isFinished: Bool { state.withLock { $0.end != nil } }
     /// Whether a consumer waits in `take`, and whether an element waits to be taken.
     var waiting: (consumer: Bool, element: Bool) { state.withLock { ($0.consumer != nil, $0.pending != nil) } }
 
@@ -140,22 +138,21 @@ final class SendGate: Sendable {
     /// Senders waiting for their turn.
     var waiters: Int { state.withLock { $0.waiters.count } }
 
+    /// Takes the turn when it is free (or the gate closed); false when held.
+    private static func enter(_ s: inout State) -> Bool {
+        guard s.busy, !s.closed else {
+            s.busy = true
+            return true
+        }
+        return false
+    }
+
     /// Waits for its turn.
     func acquire() async {
-        let through = state.withLock { s in
-            guard s.busy, !s.closed else {
-                s.busy = true
-                return true
-            }
-            return false
-        }
-        if through { return }
+        if state.withLock({ Self.enter(&$0) }) { return }
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
             let now = state.withLock { s in
-                guard s.busy, !s.closed else {
-                    s.busy = true
-                    return true
-                }
+                if Self.enter(&s) { return true }
                 s.waiters.append(waiter)
                 return false
             }

@@ -62,7 +62,7 @@ struct ChatKeysBench: AsyncParsableCommand {
             for kind in pass % 2 == 0 ? [0, 1] : [1, 0] {
                 let start = Bench.clock()
                 _ = try await alice.shareChatKeys(concerning: kind == 0 ? received : chatEvent)
-                (kind == 0 ? { byMessage.append(Bench.clock() - start) } : { whole.append(Bench.clock() - start) })()
+                if kind == 0 { byMessage.append(Bench.clock() - start) } else { whole.append(Bench.clock() - start) }
             }
         }
         await alice.close()
