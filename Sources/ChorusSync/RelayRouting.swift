@@ -59,14 +59,13 @@ public struct RelayPlan: Sendable, Hashable {
     /// are covered by their other home relays). What can wait a sync (users
     /// in scope only as followers, inboxes where only follows wait to be
     /// left) goes through the relays chosen for the rest and, with
-    /// `extra` (until a plan of the sync has used it), one relay more, so
-    /// each sync makes progress on it; followers left are `deferred`. The
-    /// relay more is added only while the relays chosen are fewer than
-    /// `budget` (the sessions a sync opens at once), or at every
-    /// `Self.waitingTurn`-th sync, so what waits still moves for a node
-    /// whose deliveries fill the budget.
+    /// `extra` (until a plan of the sync has used it) and on this node's
+    /// turn, one relay more; followers left are `deferred`. The turn comes
+    /// every `Self.waitingTurn`-th sync, at a phase set by the user key, so
+    /// what waits keeps moving while a sync meets fewer relays, and the
+    /// nodes of a network take their turns at different syncs.
     package static func make(
-        for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true, budget: Int = 8,
+        for node: Node, scope: ReplicationScope, avoiding: Set<PublicKey> = [], extra: Bool = true,
         askedOwn: Set<PublicKey> = []
     ) throws -> RelayPlan {
         let p = node.projections
@@ -199,11 +198,10 @@ public struct RelayPlan: Sendable, Hashable {
         cover(&pending) { true }
         // What can wait a sync: inboxes where only follows wait to be left
         // (most waiting first), then followers (the longest waiting first),
-        // through the relays chosen and one relay more, once a sync, while
-        // the plan has a session to spare or on its turn.
+        // through the relays chosen and, on this node's turn, one relay more.
         let chosen = entries.count
-        let turn = try memory.syncs() % Self.waitingTurn == Self.waitingTurn - 1
-        let limit = chosen + (extra && (chosen < budget || turn) ? 1 : 0)
+        let turn = Self.isWaitingTurn(of: me, at: try memory.syncs())
+        let limit = chosen + (extra && turn ? 1 : 0)
         for waiting in waitingInboxes where waiting.followsOnly {
             if entries.contains(where: { $0.key == waiting.relay.key }) || entries.count < limit {
                 add(waiting.relay.address, waiting.relay.key, "inbox")
@@ -229,8 +227,16 @@ public struct RelayPlan: Sendable, Hashable {
     }
 
     /// Every this many syncs by relay lists, what can wait adds its relay
-    /// even to a plan that fills the budget (§9 step 5).
-    package static let waitingTurn: UInt64 = 4
+    /// (§9 step 5): a relay more costs a connection, and what waits there
+    /// (a follow to leave, a follower to fetch) can wait a sync.
+    package static let waitingTurn: UInt64 = 2
+
+    /// Whether the sync that follows `syncs` ended syncs by relay lists is
+    /// `user`'s turn to add a relay for what can wait: the user key's first
+    /// byte sets the phase, so a network's nodes do not all take it at once.
+    package static func isWaitingTurn(of user: UserID, at syncs: UInt64) -> Bool {
+        (syncs + UInt64(user.raw.bytes[0])) % waitingTurn == 0
+    }
 
     /// The weight a chat member or a correspondent adds in the greedy cover:
     /// more than any number of followed users can.
@@ -294,7 +300,7 @@ extension SyncNetwork {
             OwnHeights(device: try node.head(of: node.identity.device.raw)?.seq ?? 0, user: try node.head(of: node.identity.user.raw)?.seq ?? 0)
         }
         var offered: [PublicKey: OwnHeights] = [:]  // per relay, the own feeds' heights when its last complete session began
-        var plan = try RelayPlan.make(for: node, scope: scope, budget: maxConnections)
+        var plan = try RelayPlan.make(for: node, scope: scope)
         var extraUsed = plan.addedForWhatCanWait
         var round = plan
         var results: [RelaySyncResult] = []
@@ -329,7 +335,7 @@ extension SyncNetwork {
             // node wrote events during the sync (chat keys it wrapped).
             let noticed = synced.contains { if case .success(let r) = $0.outcome { r.noticesReceived > 0 } else { false } }
             plan = try RelayPlan.make(
-                for: node, scope: scope, avoiding: failed, extra: !extraUsed, budget: maxConnections, askedOwn: askedOwn)
+                for: node, scope: scope, avoiding: failed, extra: !extraUsed, askedOwn: askedOwn)
             extraUsed = extraUsed || plan.addedForWhatCanWait
             let next = plan.shares(without: node.identity.user.raw)
             let waiting = Set(try InboxStore.pending(at: node).map(\.relay.key))

@@ -62,8 +62,8 @@ struct RelayPlanTests {
         #expect(!known.relays.contains { $0.reasons.contains("bootstrap") }, "\(known.relays)")
     }
 
-    @Test("what can wait adds its relay only while the plan has a session to spare, or on its turn")
-    func whatCanWaitWithinTheBudget() async throws {
+    @Test("what can wait adds its relay on the node's turn, every other sync")
+    func whatCanWaitOnItsTurn() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
         let net = testNetwork()
@@ -78,22 +78,27 @@ struct RelayPlanTests {
         _ = try await carol.follow(alice.identity.user)
         _ = try await carol.follow(bob.identity.user)
         func keys(_ relays: Int...) -> Set<PublicKey> { Set(relays.map { Self.relay($0, .all).key }) }
-        // Within the budget: relays 1 and 4 bring Alice and Bob, and one
-        // relay more takes a follow (relay 3: as many wait there as at 5, and its key is smaller).
-        let roomy = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
-        #expect(Set(roomy.relays.map(\.key)) == keys(1, 3, 4), "\(roomy.relays)")
-        #expect(roomy.addedForWhatCanWait)
-        // Two relays fill a budget of two: the follows wait.
-        let full = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2)
-        #expect(Set(full.relays.map(\.key)) == keys(1, 4), "\(full.relays)")
-        #expect(!full.addedForWhatCanWait)
-        // Every fourth sync the relay more is added anyway.
         let memory = try RoutingMemory(env: carol.log.env)
-        for _ in 1..<RelayPlan.waitingTurn { try memory.endSync(covered: []) }
-        let turn = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2)
-        #expect(Set(turn.relays.map(\.key)) == keys(1, 3, 4) && turn.addedForWhatCanWait, "\(turn.relays)")
+        // Carol's turn comes at the first or the second sync, by her key.
+        if !RelayPlan.isWaitingTurn(of: carol.identity.user, at: try memory.syncs()) { try memory.endSync(covered: []) }
+        // On her turn relays 1 and 4 bring Alice and Bob, and one relay
+        // more takes a follow (relay 3: as many wait there as at 5, and its key is smaller).
+        let turn = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        #expect(Set(turn.relays.map(\.key)) == keys(1, 3, 4), "\(turn.relays)")
+        #expect(turn.addedForWhatCanWait)
+        // A later round of the same sync adds no second one.
+        #expect(!(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), extra: false).addedForWhatCanWait))
+        // The next sync is not her turn: the follows wait.
         try memory.endSync(covered: [])
-        #expect(!(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), budget: 2).addedForWhatCanWait))
+        let next = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
+        #expect(Set(next.relays.map(\.key)) == keys(1, 4), "\(next.relays)")
+        #expect(!next.addedForWhatCanWait)
+        // The one after is again.
+        try memory.endSync(covered: [])
+        #expect(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1)).addedForWhatCanWait)
+        // Turns spread over a network's nodes: a key whose first byte is odd takes the other syncs.
+        #expect(RelayPlan.isWaitingTurn(of: UserID(try #require(PublicKey([0] + Array(repeating: 1, count: 31)))), at: 0))
+        #expect(!RelayPlan.isWaitingTurn(of: UserID(try #require(PublicKey([1] + Array(repeating: 1, count: 31)))), at: 0))
     }
 }
 
