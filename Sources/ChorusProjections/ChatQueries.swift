@@ -257,14 +257,25 @@ extension Projections {
                 let marker = try txn.get(state, Table.read.key(id, user.raw)).map(ReadMarker.decode)
                 var unread = 0
                 let from = marker.map { prefix + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes + [0] } ?? prefix
+                // Whether a device's messages count, per device of this chat:
+                // a chat has few senders, so a short list beats hashing 32
+                // bytes at every step of the scan.
+                var counts: [(device: Bytes32, counts: Bool)] = []
                 try txn.scanInPlace(state, from: from) { key, value in
                     guard key.starts(with: prefix) else { return false }
                     // Flags (Specs/projections.md §9.1): 8 withdrawn, 2 deleted.
                     guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0,
                         let device = Bytes32(UnsafeRawBufferPointer(rebasing: value[0..<32]))
                     else { return true }
-                    let sender = try senders.user(of: device, in: txn)
-                    if sender != user.raw && !blocked.contains(sender) { unread += 1 }
+                    let counted: Bool
+                    if let known = counts.first(where: { $0.device == device }) {
+                        counted = known.counts
+                    } else {
+                        let sender = try senders.user(of: device, in: txn)
+                        counted = sender != user.raw && !blocked.contains(sender)
+                        counts.append((device, counted))
+                    }
+                    if counted { unread += 1 }
                     return unread < ChatSummary.unreadLimit
                 }
                 list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: max(last?.hlc ?? chat.createdHLC, chat.createdHLC)))
