@@ -1,6 +1,6 @@
 /// Why a byte string is not a canonical Chorus CBOR item. Every case names
 /// the byte offset where the problem starts, so a report can point at it.
-public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
+package enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
     case truncated(offset: Int)
     case nonCanonicalInteger(offset: Int)
     case indefiniteLength(offset: Int)
@@ -16,7 +16,7 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
     case lengthBeyondInput(offset: Int)
 
     /// A stable machine-readable code, used by the test vectors.
-    public var code: String {
+    package var code: String {
         switch self {
         case .truncated: "truncated"
         case .nonCanonicalInteger: "non_canonical_integer"
@@ -37,7 +37,7 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The byte offset, relative to the decoded input, where the problem starts
     /// (Specs/events.md §2.2). Informative only: implementations must agree on
     /// ``code``, not on the offset.
-    public var offset: Int {
+    package var offset: Int {
         switch self {
         case .truncated(let o), .nonCanonicalInteger(let o), .indefiniteLength(let o),
             .floatNotAllowed(let o), .tagNotAllowed(let o), .simpleValueNotAllowed(let o),
@@ -50,7 +50,7 @@ public enum CBORError: Error, Hashable, Sendable, CustomStringConvertible {
 
     /// A human-readable message naming the offset and the violated rule, for
     /// example `non-canonical CBOR at byte 3: duplicate map key`.
-    public var description: String {
+    package var description: String {
         let what: String =
             switch self {
             case .truncated: "input ends inside a data item"

@@ -1,11 +1,11 @@
 /// Deterministic CBOR encoding (RFC 8949 §4.2.1, "core deterministic"):
 /// definite lengths, shortest argument forms, map keys sorted by the
 /// bytewise order of their own encodings.
-public enum CBOREncoder {
+package enum CBOREncoder {
     /// Returns the single canonical encoding of `value`: definite lengths,
     /// shortest-form arguments and map entries sorted by the bytes of their
     /// encoded keys (Specs/events.md §2.1). Never fails.
-    public static func encode(_ value: CBORValue) -> [UInt8] {
+    package static func encode(_ value: CBORValue) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(64)
         append(value, to: &out)
@@ -16,7 +16,7 @@ public enum CBOREncoder {
     /// would return it; use it to build CBOR sequences without extra copies.
     /// Map entries are sorted here, so callers may give them in any order;
     /// duplicate keys are not detected and would make the output non-canonical.
-    public static func append(_ value: CBORValue, to out: inout [UInt8]) {
+    package static func append(_ value: CBORValue, to out: inout [UInt8]) {
         switch value {
         case .unsigned(let n): appendHead(major: 0, argument: n, to: &out)
         case .negative(let n): appendHead(major: 1, argument: n, to: &out)
@@ -53,7 +53,7 @@ public enum CBOREncoder {
     }
 
     /// Writes a major type and its argument in the shortest form.
-    public static func appendHead(major: UInt8, argument n: UInt64, to out: inout [UInt8]) {
+    package static func appendHead(major: UInt8, argument n: UInt64, to out: inout [UInt8]) {
         let m = major << 5
         switch n {
         case 0..<24:

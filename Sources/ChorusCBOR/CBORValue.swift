@@ -4,7 +4,7 @@ import Foundation
 /// (Specs/events.md §2): integers, byte and text strings, arrays, maps,
 /// `false`, `true` and `null`. Floats, tags, `undefined` and other simple
 /// values have no representation here, so they cannot be produced by accident.
-public enum CBORValue: Hashable, Sendable {
+package enum CBORValue: Hashable, Sendable {
     /// A non-negative integer (CBOR major type 0).
     case unsigned(UInt64)
     /// A negative integer whose value is `-1 - n` (CBOR major type 1).
@@ -25,13 +25,13 @@ public enum CBORValue: Hashable, Sendable {
 }
 
 /// One key-value pair of a CBOR map.
-public struct CBORMapEntry: Hashable, Sendable {
+package struct CBORMapEntry: Hashable, Sendable {
     /// The entry's key (Chorus uses text or unsigned integer keys).
-    public var key: CBORValue
+    package var key: CBORValue
     /// The entry's value.
-    public var value: CBORValue
+    package var value: CBORValue
     /// An entry of `key` and `value`.
-    public init(_ key: CBORValue, _ value: CBORValue) {
+    package init(_ key: CBORValue, _ value: CBORValue) {
         self.key = key
         self.value = value
     }
@@ -39,60 +39,60 @@ public struct CBORMapEntry: Hashable, Sendable {
 
 extension CBORValue {
     /// The integer `int`: `.unsigned` when it is zero or more, else `.negative`.
-    public init(_ int: Int64) {
+    package init(_ int: Int64) {
         self = int >= 0 ? .unsigned(UInt64(int)) : .negative(UInt64(-1 - int))
     }
 
     /// A map keyed by text strings, the shape of every Chorus payload.
-    public static func textMap(_ pairs: [(String, CBORValue)]) -> CBORValue {
+    package static func textMap(_ pairs: [(String, CBORValue)]) -> CBORValue {
         .map(pairs.map { CBORMapEntry(.text($0.0), $0.1) })
     }
 
     /// The value of an `.unsigned` item, else nil.
-    public var unsignedValue: UInt64? {
+    package var unsignedValue: UInt64? {
         if case .unsigned(let v) = self { return v }
         return nil
     }
     /// The bytes of a `.bytes` item, else nil.
-    public var bytesValue: [UInt8]? {
+    package var bytesValue: [UInt8]? {
         if case .bytes(let v) = self { return v }
         return nil
     }
     /// The string of a `.text` item, else nil.
-    public var textValue: String? {
+    package var textValue: String? {
         if case .text(let v) = self { return v }
         return nil
     }
     /// The items of an `.array`, else nil.
-    public var arrayValue: [CBORValue]? {
+    package var arrayValue: [CBORValue]? {
         if case .array(let v) = self { return v }
         return nil
     }
     /// The entries of a `.map`, in their stored order, else nil.
-    public var mapEntries: [CBORMapEntry]? {
+    package var mapEntries: [CBORMapEntry]? {
         if case .map(let v) = self { return v }
         return nil
     }
     /// The value of a `.bool` item, else nil.
-    public var boolValue: Bool? {
+    package var boolValue: Bool? {
         if case .bool(let v) = self { return v }
         return nil
     }
     /// Whether this is `null`.
-    public var isNull: Bool {
+    package var isNull: Bool {
         if case .null = self { return true }
         return false
     }
 
     /// Looks a key up in a map (linear: Chorus maps are small).
-    public subscript(key: CBORValue) -> CBORValue? {
+    package subscript(key: CBORValue) -> CBORValue? {
         guard case .map(let entries) = self else { return nil }
         return entries.first(where: { $0.key == key })?.value
     }
     /// Looks a text key up in a map; nil when absent or not a map.
-    public subscript(text key: String) -> CBORValue? { self[.text(key)] }
+    package subscript(text key: String) -> CBORValue? { self[.text(key)] }
     /// Looks an unsigned integer key up in a map; nil when absent or not a map.
-    public subscript(int key: UInt64) -> CBORValue? { self[.unsigned(key)] }
+    package subscript(int key: UInt64) -> CBORValue? { self[.unsigned(key)] }
 }
 
 /// A value is kept as its deterministic encoding, base64: lossless for every
@@ -100,7 +100,7 @@ extension CBORValue {
 /// if it is canonical, as any Chorus decoder requires.
 extension CBORValue: Codable {
     /// Reads the base64 of a canonical encoding.
-    public init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
         guard let data = Data(base64Encoded: text) else {
@@ -112,7 +112,7 @@ extension CBORValue: Codable {
     }
 
     /// Writes the base64 of the deterministic encoding.
-    public func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(Data(CBOREncoder.encode(self)).base64EncodedString())
     }

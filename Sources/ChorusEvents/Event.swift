@@ -2,34 +2,34 @@ import ChorusCBOR
 import ChorusCrypto
 
 /// The signed header of an event (Specs/events.md §3.2).
-public struct EventHeader: Hashable, Sendable {
+package struct EventHeader: Hashable, Sendable {
     /// The header format version this node writes and reads (header key 0);
     /// a header with any other version is refused with `unsupportedVersion`.
-    public static let formatVersion: UInt64 = 1
+    package static let formatVersion: UInt64 = 1
 
     /// Header key 0: the format version; always `formatVersion` in a decoded header.
-    public var version: UInt64
-    /// Header key 1: the Ed25519 public key that signs the header. Any 32 bytes decode;
+    package var version: UInt64
+    /// Header key 1: the Ed25519 package key that signs the header. Any 32 bytes decode;
     /// an unusable key only fails signature verification (Specs/events.md §5).
-    public var author: PublicKey
+    package var author: PublicKey
     /// Header key 2: the event's position in its author's feed, starting at 1.
-    public var seq: UInt64
+    package var seq: UInt64
     /// The id of the author's event `seq - 1`; nil exactly when `seq == 1`.
-    public var prev: EventID?
+    package var prev: EventID?
     /// Header key 4: the hybrid logical clock timestamp (Specs/events.md §4); positive,
     /// and strictly increasing within a feed.
-    public var hlc: HLC
+    package var hlc: HLC
     /// Header key 5: what the event does. A code this node does not know decodes as
     /// `.unknown(code)` (Specs/events.md §6.3).
-    public var kind: EventKind
+    package var kind: EventKind
     /// Header key 6: the 32-byte id of the thing the event is about; its meaning depends
     /// on the kind (Specs/events.md §6).
-    public var object: ObjectID
+    package var object: ObjectID
     /// Header key 7: BLAKE2b-256 of the payload bytes. It stays in the signed header
     /// after a purge, so a refilled payload can still be checked.
-    public var payloadHash: Hash32
+    package var payloadHash: Hash32
     /// Header key 8: the payload's length in bytes, at most `EventLimits.maxPayloadBytes`.
-    public var payloadLength: UInt64
+    package var payloadLength: UInt64
 
     enum Key: UInt64 {
         case version = 0, author, seq, prev, hlc, kind, object, payloadHash, payloadLength
@@ -37,7 +37,7 @@ public struct EventHeader: Hashable, Sendable {
 
     /// The header's deterministic CBOR encoding: a map of 9 entries keyed 0...8
     /// (Specs/events.md §3.2). These bytes are what the author signs and what the id hashes.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         CBOREncoder.encode(
             .map([
                 CBORMapEntry(.unsigned(Key.version.rawValue), .unsigned(version)),
@@ -55,7 +55,7 @@ public struct EventHeader: Hashable, Sendable {
     /// Parses header bytes and checks their fields in the order of Specs/events.md §7.1
     /// (checks 6–19). Throws `headerTooLarge`, a CBOR error, `malformedHeader`,
     /// `unsupportedVersion` or `payloadTooLarge`; an unknown kind code is accepted.
-    public static func decode(_ bytes: [UInt8]) throws(EventError) -> EventHeader {
+    package static func decode(_ bytes: [UInt8]) throws(EventError) -> EventHeader {
         if bytes.count > EventLimits.maxHeaderBytes { throw .headerTooLarge(size: bytes.count) }
         if let header = decodeCanonical(bytes) { return header }
         return try decodeChecked(bytes)
@@ -143,7 +143,7 @@ public struct EventHeader: Hashable, Sendable {
         guard let version = f[0].unsignedValue else { throw .malformedHeader("version must be an unsigned integer") }
         guard version == formatVersion else { throw .unsupportedVersion(version) }
         guard let authorBytes = f[1].bytesValue, let author = Bytes32(authorBytes) else {
-            throw .malformedHeader("author must be a 32-byte public key")
+            throw .malformedHeader("author must be a 32-byte package key")
         }
         guard let seq = f[2].unsignedValue, seq >= 1 else { throw .malformedHeader("seq must be an integer >= 1") }
         let prev: EventID?
@@ -177,39 +177,39 @@ public struct EventHeader: Hashable, Sendable {
 
 /// A whole signed event: header bytes, signature and (unless purged) payload
 /// bytes, exactly as they travel and are stored (Specs/events.md §3).
-public struct Event: Hashable, Sendable {
+package struct Event: Hashable, Sendable {
     /// The decoded header.
-    public let header: EventHeader
+    package let header: EventHeader
     /// The exact header bytes carried in the envelope: the bytes that were signed
     /// and whose hash is `id`.
-    public let headerBytes: [UInt8]
+    package let headerBytes: [UInt8]
     /// The 64-byte Ed25519 signature over `Event.signedMessage(headerBytes:)`
     /// (Specs/events.md §5).
-    public let signature: [UInt8]
+    package let signature: [UInt8]
     /// nil when the payload was purged (only for purgeable kinds).
-    public let payloadBytes: [UInt8]?
+    package let payloadBytes: [UInt8]?
     /// The event id: BLAKE2b-256 of `headerBytes` (Specs/events.md §3.3). Purging keeps it,
     /// and other events refer to this event by it.
-    public let id: EventID
+    package let id: EventID
 
     /// Domain separation: a Chorus event signature can never be mistaken for
     /// a signature made for another purpose with the same key.
     package static let signingContext: [UInt8] = Array("chorus/event/v1".utf8) + [0]
 
     /// The signing key (header key 1), taken from `header`.
-    public var author: PublicKey { header.author }
+    package var author: PublicKey { header.author }
     /// The position in the author's feed (header key 2), taken from `header`.
-    public var seq: UInt64 { header.seq }
+    package var seq: UInt64 { header.seq }
     /// The event kind (header key 5), taken from `header`.
-    public var kind: EventKind { header.kind }
+    package var kind: EventKind { header.kind }
     /// The timestamp (header key 4), taken from `header`.
-    public var hlc: HLC { header.hlc }
+    package var hlc: HLC { header.hlc }
     /// The id of what the event is about (header key 6), taken from `header`.
-    public var object: ObjectID { header.object }
+    package var object: ObjectID { header.object }
 
     /// The decoded payload; nil when purged. Decoding cannot fail: the bytes
     /// were checked when the event was built or decoded.
-    public var payload: CBORValue? {
+    package var payload: CBORValue? {
         payloadBytes.flatMap { try? CBORDecoder.decode($0) }
     }
 
@@ -243,7 +243,7 @@ public struct Event: Hashable, Sendable {
     }
 
     /// The envelope: a CBOR array `[header bytes, signature, payload bytes or null]`.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(headerBytes.count + 72 + (payloadBytes?.count ?? 0))
         CBOREncoder.appendHead(major: 4, argument: 3, to: &out)
@@ -275,7 +275,7 @@ public struct Event: Hashable, Sendable {
     /// Decodes an envelope and checks everything that does not need the
     /// author's key or the store: canonical encoding, header fields, sizes,
     /// payload length, hash and schema. Call `verifySignature()` next.
-    public static func decode(_ bytes: [UInt8]) throws(EventError) -> Event {
+    package static func decode(_ bytes: [UInt8]) throws(EventError) -> Event {
         if bytes.count > EventLimits.maxEnvelopeBytes { throw .envelopeTooLarge(size: bytes.count) }
         let value: CBORValue
         do { value = try CBORDecoder.decode(bytes) } catch { throw .cbor(error, part: "envelope") }
@@ -283,7 +283,7 @@ public struct Event: Hashable, Sendable {
     }
 
     /// Decodes an envelope already parsed from a CBOR sequence.
-    public static func decode(envelope value: CBORValue) throws(EventError) -> Event {
+    package static func decode(envelope value: CBORValue) throws(EventError) -> Event {
         try decodeWithPayload(envelope: value).event
     }
 
@@ -329,7 +329,7 @@ public struct Event: Hashable, Sendable {
     }
 
     /// Strict Ed25519 verification of the header signature (Specs/events.md §5).
-    public func verifySignature() -> Bool {
+    package func verifySignature() -> Bool {
         Ed25519.verify(signature: signature, prefix: Event.signingContext, message: headerBytes, publicKey: header.author)
     }
 }

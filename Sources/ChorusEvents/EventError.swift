@@ -4,7 +4,7 @@ import ChorusCrypto
 /// Why an event was refused. `code` is stable and machine-readable (the test
 /// vectors and `--json` output use it); `description` says what was wrong in
 /// words a person can act on.
-public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
+package enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
     // Encoding (Specs/events.md §2, §3)
     /// The envelope, header or payload (named by `part`) is not deterministic CBOR;
     /// `code` is the CBOR error's own code (Specs/events.md §2.2).
@@ -54,7 +54,7 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
 
     /// The stable, machine-readable error code of Specs/events.md §7.3 (for `.cbor`, the
     /// §2.2 code), as used by the test vectors and `--json` output.
-    public var code: String {
+    package var code: String {
         switch self {
         case .cbor(let e, _): e.code
         case .malformedEnvelope: "malformed_envelope"
@@ -77,7 +77,7 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     /// A sentence saying what was wrong, with the numbers involved, for a person to act on.
-    public var description: String {
+    package var description: String {
         switch self {
         case .cbor(let e, let part): "\(part): \(e)"
         case .malformedEnvelope(let d): "malformed event envelope: \(d)"
@@ -102,14 +102,14 @@ public enum EventError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 /// Size limits (Specs/events.md §3.4).
-public enum EventLimits {
+package enum EventLimits {
     /// The largest header, in bytes (`header_too_large` above it); checked before the
     /// header is parsed. A valid header is at most 179 bytes.
-    public static let maxHeaderBytes = 256
+    package static let maxHeaderBytes = 256
     /// The largest payload, in bytes (`payload_too_large` above it): bounds both header
     /// key 8 and the encoded payload of a new event.
-    public static let maxPayloadBytes = 65_536
+    package static let maxPayloadBytes = 65_536
     /// The largest envelope: a 3-item array holding the header, signature
     /// and payload with their byte-string heads.
-    public static let maxEnvelopeBytes = 1 + (3 + maxHeaderBytes) + (2 + 64) + (5 + maxPayloadBytes)
+    package static let maxEnvelopeBytes = 1 + (3 + maxHeaderBytes) + (2 + 64) + (5 + maxPayloadBytes)
 }

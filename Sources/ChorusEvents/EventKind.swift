@@ -3,7 +3,7 @@
 /// newer node) is stored, verified, relayed and not folded (Specs/events.md
 /// §6.3), so adding a kind never splits the network. Every `switch` over
 /// kinds must say what it does with `.unknown`: the compiler checks it.
-public enum EventKind: Sendable, Hashable {
+package enum EventKind: Sendable, Hashable {
     /// `device.added` (1): a user key binds the device named by `object` to itself.
     case deviceAdded
     /// `device.removed` (2): a user key unbinds the device named by `object`.
@@ -75,7 +75,7 @@ public enum EventKind: Sendable, Hashable {
     case unknown(UInt64)
 
     /// Every kind this node knows, in code order.
-    public static let known: [EventKind] = [
+    package static let known: [EventKind] = [
         .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted,
         .followAdded, .followRemoved, .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatCreated, .chatMemberAdded,
         .chatMemberRemoved, .messageSent, .messageEdited, .messageDeleted, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven,
@@ -83,7 +83,7 @@ public enum EventKind: Sendable, Hashable {
     ]
 
     /// The wire code (header key 5).
-    public var code: UInt64 {
+    package var code: UInt64 {
         switch self {
         case .deviceAdded: 1
         case .deviceRemoved: 2
@@ -121,20 +121,20 @@ public enum EventKind: Sendable, Hashable {
     private static let byCode: [UInt64: EventKind] = Dictionary(uniqueKeysWithValues: known.map { ($0.code, $0) })
 
     /// The kind with this wire code: a known kind, or `.unknown(code)`.
-    public init(code: UInt64) { self = Self.byCode[code] ?? .unknown(code) }
+    package init(code: UInt64) { self = Self.byCode[code] ?? .unknown(code) }
 
     /// Only a kind this node knows (stored projection records hold known kinds).
-    public init?(knownCode code: UInt64) {
+    package init?(knownCode code: UInt64) {
         guard let kind = Self.byCode[code] else { return nil }
         self = kind
     }
 
     /// Whether this node knows the kind (false exactly for `.unknown`): only known kinds
     /// have a schema, are folded and may be signed (Specs/events.md §6.3).
-    public var isKnown: Bool { if case .unknown = self { false } else { true } }
+    package var isKnown: Bool { if case .unknown = self { false } else { true } }
 
     /// The dotted name used by the CLI, JSON output and Specs.
-    public var name: String {
+    package var name: String {
         switch self {
         case .deviceAdded: "device.added"
         case .deviceRemoved: "device.removed"
@@ -170,7 +170,7 @@ public enum EventKind: Sendable, Hashable {
     }
 
     /// A known kind by its dotted name.
-    public init?(name: String) {
+    package init?(name: String) {
         guard let kind = EventKind.known.first(where: { $0.name == name }) else { return nil }
         self = kind
     }
@@ -179,7 +179,7 @@ public enum EventKind: Sendable, Hashable {
     /// other known kind must always travel with its payload. An unknown
     /// kind may be purgeable on the newer node that wrote it, so its
     /// payload may be absent too (Specs/events.md §6.3).
-    public var payloadIsPurgeable: Bool {
+    package var payloadIsPurgeable: Bool {
         switch self {
         case .pictureCreated, .pictureCaptioned, .messageSent, .messageEdited, .unknown: true
         // Listed, not `default`, so a new kind must say (Specs/adding-a-kind.md).

@@ -44,16 +44,16 @@ public struct HLC: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// The clock a node stamps its own events with. It never runs backwards:
 /// it stays ahead of every timestamp the node has produced or accepted, so a
 /// feed's timestamps strictly increase even if the wall clock steps back.
-public struct HybridClock: Sendable {
+package struct HybridClock: Sendable {
     /// The latest timestamp the clock has produced or observed; every new tick is after it.
-    public private(set) var last: HLC
+    package private(set) var last: HLC
 
     /// Starts the clock at `last`; a node passes the largest HLC in its store when it
     /// opens (Specs/events.md §4).
-    public init(last: HLC = .zero) { self.last = last }
+    package init(last: HLC = .zero) { self.last = last }
 
     /// The timestamp for a new local event.
-    public mutating func tick(nowMillis: UInt64) -> HLC {
+    package mutating func tick(nowMillis: UInt64) -> HLC {
         let physical = min(nowMillis, HLC.maxPhysicalMillis)
         if physical > last.physicalMillis {
             last = HLC(physicalMillis: physical, logical: 0)
@@ -66,7 +66,7 @@ public struct HybridClock: Sendable {
     }
 
     /// Takes note of a timestamp from an accepted remote event.
-    public mutating func observe(_ remote: HLC) {
+    package mutating func observe(_ remote: HLC) {
         if remote > last { last = remote }
     }
 }

@@ -41,7 +41,7 @@ public struct FeedAudit: Sendable {
         public let prev: EventID?
         public let hlc: HLC
 
-        public init(_ e: Event) {
+        package init(_ e: Event) {
             author = e.author
             seq = e.seq
             id = e.id
@@ -53,7 +53,7 @@ public struct FeedAudit: Sendable {
     public init() {}
 
     /// The event stored at `arrival`, in arrival order.
-    public mutating func observe(_ e: Event, arrival: UInt64) { observe(Link(e), arrival: arrival) }
+    package mutating func observe(_ e: Event, arrival: UInt64) { observe(Link(e), arrival: arrival) }
 
     /// `observe(_:arrival:)` of what the audit reads of the event.
     public mutating func observe(_ e: Link, arrival: UInt64) {

@@ -35,7 +35,7 @@ public struct FeedHead: Hashable, Sendable {
 }
 
 /// What became of one event handed to the log.
-public enum AppendOutcome: Hashable, Sendable {
+package enum AppendOutcome: Hashable, Sendable {
     case accepted(arrival: UInt64)
     case duplicate
     /// Already stored without its payload (purged, or received from a peer
@@ -51,7 +51,7 @@ public struct ForkEvidence: Sendable {
     public let author: PublicKey
     public let seq: UInt64
     public let kept: EventID
-    public let refused: Event
+    package let refused: Event
 }
 
 /// The event log inside one LMDB environment: envelopes by local arrival
@@ -222,7 +222,7 @@ public struct LogStore: Sendable {
 
     /// Validates `event` against its feed and stores it, inside the caller's
     /// write transaction. The signature must already have been verified.
-    public func append(_ event: Event, in txn: Transaction, context: inout AppendContext) throws -> AppendOutcome {
+    package func append(_ event: Event, in txn: Transaction, context: inout AppendContext) throws -> AppendOutcome {
         let author = event.header.author
         let seq = event.header.seq
         let head = try head(of: author, in: txn, context: context)
@@ -367,14 +367,14 @@ public struct LogStore: Sendable {
     }
 
     /// The event stored at `arrival`; a missing or undecodable one is damage.
-    public func readEnvelope(at arrival: UInt64, in txn: Transaction) throws -> Event {
+    package func readEnvelope(at arrival: UInt64, in txn: Transaction) throws -> Event {
         try Self.decodeEnvelope(try rawEnvelope(at: arrival, in: txn), arrival: arrival)
     }
 
     /// The event stored at `arrival`, decoded without re-checking its
     /// payload (`decodeTrusted`): for the fold, which reads what the log
     /// accepted.
-    public func readTrusted(at arrival: UInt64, in txn: Transaction) throws -> Event {
+    package func readTrusted(at arrival: UInt64, in txn: Transaction) throws -> Event {
         try Self.decodeTrusted(try rawEnvelope(at: arrival, in: txn), arrival: arrival)
     }
 
@@ -390,7 +390,7 @@ public struct LogStore: Sendable {
     /// The header and payload bytes (nil when purged) of the event at
     /// `arrival`, without computing its id (`Event.storedHeaderAndPayload`):
     /// for a fold that knows it.
-    public func readHeaderAndPayload(at arrival: UInt64, in txn: Transaction) throws -> (header: EventHeader, payload: [UInt8]?) {
+    package func readHeaderAndPayload(at arrival: UInt64, in txn: Transaction) throws -> (header: EventHeader, payload: [UInt8]?) {
         try txn.withValue(envelopes, Self.encodeU64(arrival)) { raw in
             guard let raw else { throw LogError.corrupt("no event at arrival \(arrival)") }
             do { return try Event.storedHeaderAndPayload(ofEnvelope: raw) } catch {
@@ -544,7 +544,7 @@ public struct LogStore: Sendable {
     /// id (Specs/events.md §7.2), and no stored header ever changes. So
     /// each event is handed on once the next one is read, with the id the
     /// next one names, and hashed only where it names none.
-    public func forEachTrusted(arrivals range: ClosedRange<UInt64>, _ body: (_ arrival: UInt64, _ event: Event) throws -> Void) throws {
+    package func forEachTrusted(arrivals range: ClosedRange<UInt64>, _ body: (_ arrival: UInt64, _ event: Event) throws -> Void) throws {
         try env.read { txn in
             var pending: (arrival: UInt64, event: Event.Unidentified)? = nil
             try txn.scanInPlace(envelopes, from: Self.encodeU64(range.lowerBound)) { key, value in
@@ -569,18 +569,18 @@ public struct LogStore: Sendable {
 
     /// Decodes a stored envelope without re-checking its payload
     /// (`Event.decodeStored`); damage is reported as `corrupt`.
-    public static func decodeTrusted(_ raw: [UInt8], arrival: UInt64) throws -> Event {
+    package static func decodeTrusted(_ raw: [UInt8], arrival: UInt64) throws -> Event {
         do { return try Event.decodeStored(raw) } catch { throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)") }
     }
 
     /// Decodes a stored envelope, re-applying the checks of
     /// Specs/events.md §7.1 (decoding); damage is reported as `corrupt`.
-    public static func decodeEnvelope(_ raw: [UInt8], arrival: UInt64) throws -> Event {
+    package static func decodeEnvelope(_ raw: [UInt8], arrival: UInt64) throws -> Event {
         try decodeEnvelopeWithPayload(raw, arrival: arrival).event
     }
 
     /// `decodeEnvelope`, with the payload as decoded for its schema check.
-    public static func decodeEnvelopeWithPayload(_ raw: [UInt8], arrival: UInt64) throws -> (event: Event, payload: CBORValue?) {
+    package static func decodeEnvelopeWithPayload(_ raw: [UInt8], arrival: UInt64) throws -> (event: Event, payload: CBORValue?) {
         do { return try Event.decodeWithPayload(raw) } catch {
             throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
         }
@@ -735,10 +735,10 @@ public struct LogStore: Sendable {
 
 /// An event as the log holds it, with its local arrival position.
 public struct StoredEvent: Sendable, Hashable {
-    public let event: Event
+    package let event: Event
     public let arrival: UInt64
 
-    public init(event: Event, arrival: UInt64) {
+    package init(event: Event, arrival: UInt64) {
         self.event = event
         self.arrival = arrival
     }

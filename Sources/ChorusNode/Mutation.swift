@@ -31,7 +31,7 @@ public enum Effect: Hashable, Sendable {
 /// `sendMessage` the new message's.
 public struct Mutation<Object: TypedID>: Hashable, Sendable {
     /// The signed event as committed.
-    public let event: Event
+    package let event: Event
     /// The object the mutation concerns: the new picture of `addPicture`, the
     /// new chat of `createChat`, the new message of `sendMessage`, the user
     /// of a profile edit or follow.
@@ -40,7 +40,7 @@ public struct Mutation<Object: TypedID>: Hashable, Sendable {
     public let effect: Effect
 
     /// Pairs an event with its object and effect; `Node` builds these after each commit.
-    public init(event: Event, object: Object, effect: Effect) {
+    package init(event: Event, object: Object, effect: Effect) {
         self.event = event
         self.object = object
         self.effect = effect
@@ -50,8 +50,10 @@ public struct Mutation<Object: TypedID>: Hashable, Sendable {
     public var id: EventID { event.id }
     /// The event's sequence number in its author's feed.
     public var seq: UInt64 { event.seq }
+    /// When the event was written (its hybrid logical clock; `hlc.date` as a `Date`).
+    public var hlc: HLC { event.hlc }
     /// The event's kind, such as `picture.created`.
-    public var kind: EventKind { event.kind }
+    package var kind: EventKind { event.kind }
     /// Whether the event took effect as of its commit.
     public var isApplied: Bool { effect.isApplied }
 }

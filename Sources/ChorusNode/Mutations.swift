@@ -66,7 +66,7 @@ extension Node {
     /// Returns once durable. Throws `NodeError.refused(.retiredProfileField)` for a
     /// retired field and `EventError.schemaViolation` if `value` does not fit the field.
     @discardableResult
-    public func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Mutation<UserID> {
+    package func setProfile(_ field: ProfileField, _ value: CBORValue?) async throws -> Mutation<UserID> {
         guard !field.isRetired else {
             throw NodeError.refused(.retiredProfileField(field.rawValue))
         }

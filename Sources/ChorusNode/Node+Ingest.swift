@@ -11,7 +11,7 @@ import Foundation
 import Synchronization
 
 /// What became of one event given to `Node.ingest`.
-public enum IngestResult: Hashable, Sendable {
+package enum IngestResult: Hashable, Sendable {
     case accepted(EventID)
     case duplicate(EventID)
     case refused(EventError)
@@ -25,10 +25,10 @@ public enum IngestResult: Hashable, Sendable {
 /// counts of each outcome.
 public struct IngestReport: Sendable {
     /// One result per input, in input order.
-    public var results: [IngestResult]
+    package var results: [IngestResult]
 
     /// Wraps per-input results, which must be in input order.
-    public init(results: [IngestResult]) { self.results = results }
+    package init(results: [IngestResult]) { self.results = results }
 
     /// How many events were newly stored.
     public var accepted: Int { results.count { if case .accepted = $0 { true } else { false } } }

@@ -99,7 +99,7 @@ extension Node {
             return event
         case .refused(let reason):
             forgetSigningHead(author, ifGeneration: generation)
-            throw NodeError.ownEventRefused(reason)
+            throw NodeError.ownEventRefused(reason.description)
         }
     }
 
@@ -162,7 +162,7 @@ extension Node {
         for (_, outcome) in outcomes {
             if case .refused(let reason) = outcome {
                 forgetSigningHead(author, ifGeneration: generation)
-                throw NodeError.ownEventRefused(reason)
+                throw NodeError.ownEventRefused(reason.description)
             }
         }
         return outcomes.map(\.0)

@@ -23,7 +23,7 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A call that needs the user key on a device-only store: `no_user_key`.
     case noUserKey
     /// An event this node signed that its own checks refused (a bug, never expected): `own_event_refused`.
-    case ownEventRefused(EventError)
+    case ownEventRefused(String)
     /// A coin credit on a store that holds no issuer key: `no_issuer_key`.
     case noIssuerKey
     /// Projections of another format, on a store opened read-only (a writable open folds them again): `projections_stale`.

@@ -203,7 +203,7 @@ public struct ImportSummary: Sendable {
     public init() {}
 
     /// Counts the outcome of the event at `index` of the file.
-    public mutating func record(index: Int, _ result: IngestResult) {
+    package mutating func record(index: Int, _ result: IngestResult) {
         switch result {
         case .accepted: accepted += 1
         case .duplicate: duplicates += 1

@@ -22,7 +22,7 @@ public struct ListLog: NodeOperation {
     /// Only events of this author.
     public let author: PublicKey?
     /// Only events of this kind.
-    public let kind: EventKind?
+    package let kind: EventKind?
     /// Only events that arrived after this position.
     public let since: UInt64
     /// At most this many events (nil: all).
@@ -31,7 +31,7 @@ public struct ListLog: NodeOperation {
     public let latest: Bool
 
     /// The events matching the filters.
-    public init(author: PublicKey? = nil, kind: EventKind? = nil, since: UInt64 = 0, limit: Int? = nil, latest: Bool = false) {
+    package init(author: PublicKey? = nil, kind: EventKind? = nil, since: UInt64 = 0, limit: Int? = nil, latest: Bool = false) {
         self.author = author
         self.kind = kind
         self.since = since

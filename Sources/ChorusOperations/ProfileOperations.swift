@@ -26,10 +26,10 @@ public struct SetProfile: NodeOperation {
     /// The field.
     public let field: ProfileField
     /// The value: text, a picture id's bytes for `avatar`, or null to clear.
-    public let value: CBORValue
+    package let value: CBORValue
 
     /// `field` set to `value` (`.null` clears it).
-    public init(_ field: ProfileField, _ value: CBORValue) {
+    package init(_ field: ProfileField, _ value: CBORValue) {
         self.field = field
         self.value = value
     }

@@ -9,7 +9,7 @@ public struct ProfileFieldValue: Hashable, Sendable, Codable {
     /// The field name, e.g. `name`, `bio` or `avatar` (Specs/events.md §6.2.3).
     public let name: String
     /// The winning value; `.null` when the field was cleared.
-    public let value: CBORValue
+    package let value: CBORValue
     /// HLC of the winning `profile.set`.
     public let hlc: HLC
     /// The device (or user key) that signed the winning `profile.set`.
@@ -48,7 +48,7 @@ public struct ProfileView: Hashable, Sendable, Codable {
 
     /// The value of field `name`: nil when it was never set, `.null` when it
     /// was cleared.
-    public func field(_ name: String) -> CBORValue? { fields.first { $0.name == name }?.value }
+    package func field(_ name: String) -> CBORValue? { fields.first { $0.name == name }?.value }
 }
 
 /// A user's relay list as this node projects it (Specs/projections.md

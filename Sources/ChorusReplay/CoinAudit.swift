@@ -7,7 +7,7 @@ public struct AuditStep: Hashable, Sendable {
     public let event: EventID
     public let hlc: HLC
     public let author: PublicKey
-    public let kind: EventKind
+    package let kind: EventKind
     public let amount: UInt64
     public let from: PublicKey?
     public let to: PublicKey?

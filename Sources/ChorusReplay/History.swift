@@ -142,7 +142,7 @@ extension ReplayStore {
 }
 
 /// What a member's device reads of a sealed value in the history.
-public enum Decrypted: Hashable, Sendable {
+package enum Decrypted: Hashable, Sendable {
     case plaintext(CBORValue)
     /// The device holds no key of the value's epoch.
     case locked(epoch: Hash32?)

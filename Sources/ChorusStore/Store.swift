@@ -138,7 +138,7 @@ public struct CommitBatch {
 
     /// Appends one event to its feed (Specs/events.md §7.2); an event stored
     /// or refilled is folded when the commit ends.
-    public mutating func append(_ event: Event) throws -> AppendOutcome {
+    package mutating func append(_ event: Event) throws -> AppendOutcome {
         let outcome = try store.log.append(event, in: transaction, context: &context)
         switch outcome {
         case .accepted(let arrival): stored.append(StoredEvent(event: event, arrival: arrival))

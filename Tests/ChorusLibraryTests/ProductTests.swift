@@ -71,7 +71,7 @@ struct ProductTests {
     @Test("every public declaration of the modules `import Chorus` brings has a doc comment")
     func publicSymbolsAreDocumented() throws {
         let modules = try Self.exportedModules()
-        #expect(modules.count >= 7)
+        #expect(modules.count >= 6)
         var missing: [String] = []
         for module in modules { missing += try Self.undocumented(in: module) }
         let list = missing.prefix(40).joined(separator: "\n")
