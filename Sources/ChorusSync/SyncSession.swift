@@ -388,9 +388,12 @@ package actor SyncSession {
         let transport = self.transport
         if let notify {
             let frame = notify.encoded()
-            // Awaited by `finish` before it closes the connection, so the peer reads why.
+            // Awaited by `finish` before it closes the connection, so the peer
+            // reads why. The bound is for a peer that stopped reading; a
+            // short one also lost the frame to a busy machine that had not
+            // yet run the send.
             notifying = Task {
-                _ = try? await withTimeout(.seconds(1), "sending an error", onTimeout: { await transport.close() }) {
+                _ = try? await withTimeout(.seconds(10), "sending an error", onTimeout: { await transport.close() }) {
                     try await transport.send(frame)
                 }
                 await transport.close()
