@@ -216,6 +216,24 @@ extension Node {
         }
     }
 
+    /// Runs `work` in a write transaction on the writer, behind what is
+    /// queued there, and returns its result once the transaction is durable:
+    /// how bookkeeping beside the log (inboxes, routing memory) writes, so
+    /// that the store has one writer (Specs/storage.md §1).
+    package nonisolated func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        let result = Mutex<T?>(nil)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            enqueueWrite({ txn in
+                let value = try work(txn)
+                result.withLock { $0 = value }
+            }) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+        guard let value = result.withLock({ $0 }) else { throw StorageError.closed }
+        return value
+    }
+
     /// Folds the projections again from the log (Specs/storage.md §5) on the
     /// writer's thread: writes queued meanwhile wait and commit after it.
     /// Readers may see the projections partly folded until it returns.

@@ -96,7 +96,7 @@ package struct HostingCensus: Sendable, Hashable {
             for device in try node.projections.devices(of: list.user) { held += try node.head(of: device.device.raw)?.seq ?? 0 }
             if held > 0 { former[user] = held }
         }
-        let notices = (try? InboxStore(env: node.log.env).count()) ?? 0
+        let notices = (try? InboxStore(node: node).count()) ?? 0
         return HostingCensus(hostedUsers: hosted, formerUsers: former, inboxNotices: notices)
     }
 }

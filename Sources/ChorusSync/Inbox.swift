@@ -58,6 +58,9 @@ package enum Addressing {
 package final class InboxStore: Sendable {
     let env: Environment
     let db: Database
+    /// Writes go through this node's writer (Specs/storage.md §5); a store
+    /// opened on a bare environment (tests, tools) writes at once.
+    private let node: Node?
 
     // Key prefixes of the one database.
     static let byRecipient: UInt8 = 0  // 0 ‖ recipient ‖ serial (8, big-endian) → [user or null, envelope]
@@ -71,19 +74,40 @@ package final class InboxStore: Sendable {
     /// Opens (creating if needed) the `inbox` database of `env`.
     package init(env: Environment) throws {
         self.env = env
+        self.node = nil
         db = try env.openDatabase("inbox", create: !env.readOnly)
+    }
+
+    /// Opens (creating if needed) the `inbox` database of `node`'s store;
+    /// writes go through the node's writer.
+    package init(node: Node) throws {
+        env = node.log.env
+        self.node = node
+        db = try env.openDatabase("inbox", create: !env.readOnly)
+    }
+
+    /// Runs `work` in one durable write transaction: on the node's writer,
+    /// or at once without a node.
+    private func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        if let node { return try await node.write(work) }
+        return try env.write(work)
     }
 
     static func be(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }
     static func readBE(_ b: some Collection<UInt8>) -> UInt64 { b.reduce(0) { $0 << 8 | UInt64($1) } }
 
+    /// An event to keep for its recipients, with the user of its author
+    /// when known (a hint kept with it).
+    package typealias Item = (event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])
+
     /// Keeps each event for each of its recipients, once per (event,
     /// recipient), in one write transaction; returns how many (event,
     /// recipient) pairs were new.
     @discardableResult
-    package func keep(_ items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])]) throws -> Int {
+    package func keep(_ items: [Item]) async throws -> Int {
         guard !items.isEmpty else { return 0 }
-        return try env.write { txn in
+        let db = self.db
+        return try await write { txn in
             var serial = try txn.get(db, [Self.counter]).map { Self.readBE($0) } ?? 0
             var kept = 0
             for item in items {
@@ -157,9 +181,10 @@ package final class InboxStore: Sendable {
     }
 
     /// Records that `relay` kept these (event, addressee) pairs as an inbox.
-    package func markLeft(_ pairs: [Pair], at relay: PublicKey) throws {
+    package func markLeft(_ pairs: [Pair], at relay: PublicKey) async throws {
         guard !pairs.isEmpty else { return }
-        try env.write { txn in
+        let db = self.db
+        try await write { txn in
             for pair in pairs { try txn.put(db, Self.leftKey(relay, pair), []) }
         }
     }
@@ -174,8 +199,9 @@ package final class InboxStore: Sendable {
     }
 
     /// Records the last notice serial `relay` sent this node.
-    package func setNoticeSerial(_ serial: UInt64, from relay: PublicKey) throws {
-        try env.write { txn in try txn.put(db, [Self.noticeSerial] + relay.bytes, Self.be(serial)) }
+    package func setNoticeSerial(_ serial: UInt64, from relay: PublicKey) async throws {
+        let db = self.db
+        try await write { txn in try txn.put(db, [Self.noticeSerial] + relay.bytes, Self.be(serial)) }
     }
 
     /// The feeds that left notices for `user` here (Specs/sync.md §6): each
@@ -224,7 +250,7 @@ package final class InboxStore: Sendable {
     /// (Specs/sync.md §4.11); none when the store has no inbox database yet
     /// (a read-only store never synced by relay lists).
     package static func correspondents(of user: PublicKey, at node: Node) throws -> Correspondents {
-        guard let store = try? InboxStore(env: node.log.env) else { return Correspondents() }
+        guard let store = try? InboxStore(node: node) else { return Correspondents() }
         let p = node.projections
         return try store.correspondents(of: user) { header, named in
             guard let held = try node.head(of: header.author)?.seq, held >= header.seq else { return false }
@@ -259,10 +285,16 @@ package final class InboxStore: Sendable {
             seqs += added
             scanned = head
             if !store.env.readOnly {
-                try store.env.write { txn in
-                    for seq in added { try txn.put(store.db, [ownAddressed] + be(seq), []) }
-                    try txn.put(store.db, [ownScanned], be(head))
+                // An index, not a record: queued on the writer and not
+                // waited for (a lost write costs a rescan of those events).
+                let db = store.db
+                let scannedTo = head
+                let indexed = added
+                let index: @Sendable (Transaction) throws -> Void = { txn in
+                    for seq in indexed { try txn.put(db, [ownAddressed] + be(seq), []) }
+                    try txn.put(db, [ownScanned], be(scannedTo))
                 }
+                node.enqueueWrite(index) { _ in }
             }
         }
         var out: [Event] = []
@@ -278,7 +310,7 @@ package final class InboxStore: Sendable {
     /// and whether only follows and unfollows wait there (`followsOnly`: a
     /// plan may leave those for a later sync, §9).
     package static func pending(at node: Node) throws -> [(relay: Relay, events: Int, followsOnly: Bool)] {
-        guard let store = try? InboxStore(env: node.log.env) else { return [] }
+        guard let store = try? InboxStore(node: node) else { return [] }
         let p = node.projections
         var waiting: [PublicKey: (relay: Relay, pairs: [Pair], follows: Set<EventID>)] = [:]
         for event in try addressedOwnEvents(at: node, store: store) {

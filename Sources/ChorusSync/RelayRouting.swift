@@ -92,7 +92,7 @@ public struct RelayPlan: Sendable, Hashable {
             if listed.isEmpty { unlisted.append(user) } else if list.isEmpty { unreachable.append(user) } else { homes[user] = list }
         }
         let ownList = try p.relays(of: me)
-        let memory = try RoutingMemory(env: node.log.env)
+        let memory = try RoutingMemory(node: node)
         let held = try memory.published()
         let own = OwnHeights(device: try node.head(of: node.identity.device.raw)?.seq ?? 0, user: try node.head(of: me.raw)?.seq ?? 0)
         // Own relays first: the own inbox every time (notices wait there),
@@ -359,7 +359,7 @@ extension SyncNetwork {
         // at the next sync: a session offers only what was written before it.
         let me = node.identity.user.raw
         let now = try ownHeights()
-        let held = try RoutingMemory(env: node.log.env).published()
+        let held = try RoutingMemory(node: node).published()
         let behind = (try node.projections.relays(of: UserID(me))?.relays ?? []).filter { relay in
             guard relay.roles.contains(.home), !failed.contains(relay.key) else { return false }
             if let last = offered[relay.key] ?? held[relay.key], last.device >= now.device, last.user >= now.user { return false }
@@ -383,7 +383,7 @@ extension SyncNetwork {
             if case .success(let report) = r.outcome { return report.complete }
             return true
         }.map(\.relay.key))
-        try RoutingMemory(env: node.log.env).endSync(
+        try await RoutingMemory(node: node).endSync(
             covered: Set(succeeded.flatMap(\.relay.covers)), offered: offered, own: try node.projections.relays(of: node.identity.user)?.relays ?? [],
             done: done)
         // Every relay synced, each once.
@@ -439,6 +439,9 @@ package struct OwnHeights: Sendable, Hashable {
 package final class RoutingMemory: Sendable {
     let env: Environment
     let db: Database
+    /// Writes go through this node's writer (Specs/storage.md §5); without
+    /// one (a bare environment in tests) they commit at once.
+    private let node: Node?
     static let counterKey: [UInt8] = [0]
     static let userPrefix: UInt8 = 1
     static let publishedPrefix: UInt8 = 3
@@ -447,6 +450,15 @@ package final class RoutingMemory: Sendable {
     /// Opens (creating if needed) the `routing` database of `env`.
     package init(env: Environment) throws {
         self.env = env
+        node = nil
+        db = try env.openDatabase("routing", create: !env.readOnly)
+    }
+
+    /// Opens (creating if needed) the `routing` database of `node`'s store;
+    /// writes go through the node's writer.
+    package init(node: Node) throws {
+        env = node.log.env
+        self.node = node
         db = try env.openDatabase("routing", create: !env.readOnly)
     }
 
@@ -506,8 +518,9 @@ package final class RoutingMemory: Sendable {
     /// relay of `offered` was offered the own feeds up to its heights;
     /// `own` are the relays the user's list names now, `done` the former
     /// ones that took the current list or failed.
-    package func endSync(covered: Set<PublicKey>, offered: [PublicKey: OwnHeights] = [:], own: [Relay] = [], done: Set<PublicKey> = []) throws {
-        try env.write { txn in
+    package func endSync(covered: Set<PublicKey>, offered: [PublicKey: OwnHeights] = [:], own: [Relay] = [], done: Set<PublicKey> = []) async throws {
+        let db = self.db
+        let work: @Sendable (Transaction) throws -> Void = { txn in
             let now = (try txn.get(db, Self.counterKey).map { InboxStore.readBE($0) } ?? 0) + 1
             for user in covered { try txn.put(db, [Self.userPrefix] + user.bytes, InboxStore.be(now)) }
             try txn.put(db, Self.counterKey, InboxStore.be(now))
@@ -518,5 +531,6 @@ package final class RoutingMemory: Sendable {
             for relay in done { _ = try txn.delete(db, [Self.ownPrefix] + relay.bytes) }
             for relay in own { try txn.put(db, [Self.ownPrefix] + relay.key.bytes, Array(relay.address.utf8)) }
         }
+        if let node { try await node.write(work) } else { try env.write(work) }
     }
 }

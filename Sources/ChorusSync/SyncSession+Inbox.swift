@@ -12,7 +12,7 @@ extension SyncSession {
     func exchangeInbox(with hello: SyncHello) async throws {
         let node = self.node
         let peer = transport.peer.key
-        let store = try InboxStore(env: node.log.env)
+        let store = try InboxStore(node: node)
         send(.inbox(since: try store.noticeSerial(from: peer)))
         let offered = try await offThePool { try Self.deliveries(of: node, to: peer, store: store) }
         var batch: [[UInt8]] = []
@@ -52,7 +52,8 @@ extension SyncSession {
             case .deliverEnd:
                 guard let serial = lastSerial, !sentEnd else { throw SyncError.unexpected("deliverEnd before inbox, or twice") }
                 let received = delivered
-                let kept = try await offThePool { try Self.keepDeliveries(received, at: node, store: store, from: (peer, hello.user)) }
+                let (items, kept) = try await offThePool { try Self.deliveryItems(received, at: node, from: (peer, hello.user)) }
+                try await store.keep(items)
                 report.deliveriesKept += kept
                 send(.inboxEnd(serial: serial, kept: UInt64(kept)))
                 sentEnd = true
@@ -65,11 +66,9 @@ extension SyncSession {
                 guard !peerEnded else { throw SyncError.unexpected("a second inboxEnd") }
                 peerEnded = true
                 let received = notices
-                let count = try await offThePool { () throws -> Int in
-                    let n = try Self.keepNotices(received, at: node, store: store)
-                    try store.setNoticeSerial(serial, from: peer)
-                    return n
-                }
+                let items = try await offThePool { try Self.noticeItems(received, at: node) }
+                let count = try await store.keep(items)
+                try await store.setNoticeSerial(serial, from: peer)
                 report.noticesReceived += count
                 // Marked left, per (event, addressee), only when the peer kept
                 // every pair offered: a relay that did not yet hold an
@@ -77,7 +76,7 @@ extension SyncSession {
                 // addressee whose list this node learns later is a new pair.
                 let pairs = offered.flatMap { o in o.recipients.map { InboxStore.Pair(o.id, $0) } }
                 if kept >= UInt64(pairs.count), !pairs.isEmpty {
-                    try await offThePool { try store.markLeft(pairs, at: peer) }
+                    try await store.markLeft(pairs, at: peer)
                 }
                 report.deliveriesLeft += Int(clamping: kept)
             case .error(let code, let text):
@@ -121,20 +120,20 @@ extension SyncSession {
         return Array(waiting.prefix(SyncLimits.maxInboxEvents))
     }
 
-    /// Keeps, as an inbox, each delivered event for each of its addressees
-    /// whose list names this node `inbox`; returns the (event, addressee)
-    /// pairs kept. Events that do not decode or verify, and addressees this
+    /// What to keep, as an inbox, of delivered events: each for each of its
+    /// addressees whose list names this node `inbox`, with the number of
+    /// (event, addressee) pairs. Events that do not decode or verify, and addressees this
     /// node is not the inbox of, are left out without fault (the sender may
     /// hold a newer list).
     /// `deliverer` is the peer's proved device key and the user its hello
     /// names: the user of its own events when this node does not hold the
     /// binding yet (it usually arrives later in the same session).
-    static func keepDeliveries(
-        _ envelopes: [[UInt8]], at node: Node, store: InboxStore, from deliverer: (device: PublicKey, user: PublicKey)
-    ) throws -> Int {
+    static func deliveryItems(
+        _ envelopes: [[UInt8]], at node: Node, from deliverer: (device: PublicKey, user: PublicKey)
+    ) throws -> (items: [InboxStore.Item], pairs: Int) {
         let p = node.projections
         let me = node.identity.device.raw
-        var items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])] = []
+        var items: [InboxStore.Item] = []
         var pairs = 0
         for envelope in envelopes {
             guard let event = try? Event.decode(envelope), event.payloadBytes != nil, event.verifySignature() else { continue }
@@ -147,8 +146,7 @@ extension SyncSession {
             items.append((event, envelope, user, recipients))
             pairs += recipients.count
         }
-        try store.keep(items)
-        return pairs
+        return (items, pairs)
     }
 
     /// The notices held for `user` after `serial`, when `device` is a
@@ -172,17 +170,17 @@ extension SyncSession {
         return held
     }
 
-    /// Keeps the notices addressed to this node's user that decode and
-    /// verify; returns how many were new.
-    static func keepNotices(_ notices: [Notice], at node: Node, store: InboxStore) throws -> Int {
+    /// The notices addressed to this node's user that decode and verify,
+    /// to keep.
+    static func noticeItems(_ notices: [Notice], at node: Node) throws -> [InboxStore.Item] {
         let p = node.projections
         let me = node.identity.user.raw
-        var items: [(event: Event, envelope: [UInt8], user: PublicKey?, recipients: [PublicKey])] = []
+        var items: [InboxStore.Item] = []
         for notice in notices {
             guard let event = try? Event.decode(notice.envelope), event.payloadBytes != nil, event.verifySignature() else { continue }
             guard try Addressing.addressees(of: event, userOf: { try p.user(of: $0) }).contains(me) else { continue }
             items.append((event, notice.envelope, notice.user, [me]))
         }
-        return try store.keep(items)
+        return items
     }
 }

@@ -385,7 +385,7 @@ struct HostingTests {
         // On her turn (every other sync) the plan meets her own relay and
         // one more; otherwise her own relay only. The rest wait: not every
         // follower in one sync...
-        let memory = try RoutingMemory(env: alice.log.env)
+        let memory = try RoutingMemory(node: alice)
         let turn = RelayPlan.isWaitingTurn(of: alice.identity.user, at: try memory.syncs())
         let (plan, results) = try await bounded(.seconds(60), "alice's first sync") {
             try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 1))
@@ -457,13 +457,13 @@ struct HostingTests {
         _ = await alice.ingest(bobsEvents)
         _ = try await alice.setProfile(.bio, .text("not addressed"))
         _ = try await alice.follow(bob.identity.user)
-        let store = try InboxStore(env: alice.log.env)
+        let store = try InboxStore(node: alice)
         let first = try InboxStore.addressedOwnEvents(at: alice, store: store)
         #expect(first.map(\.header.kind) == [.followAdded], "\(first.map(\.header.kind))")
         #expect(try InboxStore.pending(at: alice).map(\.relay.key) == [inbox.key])
         // More events: the index grows from where it stopped, and what was left stops waiting.
         _ = try await alice.setProfile(.bio, .text("still not addressed"))
-        try store.markLeft(first.map { InboxStore.Pair($0.id, bob.identity.user.raw) }, at: inbox.key)
+        try await store.markLeft(first.map { InboxStore.Pair($0.id, bob.identity.user.raw) }, at: inbox.key)
         #expect(try InboxStore.pending(at: alice).isEmpty)
         let carol = try await makeNode(dir, "carol", network: net)
         _ = await alice.ingest(try carol.feedEnvelopes(carol.identity.user.raw, fromSeq: 1, limit: .max).map(\.envelope))

@@ -42,7 +42,7 @@ struct RelayPlanTests {
         // looked up at Carol's own relay (it holds the directory, §4.12) ...
         let heights = OwnHeights(
             device: try #require(try carol.head(of: carol.identity.device.raw)).seq, user: try #require(try carol.head(of: carol.identity.user.raw)).seq)
-        try RoutingMemory(env: carol.log.env).endSync(covered: [], offered: Dictionary(uniqueKeysWithValues: boots.map { ($0.key, heights) }))
+        try await RoutingMemory(node: carol).endSync(covered: [], offered: Dictionary(uniqueKeysWithValues: boots.map { ($0.key, heights) }))
         let own = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
         #expect(own.relays.map(\.reasons) == [["own"]], "\(own.relays)")
         #expect(own.unlisted == [alice.identity.user.raw])
@@ -78,9 +78,9 @@ struct RelayPlanTests {
         _ = try await carol.follow(alice.identity.user)
         _ = try await carol.follow(bob.identity.user)
         func keys(_ relays: Int...) -> Set<PublicKey> { Set(relays.map { Self.relay($0, .all).key }) }
-        let memory = try RoutingMemory(env: carol.log.env)
+        let memory = try RoutingMemory(node: carol)
         // Carol's turn comes at the first or the second sync, by her key.
-        if !RelayPlan.isWaitingTurn(of: carol.identity.user, at: try memory.syncs()) { try memory.endSync(covered: []) }
+        if !RelayPlan.isWaitingTurn(of: carol.identity.user, at: try memory.syncs()) { try await memory.endSync(covered: []) }
         // On her turn relays 1 and 4 bring Alice and Bob, and one relay
         // more takes a follow (relay 3: as many wait there as at 5, and its key is smaller).
         let turn = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
@@ -89,12 +89,12 @@ struct RelayPlanTests {
         // A later round of the same sync adds no second one.
         #expect(!(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1), extra: false).addedForWhatCanWait))
         // The next sync is not her turn: the follows wait.
-        try memory.endSync(covered: [])
+        try await memory.endSync(covered: [])
         let next = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
         #expect(Set(next.relays.map(\.key)) == keys(1, 4), "\(next.relays)")
         #expect(!next.addedForWhatCanWait)
         // The one after is again.
-        try memory.endSync(covered: [])
+        try await memory.endSync(covered: [])
         #expect(try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1)).addedForWhatCanWait)
         // Turns spread over a network's nodes: a key whose first byte is odd takes the other syncs.
         #expect(RelayPlan.isWaitingTurn(of: UserID(try #require(PublicKey([0] + Array(repeating: 1, count: 31)))), at: 0))
