@@ -830,6 +830,10 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
                 ("writer_bytes_written", writerBytes.map { .uint(UInt64($0)) } ?? .null),
                 ("writer_busy_seconds", .string(String(format: "%.1f", writer.busySeconds))),
                 ("writer_cpu_seconds", .string(String(format: "%.1f", writer.cpuSeconds))),
+                // What one writer can fold at most: 1e6 / this many events a second.
+                ("writer_cpu_us_per_event", .string(String(format: "%.1f", writer.cpuSeconds * 1e6 / Double(max(1, eventCount))))),
+                ("writer_cpu_us_per_event_target", .string("7.0")),
+                ("writer_cpu_us_per_event_met", .bool(writer.cpuSeconds * 1e6 / Double(max(1, eventCount)) <= 7)),
                 ("durable_commit_seconds", .string(String(format: "%.1f", durableSeconds))),
             ]))),
     ]
@@ -936,7 +940,7 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     print("ingest: \(eventCount / options.batch + (eventCount % options.batch == 0 ? 0 : 1)) calls of ≤ \(options.batch) envelopes (\(options.inFlight) in flight), "
         + "the process on a core \(String(format: "%.1f", ingestCPU)) of \(String(format: "%.1f", ingestSeconds * Double(cores))) core-seconds, "
         + "\(writer.commits) commits, \(String(format: "%.1f", ingestSeconds)) s (writer busy \(String(format: "%.1f", writer.busySeconds)) s, "
-        + "on a core \(String(format: "%.1f", writer.cpuSeconds)) s, of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages"
+        + "on a core \(String(format: "%.1f", writer.cpuSeconds)) s (\(String(format: "%.1f", writer.cpuSeconds * 1e6 / Double(max(1, eventCount)))) µs an event), of which \(String(format: "%.1f", durableSeconds)) s writing and flushing pages"
         + (writerBytes.map { String(format: ", %.1f KB an event handed to pwrite", Double($0) / 1000 / Double(eventCount)) } ?? "") + "); "
         + "\(noEffects) events took no effect by the rules"
         + (options.skipRebuild ? "" : "; rebuild \(String(format: "%.1f", rebuildSeconds)) s, digest "
