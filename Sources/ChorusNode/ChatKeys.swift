@@ -101,6 +101,10 @@ public struct ReadableChatSummary: Hashable, Sendable, Codable {
     /// When the chat last saw a message (or was created): the list's order,
     /// newest first. `lastActivity.date` gives it as a `Date`.
     public let lastActivity: HLC
+
+    /// Where a page that ends with this row ends: pass it as `after` for
+    /// the next page.
+    public var cursor: ChatListCursor { ChatListCursor(lastActivity: lastActivity, chat: chat.view.id) }
 }
 
 // MARK: Reading: opening sealed values on this device
@@ -191,8 +195,17 @@ extension Node {
     /// `node.observe { try $0.chatList() }` re-runs only when a commit touches
     /// one of these chats or this user's membership.
     public nonisolated func chatList() throws -> [ReadableChatSummary] {
+        try chatList(limit: nil, after: nil)
+    }
+
+    /// A page of this user's chat list: up to `limit` rows after `after`
+    /// (the last row's `cursor` of the page before), in the same order.
+    /// Sorting reads each chat's record and last message key; only the
+    /// page's rows are read whole and opened, so an inbox screen that shows
+    /// its first rows pays for those rows, whatever the number of chats.
+    public nonisolated func chatList(limit: Int?, after: ChatListCursor? = nil) throws -> [ReadableChatSummary] {
         try read {
-            try projections.chatList(of: identity.user).map { summary in
+            try projections.chatList(of: identity.user, limit: limit, after: after).map { summary in
                 ReadableChatSummary(
                     chat: try readableChat(summary.chat), lastMessage: try summary.lastMessage.map(readableMessage), unread: summary.unread,
                     readMarker: summary.readMarker, lastActivity: summary.lastActivity)

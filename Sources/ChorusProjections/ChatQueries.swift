@@ -123,6 +123,46 @@ public struct MessageCursor: Hashable, Sendable, Codable, LosslessStringConverti
     }
 }
 
+/// Where a page of a chat list ends (`Node.chatList(limit:after:)`): the
+/// last row's activity and chat. Written as 80 hex digits,
+/// `u64be(lastActivity) ‖ chat id`.
+public struct ChatListCursor: Hashable, Sendable, Codable, LosslessStringConvertible {
+    /// The row's last activity (the list's order, newest first).
+    public let lastActivity: HLC
+    /// The row's chat (the order among equal activities, smaller ids first).
+    public let chat: ChatID
+
+    /// The place of `chat`, last active at `lastActivity`.
+    public init(lastActivity: HLC, chat: ChatID) {
+        self.lastActivity = lastActivity
+        self.chat = chat
+    }
+
+    /// Reads the hex form; nil unless it is 80 hex digits.
+    public init?(_ description: String) {
+        guard let raw = Hex.decode(description), raw.count == 40, let id = Bytes32(raw[8...]) else { return nil }
+        self.init(lastActivity: HLC(rawValue: Codec.readU64(raw[0..<8])), chat: ChatID(id))
+    }
+
+    /// The hex of `u64be(lastActivity) ‖ chat id`.
+    public var description: String { Hex.encode(Codec.u64(lastActivity.rawValue) + chat.raw.bytes) }
+
+    /// Decodes the hex form.
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let cursor = ChatListCursor(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a chat list cursor: \(text)"))
+        }
+        self = cursor
+    }
+
+    /// Encodes the hex form.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
 /// How far a member has read a chat: the furthest message their effective
 /// `chat.read` events reached (Specs/projections.md §6.7), the message
 /// `Node.markRead(_:upTo:)` names, with its sending HLC.
@@ -235,53 +275,88 @@ extension Projections {
     /// newest activity first (then by id). One read transaction; a chat
     /// costs its record, its last entries and one step per unread message.
     package func chatList(of user: UserID) throws -> [ChatSummary] {
+        try chatList(of: user, limit: nil, after: nil)
+    }
+
+    /// A page of `chatList(of:)`: up to `limit` chats (all with nil) after
+    /// `after` in the same order. Every chat of the user costs its record
+    /// and a step back to its last message, to sort them; only the page's
+    /// chats are read whole (members, last message, unread count), so an
+    /// inbox screen's first rows cost about what those rows show.
+    package func chatList(of user: UserID, limit: Int?, after: ChatListCursor?) throws -> [ChatSummary] {
         try log.env.read { txn in
             var ids: [ObjectID] = []
             try txn.scan(state, prefix: Table.userChat.key(user.raw)) { key, _ in
                 ids.append(try Codec.b32(key.suffix(32), "chat id"))
                 return true
             }
-            let blocked = Set(try targets(.block, of: user.raw, in: txn))
+            let filter = try SenderFilter(viewer: user.raw, blocked: Set(try targets(.block, of: user.raw, in: txn)), state: state, in: txn)
             var senders = Senders(state: state)
-            var list: [ChatSummary] = []
+            // Each chat's last activity: its last message that took effect
+            // and whose sender the user does not block, or its creation.
+            var order: [(activity: HLC, chat: ObjectID, last: (key: [UInt8], value: [UInt8])?)] = []
             for id in ids {
-                guard let chat = try chatView(id, in: txn) else { continue }
-                let prefix = Table.message.key(id)
-                var last: MessageView? = nil
-                try txn.scanBackward(state, prefix: prefix) { key, value in
+                guard let created = try createdHLC(of: id, in: txn) else { continue }
+                var last: (key: [UInt8], value: [UInt8])? = nil
+                try txn.scanBackward(state, prefix: Table.message.key(id)) { key, value in
                     if try MessageEntry.isWithdrawn(value) { return true }
-                    if try blocked.contains(senders.user(of: MessageEntry.send(of: value).device, in: txn)) { return true }
-                    last = try messageView(key: key, value: value, chat: id, senders: &senders, in: txn)
-                    return last == nil
+                    if try filter.isBlocked(MessageEntry.send(of: value).device, senders: &senders, in: txn) { return true }
+                    last = (key, value)
+                    return false
                 }
-                let marker = try txn.get(state, Table.read.key(id, user.raw)).map(ReadMarker.decode)
-                var unread = 0
-                let from = marker.map { prefix + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes + [0] } ?? prefix
-                // Whether a device's messages count, per device of this chat:
-                // a chat has few senders, so a short list beats hashing 32
-                // bytes at every step of the scan.
-                var counts: [(device: Bytes32, counts: Bool)] = []
-                try txn.scanInPlace(state, from: from) { key, value in
-                    guard key.starts(with: prefix) else { return false }
-                    // Flags (Specs/projections.md §9.1): 8 withdrawn, 2 deleted.
-                    guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0,
-                        let device = Bytes32(UnsafeRawBufferPointer(rebasing: value[0..<32]))
-                    else { return true }
-                    let counted: Bool
-                    if let known = counts.first(where: { $0.device == device }) {
-                        counted = known.counts
-                    } else {
-                        let sender = try senders.user(of: device, in: txn)
-                        counted = sender != user.raw && !blocked.contains(sender)
-                        counts.append((device, counted))
-                    }
-                    if counted { unread += 1 }
-                    return unread < ChatSummary.unreadLimit
-                }
-                list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: max(last?.hlc ?? chat.createdHLC, chat.createdHLC)))
+                let sent = last.map { HLC(rawValue: Codec.readU64($0.key.dropLast(32).suffix(8))) }
+                order.append((max(sent ?? created, created), id, last))
             }
-            return list.sorted { ($0.lastActivity, $1.chat.id.raw) > ($1.lastActivity, $0.chat.id.raw) }
+            order.sort { ($0.activity, $1.chat) > ($1.activity, $0.chat) }
+            var start = order.startIndex
+            if let after {
+                start = order.firstIndex { ($0.activity, after.chat.raw) < (after.lastActivity, $0.chat) } ?? order.endIndex
+            }
+            var list: [ChatSummary] = []
+            for entry in order[start...].prefix(limit.map { max(0, $0) } ?? order.count) {
+                guard let chat = try chatView(entry.chat, in: txn) else { continue }
+                let last = try entry.last.flatMap { try messageView(key: $0.key, value: $0.value, chat: entry.chat, senders: &senders, in: txn) }
+                let (unread, marker) = try unreadCount(in: entry.chat, for: filter, senders: &senders, in: txn)
+                list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: entry.activity))
+            }
+            return list
         }
+    }
+
+    /// The creation HLC of a chat this node holds the creation of.
+    func createdHLC(of chat: ObjectID, in txn: Transaction) throws -> HLC? {
+        guard let raw = try txn.get(state, Table.chat.key(chat)) else { return nil }
+        // The record is canonical CBOR, so its map's first key is the
+        // shortest, "hlc" (0x63 'h' 'l' 'c'), followed by the HLC as an
+        // 8-byte unsigned (0x1B): read in place, since a chat list sorts
+        // every chat of its user by it. Any other layout is decoded whole.
+        if raw.count >= 14, raw[0] & 0xE0 == 0xA0, raw[1] == 0x63, raw[2] == 0x68, raw[3] == 0x6C, raw[4] == 0x63, raw[5] == 0x1B {
+            return HLC(rawValue: Codec.readU64(raw[6..<14]))
+        }
+        guard let hlc = try Codec.decode(raw, "chat record")[text: "hlc"]?.unsignedValue else { throw ProjectionError.corrupt("chat record") }
+        return HLC(rawValue: hlc)
+    }
+
+    /// Messages after the viewer's read marker in `chat` that others sent,
+    /// not deleted and not from senders the viewer blocks, counted up to
+    /// `ChatSummary.unreadLimit`; with the marker.
+    func unreadCount(
+        in chat: ObjectID, for filter: SenderFilter, senders: inout Senders, in txn: Transaction
+    ) throws -> (unread: Int, marker: ReadMarker?) {
+        let prefix = Table.message.key(chat)
+        let marker = try txn.get(state, Table.read.key(chat, filter.viewer)).map(ReadMarker.decode)
+        var unread = 0
+        let from = marker.map { prefix + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes + [0] } ?? prefix
+        try txn.scanInPlace(state, from: from) { key, value in
+            guard key.starts(with: prefix) else { return false }
+            // Flags (Specs/projections.md §9.1): 8 withdrawn, 2 deleted.
+            guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0,
+                let device = Bytes32(UnsafeRawBufferPointer(rebasing: value[0..<32]))
+            else { return true }
+            if try filter.counts(device, senders: &senders, in: txn) { unread += 1 }
+            return unread < ChatSummary.unreadLimit
+        }
+        return (unread, marker)
     }
 
     /// A chat's record and current members, nil when this node holds no creation.
@@ -391,5 +466,43 @@ extension Projections {
         guard let arrival = try known ?? log.readArrival(of: id, in: txn) else { return nil }
         let event = try log.readTrusted(at: arrival, in: txn)
         return event.kind == .messageSent && event.id == id ? StoredEvent(event: event, arrival: arrival) : nil
+    }
+}
+
+/// Whose messages count for a viewer of a chat list: not the viewer's own,
+/// not from a user the viewer blocks. A message names its sending device;
+/// only devices bound to the viewer or to a blocked user (and those keys
+/// themselves, which sign as their own devices) can be excluded, so every
+/// other device counts without reading its binding.
+struct SenderFilter {
+    let viewer: PublicKey
+    let blocked: Set<PublicKey>
+    /// The viewer, the blocked users, and every device they ever bound
+    /// (Table.userDevice): the senders that need their binding read.
+    private var candidates: Set<PublicKey>
+
+    init(viewer: PublicKey, blocked: Set<PublicKey>, state: Database, in txn: Transaction) throws {
+        self.viewer = viewer
+        self.blocked = blocked
+        candidates = blocked.union([viewer])
+        for user in candidates {
+            try txn.scan(state, prefix: Table.userDevice.key(user)) { key, _ in
+                candidates.insert(try Codec.b32(key[33...], "device"))
+                return true
+            }
+        }
+    }
+
+    /// Whether the user of `device` is blocked by the viewer.
+    func isBlocked(_ device: PublicKey, senders: inout Senders, in txn: Transaction) throws -> Bool {
+        guard !blocked.isEmpty, candidates.contains(device) else { return false }
+        return blocked.contains(try senders.user(of: device, in: txn))
+    }
+
+    /// Whether a message sent by `device` counts as unread for the viewer.
+    func counts(_ device: PublicKey, senders: inout Senders, in txn: Transaction) throws -> Bool {
+        guard candidates.contains(device) else { return true }
+        let user = try senders.user(of: device, in: txn)
+        return user != viewer && !blocked.contains(user)
     }
 }

@@ -236,6 +236,49 @@ struct SeededGenerator: RandomNumberGenerator {
 /// The chat list an inbox screen draws (Node.chatList).
 @Suite("A chat list an app can draw", .closingNodes)
 struct ChatListTests {
+    @Test("the chat list in pages: each page continues after the last row's cursor, and the pages make up the whole list")
+    func chatListPages() async throws {
+        let world = try await ObservationTests.World.make()
+        let (alice, bob) = (world.alice, world.bob)
+        var chats: [ChatID] = []
+        for i in 0..<7 { chats.append(try await alice.createChat(title: "chat \(i)", members: [bob.identity.user]).object) }
+        try await world.exchange()
+        // Messages move two chats to the top; a deleted one still counts as activity.
+        _ = try await bob.sendMessage(chats[2], text: "up")
+        let gone = try await bob.sendMessage(chats[5], text: "gone").object
+        try await bob.deleteMessage(gone)
+        try await world.exchange()
+        let whole = try alice.chatList()
+        #expect(whole.count == 7)
+        #expect(whole.prefix(2).map(\.chat.view.id) == [chats[5], chats[2]], "\(whole.map(\.chat.view.id))")
+        // A chat without messages was last active at its creation (read in place from its record).
+        for row in whole.dropFirst(2) { #expect(row.lastActivity == row.chat.view.createdHLC && row.lastMessage == nil) }
+        var paged: [ReadableChatSummary] = []
+        var after: ChatListCursor? = nil
+        while true {
+            let page = try alice.chatList(limit: 3, after: after)
+            #expect(page.count <= 3)
+            if page.isEmpty { break }
+            paged += page
+            after = try #require(page.last).cursor
+        }
+        #expect(paged == whole)
+        #expect(try alice.chatList(limit: 0).isEmpty)
+        // The cursor's text and JSON forms read back.
+        let cursor = whole[3].cursor
+        #expect(ChatListCursor(cursor.description) == cursor)
+        #expect(try JSONDecoder().decode(ChatListCursor.self, from: JSONEncoder().encode(cursor)) == cursor)
+        #expect(ChatListCursor("not a cursor") == nil)
+        #expect(try alice.chatList(limit: 10, after: cursor) == Array(whole[4...]))
+        #expect(whole.first { $0.chat.view.id == chats[2] }?.unread == 1)
+        // Once Alice blocks Bob his messages neither show nor count, and the chats fall back to their creation.
+        _ = try await alice.block(bob.identity.user)
+        let blocked = try alice.chatList()
+        #expect(blocked.allSatisfy { $0.lastMessage == nil && $0.unread == 0 && $0.lastActivity == $0.chat.view.createdHLC })
+        #expect(blocked.map(\.chat.view.id) == chats.reversed())
+        await world.close()
+    }
+
     @Test("each chat with its last message, unread count and read marker, newest activity first; readers per message; observed by what changed")
     func chatList() async throws {
         let world = try await ObservationTests.World.make()

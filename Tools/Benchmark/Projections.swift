@@ -709,6 +709,10 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     let chatListLatency = workload.inboxChats.isEmpty ? nil : try Bench.latency(q) { _ in
         guard try projections.chatList(of: inboxUser).count >= workload.inboxChats.count else { throw ValidationError("the inbox lacks chats") }
     }
+    // What an inbox screen reads first: the 20 newest of those chats.
+    let chatListPageLatency = workload.inboxChats.isEmpty ? nil : try Bench.latency(q) { _ in
+        guard try projections.chatList(of: inboxUser, limit: 20, after: nil).count == 20 else { throw ValidationError("the inbox lacks chats") }
+    }
     let followerUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
     let feedUsers = (0..<q).map { _ in users[Int.random(in: 0..<users.count, using: &qrng)] }
     let followersLatency = try Bench.latency(q) { i in _ = try projections.followers(of: followerUsers[i]) }
@@ -914,6 +918,9 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
     rows.append(latencyRow("balance(of: user)", "query_balance", balanceLatency))
     rows.append(latencyRow("chat(id, limit: 50)", "query_chat_page", chatLatency))
     if let chatListLatency { rows.append(latencyRow("chatList(of: user in \(workload.inboxChats.count) chats)", "query_chat_list", chatListLatency)) }
+    if let chatListPageLatency {
+        rows.append(latencyRow("chatList(of:limit: 20) of those", "query_chat_list_first_page", chatListPageLatency))
+    }
     rows.append(latencyRow("followers(of: user)", "query_followers", followersLatency))
     rows.append(latencyRow("feed(for: user, limit: 50)", "query_feed", feedLatency))
     if let messageLatency { rows.append(latencyRow("message(id), in a long chat", "query_message", messageLatency)) }
