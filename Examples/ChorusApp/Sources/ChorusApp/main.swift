@@ -41,9 +41,10 @@ let screen = Task {
     return seen
 }
 // Her inbox: each chat with its last message and her unread count, newest
-// first. It runs again only when a commit touches one of her chats.
+// first, 20 rows a page (the next page: `after: rows.last?.cursor`). It
+// runs again only when a commit touches one of her chats.
 let inbox = Task {
-    for try await rows in alice.observe({ try $0.chatList() }) {
+    for try await rows in alice.observe({ try $0.chatList(limit: 20) }) {
         print("Alice's inbox: \(rows.map { "\($0.chat.title?.value ?? "untitled"): \($0.unread) unread" })")
         if let row = rows.first, row.unread == 1 { return row }
     }
