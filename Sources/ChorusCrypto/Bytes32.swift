@@ -125,11 +125,11 @@ public typealias ObjectID = Bytes32
 public typealias Hash32 = Bytes32
 
 /// Hexadecimal conversion of byte strings: lowercase on output, either case on input.
-public enum Hex {
+package enum Hex {
     private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Returns two lowercase hex digits per byte, most significant nibble first.
-    public static func encode<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
+    package static func encode<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.underestimatedCount * 2)
         for b in bytes {
@@ -142,7 +142,7 @@ public enum Hex {
     /// Parses hex digits of either case into bytes; returns `nil` for an odd
     /// number of digits or any character that is not a hex digit (no whitespace
     /// or `0x` prefix is accepted).
-    public static func decode(_ text: String) -> [UInt8]? {
+    package static func decode(_ text: String) -> [UInt8]? {
         let chars = Array(text.utf8)
         guard chars.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
