@@ -108,19 +108,25 @@ public struct MessageCursor: Hashable, Sendable, Codable, LosslessStringConverti
     var bytes: [UInt8] { Codec.u64(hlc.rawValue) + message.raw.bytes }
 
     /// Decodes the hex form.
-    public init(from decoder: any Decoder) throws {
-        let text = try decoder.singleValueContainer().decode(String.self)
-        guard let cursor = MessageCursor(text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a chat cursor: \(text)"))
-        }
-        self = cursor
-    }
+    public init(from decoder: any Decoder) throws { self = try decodeCursor(from: decoder, "a chat cursor") }
 
     /// Encodes the hex form.
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(description)
+    public func encode(to encoder: any Encoder) throws { try encodeCursor(self, to: encoder) }
+}
+
+/// A cursor's JSON form is its text form, one string.
+func decodeCursor<C: LosslessStringConvertible>(from decoder: any Decoder, _ what: String) throws -> C {
+    let text = try decoder.singleValueContainer().decode(String.self)
+    guard let cursor = C(text) else {
+        throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not \(what): \(text)"))
     }
+    return cursor
+}
+
+/// Encodes a cursor as its text form.
+func encodeCursor(_ cursor: some LosslessStringConvertible, to encoder: any Encoder) throws {
+    var c = encoder.singleValueContainer()
+    try c.encode(cursor.description)
 }
 
 /// Where a page of a chat list ends (`Node.chatList(limit:after:)`): the
@@ -148,19 +154,10 @@ public struct ChatListCursor: Hashable, Sendable, Codable, LosslessStringConvert
     public var description: String { Hex.encode(Codec.u64(lastActivity.rawValue) + chat.raw.bytes) }
 
     /// Decodes the hex form.
-    public init(from decoder: any Decoder) throws {
-        let text = try decoder.singleValueContainer().decode(String.self)
-        guard let cursor = ChatListCursor(text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a chat list cursor: \(text)"))
-        }
-        self = cursor
-    }
+    public init(from decoder: any Decoder) throws { self = try decodeCursor(from: decoder, "a chat list cursor") }
 
     /// Encodes the hex form.
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(description)
-    }
+    public func encode(to encoder: any Encoder) throws { try encodeCursor(self, to: encoder) }
 }
 
 /// How far a member has read a chat: the furthest message their effective
