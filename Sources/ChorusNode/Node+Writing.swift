@@ -219,7 +219,7 @@ extension Node {
     /// Runs `work` in a write transaction on the writer, behind what is
     /// queued there, and returns its result once the transaction is durable:
     /// how bookkeeping beside the log (inboxes, routing memory) writes, so
-    /// that the store has one writer (Specs/storage.md §1).
+    /// that the store has one writer (Specs/storage.md §5).
     package nonisolated func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
         let result = Mutex<T?>(nil)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in

@@ -476,18 +476,20 @@ struct SenderFilter {
     let blocked: Set<PublicKey>
     /// The viewer, the blocked users, and every device they ever bound
     /// (Table.userDevice): the senders that need their binding read.
-    private var candidates: Set<PublicKey>
+    private let candidates: Set<PublicKey>
 
     init(viewer: PublicKey, blocked: Set<PublicKey>, state: Database, in txn: Transaction) throws {
         self.viewer = viewer
         self.blocked = blocked
-        candidates = blocked.union([viewer])
-        for user in candidates {
+        let users = blocked.union([viewer])
+        var candidates = users
+        for user in users {
             try txn.scan(state, prefix: Table.userDevice.key(user)) { key, _ in
                 candidates.insert(try Codec.b32(key[33...], "device"))
                 return true
             }
         }
+        self.candidates = candidates
     }
 
     /// Whether the user of `device` is blocked by the viewer.
