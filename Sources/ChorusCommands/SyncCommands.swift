@@ -185,6 +185,11 @@ func printReport(_ r: SyncReport, json: Bool) {
         if r.keyEventsWritten > 0 {
             emit("  keys:     wrote \(r.keyEventsWritten) chat.key events for member devices that lacked a chat key")
         }
+        if let error = r.keySharingError {
+            emit(
+                "  keys:     could not wrap chat keys for member devices (\(error)); the events are held. "
+                    + "Keys are shared again by the next sync that brings an event of the chat.")
+        }
         if r.sessions > 1 { emit("  sessions: \(r.sessions) (the peer serves a budget of events per session)") }
         if r.partial {
             emit("  partial:  the peer sent less than was asked (events stamped ahead of this node's clock, or its budget); sync again later for the rest")

@@ -432,6 +432,20 @@ package struct ChatKeyTriggers: Sendable, Hashable {
     /// Nothing received that could change an entitlement.
     package var isEmpty: Bool { chats.isEmpty && keys.isEmpty && messages.isEmpty }
 
+    /// Adds `other`'s triggers (a pass that failed, to be tried again).
+    package mutating func merge(_ other: ChatKeyTriggers) {
+        chats.formUnion(other.chats)
+        keys.formUnion(other.keys)
+        for (chat, ids) in other.messages where !chats.contains(chat) {
+            messages[chat, default: []].append(contentsOf: ids)
+            if messages[chat, default: []].count > Self.messagesPerChat {
+                messages[chat] = nil
+                chats.insert(chat)
+            }
+        }
+        for chat in chats { messages[chat] = nil }
+    }
+
     /// Notes a received event; returns whether it can change an entitlement.
     /// An exhaustive switch: a new kind must say.
     @discardableResult

@@ -96,6 +96,7 @@ package func syncReportJSON(_ r: SyncReport) -> JSONValue {
         ("blobs_received", .uint(UInt64(r.blobsReceived))), ("blobs_sent", .uint(UInt64(r.blobsSent))),
         ("damaged_blobs", .array(r.damagedBlobs.map { .string($0.hex) })),
         ("forks_seen", .uint(UInt64(r.forksSeen))), ("chat_keys_shared", .uint(UInt64(r.keyEventsWritten))),
+        ("chat_keys_error", r.keySharingError.map { .string($0) } ?? .null),
         ("bytes_received", .uint(UInt64(r.bytesReceived))), ("bytes_sent", .uint(UInt64(r.bytesSent))),
         ("frames_received", .uint(UInt64(r.framesReceived))), ("frames_sent", .uint(UInt64(r.framesSent))),
         ("sessions", .uint(UInt64(r.sessions))), ("reconciled", .bool(r.reconciled)), ("partial", .bool(r.partial)),
@@ -107,7 +108,8 @@ package func syncReportJSON(_ r: SyncReport) -> JSONValue {
 public let syncReportSchema = JSONSchema.object([
     ("peer", .hex32), ("address", .string), ("complete", .boolean), ("live", .boolean), ("events_received", .integer),
     ("events_sent", .integer), ("duplicates_received", .integer), ("blobs_received", .integer), ("blobs_sent", .integer),
-    ("damaged_blobs", .array(.hex32)), ("forks_seen", .integer), ("chat_keys_shared", .integer), ("bytes_received", .integer),
+    ("damaged_blobs", .array(.hex32)), ("forks_seen", .integer), ("chat_keys_shared", .integer), ("chat_keys_error", .nullable(.string)),
+    ("bytes_received", .integer),
     ("bytes_sent", .integer), ("frames_received", .integer), ("frames_sent", .integer), ("sessions", .integer), ("reconciled", .boolean),
     ("partial", .boolean), ("seconds", .string),
 ])

@@ -163,6 +163,11 @@ public struct SyncReport: Sendable, Hashable {
     /// `chat.key` events this device wrote after the session to share the
     /// chat keys the received events entitle member devices to.
     package var keyEventsWritten = 0
+    /// Why sharing chat keys after the session failed (the received events
+    /// are held; member devices lack the wraps until keys are shared again,
+    /// as the next sync that brings an event of the chat, or binding a
+    /// device, does); nil when it did not fail.
+    package var keySharingError: String? = nil
     /// Frames handed to the network, of every message type.
     package var framesSent = 0
     /// Frames received, the peer's hello included.
@@ -231,6 +236,7 @@ public struct SyncReport: Sendable, Hashable {
         blobsSent += other.blobsSent
         forksSeen += other.forksSeen
         keyEventsWritten += other.keyEventsWritten
+        keySharingError = keySharingError ?? other.keySharingError
         framesSent += other.framesSent
         framesReceived += other.framesReceived
         bytesSent += other.bytesSent

@@ -65,7 +65,13 @@ extension SyncSession {
             if !keyTriggers.isEmpty {
                 let triggers = keyTriggers
                 keyTriggers = ChatKeyTriggers()
-                report.keyEventsWritten += (try? await node.shareChatKeys(concerning: triggers)) ?? 0
+                do {
+                    report.keyEventsWritten += try await node.shareChatKeys(concerning: triggers)
+                } catch {
+                    // Kept for the pass after the session (`run`), which
+                    // reports what still fails.
+                    keyTriggers.merge(triggers)
+                }
             }
             if firstRound {
                 firstRound = false

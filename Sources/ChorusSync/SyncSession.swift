@@ -134,7 +134,15 @@ package actor SyncSession {
         // Events just received may entitle member devices to chat keys this
         // device holds (a user's new device, a new member): share them now,
         // so the next session carries them (Specs/encryption.md §6 rule 5).
-        if !keyTriggers.isEmpty { report.keyEventsWritten += (try? await node.shareChatKeys(concerning: keyTriggers)) ?? 0 }
+        if !keyTriggers.isEmpty {
+            do {
+                report.keyEventsWritten += try await node.shareChatKeys(concerning: keyTriggers)
+            } catch {
+                // The events are held; only the wraps for member devices
+                // are missing. Said, not thrown: the sync itself succeeded.
+                report.keySharingError = "\(error)"
+            }
+        }
         // What the session remembered of its peer is durable when it returns
         // (a failure costs only a full exchange next time: PeerStore).
         await peers?.flush()

@@ -100,6 +100,14 @@ struct KeyDeliveryTests {
         // Past the list's size, the chat is looked at whole.
         for _ in 0...ChatKeyTriggers.messagesPerChat { _ = t.note(try event(.messageSent, busy)) }
         #expect(t.chats.contains(busy) && t.messages[busy] == nil && t.messages[quiet] == [m.id])
+        // A failed pass's triggers merged into later ones: a chat whole in
+        // either stays whole; message lists add up.
+        var later = ChatKeyTriggers()
+        let m2 = try event(.messageSent, quiet)
+        _ = later.note(m2)
+        _ = later.note(try event(.messageSent, keyed))
+        later.merge(t)
+        #expect(later.chats == t.chats && later.messages[quiet] == [m2.id, m.id] && later.messages[keyed] == nil)
     }
 
     @Test("in a live session the key is wrapped and delivered while connected")
