@@ -436,14 +436,19 @@ package struct ChatKeyTriggers: Sendable, Hashable {
     package mutating func merge(_ other: ChatKeyTriggers) {
         chats.formUnion(other.chats)
         keys.formUnion(other.keys)
-        for (chat, ids) in other.messages where !chats.contains(chat) {
-            messages[chat, default: []].append(contentsOf: ids)
-            if messages[chat, default: []].count > Self.messagesPerChat {
-                messages[chat] = nil
-                chats.insert(chat)
-            }
-        }
         for chat in chats { messages[chat] = nil }
+        for (chat, ids) in other.messages { list(ids, in: chat) }
+    }
+
+    /// Lists received messages of `chat`, unless it is looked at whole;
+    /// past `messagesPerChat` it is (and the list need not grow).
+    private mutating func list(_ ids: [EventID], in chat: ObjectID) {
+        guard !chats.contains(chat) else { return }
+        messages[chat, default: []].append(contentsOf: ids)
+        if messages[chat, default: []].count > Self.messagesPerChat {
+            messages[chat] = nil
+            chats.insert(chat)
+        }
     }
 
     /// Notes a received event; returns whether it can change an entitlement.
@@ -456,13 +461,7 @@ package struct ChatKeyTriggers: Sendable, Hashable {
             messages[event.object] = nil
             return true
         case .messageSent:
-            guard !chats.contains(event.object) else { return true }
-            messages[event.object, default: []].append(event.id)
-            // Past this many, the chat is looked at whole (and the list need not grow).
-            if messages[event.object, default: []].count > Self.messagesPerChat {
-                messages[event.object] = nil
-                chats.insert(event.object)
-            }
+            list([event.id], in: event.object)
             return true
         case .deviceAdded, .deviceRemoved, .deviceKey:
             keys.insert(event.author)

@@ -48,6 +48,14 @@ package enum Addressing {
     }
 }
 
+/// Runs `work` in one durable write transaction of bookkeeping beside the
+/// log: on `node`'s writer (Specs/storage.md §5), or at once on `env` for a
+/// store opened without a node (tests, tools).
+func bookkeepingWrite<T: Sendable>(node: Node?, env: Environment, _ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+    if let node { return try await node.write(work) }
+    return try env.write(work)
+}
+
 /// The `inbox` database of a node's LMDB environment (Specs/sync.md
 /// §4.11, Specs/storage.md): events left here for their addressees (at an
 /// inbox relay: for the users whose list names it; at a user's node: for
@@ -86,11 +94,8 @@ package final class InboxStore: Sendable {
         db = try env.openDatabase("inbox", create: !env.readOnly)
     }
 
-    /// Runs `work` in one durable write transaction: on the node's writer,
-    /// or at once without a node.
     private func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
-        if let node { return try await node.write(work) }
-        return try env.write(work)
+        try await bookkeepingWrite(node: node, env: env, work)
     }
 
     static func be(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }

@@ -531,6 +531,6 @@ package final class RoutingMemory: Sendable {
             for relay in done { _ = try txn.delete(db, [Self.ownPrefix] + relay.bytes) }
             for relay in own { try txn.put(db, [Self.ownPrefix] + relay.key.bytes, Array(relay.address.utf8)) }
         }
-        if let node { try await node.write(work) } else { try env.write(work) }
+        try await bookkeepingWrite(node: node, env: env, work)
     }
 }
