@@ -73,13 +73,10 @@ extension FoldRun {
 
         let chatKey = Table.chat.key(chat)
         if let created {
-            var record: [(String, CBORValue)] = [
-                ("creator", .bytes(created.creator.bytes)), ("hlc", .unsigned(created.fact.hlc.rawValue)),
-                ("created_by", .bytes(created.fact.id.bytes)),
-            ]
-            // Sealed (Specs/encryption.md §7): every replica keeps the same ciphertext.
-            if let title = created.fact.readIfHeld(ChatCreatedPayload.self)?.title { record.append(("title", .bytes(title))) }
-            try putState(chatKey, Codec.cbor(.textMap(record)))
+            let record = ChatRecord(
+                creator: created.creator, hlc: created.fact.hlc, createdBy: created.fact.id,
+                title: created.fact.readIfHeld(ChatCreatedPayload.self)?.title)
+            try putState(chatKey, record.encoded())
         } else {
             try deleteState(chatKey)
         }
@@ -93,8 +90,12 @@ extension FoldRun {
                 if try Membership.decode(value).isCurrent { oldCurrent.append(user) }
                 return true
             }
-            for user in oldCurrent { try txn.delete(p.state, Table.userChat.key(user, chat)) }
+            for user in oldCurrent {
+                try txn.delete(p.state, Table.userChat.key(user, chat))
+                _ = try txn.delete(p.index, IndexTable.chatActivity.key(user, chat))
+            }
         }
+        chatActivityChanged(chat)
         var changed: Set<PublicKey> = []
         for (user, m) in members {
             let value = m.encoded()
@@ -255,6 +256,7 @@ extension FoldRun {
     /// never counts messages one by one; `writeMessageCounts` stores it.
     mutating func countMessage(in chat: ObjectID, by delta: Int) {
         messageCountDeltas[chat, default: 0] += delta
+        chatActivityChanged(chat)
     }
 
     mutating func writeMessageCounts() throws {

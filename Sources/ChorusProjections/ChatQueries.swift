@@ -58,33 +58,42 @@ extension Projections {
     }
 
     /// A page of `chatList(of:)`: up to `limit` chats (all with nil) after
-    /// `after` in the same order. Every chat of the user costs its record
-    /// and a step back to its last message, to sort them; only the page's
-    /// chats are read whole (members, last message, unread count), so an
-    /// inbox screen's first rows cost about what those rows show.
+    /// `after` in the same order. The user's chats are ordered from one
+    /// scan of their activity entries (§9.1, `IndexTable.chatActivity`);
+    /// only a chat whose last message comes from a sender the user blocks
+    /// steps back through its messages. Only the page's chats are read
+    /// whole (members, last message, unread count), so an inbox screen's
+    /// first rows cost about what those rows show.
     package func chatList(of user: UserID, limit: Int?, after: ChatListCursor?) throws -> [ChatSummary] {
         try log.env.read { txn in
-            var ids: [ObjectID] = []
-            try txn.scan(state, prefix: Table.userChat.key(user.raw)) { key, _ in
-                ids.append(try Codec.b32(key.suffix(32), "chat id"))
-                return true
-            }
-            let filter = try SenderFilter(viewer: user.raw, blocked: Set(try targets(.block, of: user.raw, in: txn)), state: state, in: txn)
             var senders = Senders(state: state)
+            let filter = try SenderFilter(
+                viewer: user.raw, blocked: Set(try targets(.block, of: user.raw, in: txn)), senders: &senders, state: state, in: txn)
             // Each chat's last activity: its last message that took effect
             // and whose sender the user does not block, or its creation.
-            var order: [(activity: HLC, chat: ObjectID, last: (key: [UInt8], value: [UInt8])?)] = []
-            for id in ids {
-                guard let created = try createdHLC(of: id, in: txn) else { continue }
-                var last: (key: [UInt8], value: [UInt8])? = nil
-                try txn.scanBackward(state, prefix: Table.message.key(id)) { key, value in
+            var order: [(activity: HLC, chat: ObjectID, last: [UInt8]?)] = []
+            var stepBack: [ObjectID] = []
+            try txn.scan(index, prefix: IndexTable.chatActivity.key(user.raw)) { key, value in
+                let chat = try Codec.b32(key.suffix(32), "chat id")
+                let entry = try value.withUnsafeBytes { try ChatActivity.decode($0) }
+                if let last = entry.last, filter.isBlocked(last.device) {
+                    stepBack.append(chat)
+                } else {
+                    order.append((entry.activity, chat, entry.last.map { Table.message.key(chat, Codec.u64($0.hlc.rawValue), $0.message) }))
+                }
+                return true
+            }
+            for chat in stepBack {
+                guard let created = try createdHLC(of: chat, in: txn) else { continue }
+                var last: [UInt8]? = nil
+                try txn.scanBackward(state, prefix: Table.message.key(chat)) { key, value in
                     if try MessageEntry.isWithdrawn(value) { return true }
-                    if try filter.isBlocked(MessageEntry.send(of: value).device, senders: &senders, in: txn) { return true }
-                    last = (key, value)
+                    if filter.isBlocked(try MessageEntry.send(of: value).device) { return true }
+                    last = key
                     return false
                 }
-                let sent = last.map { HLC(rawValue: Codec.readU64($0.key.dropLast(32).suffix(8))) }
-                order.append((max(sent ?? created, created), id, last))
+                let sent = last.map { HLC(rawValue: Codec.readU64($0.dropLast(32).suffix(8))) }
+                order.append((max(sent ?? created, created), chat, last))
             }
             order.sort { ($0.activity, $1.chat) > ($1.activity, $0.chat) }
             var start = order.startIndex
@@ -94,8 +103,10 @@ extension Projections {
             var list: [ChatSummary] = []
             for entry in order[start...].prefix(limit.map { max(0, $0) } ?? order.count) {
                 guard let chat = try chatView(entry.chat, in: txn) else { continue }
-                let last = try entry.last.flatMap { try messageView(key: $0.key, value: $0.value, chat: entry.chat, senders: &senders, in: txn) }
-                let (unread, marker) = try unreadCount(in: entry.chat, for: filter, senders: &senders, in: txn)
+                let last = try entry.last.flatMap { key in
+                    try txn.get(state, key).flatMap { try messageView(key: key, value: $0, chat: entry.chat, senders: &senders, in: txn) }
+                }
+                let (unread, marker) = try unreadCount(in: entry.chat, for: filter, in: txn)
                 list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: entry.activity))
             }
             return list
@@ -119,9 +130,7 @@ extension Projections {
     /// Messages after the viewer's read marker in `chat` that others sent,
     /// not deleted and not from senders the viewer blocks, counted up to
     /// `ChatSummary.unreadLimit`; with the marker.
-    func unreadCount(
-        in chat: ObjectID, for filter: SenderFilter, senders: inout Senders, in txn: Transaction
-    ) throws -> (unread: Int, marker: ReadMarker?) {
+    func unreadCount(in chat: ObjectID, for filter: SenderFilter, in txn: Transaction) throws -> (unread: Int, marker: ReadMarker?) {
         let prefix = Table.message.key(chat)
         let marker = try txn.get(state, Table.read.key(chat, filter.viewer)).map(ReadMarker.decode)
         var unread = 0
@@ -129,10 +138,8 @@ extension Projections {
         try txn.scanInPlace(state, from: from) { key, value in
             guard key.starts(with: prefix) else { return false }
             // Flags (Specs/projections.md §9.1): 8 withdrawn, 2 deleted.
-            guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0,
-                let device = Bytes32(UnsafeRawBufferPointer(rebasing: value[0..<32]))
-            else { return true }
-            if try filter.counts(device, senders: &senders, in: txn) { unread += 1 }
+            guard value.count >= MessageEntry.baseLength, value[40] & (MessageEntry.withdrawnFlag | 2) == 0 else { return true }
+            if filter.counts(entry: value) { unread += 1 }
             return unread < ChatSummary.unreadLimit
         }
         return (unread, marker)
@@ -149,21 +156,19 @@ extension Projections {
 
     func chatView(_ id: ObjectID, in txn: Transaction) throws -> ChatView? {
         guard let raw = try txn.get(state, Table.chat.key(id)) else { return nil }
-        let v = try Codec.decode(raw, "chat record")
-        guard let creator = v[text: "creator"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue, let by = v[text: "created_by"]?.id32
-        else { throw ProjectionError.corrupt("chat record") }
+        let record = try ChatRecord.decode(raw)
         var members: [MemberView] = []
-        try txn.scan(state, prefix: Table.member.key(id)) { key, value in
-            let m = try Membership.decode(value)
+        try txn.scanInPlace(state, prefix: Table.member.key(id)) { key, value in
+            let m = try Membership.decode(Array(value))
             if m.isCurrent, let since = m.intervals.last?.from {
-                members.append(MemberView(user: UserID(try Codec.b32(key[33...], "member")), admin: m.admin, since: since))
+                members.append(MemberView(user: UserID(try Codec.b32(Array(key[33...])[...], "member")), admin: m.admin, since: since))
             }
             return true
         }
         let count = try txn.get(state, Table.messageCount.key(id)).map { Int(Codec.readU64($0[...])) } ?? 0
         return ChatView(
-            id: ChatID(id), sealedTitle: v[text: "title"]?.bytesValue, creator: UserID(creator), createdHLC: HLC(rawValue: hlc), createdBy: by, members: members,
-            messageCount: count)
+            id: ChatID(id), sealedTitle: record.title, creator: UserID(record.creator), createdHLC: record.hlc, createdBy: record.createdBy,
+            members: members, messageCount: count)
     }
 
     /// A page of a chat's messages, oldest first: the `limit` newest
@@ -251,39 +256,54 @@ extension Projections {
 /// Whose messages count for a viewer of a chat list: not the viewer's own,
 /// not from a user the viewer blocks. A message names its sending device;
 /// only devices bound to the viewer or to a blocked user (and those keys
-/// themselves, which sign as their own devices) can be excluded, so every
-/// other device counts without reading its binding.
+/// themselves, which sign as their own devices) can be excluded, so the
+/// filter reads those devices' bindings once, when it is made, and every
+/// other device counts without reading anything.
 struct SenderFilter {
     let viewer: PublicKey
     let blocked: Set<PublicKey>
     /// The viewer, the blocked users, and every device they ever bound
-    /// (Table.userDevice): the senders that need their binding read.
-    private let candidates: Set<PublicKey>
+    /// (Table.userDevice), each with the user its binding names (the key
+    /// itself without one): a few, so they are searched in a line, first
+    /// by their first eight bytes (a message entry starts with its device).
+    private let candidates: [(head: UInt64, device: PublicKey, user: PublicKey)]
 
-    init(viewer: PublicKey, blocked: Set<PublicKey>, state: Database, in txn: Transaction) throws {
+    init(viewer: PublicKey, blocked: Set<PublicKey>, senders: inout Senders, state: Database, in txn: Transaction) throws {
         self.viewer = viewer
         self.blocked = blocked
         let users = blocked.union([viewer])
-        var candidates = users
+        var keys = users
         for user in users {
             try txn.scan(state, prefix: Table.userDevice.key(user)) { key, _ in
-                candidates.insert(try Codec.b32(key[33...], "device"))
+                keys.insert(try Codec.b32(key[33...], "device"))
                 return true
             }
         }
-        self.candidates = candidates
+        candidates = try keys.sorted().map { key in
+            (key.bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }, key, try senders.user(of: key, in: txn))
+        }
+    }
+
+    /// The user of `device` when it is a candidate; nil for any other device.
+    private func candidateUser(_ device: UnsafeRawBufferPointer) -> PublicKey? {
+        guard device.count >= 32 else { return nil }
+        let head = device.loadUnaligned(as: UInt64.self)
+        for c in candidates where c.head == head {
+            if c.device.bytes.withUnsafeBytes({ $0.elementsEqual(device.prefix(32)) }) { return c.user }
+        }
+        return nil
     }
 
     /// Whether the user of `device` is blocked by the viewer.
-    func isBlocked(_ device: PublicKey, senders: inout Senders, in txn: Transaction) throws -> Bool {
-        guard !blocked.isEmpty, candidates.contains(device) else { return false }
-        return blocked.contains(try senders.user(of: device, in: txn))
+    func isBlocked(_ device: PublicKey) -> Bool {
+        guard !blocked.isEmpty else { return false }
+        return device.bytes.withUnsafeBytes { candidateUser($0) }.map(blocked.contains) ?? false
     }
 
-    /// Whether a message sent by `device` counts as unread for the viewer.
-    func counts(_ device: PublicKey, senders: inout Senders, in txn: Transaction) throws -> Bool {
-        guard candidates.contains(device) else { return true }
-        let user = try senders.user(of: device, in: txn)
+    /// Whether a message whose entry (bytes starting with its sending
+    /// device) is `entry` counts as unread for the viewer.
+    func counts(entry: UnsafeRawBufferPointer) -> Bool {
+        guard let user = candidateUser(entry) else { return true }
         return user != viewer && !blocked.contains(user)
     }
 }

@@ -51,6 +51,35 @@ package struct Membership: Hashable, Sendable {
     }
 
     static func decode(_ raw: [UInt8]) throws -> Membership {
+        // Read in place: a chat list reads every member of its page's chats,
+        // and the folds read memberships for every message. Anything but
+        // the canonical layout `encoded()` writes goes the long way.
+        var r = HeadReader(raw)
+        if r.head(major: 4) == 2, let flag = r.simple(), flag == 0xF4 || flag == 0xF5, let count = r.head(major: 4), count <= raw.count {
+            var intervals: [(from: HLC, to: HLC?)] = []
+            intervals.reserveCapacity(Int(count))
+            var fine = true
+            for _ in 0..<count {
+                guard r.head(major: 4) == 2, let from = r.head(major: 0) else {
+                    fine = false
+                    break
+                }
+                if r.peek == 0xF6 {
+                    _ = r.simple()
+                    intervals.append((HLC(rawValue: from), nil))
+                } else if let to = r.head(major: 0) {
+                    intervals.append((HLC(rawValue: from), HLC(rawValue: to)))
+                } else {
+                    fine = false
+                    break
+                }
+            }
+            if fine, r.atEnd { return Membership(admin: flag == 0xF5, intervals: intervals) }
+        }
+        return try decodeWhole(raw)
+    }
+
+    static func decodeWhole(_ raw: [UInt8]) throws -> Membership {
         let v = try Codec.decode(raw, "membership")
         guard let a = v.arrayValue, a.count == 2, let admin = a[0].boolValue, let list = a[1].arrayValue else {
             throw ProjectionError.corrupt("membership")
@@ -337,5 +366,56 @@ struct Senders {
         let user = try txn.get(state, Table.device.key(device)).map { try DeviceBinding.decode($0).user } ?? device
         users[device] = user
         return user
+    }
+}
+
+/// A chat's `chat` state record (Specs/projections.md §5): its creation.
+struct ChatRecord: Equatable {
+    let creator: PublicKey
+    let hlc: HLC
+    let createdBy: EventID
+    /// Sealed (Specs/encryption.md §7): every replica keeps the same ciphertext.
+    let title: [UInt8]?
+
+    /// The canonical CBOR map, keys in canonical order (shorter first).
+    func encoded() -> [UInt8] {
+        var w = RecordMapWriter(entries: title == nil ? 3 : 4, capacity: 100 + (title?.count ?? 0))
+        w.key("hlc")
+        w.unsigned(hlc.rawValue)
+        if let title {
+            w.key("title")
+            w.bytes(title)
+        }
+        w.key("creator")
+        w.bytes(creator)
+        w.key("created_by")
+        w.bytes(createdBy)
+        return w.out
+    }
+
+    /// Read in place: a chat list reads the record of every chat on its
+    /// page. Anything but the layout `encoded()` writes goes the long way.
+    static func decode(_ raw: [UInt8]) throws -> ChatRecord {
+        var r = HeadReader(raw)
+        if let entries = r.head(major: 5), entries == 3 || entries == 4, r.text("hlc"), let hlc = r.head(major: 0) {
+            var title: [UInt8]? = nil
+            var fine = true
+            if entries == 4 {
+                if r.text("title"), let t = r.byteString() { title = t } else { fine = false }
+            }
+            if fine, r.text("creator"), let creator = r.byteString().flatMap(Bytes32.init), r.text("created_by"),
+                let by = r.byteString().flatMap(Bytes32.init), r.atEnd
+            {
+                return ChatRecord(creator: creator, hlc: HLC(rawValue: hlc), createdBy: by, title: title)
+            }
+        }
+        return try decodeWhole(raw)
+    }
+
+    static func decodeWhole(_ raw: [UInt8]) throws -> ChatRecord {
+        let v = try Codec.decode(raw, "chat record")
+        guard let creator = v[text: "creator"]?.id32, let hlc = v[text: "hlc"]?.unsignedValue, let by = v[text: "created_by"]?.id32
+        else { throw ProjectionError.corrupt("chat record") }
+        return ChatRecord(creator: creator, hlc: HLC(rawValue: hlc), createdBy: by, title: v[text: "title"]?.bytesValue)
     }
 }

@@ -70,6 +70,9 @@ struct FoldRun {
     var membershipsForMessages: [MemberKey: Membership?] = [:]
     /// Changes to each chat's message count, written once at the end.
     var messageCountDeltas: [ObjectID: Int] = [:]
+    /// Chats whose activity (§9.1, `IndexTable.chatActivity`) this run may
+    /// have changed, written once at its end.
+    var chatsWithNewActivity: Set<ObjectID> = []
     /// A bulk fold of messages buffers their state entries (records and
     /// blob references, which nothing reads back during that fold) and
     /// writes them in key order at the end: message ids are random, their
@@ -252,6 +255,7 @@ struct FoldRun {
     /// it is folded, and a class marked by another is folded after it.
     mutating func execute() throws {
         for cls in ObjectClass.foldOrder { try foldMarked(cls) }
+        try writeChatActivity()
     }
 
     /// Folds this run's marked objects and new facts of `cls`. The switch

@@ -286,6 +286,9 @@ enum IndexTable: UInt8, CaseIterable {
     /// Blobs that live pictures and messages reference (`blobRef`) and this
     /// node lacks (Specs/projections.md §9.1): what sync fetches.
     case blobWanted = 0x0B  // blob hash -> ()
+    /// Each chat's last activity for each current member (`ChatActivity`,
+    /// Specs/projections.md §9.1): what a chat list sorts by.
+    case chatActivity = 0x0C  // user || chat -> u64be(activity) [|| u64be(last hlc) || message id || sending device]
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -218,7 +218,7 @@ package struct Projections: Sendable {
     /// objects reference and this node lacks (§9.1). 21: users' relay
     /// lists (`relays.set`) in the `relays` table (§6.12). 22: the built
     /// marker also names the layout (`layoutFingerprint`, §9.1).
-    package static let formatVersion: UInt64 = 22
+    package static let formatVersion: UInt64 = 23
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
 

@@ -789,6 +789,25 @@ public struct Transaction {
         }
     }
 
+    /// Visits the entries whose key starts with `prefix`, in key order,
+    /// with their bytes where LMDB holds them (valid only inside `body`),
+    /// until `body` returns false: `scan(_:prefix:_:)` without a copy of
+    /// what the caller does not keep.
+    public func scanInPlace(
+        _ db: Database, prefix: [UInt8], _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        var stoppedAt: [UInt8]? = nil
+        defer { recorder?.record(.prefix(db.dbi, prefix, upper: stoppedAt.map { $0 + [0] })) }
+        try scanInPlace(db, from: prefix, recording: nil) { k, v in
+            guard k.starts(with: prefix) else { return false }
+            if try !body(k, v) {
+                stoppedAt = Array(k)
+                return false
+            }
+            return true
+        }
+    }
+
     /// Visits the entries with key starting with `prefix` and below `before`
     /// (or all of them), newest key first, until `body` returns false.
     public func scanBackward(

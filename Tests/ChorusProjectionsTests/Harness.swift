@@ -193,6 +193,36 @@ final class Replica {
         }
     }
 
+    /// Where the `chatActivity` entries (Specs/projections.md §9.1) differ
+    /// from each held chat's activity, found here the long way (its
+    /// creation and newest effective message) for each current member: an
+    /// entry, key and value, as hex.
+    func chatActivityProblems() throws -> [String] {
+        try env.read { txn in
+            var indexed: Set<[UInt8]> = []
+            try txn.scan(projections.index, prefix: [IndexTable.chatActivity.rawValue]) { key, value in
+                indexed.insert(Array(key.dropFirst()) + [0x3D] + value)
+                return true
+            }
+            var expected: Set<[UInt8]> = []
+            var chats: [Bytes32] = []
+            try txn.scan(projections.state, prefix: [Table.chat.rawValue]) { key, _ in
+                chats.append(try Codec.b32(key.dropFirst(), "chat id"))
+                return true
+            }
+            for chat in chats {
+                guard let activity = try projections.chatActivity(of: chat, in: txn)?.encoded() else { continue }
+                try txn.scan(projections.state, prefix: Table.member.key(chat)) { key, value in
+                    if try Membership.decodeWhole(value).isCurrent { expected.insert(Array(key[33...]) + chat.bytes + [0x3D] + activity) }
+                    return true
+                }
+            }
+            return Self.differences(
+                indexed: indexed, expected: expected, stale: "chat activity entry %@ is not a current member's chat's activity",
+                missing: "no chat activity entry %@")
+        }
+    }
+
     /// Where the `blobWanted` entries (Specs/projections.md §9.1) differ from
     /// the blobs that `blobRef` entries name and the blob store lacks, found
     /// here the long way, and how many such blobs there are.

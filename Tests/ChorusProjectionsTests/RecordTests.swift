@@ -84,6 +84,49 @@ struct RecordTests {
         }
     }
 
+    @Test("a chat record, with and without a title of every width, equals its canonical map and reads back in place")
+    func chatRecordEncoding() throws {
+        var rng = SplitMix64(seed: 0xC4A7_2EC0)
+        func key() -> Bytes32 { Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })! }
+        for (i, hlc) in [UInt64(0), 23, 24, 0xFFFF, 0x1_0000_0000, .max].enumerated() {
+            for titleLength in [nil, 0, 23, 24, 300] as [Int?] {
+                let title = titleLength.map { n in (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
+                let record = ChatRecord(creator: key(), hlc: HLC(rawValue: hlc), createdBy: key(), title: title)
+                var map: [(String, CBORValue)] = [
+                    ("creator", .bytes(record.creator.bytes)), ("hlc", .unsigned(hlc)), ("created_by", .bytes(record.createdBy.bytes)),
+                ]
+                if let title { map.append(("title", .bytes(title))) }
+                #expect(record.encoded() == CBOREncoder.encode(.textMap(map)), "case \(i)")
+                #expect(try ChatRecord.decode(record.encoded()) == record)
+                #expect(try ChatRecord.decodeWhole(record.encoded()) == record)
+            }
+        }
+        #expect(throws: ProjectionError.self) { try ChatRecord.decode([0xA1, 0x63, 0x68, 0x6C, 0x63, 0x00]) }
+    }
+
+    @Test("a membership reads in place as the whole decoder reads it, with arguments of every width; other layouts go the long way")
+    func membershipInPlace() throws {
+        var rng = SplitMix64(seed: 0x3E3B_E125)
+        let widths: [UInt64] = [0, 23, 24, 255, 256, 65_535, 65_536, 0xFFFF_FFFF, 0x1_0000_0000, .max]
+        for _ in 0..<500 {
+            var intervals: [(from: HLC, to: HLC?)] = []
+            for _ in 0..<Int(rng.next() % 4) {
+                let from = widths[Int(rng.next() % UInt64(widths.count))]
+                let to: HLC? = rng.next() % 3 == 0 ? nil : HLC(rawValue: widths[Int(rng.next() % UInt64(widths.count))])
+                intervals.append((HLC(rawValue: from), to))
+            }
+            let m = Membership(admin: rng.next() % 2 == 0, intervals: intervals)
+            let raw = m.encoded()
+            #expect(try Membership.decode(raw) == m)
+            #expect(try Membership.decodeWhole(raw) == m)
+        }
+        // A longer head than needed is not canonical: the long way refuses it.
+        #expect(throws: ProjectionError.self) { try Membership.decode([0x82, 0xF5, 0x81, 0x82, 0x18, 0x05, 0xF6]) }
+        // Trailing bytes or a wrong shape are damage either way.
+        #expect(throws: ProjectionError.self) { try Membership.decode([0x82, 0xF5, 0x80, 0x00]) }
+        #expect(throws: ProjectionError.self) { try Membership.decode([0x81, 0xF5]) }
+    }
+
     @Test("a stored message entry reads back whole, and any other length or flag is damage")
     func messageEntryEncoding() throws {
         var rng = SplitMix64(seed: 0xE17_4E5)
