@@ -27,13 +27,13 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     /// Calls `body` with the 32 bytes, without copying them into an array.
-    @inlinable public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    @inlinable package func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try Swift.withUnsafeBytes(of: storage, body)
     }
 
     /// Appends the 32 bytes to `out` (building store keys without an
     /// intermediate array).
-    @inlinable public func append(to out: inout [UInt8]) {
+    @inlinable package func append(to out: inout [UInt8]) {
         withUnsafeBytes { out.append(contentsOf: $0) }
     }
 
@@ -57,13 +57,13 @@ public struct Bytes32: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// The common case (a slice of a key or value read from the store),
     /// without the generic sequence path.
-    public init?(_ bytes: ArraySlice<UInt8>) {
+    package init?(_ bytes: ArraySlice<UInt8>) {
         guard bytes.count == 32 else { return nil }
         self = bytes.withUnsafeBytes { Bytes32(raw: $0) }
     }
 
     /// The 32 bytes at `raw` (which must hold at least 32).
-    public init?(_ raw: UnsafeRawBufferPointer) {
+    package init?(_ raw: UnsafeRawBufferPointer) {
         guard raw.count == 32 else { return nil }
         self.init(raw: raw)
     }

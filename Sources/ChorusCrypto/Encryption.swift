@@ -2,16 +2,16 @@ import CSodium
 
 /// An X25519 key pair (libsodium `crypto_scalarmult`): a device's encryption
 /// key, or the one-time key of a key event (Specs/encryption.md §2, §3).
-public struct AgreementKey: Sendable {
-    /// The 32-byte X25519 public key, `crypto_scalarmult_base(secret)`; this is
+package struct AgreementKey: Sendable {
+    /// The 32-byte X25519 package key, `crypto_scalarmult_base(secret)`; this is
     /// what a `device.key` or `chat.key` event publishes.
-    public let publicKey: Bytes32
+    package let publicKey: Bytes32
     /// The 32-byte X25519 secret scalar, as given (libsodium clamps it when used).
-    public let secret: [UInt8]
+    package let secret: [UInt8]
 
     /// Derives the key pair from a 32-byte secret; returns `nil` if `secret` is
     /// not 32 bytes or libsodium rejects it.
-    public init?(secret: [UInt8]) {
+    package init?(secret: [UInt8]) {
         guard secret.count == 32 else { return nil }
         requireSodium()
         var pk = [UInt8](repeating: 0, count: 32)
@@ -21,14 +21,14 @@ public struct AgreementKey: Sendable {
     }
 
     /// Creates a key pair from 32 fresh random bytes (libsodium `randombytes_buf`).
-    public static func generate() -> AgreementKey {
+    package static func generate() -> AgreementKey {
         // Any 32 bytes are an X25519 secret (clamped inside libsodium).
         AgreementKey(secret: Random.bytes(32))!
     }
 
     /// X25519(secret, peer); nil when the result is all zeros (a small-order
     /// peer key), which libsodium reports as failure.
-    public func sharedSecret(with peer: Bytes32) -> [UInt8]? {
+    package func sharedSecret(with peer: Bytes32) -> [UInt8]? {
         requireSodium()
         var out = [UInt8](repeating: 0, count: 32)
         guard crypto_scalarmult(&out, secret, peer.bytes) == 0 else { return nil }

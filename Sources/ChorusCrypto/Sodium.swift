@@ -65,17 +65,17 @@ package enum Blake2b {
 
 /// An Ed25519 key pair. The secret never leaves this value except through
 /// `seed`, which is what key files store.
-public struct SigningKey: Sendable {
-    /// The 32-byte Ed25519 public key, which identifies this key's events as their author.
-    public let publicKey: PublicKey
-    private let secretKey: [UInt8]  // libsodium's 64-byte form: seed || public key
+package struct SigningKey: Sendable {
+    /// The 32-byte Ed25519 package key, which identifies this key's events as their author.
+    package let publicKey: PublicKey
+    private let secretKey: [UInt8]  // libsodium's 64-byte form: seed || package key
     /// The 32-byte seed the key pair is derived from; the only secret material
     /// that key files store. Keep it secret.
-    public let seed: [UInt8]
+    package let seed: [UInt8]
 
     /// Derives the key pair from a 32-byte seed (`crypto_sign_seed_keypair`);
     /// returns `nil` unless `seed` is exactly 32 bytes.
-    public init?(seed: [UInt8]) {
+    package init?(seed: [UInt8]) {
         guard seed.count == 32 else { return nil }
         requireSodium()
         var pk = [UInt8](repeating: 0, count: 32)
@@ -87,14 +87,14 @@ public struct SigningKey: Sendable {
     }
 
     /// Creates a key pair from a fresh random 32-byte seed.
-    public static func generate() -> SigningKey {
+    package static func generate() -> SigningKey {
         // A fresh 32-byte seed always yields a key pair.
         SigningKey(seed: Random.bytes(32))!
     }
 
     /// Returns the 64-byte detached Ed25519 signature of `message`
     /// (`crypto_sign_detached`); signing is deterministic.
-    public func sign(_ message: [UInt8]) -> [UInt8] {
+    package func sign(_ message: [UInt8]) -> [UInt8] {
         var sig = [UInt8](repeating: 0, count: 64)
         message.withUnsafeBufferPointer { m in
             _ = crypto_sign_detached(&sig, nil, m.baseAddress, UInt64(m.count), secretKey)

@@ -7,7 +7,7 @@ import ChorusEvents
 public struct Attachment: Hashable, Sendable, Codable {
     /// The random 32-byte key the blob bytes are encrypted with; it travels only
     /// inside the sealed message body.
-    public let key: [UInt8]
+    package let key: [UInt8]
     /// The image's media type, one of those allowed for `picture.created`
     /// (Specs/events.md §6.2.4).
     public let mime: String
@@ -20,7 +20,7 @@ public struct Attachment: Hashable, Sendable, Codable {
 
     /// Creates an attachment description; values are not validated here, but a
     /// decoded body is rejected unless they fit Specs/encryption.md §7.
-    public init(key: [UInt8], mime: String, size: UInt64, width: UInt64? = nil, height: UInt64? = nil) {
+    package init(key: [UInt8], mime: String, size: UInt64, width: UInt64? = nil, height: UInt64? = nil) {
         self.key = key
         self.mime = mime
         self.size = size
@@ -62,7 +62,7 @@ public struct MessageContent: Hashable, Sendable, Codable {
     public var attachment: Attachment?
 
     /// Creates message content; a message body needs at least one of the three fields.
-    public init(text: String? = nil, picture: ObjectID? = nil, attachment: Attachment? = nil) {
+    package init(text: String? = nil, picture: ObjectID? = nil, attachment: Attachment? = nil) {
         self.text = text
         self.picture = picture
         self.attachment = attachment
@@ -70,7 +70,7 @@ public struct MessageContent: Hashable, Sendable, Codable {
 
     /// The plaintext to seal: a deterministic CBOR map holding only the fields
     /// that are set. Not validated; ``decode(_:edit:)`` rejects bodies that break the rules.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var entries: [(String, CBORValue)] = []
         if let text { entries.append(("text", .text(text))) }
         if let picture { entries.append(("picture", .bytes(picture.bytes))) }
@@ -93,7 +93,7 @@ public struct MessageContent: Hashable, Sendable, Codable {
 
     /// Decodes a message body (or, with `edit`, an edit's body); nil when
     /// the plaintext is not canonical CBOR of the right shape.
-    public static func decode(_ plaintext: [UInt8], edit: Bool = false) -> MessageContent? {
+    package static func decode(_ plaintext: [UInt8], edit: Bool = false) -> MessageContent? {
         guard let v = try? CBORDecoder.decode(plaintext), (edit ? editSchema : bodySchema).violation(in: v) == nil else {
             return nil
         }
@@ -104,16 +104,16 @@ public struct MessageContent: Hashable, Sendable, Codable {
 }
 
 /// The plaintext of a sealed chat title.
-public enum TitleContent {
+package enum TitleContent {
     static let schema = PayloadSchema([required("title", .text(minBytes: 0, maxBytes: 200))])
 
     /// The plaintext to seal for a chat title: the deterministic CBOR map
     /// `{title: title}`. Not validated; titles must be at most 200 UTF-8 bytes.
-    public static func encode(_ title: String) -> [UInt8] { CBOREncoder.encode(.textMap([("title", .text(title))])) }
+    package static func encode(_ title: String) -> [UInt8] { CBOREncoder.encode(.textMap([("title", .text(title))])) }
 
     /// Decodes a title plaintext; `nil` unless it is canonical CBOR holding
     /// exactly a `title` text of at most 200 bytes (shown as unreadable otherwise).
-    public static func decode(_ plaintext: [UInt8]) -> String? {
+    package static func decode(_ plaintext: [UInt8]) -> String? {
         guard let v = try? CBORDecoder.decode(plaintext), schema.violation(in: v) == nil else { return nil }
         return v[text: "title"]?.textValue
     }

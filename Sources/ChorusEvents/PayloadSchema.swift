@@ -125,12 +125,12 @@ public enum PayloadLimits {
     /// The largest coin `amount` (and slot `price`): 10^12 coins (`AMOUNT`, Specs/events.md §6.1).
     public static let maxCoinAmount: UInt64 = 1_000_000_000_000
     /// The most add ids one removal's `seen` may name (`SEEN` = `array<id32>[1..1024]`).
-    public static let maxSeenTags = 1024
+    package static let maxSeenTags = 1024
     /// The most user keys a `chat.created` may list in `members`.
     public static let maxChatMembers = 1024
     /// The number of slot numbers the schemas accept (`SLOT` = `uint[0..63]`); a network
     /// configures 1...64 slots (Specs/projections.md §1).
-    public static let maxSlots: UInt64 = 64
+    package static let maxSlots: UInt64 = 64
     /// Most relays in a user's relay list (`relays.set`).
     public static let maxRelays = 8
     /// The largest blob `size`, 2^40 bytes, of a picture or of a picture sent in a message.
@@ -146,15 +146,15 @@ public enum PayloadLimits {
     public static let imageTypes = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/avif"]
     /// A sealed value is epoch id (32) || nonce (24) || ciphertext with its
     /// 16-byte tag (Specs/encryption.md §7): at least 72 bytes.
-    public static let sealedOverhead = 72
+    package static let sealedOverhead = 72
     /// The longest sealed chat title (`chat.created` `title`), in bytes.
-    public static let sealedTitleBytes = 512
+    package static let sealedTitleBytes = 512
     /// The longest sealed message body (`message.sent` and `message.edited` `body`), in bytes.
-    public static let sealedBodyBytes = 4608
+    package static let sealedBodyBytes = 4608
     /// One wrap of an epoch key: device key (32) || wrapped key (48) (Specs/encryption.md §5).
-    public static let wrapBytes = 80
+    package static let wrapBytes = 80
     /// The most wraps one `chat.key` may carry, so `wraps` is at most 768 × 80 = 61 440 bytes.
-    public static let maxWraps = 768
+    package static let maxWraps = 768
 }
 
 /// Profile fields and the type of each one's value (`profile.set`).

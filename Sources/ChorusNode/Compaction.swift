@@ -7,15 +7,15 @@ import ChorusStore
 import Foundation
 
 /// What `Node.compact` did.
-public struct Compaction: Sendable {
+package struct Compaction: Sendable {
     /// The store file's size before, in bytes.
-    public let bytesBefore: Int
+    package let bytesBefore: Int
     /// The store file's size after, in bytes: the pages in use.
-    public let bytesAfter: Int
+    package let bytesAfter: Int
     /// Events in the store, the same before and after.
-    public let events: Int
+    package let events: Int
     /// The projection digest, the same before and after.
-    public let digest: Hash32
+    package let digest: Hash32
 }
 
 extension Node {
@@ -28,7 +28,7 @@ extension Node {
     /// moment leaves the store as it was. Takes the writer lock, and refuses
     /// while any other process has the store open (a reader would go on
     /// reading the old file). Needs free disk space for the pages in use.
-    public static func compact(
+    package static func compact(
         at path: String, options: NodeOptions = NodeOptions(), progress: (@Sendable (_ stage: String, _ step: Int, _ steps: Int) -> Void)? = nil
     ) async throws -> Compaction {
         let file = path + "/data.mdb"

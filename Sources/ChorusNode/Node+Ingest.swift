@@ -23,7 +23,7 @@ package enum IngestResult: Hashable, Sendable {
 
 /// What `Node.ingest` did with a batch: one ``IngestResult`` per input, and
 /// counts of each outcome.
-public struct IngestReport: Sendable {
+package struct IngestReport: Sendable {
     /// One result per input, in input order.
     package var results: [IngestResult]
 
@@ -31,17 +31,17 @@ public struct IngestReport: Sendable {
     package init(results: [IngestResult]) { self.results = results }
 
     /// How many events were newly stored.
-    public var accepted: Int { results.count { if case .accepted = $0 { true } else { false } } }
+    package var accepted: Int { results.count { if case .accepted = $0 { true } else { false } } }
     /// How many events the store held already, including purged ones whose
     /// payload this batch put back.
-    public var duplicates: Int { results.count { if case .duplicate = $0 { true } else { false } } }
+    package var duplicates: Int { results.count { if case .duplicate = $0 { true } else { false } } }
     /// Everything not stored: refused, withheld or failed to write.
-    public var refused: Int { results.count - accepted - duplicates }
+    package var refused: Int { results.count - accepted - duplicates }
     /// How many valid events were not stored because another event of an
     /// all-or-nothing batch is damaged (`ingestAllOrNothing`); also counted in ``refused``.
-    public var withheld: Int { results.count { $0 == .withheld } }
+    package var withheld: Int { results.count { $0 == .withheld } }
     /// Every event that was refused or failed to write, with the reason.
-    public var errors: [(index: Int, code: String, reason: String)] {
+    package var errors: [(index: Int, code: String, reason: String)] {
         results.enumerated().compactMap { i, r in
             switch r {
             case .refused(let e): (i, e.code, e.description)
@@ -62,7 +62,7 @@ extension Node {
     /// Returns one result per input, in input order. `enqueued` and `last`
     /// are as for `ingest(events:last:enqueued:)`; a last call is verified
     /// slice by slice as it is handed to the writer.
-    public func ingest(_ envelopes: [[UInt8]], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async
+    package func ingest(_ envelopes: [[UInt8]], last: Bool = false, enqueued: @escaping @Sendable () -> Void = {}) async
         -> IngestReport
     {
         // Verified after decoding, not with it: events already held are not verified again.

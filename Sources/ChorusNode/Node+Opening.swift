@@ -174,7 +174,7 @@ extension Node {
     }
 
     /// The store format this build writes (Specs/storage.md §4).
-    public static let storeFormat = LogStore.formatVersion
+    package static let storeFormat = LogStore.formatVersion
 
     /// Upgrades a store written by an older format to the current one
     /// (Specs/storage.md §4.1), keeping every event, blob and key; returns

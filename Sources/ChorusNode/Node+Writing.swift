@@ -237,7 +237,7 @@ extension Node {
     /// Folds the projections again from the log (Specs/storage.md §5) on the
     /// writer's thread: writes queued meanwhile wait and commit after it.
     /// Readers may see the projections partly folded until it returns.
-    public func rebuildProjections(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws {
+    package func rebuildProjections(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws {
         guard let writer else { throw NodeError.readOnly }
         let store = self.store
         let _: [AppendOutcome] = try await withCheckedThrowingContinuation { continuation in

@@ -32,7 +32,7 @@ public struct NoEffect: Error, Hashable, Sendable {
     public let detail: String
     /// A reason from a stable `code` (Specs/projections.md §4) and a `detail`
     /// sentence.
-    public init(_ code: String, _ detail: String) {
+    package init(_ code: String, _ detail: String) {
         self.code = code
         self.detail = detail
     }

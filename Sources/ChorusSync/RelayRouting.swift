@@ -277,7 +277,7 @@ public struct RelayIdentityMismatch: Error, CustomStringConvertible, Sendable {
 extension SyncNetwork {
     /// Connects to `host:port`, checks that the peer proves `key` (the pinned
     /// key of a relay list), and runs one sync as `sync` does.
-    public static func sync(
+    package static func sync(
         _ node: Node, relay address: String, key: PublicKey, options: SyncOptions = SyncOptions()
     ) async throws -> SyncReport {
         guard let (host, port) = parseAddress(address) else { throw SyncError.local("\"\(address)\" is not HOST:PORT") }

@@ -18,13 +18,13 @@ public struct ReplicationScope: Hashable, Sendable {
     /// (Specs/sync.md §9): a session with one relay names and fetches only
     /// its share, so each feed costs one session, not one per relay. Empty
     /// outside a routed sync.
-    public var coveredElsewhere: Set<PublicKey> = []
+    package var coveredElsewhere: Set<PublicKey> = []
 
     /// A scope of `hops` follow steps; nil (the default) is every feed.
     public init(hops: Int? = nil) { self.hops = hops }
 
     /// This scope with `users` left to other relays.
-    public func leaving(_ users: Set<PublicKey>) -> ReplicationScope {
+    package func leaving(_ users: Set<PublicKey>) -> ReplicationScope {
         var scope = self
         scope.coveredElsewhere = users
         return scope
@@ -38,7 +38,7 @@ public struct ReplicationScope: Hashable, Sendable {
     /// session recomputes it after each round. Users `coveredElsewhere`
     /// are left out, with their devices; the node's own device and the
     /// issuers never are.
-    public func feeds(of node: Node) throws -> Set<PublicKey>? {
+    package func feeds(of node: Node) throws -> Set<PublicKey>? {
         guard let users = try users(of: node) else { return nil }
         let p = node.projections
         var feeds: Set<PublicKey> = Set(node.network.issuers)
@@ -63,7 +63,7 @@ public struct ReplicationScope: Hashable, Sendable {
     }
 
     /// The users in scope now (this node's user included), or nil for every user.
-    public func users(of node: Node) throws -> Set<PublicKey>? { try users(of: node, notices: true) }
+    package func users(of node: Node) throws -> Set<PublicKey>? { try users(of: node, notices: true) }
 
     /// `users(of:)`, with or without the users that notices alone put in scope.
     package func users(of node: Node, notices: Bool) throws -> Set<PublicKey>? {
@@ -99,7 +99,7 @@ public struct ReplicationScope: Hashable, Sendable {
     /// own and those of every member of every chat the user is in (Specs/
     /// sync.md §4.8). Sent to a scoped peer, so that an invitation to a chat
     /// with someone the peer's user does not follow still reaches it.
-    public static func invitation(for user: PublicKey, at node: Node) throws -> [PublicKey] {
+    package static func invitation(for user: PublicKey, at node: Node) throws -> [PublicKey] {
         let p = node.projections
         var users: Set<PublicKey> = [user]
         for chat in try p.chats(of: user) { for m in chat.members { users.insert(m.user.raw) } }
@@ -113,7 +113,7 @@ public struct ReplicationScope: Hashable, Sendable {
 
     /// Names a scope's feed set, so a remembered arrival position is reused
     /// only with the same feeds (PeerRecord.scopeTag).
-    public static func tag(_ feeds: Set<PublicKey>?) -> Hash32 {
+    package static func tag(_ feeds: Set<PublicKey>?) -> Hash32 {
         guard let feeds else { return .zero }
         return Blake2b.hash256(parts: [Array("chorus/sync/scope".utf8)] + feeds.sorted().map(\.bytes))
     }

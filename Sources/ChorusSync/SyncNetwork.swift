@@ -41,7 +41,7 @@ public enum SyncNetwork {
     /// With `expecting`, the peer must prove that device key (a relay's
     /// pinned key) or no session runs. `connected` is called each time a
     /// connection is authenticated, before its session runs.
-    public static func sync(
+    package static func sync(
         _ node: Node, host: String, port: Int, options: SyncOptions = SyncOptions(), expecting: PublicKey? = nil,
         connected: (@Sendable () -> Void)? = nil
     ) async throws -> SyncReport {
