@@ -80,7 +80,7 @@ public struct ReadableChatPage: Hashable, Sendable, Codable {
     /// The users who have read `message` (their read marker covers it), its
     /// sender left out, in key order.
     public func readers(of message: ReadableMessage) -> [UserID] {
-        readMarkers.filter { $0.key != message.view.sender && $0.value.covers(message.view) }.map(\.key).sorted()
+        ReadMarker.readers(of: message.view, among: readMarkers)
     }
 }
 

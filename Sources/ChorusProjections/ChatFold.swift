@@ -306,9 +306,7 @@ extension FoldRun {
             markers[user] = (hlc, message)
             try decide(f, nil)
         }
-        func encoded(_ m: (hlc: UInt64, message: EventID)) -> [UInt8] {
-            Codec.cbor(.array([.unsigned(m.hlc), .bytes(m.message.bytes)]))
-        }
+        func encoded(_ m: (hlc: UInt64, message: EventID)) -> [UInt8] { ReadMarker.encoded(hlc: m.hlc, message: m.message) }
         if let only {
             for user in only.users {
                 let key = Table.read.key(chat, user)
@@ -338,13 +336,10 @@ extension FoldRun {
         let key = Table.read.key(chat, user)
         var forward = true
         if let raw = try txn.get(p.state, key) {
-            let v = try Codec.decode(raw, "read marker")
-            guard let a = v.arrayValue, a.count == 2, let current = a[0].unsignedValue, let currentMessage = a[1].id32 else {
-                throw ProjectionError.corrupt("read marker")
-            }
-            forward = current < hlc || (current == hlc && currentMessage < message)
+            let current = try ReadMarker.decode(raw)
+            forward = current.hlc.rawValue < hlc || (current.hlc.rawValue == hlc && current.message.raw < message)
         }
-        if forward { try txn.put(p.state, key, Codec.cbor(.array([.unsigned(hlc), .bytes(message.bytes)]))) }
+        if forward { try txn.put(p.state, key, ReadMarker.encoded(hlc: hlc, message: message)) }
         try decide(f, nil)
     }
 }

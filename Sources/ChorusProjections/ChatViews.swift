@@ -172,7 +172,29 @@ public struct ReadMarker: Hashable, Sendable, Codable {
     /// Whether `m` is at or before this marker in the chat's order.
     public func covers(_ m: MessageView) -> Bool { m.hlc < hlc || (m.hlc == hlc && !(message.raw < m.id.raw)) }
 
+    /// The users among `markers` whose marker covers `message`, its sender
+    /// left out, in key order: who has read it.
+    package static func readers(of message: MessageView, among markers: [UserID: ReadMarker]) -> [UserID] {
+        markers.filter { $0.key != message.sender && $0.value.covers(message) }.map(\.key).sorted()
+    }
+
+    /// A stored marker's canonical CBOR, `[hlc, message id]` (Specs/projections.md §5).
+    static func encoded(hlc: UInt64, message: EventID) -> [UInt8] {
+        var out: [UInt8] = [0x82]
+        out.reserveCapacity(1 + 9 + 2 + 32)
+        CBOREncoder.appendHead(major: 0, argument: hlc, to: &out)
+        CBOREncoder.appendHead(major: 2, argument: 32, to: &out)
+        message.append(to: &out)
+        return out
+    }
+
+    /// A stored marker, `[hlc, message id]` (Specs/projections.md §5), read
+    /// in place; any other layout goes the long way.
     static func decode(_ value: [UInt8]) throws -> ReadMarker {
+        var r = HeadReader(value)
+        if r.head(major: 4) == 2, let hlc = r.head(major: 0), let id = r.byteString().flatMap(Bytes32.init), r.atEnd {
+            return ReadMarker(message: MessageID(id), hlc: HLC(rawValue: hlc))
+        }
         guard let a = try Codec.decode(value, "read marker").arrayValue, a.count == 2, let hlc = a[0].unsignedValue, let message = a[1].id32 else {
             throw ProjectionError.corrupt("read marker")
         }
@@ -217,7 +239,5 @@ package struct ChatPage: Hashable, Sendable, Codable {
 
     /// The users whose read marker covers `message` (its sender left out), in
     /// key order: who has read it.
-    package func readers(of message: MessageView) -> [UserID] {
-        readMarkers.filter { $0.key != message.sender && $0.value.covers(message) }.map(\.key).sorted()
-    }
+    package func readers(of message: MessageView) -> [UserID] { ReadMarker.readers(of: message, among: readMarkers) }
 }

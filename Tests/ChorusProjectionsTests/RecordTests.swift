@@ -104,6 +104,18 @@ struct RecordTests {
         #expect(throws: ProjectionError.self) { try ChatRecord.decode([0xA1, 0x63, 0x68, 0x6C, 0x63, 0x00]) }
     }
 
+    @Test("a read marker equals its canonical array for HLCs of every width and reads back in place")
+    func readMarkerEncoding() throws {
+        var rng = SplitMix64(seed: 0x4EAD_3A4C)
+        for hlc in [UInt64(0), 23, 24, 255, 256, 0xFFFF_FFFF, .max] {
+            let id = Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })!
+            let raw = ReadMarker.encoded(hlc: hlc, message: id)
+            #expect(raw == CBOREncoder.encode(.array([.unsigned(hlc), .bytes(id.bytes)])))
+            #expect(try ReadMarker.decode(raw) == ReadMarker(message: MessageID(id), hlc: HLC(rawValue: hlc)))
+        }
+        #expect(throws: ProjectionError.self) { try ReadMarker.decode([0x82, 0x00]) }
+    }
+
     @Test("a membership reads in place as the whole decoder reads it, with arguments of every width; other layouts go the long way")
     func membershipInPlace() throws {
         var rng = SplitMix64(seed: 0x3E3B_E125)
