@@ -1,6 +1,8 @@
 import ChorusCrypto
 import ChorusEvents
+import ChorusParallel
 import ChorusStorage
+import Foundation
 
 /// A chat's last activity as its members' chat lists sort by it
 /// (Specs/projections.md §7): the last message that took effect (deleted
@@ -34,18 +36,19 @@ struct ChatActivity: Equatable {
         return out
     }
 
-    static func decode(_ raw: UnsafeRawBufferPointer) throws -> ChatActivity {
-        let bytes = Array(raw)
-        switch bytes.count {
-        case 8:
-            return ChatActivity(activity: HLC(rawValue: Codec.readU64(bytes[0..<8])), last: nil)
-        case 80:
-            let last = Last(
-                hlc: HLC(rawValue: Codec.readU64(bytes[8..<16])), message: try Codec.b32(bytes[16..<48], "last message"),
-                device: try Codec.b32(bytes[48..<80], "last sender"))
-            return ChatActivity(activity: HLC(rawValue: Codec.readU64(bytes[0..<8])), last: last)
-        default:
-            throw ProjectionError.corrupt("chat activity of \(bytes.count) bytes")
+    /// Where a chat's last message is in its `message` entries.
+    struct LastKey {
+        let hlc: HLC
+        let message: EventID
+
+        /// A stored entry's activity and last message key, read in place
+        /// (the sending device, bytes 48..<80, is read where it is
+        /// needed); nil for an entry of another length.
+        static func read(_ raw: UnsafeRawBufferPointer) -> (activity: HLC, last: LastKey?)? {
+            guard raw.count == 8 || raw.count == 80 else { return nil }
+            let activity = HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(as: UInt64.self)))
+            guard raw.count == 80, let message = Bytes32(UnsafeRawBufferPointer(rebasing: raw[16..<48])) else { return (activity, nil) }
+            return (activity, LastKey(hlc: HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self))), message: message))
         }
     }
 }
@@ -65,6 +68,17 @@ extension Projections {
             return false
         }
         return ChatActivity(activity: max(last?.hlc ?? created, created), last: last)
+    }
+
+    /// `chat`'s entries for its current members, for a rebuild (nothing to remove).
+    func chatActivityEntries(of chat: ObjectID, into out: inout SortedEntries, in txn: Transaction) throws {
+        guard let activity = try chatActivity(of: chat, in: txn)?.encoded() else { return }
+        try txn.scanInPlace(state, prefix: Table.member.key(chat)) { key, value in
+            if try Membership.decode(Array(value)).isCurrent {
+                out.add(IndexTable.chatActivity.key(try Codec.b32(Array(key[33...])[...], "member"), chat), activity)
+            }
+            return true
+        }
     }
 
     /// Writes `chat`'s activity for each of its current members and removes
@@ -90,14 +104,34 @@ extension Projections {
     }
 
     /// Writes every chat's activity for its current members: the end of a
-    /// rebuild (§9.2), once memberships and messages are folded.
-    func writeEveryChatActivity(in txn: Transaction) throws {
-        var chats: [ObjectID] = []
-        try txn.scan(state, prefix: [Table.chat.rawValue]) { key, _ in
-            chats.append(try Codec.b32(key[1...], "chat id"))
-            return true
+    /// rebuild (§9.2), once memberships and messages are folded and
+    /// committed. The entries are found on all cores, each part of the
+    /// chats in a read transaction of its own, and written in key order in
+    /// one write.
+    func writeEveryChatActivity() throws {
+        let chats: [ObjectID] = try log.env.read { txn in
+            var chats: [ObjectID] = []
+            try txn.scanInPlace(state, prefix: [Table.chat.rawValue]) { key, _ in
+                chats.append(try Codec.b32(Array(key[1...])[...], "chat id"))
+                return true
+            }
+            return chats
         }
-        for chat in chats { try writeChatActivity(of: chat, in: txn) }
+        guard !chats.isEmpty else { return }
+        let parts = min(chats.count, 4 * ProcessInfo.processInfo.activeProcessorCount)
+        let size = (chats.count + parts - 1) / parts
+        let ranges = stride(from: 0, to: chats.count, by: size).map { $0..<min(chats.count, $0 + size) }
+        let runs = try parallelMap(ranges, chunk: 1) { range in
+            Result {
+                try log.env.read { txn in
+                    var out = SortedEntries()
+                    for chat in chats[range] { try chatActivityEntries(of: chat, into: &out, in: txn) }
+                    out.sort()
+                    return out
+                }
+            }
+        }.map { try $0.get() }
+        try SortedEntries.writeMerged(runs, to: index, in: log.env, append: false)
     }
 }
 

@@ -71,15 +71,19 @@ extension Projections {
                 viewer: user.raw, blocked: Set(try targets(.block, of: user.raw, in: txn)), senders: &senders, state: state, in: txn)
             // Each chat's last activity: its last message that took effect
             // and whose sender the user does not block, or its creation.
-            var order: [(activity: HLC, chat: ObjectID, last: [UInt8]?)] = []
+            var order: [(activity: HLC, chat: ObjectID, last: ChatActivity.LastKey?)] = []
             var stepBack: [ObjectID] = []
-            try txn.scan(index, prefix: IndexTable.chatActivity.key(user.raw)) { key, value in
-                let chat = try Codec.b32(key.suffix(32), "chat id")
-                let entry = try value.withUnsafeBytes { try ChatActivity.decode($0) }
-                if let last = entry.last, filter.isBlocked(last.device) {
+            // Read in place: a list reads every chat's entry to sort them,
+            // and builds the key of a chat's last message only for its page.
+            let prefix = IndexTable.chatActivity.key(user.raw)
+            try txn.scanInPlace(index, prefix: prefix) { key, value in
+                guard key.count == prefix.count + 32, let chat = Bytes32(UnsafeRawBufferPointer(rebasing: key[prefix.count...])),
+                    let entry = ChatActivity.LastKey.read(value)
+                else { throw ProjectionError.corrupt("chat activity entry of \(value.count) bytes") }
+                if entry.last != nil, filter.isBlocked(UnsafeRawBufferPointer(rebasing: value[48..<80])) {
                     stepBack.append(chat)
                 } else {
-                    order.append((entry.activity, chat, entry.last.map { Table.message.key(chat, Codec.u64($0.hlc.rawValue), $0.message) }))
+                    order.append((entry.activity, chat, entry.last))
                 }
                 return true
             }
@@ -92,8 +96,10 @@ extension Projections {
                     last = key
                     return false
                 }
-                let sent = last.map { HLC(rawValue: Codec.readU64($0.dropLast(32).suffix(8))) }
-                order.append((max(sent ?? created, created), chat, last))
+                let found = try last.map { key in
+                    ChatActivity.LastKey(hlc: HLC(rawValue: Codec.readU64(key.dropLast(32).suffix(8))), message: try Codec.b32(key.suffix(32), "message id"))
+                }
+                order.append((max(found?.hlc ?? created, created), chat, found))
             }
             order.sort { ($0.activity, $1.chat) > ($1.activity, $0.chat) }
             var start = order.startIndex
@@ -103,8 +109,9 @@ extension Projections {
             var list: [ChatSummary] = []
             for entry in order[start...].prefix(limit.map { max(0, $0) } ?? order.count) {
                 guard let chat = try chatView(entry.chat, in: txn) else { continue }
-                let last = try entry.last.flatMap { key in
-                    try txn.get(state, key).flatMap { try messageView(key: key, value: $0, chat: entry.chat, senders: &senders, in: txn) }
+                let last = try entry.last.flatMap { last in
+                    let key = Table.message.key(entry.chat, Codec.u64(last.hlc.rawValue), last.message)
+                    return try txn.get(state, key).flatMap { try messageView(key: key, value: $0, chat: entry.chat, senders: &senders, in: txn) }
                 }
                 let (unread, marker) = try unreadCount(in: entry.chat, for: filter, in: txn)
                 list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: entry.activity))
@@ -297,7 +304,13 @@ struct SenderFilter {
     /// Whether the user of `device` is blocked by the viewer.
     func isBlocked(_ device: PublicKey) -> Bool {
         guard !blocked.isEmpty else { return false }
-        return device.bytes.withUnsafeBytes { candidateUser($0) }.map(blocked.contains) ?? false
+        return device.bytes.withUnsafeBytes { isBlocked($0) }
+    }
+
+    /// Whether the user of the device whose key `device` starts with is blocked by the viewer.
+    func isBlocked(_ device: UnsafeRawBufferPointer) -> Bool {
+        guard !blocked.isEmpty else { return false }
+        return candidateUser(device).map(blocked.contains) ?? false
     }
 
     /// Whether a message whose entry (bytes starting with its sending

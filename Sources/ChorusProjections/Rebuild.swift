@@ -160,7 +160,7 @@ extension Projections {
         foldedMore(try alone.wait())
         if isCancelled?() == true { throw CancellationError() }
         // Chats' activity, once their memberships and messages are final (§9.1).
-        try log.env.write { txn in try writeEveryChatActivity(in: txn) }
+        try writeEveryChatActivity()
         try log.env.write { txn in
             try carryOut(try purges(ofDeletedPictures: deleted.pictures, decided: deleted.messagePurges, in: txn), txn)
         }

@@ -244,6 +244,7 @@ struct ChatListTests {
         for i in 0..<7 { chats.append(try await alice.createChat(title: "chat \(i)", members: [bob.identity.user]).object) }
         try await world.exchange()
         // Messages move two chats to the top; a deleted one still counts as activity.
+        let mine = try await alice.sendMessage(chats[2], text: "mine")
         _ = try await bob.sendMessage(chats[2], text: "up")
         let gone = try await bob.sendMessage(chats[5], text: "gone").object
         try await bob.deleteMessage(gone)
@@ -271,11 +272,15 @@ struct ChatListTests {
         #expect(ChatListCursor("not a cursor") == nil)
         #expect(try alice.chatList(limit: 10, after: cursor) == Array(whole[4...]))
         #expect(whole.first { $0.chat.view.id == chats[2] }?.unread == 1)
-        // Once Alice blocks Bob his messages neither show nor count, and the chats fall back to their creation.
+        // Once Alice blocks Bob his messages neither show nor count: a chat
+        // falls back to the last message of someone else, or to its creation.
         _ = try await alice.block(bob.identity.user)
         let blocked = try alice.chatList()
-        #expect(blocked.allSatisfy { $0.lastMessage == nil && $0.unread == 0 && $0.lastActivity == $0.chat.view.createdHLC })
-        #expect(blocked.map(\.chat.view.id) == chats.reversed())
+        #expect(blocked.first?.chat.view.id == chats[2] && blocked.first?.lastMessage?.view.id == mine.object)
+        #expect(blocked.first?.lastActivity == mine.hlc && blocked.first?.unread == 0)
+        #expect(blocked.dropFirst().allSatisfy { $0.lastMessage == nil && $0.unread == 0 && $0.lastActivity == $0.chat.view.createdHLC })
+        #expect(blocked.map(\.chat.view.id) == [chats[2]] + chats.reversed().filter { $0 != chats[2] })
+        #expect(try alice.chatList(limit: 2, after: blocked[0].cursor) == Array(blocked[1...2]))
         await world.close()
     }
 
