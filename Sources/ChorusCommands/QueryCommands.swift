@@ -19,7 +19,7 @@ struct Query: AsyncParsableCommand {
             """,
         subcommands: [
             QueryProfile.self, QueryPictures.self, QueryPicture.self, QueryFollowers.self, QueryFollowing.self,
-            QueryLikes.self, QueryFeed.self, QueryChats.self, QueryChat.self, QueryBalance.self, QuerySlots.self,
+            QueryLikes.self, QueryFeed.self, QueryInbox.self, QueryChats.self, QueryChat.self, QueryBalance.self, QuerySlots.self,
             QueryDevices.self, QueryDigest.self, QueryNoEffect.self, QueryAudit.self,
         ])
 }
@@ -216,6 +216,37 @@ struct QueryChats: QueryCommand {
         } else {
             emit(table(chats.map { [$0.view.id.hex, titleText($0.title), String($0.view.members.count), String($0.view.messageCount)] },
                 header: ["CHAT", "TITLE", "MEMBERS", "MESSAGES"]))
+        }
+    }
+}
+
+struct QueryInbox: QueryCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inbox", abstract: "Your chat list: each chat with its last message and your unread count, newest activity first.")
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var output: OutputOptions
+    @Option(help: "At most this many chats (a page); without it and --after, the whole list.") var limit: Int?
+    @Option(help: ArgumentHelp("Start after this row: the cursor of the previous page's last row.", valueName: "cursor")) var after: String?
+
+    func validate() throws {
+        if let limit, limit < 0 { throw ValidationError("--limit must not be negative") }
+        if let after, ChatListCursor(after) == nil {
+            throw ValidationError("--after must be a row's cursor (as `chorus query inbox --json` prints it), not \(after)")
+        }
+    }
+
+    func query(_ node: Node) async throws {
+        let result = try await ListInbox(after: after, limit: limit).run(on: node)
+        defer { notePage(result.nextPage) }
+        if output.json {
+            printJSON(try JSONValueEncoder().encode(result))
+        } else if result.rows.isEmpty {
+            emit("No chats.")
+        } else {
+            emit(table(result.rows.map { row in
+                [row.chat.view.id.hex, titleText(row.chat.title), row.unread >= ChatSummary.unreadLimit ? "\(ChatSummary.unreadLimit - 1)+" : String(row.unread),
+                 row.lastActivity.description, row.lastMessage.map(messageText) ?? ""]
+            }, header: ["CHAT", "TITLE", "UNREAD", "LAST ACTIVITY", "LAST MESSAGE"]))
         }
     }
 }

@@ -143,6 +143,77 @@ public struct ListChats: NodeOperation {
     }
 }
 
+/// One row of this user's chat list (Specs/api.md §5.1): `{"chat": CHAT,
+/// "last_message": MESSAGE|null, "unread": N, "read": CURSOR|null,
+/// "last_activity": HLC, "cursor": CURSOR}`.
+public struct InboxRowShape: Encodable, Sendable {
+    let chat: ChatShape
+    let lastMessage: MessageShape?
+    let unread: Int
+    let read: String?
+    let lastActivity: UInt64
+    let cursor: String
+
+    enum CodingKeys: String, CodingKey {
+        case chat, lastMessage = "last_message", unread, read, lastActivity = "last_activity", cursor
+    }
+
+    /// The shape of `row`.
+    public init(_ row: ReadableChatSummary) {
+        chat = ChatShape(row.chat)
+        lastMessage = row.lastMessage.map(MessageShape.init)
+        unread = row.unread
+        read = row.readMarker.map { MessageCursor(hlc: $0.hlc, message: $0.message).description }
+        lastActivity = row.lastActivity.rawValue
+        cursor = row.cursor.description
+    }
+}
+
+/// This user's chat list, as an inbox screen draws it (Specs/projections.md
+/// §7): each chat with its last message, this user's unread count and read
+/// marker, newest activity first. `GET /v1/inbox`; `chorus query inbox`.
+public struct ListInbox: NodeOperation {
+    /// `[INBOX_ROW, …]`.
+    public struct Result: OperationResult {
+        /// The rows, newest activity first.
+        public let rows: [ReadableChatSummary]
+        /// The `after` that reads the next page; nil on the last.
+        public var nextPage: String? = nil
+
+        /// An array of rows.
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.unkeyedContainer()
+            for row in rows { try c.encode(InboxRowShape(row)) }
+        }
+    }
+
+    /// The `cursor` of the previous page's last row; nil: from the newest.
+    public let after: String?
+    /// At most this many rows; nil: all of them.
+    public let limit: Int?
+
+    /// This user's chat list, all of it or a page of `limit` rows after `after`.
+    public init(after: String? = nil, limit: Int? = nil) {
+        self.after = after
+        self.limit = limit
+    }
+
+    /// Reads the list (a page of it) and opens what this device can.
+    public func run(on node: Node) async throws -> Result {
+        var cursor: ChatListCursor? = nil
+        if let after {
+            guard let parsed = ChatListCursor(after) else { throw QueryError.badCursor(after) }
+            cursor = parsed
+        }
+        if limit == nil, cursor == nil { return Result(rows: try node.chatList()) }
+        let limit = try pageLimit(limit)
+        // One more than the page says whether another follows.
+        let rows = try node.chatList(limit: limit + 1, after: cursor)
+        let page = Array(rows.prefix(limit))
+        return Result(rows: page, nextPage: rows.count > limit ? page.last?.cursor.description : nil)
+    }
+}
+
 /// A page of a chat's messages, oldest first, as this device reads them.
 /// `GET /v1/chats/{id}`; `chorus query chat`. A chat this node does not hold is 404 `chat_unknown`.
 public struct GetChatPage: NodeOperation {
@@ -224,6 +295,21 @@ extension MessageShape: SchemaDescribed {
 extension ListChats.Result {
     /// `[CHAT, …]`.
     public static var schema: JSONSchema { .array(.ref("Chat")) }
+}
+
+extension InboxRowShape: SchemaDescribed {
+    /// `last_message` is null in a chat without messages, `read` before this user marked anything read.
+    public static var schema: JSONSchema {
+        .object([
+            ("chat", .ref("Chat")), ("last_message", .nullable(.ref("Message"))), ("unread", .integer), ("read", .nullable(.string)),
+            ("last_activity", .integer), ("cursor", .string),
+        ])
+    }
+}
+
+extension ListInbox.Result {
+    /// `[INBOX_ROW, …]`.
+    public static var schema: JSONSchema { .array(.ref("InboxRow")) }
 }
 
 extension GetChatPage.Result {

@@ -35,7 +35,7 @@ public indirect enum JSONSchema: Sendable {
     /// The shared shapes (`#/components/schemas/NAME` in the document).
     public static let components: [String: JSONSchema] = [
         "Picture": PictureShape.schema, "Reference": ReferenceShape.schema, "Device": DeviceShape.schema,
-        "Chat": ChatShape.schema, "Message": MessageShape.schema, "Relay": RelayShape.schema, "Event": ListLog.eventSchema,
+        "Chat": ChatShape.schema, "Message": MessageShape.schema, "InboxRow": InboxRowShape.schema, "Relay": RelayShape.schema, "Event": ListLog.eventSchema,
     ]
 
     /// The schema as JSON Schema.

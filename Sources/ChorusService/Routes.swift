@@ -268,6 +268,10 @@ public struct CommandRoute: Sendable {
             .get, "/v1/chats", "The chats this user is a member of", [.word("query"), .word("chats")] + Self.page,
             operation: OperationEndpoint { r in ListChats(after: try r.queryID("after").map(ChatID.init), limit: try r.queryInt("limit")) }),
         .init(
+            .get, "/v1/inbox", "This user's chat list: each chat with its last message and unread count, newest activity first",
+            [.word("query"), .word("inbox"), .queryOption("limit", "--limit"), .queryOption("after", "--after")],
+            operation: OperationEndpoint { r in ListInbox(after: r.query["after"], limit: try r.queryInt("limit")) }),
+        .init(
             .post, "/v1/chats", "Create a chat", [.word("chat"), .word("create"), .fieldOption("title", "--title"), .fieldOption("members", "--member")],
             operation: OperationEndpoint { r in CreateChat(title: try r.text("title"), members: try r.ids("members").map(UserID.init)) }),
         .init(

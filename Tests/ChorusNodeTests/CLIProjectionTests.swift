@@ -66,7 +66,7 @@ struct CLIProjectionTests {
             ["chat", "edit"], ["chat", "delete"], ["chat", "read"], ["coins"], ["coins", "credit"], ["coins", "spend"],
             ["coins", "give"], ["coins", "move"], ["slot", "unlock"], ["slot", "set"], ["query"], ["query", "profile"],
             ["query", "pictures"], ["query", "picture"], ["query", "followers"], ["query", "following"], ["query", "likes"],
-            ["query", "feed"], ["query", "chats"], ["query", "chat"], ["query", "balance"], ["query", "slots"],
+            ["query", "feed"], ["query", "inbox"], ["query", "chats"], ["query", "chat"], ["query", "balance"], ["query", "slots"],
             ["query", "devices"], ["query", "digest"], ["query", "no-effect"], ["rebuild"], ["upgrade"], ["network", "invite"],
         ]
         for command in commands {
@@ -238,6 +238,17 @@ struct CLIProjectionTests {
         // Bob, a member, replies after importing; a non-member's message takes no effect.
         try await move(a, to: b, via: tmp.path)
         _ = try await ok("chat", "send", "--store", b, chat, "--text", "hi")
+        // Bob's chat list: his reply is the last message; Alice's three live messages are unread.
+        let inbox = try array(try await ok("query", "inbox", "--store", b, "--json"))
+        #expect(inbox.count == 1 && (inbox.first?["chat"] as? [String: Any])?["id"] as? String == chat)
+        #expect(inbox.first?["unread"] as? Int == 3 && (inbox.first?["last_message"] as? [String: Any])?["text"] as? String == "hi")
+        #expect(inbox.first?["read"] is NSNull)
+        let row = try #require(inbox.first?["cursor"] as? String)
+        #expect(try array(try await ok("query", "inbox", "--store", b, "--after", row, "--json")).isEmpty)
+        let text = try await ok("query", "inbox", "--store", b)
+        #expect(text.contains(chat) && text.contains("hi") && text.contains("UNREAD"), "\(text)")
+        let badRow = try await run("query", "inbox", "--store", b, "--after", chat)
+        #expect(badRow.status == 2 && badRow.stderr.contains("--after must be a row's cursor"), "\(badRow.stderr)")
         let c = tmp.store("c")
         _ = try await ok("init", "--store", c)
         try await move(a, to: c, via: tmp.path)

@@ -98,6 +98,8 @@ struct EndpointTests {
         let message = try #require(sent["message"] as? String)
         _ = try await call(.GET, "/v1/chats/\(chat)?limit=10")
         _ = try await call(.POST, "/v1/chats/\(chat)/read", ["message": message])
+        let inbox = try #require(try JSONSerialization.jsonObject(with: Data(try await call(.GET, "/v1/inbox?limit=1").body)) as? [[String: Any]])
+        #expect(inbox.first?["unread"] as? Int == 0 && (inbox.first?["chat"] as? [String: Any])?["id"] as? String == chat)
         _ = try await call(.POST, "/v1/messages/\(message)/edit", ["text": "hello again"])
         _ = try await call(.DELETE, "/v1/messages/\(message)")
         _ = try await call(.POST, "/v1/chats/\(chat)/members", ["user": f.carol])
