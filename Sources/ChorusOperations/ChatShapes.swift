@@ -135,11 +135,8 @@ public struct ListChats: NodeOperation {
         let user = node.identity.user
         if limit == nil, after == nil { return Result(chats: try node.projections.chats(of: user).map(node.readableChat)) }
         let limit = try pageLimit(limit)
-        // One more than the page says whether another follows.
-        let views = try node.projections.chats(of: user, after: after, limit: limit + 1)
-        let page = Array(views.prefix(limit))
-        let next = views.count > limit ? page.last?.id.hex : nil
-        return Result(chats: try page.map(node.readableChat), nextPage: next)
+        let page = try onePage(limit: limit, read: { try node.projections.chats(of: user, after: after, limit: $0) }, next: \.id.hex)
+        return Result(chats: try page.items.map(node.readableChat), nextPage: page.next)
     }
 }
 
@@ -207,10 +204,8 @@ public struct ListInbox: NodeOperation {
         }
         if limit == nil, cursor == nil { return Result(rows: try node.chatList()) }
         let limit = try pageLimit(limit)
-        // One more than the page says whether another follows.
-        let rows = try node.chatList(limit: limit + 1, after: cursor)
-        let page = Array(rows.prefix(limit))
-        return Result(rows: page, nextPage: rows.count > limit ? page.last?.cursor.description : nil)
+        let page = try onePage(limit: limit, read: { try node.chatList(limit: $0, after: cursor) }, next: \.cursor.description)
+        return Result(rows: page.items, nextPage: page.next)
     }
 }
 

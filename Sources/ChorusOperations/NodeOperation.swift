@@ -41,6 +41,15 @@ func pageLimit(_ limit: Int?) throws -> Int {
     return limit
 }
 
+/// A page of at most `limit` items, read by `read` asked for one more (the
+/// one more says whether another page follows), with the `after` of that
+/// next page (`next` of the page's last item), nil on the last page.
+func onePage<T>(limit: Int, read: (Int) throws -> [T], next: (T) -> String) rethrows -> (items: [T], next: String?) {
+    let items = try read(limit + 1)
+    let page = Array(items.prefix(limit))
+    return (page, items.count > limit ? page.last.map(next) : nil)
+}
+
 /// The page a paged list answers when given `after` without `limit` (Specs/api.md §5).
 public let defaultPageSize = 100
 

@@ -75,15 +75,14 @@ public struct ListRelated: NodeOperation {
         }
         let limit = try pageLimit(limit)
         let after = self.after.map(UserID.init)
-        // One more than the page says whether another follows.
-        let users: [UserID] =
+        let page = try onePage(limit: limit, read: { n -> [UserID] in
             switch relation {
-            case .followers: try p.followers(of: UserID(subject), after: after, limit: limit + 1)
-            case .following: try p.following(of: UserID(subject), after: after, limit: limit + 1)
-            case .likes: try p.likes(of: subject, after: after, limit: limit + 1)
+            case .followers: try p.followers(of: UserID(subject), after: after, limit: n)
+            case .following: try p.following(of: UserID(subject), after: after, limit: n)
+            case .likes: try p.likes(of: subject, after: after, limit: n)
             }
-        let page = users.prefix(limit).map(\.raw)
-        return KeyList(Array(page), nextPage: users.count > limit ? page.last?.hex : nil)
+        }, next: \.hex)
+        return KeyList(page.items.map(\.raw), nextPage: page.next)
     }
 }
 
