@@ -55,30 +55,40 @@ struct ChatActivity: Equatable {
 
 extension Projections {
     /// A chat's activity from its state, the long way: its creation and a
-    /// step back from its newest `message` entry past withdrawn ones. Nil
-    /// when this node holds no creation of the chat.
-    func chatActivity(of chat: ObjectID, in txn: Transaction) throws -> ChatActivity? {
+    /// step back from its newest `message` entry past withdrawn ones and
+    /// those whose sending device `skipping` names (a viewer's blocks).
+    /// Nil when this node holds no creation of the chat.
+    func chatActivity(
+        of chat: ObjectID, in txn: Transaction, skipping: (PublicKey) -> Bool = { _ in false }
+    ) throws -> ChatActivity? {
         guard let created = try createdHLC(of: chat, in: txn) else { return nil }
         var last: ChatActivity.Last? = nil
         try txn.scanBackward(state, prefix: Table.message.key(chat)) { key, value in
             if try MessageEntry.isWithdrawn(value) { return true }
+            let device = try MessageEntry.send(of: value).device
+            if skipping(device) { return true }
             last = ChatActivity.Last(
                 hlc: HLC(rawValue: Codec.readU64(key.dropLast(32).suffix(8))), message: try Codec.b32(key.suffix(32), "message id"),
-                device: try MessageEntry.send(of: value).device)
+                device: device)
             return false
         }
         return ChatActivity(activity: max(last?.hlc ?? created, created), last: last)
     }
 
+    /// `chat`'s members, each with whether the membership is current.
+    func members(of chat: ObjectID, in txn: Transaction) throws -> [(user: PublicKey, current: Bool)] {
+        var members: [(user: PublicKey, current: Bool)] = []
+        try txn.scan(state, prefix: Table.member.key(chat)) { key, value in
+            members.append((try Codec.b32(key[33...], "member"), try Membership.decode(value).isCurrent))
+            return true
+        }
+        return members
+    }
+
     /// `chat`'s entries for its current members, for a rebuild (nothing to remove).
     func chatActivityEntries(of chat: ObjectID, into out: inout SortedEntries, in txn: Transaction) throws {
         guard let activity = try chatActivity(of: chat, in: txn)?.encoded() else { return }
-        try txn.scanInPlace(state, prefix: Table.member.key(chat)) { key, value in
-            if try Membership.decode(Array(value)).isCurrent {
-                out.add(IndexTable.chatActivity.key(try Codec.b32(Array(key[33...])[...], "member"), chat), activity)
-            }
-            return true
-        }
+        for (user, current) in try members(of: chat, in: txn) where current { out.add(IndexTable.chatActivity.key(user, chat), activity) }
     }
 
     /// Writes `chat`'s activity for each of its current members and removes
@@ -88,12 +98,7 @@ extension Projections {
     /// are not told of a change that is not one.
     func writeChatActivity(of chat: ObjectID, in txn: Transaction) throws {
         let activity = try chatActivity(of: chat, in: txn)?.encoded()
-        var members: [(user: PublicKey, current: Bool)] = []
-        try txn.scan(state, prefix: Table.member.key(chat)) { key, value in
-            members.append((try Codec.b32(key[33...], "member"), try Membership.decode(value).isCurrent))
-            return true
-        }
-        for (user, current) in members {
+        for (user, current) in try members(of: chat, in: txn) {
             let key = IndexTable.chatActivity.key(user, chat)
             if current, let activity {
                 if try txn.get(index, key) != activity { try txn.put(index, key, activity) }
@@ -112,7 +117,7 @@ extension Projections {
         let chats: [ObjectID] = try log.env.read { txn in
             var chats: [ObjectID] = []
             try txn.scanInPlace(state, prefix: [Table.chat.rawValue]) { key, _ in
-                chats.append(try Codec.b32(Array(key[1...])[...], "chat id"))
+                chats.append(try Codec.b32(UnsafeRawBufferPointer(rebasing: key[1...]), "chat id"))
                 return true
             }
             return chats

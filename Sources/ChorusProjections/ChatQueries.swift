@@ -88,18 +88,8 @@ extension Projections {
                 return true
             }
             for chat in stepBack {
-                guard let created = try createdHLC(of: chat, in: txn) else { continue }
-                var last: [UInt8]? = nil
-                try txn.scanBackward(state, prefix: Table.message.key(chat)) { key, value in
-                    if try MessageEntry.isWithdrawn(value) { return true }
-                    if filter.isBlocked(try MessageEntry.send(of: value).device) { return true }
-                    last = key
-                    return false
-                }
-                let found = try last.map { key in
-                    ChatActivity.LastKey(hlc: HLC(rawValue: Codec.readU64(key.dropLast(32).suffix(8))), message: try Codec.b32(key.suffix(32), "message id"))
-                }
-                order.append((max(found?.hlc ?? created, created), chat, found))
+                guard let seen = try chatActivity(of: chat, in: txn, skipping: filter.isBlocked) else { continue }
+                order.append((seen.activity, chat, seen.last.map { ChatActivity.LastKey(hlc: $0.hlc, message: $0.message) }))
             }
             order.sort { ($0.activity, $1.chat) > ($1.activity, $0.chat) }
             var start = order.startIndex
@@ -168,7 +158,7 @@ extension Projections {
         try txn.scanInPlace(state, prefix: Table.member.key(id)) { key, value in
             let m = try Membership.decode(Array(value))
             if m.isCurrent, let since = m.intervals.last?.from {
-                members.append(MemberView(user: UserID(try Codec.b32(Array(key[33...])[...], "member")), admin: m.admin, since: since))
+                members.append(MemberView(user: UserID(try Codec.b32(UnsafeRawBufferPointer(rebasing: key[33...]), "member")), admin: m.admin, since: since))
             }
             return true
         }

@@ -114,6 +114,12 @@ enum Codec {
         return v
     }
 
+    /// 32 bytes read in place (a key's part inside a scan).
+    static func b32(_ raw: UnsafeRawBufferPointer, _ what: String) throws -> Bytes32 {
+        guard let v = Bytes32(raw) else { throw ProjectionError.corrupt("\(what) of \(raw.count) bytes") }
+        return v
+    }
+
     static func cbor(_ v: CBORValue) -> [UInt8] { CBOREncoder.encode(v) }
 
     static func decode(_ raw: [UInt8], _ what: String) throws -> CBORValue {
