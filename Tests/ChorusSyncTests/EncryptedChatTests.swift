@@ -130,7 +130,7 @@ struct EncryptedChatTests {
         let carol = try await makeNode(dir, "carol", network: net)
         let dave = try await makeNode(dir, "dave", network: net)
         let relay = try await makeNode(dir, "relay", network: net)
-        var scoped = SyncOptions()
+        var scoped = SyncOptions.patient
         scoped.scope = ReplicationScope(hops: 1)
         // Carol follows nobody; Bob has never seen her key when he creates the chat.
         let chat = try await bob.createChat(title: "surprise", members: [carol.identity.user]).object

@@ -234,7 +234,7 @@ struct FaultTests {
         let tracker = AckTracker(killAfterAckedFrames: 3) { server.kill() }
         let connection = try await SecureConnection.connect(
             host: "127.0.0.1", port: port, configuration: try SyncNetwork.configuration(for: client))
-        var options = SyncOptions()
+        var options = SyncOptions.patient
         options.window = 4
         let session = try SyncSession(
             node: client, transport: TrackingTransport(inner: connection, tracker: tracker), options: options,

@@ -22,7 +22,7 @@ struct HelloErrorTests {
         let node = try await makeNode(dir, "server", network: testNetwork())
         let peerKey = Random.bytes32()
         let (serverSide, peerSide) = MemoryTransport.pair(node.identity.device.raw, peerKey)
-        let session = try SyncSession(node: node, transport: serverSide)
+        let session = try SyncSession(node: node, transport: serverSide, options: .patient)
         let run = Task { try await session.run() }
         try await peerSide.send(first)
         var frames: [SyncMessage] = []
@@ -35,6 +35,35 @@ struct HelloErrorTests {
         }.map { frames.append($0) }
         #expect(frames.contains { if case .error(let c, _) = $0 { c == code } else { false } }, "\(frames)")
         _ = try? await run.value
+        await node.close()
+    }
+
+    /// A peer that never says hello: the session ends with `timeout` and
+    /// the connection closes; closing it at the limit is not the peer
+    /// closing it (`connection_closed`).
+    @Test func aMissingHelloEndsTheSessionWithATimeout() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let node = try await makeNode(dir, "server", network: testNetwork())
+        let (serverSide, peerSide) = MemoryTransport.pair(node.identity.device.raw, Random.bytes32())
+        var options = SyncOptions.patient
+        options.helloTimeout = .milliseconds(200)
+        let session = try SyncSession(node: node, transport: serverSide, options: options)
+        let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(60), "the session's end") {
+            do { return .success(try await session.run()) } catch { return .failure(error) }
+        }
+        guard case .failure(let error) = outcome, let syncError = error as? SyncError else {
+            Issue.record("expected a sync error, got \(outcome)")
+            return
+        }
+        #expect(syncError.code == "timeout", "\(syncError)")
+        // The connection is closed at the limit: the peer reads its end.
+        let end = try await bounded(.seconds(60), "the connection's end") { () async -> Bool in
+            while true {
+                do { if try await peerSide.receive() == nil { return true } } catch { return true }
+            }
+        }
+        #expect(end)
         await node.close()
     }
 }

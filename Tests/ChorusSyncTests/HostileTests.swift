@@ -84,7 +84,7 @@ struct HostileTests {
         let (th, tx) = MemoryTransport.pair(honest.identity.device.raw, hostileKey)
         var logged: [String] = []
         let lines = LogLines()
-        let server = try SyncServer(node: honest, options: SyncOptions(), logger: collectingLogger(lines))
+        let server = try SyncServer(node: honest, options: SyncOptions.patient, logger: collectingLogger(lines))
         let hostile = Task { await runHostilePeer(tx, user: hostileKey, announce: FeedAnnouncement(author: key.publicKey, seq: 2, head: e2.id), answer: answer) }
         let report = try await bounded(.seconds(60), "hostile session") { await server.serve(th) }
         await hostile.value
@@ -102,7 +102,7 @@ struct HostileTests {
         // was refused by ingest, not by decoding the batch), it asks for #2 alone.
         let second = try honest.event(e1.id) != nil ? Array(answer.suffix(1)) : answer
         let hostile2 = Task { await runHostilePeer(tx2, user: hostileKey, announce: FeedAnnouncement(author: key.publicKey, seq: 2, head: e2.id), answer: second) }
-        let session = try SyncSession(node: honest, transport: th2)
+        let session = try SyncSession(node: honest, transport: th2, options: .patient)
         await #expect {
             _ = try await bounded(.seconds(60), "hostile session") { try await session.run() }
         } throws: { error in
@@ -144,7 +144,7 @@ struct HostileTests {
         defer { dir.cleanup() }
         let honest = try await makeNode(dir, "honest", network: testNetwork())
         let (th, tx) = MemoryTransport.pair(honest.identity.device.raw, SigningKey.generate().publicKey)
-        let session = try SyncSession(node: honest, transport: th)
+        let session = try SyncSession(node: honest, transport: th, options: .patient)
         let peer = Task {
             try? await tx.send(SyncMessage.hello(SyncHello(user: Random.bytes32(), capabilities: [], hops: nil, since: 0)).encoded())
             try? await tx.send(Random.bytes(100))
@@ -163,7 +163,7 @@ struct HostileTests {
         defer { dir.cleanup() }
         let honest = try await makeNode(dir, "honest", network: testNetwork())
         let transport = RefusedFrameTransport(peer: SigningKey.generate().publicKey)
-        let session = try SyncSession(node: honest, transport: transport)
+        let session = try SyncSession(node: honest, transport: transport, options: .patient)
         await #expect {
             _ = try await bounded(.seconds(120), "session") { try await session.run() }
         } throws: { error in (error as? SyncError)?.code == "frame_too_large" && (error as? SyncError)?.isPeerFault == true }

@@ -23,7 +23,7 @@ struct KeyDeliveryTests {
         // Alice knows Bob's user, not his device: the first epoch is wrapped to her devices only.
         let chat = try await alice.createChat(title: "Rooftops", members: [bob.identity.user]).object
         _ = try await alice.sendMessage(chat, text: "before Bob's device was known")
-        let server = try SyncServer(node: alice)
+        let server = try SyncServer(node: alice, options: .patient)
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
         let report = try await bounded(.seconds(60), "bob's one sync") {
             try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port)
@@ -118,7 +118,7 @@ struct KeyDeliveryTests {
         let alice = try await makeNode(dir, "alice", network: net)
         let bob = try await makeNode(dir, "bob", network: net)
         let chat = try await alice.createChat(title: "Live", members: [bob.identity.user]).object
-        let server = try SyncServer(node: alice)
+        let server = try SyncServer(node: alice, options: .patient)
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
         let live = Task { try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: SyncOptions(live: true)) }
         let readable = try await eventually(.seconds(60)) {

@@ -25,11 +25,11 @@ struct NetworkKeyTests {
 
         let (process, port) = try await ChorusProcess.serve(store: dir.store("server"), extra: ["--network-key", keyFile])
         defer { process.kill() }
-        let report = try await SyncNetwork.sync(client, host: "127.0.0.1", port: port, options: SyncOptions())
+        let report = try await SyncNetwork.sync(client, host: "127.0.0.1", port: port, options: SyncOptions.patient)
         #expect(report.complete && report.eventsReceived > 0)
         // A node holding the store's own (overridden) key cannot finish the handshake.
         await #expect(throws: (any Error).self) {
-            _ = try await SyncNetwork.sync(stranger, host: "127.0.0.1", port: port, options: SyncOptions())
+            _ = try await SyncNetwork.sync(stranger, host: "127.0.0.1", port: port, options: SyncOptions.patient)
         }
         process.process.terminate()
         #expect(try await process.waitExit() == 0)

@@ -32,7 +32,7 @@ struct ReconcileSessionTests {
         let reconciledBytes = ra.bytesSent + ra.bytesReceived
         #expect(reconciledBytes < 1024)
 
-        var off = SyncOptions()
+        var off = SyncOptions.patient
         off.reconcile = false
         off.sketch = false
         let (fa, fc) = try await syncPair(a, c, optionsA: off, remember: false)
@@ -137,7 +137,7 @@ struct ReconcileSessionTests {
         let (ra, rb) = try await syncPair(a, b)
         #expect(ra.complete && rb.complete && ra.reconciled && !ra.sketched && !rb.sketched)
         #expect(try feedHeads(a) == feedHeads(b))
-        var treeOnly = SyncOptions()
+        var treeOnly = SyncOptions.patient
         treeOnly.sketch = false
         let (rc, _) = try await syncPair(c, a, optionsA: treeOnly)
         #expect(rc.complete && rc.reconciled && !rc.sketched)
@@ -153,7 +153,7 @@ struct ReconcileSessionTests {
         let a = try await makeNode(dir, "a", network: net)
         let b = try await makeNode(dir, "b", network: net)
         #expect(await a.ingest(events: try manyEvents(feeds: 50, perFeed: 1, padding: 0, seed: 1)).accepted == 50)
-        var old = SyncOptions()
+        var old = SyncOptions.patient
         old.reconcile = false
         old.sketch = false
         let (ra, rb) = try await syncPair(a, b, optionsB: old)
@@ -184,7 +184,7 @@ struct BudgetTests {
 
         // One session alone: 100 events, reported partial, the rest unasked.
         let (ta, tb) = MemoryTransport.pair(hungry.identity.device.raw, server.identity.device.raw)
-        let client = try SyncSession(node: hungry, transport: ta, options: SyncOptions(), peers: nil)
+        let client = try SyncSession(node: hungry, transport: ta, options: SyncOptions.patient, peers: nil)
         let serving = try SyncSession(node: server, transport: tb, options: options, peers: nil)
         let (one, _) = try await bounded(.seconds(60), "one budgeted session") {
             async let c = client.run()
@@ -225,7 +225,7 @@ struct SyncProgressTests {
         let b = try await makeNode(dir, "b", network: net)
         #expect(await a.ingest(events: try manyEvents(feeds: 4, perFeed: 600, seed: 9)).accepted == 2400)
         let seen = Mutex<[SyncProgress]>([])
-        var options = SyncOptions()
+        var options = SyncOptions.patient
         options.onProgress = { p in seen.withLock { $0.append(p) } }
         let (_, rb) = try await syncPair(a, b, optionsB: options)
         let steps = seen.withLock { $0 }

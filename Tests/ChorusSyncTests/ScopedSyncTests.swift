@@ -24,7 +24,7 @@ struct ScopedSyncTests {
     }
 
     static func scoped(_ hops: Int, scopedAnnouncements: Bool = true) -> SyncOptions {
-        var o = SyncOptions()
+        var o = SyncOptions.patient
         o.scope = ReplicationScope(hops: hops)
         o.scoped = scopedAnnouncements
         return o

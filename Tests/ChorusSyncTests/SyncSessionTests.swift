@@ -64,7 +64,7 @@ struct SyncSessionTests {
         let items = (0..<1_500).map { PendingEvent(ProfileSetPayload(field: .bio, value: .text("bio \($0)")), object: a.identity.user.raw) }
         try await a.appendBatch(items)
 
-        var options = SyncOptions()
+        var options = SyncOptions.patient
         options.sketch = sketch
         let (ra, rb) = try await syncPair(a, b, optionsA: options, optionsB: options)
         #expect(ra.complete && rb.complete)
@@ -283,7 +283,7 @@ struct SyncSessionTests {
             defer { viewerDir.cleanup() }
             // A second device of u0 starts empty and replicates with the scope.
             let device = opened(try await Node.createDevice(at: viewerDir.store("d"), user: users[0].identity.user, network: net))
-            var options = SyncOptions()
+            var options = SyncOptions.patient
             options.scope = ReplicationScope(hops: hops)
             try await syncPair(device, hub, optionsA: options)
             let held = Set(try device.heads().map(\.author))
@@ -301,7 +301,7 @@ struct SyncSessionTests {
         let d2 = SyncTempDir()
         defer { d2.cleanup() }
         let device = opened(try await Node.createDevice(at: d2.store("d"), user: users[0].identity.user, network: net))
-        var options = SyncOptions()
+        var options = SyncOptions.patient
         options.scope = ReplicationScope(hops: 0)
         try await syncPair(device, hub, optionsA: options)
         let held = Set(try device.heads().map(\.author))

@@ -37,7 +37,7 @@ func makeNode(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async 
 /// Runs a symmetric session between two nodes over an in-memory pair.
 @discardableResult
 func syncPair(
-    _ a: Node, _ b: Node, optionsA: SyncOptions = SyncOptions(), optionsB: SyncOptions = SyncOptions(),
+    _ a: Node, _ b: Node, optionsA: SyncOptions = SyncOptions.patient, optionsB: SyncOptions = SyncOptions.patient,
     capacity: Int = 16, cutAfterFrames: Int? = nil, remember: Bool = true
 ) async throws -> (SyncReport, SyncReport) {
     let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
@@ -55,8 +55,8 @@ func syncPairResults(
     _ a: Node, _ b: Node, cutAfterFrames: Int? = nil, capacity: Int = 16
 ) async throws -> (Result<SyncReport, any Error>, Result<SyncReport, any Error>) {
     let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
-    let sa = try SyncSession(node: a, transport: ta, peers: try PeerStore(node: a))
-    let sb = try SyncSession(node: b, transport: tb, peers: try PeerStore(node: b))
+    let sa = try SyncSession(node: a, transport: ta, options: .patient, peers: try PeerStore(node: a))
+    let sb = try SyncSession(node: b, transport: tb, options: .patient, peers: try PeerStore(node: b))
     return try await bounded(.seconds(60), "sync") {
         async let ra: Result<SyncReport, any Error> = { do { return .success(try await sa.run()) } catch { return .failure(error) } }()
         async let rb: Result<SyncReport, any Error> = { do { return .success(try await sb.run()) } catch { return .failure(error) } }()
@@ -135,5 +135,16 @@ struct ServedRelay {
         await listener.shutdown()
         await server.shutdown()
         await node.close()
+    }
+}
+
+extension SyncOptions {
+    /// The defaults with a hello limit a loaded machine does not reach: with
+    /// the whole suite on two cores, a session's peer task can start seconds
+    /// late. Tests of the limit itself set their own.
+    static var patient: SyncOptions {
+        var options = SyncOptions()
+        options.helloTimeout = .seconds(120)
+        return options
     }
 }

@@ -17,7 +17,7 @@ struct SyncTCPTests {
         _ = try await server.addPicture(pictureBytes(42, size: 200_000), mime: "image/png").object
         _ = try await client.setProfile(.name, .text("client"))
         let lines = LogLines()
-        let sync = try SyncServer(node: server, logger: collectingLogger(lines))
+        let sync = try SyncServer(node: server, options: .patient, logger: collectingLogger(lines))
         let listener = try await sync.listen(host: "127.0.0.1", port: 0)
         let report = try await bounded(.seconds(120), "tcp sync") {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port)
@@ -52,7 +52,7 @@ struct ConnectionLimitTests {
         let server = try await makeNode(dir, "server", network: net)
         let client = try await makeNode(dir, "client", network: net)
         _ = try await server.setProfile(.bio, .text("served"))
-        let sync = try SyncServer(node: server)
+        let sync = try SyncServer(node: server, options: .patient)
         // Room for 16 connections, 8 of them in their handshake.
         let limits = ConnectionLimits(total: 16, unauthenticated: 8, unauthenticatedPerAddress: 8, perAddress: 8)
         let listener = try await sync.listen(host: "127.0.0.1", port: 0, limits: limits)
