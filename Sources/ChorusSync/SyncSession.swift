@@ -175,7 +175,9 @@ package actor SyncSession {
         } catch let error as SyncError {
             fail(error)
         } catch {
-            fail(.connectionClosed)
+            // Transport failures arrive as SyncError; anything else is this
+            // node's own (its store, for one), not a closed connection.
+            fail(.local("\(error)"))
         }
         return try await finish()
     }
