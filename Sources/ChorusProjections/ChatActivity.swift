@@ -23,16 +23,18 @@ struct ChatActivity: Equatable {
     let activity: HLC
     let last: Last?
 
-    /// u64be(activity), then for a chat with messages u64be(last hlc) ‖
-    /// message id ‖ sending device.
-    func encoded() -> [UInt8] {
+    /// A member's entry: u64be(activity), then for a chat with messages
+    /// u64be(last hlc) ‖ message id ‖ sending device, then u8(unread): the
+    /// member's unread count, at most `ChatSummary.unreadLimit`.
+    func encoded(unread: Int) -> [UInt8] {
         var out = Codec.u64(activity.rawValue)
         if let last {
-            out.reserveCapacity(8 + 8 + 32 + 32)
+            out.reserveCapacity(8 + 8 + 32 + 32 + 1)
             out += Codec.u64(last.hlc.rawValue)
             last.message.append(to: &out)
             last.device.append(to: &out)
         }
+        out.append(UInt8(clamping: min(max(0, unread), ChatSummary.unreadLimit)))
         return out
     }
 
@@ -41,15 +43,36 @@ struct ChatActivity: Equatable {
         let hlc: HLC
         let message: EventID
 
-        /// A stored entry's activity and last message key, read in place
-        /// (the sending device, bytes 48..<80, is read where it is
-        /// needed); nil for an entry of another length.
-        static func read(_ raw: UnsafeRawBufferPointer) -> (activity: HLC, last: LastKey?)? {
-            guard raw.count == 8 || raw.count == 80 else { return nil }
+        /// A stored entry's activity, last message key and unread count,
+        /// read in place (the sending device, bytes 48..<80, is read where
+        /// it is needed); nil for an entry of another length.
+        static func read(_ raw: UnsafeRawBufferPointer) -> (activity: HLC, last: LastKey?, unread: Int)? {
+            guard raw.count == 9 || raw.count == 81 else { return nil }
             let activity = HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(as: UInt64.self)))
-            guard raw.count == 80, let message = Bytes32(UnsafeRawBufferPointer(rebasing: raw[16..<48])) else { return (activity, nil) }
-            return (activity, LastKey(hlc: HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self))), message: message))
+            let unread = Int(raw[raw.count - 1])
+            guard raw.count == 81, let message = Bytes32(UnsafeRawBufferPointer(rebasing: raw[16..<48])) else { return (activity, nil, unread) }
+            let hlc = HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+            return (activity, LastKey(hlc: hlc, message: message), unread)
         }
+    }
+}
+
+/// Each member's view of whose messages count as unread for them (their
+/// own devices and those of users they block do not), found once per
+/// user for a write or a part of a rebuild: blocks and bindings are final
+/// by the time the entries are written.
+struct UnreadFilters {
+    private var senders: Senders
+    private var filters: [PublicKey: SenderFilter] = [:]
+
+    init(state: Database) { senders = Senders(state: state) }
+
+    mutating func filter(for user: PublicKey, in txn: Transaction, _ p: Projections) throws -> SenderFilter {
+        if let f = filters[user] { return f }
+        let f = try SenderFilter(
+            viewer: user, blocked: Set(try p.targets(.block, of: user, in: txn)), senders: &senders, state: p.state, in: txn)
+        filters[user] = f
+        return f
     }
 }
 
@@ -86,22 +109,32 @@ extension Projections {
     }
 
     /// `chat`'s entries for its current members, for a rebuild (nothing to remove).
-    func chatActivityEntries(of chat: ObjectID, into out: inout SortedEntries, in txn: Transaction) throws {
-        guard let activity = try chatActivity(of: chat, in: txn)?.encoded() else { return }
-        for (user, current) in try members(of: chat, in: txn) where current { out.add(IndexTable.chatActivity.key(user, chat), activity) }
+    func chatActivityEntries(of chat: ObjectID, into out: inout SortedEntries, filters: inout UnreadFilters, in txn: Transaction) throws {
+        guard let activity = try chatActivity(of: chat, in: txn) else { return }
+        for (user, current) in try members(of: chat, in: txn) where current {
+            out.add(IndexTable.chatActivity.key(user, chat), try chatActivityEntry(activity, of: chat, for: user, filters: &filters, in: txn))
+        }
     }
 
-    /// Writes `chat`'s activity for each of its current members and removes
-    /// it for each former one (§9.1): what a fold that changed the chat's
-    /// membership or which of its messages take effect calls once per
-    /// write. An entry already equal is left alone, so members' chat lists
-    /// are not told of a change that is not one.
-    func writeChatActivity(of chat: ObjectID, in txn: Transaction) throws {
-        let activity = try chatActivity(of: chat, in: txn)?.encoded()
+    /// A current member's entry: the chat's activity and the member's unread count.
+    func chatActivityEntry(
+        _ activity: ChatActivity, of chat: ObjectID, for user: PublicKey, filters: inout UnreadFilters, in txn: Transaction
+    ) throws -> [UInt8] {
+        activity.encoded(unread: try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn).unread)
+    }
+
+    /// Writes `chat`'s entry for each of its current members and removes
+    /// it for each former one (§9.1): what a write calls once for each chat
+    /// whose membership, messages, read markers or members' blocks it
+    /// changed. An entry already equal is left alone, so members' chat
+    /// lists are not told of a change that is not one.
+    func writeChatActivity(of chat: ObjectID, filters: inout UnreadFilters, in txn: Transaction) throws {
+        let activity = try chatActivity(of: chat, in: txn)
         for (user, current) in try members(of: chat, in: txn) {
             let key = IndexTable.chatActivity.key(user, chat)
             if current, let activity {
-                if try txn.get(index, key) != activity { try txn.put(index, key, activity) }
+                let value = try chatActivityEntry(activity, of: chat, for: user, filters: &filters, in: txn)
+                if try txn.get(index, key) != value { try txn.put(index, key, value) }
             } else {
                 _ = try txn.delete(index, key)
             }
@@ -130,7 +163,8 @@ extension Projections {
             Result {
                 try log.env.read { txn in
                     var out = SortedEntries()
-                    for chat in chats[range] { try chatActivityEntries(of: chat, into: &out, in: txn) }
+                    var filters = UnreadFilters(state: state)
+                    for chat in chats[range] { try chatActivityEntries(of: chat, into: &out, filters: &filters, in: txn) }
                     out.sort()
                     return out
                 }
@@ -141,17 +175,33 @@ extension Projections {
 }
 
 extension FoldRun {
-    /// Notes that `chat`'s activity may have changed in this run (a message
-    /// took or lost effect, a membership changed), to be written once at
-    /// its end (`writeChatActivity`). A bulk fold skips it: the rebuild
-    /// writes every chat's at its end.
+    /// Notes that `chat`'s entries may have changed in this run (a message
+    /// took, lost or changed effect, a membership or a read marker
+    /// changed), to be written once at its end (`writeChatActivity`). A
+    /// bulk fold skips it: the rebuild writes every chat's at its end.
     mutating func chatActivityChanged(_ chat: ObjectID) {
         if !bulk { chatsWithNewActivity.insert(chat) }
     }
 
-    /// Writes the activity of every chat this run noted.
+    /// Notes that `user` started or stopped blocking someone: the unread
+    /// counts of every chat they are in may change.
+    mutating func blocksChanged(of user: PublicKey) {
+        if !bulk { blockersChanged.insert(user) }
+    }
+
+    /// Writes the entries of every chat this run noted.
     mutating func writeChatActivity() throws {
-        for chat in chatsWithNewActivity.sorted() { try p.writeChatActivity(of: chat, in: txn) }
+        var chatsOfBlockers: [ObjectID] = []
+        for user in blockersChanged {
+            try txn.scan(p.index, prefix: IndexTable.chatActivity.key(user)) { key, _ in
+                chatsOfBlockers.append(try Codec.b32(key.suffix(32), "chat id"))
+                return true
+            }
+        }
+        chatsWithNewActivity.formUnion(chatsOfBlockers)
+        blockersChanged.removeAll()
+        var filters = UnreadFilters(state: p.state)
+        for chat in chatsWithNewActivity.sorted() { try p.writeChatActivity(of: chat, filters: &filters, in: txn) }
         chatsWithNewActivity.removeAll()
     }
 }

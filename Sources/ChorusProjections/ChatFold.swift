@@ -132,6 +132,9 @@ extension FoldRun {
             return
         }
         let chat = sent.object
+        // Its members' unread counts may change whatever changed here: its
+        // effect, a deletion, or who the sending device belongs to.
+        chatActivityChanged(chat)
         let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
         let content = held?.content ?? SentContent(payload: sent.payload)
         let attachment = content.attachment
@@ -285,6 +288,7 @@ extension FoldRun {
     /// only the markers of `only.users`. Exact, because a member's marker
     /// and its decisions read only that member's facts and membership (§9.1).
     mutating func foldReads(_ chat: ObjectID, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil) throws {
+        chatActivityChanged(chat)
         var markers: [PublicKey: (hlc: UInt64, message: EventID)] = [:]
         for var f in try facts(.reads, chat, payloadNeeded: { _ in only == nil }) {
             if let only {
@@ -331,6 +335,7 @@ extension FoldRun {
         guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
             return try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
         }
+        chatActivityChanged(chat)
         let marker = try f.read(ChatReadPayload.self)
         let (hlc, message) = (marker.hlc, marker.message)
         let key = Table.read.key(chat, user)

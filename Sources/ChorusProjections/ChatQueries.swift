@@ -59,11 +59,11 @@ extension Projections {
 
     /// A page of `chatList(of:)`: up to `limit` chats (all with nil) after
     /// `after` in the same order. The user's chats are ordered from one
-    /// scan of their activity entries (§9.1, `IndexTable.chatActivity`);
-    /// only a chat whose last message comes from a sender the user blocks
-    /// steps back through its messages. Only the page's chats are read
-    /// whole (members, last message, unread count), so an inbox screen's
-    /// first rows cost about what those rows show.
+    /// scan of their entries (§9.1, `IndexTable.chatActivity`), which also
+    /// hold their unread counts; only a chat whose last message comes from
+    /// a sender the user blocks steps back through its messages. Only the
+    /// page's chats are read whole (members, last message, read marker), so
+    /// an inbox screen's first rows cost about what those rows show.
     package func chatList(of user: UserID, limit: Int?, after: ChatListCursor?) throws -> [ChatSummary] {
         try log.env.read { txn in
             var senders = Senders(state: state)
@@ -71,8 +71,8 @@ extension Projections {
                 viewer: user.raw, blocked: Set(try targets(.block, of: user.raw, in: txn)), senders: &senders, state: state, in: txn)
             // Each chat's last activity: its last message that took effect
             // and whose sender the user does not block, or its creation.
-            var order: [(activity: HLC, chat: ObjectID, last: ChatActivity.LastKey?)] = []
-            var stepBack: [ObjectID] = []
+            var order: [(activity: HLC, chat: ObjectID, last: ChatActivity.LastKey?, unread: Int)] = []
+            var stepBack: [(chat: ObjectID, unread: Int)] = []
             // Read in place: a list reads every chat's entry to sort them,
             // and builds the key of a chat's last message only for its page.
             let prefix = IndexTable.chatActivity.key(user.raw)
@@ -81,15 +81,15 @@ extension Projections {
                     let entry = ChatActivity.LastKey.read(value)
                 else { throw ProjectionError.corrupt("chat activity entry of \(value.count) bytes") }
                 if entry.last != nil, filter.isBlocked(UnsafeRawBufferPointer(rebasing: value[48..<80])) {
-                    stepBack.append(chat)
+                    stepBack.append((chat, entry.unread))
                 } else {
-                    order.append((entry.activity, chat, entry.last))
+                    order.append((entry.activity, chat, entry.last, entry.unread))
                 }
                 return true
             }
-            for chat in stepBack {
+            for (chat, unread) in stepBack {
                 guard let seen = try chatActivity(of: chat, in: txn, skipping: filter.isBlocked) else { continue }
-                order.append((seen.activity, chat, seen.last.map { ChatActivity.LastKey(hlc: $0.hlc, message: $0.message) }))
+                order.append((seen.activity, chat, seen.last.map { ChatActivity.LastKey(hlc: $0.hlc, message: $0.message) }, unread))
             }
             order.sort { ($0.activity, $1.chat) > ($1.activity, $0.chat) }
             var start = order.startIndex
@@ -103,8 +103,9 @@ extension Projections {
                     let key = Table.message.key(entry.chat, Codec.u64(last.hlc.rawValue), last.message)
                     return try txn.get(state, key).flatMap { try messageView(key: key, value: $0, chat: entry.chat, senders: &senders, in: txn) }
                 }
-                let (unread, marker) = try unreadCount(in: entry.chat, for: filter, in: txn)
-                list.append(ChatSummary(chat: chat, lastMessage: last, unread: unread, readMarker: marker, lastActivity: entry.activity))
+                // The count is kept with the entry (§9.1); the marker is read for the row.
+                let marker = try txn.get(state, Table.read.key(entry.chat, user.raw)).map(ReadMarker.decode)
+                list.append(ChatSummary(chat: chat, lastMessage: last, unread: entry.unread, readMarker: marker, lastActivity: entry.activity))
             }
             return list
         }

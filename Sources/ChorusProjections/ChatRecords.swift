@@ -363,7 +363,7 @@ struct Senders {
 
     mutating func user(of device: PublicKey, in txn: Transaction) throws -> PublicKey {
         if let user = users[device] { return user }
-        let user = try txn.get(state, Table.device.key(device)).map { try DeviceBinding.decode($0).user } ?? device
+        let user = try txn.get(state, Table.device.key(device)).map(DeviceBinding.user(of:)) ?? device
         users[device] = user
         return user
     }

@@ -72,6 +72,15 @@ package struct DeviceBinding: Hashable, Sendable {
             name: a[4].textValue)
     }
 
+    /// The binding's user read in place, for lookups that need nothing
+    /// else (the sender of every row a chat list shows): `encoded()` starts
+    /// with the array head and the user's 32-byte string. Any other layout
+    /// is decoded whole.
+    static func user(of raw: [UInt8]) throws -> PublicKey {
+        if raw.count >= 35, raw[0] == 0x85, raw[1] == 0x58, raw[2] == 0x20, let user = Bytes32(raw[3..<35]) { return user }
+        return try decode(raw).user
+    }
+
     /// The message a device signs to consent to being bound to `user`.
     package static func proofMessage(user: PublicKey) -> [UInt8] {
         Array("chorus/device-binding/v1".utf8) + [0] + user.bytes

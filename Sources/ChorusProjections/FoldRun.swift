@@ -73,6 +73,8 @@ struct FoldRun {
     /// Chats whose activity (§9.1, `IndexTable.chatActivity`) this run may
     /// have changed, written once at its end.
     var chatsWithNewActivity: Set<ObjectID> = []
+    /// Users whose blocks this run changed (`blocksChanged(of:)`).
+    var blockersChanged: Set<PublicKey> = []
     /// A bulk fold of messages buffers their state entries (records and
     /// blob references, which nothing reads back during that fold) and
     /// writes them in key order at the end: message ids are random, their

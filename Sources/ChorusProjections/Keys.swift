@@ -288,7 +288,7 @@ enum IndexTable: UInt8, CaseIterable {
     case blobWanted = 0x0B  // blob hash -> ()
     /// Each chat's last activity for each current member (`ChatActivity`,
     /// Specs/projections.md §9.1): what a chat list sorts by.
-    case chatActivity = 0x0C  // user || chat -> u64be(activity) [|| u64be(last hlc) || message id || sending device]
+    case chatActivity = 0x0C  // user || chat -> u64be(activity) [|| u64be(last hlc) || message id || sending device] || u8(unread)
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -181,7 +181,7 @@ extension Projections {
     /// The user a key acts for now (itself unless it is a bound device).
     package func user(of key: PublicKey) throws -> PublicKey {
         try log.env.read { txn in
-            try txn.get(state, Table.device.key(key)).map { try DeviceBinding.decode($0).user } ?? key
+            try txn.get(state, Table.device.key(key)).map(DeviceBinding.user(of:)) ?? key
         }
     }
 

@@ -217,8 +217,10 @@ package struct Projections: Sendable {
     /// (§9.1). 20: `blobWanted` index entries name the blobs that live
     /// objects reference and this node lacks (§9.1). 21: users' relay
     /// lists (`relays.set`) in the `relays` table (§6.12). 22: the built
-    /// marker also names the layout (`layoutFingerprint`, §9.1).
-    package static let formatVersion: UInt64 = 23
+    /// marker also names the layout (`layoutFingerprint`, §9.1). 23: each
+    /// member's chat activity entry (`chatActivity`, §9.1). 24: which holds
+    /// the member's unread count.
+    package static let formatVersion: UInt64 = 24
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
 

@@ -74,6 +74,7 @@ extension FoldRun {
         // Only the actors that start or stop relating change their
         // `edgeOut` entry: a popular picture has thousands of likers.
         let newActors = Set(live.keys)
+        if cls == .block { for actor in oldActors.symmetricDifference(newActors) { blocksChanged(of: actor) } }
         for actor in oldActors.subtracting(newActors) { try deleteState(Table.edgeOut.key(cls.rawValue, actor, target)) }
         for actor in newActors.subtracting(oldActors) { try putState(Table.edgeOut.key(cls.rawValue, actor, target), []) }
         var entries: [StateKey: [UInt8]] = [:]
@@ -156,7 +157,8 @@ extension FoldRun {
         return try Self.edgeArrivals(raw)
     }
 
-    func setLiveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey, _ arrivals: [UInt64]) throws {
+    mutating func setLiveAdds(_ cls: ObjectClass, _ target: Bytes32, _ user: PublicKey, _ arrivals: [UInt64]) throws {
+        if cls == .block { blocksChanged(of: user) }
         let edge = Table.edge.key(cls.rawValue, target, user)
         let out = Table.edgeOut.key(cls.rawValue, user, target)
         if arrivals.isEmpty {

@@ -211,16 +211,42 @@ final class Replica {
                 return true
             }
             for chat in chats {
-                guard let activity = try projections.chatActivity(of: chat, in: txn)?.encoded() else { continue }
+                guard let activity = try projections.chatActivity(of: chat, in: txn) else { continue }
+                var current: [PublicKey] = []
                 try txn.scan(projections.state, prefix: Table.member.key(chat)) { key, value in
-                    if try Membership.decodeWhole(value).isCurrent { expected.insert(Array(key[33...]) + chat.bytes + [0x3D] + activity) }
+                    if try Membership.decodeWhole(value).isCurrent { current.append(try Codec.b32(key[33...], "member")) }
                     return true
+                }
+                for user in current {
+                    let unread = try unreadTheLongWay(in: chat, for: user, txn: txn)
+                    expected.insert(user.bytes + chat.bytes + [0x3D] + activity.encoded(unread: unread))
                 }
             }
             return Self.differences(
                 indexed: indexed, expected: expected, stale: "chat activity entry %@ is not a current member's chat's activity",
                 missing: "no chat activity entry %@")
         }
+    }
+
+    /// A member's unread count (Specs/projections.md §7.4), found from the
+    /// message entries one by one: those after their read marker, not
+    /// withdrawn or deleted, sent from a device of another user they do
+    /// not block; at most `ChatSummary.unreadLimit`.
+    func unreadTheLongWay(in chat: Bytes32, for user: PublicKey, txn: Transaction) throws -> Int {
+        let marker = try txn.get(projections.state, Table.read.key(chat, user)).map(ReadMarker.decode)
+        let prefix = Table.message.key(chat)
+        let after = marker.map { prefix + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes }
+        let blocked = Set(try projections.targets(.block, of: user, in: txn))
+        var unread = 0
+        try txn.scan(projections.state, prefix: prefix) { key, value in
+            if let after, key.lexicographicallyPrecedes(after) || key.elementsEqual(after) { return true }
+            let entry = try MessageEntry.decode(value)
+            guard !entry.withdrawn, entry.deleted == nil else { return true }
+            let sender = try txn.get(projections.state, Table.device.key(entry.device)).map { try DeviceBinding.decode($0).user } ?? entry.device
+            if sender != user && !blocked.contains(sender) { unread += 1 }
+            return true
+        }
+        return min(unread, ChatSummary.unreadLimit)
     }
 
     /// Where the `blobWanted` entries (Specs/projections.md §9.1) differ from

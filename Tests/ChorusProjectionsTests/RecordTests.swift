@@ -139,6 +139,19 @@ struct RecordTests {
         #expect(throws: ProjectionError.self) { try Membership.decode([0x81, 0xF5]) }
     }
 
+    @Test("a device binding's user reads in place as the whole decoder reads it, with and without a removal and a name")
+    func bindingUserInPlace() throws {
+        for removed in [nil, HLC(rawValue: 7), HLC(rawValue: .max)] {
+            for name in [nil, "", "phone", String(repeating: "n", count: 300)] {
+                let b = DeviceBinding(user: Random.bytes32(), addedHLC: HLC(rawValue: 1 << 40), addedBy: Random.bytes32(), removedHLC: removed, name: name)
+                #expect(try DeviceBinding.user(of: b.encoded()) == b.user)
+                #expect(try DeviceBinding.decode(b.encoded()) == b)
+            }
+        }
+        // Damage is found either way.
+        #expect(throws: ProjectionError.self) { try DeviceBinding.user(of: [0x85, 0x58, 0x20]) }
+    }
+
     @Test("a stored message entry reads back whole, and any other length or flag is damage")
     func messageEntryEncoding() throws {
         var rng = SplitMix64(seed: 0xE17_4E5)
