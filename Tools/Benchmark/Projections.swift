@@ -565,6 +565,10 @@ func runProjectionsBenchmark(_ options: ProjectionsOptions) async throws {
         print("rebuilt \(count) events in \(String(format: "%.2f", seconds)) s: \(Int(Double(count) / seconds))/s")
         return
     }
+    // The tools measured in separate processes are found before minutes
+    // of signing and ingest, not after.
+    if !options.skipRebuild { _ = try siblingExecutable("chorus") }
+    if !options.skipReplay { _ = try siblingExecutable("chorus-replay") }
     let cores = ProcessInfo.processInfo.activeProcessorCount
     let userCount = options.users ?? min(1_500, max(20, options.events / 650))
 
