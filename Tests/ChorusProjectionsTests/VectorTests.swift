@@ -238,9 +238,12 @@ enum VectorScenarios {
         ev.append(try u3.sign(.likeRemoved, id(0xC1), at: t0 + 7, [("seen", .array([bytes(like.id)]))]))
         ev.append(try u2.sign(.blockAdded, u3.pk, at: t0 + 8))
         ev.append(try u2.sign(.followAdded, u2.pk, at: t0 + 9))
+        let block = try u1.sign(.blockAdded, u3.pk, at: t0 + 24)
+        ev.append(block)
+        ev.append(try u1.sign(.blockRemoved, u3.pk, at: t0 + 25, [("seen", .array([bytes(block.id)]))]))
         return VectorScenario(
             name: "relationships",
-            description: "add-wins: an add the removal did not name survives; a like removed; a block; following oneself takes no effect",
+            description: "add-wins: an add the removal did not name survives; a like removed; a block, and a block removed; following oneself takes no effect",
             config: NetworkConfig(), events: ev)
     }
 

@@ -52,6 +52,8 @@ final class World {
     var messages: [Known<(id: EventID, chat: ObjectID, sender: Int, hlc: HLC)>] = []
     var adds: [Known<(kind: EventKind, id: EventID, user: Int, target: Bytes32)>] = []
     var receiptCount = 0
+    /// The epochs each chat's `chat.key` events named.
+    var epochs: [ObjectID: [Hash32]] = [:]
 
     var userKeys: [PublicKey] { users.map(\.name) }
     var allDevices: [Device] { users.flatMap(\.devices) }
@@ -172,6 +174,14 @@ final class World {
         let skew = d.skewMillis
         switch rng.int(0...27) {
         case 0...2:
+            if rng.chance(0.1) {
+                // A device's encryption key (§6.10): mostly its own, sometimes
+                // another device's (not_owner), sometimes a second one
+                // (already_published).
+                let target = rng.chance(0.9) ? w.publicKey : (rng.pick(allDevices)?.writer.publicKey ?? w.publicKey)
+                try emit(w, .deviceKey, target, [("key", .bytes(rng.bytes(32)))], skew: skew)
+                return
+            }
             if rng.chance(0.2) {
                 // A relay list (Specs/projections.md §6.12): mostly one's own, sometimes another's (not_owner).
                 let relays = (0..<rng.int(0...3)).map { i in
@@ -257,6 +267,20 @@ final class World {
                 try emit(w, .messageDeleted, m.id, Payload.delete(chat: m.chat), skew: skew)
             }
         case 21:
+            if rng.chance(0.3) {
+                // A chat key (Specs/projections.md §6.11): an epoch new or
+                // already named, wrapped to a few devices in key order, some
+                // of them not members'. The projections never open a wrap.
+                guard let chat = rng.pick(visible(chats, to: d)) else { return }
+                let epoch = rng.chance(0.5) ? (rng.pick(epochs[chat] ?? []) ?? rng.bytes32()) : rng.bytes32()
+                epochs[chat, default: []].append(epoch)
+                let devices = Set((0..<rng.int(1...3)).compactMap { _ in rng.pick(allDevices)?.writer.publicKey }).sorted()
+                let wraps = devices.flatMap { $0.bytes + rng.bytes(PayloadLimits.wrapBytes - 32) }
+                try emit(
+                    w, .chatKey, chat, [("epoch", .bytes(epoch.bytes)), ("wraps", .bytes(wraps)), ("ephemeral", .bytes(rng.bytes(32)))],
+                    skew: skew)
+                return
+            }
             guard let m = rng.pick(visible(messages, to: d)) else { return }
             try emit(w, .chatRead, m.chat, Payload.read(message: m.id, hlc: m.hlc), skew: skew)
         case 22, 23:

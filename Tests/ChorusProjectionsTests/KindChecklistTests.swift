@@ -1,0 +1,90 @@
+import ChorusCrypto
+import ChorusEvents
+@testable import ChorusProjections
+import ChorusTestSupport
+import Foundation
+import Testing
+
+/// Specs/adding-a-kind.md: the steps of adding a kind that the compiler
+/// does not enforce, checked for every known kind, so that a kind added
+/// without one of them fails here instead of passing unnoticed.
+@Suite("Adding a kind: every known kind has each step the compiler does not check")
+struct KindChecklistTests {
+    static func text(_ path: String) throws -> String {
+        try String(contentsOf: repositoryRoot.appendingPathComponent(path), encoding: .utf8)
+    }
+
+    @Test("Specs/events.md §6 has each kind's row (code, name, purgeable) and payload section; Specs/projections.md names its rule")
+    func specsDescribeEveryKind() throws {
+        let events = try Self.text("Specs/events.md")
+        let lines = events.split(separator: "\n").map(String.init)
+        let projections = try Self.text("Specs/projections.md")
+        // Its rules (§6), which name a kind or a family of kinds (`picture.*`).
+        guard let rulesStart = projections.range(of: "\n## 6. "), let rulesEnd = projections.range(of: "\n## 7. ") else {
+            Issue.record("Specs/projections.md has no §6 Rules followed by §7")
+            return
+        }
+        let rules = projections[rulesStart.lowerBound..<rulesEnd.lowerBound]
+        for kind in EventKind.known {
+            let cells = lines.first { $0.hasPrefix("| \(kind.code) | `\(kind.name)` |") }?
+                .split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let cells, cells.count >= 5 else {
+                Issue.record("Specs/events.md §6 has no row `| \(kind.code) | `\(kind.name)` | …` (step 2)")
+                continue
+            }
+            #expect((cells[4] == "**yes**") == kind.payloadIsPurgeable, "\(kind.name): the §6 row's purgeable column is \(cells[4])")
+            #expect(
+                lines.contains { $0.hasPrefix("#### 6.2.") && $0.contains("`\(kind.name)` (\(kind.code))") },
+                "Specs/events.md has no §6.2 payload section for \(kind.name) (step 2)")
+            let parts = kind.name.split(separator: ".")
+            let families = (1..<parts.count).map { parts.prefix($0).joined(separator: ".") + ".*" }
+            let named = ([kind.name] + families).contains { rules.contains("`\($0)`") }
+            #expect(named, "Specs/projections.md §6 names no rule for \(kind.name) (step 3)")
+        }
+    }
+
+    @Test("each kind is signed in Specs/vectors: a valid event vector, or an event of a projection vector that pins its rule")
+    func vectorsCoverEveryKind() throws {
+        var covered = Set(try EventVectorFile.load().valid.compactMap { EventKind(name: $0.kind) })
+        struct ProjectionVectors: Decodable {
+            struct Vector: Decodable { let events: [String] }
+            let vectors: [Vector]
+        }
+        let projections = try JSONDecoder().decode(ProjectionVectors.self, from: Data(contentsOf: specVector("projections.json")))
+        for vector in projections.vectors {
+            for envelope in vector.events { covered.insert(try Event.decode(hex(envelope)).kind) }
+        }
+        let missing = EventKind.known.filter { !covered.contains($0) }.map(\.name)
+        #expect(missing.isEmpty, "no event of \(missing) in Specs/vectors/events.json or projections.json (steps 13, 14)")
+    }
+
+    @Test("the property tests' random worlds sign every kind, so convergence covers it")
+    func randomWorldsSignEveryKind() throws {
+        var signed: Set<EventKind> = []
+        for seed in UInt64(1)...40 where signed.count < EventKind.known.count {
+            signed.formUnion(try World(seed: seed).events.map(\.kind))
+        }
+        let missing = EventKind.known.filter { !signed.contains($0) }.map(\.name)
+        #expect(missing.isEmpty, "World.swift never signs \(missing) (step 15)")
+    }
+
+    /// The projection vectors' bytes for each projection format: vectors
+    /// that change (a rule changed) with the format unchanged fail here.
+    static let projectionVectorsByFormat: [UInt64: String] = [
+        24: "50dec3b8edd84e7b660863e30e9070554f11fbfd135188ed31cc61810a376454"
+    ]
+
+    @Test("the projection vectors change only with the projection format (step 16)")
+    func projectionVectorsChangeWithTheFormat() throws {
+        let bytes = try Data(contentsOf: specVector("projections.json"))
+        let hash = Blake2b.hash256([UInt8](bytes)).hex
+        let format = Projections.formatVersion
+        #expect(
+            Self.projectionVectorsByFormat[format] == hash,
+            """
+            Specs/vectors/projections.json (BLAKE2b-256 \(hash)) is not the one recorded for projection format \(format): \
+            when a rule changed, bump Projections.formatVersion (stores of the old format rebuild on open) and record \
+            the new hash under the new format in KindChecklistTests.projectionVectorsByFormat
+            """)
+    }
+}
