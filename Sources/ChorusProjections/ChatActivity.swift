@@ -125,20 +125,49 @@ extension Projections {
 
     /// Writes `chat`'s entry for each of its current members and removes
     /// it for each former one (§9.1): what a write calls once for each chat
-    /// whose membership, messages, read markers or members' blocks it
-    /// changed. An entry already equal is left alone, so members' chat
-    /// lists are not told of a change that is not one.
-    func writeChatActivity(of chat: ObjectID, filters: inout UnreadFilters, in txn: Transaction) throws {
+    /// it noted (`ChatActivityChanges`). A member's unread count is found
+    /// again from their read marker when `changes` says so; otherwise the
+    /// stored count grows by the messages this write added that count for
+    /// them (a step per unread message would cost every member of a chat a
+    /// walk for each new message). An entry already equal is left alone, so
+    /// members' chat lists are not told of a change that is not one.
+    func writeChatActivity(
+        of chat: ObjectID, _ changes: ChatActivityChanges.OfChat, filters: inout UnreadFilters, in txn: Transaction
+    ) throws {
         let activity = try chatActivity(of: chat, in: txn)
         for (user, current) in try members(of: chat, in: txn) {
             let key = IndexTable.chatActivity.key(user, chat)
-            if current, let activity {
-                let value = try chatActivityEntry(activity, of: chat, for: user, filters: &filters, in: txn)
-                if try txn.get(index, key) != value { try txn.put(index, key, value) }
-            } else {
+            guard current, let activity else {
                 _ = try txn.delete(index, key)
+                continue
             }
+            let old = try txn.get(index, key)
+            let stored = old.flatMap { raw in raw.withUnsafeBytes { ChatActivity.LastKey.read($0)?.unread } }
+            let unread: Int
+            if let stored, !changes.recountAll, !changes.recount.contains(user) {
+                unread = try grown(stored, by: changes.added, in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
+            } else {
+                unread = try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn).unread
+            }
+            let value = activity.encoded(unread: unread)
+            if old != value { try txn.put(index, key, value) }
         }
+    }
+
+    /// `count` with the messages of `added` (their `message` keys and
+    /// sending devices) that are after the viewer's read marker and from
+    /// a sender they count, up to the limit.
+    func grown(
+        _ count: Int, by added: [(key: [UInt8], device: PublicKey)], in chat: ObjectID, for filter: SenderFilter, in txn: Transaction
+    ) throws -> Int {
+        guard count < ChatSummary.unreadLimit, !added.isEmpty else { return count }
+        let marker = try txn.get(state, Table.read.key(chat, filter.viewer)).map(ReadMarker.decode)
+        let read = marker.map { Table.message.key(chat) + Codec.u64($0.hlc.rawValue) + $0.message.raw.bytes }
+        var unread = count
+        for (key, device) in added where read.map({ $0.lexicographicallyPrecedes(key) }) ?? true && filter.counts(device: device) {
+            unread += 1
+        }
+        return min(unread, ChatSummary.unreadLimit)
     }
 
     /// Writes every chat's activity for its current members: the end of a
@@ -174,34 +203,67 @@ extension Projections {
     }
 }
 
+/// What a write changed that its chats' entries show (§9.1), noted by the
+/// folds and written once at its end (`FoldRun.writeChatActivity`).
+struct ChatActivityChanges {
+    struct OfChat {
+        /// Every member's count is found again: the chat's membership or
+        /// which of its messages count changed.
+        var recountAll = false
+        /// Members whose count is found again (their read marker or blocks changed).
+        var recount: Set<PublicKey> = []
+        /// Messages new in this write that count for members who read
+        /// before them, by id (a message folded twice is added once).
+        var messages: [EventID: (key: [UInt8], device: PublicKey)] = [:]
+        var added: [(key: [UInt8], device: PublicKey)] { Array(messages.values) }
+    }
+    var chats: [ObjectID: OfChat] = [:]
+    /// Users whose blocks this write changed: their count in each of their chats.
+    var blockers: Set<PublicKey> = []
+}
+
 extension FoldRun {
-    /// Notes that `chat`'s entries may have changed in this run (a message
-    /// took, lost or changed effect, a membership or a read marker
-    /// changed), to be written once at its end (`writeChatActivity`). A
-    /// bulk fold skips it: the rebuild writes every chat's at its end.
+    /// Notes that every member's entry of `chat` must be found again (its
+    /// membership changed, or which of its messages take effect or are
+    /// deleted). A bulk fold skips it: the rebuild writes every chat's
+    /// entries at its end.
     mutating func chatActivityChanged(_ chat: ObjectID) {
-        if !bulk { chatsWithNewActivity.insert(chat) }
+        if !bulk { chatActivity.chats[chat, default: .init()].recountAll = true }
+    }
+
+    /// Notes `user`'s count in `chat` to be found again (their read marker moved).
+    mutating func unreadChanged(in chat: ObjectID, for user: PublicKey) {
+        if !bulk { chatActivity.chats[chat, default: .init()].recount.insert(user) }
+    }
+
+    /// Notes a message new in this write: the chat's activity may change,
+    /// and members who read before it count it when `counts` (it took
+    /// effect and is not deleted).
+    mutating func messageAdded(_ message: EventID, in chat: ObjectID, key: [UInt8], device: PublicKey, counts: Bool) {
+        guard !bulk else { return }
+        chatActivity.chats[chat, default: .init()].messages[message] = counts ? (key, device) : nil
     }
 
     /// Notes that `user` started or stopped blocking someone: the unread
     /// counts of every chat they are in may change.
     mutating func blocksChanged(of user: PublicKey) {
-        if !bulk { blockersChanged.insert(user) }
+        if !bulk { chatActivity.blockers.insert(user) }
     }
 
     /// Writes the entries of every chat this run noted.
     mutating func writeChatActivity() throws {
-        var chatsOfBlockers: [ObjectID] = []
-        for user in blockersChanged {
+        var chatsOfBlockers: [(chat: ObjectID, user: PublicKey)] = []
+        for user in chatActivity.blockers {
             try txn.scan(p.index, prefix: IndexTable.chatActivity.key(user)) { key, _ in
-                chatsOfBlockers.append(try Codec.b32(key.suffix(32), "chat id"))
+                chatsOfBlockers.append((try Codec.b32(key.suffix(32), "chat id"), user))
                 return true
             }
         }
-        chatsWithNewActivity.formUnion(chatsOfBlockers)
-        blockersChanged.removeAll()
+        for (chat, user) in chatsOfBlockers { chatActivity.chats[chat, default: .init()].recount.insert(user) }
         var filters = UnreadFilters(state: p.state)
-        for chat in chatsWithNewActivity.sorted() { try p.writeChatActivity(of: chat, filters: &filters, in: txn) }
-        chatsWithNewActivity.removeAll()
+        for (chat, changes) in chatActivity.chats.sorted(by: { $0.key < $1.key }) {
+            try p.writeChatActivity(of: chat, changes, filters: &filters, in: txn)
+        }
+        chatActivity = ChatActivityChanges()
     }
 }

@@ -132,9 +132,6 @@ extension FoldRun {
             return
         }
         let chat = sent.object
-        // Its members' unread counts may change whatever changed here: its
-        // effect, a deletion, or who the sending device belongs to.
-        chatActivityChanged(chat)
         let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
         let content = held?.content ?? SentContent(payload: sent.payload)
         let attachment = content.attachment
@@ -148,6 +145,16 @@ extension FoldRun {
             let value = entry.encoded()
             if value != existing { try putState(key, value) }
             try setPayloadGap(.message, message, was: wasPurged, now: entry.purged)
+            // What members' chat lists show (§9.1): a new message adds to
+            // the counts of those who read before it; one that takes or
+            // loses effect, or is deleted, has every count found again.
+            let counts = !entry.withdrawn && entry.deleted == nil
+            if let existing {
+                let old = try MessageEntry.decode(existing)
+                if old.withdrawn != entry.withdrawn || (old.deleted == nil) != (entry.deleted == nil) { chatActivityChanged(chat) }
+            } else {
+                messageAdded(message, in: chat, key: key, device: entry.device, counts: counts)
+            }
         }
         func withdraw(_ why: NoEffect) throws {
             // The send's reason is kept in its entry (§9.1), not under its own key.
@@ -259,7 +266,6 @@ extension FoldRun {
     /// never counts messages one by one; `writeMessageCounts` stores it.
     mutating func countMessage(in chat: ObjectID, by delta: Int) {
         messageCountDeltas[chat, default: 0] += delta
-        chatActivityChanged(chat)
     }
 
     mutating func writeMessageCounts() throws {
@@ -335,7 +341,7 @@ extension FoldRun {
         guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
             return try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
         }
-        chatActivityChanged(chat)
+        unreadChanged(in: chat, for: user)
         let marker = try f.read(ChatReadPayload.self)
         let (hlc, message) = (marker.hlc, marker.message)
         let key = Table.read.key(chat, user)

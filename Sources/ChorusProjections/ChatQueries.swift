@@ -310,4 +310,7 @@ struct SenderFilter {
         guard let user = candidateUser(entry) else { return true }
         return user != viewer && !blocked.contains(user)
     }
+
+    /// Whether a message sent from `device` counts as unread for the viewer.
+    func counts(device: PublicKey) -> Bool { device.bytes.withUnsafeBytes { counts(entry: $0) } }
 }

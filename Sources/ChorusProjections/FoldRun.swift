@@ -70,11 +70,9 @@ struct FoldRun {
     var membershipsForMessages: [MemberKey: Membership?] = [:]
     /// Changes to each chat's message count, written once at the end.
     var messageCountDeltas: [ObjectID: Int] = [:]
-    /// Chats whose activity (§9.1, `IndexTable.chatActivity`) this run may
-    /// have changed, written once at its end.
-    var chatsWithNewActivity: Set<ObjectID> = []
-    /// Users whose blocks this run changed (`blocksChanged(of:)`).
-    var blockersChanged: Set<PublicKey> = []
+    /// What this run changed that chats' entries (§9.1,
+    /// `IndexTable.chatActivity`) show, written once at its end.
+    var chatActivity = ChatActivityChanges()
     /// A bulk fold of messages buffers their state entries (records and
     /// blob references, which nothing reads back during that fold) and
     /// writes them in key order at the end: message ids are random, their

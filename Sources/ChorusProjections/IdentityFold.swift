@@ -105,7 +105,11 @@ extension FoldRun {
             default: mark(cls, object)
             }
         }
-        for fact in sends { sentFacts[fact.id] = fact }
+        for fact in sends {
+            sentFacts[fact.id] = fact
+            // Whose messages these are changed: members' counts in their chats.
+            chatActivityChanged(fact.object)
+        }
         try markCoinsOf(device)
     }
 
