@@ -150,8 +150,8 @@ extension FoldRun {
             // loses effect, or is deleted, has every count found again.
             let counts = !entry.withdrawn && entry.deleted == nil
             if let existing {
-                let old = try MessageEntry.decode(existing)
-                if old.withdrawn != entry.withdrawn || (old.deleted == nil) != (entry.deleted == nil) { chatActivityChanged(chat) }
+                let wasDeleted = try MessageEntry.isDeleted(existing)
+                if wasEffective == entry.withdrawn || wasDeleted != (entry.deleted != nil) { chatActivityChanged(chat) }
             } else {
                 messageAdded(message, in: chat, key: key, device: entry.device, counts: counts)
             }

@@ -256,6 +256,13 @@ struct MessageEntry: Sendable {
         return raw[40] & withdrawnFlag != 0
     }
 
+    /// Whether a stored entry is an effective message that was deleted,
+    /// without decoding it whole.
+    static func isDeleted(_ raw: [UInt8]) throws -> Bool {
+        guard raw.count >= baseLength else { throw ProjectionError.corrupt("message entry of \(raw.count) bytes") }
+        return raw[40] & withdrawnFlag == 0 && raw[40] & 2 != 0
+    }
+
     /// Whether a stored entry is live with its `message.sent` payload
     /// purged, without decoding it whole.
     static func isPurged(_ raw: UnsafeRawBufferPointer) throws -> Bool {

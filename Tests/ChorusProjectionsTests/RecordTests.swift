@@ -179,6 +179,7 @@ struct RecordTests {
             withdrawnToo[40] |= MessageEntry.withdrawnFlag
             #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawnToo) }
             #expect(try !MessageEntry.isWithdrawn(encoded))
+            #expect(try MessageEntry.isDeleted(encoded) == (entry.deleted != nil))
         }
         let device = key()
         let why = NoEffect("not_member", "not a member")
@@ -189,6 +190,7 @@ struct RecordTests {
         #expect(back.reason == why)
         #expect(throws: ProjectionError.self) { try MessageEntry.decode(Array(withdrawn.prefix(41))) }
         #expect(try MessageEntry.isWithdrawn(withdrawn))
+        #expect(try !MessageEntry.isDeleted(withdrawn))
         #expect(try MessageEntry.send(of: withdrawn) == (device, 42))
         #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawn + [0]) }
     }
