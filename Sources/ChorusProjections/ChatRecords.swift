@@ -410,8 +410,7 @@ struct ChatRecord: Equatable {
             if entries == 4 {
                 if r.text("title"), let t = r.byteString() { title = t } else { fine = false }
             }
-            if fine, r.text("creator"), let creator = r.byteString().flatMap(Bytes32.init), r.text("created_by"),
-                let by = r.byteString().flatMap(Bytes32.init), r.atEnd
+            if fine, r.text("creator"), let creator = r.bytes32(), r.text("created_by"), let by = r.bytes32(), r.atEnd
             {
                 return ChatRecord(creator: creator, hlc: HLC(rawValue: hlc), createdBy: by, title: title)
             }

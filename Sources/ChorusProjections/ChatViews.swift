@@ -192,7 +192,7 @@ public struct ReadMarker: Hashable, Sendable, Codable {
     /// in place; any other layout goes the long way.
     static func decode(_ value: [UInt8]) throws -> ReadMarker {
         var r = HeadReader(value)
-        if r.head(major: 4) == 2, let hlc = r.head(major: 0), let id = r.byteString().flatMap(Bytes32.init), r.atEnd {
+        if r.head(major: 4) == 2, let hlc = r.head(major: 0), let id = r.bytes32(), r.atEnd {
             return ReadMarker(message: MessageID(id), hlc: HLC(rawValue: hlc))
         }
         guard let a = try Codec.decode(value, "read marker").arrayValue, a.count == 2, let hlc = a[0].unsignedValue, let message = a[1].id32 else {

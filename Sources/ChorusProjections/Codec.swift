@@ -96,6 +96,17 @@ struct HeadReader {
         return Array(raw[(at - Int(length))..<at])
     }
 
+    /// A 32-byte string, read without a copy of its bytes.
+    mutating func bytes32() -> Bytes32? {
+        let saved = at
+        guard head(major: 2) == 32, at + 32 <= raw.count, let value = Bytes32(raw[at..<(at + 32)]) else {
+            at = saved
+            return nil
+        }
+        at += 32
+        return value
+    }
+
     /// A simple value's byte (false 0xF4, true 0xF5, null 0xF6).
     mutating func simple() -> UInt8? {
         guard at < raw.count, raw[at] >= 0xF4, raw[at] <= 0xF6 else { return nil }
@@ -122,8 +133,10 @@ enum Codec {
 
     static func cbor(_ v: CBORValue) -> [UInt8] { CBOREncoder.encode(v) }
 
-    static func decode(_ raw: [UInt8], _ what: String) throws -> CBORValue {
-        do { return try CBORDecoder.decode(raw) } catch { throw ProjectionError.corrupt("\(what): \(error)") }
+    /// `what` names the value in the error; built only on a failure (a
+    /// chat page reads a payload per message).
+    static func decode(_ raw: [UInt8], _ what: @autoclosure () -> String) throws -> CBORValue {
+        do { return try CBORDecoder.decode(raw) } catch { throw ProjectionError.corrupt("\(what()): \(error)") }
     }
 
     static func key32(_ v: Bytes32?) -> CBORValue { v.map { .bytes($0.bytes) } ?? .null }
