@@ -135,6 +135,7 @@ extension Projections {
         of chat: ObjectID, _ changes: ChatActivityChanges.OfChat, filters: inout UnreadFilters, in txn: Transaction
     ) throws {
         let activity = try chatActivity(of: chat, in: txn)
+        let added = changes.added
         for (user, current) in try members(of: chat, in: txn) {
             let key = IndexTable.chatActivity.key(user, chat)
             guard current, let activity else {
@@ -145,7 +146,9 @@ extension Projections {
             let stored = old.flatMap { raw in raw.withUnsafeBytes { ChatActivity.LastKey.read($0)?.unread } }
             let unread: Int
             if let stored, !changes.recountAll, !changes.recount.contains(user) {
-                unread = try grown(stored, by: changes.added, in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
+                unread =
+                    added.isEmpty || stored >= ChatSummary.unreadLimit
+                    ? stored : try grown(stored, by: added, in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
             } else {
                 unread = try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn).unread
             }
