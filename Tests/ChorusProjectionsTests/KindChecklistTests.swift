@@ -68,23 +68,25 @@ struct KindChecklistTests {
         #expect(missing.isEmpty, "World.swift never signs \(missing) (step 15)")
     }
 
-    /// The projection vectors' bytes for each projection format: vectors
-    /// that change (a rule changed) with the format unchanged fail here.
-    static let projectionVectorsByFormat: [UInt64: String] = [
-        24: "50dec3b8edd84e7b660863e30e9070554f11fbfd135188ed31cc61810a376454"
+    /// For each projection format, the BLAKE2b-256 of the projection
+    /// vectors' bytes and the layout fingerprint of the tables: vectors
+    /// (a rule) or tables that change under an unchanged format fail here.
+    static let recordedByFormat: [UInt64: (vectors: String, layout: String)] = [
+        24: (vectors: "50dec3b8edd84e7b660863e30e9070554f11fbfd135188ed31cc61810a376454", layout: "6c24e0818f80093a0c9c576cf5d6c8262638a437e1697469bdd23592e76a1574")
     ]
 
-    @Test("the projection vectors change only with the projection format (step 16)")
-    func projectionVectorsChangeWithTheFormat() throws {
-        let bytes = try Data(contentsOf: specVector("projections.json"))
-        let hash = Blake2b.hash256([UInt8](bytes)).hex
+    @Test("the projection vectors and the tables' layout change only with the projection format (step 16)")
+    func projectionsChangeWithTheFormat() throws {
+        let vectors = Blake2b.hash256([UInt8](try Data(contentsOf: specVector("projections.json")))).hex
+        let layout = Projections.layoutFingerprint.hex
         let format = Projections.formatVersion
+        let recorded = Self.recordedByFormat[format]
         #expect(
-            Self.projectionVectorsByFormat[format] == hash,
+            recorded?.vectors == vectors && recorded?.layout == layout,
             """
-            Specs/vectors/projections.json (BLAKE2b-256 \(hash)) is not the one recorded for projection format \(format): \
-            when a rule changed, bump Projections.formatVersion (stores of the old format rebuild on open) and record \
-            the new hash under the new format in KindChecklistTests.projectionVectorsByFormat
+            projection format \(format) was recorded with other vectors or tables (now: vectors \(vectors), layout \(layout)): \
+            when a rule or a table changed, bump Projections.formatVersion (stores of the old format rebuild on open) and \
+            record both under the new format in KindChecklistTests.recordedByFormat
             """)
     }
 }
