@@ -5,32 +5,32 @@ import Foundation
 /// Comparing the raw values compares (physical, logical) lexicographically.
 public struct HLC: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The 64-bit value carried in header key 4: `physicalMillis << 16 | logical`.
-    public let rawValue: UInt64
+    package let rawValue: UInt64
 
     /// Wraps a raw 64-bit value as carried in a header; nothing is checked.
-    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    package init(rawValue: UInt64) { self.rawValue = rawValue }
 
     /// Builds a timestamp from Unix milliseconds and a logical counter. `physicalMillis`
     /// must fit in 48 bits (`maxPhysicalMillis`): higher bits are lost.
-    public init(physicalMillis: UInt64, logical: UInt16) {
+    package init(physicalMillis: UInt64, logical: UInt16) {
         self.rawValue = (physicalMillis << 16) | UInt64(logical)
     }
 
     /// The value 0: the clock of an empty store. It is never a valid event timestamp,
     /// which must be positive.
-    public static let zero = HLC(rawValue: 0)
+    package static let zero = HLC(rawValue: 0)
     /// The largest physical part, 2^48 − 1 ms; `HybridClock.tick(nowMillis:)` clamps
     /// the wall clock to it.
-    public static let maxPhysicalMillis: UInt64 = (1 << 48) - 1
+    package static let maxPhysicalMillis: UInt64 = (1 << 48) - 1
 
     /// The physical part: milliseconds since the Unix epoch (the high 48 bits).
-    public var physicalMillis: UInt64 { rawValue >> 16 }
+    package var physicalMillis: UInt64 { rawValue >> 16 }
 
     /// The physical part as a `Date`, to show when something happened.
     public var date: Date { Date(timeIntervalSince1970: Double(physicalMillis) / 1000) }
     /// The logical counter (the low 16 bits): orders timestamps that share a millisecond
     /// and keeps a node's own timestamps increasing when its wall clock does not.
-    public var logical: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
+    package var logical: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
 
     /// Orders by raw value, i.e. by (physical, logical).
     public static func < (a: HLC, b: HLC) -> Bool { a.rawValue < b.rawValue }

@@ -86,12 +86,12 @@ public struct MessageView: Hashable, Sendable, Codable {
 /// HTTP API and `chorus` print it.
 public struct MessageCursor: Hashable, Sendable, Codable, LosslessStringConvertible {
     /// The message's sending HLC.
-    public let hlc: HLC
+    package let hlc: HLC
     /// The message.
-    public let message: MessageID
+    package let message: MessageID
 
     /// The place of `message`, sent at `hlc`.
-    public init(hlc: HLC, message: MessageID) {
+    package init(hlc: HLC, message: MessageID) {
         self.hlc = hlc
         self.message = message
     }
@@ -134,12 +134,12 @@ func encodeCursor(_ cursor: some LosslessStringConvertible, to encoder: any Enco
 /// `u64be(lastActivity) ‖ chat id`.
 public struct ChatListCursor: Hashable, Sendable, Codable, LosslessStringConvertible {
     /// The row's last activity (the list's order, newest first).
-    public let lastActivity: HLC
+    package let lastActivity: HLC
     /// The row's chat (the order among equal activities, smaller ids first).
-    public let chat: ChatID
+    package let chat: ChatID
 
     /// The place of `chat`, last active at `lastActivity`.
-    public init(lastActivity: HLC, chat: ChatID) {
+    package init(lastActivity: HLC, chat: ChatID) {
         self.lastActivity = lastActivity
         self.chat = chat
     }
