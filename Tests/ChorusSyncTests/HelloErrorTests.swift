@@ -67,3 +67,29 @@ struct HelloErrorTests {
         await node.close()
     }
 }
+
+/// A session whose own store fails says so (`local_failure`), not that the
+/// connection closed.
+@Suite("A session's own failure", .closingNodes)
+struct LocalFailureTests {
+    @Test func aClosedStoreEndsTheSessionWithLocalFailure() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let node = try await makeNode(dir, "server", network: testNetwork())
+        _ = try await node.setProfile(.bio, .text("mine"))
+        let (serverSide, peerSide) = MemoryTransport.pair(node.identity.device.raw, Random.bytes32())
+        let session = try SyncSession(node: node, transport: serverSide, options: .patient)
+        // Closed under the session: its first read of the store (the blob
+        // serial the peer's hello asks for) fails.
+        await node.close()
+        try await peerSide.send(SyncMessage.hello(SyncHello(user: Random.bytes32(), capabilities: [.blobs, .blobSerial], hops: nil, since: 0)).encoded())
+        let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(60), "the session's end") {
+            do { return .success(try await session.run()) } catch { return .failure(error) }
+        }
+        guard case .failure(let error) = outcome, let syncError = error as? SyncError else {
+            Issue.record("expected a sync error, got \(outcome)")
+            return
+        }
+        #expect(syncError.code == "local_failure", "\(syncError)")
+    }
+}
