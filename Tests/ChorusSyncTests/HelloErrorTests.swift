@@ -49,13 +49,7 @@ struct HelloErrorTests {
         var options = SyncOptions.patient
         options.helloTimeout = .milliseconds(200)
         let session = try SyncSession(node: node, transport: serverSide, options: options)
-        let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(60), "the session's end") {
-            do { return .success(try await session.run()) } catch { return .failure(error) }
-        }
-        guard case .failure(let error) = outcome, let syncError = error as? SyncError else {
-            Issue.record("expected a sync error, got \(outcome)")
-            return
-        }
+        guard let syncError = try await sessionError(session) else { return }
         #expect(syncError.code == "timeout", "\(syncError)")
         // The connection is closed at the limit: the peer reads its end.
         let end = try await bounded(.seconds(60), "the connection's end") { () async -> Bool in
@@ -83,13 +77,20 @@ struct LocalFailureTests {
         // serial the peer's hello asks for) fails.
         await node.close()
         try await peerSide.send(SyncMessage.hello(SyncHello(user: Random.bytes32(), capabilities: [.blobs, .blobSerial], hops: nil, since: 0)).encoded())
-        let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(60), "the session's end") {
-            do { return .success(try await session.run()) } catch { return .failure(error) }
-        }
-        guard case .failure(let error) = outcome, let syncError = error as? SyncError else {
-            Issue.record("expected a sync error, got \(outcome)")
-            return
-        }
+        guard let syncError = try await sessionError(session) else { return }
         #expect(syncError.code == "local_failure", "\(syncError)")
     }
+}
+
+/// The `SyncError` a session ends with; nil (with an issue recorded) when it
+/// completes or fails otherwise.
+func sessionError(_ session: SyncSession) async throws -> SyncError? {
+    let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(60), "the session's end") {
+        do { return .success(try await session.run()) } catch { return .failure(error) }
+    }
+    guard case .failure(let error) = outcome, let syncError = error as? SyncError else {
+        Issue.record("expected a sync error, got \(outcome)")
+        return nil
+    }
+    return syncError
 }
