@@ -294,7 +294,8 @@ extension FoldRun {
     /// only the markers of `only.users`. Exact, because a member's marker
     /// and its decisions read only that member's facts and membership (§9.1).
     mutating func foldReads(_ chat: ObjectID, only: (users: Set<PublicKey>, new: Set<EventID>)? = nil) throws {
-        chatActivityChanged(chat)
+        // The counts of those whose markers may move (§9.1).
+        if let only { for user in only.users { unreadChanged(in: chat, for: user) } } else { chatActivityChanged(chat) }
         var markers: [PublicKey: (hlc: UInt64, message: EventID)] = [:]
         for var f in try facts(.reads, chat, payloadNeeded: { _ in only == nil }) {
             if let only {

@@ -107,7 +107,9 @@ extension FoldRun {
         }
         for fact in sends {
             sentFacts[fact.id] = fact
-            // Whose messages these are changed: members' counts in their chats.
+            // Whose messages these are may change without changing their
+            // effect (a device rebound to another member): every count in
+            // their chats is found again.
             chatActivityChanged(fact.object)
         }
         try markCoinsOf(device)
