@@ -50,8 +50,8 @@ struct EmbeddingTests {
         }
 
         // Sync: one node serves, the other connects.
-        let serving = try await bobNode.serve(port: 0)
-        let report = try await node.sync(with: "127.0.0.1", port: serving.port)
+        let serving = try await bobNode.serve(port: 0, options: .patient(live: true))
+        let report = try await node.sync(with: "127.0.0.1", port: serving.port, options: .patient(live: false))
         await serving.shutdown()
 
         #expect(profile.city == "Lisbon")

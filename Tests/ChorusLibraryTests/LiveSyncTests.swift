@@ -21,11 +21,11 @@ struct LiveSyncTests {
     func reconnects() async throws {
         let world = try await ObservationTests.World.make()
         let (alice, bob) = (world.alice, world.bob)
-        var serving = try await bob.serve(port: 0)
+        var serving = try await bob.serve(port: 0, options: .patient(live: true))
         let port = serving.port
         let seen = StatesSeen()
         let sync = alice.liveSync(
-            with: "127.0.0.1", port: port, backoff: Backoff(initial: .milliseconds(20), maximum: .milliseconds(200)))
+            with: "127.0.0.1", port: port, options: .patient(live: true), backoff: Backoff(initial: .milliseconds(20), maximum: .milliseconds(200)))
         let watcher = Task { for await state in sync.states { seen.add(state) } }
         try await seen.wait("live") { $0.last == .live }
         #expect(Array(seen.all.prefix(3)) == [.connecting(attempt: 1), .syncing, .live])
@@ -44,7 +44,7 @@ struct LiveSyncTests {
         _ = try await bob.sendMessage(chat, text: "second")
 
         // Bob serves again on the same port: Alice is live again and catches up.
-        serving = try await bob.serve(port: port)
+        serving = try await bob.serve(port: port, options: .patient(live: true))
         try await seen.until("the second message") { (try? alice.readableChatPage(chat).messages.count) == 2 }
         try await seen.wait("live again") { $0.last == .live }
         await sync.stop()
@@ -98,5 +98,15 @@ final class StatesSeen: Sendable {
             }
             try await Task.sleep(for: .milliseconds(10))
         }
+    }
+}
+
+extension SyncOptions {
+    /// The defaults with a hello limit a loaded machine does not reach: with
+    /// the whole suite on two cores, a session's task can start seconds late.
+    static func patient(live: Bool) -> SyncOptions {
+        var options = SyncOptions(live: live)
+        options.helloTimeout = .seconds(120)
+        return options
     }
 }
