@@ -168,10 +168,10 @@ public enum ProfileField: String, CaseIterable, Sendable {
     /// cannot do without encrypting them. It still decodes (older events
     /// carry it) but takes no effect (Specs/projections.md §6.2), and no
     /// node writes it.
-    public var isRetired: Bool { self == .visibility }
+    package var isRetired: Bool { self == .visibility }
 
     /// The fields a node may set.
-    public static var settable: [ProfileField] { allCases.filter { !$0.isRetired } }
+    package static var settable: [ProfileField] { allCases.filter { !$0.isRetired } }
 
     /// The type a non-null `value` must have for this field (the cross-field rule of
     /// `profile.set`); `null` always clears the field.

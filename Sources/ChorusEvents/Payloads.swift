@@ -792,10 +792,10 @@ public struct Relay: Sendable, Hashable, Codable {
         public static let all: Roles = [.home, .inbox]
 
         /// The role names, `home` before `inbox`.
-        public var names: [String] { (contains(.home) ? ["home"] : []) + (contains(.inbox) ? ["inbox"] : []) }
+        package var names: [String] { (contains(.home) ? ["home"] : []) + (contains(.inbox) ? ["inbox"] : []) }
 
         /// Roles from their names (`home`, `inbox`); nil for another name or none.
-        public init?(names: [String]) {
+        package init?(names: [String]) {
             var roles: Roles = []
             for name in names {
                 switch name {
@@ -809,7 +809,8 @@ public struct Relay: Sendable, Hashable, Codable {
         }
     }
 
-    /// `host:port`, as `RelayAddress.isValid` accepts.
+    /// `host:port`: a DNS name or a bracketed IPv6 literal, and a port of
+    /// 1 to 65535 (Specs/events.md §6.2.29); `setRelays` refuses another form.
     public var address: String
     /// The relay node's device key, which its Noise handshake must prove.
     public var key: PublicKey
@@ -827,12 +828,12 @@ public struct Relay: Sendable, Hashable, Codable {
 /// The form of a relay address (Specs/events.md §6.2.29): `host:port`, the
 /// host a DNS name of letters, digits, `-` and `.` (1 to 253 bytes) or an
 /// IPv6 literal in brackets, the port 1 to 65535 in decimal without leading zeros.
-public enum RelayAddress {
+package enum RelayAddress {
     /// Whether `address` has the form above.
-    public static func isValid(_ address: String) -> Bool { split(address) != nil }
+    package static func isValid(_ address: String) -> Bool { split(address) != nil }
 
     /// The host (brackets removed from an IPv6 literal) and the port.
-    public static func split(_ address: String) -> (host: String, port: Int)? {
+    package static func split(_ address: String) -> (host: String, port: Int)? {
         let bytes = Array(address.utf8)
         guard bytes.count <= 261, let colon = bytes.lastIndex(of: UInt8(ascii: ":")) else { return nil }
         let hostBytes = bytes[..<colon], portBytes = bytes[(colon + 1)...]

@@ -194,16 +194,12 @@ extension Node {
     /// read markers. Observe it to keep an inbox screen current:
     /// `node.observe { try $0.chatList() }` re-runs only when a commit touches
     /// one of these chats or this user's membership.
-    public nonisolated func chatList() throws -> [ReadableChatSummary] {
-        try chatList(limit: nil, after: nil)
-    }
-
-    /// A page of this user's chat list: up to `limit` rows after `after`
-    /// (the last row's `cursor` of the page before), in the same order.
-    /// Sorting reads each chat's record and last message key; only the
+    ///
+    /// With `limit`, a page: up to `limit` rows after `after` (the last
+    /// row's `cursor` of the page before), in the same order. Only the
     /// page's rows are read whole and opened, so an inbox screen that shows
     /// its first rows pays for those rows, whatever the number of chats.
-    public nonisolated func chatList(limit: Int?, after: ChatListCursor? = nil) throws -> [ReadableChatSummary] {
+    public nonisolated func chatList(limit: Int? = nil, after: ChatListCursor? = nil) throws -> [ReadableChatSummary] {
         try read {
             try projections.chatList(of: identity.user, limit: limit, after: after).map { summary in
                 ReadableChatSummary(
@@ -216,7 +212,7 @@ extension Node {
     /// The bytes of a picture sent in a chat, decrypted on this device.
     /// Reading and decrypting take milliseconds for a photo, so they run
     /// off the caller's thread (which in a SwiftUI view is the main thread).
-    public nonisolated func attachmentBytes(of message: MessageID) async throws -> (bytes: [UInt8], attachment: Attachment)? {
+    package nonisolated func attachmentBytes(of message: MessageID) async throws -> (bytes: [UInt8], attachment: Attachment)? {
         try await offTheCaller { try self.readAttachment(of: message) }
     }
 

@@ -5,12 +5,8 @@ import ChorusProjections
 import Foundation
 
 extension Node {
-    /// Creates a network and its first node, which holds the network's coin
-    /// issuer key (a shop's or operator's node), in one call. Share
-    /// `network.invite` with every other node of the network
-    /// (`NetworkConfig(invite:)`); never build a second `NetworkConfig` for
-    /// the same network: a fresh one has a fresh network key.
-    public static func createNetwork(
+    /// `createNetwork(at:)` for a path (the command line's form).
+    package static func createNetwork(
         at path: String, deviceName: String? = nil, slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices,
         options: NodeOptions = NodeOptions()
     ) async throws -> (node: Node, network: NetworkConfig) {
@@ -23,19 +19,30 @@ extension Node {
 
     // MARK: File URLs and Data
 
-    /// `create(at:)` for a file URL.
+    /// Creates a new store at a file URL, joining `network` (from its
+    /// invite: `NetworkConfig(invite:)`), with a fresh user key and device
+    /// key, and appends the first event: the user key binding the device
+    /// (`device.added`, carrying the device's consent). To found a new
+    /// network, `createNetwork(at:)`.
     public static func create(
         at url: URL, deviceName: String? = nil, network: NetworkConfig, options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try await create(at: try path(of: url), deviceName: deviceName, network: network, options: options)
     }
 
-    /// `open(at:)` for a file URL.
+    /// Opens an existing store at a file URL. Read-write opening takes the
+    /// store's writer lock, so two processes never write the same feeds at
+    /// once; it waits up to a minute for the lock, then throws
+    /// `NodeError.storeInUse`.
     public static func open(at url: URL, readOnly: Bool = false, options: NodeOptions = NodeOptions()) async throws -> Node {
         try await open(at: try path(of: url), readOnly: readOnly, options: options)
     }
 
-    /// `createNetwork(at:)` for a file URL.
+    /// Creates a network and its first node, which holds the network's coin
+    /// issuer key (a shop's or operator's node), in one call, at a file URL.
+    /// Share `network.invite` with every other node of the network
+    /// (`NetworkConfig(invite:)`); never build a second `NetworkConfig` for
+    /// the same network: a fresh one has a fresh network key.
     public static func createNetwork(
         at url: URL, deviceName: String? = nil, slotPrices: [UInt64] = NetworkConfig.defaultSlotPrices,
         options: NodeOptions = NodeOptions()
@@ -43,23 +50,14 @@ extension Node {
         try await createNetwork(at: try path(of: url), deviceName: deviceName, slotPrices: slotPrices, options: options)
     }
 
-    /// `addPicture` for image bytes in `Data` (a photo picker's, a file's).
-    @discardableResult
-    public func addPicture(_ data: Data, mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
-        try await addPicture([UInt8](data), mime: mime, caption: caption)
-    }
-
-    /// `createDevice(at:user:)` for a file URL.
+    /// Creates a store at a file URL for another device of an existing
+    /// user: only a device key is made here. The user binds it from a node
+    /// holding the user key with `addDevice(_:proof:name:)`, using
+    /// `bindingProof()`.
     public static func createDevice(
         at url: URL, user: UserID, network: NetworkConfig, options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try await createDevice(at: try path(of: url), user: user, network: network, options: options)
-    }
-
-    /// `sendMessage` with a picture sent inside the chat given as `Data`.
-    @discardableResult
-    public func sendMessage(_ chat: ChatID, text: String? = nil, image: Data) async throws -> Mutation<MessageID> {
-        try await sendMessage(chat, text: text, image: [UInt8](image))
     }
 
     /// The bytes of a live picture, to show it. Throws
@@ -83,8 +81,10 @@ extension Node {
         }
     }
 
-    /// The decrypted bytes of a picture sent in a chat (see
-    /// `attachmentBytes(of:)`), as `Data`; nil when this device cannot read them.
+    /// The decrypted bytes of a picture sent in a chat, with its type and
+    /// size; nil when this device cannot read them (not a member when it was
+    /// sent, or its key not shared with this device yet). Decrypting takes
+    /// milliseconds, so it runs off the caller's thread.
     public nonisolated func attachmentData(of message: MessageID) async throws -> (data: Data, attachment: Attachment)? {
         try await offTheCaller { try self.readAttachment(of: message).map { (Data($0.bytes), $0.attachment) } }
     }

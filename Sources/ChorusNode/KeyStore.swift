@@ -14,7 +14,7 @@ public struct Identity: Hashable, Sendable {
     public let issuer: PublicKey?
 
     /// Creates an identity from its public keys; `issuer` only for a node holding an issuer key.
-    public init(user: UserID, device: DeviceID, issuer: PublicKey? = nil) {
+    package init(user: UserID, device: DeviceID, issuer: PublicKey? = nil) {
         self.user = user
         self.device = device
         self.issuer = issuer

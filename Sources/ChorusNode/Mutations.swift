@@ -107,10 +107,19 @@ extension Node {
 
     // MARK: Pictures
 
-    /// Stores the image bytes as a blob and creates a picture owned by this
-    /// user, atomically. The id is chosen here, so it works offline.
+    /// Stores the image bytes (a photo picker's, a file's) as a blob and
+    /// creates a picture owned by this user, atomically. The id is chosen
+    /// here, so it works offline. `mime` defaults to the type the bytes'
+    /// signature shows (PNG, JPEG, GIF, WebP, HEIC, AVIF); other bytes are
+    /// refused with `.notAnImage` unless `mime` names their type.
     @discardableResult
-    public func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
+    public func addPicture(_ data: Data, mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
+        try await addPicture([UInt8](data), mime: mime, caption: caption)
+    }
+
+    /// `addPicture` for bytes in an array (the command line's form).
+    @discardableResult
+    package func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
         let sniffed = try checkedImage(bytes, mime: mime)
         let mime = sniffed.mime
         let id = Random.bytes32()
@@ -325,7 +334,15 @@ extension Node {
     /// and synced is the ciphertext (Specs/encryption.md §7). `picture`
     /// refers to an existing picture by id.
     @discardableResult
-    public func sendMessage(_ chat: ChatID, text: String? = nil, picture: PictureID? = nil, image: [UInt8]? = nil) async throws
+    public func sendMessage(_ chat: ChatID, text: String? = nil, picture: PictureID? = nil, image: Data? = nil) async throws
+        -> Mutation<MessageID>
+    {
+        try await sendMessage(chat, text: text, picture: picture, image: image.map { [UInt8]($0) })
+    }
+
+    /// `sendMessage` with the image's bytes in an array (the command line's form).
+    @discardableResult
+    package func sendMessage(_ chat: ChatID, text: String? = nil, picture: PictureID? = nil, image: [UInt8]?) async throws
         -> Mutation<MessageID>
     {
         guard text != nil || picture != nil || image != nil else {
@@ -515,7 +532,7 @@ extension Node {
 
     /// Creates an issuer key in a closed store and adds it to the store's
     /// network configuration; the next open rebuilds the projections.
-    public static func createIssuer(at path: String) throws -> PublicKey {
+    package static func createIssuer(at path: String) throws -> PublicKey {
         guard FileManager.default.fileExists(atPath: KeyStore.deviceKeyPath(path)) else {
             throw NodeError.notInitialized(path: path)
         }

@@ -13,10 +13,8 @@ import Synchronization
 /// Creating, opening, locking and upgrading a store: how a `Node` comes to
 /// be (Specs/storage.md §1, §4, §6).
 extension Node {
-    /// Creates a new store with a fresh user key and device key, and appends
-    /// the first event: the user key binding the device (`device.added`,
-    /// carrying the device's consent).
-    public static func create(
+    /// `create(at:)` for a path (the command line's form).
+    package static func create(
         at path: String, deviceName: String? = nil, network: NetworkConfig,
         options: NodeOptions = NodeOptions()
     ) async throws -> Node {
@@ -36,10 +34,8 @@ extension Node {
         return node
     }
 
-    /// Creates a store for another device of an existing user: only a
-    /// device key is made here. The user binds it from a node holding the
-    /// user key with `addDevice(_:proof:name:)`, using `bindingProof`.
-    public static func createDevice(
+    /// `createDevice(at:user:)` for a path (the command line's form).
+    package static func createDevice(
         at path: String, user: UserID, network: NetworkConfig, options: NodeOptions = NodeOptions()
     ) async throws -> Node {
         try prepareDirectory(path, network: network)
@@ -62,9 +58,8 @@ extension Node {
         try network.write(to: path + "/" + NetworkConfig.fileName)
     }
 
-    /// Opens an existing store. Read-write opening takes the store's writer
-    /// lock, so two processes never write the same feeds at once.
-    public static func open(at path: String, readOnly: Bool = false, options: NodeOptions = NodeOptions()) async throws
+    /// `open(at:)` for a path (the command line's form).
+    package static func open(at path: String, readOnly: Bool = false, options: NodeOptions = NodeOptions()) async throws
         -> Node
     {
         guard FileManager.default.fileExists(atPath: KeyStore.deviceKeyPath(path)) else {
@@ -185,6 +180,14 @@ extension Node {
     /// resumes where it stopped. `progress` counts the entries copied over
     /// every step the store needs.
     public static func upgrade(
+        at url: URL, options: NodeOptions = NodeOptions(), progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
+    ) async throws -> Bool {
+        guard url.isFileURL else { throw NodeError.notAFileURL(url.absoluteString) }
+        return try await upgrade(at: url.path, options: options, progress: progress)
+    }
+
+    /// `upgrade(at:)` for a path (the command line's form).
+    package static func upgrade(
         at path: String, options: NodeOptions = NodeOptions(), progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
     ) async throws -> Bool {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else { throw NodeError.notInitialized(path: path) }

@@ -65,42 +65,39 @@ extension Node {
 
     // MARK: Relationships
 
-    /// Users following `user`, leaving out those `user` blocked, in key order.
-    public nonisolated func followers(of user: UserID) throws -> [UserID] { try projections.followers(of: user) }
-
-    /// A page of `followers(of:)`: up to `limit` users after `after`.
-    public nonisolated func followers(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
-        try projections.followers(of: user, after: after, limit: limit)
+    /// Users following `user`, leaving out those `user` blocked, in key
+    /// order: all of them, or a page of up to `limit` users after `after`
+    /// (the last user of the page before).
+    public nonisolated func followers(of user: UserID, after: UserID? = nil, limit: Int? = nil) throws -> [UserID] {
+        if after == nil, limit == nil { return try projections.followers(of: user) }
+        return try projections.followers(of: user, after: after, limit: limit ?? .max)
     }
 
-    /// Users `user` follows now, in key order.
-    public nonisolated func following(of user: UserID) throws -> [UserID] { try projections.following(of: user) }
-
-    /// A page of `following(of:)`: up to `limit` users after `after`.
-    public nonisolated func following(of user: UserID, after: UserID?, limit: Int) throws -> [UserID] {
-        try projections.following(of: user, after: after, limit: limit)
+    /// Users `user` follows now, in key order: all of them, or a page of up
+    /// to `limit` users after `after`.
+    public nonisolated func following(of user: UserID, after: UserID? = nil, limit: Int? = nil) throws -> [UserID] {
+        if after == nil, limit == nil { return try projections.following(of: user) }
+        return try projections.following(of: user, after: after, limit: limit ?? .max)
     }
 
     /// Users `user` blocks now, in key order.
     public nonisolated func blocked(by user: UserID) throws -> [UserID] { try projections.blocked(by: user) }
 
-    /// Users who like a picture or message, in key order; empty once a
-    /// picture is deleted.
-    public nonisolated func likes<Object: Likeable>(of object: Object) throws -> [UserID] { try projections.likes(of: object) }
-
-    /// A page of `likes(of:)`: up to `limit` users after `after`.
-    public nonisolated func likes<Object: Likeable>(of object: Object, after: UserID?, limit: Int) throws -> [UserID] {
-        try projections.likes(of: object, after: after, limit: limit)
+    /// Users who like a picture or message, in key order (empty once a
+    /// picture is deleted): all of them, or a page of up to `limit` users
+    /// after `after`.
+    public nonisolated func likes<Object: Likeable>(of object: Object, after: UserID? = nil, limit: Int? = nil) throws -> [UserID] {
+        if after == nil, limit == nil { return try projections.likes(of: object) }
+        return try projections.likes(of: object, after: after, limit: limit ?? .max)
     }
 
     // MARK: Chats (sealed; `readableChat`, `readableChatPage` and `chatList` open them)
 
-    /// Chats `user` is a member of now, in creation order.
-    public nonisolated func chats(of user: UserID) throws -> [ChatView] { try projections.chats(of: user) }
-
-    /// A page of `chats(of:)`: up to `limit` chats after the chat `after`.
-    public nonisolated func chats(of user: UserID, after: ChatID?, limit: Int) throws -> [ChatView] {
-        try projections.chats(of: user, after: after, limit: limit)
+    /// Chats `user` is a member of now, in creation order: all of them, or
+    /// a page of up to `limit` chats after the chat `after`.
+    public nonisolated func chats(of user: UserID, after: ChatID? = nil, limit: Int? = nil) throws -> [ChatView] {
+        if after == nil, limit == nil { return try projections.chats(of: user) }
+        return try projections.chats(of: user, after: after, limit: limit ?? .max)
     }
 
     /// A chat's record and current members, nil when this node holds no creation.

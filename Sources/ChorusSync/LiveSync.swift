@@ -71,7 +71,7 @@ public struct Backoff: Hashable, Sendable {
 
     /// The wait after the `failures`-th failure in a row (from 1), given a
     /// uniform random number in 0..<1.
-    public func delay(afterFailure failures: Int, random: Double) -> Duration {
+    package func delay(afterFailure failures: Int, random: Double) -> Duration {
         let base = Double(initial.components.seconds) + Double(initial.components.attoseconds) / 1e18
         let cap = Double(maximum.components.seconds) + Double(maximum.components.attoseconds) / 1e18
         let full = min(cap, base * pow(multiplier, Double(max(0, failures - 1))))
