@@ -302,7 +302,7 @@ struct FaultTests {
         let node = try await makeNode(dir, "server", network: net)
         let events = try manyEvents(feeds: 8, perFeed: 500, padding: 900, seed: 3)  // about 4 MB
         #expect(await node.ingest(events: events).accepted == events.count)
-        var options = SyncOptions(live: true)
+        var options = SyncOptions.patient(live: true)
         // Applies to the honest session too: long enough that a loaded
         // machine (the whole suite runs in parallel) never idles it out.
         options.idleTimeout = .seconds(20)

@@ -120,7 +120,7 @@ struct KeyDeliveryTests {
         let chat = try await alice.createChat(title: "Live", members: [bob.identity.user]).object
         let server = try SyncServer(node: alice, options: .patient)
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
-        let live = Task { try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: SyncOptions(live: true)) }
+        let live = Task { try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: .patient(live: true)) }
         let readable = try await eventually(.seconds(60)) {
             guard let view = try bob.projections.chatView(chat) else { return false }
             return try bob.readableChat(view).title?.value == "Live"

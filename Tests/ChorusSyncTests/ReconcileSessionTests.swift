@@ -177,7 +177,7 @@ struct BudgetTests {
         let other = try await makeNode(dir, "other", network: net)
         let events = try manyEvents(feeds: 5, perFeed: 50, seed: 4)
         #expect(await server.ingest(events: events).accepted == 250)
-        var options = SyncOptions(live: false)
+        var options = SyncOptions.patient
         options.budget = SessionBudget(events: 100, bytes: 1 << 30)
         let sync = try SyncServer(node: server, options: options)
         let listener = try await sync.listen(host: "127.0.0.1", port: 0)

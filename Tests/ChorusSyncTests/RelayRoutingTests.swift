@@ -12,7 +12,7 @@ import Testing
 @Suite("Sync by relay lists, over TCP on 127.0.0.1", .closingNodes)
 struct RelayRoutingTests {
     static func serve(_ dir: SyncTempDir, _ name: String, network: NetworkConfig) async throws -> ServedRelay {
-        try await ServedRelay.start(dir, name, network: network, options: SyncOptions(live: true))
+        try await ServedRelay.start(dir, name, network: network, options: .patient(live: true))
     }
 
     static func bio(_ node: Node, of user: UserID) throws -> String? {

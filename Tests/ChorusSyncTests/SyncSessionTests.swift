@@ -199,7 +199,7 @@ struct SyncSessionTests {
         // Live announcements may overtake a side's "done" under load: the
         // test closes only once both sides reported completion.
         let completed = LogLines()
-        var options = SyncOptions(live: true)
+        var options = SyncOptions.patient(live: true)
         options.onComplete = { _ in completed.append("complete") }
         let sa = try SyncSession(node: a, transport: ta, options: options)
         let sb = try SyncSession(node: b, transport: tb, options: options)
@@ -234,10 +234,10 @@ struct SyncSessionTests {
         for n in [followed, stranger, reader] { try await syncPair(hub, n) }
         let strangerHeld = try reader.head(of: stranger.identity.device.raw)?.seq
         let (tr, th) = MemoryTransport.pair(reader.identity.device.raw, hub.identity.device.raw)
-        var scoped = SyncOptions(live: true)
+        var scoped = SyncOptions.patient(live: true)
         scoped.scope = ReplicationScope(hops: 1)
         let sr = try SyncSession(node: reader, transport: tr, options: scoped)
-        let sh = try SyncSession(node: hub, transport: th, options: SyncOptions(live: true))
+        let sh = try SyncSession(node: hub, transport: th, options: .patient(live: true))
         let runR = Task { try await sr.run() }
         let runH = Task { try await sh.run() }
         let first = try await followed.setProfile(.bio, .text("first"))

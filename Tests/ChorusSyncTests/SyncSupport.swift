@@ -142,8 +142,11 @@ extension SyncOptions {
     /// The defaults with a hello limit a loaded machine does not reach: with
     /// the whole suite on two cores, a session's peer task can start seconds
     /// late. Tests of the limit itself set their own.
-    static var patient: SyncOptions {
-        var options = SyncOptions()
+    static var patient: SyncOptions { patient(live: false) }
+
+    /// `patient`, live or not.
+    static func patient(live: Bool) -> SyncOptions {
+        var options = SyncOptions(live: live)
         options.helloTimeout = .seconds(120)
         return options
     }

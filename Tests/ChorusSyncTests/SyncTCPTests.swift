@@ -26,7 +26,7 @@ struct SyncTCPTests {
         #expect(try feedHeads(client) == feedHeads(server))
         #expect(try digest(client) == digest(server))
 
-        var options = SyncOptions(live: true)
+        var options = SyncOptions.patient(live: true)
         options.onComplete = { _ in }
         let opts = options
         let live = Task { try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port, options: opts) }
