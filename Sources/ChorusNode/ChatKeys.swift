@@ -27,6 +27,7 @@ final class KeyRing: Sendable {
 
 /// What a member's device can show of a sealed value (Specs/encryption.md §8).
 public enum Readable<Content: Hashable & Sendable>: Hashable, Sendable {
+    /// The value, opened with a key this device holds.
     case content(Content)
     /// This device holds no key of the value's epoch.
     case locked(epoch: Hash32?)

@@ -7,7 +7,10 @@ import ChorusProjections
 /// replica, whether it changes anything (Specs/projections.md §2), and say
 /// why not with a stable code (`duplicate_receipt`, `beyond_rights`, …).
 public enum Effect: Hashable, Sendable {
+    /// The event changed the state it targets.
     case applied
+    /// The event is stored and synced but changes nothing, for the reason
+    /// given (its `code` is stable: Specs/projections.md §4).
     case noEffect(NoEffect)
 
     /// Whether the event took effect.

@@ -7,9 +7,13 @@ import Foundation
 
 /// Where `movePicture` puts a picture in its owner's gallery.
 public enum GalleryPlacement: Sendable, Hashable {
+    /// Before every other picture.
     case first
+    /// After every other picture.
     case last
+    /// Just before the given picture of the same gallery.
     case before(PictureID)
+    /// Just after the given picture of the same gallery.
     case after(PictureID)
 }
 

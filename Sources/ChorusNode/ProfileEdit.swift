@@ -8,14 +8,21 @@ import Foundation
 /// carries the value its field's schema takes (Specs/events.md §6.2);
 /// `.clear(field)` sets the field to null.
 public enum ProfileEdit: Sendable, Hashable {
+    /// The display name: 1 to 100 UTF-8 bytes.
     case name(String)
+    /// Free text about the user: up to 1000 UTF-8 bytes.
     case bio(String)
+    /// Up to 100 UTF-8 bytes.
     case city(String)
+    /// Up to 32 UTF-8 bytes, as the user writes it.
     case gender(String)
+    /// Up to 200 UTF-8 bytes.
     case website(String)
     /// Year, month and day are required.
     case birthday(DateComponents)
+    /// One of this user's live pictures.
     case avatar(PictureID)
+    /// Sets the field to null, whatever its type.
     case clear(ProfileField)
 
     /// The profile field this edit sets or clears.
