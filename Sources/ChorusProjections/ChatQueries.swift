@@ -157,9 +157,8 @@ extension Projections {
         let record = try ChatRecord.decode(raw)
         var members: [MemberView] = []
         try txn.scanInPlace(state, prefix: Table.member.key(id)) { key, value in
-            let m = try Membership.decode(Array(value))
-            if m.isCurrent, let since = m.intervals.last?.from {
-                members.append(MemberView(user: UserID(try Codec.b32(UnsafeRawBufferPointer(rebasing: key[33...]), "member")), admin: m.admin, since: since))
+            if let (admin, since) = try Membership.current(Array(value)) {
+                members.append(MemberView(user: UserID(try Codec.b32(UnsafeRawBufferPointer(rebasing: key[33...]), "member")), admin: admin, since: since))
             }
             return true
         }

@@ -79,6 +79,40 @@ package struct Membership: Hashable, Sendable {
         return try decodeWhole(raw)
     }
 
+    /// The admin flag and the start of the open interval of a current
+    /// membership; nil when the membership is not current. Read in place
+    /// without keeping the intervals: a chat list reads every member of
+    /// every chat it shows.
+    static func current(_ raw: [UInt8]) throws -> (admin: Bool, since: HLC)? {
+        var r = HeadReader(raw)
+        if r.head(major: 4) == 2, let flag = r.simple(), flag == 0xF4 || flag == 0xF5, let count = r.head(major: 4), count <= raw.count {
+            var last: (from: UInt64, open: Bool)? = nil
+            var fine = true
+            for _ in 0..<count {
+                guard r.head(major: 4) == 2, let from = r.head(major: 0) else {
+                    fine = false
+                    break
+                }
+                if r.peek == 0xF6 {
+                    _ = r.simple()
+                    last = (from, true)
+                } else if r.head(major: 0) != nil {
+                    last = (from, false)
+                } else {
+                    fine = false
+                    break
+                }
+            }
+            if fine, r.atEnd {
+                guard let last, last.open else { return nil }
+                return (flag == 0xF5, HLC(rawValue: last.from))
+            }
+        }
+        let m = try decodeWhole(raw)
+        guard m.isCurrent, let since = m.intervals.last?.from else { return nil }
+        return (m.admin, since)
+    }
+
     static func decodeWhole(_ raw: [UInt8]) throws -> Membership {
         let v = try Codec.decode(raw, "membership")
         guard let a = v.arrayValue, a.count == 2, let admin = a[0].boolValue, let list = a[1].arrayValue else {
@@ -164,12 +198,11 @@ struct MessageRecord: Hashable, Sendable {
     /// edit's sealed body replaces when this node holds the edit's payload;
     /// the encrypted picture's blob and size. The fold and the reading of a
     /// stored entry both decide it here, so they cannot differ.
-    static func live(sender: PublicKey, device: PublicKey, hlc: HLC, sent payload: CBORValue, edit: (hlc: HLC, author: PublicKey, payload: CBORValue?)?)
+    static func live(sender: PublicKey, device: PublicKey, hlc: HLC, sent: SentParts?, edit: (hlc: HLC, author: PublicKey, body: [UInt8]?)?)
         -> MessageRecord
     {
         var record = MessageRecord(sender: sender, device: device, hlc: hlc)
-        let sent = try? MessageSentPayload(reading: payload)
-        record.body = edit?.payload.flatMap { try? MessageEditedPayload(reading: $0) }?.body ?? sent?.body
+        record.body = edit?.body ?? sent?.body
         if let blob = sent?.blob, let size = sent?.size {
             record.blob = blob
             record.size = size
@@ -180,6 +213,57 @@ struct MessageRecord: Hashable, Sendable {
             record.editor = edit.author
         }
         return record
+    }
+
+    /// What a record takes from its `message.sent` payload.
+    struct SentParts {
+        let body: [UInt8]
+        let blob: Hash32?
+        let size: UInt64?
+
+        /// The payload's parts; nil when it is not a `message.sent` payload
+        /// (the record then shows no body, as for any payload it cannot read).
+        static func read(_ raw: [UInt8], at arrival: UInt64) throws -> SentParts? {
+            if let parts = inPlace(raw) { return parts }
+            let payload = try Codec.decode(raw, "payload of the message at arrival \(arrival)")
+            return (try? MessageSentPayload(reading: payload)).map { SentParts(body: $0.body, blob: $0.blob, size: $0.size) }
+        }
+
+        /// Read in place: a chat page or list reads a payload per message.
+        /// Only the canonical layout (keys `blob`, `body`, `size` in that
+        /// order, `blob` and `size` optional) is read here; anything else
+        /// goes the long way, which decides the same for this layout.
+        static func inPlace(_ raw: [UInt8]) -> SentParts? {
+            var r = HeadReader(raw)
+            guard var remaining = r.head(major: 5), (1...3).contains(remaining) else { return nil }
+            var blob: Hash32? = nil
+            if r.text("blob") {
+                guard let b = r.bytes32() else { return nil }
+                blob = b
+                remaining -= 1
+            }
+            guard remaining > 0, r.text("body"), let body = r.byteString() else { return nil }
+            remaining -= 1
+            var size: UInt64? = nil
+            if remaining > 0 {
+                guard r.text("size"), let n = r.head(major: 0) else { return nil }
+                size = n
+                remaining -= 1
+            }
+            guard remaining == 0, r.atEnd else { return nil }
+            return SentParts(body: body, blob: blob, size: size)
+        }
+    }
+
+    /// The sealed body of a `message.edited` payload; nil when it is not one.
+    static func editedBody(_ raw: [UInt8], at arrival: UInt64) throws -> [UInt8]? {
+        // Read in place when canonical: keys `body`, `chat`, in that order.
+        var r = HeadReader(raw)
+        if r.head(major: 5) == 2, r.text("body"), let body = r.byteString(), r.text("chat"), r.bytes32() != nil, r.atEnd {
+            return body
+        }
+        let payload = try Codec.decode(raw, "payload of the edit at arrival \(arrival)")
+        return (try? MessageEditedPayload(reading: payload))?.body
     }
 
     static func decode(_ raw: [UInt8]) throws -> MessageRecord {
@@ -347,12 +431,12 @@ struct MessageEntry: Sendable {
             record.purged = true
             return record
         }
-        let payload = try Codec.decode(payloads.sent, "payload of the message at arrival \(sent)")
-        var edited: (hlc: HLC, author: PublicKey, payload: CBORValue?)? = nil
+        let parts = try MessageRecord.SentParts.read(payloads.sent, at: sent)
+        var edited: (hlc: HLC, author: PublicKey, body: [UInt8]?)? = nil
         if let edit {
-            edited = (edit.hlc, edit.author, try payloads.edit.map { try Codec.decode($0, "payload of the edit at arrival \(edit.arrival)") })
+            edited = (edit.hlc, edit.author, try payloads.edit.flatMap { try MessageRecord.editedBody($0, at: edit.arrival) })
         }
-        return MessageRecord.live(sender: sender, device: device, hlc: hlc, sent: payload, edit: edited)
+        return MessageRecord.live(sender: sender, device: device, hlc: hlc, sent: parts, edit: edited)
     }
 }
 

@@ -329,6 +329,59 @@ struct RecordTests {
         #expect(lines.allSatisfy { line in bodies.contains { line.contains(Hex.encode($0)) } })
     }
 
+    @Test("message payloads and memberships read in place give what the long way gives, and leave other layouts to it")
+    func inPlaceReadersAgreeWithTheLongWay() throws {
+        var rng = SplitMix64(seed: 0x1A_91AC_E)
+        func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
+        func longSent(_ raw: [UInt8]) -> MessageRecord.SentParts? {
+            (try? MessageSentPayload(reading: try CBORDecoder.decode(raw))).map { .init(body: $0.body, blob: $0.blob, size: $0.size) }
+        }
+        let sizes: [UInt64] = [0, 23, 24, 65_536, .max]
+        var canonical = 0
+        for combination in 0..<(1 << 5) {
+            func has(_ bit: Int) -> Bool { combination & (1 << bit) != 0 }
+            var map: [(String, CBORValue)] = []
+            if has(0) { map.append(("body", .bytes(bytes([0, 23, 24, 300][combination % 4])))) }
+            // A 31-byte blob breaks the schema; the long way reads no parts.
+            if has(1) { map.append(("blob", .bytes(bytes(has(4) ? 31 : 32)))) }
+            if has(2) { map.append(("size", .unsigned(sizes[combination % sizes.count]))) }
+            if has(3) { map.append(("zzzz", .unsigned(1))) }  // a field of a newer version
+            let raw = CBOREncoder.encode(.textMap(map))
+            let fast = MessageRecord.SentParts.inPlace(raw)
+            if fast != nil { canonical += 1 }
+            let read = try MessageRecord.SentParts.read(raw, at: 1)
+            #expect(read?.body == longSent(raw)?.body && read?.blob == longSent(raw)?.blob && read?.size == longSent(raw)?.size, "\(combination)")
+            if let fast { #expect(fast.body == read?.body && fast.blob == read?.blob && fast.size == read?.size) }
+            if has(3) || (has(1) && has(4)) { #expect(fast == nil, "\(combination): only the canonical layout is read in place") }
+        }
+        #expect(canonical >= 4)
+        // A non-canonical head (a body length in two bytes where one does)
+        // goes the long way, which refuses it as damage, as the log never
+        // holds one (Specs/events.md §2).
+        let long = [0xA1, 0x64] + Array("body".utf8) + [0x59, 0x00, 0x02, 7, 8]
+        #expect(MessageRecord.SentParts.inPlace(long) == nil)
+        #expect(throws: ProjectionError.self) { try MessageRecord.SentParts.read(long, at: 1) }
+        // An edit: canonical, with a field of a newer version, and not an edit at all.
+        let chat = bytes(32)
+        let edit = CBOREncoder.encode(.textMap([("chat", .bytes(chat)), ("body", .bytes([1, 2, 3]))]))
+        #expect(try MessageRecord.editedBody(edit, at: 1) == [1, 2, 3])
+        let newer = CBOREncoder.encode(.textMap([("chat", .bytes(chat)), ("body", .bytes([4])), ("zzzz", .null)]))
+        #expect(try MessageRecord.editedBody(newer, at: 1) == (try? MessageEditedPayload(reading: try CBORDecoder.decode(newer)))?.body)
+        #expect(try MessageRecord.editedBody(CBOREncoder.encode(.textMap([("body", .bytes([4]))])), at: 1) == nil)
+        #expect(throws: (any Error).self) { try MessageRecord.editedBody([0xFF], at: 1) }
+
+        // Memberships: the current one's flag and start, as the whole decode says.
+        for intervals in [[(HLC(rawValue: 5), HLC?.none)], [(HLC(rawValue: 5), HLC(rawValue: 9))],
+                          [(HLC(rawValue: 1), HLC(rawValue: 2)), (HLC(rawValue: 300), nil)], []] {
+            for admin in [false, true] {
+                let m = Membership(admin: admin, intervals: intervals)
+                let current = try Membership.current(m.encoded())
+                #expect(current?.admin == (m.isCurrent ? admin : nil))
+                #expect(current?.since == (m.isCurrent ? intervals.last?.0 : nil))
+            }
+        }
+    }
+
     private func contains(_ haystack: [UInt8], _ needle: ArraySlice<UInt8>) -> Bool {
         guard needle.count <= haystack.count else { return false }
         return (0...(haystack.count - needle.count)).contains { haystack[$0..<$0 + needle.count].elementsEqual(needle) }
