@@ -335,7 +335,7 @@ struct FaultTests {
             }
         }
         let report = try await bounded(.seconds(120), "honest sync") {
-            try await SyncNetwork.sync(honest, host: "127.0.0.1", port: listener.port)
+            try await SyncNetwork.sync(honest, host: "127.0.0.1", port: listener.port, options: .patient)
         }
         #expect(report.complete && report.eventsReceived >= events.count)
         #expect(try digest(honest) == digest(node))
@@ -411,12 +411,12 @@ struct FaultTests {
         #expect(await p2.ingest(events: try manyEvents(feeds: 2, perFeed: 300, seed: 5)).accepted == 600)
         let started = ContinuousClock.now
         try await bounded(.seconds(90), "honest syncs") {
-            async let r1 = SyncNetwork.sync(p1, host: "127.0.0.1", port: port)
-            async let r2 = SyncNetwork.sync(p2, host: "127.0.0.1", port: port)
+            async let r1 = SyncNetwork.sync(p1, host: "127.0.0.1", port: port, options: .patient)
+            async let r2 = SyncNetwork.sync(p2, host: "127.0.0.1", port: port, options: .patient)
             let (a, b) = try await (r1, r2)
             #expect(a.complete && b.complete)
-            let again1 = try await SyncNetwork.sync(p1, host: "127.0.0.1", port: port)
-            let again2 = try await SyncNetwork.sync(p2, host: "127.0.0.1", port: port)
+            let again1 = try await SyncNetwork.sync(p1, host: "127.0.0.1", port: port, options: .patient)
+            let again2 = try await SyncNetwork.sync(p2, host: "127.0.0.1", port: port, options: .patient)
             #expect(again1.complete && again2.complete)
         }
         let honestTime = ContinuousClock.now - started

@@ -73,7 +73,7 @@ struct HostingTests {
         // key's feed (her binding) is kept, and the session is not a fault.
         _ = try await carol.setProfile(.bio, .text("Carol, unlisted"))
         let direct = try await bounded(.seconds(30), "carol's direct sync") {
-            try await SyncNetwork.sync(carol, host: "127.0.0.1", port: r1.listener.port)
+            try await SyncNetwork.sync(carol, host: "127.0.0.1", port: r1.listener.port, options: .patient)
         }
         #expect(direct.complete)
         #expect(try Self.height(r1.node, carol.identity.device.raw) == 0)
@@ -202,7 +202,7 @@ struct HostingTests {
         for text in ["told the old relay", "after that"] {
             _ = try await alice.setProfile(.bio, .text(text))
             _ = try await bounded(.seconds(30), "alice syncs with the old relay") {
-                try await SyncNetwork.sync(alice, host: "127.0.0.1", port: old.listener.port)
+                try await SyncNetwork.sync(alice, host: "127.0.0.1", port: old.listener.port, options: .patient)
             }
         }
         _ = try await Self.syncByLists(alice, hops: 0)

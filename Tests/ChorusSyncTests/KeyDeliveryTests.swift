@@ -26,7 +26,7 @@ struct KeyDeliveryTests {
         let server = try SyncServer(node: alice, options: .patient)
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
         let report = try await bounded(.seconds(60), "bob's one sync") {
-            try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port)
+            try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: .patient)
         }
         #expect(report.complete && report.sessions >= 2, "the key came in a follow-up session: \(report.sessions) sessions")
         let view = try #require(try bob.projections.chatView(chat))

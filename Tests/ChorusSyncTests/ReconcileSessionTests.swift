@@ -197,8 +197,8 @@ struct BudgetTests {
         // The library's sync continues until nothing is missing.
         let port = listener.port
         let (report, otherReport) = try await bounded(.seconds(120), "budgeted syncs") {
-            async let full = SyncNetwork.sync(hungry, host: "127.0.0.1", port: port)
-            async let meanwhile = SyncNetwork.sync(other, host: "127.0.0.1", port: port)
+            async let full = SyncNetwork.sync(hungry, host: "127.0.0.1", port: port, options: .patient)
+            async let meanwhile = SyncNetwork.sync(other, host: "127.0.0.1", port: port, options: .patient)
             return (try await full, try await meanwhile)
         }
         #expect(report.complete && !report.partial)

@@ -120,11 +120,14 @@ struct ServedRelay {
     /// This relay in a relay list, with `roles`.
     func relay(_ roles: Relay.Roles) -> Relay { Relay(address: address, key: key, roles: roles) }
 
-    /// A new node `name` serving with `options` (`chorus serve`'s by default).
+    /// A new node `name` serving with `options` (`chorus serve`'s by
+    /// default), waiting for a hello as long as `SyncOptions.patient` does.
     static func start(
         _ dir: SyncTempDir, _ name: String, network: NetworkConfig, options: SyncOptions = .relay(hostsListed: false)
     ) async throws -> ServedRelay {
         let node = try await makeNode(dir, name, network: network)
+        var options = options
+        options.helloTimeout = SyncOptions.patient.helloTimeout
         let server = try SyncServer(node: node, options: options)
         let relay = ServedRelay(node: node, server: server, listener: try await server.listen(host: "127.0.0.1", port: 0))
         OpenedInTest.current?.add { await relay.stop() }

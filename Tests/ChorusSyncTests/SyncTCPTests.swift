@@ -20,7 +20,7 @@ struct SyncTCPTests {
         let sync = try SyncServer(node: server, options: .patient, logger: collectingLogger(lines))
         let listener = try await sync.listen(host: "127.0.0.1", port: 0)
         let report = try await bounded(.seconds(120), "tcp sync") {
-            try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port)
+            try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port, options: .patient)
         }
         #expect(report.complete && report.blobsReceived == 1 && report.eventsSent >= 1)
         #expect(try feedHeads(client) == feedHeads(server))
@@ -74,7 +74,7 @@ struct ConnectionLimitTests {
         #expect(try await eventually(.seconds(30)) { closedByServer() >= 40 - 8 }, "only \(closedByServer()) closed")
         // The honest peer still completes its sync: it evicts the oldest idle one.
         let report = try await bounded(.seconds(60), "an honest sync beside idle connections") {
-            try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port)
+            try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port, options: .patient)
         }
         #expect(report.complete)
         #expect(try client.head(of: server.identity.device.raw) != nil)
