@@ -54,63 +54,48 @@ package struct Membership: Hashable, Sendable {
         // Read in place: a chat list reads every member of its page's chats,
         // and the folds read memberships for every message. Anything but
         // the canonical layout `encoded()` writes goes the long way.
-        var r = HeadReader(raw)
-        if r.head(major: 4) == 2, let flag = r.simple(), flag == 0xF4 || flag == 0xF5, let count = r.head(major: 4), count <= raw.count {
-            var intervals: [(from: HLC, to: HLC?)] = []
-            intervals.reserveCapacity(Int(count))
-            var fine = true
-            for _ in 0..<count {
-                guard r.head(major: 4) == 2, let from = r.head(major: 0) else {
-                    fine = false
-                    break
-                }
-                if r.peek == 0xF6 {
-                    _ = r.simple()
-                    intervals.append((HLC(rawValue: from), nil))
-                } else if let to = r.head(major: 0) {
-                    intervals.append((HLC(rawValue: from), HLC(rawValue: to)))
-                } else {
-                    fine = false
-                    break
-                }
-            }
-            if fine, r.atEnd { return Membership(admin: flag == 0xF5, intervals: intervals) }
+        var intervals: [(from: HLC, to: HLC?)] = []
+        if let admin = walkInPlace(raw, reserve: { intervals.reserveCapacity($0) }, { intervals.append((HLC(rawValue: $0), $1.map(HLC.init(rawValue:)))) }) {
+            return Membership(admin: admin, intervals: intervals)
         }
         return try decodeWhole(raw)
     }
 
     /// The admin flag and the start of the open interval of a current
-    /// membership; nil when the membership is not current. Read in place
-    /// without keeping the intervals: a chat list reads every member of
-    /// every chat it shows.
+    /// membership; nil when the membership is not current. Keeps no
+    /// intervals: a chat list reads every member of every chat it shows.
     static func current(_ raw: [UInt8]) throws -> (admin: Bool, since: HLC)? {
-        var r = HeadReader(raw)
-        if r.head(major: 4) == 2, let flag = r.simple(), flag == 0xF4 || flag == 0xF5, let count = r.head(major: 4), count <= raw.count {
-            var last: (from: UInt64, open: Bool)? = nil
-            var fine = true
-            for _ in 0..<count {
-                guard r.head(major: 4) == 2, let from = r.head(major: 0) else {
-                    fine = false
-                    break
-                }
-                if r.peek == 0xF6 {
-                    _ = r.simple()
-                    last = (from, true)
-                } else if r.head(major: 0) != nil {
-                    last = (from, false)
-                } else {
-                    fine = false
-                    break
-                }
-            }
-            if fine, r.atEnd {
-                guard let last, last.open else { return nil }
-                return (flag == 0xF5, HLC(rawValue: last.from))
-            }
+        var last: (from: UInt64, open: Bool)? = nil
+        if let admin = walkInPlace(raw, reserve: { _ in }, { last = ($0, $1 == nil) }) {
+            guard let last, last.open else { return nil }
+            return (admin, HLC(rawValue: last.from))
         }
         let m = try decodeWhole(raw)
         guard m.isCurrent, let since = m.intervals.last?.from else { return nil }
         return (m.admin, since)
+    }
+
+    /// Reads the canonical layout `encoded()` writes in place: calls
+    /// `reserve` with the number of intervals, then `interval` with each
+    /// one's bounds, and returns the admin flag; nil for any other layout
+    /// (the caller then decodes the long way).
+    private static func walkInPlace(_ raw: [UInt8], reserve: (Int) -> Void, _ interval: (UInt64, UInt64?) -> Void) -> Bool? {
+        var r = HeadReader(raw)
+        guard r.head(major: 4) == 2, let flag = r.simple(), flag == 0xF4 || flag == 0xF5, let count = r.head(major: 4), count <= raw.count
+        else { return nil }
+        reserve(Int(count))
+        for _ in 0..<count {
+            guard r.head(major: 4) == 2, let from = r.head(major: 0) else { return nil }
+            if r.peek == 0xF6 {
+                _ = r.simple()
+                interval(from, nil)
+            } else if let to = r.head(major: 0) {
+                interval(from, to)
+            } else {
+                return nil
+            }
+        }
+        return r.atEnd ? flag == 0xF5 : nil
     }
 
     static func decodeWhole(_ raw: [UInt8]) throws -> Membership {
