@@ -449,24 +449,25 @@ package struct ChatKeyTriggers: Sendable, Hashable {
     }
 
     /// Notes a received event; returns whether it can change an entitlement.
-    /// An exhaustive switch: a new kind must say.
+    /// Its kind says how (`EventKind.chatKeyRole`).
     @discardableResult
     package mutating func note(_ event: Event) -> Bool {
-        switch event.kind {
-        case .chatCreated, .chatMemberAdded, .chatMemberRemoved, .chatKey:
+        switch event.kind.chatKeyRole {
+        case .chatAccess:
             chats.insert(event.object)
             messages[event.object] = nil
             return true
-        case .messageSent:
+        case .message:
             list([event.id], in: event.object)
             return true
-        case .deviceAdded, .deviceRemoved, .deviceKey:
+        case .binding:
             keys.insert(event.author)
-            if event.kind != .deviceKey { keys.insert(event.object) }
+            keys.insert(event.object)
             return true
-        case .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved, .likeAdded,
-            .likeRemoved, .blockAdded, .blockRemoved, .messageEdited, .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinGiven,
-            .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
+        case .deviceKey:
+            keys.insert(event.author)
+            return true
+        case .none:
             return false
         }
     }

@@ -13,24 +13,10 @@ package enum FeedHosting {
         /// None of it: never requested; a refusal is never the peer's fault.
         case none
         /// A user key's own feed: its events of the directory kinds
-        /// (`isDirectoryKind`), and nothing after the first of another kind.
+        /// (`EventKind.isDirectoryKind`), and nothing after the first of another kind.
         case directory
         /// All of it: a user that names this relay `home`, an issuer, the relay itself.
         case all
-    }
-
-    /// Kinds a directory feed may hold: what a user key signs to say which
-    /// devices and relays are its. An exhaustive switch, so a new kind must say.
-    package static func isDirectoryKind(_ kind: EventKind) -> Bool {
-        switch kind {
-        case .deviceAdded, .deviceRemoved, .relaysSet:
-            true
-        case .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted, .followAdded, .followRemoved,
-            .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatCreated, .chatMemberAdded, .chatMemberRemoved, .messageSent,
-            .messageEdited, .messageDeleted, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked,
-            .slotSet, .unknown:
-            false
-        }
     }
 
     /// The directory `node` holds (Specs/sync.md §4.12): every key that has

@@ -17,14 +17,14 @@ package enum Addressing {
     /// purged or does not read as its kind is addressed to nobody.
     package static func addressees(of event: Event, userOf: (PublicKey) throws -> PublicKey) rethrows -> [PublicKey] {
         var out: Set<PublicKey> = []
-        switch event.kind {
-        case .followAdded, .followRemoved, .coinGiven:
+        switch event.kind.addressing {
+        case .objectUser:
             out.insert(event.object)
-        case .chatCreated:
+        case .payloadMembers:
             if let payload = event.payload, let p = try? ChatCreatedPayload(reading: payload) { out.formUnion(p.members) }
-        case .chatMemberAdded:
+        case .payloadUser:
             if let payload = event.payload, let p = try? ChatMemberAddedPayload(reading: payload) { out.insert(p.user) }
-        case .chatKey:
+        case .wrappedDevices:
             if let payload = event.payload, let p = try? ChatKeyPayload(reading: payload) {
                 // Each wrap starts with the recipient device's key (Specs/encryption.md §5).
                 var i = 0
@@ -33,9 +33,7 @@ package enum Addressing {
                     i += 80
                 }
             }
-        case .deviceAdded, .deviceRemoved, .deviceKey, .profileSet, .pictureCreated, .pictureCaptioned, .pictureMoved, .pictureDeleted,
-            .likeAdded, .likeRemoved, .blockAdded, .blockRemoved, .chatMemberRemoved, .messageSent, .messageEdited,
-            .messageDeleted, .chatRead, .coinCredited, .coinSpent, .coinRightsMoved, .slotUnlocked, .slotSet, .relaysSet, .unknown:
+        case .none:
             break
         }
         out.remove(try userOf(event.author))

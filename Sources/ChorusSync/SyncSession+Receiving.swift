@@ -162,7 +162,7 @@ extension SyncSession {
     func hosts(_ event: Event) throws -> Bool {
         let author = event.author
         if hosting.notHosted.contains(author) { return false }
-        if FeedHosting.isDirectoryKind(event.kind) || hosting.hosted.contains(author) { return true }
+        if event.kind.isDirectoryKind || hosting.hosted.contains(author) { return true }
         if try FeedHosting.level(of: author, at: node, peerUser: peerHello?.user) == .all {
             hosting.hosted.insert(author)
             return true

@@ -43,6 +43,36 @@ struct KindChecklistTests {
         }
     }
 
+    @Test("each kind's roles agree with the Specs: its addressees with Specs/sync.md §4.11's table, a directory kind with §8.1 (step 5)")
+    func rolesAgreeWithTheSpecs() throws {
+        let sync = try Self.text("Specs/sync.md")
+        guard let start = sync.range(of: "\n### 4.11 "), let end = sync.range(of: "\n### 4.12 ") else {
+            Issue.record("Specs/sync.md has no §4.11 followed by §4.12")
+            return
+        }
+        let rows = sync[start.lowerBound..<end.lowerBound].split(separator: "\n").filter { $0.hasPrefix("| `") }
+        for kind in EventKind.known {
+            let row = rows.first { $0.contains("`\(kind.name)` (\(kind.code))") }
+            let addressees = row.map { String($0.split(separator: "|").last ?? "") } ?? ""
+            switch kind.addressing {
+            case .none: #expect(row == nil, "\(kind.name) is addressed to nobody, but §4.11's table lists it")
+            case .objectUser: #expect(addressees.contains("`object`"), "\(kind.name): §4.11 should say `object`")
+            case .payloadMembers: #expect(addressees.contains("`members`"), "\(kind.name): §4.11 should say the payload's `members`")
+            case .payloadUser: #expect(addressees.contains("`user`"), "\(kind.name): §4.11 should say the payload's `user`")
+            case .wrappedDevices: #expect(addressees.contains("wrap"), "\(kind.name): §4.11 should say each wrap's device")
+            }
+        }
+        // §8.1 rule 2 names the kinds a directory feed keeps.
+        guard let hosting = sync.range(of: "\n### 8.1 "), let rule = sync[hosting.upperBound...].range(of: "Of such a feed it keeps only") else {
+            Issue.record("Specs/sync.md §8.1 no longer says which kinds a directory feed keeps")
+            return
+        }
+        let sentence = sync[rule.lowerBound...].prefix { $0 != ";" }
+        for kind in EventKind.known {
+            #expect(sentence.contains("`\(kind.name)`") == kind.isDirectoryKind, "\(kind.name): §8.1 and isDirectoryKind disagree")
+        }
+    }
+
     @Test("each kind is signed in Specs/vectors: a valid event vector, or an event of a projection vector that pins its rule")
     func vectorsCoverEveryKind() throws {
         var covered = Set(try EventVectorFile.load().valid.compactMap { EventKind(name: $0.kind) })
