@@ -76,4 +76,53 @@ extension EventKind {
             .none
         }
     }
+
+    /// What an event replaces of earlier ones (Specs/projections.md §2, §6):
+    /// what `chorus-replay history` names as superseded.
+    package enum Supersession: Sendable, Hashable {
+        /// Nothing.
+        case none
+        /// It writes the named last-writer-wins register of its object (per
+        /// field or slot where the payload is `RegisterKeyed`), replacing
+        /// the register's previous write.
+        case register(String)
+        /// It deletes its object, replacing every edit of it.
+        case deletion
+        /// It removes the adds its `RemovalPayload` names from an add-wins set.
+        case removal
+    }
+
+    /// What a kind's events replace (Specs/projections.md §2, §6).
+    package var supersession: Supersession {
+        switch self {
+        case .profileSet: .register("profile")
+        case .pictureCaptioned, .pictureCreated: .register("caption")
+        case .pictureMoved: .register("position")
+        case .messageEdited, .messageSent: .register("text")
+        case .slotSet: .register("slot")
+        case .relaysSet: .register("relays")
+        case .pictureDeleted, .messageDeleted: .deletion
+        case .followRemoved, .likeRemoved, .blockRemoved: .removal
+        case .deviceAdded, .deviceRemoved, .deviceKey, .followAdded, .likeAdded, .blockAdded, .chatCreated, .chatMemberAdded,
+            .chatMemberRemoved, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked, .unknown:
+            .none
+        }
+    }
+}
+
+/// A payload whose kind writes one register per part of its object (a
+/// profile's field, a slot): the part it writes.
+package protocol RegisterKeyed: KindPayload {
+    /// The part of the object whose register this payload writes.
+    var registerPart: String { get }
+}
+
+extension ProfileSetPayload: RegisterKeyed {
+    /// The field.
+    package var registerPart: String { field.rawValue }
+}
+
+extension SlotSetPayload: RegisterKeyed {
+    /// The slot number.
+    package var registerPart: String { "\(slot)" }
 }

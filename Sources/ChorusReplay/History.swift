@@ -116,27 +116,19 @@ extension ReplayStore {
         case none
     }
 
-    /// The rule of `f`'s kind. The switch has no default: a new kind does
-    /// not compile until it says whether it replaces anything
-    /// (Specs/adding-a-kind.md). A payload that is purged or does not read
-    /// as its kind names no register field and no removed adds.
+    /// The rule of `f`'s kind, as the kind declares it
+    /// (`EventKind.supersession`). A payload that is purged or does not
+    /// read as its kind names no register part and no removed adds.
     static func rule(of f: FiledEvent) -> SupersessionRule {
         let object = f.object.hex
-        func read<P: KindPayload>(_ type: P.Type) -> P? { f.payload.flatMap { try? P(reading: $0) } }
-        switch f.kind {
-        case .profileSet: return .register("profile:\(object):\(read(ProfileSetPayload.self)?.field.rawValue ?? "?")")
-        case .pictureCaptioned, .pictureCreated: return .register("caption:\(object)")
-        case .pictureMoved: return .register("position:\(object)")
-        case .messageEdited, .messageSent: return .register("text:\(object)")
-        case .slotSet: return .register("slot:\(object):\(read(SlotSetPayload.self)?.slot ?? 0)")
-        case .relaysSet: return .register("relays:\(object)")
-        case .pictureDeleted, .messageDeleted: return .deletion
-        case .followRemoved: return .removal(read(FollowRemovedPayload.self)?.seen ?? [])
-        case .likeRemoved: return .removal(read(LikeRemovedPayload.self)?.seen ?? [])
-        case .blockRemoved: return .removal(read(BlockRemovedPayload.self)?.seen ?? [])
-        case .deviceAdded, .deviceRemoved, .deviceKey, .followAdded, .likeAdded, .blockAdded, .chatCreated, .chatMemberAdded,
-            .chatMemberRemoved, .chatRead, .chatKey, .coinCredited, .coinSpent, .coinGiven, .coinRightsMoved, .slotUnlocked, .unknown:
-            return .none
+        let payload = f.payload.flatMap { payload in (try? f.kind.payloadType.map { try $0.init(reading: payload) }) ?? nil }
+        switch f.kind.supersession {
+        case .register(let name):
+            let part = f.kind.payloadType is any RegisterKeyed.Type ? ":" + ((payload as? any RegisterKeyed)?.registerPart ?? "?") : ""
+            return .register("\(name):\(object)\(part)")
+        case .deletion: return .deletion
+        case .removal: return .removal((payload as? any RemovalPayload)?.seen ?? [])
+        case .none: return .none
         }
     }
 }

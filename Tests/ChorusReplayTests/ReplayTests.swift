@@ -419,6 +419,37 @@ struct ReplayTests {
         }
     }
 
+    @Test("history names what each kind supersedes: a register per field and per slot, adds by the removal that names them")
+    func historyNamesSupersessionsByTheKindsRoles() async throws {
+        let dir = NSTemporaryDirectory() + "chorus-replay-test-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let network = NetworkConfig(slotPrices: [0, 0])
+        let ana = opened(try await Node.create(at: dir + "/ana", network: network))
+        let ben = opened(try await Node.create(at: dir + "/ben", network: network))
+        let name = try await ana.setProfile(.name, .text("Ana")).id
+        let bio = try await ana.setProfile(.bio, .text("hello")).id
+        let name2 = try await ana.setProfile(.name, .text("Ana Lima")).id
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2, 3]
+        let picture = try await ana.addPicture(png).object
+        let slot0 = try await ana.setSlot(0, picture: picture).id
+        let slot1 = try await ana.setSlot(1, picture: picture).id
+        let slot0Again = try await ana.setSlot(0, picture: nil).id
+        let follow = try await ana.follow(ben.identity.user).id
+        let unfollow = try await ana.unfollow(ben.identity.user).id
+        await ana.close()
+        await ben.close()
+
+        let s = try ReplayStore.open(dir + "/ana")
+        let profile = try s.history(of: ana.identity.user.raw)
+        func decision(_ id: EventID) -> Decision? { profile.first { $0.event.id == id }?.decision }
+        #expect(decision(name) == .superseded(by: name2, how: "overwritten"))
+        #expect(decision(bio) == .applied, "another field is another register")
+        #expect(decision(slot0) == .superseded(by: slot0Again, how: "overwritten"))
+        #expect(decision(slot1) == .applied, "another slot is another register")
+        let follows = try s.history(of: ben.identity.user.raw)
+        #expect(follows.first { $0.event.id == follow }?.decision == .superseded(by: unfollow, how: "removed"))
+    }
+
     @Test func asOfShowsTheStateJustBeforeAndAfterAnEvent() async throws {
         let h = try await KnownHistory.build()
         defer { h.cleanup() }
