@@ -26,7 +26,7 @@ private func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable 
 
 private func configuration(
     network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SecureConnectionProtocol.defaultMaxFrameSize,
-    handshakeTimeout: Duration = .seconds(30), idleTimeout: Duration = .seconds(60)
+    handshakeTimeout: Duration = .seconds(120), idleTimeout: Duration = .seconds(60)
 ) -> SecureConnectionConfiguration {
     SecureConnectionConfiguration(
         networkKey: network, staticKey: .generate(), identity: identity, maxFrameSize: maxFrameSize,
@@ -64,7 +64,7 @@ struct TransportTests {
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network, identity: serverKey))
         #expect(listener.port > 0)
-        let client = try await within(60) {
+        let client = try await within(150) {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: configuration(network: network, identity: clientKey))
         }
@@ -118,7 +118,7 @@ struct TransportTests {
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network), limits: limits)
         let identities = (0..<count).map { _ in SigningKey.generate() }
-        let clients = try await within(60) {
+        let clients = try await within(150) {
             try await withThrowingTaskGroup(of: (Int, SecureConnection).self) { group in
                 for (i, identity) in identities.enumerated() {
                     group.addTask {
@@ -152,7 +152,7 @@ struct TransportTests {
     private func connectPeers(_ count: Int, network: Bytes32, port: Int) async throws -> [SecureConnection] {
         var out: [SecureConnection] = []
         for _ in 0..<count {
-            out.append(try await within(60) {
+            out.append(try await within(150) {
                 try await SecureConnection.connect(host: "127.0.0.1", port: port, configuration: configuration(network: network))
             })
         }
@@ -177,7 +177,7 @@ struct TransportTests {
             // process must survive every refusal (it once trapped on the first).
             for round in 0..<5 {
                 let refused = await #expect(throws: SecureConnectionError.self) {
-                    _ = try await within(60) {
+                    _ = try await within(150) {
                         try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
                     }
                 }
@@ -231,7 +231,7 @@ struct TransportTests {
             host: "127.0.0.1", port: 0, configuration: configuration(network: Random.bytes32()),
             onFailure: { _, error in sink.yield(error) })
         await #expect(throws: SecureConnectionError.self) {
-            _ = try await within(60) {
+            _ = try await within(150) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: listener.port, configuration: configuration(network: Random.bytes32()))
             }
@@ -255,7 +255,7 @@ struct TransportTests {
         let forger = forgerConfiguration
         // The forger may get as far as the listener's proof; it never gets a working connection.
         do {
-            let connection = try await within(60) {
+            let connection = try await within(150) {
                 try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: forger)
             }
             await #expect(throws: SecureConnectionError.self) { _ = try await within(60) { try await connection.receive() } }
@@ -274,7 +274,7 @@ struct TransportTests {
         let network = Random.bytes32()
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network, maxFrameSize: 1024))
-        let client = try await within(60) {
+        let client = try await within(150) {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: configuration(network: network, maxFrameSize: 4096))
         }
@@ -303,7 +303,7 @@ struct TransportTests {
             let listener = try await SecureListener.bind(
                 host: "127.0.0.1", port: 0,
                 configuration: configuration(network: network, idleTimeout: round == 0 ? .seconds(120) : .seconds(1)))
-            let client = try await within(60) {
+            let client = try await within(150) {
                 try await SecureConnection.connect(
                     host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
             }
@@ -371,7 +371,7 @@ struct TransportTests {
         let network = Random.bytes32()
         let listener = try await SecureListener.bind(
             host: "127.0.0.1", port: 0, configuration: configuration(network: network))
-        let client = try await within(60) {
+        let client = try await within(150) {
             try await SecureConnection.connect(
                 host: "127.0.0.1", port: listener.port, configuration: configuration(network: network))
         }
