@@ -128,7 +128,12 @@ package struct DeviceAddedPayload: KindPayload, Hashable {
     /// `device.added`, code 1.
     package static let kind = EventKind.deviceAdded
     /// Optional `name` (1...64 bytes) and optional 64-byte `proof`.
-    package static var schema: PayloadSchema { Schemas.deviceAdded }
+    package static let schema = PayloadSchema([
+        optional("name", .text(minBytes: 1, maxBytes: 64)),
+        // The device's consent (Specs/projections.md): without it no user
+        // could claim someone else's device.
+        optional("proof", .bytes(minCount: 64, maxCount: 64)),
+    ])
     /// A human-readable device name, 1...64 bytes of UTF-8; nil when absent.
     package var name: String?
     /// The device's signature consenting to the user (`DeviceBinding.proof`).
@@ -153,7 +158,7 @@ package struct DeviceRemovedPayload: KindPayload, Hashable {
     /// `device.removed`, code 2.
     package static let kind = EventKind.deviceRemoved
     /// One optional field, `reason` (0...200 bytes).
-    package static var schema: PayloadSchema { Schemas.deviceRemoved }
+    package static let schema = PayloadSchema([optional("reason", .text(minBytes: 0, maxBytes: 200))])
     /// Why the device was removed (0...200 bytes of UTF-8); nil when absent.
     package var reason: String?
     /// Builds the payload; nothing is checked until the event is built against `schema`.
@@ -171,7 +176,7 @@ package struct DeviceKeyPayload: KindPayload, Hashable {
     /// `device.key`, code 3.
     package static let kind = EventKind.deviceKey
     /// One required field, `key` (32 bytes).
-    package static var schema: PayloadSchema { Schemas.deviceKey }
+    package static let schema = PayloadSchema([required("key", .id32)])
     /// The signing device's X25519 public key. The format accepts any 32 bytes; which
     /// `device.key` counts is a projection rule (Specs/projections.md §6.10).
     package var key: Bytes32
@@ -193,7 +198,18 @@ package struct ProfileSetPayload: KindPayload, Hashable {
     /// `profile.set`, code 10.
     package static let kind = EventKind.profileSet
     /// Required `field` and `value`; a cross-field rule checks `value` against `field.valueType`.
-    package static var schema: PayloadSchema { Schemas.profileSet }
+    package static let schema = PayloadSchema(
+        [
+            required("field", .oneOf(ProfileField.allCases.map(\.rawValue))),
+            required("value", .dependent),
+        ],
+        crossCheck: { payload in
+            // `field` is known valid here; the value's type depends on it.
+            guard let name = payload[text: "field"]?.textValue, let field = ProfileField(rawValue: name),
+                let value = payload[text: "value"]
+            else { return "profile.set needs field and value" }
+            return FieldType.nullable(field.valueType).check(value, path: "value")
+        })
     /// The profile field set (the wire field `field`).
     package var field: ProfileField
     /// `.null` clears the field.
@@ -221,7 +237,14 @@ package struct PictureCreatedPayload: KindPayload, Hashable {
     /// `picture.created`, code 20.
     package static let kind = EventKind.pictureCreated
     /// Required `blob`, `size` and `mime`; optional `caption`, `width` and `height`.
-    package static var schema: PayloadSchema { Schemas.pictureCreated }
+    package static let schema = PayloadSchema([
+        required("blob", .id32),
+        required("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
+        required("mime", .oneOf(PayloadLimits.imageTypes)),
+        optional("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes)),
+        optional("width", .uint(min: 1, max: 65535)),
+        optional("height", .uint(min: 1, max: 65535)),
+    ])
     /// The id of the picture's bytes: BLAKE2b-256 of the blob.
     package var blob: Hash32
     /// The blob's length in bytes, 1...2^40 (`PayloadLimits.maxBlobSize`).
@@ -260,7 +283,7 @@ package struct PictureCaptionedPayload: KindPayload, Hashable {
     /// `picture.captioned`, code 21.
     package static let kind = EventKind.pictureCaptioned
     /// One required field, `caption` (0...2000 bytes).
-    package static var schema: PayloadSchema { Schemas.pictureCaptioned }
+    package static let schema = PayloadSchema([required("caption", .text(minBytes: 0, maxBytes: PayloadLimits.captionBytes))])
     /// The new caption, 0...2000 bytes of UTF-8 (it may be empty).
     package var caption: String
     /// Builds the payload; nothing is checked until the event is built against `schema`.
@@ -280,7 +303,7 @@ package struct PictureMovedPayload: KindPayload, Hashable {
     /// `picture.moved`, code 22.
     package static let kind = EventKind.pictureMoved
     /// One required field, `position` (1...64 bytes).
-    package static var schema: PayloadSchema { Schemas.pictureMoved }
+    package static let schema = PayloadSchema([required("position", .bytes(minCount: 1, maxCount: 64))])
     /// A fractional index (Specs/projections.md §6.4).
     package var position: [UInt8]
     /// Builds the payload; nothing is checked until the event is built against `schema`.
@@ -414,7 +437,10 @@ package struct ChatCreatedPayload: KindPayload, Hashable {
     /// `chat.created`, code 40.
     package static let kind = EventKind.chatCreated
     /// Optional sealed `title` (up to 512 bytes) and optional `members` (up to 1024 user keys).
-    package static var schema: PayloadSchema { Schemas.chatCreated }
+    package static let schema = PayloadSchema([
+        optional("title", .sealed(maxBytes: PayloadLimits.sealedTitleBytes)),
+        optional("members", .list(of: .id32, minCount: 0, maxCount: PayloadLimits.maxChatMembers)),
+    ])
     /// The sealed title.
     package var title: [UInt8]?
     /// The members besides the creator (omitted from the encoding when empty).
@@ -442,7 +468,7 @@ package struct ChatMemberAddedPayload: KindPayload, Hashable {
     /// `chat.member.added`, code 41.
     package static let kind = EventKind.chatMemberAdded
     /// Required `user` (32 bytes); optional `admin` (a bool).
-    package static var schema: PayloadSchema { Schemas.chatMemberAdded }
+    package static let schema = PayloadSchema([required("user", .id32), optional("admin", .bool)])
     /// The user key of the member added.
     package var user: PublicKey
     /// Whether the member is an administrator; false when the wire field is absent.
@@ -468,7 +494,7 @@ package struct ChatMemberRemovedPayload: KindPayload, Hashable {
     /// `chat.member.removed`, code 42.
     package static let kind = EventKind.chatMemberRemoved
     /// One required field, `user` (32 bytes).
-    package static var schema: PayloadSchema { Schemas.chatMemberRemoved }
+    package static let schema = PayloadSchema([required("user", .id32)])
     /// The user key of the member removed (the acting user's own key when leaving).
     package var user: PublicKey
     /// Builds the payload for removing `user`.
@@ -488,7 +514,15 @@ package struct MessageSentPayload: KindPayload, Hashable {
     /// `message.sent`, code 43.
     package static let kind = EventKind.messageSent
     /// Required sealed `body` (up to 4608 bytes); `blob` and `size` optional but only together.
-    package static var schema: PayloadSchema { Schemas.messageSent }
+    package static let schema = PayloadSchema(
+        [
+            required("body", .sealed(maxBytes: PayloadLimits.sealedBodyBytes)),
+            optional("blob", .id32),
+            optional("size", .uint(min: 1, max: PayloadLimits.maxBlobSize)),
+        ],
+        crossCheck: { payload in
+            (payload[text: "blob"] == nil) != (payload[text: "size"] == nil) ? "message.sent needs blob and size together" : nil
+        })
     /// The sealed body.
     package var body: [UInt8]
     /// Hash and size of the encrypted picture sent inside the message.
@@ -517,7 +551,10 @@ package struct MessageEditedPayload: KindPayload, Hashable {
     /// `message.edited`, code 44.
     package static let kind = EventKind.messageEdited
     /// Required `chat` and sealed `body` (up to 4608 bytes).
-    package static var schema: PayloadSchema { Schemas.messageEdited }
+    package static let schema = PayloadSchema([
+        required("chat", .id32),
+        required("body", .sealed(maxBytes: PayloadLimits.sealedBodyBytes)),
+    ])
     /// The id of the chat the edited message is in; it is also bound into `body`'s
     /// associated data (Specs/encryption.md §7).
     package var chat: ObjectID
@@ -543,7 +580,7 @@ package struct MessageDeletedPayload: KindPayload, Hashable {
     /// `message.deleted`, code 45.
     package static let kind = EventKind.messageDeleted
     /// One required field, `chat` (32 bytes).
-    package static var schema: PayloadSchema { Schemas.messageDeleted }
+    package static let schema = PayloadSchema([required("chat", .id32)])
     /// The id of the deleted message's chat; the deletion takes effect only if it matches.
     package var chat: ObjectID
     /// Builds the payload for a message in `chat`.
@@ -562,7 +599,7 @@ package struct ChatReadPayload: KindPayload, Hashable {
     /// `chat.read`, code 46.
     package static let kind = EventKind.chatRead
     /// Required `message` and `hlc` (positive).
-    package static var schema: PayloadSchema { Schemas.chatRead }
+    package static let schema = PayloadSchema([required("message", .id32), required("hlc", .uint(min: 1, max: UInt64.max))])
     /// The id of the last message read (its `message.sent` event id).
     package var message: EventID
     /// The HLC of the message read up to.
@@ -587,7 +624,28 @@ package struct ChatKeyPayload: KindPayload, Hashable {
     package static let kind = EventKind.chatKey
     /// Required `epoch`, `wraps` and `ephemeral`; `wraps` must be whole 80-byte wraps with
     /// device keys strictly increasing.
-    package static var schema: PayloadSchema { Schemas.chatKey }
+    package static let schema = PayloadSchema(
+        [
+            required("epoch", .id32),
+            required("wraps", .bytes(minCount: PayloadLimits.wrapBytes, maxCount: PayloadLimits.wrapBytes * PayloadLimits.maxWraps)),
+            required("ephemeral", .id32),
+        ],
+        crossCheck: { payload in
+            guard let wraps = payload[text: "wraps"]?.bytesValue else { return "chat.key needs wraps" }
+            guard wraps.count % PayloadLimits.wrapBytes == 0 else {
+                return "wraps must be whole \(PayloadLimits.wrapBytes)-byte wraps, got \(wraps.count) bytes"
+            }
+            // Devices strictly increasing: one wrap per device, one encoding per set.
+            var previous: ArraySlice<UInt8>? = nil
+            for start in stride(from: 0, to: wraps.count, by: PayloadLimits.wrapBytes) {
+                let device = wraps[start..<start + 32]
+                if let previous, !previous.lexicographicallyPrecedes(device) {
+                    return "wraps must be ordered by device key, strictly increasing"
+                }
+                previous = device
+            }
+            return nil
+        })
     /// The epoch id, `epoch_id(chat, K)` (Specs/encryption.md §4).
     package var epoch: Hash32
     /// 80-byte wraps, ordered by device key.
@@ -623,7 +681,11 @@ package struct CoinCreditedPayload: KindPayload, Hashable {
     /// `coin.credited`, code 50.
     package static let kind = EventKind.coinCredited
     /// Required `user`, `amount` and `receipt` (1...256 bytes); optional `product`.
-    package static var schema: PayloadSchema { Schemas.coinCredited }
+    package static let schema = PayloadSchema([
+        required("user", .id32), Schemas.amount,
+        required("receipt", .text(minBytes: 1, maxBytes: 256)),
+        optional("product", .text(minBytes: 1, maxBytes: 128)),
+    ])
     /// The user credited; the spending rights go to the device named by `object`
     /// (Specs/projections.md §6.9).
     package var user: PublicKey
@@ -656,7 +718,7 @@ package struct CoinSpentPayload: KindPayload, Hashable {
     /// `coin.spent`, code 51.
     package static let kind = EventKind.coinSpent
     /// Required `amount` and `for` (1...200 bytes).
-    package static var schema: PayloadSchema { Schemas.coinSpent }
+    package static let schema = PayloadSchema([Schemas.amount, required("for", .text(minBytes: 1, maxBytes: 200))])
     /// The coins spent, 1...10^12 (`AMOUNT`).
     package var amount: UInt64
     /// What the coins were spent on (the wire field `for`).
@@ -681,7 +743,7 @@ package struct CoinGivenPayload: KindPayload, Hashable {
     /// `coin.given`, code 52.
     package static let kind = EventKind.coinGiven
     /// Required `amount`; optional `device` (32 bytes) and `note` (0...200 bytes).
-    package static var schema: PayloadSchema { Schemas.coinGiven }
+    package static let schema = PayloadSchema([Schemas.amount, optional("device", .id32), optional("note", .text(minBytes: 0, maxBytes: 200))])
     /// The coins given, 1...10^12 (`AMOUNT`).
     package var amount: UInt64
     /// The receiving device, when the giver names one.
@@ -709,7 +771,7 @@ package struct CoinRightsMovedPayload: KindPayload, Hashable {
     /// `coin.rights.moved`, code 53.
     package static let kind = EventKind.coinRightsMoved
     /// One required field, `amount` (`AMOUNT` = `uint[1..10^12]`).
-    package static var schema: PayloadSchema { Schemas.coinRightsMoved }
+    package static let schema = PayloadSchema([Schemas.amount])
     /// The coins whose spending rights move, 1...10^12 (`AMOUNT`).
     package var amount: UInt64
     /// Builds the payload; nothing is checked until the event is built against `schema`.
@@ -729,7 +791,7 @@ package struct SlotUnlockedPayload: KindPayload, Hashable {
     /// `slot.unlocked`, code 54.
     package static let kind = EventKind.slotUnlocked
     /// Required `slot` (0...63) and `price` (0...10^12).
-    package static var schema: PayloadSchema { Schemas.slotUnlocked }
+    package static let schema = PayloadSchema([Schemas.slot, required("price", .uint(min: 0, max: PayloadLimits.maxCoinAmount))])
     /// The slot number, 0...63; slot 0 is free and cannot be unlocked.
     package var slot: UInt64
     /// The coins paid; it must equal the network's price for the slot (Specs/projections.md §6.9).
@@ -754,7 +816,7 @@ package struct SlotSetPayload: KindPayload, Hashable {
     /// `slot.set`, code 55.
     package static let kind = EventKind.slotSet
     /// Required `slot` (0...63) and `picture` (a picture id or `null`).
-    package static var schema: PayloadSchema { Schemas.slotSet }
+    package static let schema = PayloadSchema([Schemas.slot, required("picture", .nullable(.id32))])
     /// The slot number, 0...63; it takes effect only below the network's slot count.
     package var slot: UInt64
     /// nil empties the slot.
@@ -861,7 +923,27 @@ package struct RelaysSetPayload: KindPayload, Hashable {
     /// `relays.set`, code 60.
     package static let kind = EventKind.relaysSet
     /// Required `keys`, `addresses` and `roles`, one entry each per relay.
-    package static var schema: PayloadSchema { Schemas.relaysSet }
+    package static let schema = PayloadSchema(
+        [
+            required("keys", .list(of: .id32, minCount: 0, maxCount: PayloadLimits.maxRelays)),
+            required("addresses", .list(of: .text(minBytes: 3, maxBytes: 261), minCount: 0, maxCount: PayloadLimits.maxRelays)),
+            required("roles", .bytes(minCount: 0, maxCount: PayloadLimits.maxRelays)),
+        ],
+        crossCheck: { payload in
+            guard let keys = payload[text: "keys"]?.arrayValue, let addresses = payload[text: "addresses"]?.arrayValue,
+                let roles = payload[text: "roles"]?.bytesValue
+            else { return "relays.set needs keys, addresses and roles" }
+            guard keys.count == addresses.count, keys.count == roles.count else {
+                return "keys, addresses and roles must have one entry per relay (got \(keys.count), \(addresses.count), \(roles.count))"
+            }
+            for (i, address) in addresses.enumerated() where !RelayAddress.isValid(address.textValue ?? "") {
+                return "addresses[\(i)] must be host:port (a DNS name or [IPv6 literal], a port 1...65535)"
+            }
+            if let i = roles.firstIndex(where: { $0 < 1 || $0 > 3 }) {
+                return "roles[\(i)] must be 1 (home), 2 (inbox) or 3 (both), got \(roles[i])"
+            }
+            return nil
+        })
     /// At most `PayloadLimits.maxRelays` relays, keys and addresses distinct.
     package var relays: [Relay]
     /// Builds the payload; nothing is checked until the event is built against `schema`.
@@ -889,5 +971,63 @@ package struct RelaysSetPayload: KindPayload, Hashable {
             ("addresses", .array(relays.map { .text($0.address) })),
             ("roles", .bytes(relays.map(\.roles.rawValue))),
         ])
+    }
+}
+
+/// Schema parts several kinds share (Specs/events.md §6.2).
+enum Schemas {
+    static let seen = required("seen", .list(of: .id32, minCount: 1, maxCount: PayloadLimits.maxSeenTags))
+    static let amount = required("amount", .uint(min: 1, max: PayloadLimits.maxCoinAmount))
+    static let slot = required("slot", .uint(min: 0, max: PayloadLimits.maxSlots - 1))
+    static let empty = PayloadSchema([])
+    static let removal = PayloadSchema([seen])
+}
+
+extension HeadReader {
+    /// A 32-byte string (an id or a key), read without a copy of its bytes.
+    package mutating func bytes32() -> Bytes32? {
+        var probe = self
+        guard let slice = probe.bytes(count: 32), let value = Bytes32(slice) else { return nil }
+        self = probe
+        return value
+    }
+}
+
+extension MessageSentPayload {
+    /// Reads the canonical encoding (keys `blob`, `body`, `size` in that
+    /// order, `blob` and `size` optional) in place: a chat page or list
+    /// reads one per message. Nil for any other layout, which
+    /// `init(reading:)` reads the long way and decides the same for this one.
+    package static func readCanonical(_ raw: [UInt8]) -> MessageSentPayload? {
+        var r = HeadReader(raw)
+        guard var remaining = r.head(major: 5), (1...3).contains(remaining) else { return nil }
+        var blob: Hash32? = nil
+        if r.text("blob") {
+            guard let b = r.bytes32() else { return nil }
+            blob = b
+            remaining -= 1
+        }
+        guard remaining > 0, r.text("body"), let body = r.byteString() else { return nil }
+        remaining -= 1
+        var size: UInt64? = nil
+        if remaining > 0 {
+            guard r.text("size"), let n = r.head(major: 0) else { return nil }
+            size = n
+            remaining -= 1
+        }
+        guard remaining == 0, r.atEnd else { return nil }
+        return MessageSentPayload(body: body, blob: blob, size: size)
+    }
+}
+
+extension MessageEditedPayload {
+    /// Reads the canonical encoding (keys `body`, `chat`) in place; nil for
+    /// any other layout, which `init(reading:)` reads the long way.
+    package static func readCanonical(_ raw: [UInt8]) -> MessageEditedPayload? {
+        var r = HeadReader(raw)
+        guard r.head(major: 5) == 2, r.text("body"), let body = r.byteString(), r.text("chat"), let chat = r.bytes32(), r.atEnd else {
+            return nil
+        }
+        return MessageEditedPayload(chat: chat, body: body)
     }
 }

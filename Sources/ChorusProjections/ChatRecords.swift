@@ -209,44 +209,20 @@ struct MessageRecord: Hashable, Sendable {
         /// The payload's parts; nil when it is not a `message.sent` payload
         /// (the record then shows no body, as for any payload it cannot read).
         static func read(_ raw: [UInt8], at arrival: UInt64) throws -> SentParts? {
-            if let parts = inPlace(raw) { return parts }
-            let payload = try Codec.decode(raw, "payload of the message at arrival \(arrival)")
-            return (try? MessageSentPayload(reading: payload)).map { SentParts(body: $0.body, blob: $0.blob, size: $0.size) }
-        }
-
-        /// Read in place: a chat page or list reads a payload per message.
-        /// Only the canonical layout (keys `blob`, `body`, `size` in that
-        /// order, `blob` and `size` optional) is read here; anything else
-        /// goes the long way, which decides the same for this layout.
-        static func inPlace(_ raw: [UInt8]) -> SentParts? {
-            var r = HeadReader(raw)
-            guard var remaining = r.head(major: 5), (1...3).contains(remaining) else { return nil }
-            var blob: Hash32? = nil
-            if r.text("blob") {
-                guard let b = r.bytes32() else { return nil }
-                blob = b
-                remaining -= 1
+            let sent: MessageSentPayload?
+            if let canonical = MessageSentPayload.readCanonical(raw) {
+                sent = canonical
+            } else {
+                let payload = try Codec.decode(raw, "payload of the message at arrival \(arrival)")
+                sent = try? MessageSentPayload(reading: payload)
             }
-            guard remaining > 0, r.text("body"), let body = r.byteString() else { return nil }
-            remaining -= 1
-            var size: UInt64? = nil
-            if remaining > 0 {
-                guard r.text("size"), let n = r.head(major: 0) else { return nil }
-                size = n
-                remaining -= 1
-            }
-            guard remaining == 0, r.atEnd else { return nil }
-            return SentParts(body: body, blob: blob, size: size)
+            return sent.map { SentParts(body: $0.body, blob: $0.blob, size: $0.size) }
         }
     }
 
     /// The sealed body of a `message.edited` payload; nil when it is not one.
     static func editedBody(_ raw: [UInt8], at arrival: UInt64) throws -> [UInt8]? {
-        // Read in place when canonical: keys `body`, `chat`, in that order.
-        var r = HeadReader(raw)
-        if r.head(major: 5) == 2, r.text("body"), let body = r.byteString(), r.text("chat"), r.bytes32() != nil, r.atEnd {
-            return body
-        }
+        if let canonical = MessageEditedPayload.readCanonical(raw) { return canonical.body }
         let payload = try Codec.decode(raw, "payload of the edit at arrival \(arrival)")
         return (try? MessageEditedPayload(reading: payload))?.body
     }

@@ -347,7 +347,7 @@ struct RecordTests {
             if has(2) { map.append(("size", .unsigned(sizes[combination % sizes.count]))) }
             if has(3) { map.append(("zzzz", .unsigned(1))) }  // a field of a newer version
             let raw = CBOREncoder.encode(.textMap(map))
-            let fast = MessageRecord.SentParts.inPlace(raw)
+            let fast = MessageSentPayload.readCanonical(raw)
             if fast != nil { canonical += 1 }
             let read = try MessageRecord.SentParts.read(raw, at: 1)
             #expect(read?.body == longSent(raw)?.body && read?.blob == longSent(raw)?.blob && read?.size == longSent(raw)?.size, "\(combination)")
@@ -359,7 +359,7 @@ struct RecordTests {
         // goes the long way, which refuses it as damage, as the log never
         // holds one (Specs/events.md §2).
         let long = [0xA1, 0x64] + Array("body".utf8) + [0x59, 0x00, 0x02, 7, 8]
-        #expect(MessageRecord.SentParts.inPlace(long) == nil)
+        #expect(MessageSentPayload.readCanonical(long) == nil)
         #expect(throws: ProjectionError.self) { try MessageRecord.SentParts.read(long, at: 1) }
         // An edit: canonical, with a field of a newer version, and not an edit at all.
         let chat = bytes(32)
