@@ -11,10 +11,10 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Another process writes the store (its writer lock is held): `store_in_use`.
     case storeInUse(path: String)
     /// Another process has the store open (even only to read it), so its
-    /// file cannot be replaced (`Node.compact`).
+    /// file cannot be replaced (`Node.compact`): `store_open_elsewhere`.
     case storeOpenElsewhere(path: String, pid: Int32)
     /// A compacted copy did not hold what the store holds; the store was
-    /// left as it was.
+    /// left as it was: `compaction_check_failed`.
     case compactionCheckFailed(path: String, detail: String)
     /// A write on a store opened read-only: `read_only`.
     case readOnly
@@ -30,7 +30,7 @@ public enum NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     case projectionsStale(path: String)
     /// The node refused the mutation before signing anything (`Refusal`).
     case refused(Refusal)
-    /// A store location given as a URL that is not a file URL.
+    /// A store location given as a URL that is not a file URL: `not_a_file_url`.
     case notAFileURL(String)
 
     /// A sentence for people saying what is wrong, in the library's terms.

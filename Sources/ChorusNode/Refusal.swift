@@ -5,17 +5,17 @@ import ChorusEvents
 /// app branches on (`catch NodeError.refused(.insufficientRights(let held, let needed))`).
 /// Each has a sentence for people (`description`).
 public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
-    /// `addDevice`: the proof is not the device's signature consenting to this user.
+    /// `addDevice`: the proof is not the device's signature consenting to this user: `no_device_consent`.
     case invalidDeviceProof(device: DeviceID, user: UserID)
-    /// `setProfile` of a retired field (Specs/projections.md §6.2).
+    /// `setProfile` of a retired field (Specs/projections.md §6.2): `retired_field`.
     case retiredProfileField(String)
-    /// A birthday without a year, a month and a day.
+    /// A birthday without a year, a month and a day: `incomplete_date`.
     case incompleteDate
     /// `addPicture` of no bytes: `empty_picture`.
     case emptyPicture
     /// An image over the size limit: `picture_too_large`.
     case pictureTooLarge(bytes: Int, limit: Int)
-    /// The bytes are none of the image formats pictures may hold.
+    /// The bytes are none of the image formats pictures may hold: `not_an_image`.
     case notAnImage
     /// A change to a picture another user owns: `not_owner`.
     case pictureNotYours(picture: PictureID, owner: UserID)
@@ -23,19 +23,19 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case pictureDeleted(PictureID)
     /// A picture this node does not hold: `picture_unknown`.
     case unknownPicture(PictureID)
-    /// The picture's bytes are not held (not received yet, or purged).
+    /// The picture's bytes are not held (not received yet, or purged): `picture_bytes_unavailable`.
     case pictureBytesUnavailable(PictureID)
     /// A placement relative to a picture that is not in the gallery: `picture_not_in_gallery`.
     case pictureNotInGallery(PictureID)
-    /// `movePicture` between two pictures whose positions leave no room.
+    /// `movePicture` between two pictures whose positions leave no room: `no_room_between_pictures`.
     case noRoomBetweenPictures
     /// A follow of this node's own user: `self`.
     case cannotFollowYourself
     /// A block of this node's own user: `self`.
     case cannotBlockYourself
-    /// `unfollow`, `unlike`, `unblock` with nothing of yours to withdraw.
+    /// `unfollow`, `unlike`, `unblock` with nothing of yours to withdraw: `nothing_to_remove`.
     case nothingToRemove(what: String, target: Bytes32)
-    /// A message needs text, a picture or both.
+    /// A message needs text, a picture or both: `empty_message`.
     case emptyMessage
     /// A chat this node does not hold: `chat_unknown`.
     case unknownChat(ChatID)
@@ -45,25 +45,25 @@ public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     case notYourMessage(message: MessageID, sender: UserID)
     /// A message named with a chat it is not in: `wrong_chat`.
     case messageNotInChat(message: MessageID, chat: ChatID)
-    /// A gift to a user none of whose devices this node knows.
+    /// A gift to a user none of whose devices this node knows: `no_known_device`.
     case noKnownDevice(user: UserID)
-    /// A debit beyond this device's spending rights (Specs/projections.md §6.9).
+    /// A debit beyond this device's spending rights (Specs/projections.md §6.9): `beyond_rights`.
     case insufficientRights(held: UInt64, needed: UInt64)
-    /// A slot number outside the network's slots (`lowest...highest`).
+    /// A slot number outside the network's slots (`lowest...highest`): `no_such_slot`.
     case noSuchSlot(slot: Int, lowest: Int, highest: Int)
     /// A member device's published encryption key is unusable, so the chat
-    /// key cannot be wrapped to it.
+    /// key cannot be wrapped to it: `unusable_member_key`.
     case unusableMemberKey
-    /// Reading a chat this node cannot show (not held, or not readable here).
+    /// Reading a chat this node cannot show (not held, or not readable here): `chat_unreadable`.
     case chatUnreadable(String)
-    /// `setRelays`: the list breaks a rule of Specs/events.md §6.2.29 (the reason says which).
+    /// `setRelays`: the list breaks a rule of Specs/events.md §6.2.29 (the reason says which): `invalid_relay_list`.
     case invalidRelayList(String)
     /// `follow`, `like` or `block` of a target this user already follows, likes or blocks:
-    /// a second add would take no effect (Specs/projections.md §6.4).
+    /// a second add would take no effect (Specs/projections.md §6.4): `already_added`.
     case alreadyAdded(what: String, target: Bytes32)
-    /// A message's text outside 1…4000 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7).
+    /// A message's text outside 1…4000 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7): `text_length`.
     case textLength(bytes: Int)
-    /// A chat title over 200 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7).
+    /// A chat title over 200 UTF-8 bytes: sealed, no member could open it (Specs/encryption.md §7): `title_length`.
     case titleLength(bytes: Int)
 
     /// A sentence for people saying why the mutation was refused and, where it

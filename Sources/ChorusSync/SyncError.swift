@@ -5,36 +5,36 @@ import ChorusEvents
 /// is stable and travels in the error message; `isPeerFault` says whether
 /// the peer broke the protocol (it is then refused for a while).
 public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// The peer's frame is not the canonical encoding of a known message.
+    /// The peer's frame is not the canonical encoding of a known message: `malformed_message`.
     case malformed(String)
     /// A frame over `limit` bytes (`SyncLimits.maxFrameBytes`): received, or
-    /// refused by the transport before its body was read.
+    /// refused by the transport before its body was read: `frame_too_large`.
     case frameTooLarge(size: Int, limit: Int)
     /// The peer's hello names a protocol version other than
-    /// `SyncProtocol.version`.
+    /// `SyncProtocol.version`: `unsupported_version`.
     case unsupportedVersion(UInt64)
-    /// A message that the state machine does not allow at this point.
+    /// A message that the state machine does not allow at this point: `unexpected_message`.
     case unexpected(String)
     /// An event the peer sent was refused (bad signature, wrong previous id,
-    /// non-canonical bytes, ...): `event` is the event error's code.
+    /// non-canonical bytes, ...), `code` naming the event error: `bad_event`.
     case badEvent(code: String, detail: String)
-    /// An event outside every range this node requested.
+    /// An event outside every range this node requested: `unrequested_event`.
     case unrequestedEvent(String)
     /// A blob chunk that was not requested, arrived out of order, exceeds the
     /// size cap or the declared size, or does not match its hash (Specs/sync.md
-    /// §4.4).
+    /// §4.4): `bad_blob`.
     case badBlob(String)
-    /// The peer reported an error and ended the session.
+    /// The peer reported an error and ended the session: `peer_error`.
     case peerError(code: String, message: String)
-    /// The connection ended before both sides said "done".
+    /// The connection ended before both sides said "done": `connection_closed`.
     case connectionClosed
-    /// This node refuses the peer for now (it misbehaved recently).
+    /// This node refuses the peer for now (it misbehaved recently): `peer_refused`.
     case refused(PublicKey)
-    /// The peer's hello did not arrive within `SyncOptions.helloTimeout`.
+    /// The peer's hello did not arrive within `SyncOptions.helloTimeout`: `timeout`.
     case timeout(String)
-    /// The session waited for the peer and nothing moved for the idle timeout.
+    /// The session waited for the peer and nothing moved for the idle timeout: `idle_timeout`.
     case idle(String)
-    /// A failure on this node (storage, ingest write).
+    /// A failure on this node (storage, ingest write): `local_failure`.
     case local(String)
 
     /// The stable code of Specs/sync.md §7 (`malformed_message`, `bad_event`,

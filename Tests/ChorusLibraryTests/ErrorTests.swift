@@ -55,6 +55,46 @@ struct ErrorTests {
 }
 
 /// Pictures in and out as `Data`, with their ids typed.
+/// An app learns an error's code from its documentation, not by running
+/// into it: each case's doc comment names the code its `code` property
+/// gives, read from the sources so a new case cannot leave it out.
+@Suite("Error codes in the documentation")
+struct ErrorCodeDocumentationTests {
+    @Test("every case of Refusal, NodeError and SyncError names its code in its doc comment", arguments: [
+        "Sources/ChorusNode/Refusal.swift", "Sources/ChorusNode/NodeError.swift", "Sources/ChorusSync/SyncError.swift",
+    ])
+    func everyCaseNamesItsCode(file: String) throws {
+        let source = try String(contentsOf: repositoryRoot.appendingPathComponent(file), encoding: .utf8)
+        let lines = source.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        // The `code` switch: `case .a, .b: "code"` (a refusal's own code excepted).
+        guard let start = lines.firstIndex(where: { $0.contains("public var code: String {") }) else {
+            Issue.record("\(file) has no `code` property")
+            return
+        }
+        var codes: [String: String] = [:]
+        for line in lines[start...].prefix(while: { $0 != "    }" }) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            guard trimmed.hasPrefix("case ."), let colon = trimmed.range(of: ": \""), trimmed.hasSuffix("\"") else { continue }
+            let code = String(trimmed[colon.upperBound...].dropLast())
+            for name in trimmed[..<colon.lowerBound].split(separator: ",") {
+                let bare = name.trimmingCharacters(in: .whitespaces).dropFirst(name.hasPrefix("case") ? 6 : 1)
+                codes[String(bare.prefix { $0.isLetter || $0.isNumber })] = code
+            }
+        }
+        #expect(codes.count >= 5, "\(file): read \(codes.count) codes")
+        var checked = 0
+        for (i, line) in lines.enumerated() {
+            guard line.hasPrefix("    case "), let name = line.dropFirst(9).split(whereSeparator: { !$0.isLetter && !$0.isNumber }).first,
+                let code = codes[String(name)]
+            else { continue }
+            let doc = lines[..<i].reversed().prefix { $0.trimmingCharacters(in: .whitespaces).hasPrefix("///") }.joined(separator: " ")
+            #expect(doc.contains("`\(code)`"), "\(file): the doc comment of case \(name) does not name its code `\(code)`")
+            checked += 1
+        }
+        #expect(checked == codes.count, "\(file): \(checked) cases checked, \(codes.count) codes")
+    }
+}
+
 @Suite("Picture bytes through the library", .closingNodes)
 struct PictureDataTests {
     @Test("a relay list is published and read back through import Chorus alone; an invalid one throws invalid_relay_list")
