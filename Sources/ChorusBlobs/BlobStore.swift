@@ -1,9 +1,13 @@
 import ChorusCrypto
 import ChorusStorage
 
+/// A blob (a picture's bytes) the store refuses or finds damaged.
 public enum BlobError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// A blob over the size limit: `blob_too_large`.
     case tooLarge(size: Int, limit: Int)
+    /// A blob of no bytes: `blob_empty`.
     case empty
+    /// A stored blob whose bytes no longer match its hash: `blob_damaged`.
     case damaged(hash: Hash32, reason: String)
 
     public var description: String {

@@ -3,10 +3,15 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusStorage
 
+/// A store whose log cannot be read as this build reads it.
 public enum LogError: Error, Sendable, CustomStringConvertible {
+    /// The store was written by a newer build; upgrade Chorus to open it: `newer_store_format`.
     case newerFormat(found: UInt64, supported: UInt64)
+    /// The store was written by an older build; `chorus upgrade` (or `Node.upgrade`) converts it: `older_store_format`.
     case olderFormat(found: UInt64, supported: UInt64, path: String)
+    /// The path holds something other than a Chorus store: `not_a_store`.
     case notAStore(path: String)
+    /// The log's bytes break its own invariants (damage on disk): `log_corrupt`.
     case corrupt(String)
 
     public var description: String {

@@ -254,12 +254,12 @@ public struct BootstrapRelay: Sendable, Hashable {
 
 /// Why a network configuration could not be loaded, parsed or written.
 public enum NetworkConfigError: Error, Sendable, CustomStringConvertible {
-    /// The file at `path` is missing or unreadable.
+    /// The file at `path` is missing or unreadable: `network_config_missing`.
     case missing(path: String)
     /// The configuration from `source` (a path or an invite) is malformed or
-    /// breaks a rule of Specs/projections.md §1.
+    /// breaks a rule of Specs/projections.md §1: `network_config_invalid`.
     case invalid(source: String, reason: String)
-    /// Writing the file at `path` failed.
+    /// Writing the file at `path` failed: `network_config_unwritable`.
     case cannotWrite(path: String, reason: String)
 
     /// The message shown to people, naming the file or invite.

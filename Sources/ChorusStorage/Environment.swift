@@ -2,17 +2,24 @@ import CLMDB
 import Foundation
 import Synchronization
 
+/// A failure of the store's files (LMDB, the disk), thrown by reads and
+/// writes alike; `description` says what happened and what to do.
 public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// LMDB failed the operation with its own code and message: `storage_error`.
     case lmdb(code: Int32, operation: String, message: String)
+    /// The disk (or the store's map) is full; nothing of the write was acknowledged: `disk_full`.
     case diskFull(operation: String)
     /// The operating system failed a write or flush (LMDB reports a short
-    /// write, which is how a full disk often shows, as EIO).
+    /// write, which is how a full disk often shows, as EIO): `write_failed`.
     case writeFailed(operation: String)
+    /// The store's directory could not be made: `cannot_create_directory`.
     case cannotCreateDirectory(path: String, reason: String)
+    /// A write on a store opened read-only: `read_only`.
     case readOnly
+    /// A read or write after the node was closed: `closed`.
     case closed
     /// This process already has the store open: LMDB forbids a second
-    /// environment on one file in a process (its locks are per process).
+    /// environment on one file in a process (its locks are per process): `already_open_in_process`.
     case alreadyOpenInProcess(path: String)
 
     public var description: String {
