@@ -128,7 +128,7 @@ func relayReportJSON(_ r: SyncReport) -> JSONValue {
 
 /// The stable code of a relay sync's failure.
 public func relayFailureCode(_ error: any Error) -> String {
-    (error as? SyncError)?.code ?? (error is RelayIdentityMismatch ? "relay_key_mismatch" : "connect_failed")
+    (error as? SyncError)?.code ?? "connect_failed"
 }
 
 /// What `chorus sync --json` prints without an address.

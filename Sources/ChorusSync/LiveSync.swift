@@ -32,7 +32,6 @@ public struct LiveSyncFailure: Hashable, Sendable {
         switch error {
         case let e as SyncError: (code, message) = (e.code, e.description)
         case let e as SecureConnectionError: (code, message) = (e.code, e.description)
-        case let e as RelayIdentityMismatch: (code, message) = ("relay_identity_mismatch", e.description)
         default: (code, message) = ("sync_failed", String(describing: error))
         }
     }

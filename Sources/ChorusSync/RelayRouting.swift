@@ -259,21 +259,6 @@ public struct RelaySyncResult: Sendable {
     public let outcome: Result<SyncReport, any Error>
 }
 
-/// Why a relay connection was refused before its session.
-public struct RelayIdentityMismatch: Error, CustomStringConvertible, Sendable {
-    /// The relay's address.
-    public let address: String
-    /// The key the relay list names.
-    public let expected: PublicKey
-    /// The key the handshake proved.
-    public let proved: PublicKey
-
-    /// What was refused and why.
-    public var description: String {
-        "the relay at \(address) proved device key \(proved.short), not \(expected.short) as its relay list says: not syncing with it"
-    }
-}
-
 extension SyncNetwork {
     /// Connects to `host:port`, checks that the peer proves `key` (the pinned
     /// key of a relay list), and runs one sync as `sync` does.

@@ -36,6 +36,9 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
     case idle(String)
     /// A failure on this node (storage, ingest write): `local_failure`.
     case local(String)
+    /// The relay at `address` proved another device key than the one its
+    /// relay list pins (Specs/sync.md §9), so no session ran: `relay_key_mismatch`.
+    case relayKeyMismatch(address: String, expected: PublicKey, proved: PublicKey)
 
     /// The stable code of Specs/sync.md §7 (`malformed_message`, `bad_event`,
     /// ...), sent in the `error` message and logged.
@@ -54,6 +57,7 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         case .timeout: "timeout"
         case .idle: "idle_timeout"
         case .local: "local_failure"
+        case .relayKeyMismatch: "relay_key_mismatch"
         }
     }
 
@@ -81,6 +85,8 @@ public enum SyncError: Error, Hashable, Sendable, CustomStringConvertible {
         case .timeout(let d): "timed out: \(d)"
         case .idle(let d): "session idle: \(d)"
         case .local(let d): "local failure: \(d)"
+        case .relayKeyMismatch(let address, let expected, let proved):
+            "the relay at \(address) proved device key \(proved.short), not \(expected.short) as its relay list says: not syncing with it"
         }
     }
 }

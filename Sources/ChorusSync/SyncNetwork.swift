@@ -51,7 +51,7 @@ public enum SyncNetwork {
             let connection = try await SecureConnection.connect(host: host, port: port, configuration: configuration)
             if let expecting, connection.peer.key != expecting {
                 await connection.close()
-                throw RelayIdentityMismatch(address: "\(host):\(port)", expected: expecting, proved: connection.peer.key)
+                throw SyncError.relayKeyMismatch(address: "\(host):\(port)", expected: expecting, proved: connection.peer.key)
             }
             connected?()
             return try await SyncSession(node: node, transport: connection, options: options, peers: peers).run()
