@@ -121,13 +121,14 @@ extension ReplayStore {
     /// read as its kind names no register part and no removed adds.
     static func rule(of f: FiledEvent) -> SupersessionRule {
         let object = f.object.hex
-        let payload = f.payload.flatMap { payload in (try? f.kind.payloadType.map { try $0.init(reading: payload) }) ?? nil }
+        // Read only where the rule needs it: a chat's history has a message per event.
+        func payload() -> (any KindPayload)? { f.payload.flatMap { p in (try? f.kind.payloadType.map { try $0.init(reading: p) }) ?? nil } }
         switch f.kind.supersession {
         case .register(let name):
-            let part = f.kind.payloadType is any RegisterKeyed.Type ? ":" + ((payload as? any RegisterKeyed)?.registerPart ?? "?") : ""
-            return .register("\(name):\(object)\(part)")
+            guard f.kind.payloadType is any RegisterKeyed.Type else { return .register("\(name):\(object)") }
+            return .register("\(name):\(object):\((payload() as? any RegisterKeyed)?.registerPart ?? "?")")
         case .deletion: return .deletion
-        case .removal: return .removal((payload as? any RemovalPayload)?.seen ?? [])
+        case .removal: return .removal((payload() as? any RemovalPayload)?.seen ?? [])
         case .none: return .none
         }
     }
