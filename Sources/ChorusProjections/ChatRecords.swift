@@ -183,7 +183,7 @@ struct MessageRecord: Hashable, Sendable {
     /// edit's sealed body replaces when this node holds the edit's payload;
     /// the encrypted picture's blob and size. The fold and the reading of a
     /// stored entry both decide it here, so they cannot differ.
-    static func live(sender: PublicKey, device: PublicKey, hlc: HLC, sent: SentParts?, edit: (hlc: HLC, author: PublicKey, body: [UInt8]?)?)
+    static func live(sender: PublicKey, device: PublicKey, hlc: HLC, sent: MessageSentPayload?, edit: (hlc: HLC, author: PublicKey, body: [UInt8]?)?)
         -> MessageRecord
     {
         var record = MessageRecord(sender: sender, device: device, hlc: hlc)
@@ -200,24 +200,12 @@ struct MessageRecord: Hashable, Sendable {
         return record
     }
 
-    /// What a record takes from its `message.sent` payload.
-    struct SentParts {
-        let body: [UInt8]
-        let blob: Hash32?
-        let size: UInt64?
-
-        /// The payload's parts; nil when it is not a `message.sent` payload
-        /// (the record then shows no body, as for any payload it cannot read).
-        static func read(_ raw: [UInt8], at arrival: UInt64) throws -> SentParts? {
-            let sent: MessageSentPayload?
-            if let canonical = MessageSentPayload.readCanonical(raw) {
-                sent = canonical
-            } else {
-                let payload = try Codec.decode(raw, "payload of the message at arrival \(arrival)")
-                sent = try? MessageSentPayload(reading: payload)
-            }
-            return sent.map { SentParts(body: $0.body, blob: $0.blob, size: $0.size) }
-        }
+    /// A `message.sent` payload's parts; nil when it is not one (the record
+    /// then shows no body, as for any payload it cannot read).
+    static func sentPayload(_ raw: [UInt8], at arrival: UInt64) throws -> MessageSentPayload? {
+        if let canonical = MessageSentPayload.readCanonical(raw) { return canonical }
+        let payload = try Codec.decode(raw, "payload of the message at arrival \(arrival)")
+        return try? MessageSentPayload(reading: payload)
     }
 
     /// The sealed body of a `message.edited` payload; nil when it is not one.
@@ -392,7 +380,7 @@ struct MessageEntry: Sendable {
             record.purged = true
             return record
         }
-        let parts = try MessageRecord.SentParts.read(payloads.sent, at: sent)
+        let parts = try MessageRecord.sentPayload(payloads.sent, at: sent)
         var edited: (hlc: HLC, author: PublicKey, body: [UInt8]?)? = nil
         if let edit {
             edited = (edit.hlc, edit.author, try payloads.edit.flatMap { try MessageRecord.editedBody($0, at: edit.arrival) })

@@ -333,9 +333,7 @@ struct RecordTests {
     func inPlaceReadersAgreeWithTheLongWay() throws {
         var rng = SplitMix64(seed: 0x1A_91AC_E)
         func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
-        func longSent(_ raw: [UInt8]) -> MessageRecord.SentParts? {
-            (try? MessageSentPayload(reading: try CBORDecoder.decode(raw))).map { .init(body: $0.body, blob: $0.blob, size: $0.size) }
-        }
+        func longSent(_ raw: [UInt8]) -> MessageSentPayload? { try? MessageSentPayload(reading: try CBORDecoder.decode(raw)) }
         let sizes: [UInt64] = [0, 23, 24, 65_536, .max]
         var canonical = 0
         for combination in 0..<(1 << 5) {
@@ -349,7 +347,7 @@ struct RecordTests {
             let raw = CBOREncoder.encode(.textMap(map))
             let fast = MessageSentPayload.readCanonical(raw)
             if fast != nil { canonical += 1 }
-            let read = try MessageRecord.SentParts.read(raw, at: 1)
+            let read = try MessageRecord.sentPayload(raw, at: 1)
             #expect(read?.body == longSent(raw)?.body && read?.blob == longSent(raw)?.blob && read?.size == longSent(raw)?.size, "\(combination)")
             if let fast { #expect(fast.body == read?.body && fast.blob == read?.blob && fast.size == read?.size) }
             if has(3) || (has(1) && has(4)) { #expect(fast == nil, "\(combination): only the canonical layout is read in place") }
@@ -360,7 +358,7 @@ struct RecordTests {
         // holds one (Specs/events.md §2).
         let long = [0xA1, 0x64] + Array("body".utf8) + [0x59, 0x00, 0x02, 7, 8]
         #expect(MessageSentPayload.readCanonical(long) == nil)
-        #expect(throws: ProjectionError.self) { try MessageRecord.SentParts.read(long, at: 1) }
+        #expect(throws: ProjectionError.self) { try MessageRecord.sentPayload(long, at: 1) }
         // An edit: canonical, with a field of a newer version, and not an edit at all.
         let chat = bytes(32)
         let edit = CBOREncoder.encode(.textMap([("chat", .bytes(chat)), ("body", .bytes([1, 2, 3]))]))
