@@ -277,6 +277,13 @@ extension Node {
         return await offThePool { parallelMap(items, transform) }
     }
 
+    /// Decodes received envelopes (Specs/events.md §3): a few in line, many
+    /// on all cores off the caller's thread (a sync session's actor keeps
+    /// serving while a frame of thousands decodes).
+    package static func decode(_ envelopes: [[UInt8]]) async -> [Result<Event, EventError>] {
+        envelopes.count <= 32 ? envelopes.map(decodeOnly) : await parallel(envelopes, decodeOnly)
+    }
+
     @Sendable static func decodeOnly(_ envelope: [UInt8]) -> Result<Event, EventError> {
         do { return .success(try Event.decode(envelope)) } catch { return .failure(error) }
     }

@@ -2,7 +2,6 @@ import ChorusCrypto
 import ChorusEvents
 import ChorusLog
 import ChorusNode
-import ChorusParallel
 import Foundation
 
 /// Received events and blobs on their way into the store: checked against
@@ -125,8 +124,10 @@ extension SyncSession {
 
     /// Checks a frame's events against what was requested (feed order, no
     /// unrequested events); returns them and the refilled payloads.
-    func checkEvents(_ envelopes: [[UInt8]]) throws -> (events: [Event], refills: [Event]) {
-        let decoded = Self.decodeAll(envelopes)
+    func checkEvents(_ envelopes: [[UInt8]]) async throws -> (events: [Event], refills: [Event]) {
+        // Awaited off the actor; frames stay in order, since the receive
+        // loop handles one message at a time.
+        let decoded = await Node.decode(envelopes)
         var events: [Event] = []
         events.reserveCapacity(decoded.count)
         var payloadRefills: [Event] = []
@@ -237,13 +238,6 @@ extension SyncSession {
 
     /// Decodes envelopes on all cores (decoding checks canonical encoding,
     /// header, payload hash and schema; ingest verifies signatures).
-    static func decodeAll(_ envelopes: [[UInt8]]) -> [Result<Event, EventError>] {
-        let decode: @Sendable ([UInt8]) -> Result<Event, EventError> = { env in
-            do throws(EventError) { return .success(try Event.decode(env)) } catch { return .failure(error) }
-        }
-        return parallelMap(envelopes, decode)
-    }
-
     // MARK: Idle timeout
 
     /// Ends the session with `idle_timeout` when it waits for the peer and

@@ -317,7 +317,7 @@ package actor SyncSession {
             signals.push(.scopeAnswered)
         case .events(let envelopes):
             if let error = intake.error { throw error }
-            intake.frames.append(try checkEvents(envelopes))
+            intake.frames.append(try await checkEvents(envelopes))
             if intake.task == nil { intake.task = Task { await self.drainIngestBuffer() } } else { wakeIngest() }
         case .ack(let n):
             try serving.acknowledge(n)
