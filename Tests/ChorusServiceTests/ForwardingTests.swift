@@ -196,12 +196,26 @@ struct ForwardingTests {
         #expect(try await runCommand(chorus, ["init", "--store", dir.store("peer"), "--network", dir.store("a") + "/network.json"]).status == 0)
         let peer = try await ServerProcess.start(chorus: chorus, store: dir.store("peer"))
         defer { peer.kill() }
-        let (client, errors) = try Self.startChorus(chorus, ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"])
-        for _ in 0..<400 where !peer.output.contains("session start") { try await Task.sleep(for: .milliseconds(50)) }
-        try await Task.sleep(for: .milliseconds(300))
+        // Standard error to a file, read while the client runs: the peer dies
+        // only once the client says its initial sync is complete (a peer
+        // that dies before that is a failed sync, not a live one ending).
+        let log = dir.store("client-stderr")
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        let client = ChildProcess()
+        client.executableURL = URL(fileURLWithPath: chorus)
+        client.arguments = ["sync", "--live", "--store", dir.store("a"), "127.0.0.1:\(peer.syncPort)"]
+        client.standardOutput = FileHandle.nullDevice
+        client.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        try client.run()
+        func said() -> String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+        for _ in 0..<1200 where !said().contains("initial sync complete") && client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(said().contains("initial sync complete"), "the live sync never completed its initial sync: \(said())")
         kill(peer.process.processIdentifier, SIGKILL)
-        let (status, stderr) = try await Self.exit(of: client, errors, "the live sync after its peer died")
-        #expect(status == 2 && stderr.contains("went away"), "exit \(status): \(stderr)")
+        for _ in 0..<1200 where client.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        if client.isRunning { kill(client.processIdentifier, SIGKILL) }
+        await client.exit()
+        let status = client.terminationStatus
+        #expect(status == 2 && said().contains("went away"), "exit \(status): \(said())")
     }
 
     @Test("an import run through a server stops reading its file once its client is gone")
