@@ -13,7 +13,7 @@ struct BookkeepingWriteTests {
     func writesThroughTheWriter() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }
-        let node = try await Node.create(at: tmp.store("a"), network: NetworkConfig())
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
         let db = try node.log.env.openDatabase("bookkeeping", create: true)
         let answer = try await node.write { txn -> Int in
             try txn.put(db, [1], [42])

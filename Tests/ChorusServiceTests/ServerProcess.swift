@@ -80,10 +80,7 @@ final class ServerProcess: Sendable {
     }
 
     /// SIGKILL, at once: the cleanup of a test that did not get to `stop()`.
-    func kill() {
-        process.signal(SIGKILL)
-        process.waitUntilExit()
-    }
+    func kill() { process.killAndReapAside() }
 }
 
 final class LogBuffer: Sendable {

@@ -84,8 +84,7 @@ struct DescriptorTests {
         let (flooder, floodInput, opened) = try await Self.floodWithoutWaiting(port: api, count: 1100)
         defer {
             try? floodInput.fileHandleForWriting.close()
-            flooder.signal(SIGKILL)
-            flooder.waitUntilExit()
+            flooder.killAndReapAside()
         }
         #expect(opened == 1100)
         try await Task.sleep(for: .seconds(1))
@@ -167,8 +166,7 @@ struct DescriptorTests {
         let (flooder, floodInput, opened) = try await Self.flood(port: port, count: 1124)
         defer {
             try? floodInput.fileHandleForWriting.close()
-            flooder.signal(SIGKILL)
-            flooder.waitUntilExit()
+            flooder.killAndReapAside()
         }
         #expect(opened == 1124)
         try await Task.sleep(for: .seconds(1))

@@ -95,6 +95,13 @@ public final class ChildProcess: @unchecked Sendable {
     /// Blocks the calling thread until the child ends.
     public func waitUntilExit() { _ = reap(blocking: true) }
 
+    /// SIGKILL, then reaped on a thread of its own: for a test's cleanup
+    /// (a `defer`, which cannot await), so no cooperative thread waits.
+    public func killAndReapAside() {
+        signal(SIGKILL)
+        Thread { self.waitUntilExit() }.start()
+    }
+
     /// The exit code, or the signal that ended it (as on `Process`).
     public var terminationStatus: Int32 {
         guard let status = reap(blocking: false) else { return 0 }

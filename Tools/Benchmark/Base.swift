@@ -100,8 +100,9 @@ struct VerifySet: Sendable {
         }
     }
 
-    /// The same, verifying one signature per thread over and over: the
-    /// limit as measured before 2026-11-27 (`chorus-bench verify-limit`
+    /// The same, verifying one signature per thread over and over, which
+    /// keeps the signature's data in cache and so reads higher than a
+    /// stream of distinct events allows (`chorus-bench verify-limit`
     /// compares the two).
     func repeatedPerSecond(threads: Int, seconds: Double) -> Double {
         rate(threads: threads, seconds: seconds) { t in
