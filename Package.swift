@@ -190,7 +190,7 @@ let package = Package(
             dependencies: ["ChorusTestSupport", "ChorusSync", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusLog", "ChorusEvents", "ChorusStorage",
                            "ChorusCBOR", "ChorusCrypto", "ChorusCLI", "CGF64", "ChorusSimulation",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
-                           .product(name: "Logging", package: "swift-log")]),
+                           .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Logging", package: "swift-log")]),
         .testTarget(
             name: "ChorusReplayTests",
             dependencies: ["ChorusTestSupport", "ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",

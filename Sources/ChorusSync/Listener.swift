@@ -137,13 +137,7 @@ package final class SecureListener: Sendable {
     ) async throws -> SecureListener {
         let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>
         do {
-            server = try await ServerBootstrap(group: group)
-                .serverChannelOption(ChannelOptions.backlog, value: 256)
-                .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
-                .serverChannelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptPauseHandler()) }
-                }
-                .bind(host: host, port: port, childChannelInitializer: SecureConnectionCore.asyncChannel)
+            server = try await TCPChannels.listen(host: host, port: port, group: group)
         } catch {
             throw SecureConnectionError.bindFailed("\(host):\(port): \(error)")
         }

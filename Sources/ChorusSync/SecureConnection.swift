@@ -88,9 +88,7 @@ package final class SecureConnection: FrameTransport {
     ) async throws -> SecureConnection {
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
         do {
-            channel = try await ClientBootstrap(group: group)
-                .connectTimeout(configuration.handshakeTimeout.timeAmount)
-                .connect(host: host, port: port, channelInitializer: SecureConnectionCore.asyncChannel)
+            channel = try await TCPChannels.dial(host: host, port: port, timeout: configuration.handshakeTimeout, group: group)
         } catch {
             throw SecureConnectionError.connectFailed("\(host):\(port): \(error)")
         }
@@ -109,63 +107,9 @@ package final class SecureConnection: FrameTransport {
     }
 }
 
-/// First error wins; shared with event-loop timers.
-final class SecureFailureBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: SecureConnectionError?
-    /// Whether the handshake finished before its deadline: the deadline and
-    /// the handshake's end race (the timer runs on the event loop, the
-    /// handshake on the actor), so exactly one of them claims the outcome.
-    private var handshakeOver = false
-
-    func set(_ error: SecureConnectionError) {
-        lock.lock()
-        if stored == nil { stored = error }
-        lock.unlock()
-    }
-
-    /// The handshake deadline passed: records the timeout and returns true,
-    /// unless the handshake already completed.
-    func expireHandshake() -> Bool {
-        lock.withLock {
-            guard !handshakeOver else { return false }
-            handshakeOver = true
-            if stored == nil { stored = .handshakeTimeout }
-            return true
-        }
-    }
-
-    /// The handshake completed: returns false when its deadline passed first.
-    func completeHandshake() -> Bool {
-        lock.withLock {
-            guard !handshakeOver else { return false }
-            handshakeOver = true
-            return true
-        }
-    }
-
-    var error: SecureConnectionError? {
-        lock.lock()
-        defer { lock.unlock() }
-        return stored
-    }
-}
-
 /// One connection's state: handshake, ciphers, reassembly, the one-frame
 /// mailbox that gives back-pressure, and the send queue.
 actor SecureConnectionCore {
-    static let channelConfiguration = NIOAsyncChannel<ByteBuffer, ByteBuffer>.Configuration(
-        backPressureStrategy: .init(lowWatermark: 2, highWatermark: 4))
-
-    /// A new TCP channel, dialled or accepted, as the async channel a
-    /// connection runs on: the one set-up both sides share (frames are
-    /// small and latency-bound, so no Nagle delay).
-    static func asyncChannel(_ channel: any Channel) -> EventLoopFuture<NIOAsyncChannel<ByteBuffer, ByteBuffer>> {
-        channel.eventLoop.makeCompletedFuture {
-            try channel.syncOptions?.setOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
-            return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel, configuration: channelConfiguration)
-        }
-    }
     enum Phase { case handshake, awaitingProof, established, finished }
     enum Step { case proceed, stop }
 
@@ -185,7 +129,7 @@ actor SecureConnectionCore {
     private var receiveCipher: CipherState?
     private var handshakeHash: [UInt8] = []
     private var remoteStatic: [UInt8] = []
-    private var timers = ConnectionTimers()
+    private var timers: ConnectionTimers
     private var lastSend = ContinuousClock.now
     private var reassembler: FrameReassembler
     /// Received frames, one at a time: the reader stops reading the socket while one waits.
@@ -205,6 +149,7 @@ actor SecureConnectionCore {
         self.channel = channel
         self.onEstablished = onEstablished
         reassembler = FrameReassembler(maxFrameSize: configuration.maxFrameSize)
+        timers = ConnectionTimers(loop: channel.eventLoop, failure: failure, close: { channel.close(promise: nil) })
         if let remote = channel.remoteAddress {
             address = "\(remote.ipAddress ?? "?"):\(remote.port ?? 0)"
         } else {
@@ -221,11 +166,7 @@ actor SecureConnectionCore {
 
     func run(inbound: NIOAsyncChannelInboundStream<ByteBuffer>, outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async {
         self.outbound = outbound
-        let box = failure
-        let channel = self.channel
-        timers.handshake = channel.eventLoop.scheduleTask(in: configuration.handshakeTimeout.timeAmount) {
-            if box.expireHandshake() { channel.close(promise: nil) }
-        }
+        timers.armHandshake(configuration.handshakeTimeout)
         do {
             let hs = try ConnectionHandshake(configuration: configuration, isInitiator: isInitiator)
             handshake = hs
@@ -340,28 +281,22 @@ actor SecureConnectionCore {
     // MARK: - timers
 
     private func armIdleTimer() {
-        guard phase == .established, timers.idle == nil else { return }
-        let box = failure
-        let channel = self.channel
-        timers.idle = channel.eventLoop.scheduleTask(in: configuration.idleTimeout.timeAmount) {
-            box.set(.idleTimeout)
-            channel.close(promise: nil)
-        }
+        guard phase == .established else { return }
+        timers.armIdle(configuration.idleTimeout)
     }
 
     private func startKeepalive() {
         let interval = configuration.idleTimeout / 3
-        timers.keepalive = Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                guard let self, !Task.isCancelled else { return }
-                await self.sendKeepaliveIfQuiet(interval)
-            }
+        timers.startKeepalive(every: interval) { [weak self] in
+            guard let self else { return false }
+            await self.sendKeepaliveIfQuiet(interval)
+            return true
         }
     }
 
     private func sendKeepaliveIfQuiet(_ interval: Duration) async {
-        guard phase == .established, ContinuousClock.now - lastSend >= interval, sends.tryAcquire() else { return }
+        guard phase == .established, ConnectionTimers.keepaliveIsDue(lastSend: lastSend, now: .now, interval: interval), sends.tryAcquire()
+        else { return }
         defer { sends.release() }
         do { try await writeMessages([encrypt([])]) } catch { fail(failure.error ?? .connectionLost) }
     }
@@ -462,12 +397,7 @@ actor SecureConnectionCore {
 
     private func writeBuffer(_ buffer: ByteBuffer) async throws {
         guard let outbound else { throw SecureConnectionError.closed }
-        let box = failure
-        let channel = self.channel
-        let timer = channel.eventLoop.scheduleTask(in: configuration.idleTimeout.timeAmount) {
-            box.set(.idleTimeout)
-            channel.close(promise: nil)
-        }
+        let timer = timers.deadline(configuration.idleTimeout)
         defer { timer.cancel() }
         do {
             try await outbound.write(buffer)
@@ -477,34 +407,5 @@ actor SecureConnectionCore {
             if case .failure(let e) = end { throw e }
             throw closedByPeer
         }
-    }
-}
-
-/// A connection's timers: the handshake deadline, the idle deadline (armed
-/// while nothing arrives) and the keepalive task.
-struct ConnectionTimers {
-    var handshake: Scheduled<Void>?
-    var idle: Scheduled<Void>?
-    var keepalive: Task<Void, Never>?
-
-    mutating func cancelHandshake() {
-        handshake?.cancel()
-        handshake = nil
-    }
-
-    mutating func cancelIdle() {
-        idle?.cancel()
-        idle = nil
-    }
-
-    mutating func cancelKeepalive() {
-        keepalive?.cancel()
-        keepalive = nil
-    }
-
-    mutating func stopAll() {
-        cancelHandshake()
-        cancelIdle()
-        cancelKeepalive()
     }
 }
