@@ -4,7 +4,7 @@ import Testing
 @testable import ChorusSync
 
 /// The small waiting types a sync session and a connection share
-/// (`Sources/ChorusSync/Waiting.swift`), without a session.
+/// (`Sources/ChorusSync/Transport/Waiting.swift`), without a session.
 @Suite("Waiting primitives")
 struct WaitingTests {
     @Test("a queue hands messages in order to its reader, keeps them while nobody waits, takes some back in front, and ends with nil")
