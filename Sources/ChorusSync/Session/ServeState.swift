@@ -16,6 +16,8 @@ package struct ServeState: Sendable {
     private var batchBytes = 0
     /// Requested items (ranges, ids, hashes) queued and not yet served.
     private var queuedItems = 0
+    /// Ranges of the peer's `want` messages since its last `wantEnd`.
+    var wanted: [FeedRange] = []
     let budget: SessionBudget
     /// Events and their bytes served in this session.
     package private(set) var servedEvents = 0

@@ -49,7 +49,7 @@ extension SyncSession {
         if live { liveWake = wake }
         // Only the announcement without reconciliation filters by it (a
         // directory session is never live); `reconcileHeads` reads its own.
-        let directory = directorySession && reconciliation == .none ? try FeedHosting.directoryFeeds(at: node) : nil
+        let directory = directorySession && reconcile.mode == .none ? try FeedHosting.directoryFeeds(at: node) : nil
         func allowed(_ heads: [FeedAnnouncement]) -> [FeedAnnouncement] {
             if let directory { return heads.filter { directory.contains($0.author) } }
             guard let scope = scopes.peer else { return heads }
@@ -57,7 +57,7 @@ extension SyncSession {
         }
         var position = try node.lastArrival()
         positions.announcedSnapshot = (position, report.eventsReceived)
-        if reconciliation != .none {
+        if reconcile.mode != .none {
             try await reconcileHeads()
             if let scope = scopes.peer {
                 // Invited feeds outside the scope are not reconciled: announced as they are.
@@ -84,9 +84,9 @@ extension SyncSession {
             guard now > position else { continue }
             let changed = allowed(try changedHeads(since: position, upTo: now, initial: false))
             position = now
-            let fresh = changed.filter { (peerKnown[$0.author] ?? 0) < $0.seq }
+            let fresh = peerHeads.lacking(changed)
             guard !fresh.isEmpty else { continue }
-            for a in fresh { peerKnown[a.author] = a.seq }
+            for a in fresh { peerHeads.note(a.author, holds: a.seq) }
             for chunk in fresh.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
             send(.haveEnd(position: now))
         }
@@ -112,18 +112,18 @@ extension SyncSession {
             heads = heads.filter { directory.contains($0.author) }
         }
         var settled = false
-        if reconciliation == .sketch { settled = try await sketchHeads(heads) }
+        if reconcile.mode == .sketch { settled = try await sketchHeads(heads) }
         if !settled {
             if peerHello?.capabilities.contains(.reconcile) == true, options.reconcile {
-                reconciliation = .tree
+                reconcile.mode = .tree
                 try await treeHeads(heads)
             } else {
                 for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
             }
         }
         // The peer ends in the same round; one more from it is out of step.
-        reconcileFinished = true
-        if !reconcileInputs.isEmpty { throw SyncError.unexpected("a reconciliation message after the reconciliation ended") }
+        reconcile.finished = true
+        if !reconcile.inputs.isEmpty { throw SyncError.unexpected("a reconciliation message after the reconciliation ended") }
     }
 
     /// Range-based reconciliation, round by round (§4.2.1).
@@ -132,7 +132,7 @@ extension SyncSession {
         send(.reconcile(reconciler.firstRound()))
         report.reconcileRounds += 1
         while true {
-            guard let input = await reconcileInputs.next() else { throw SyncError.connectionClosed }
+            guard let input = await reconcile.inputs.next() else { throw SyncError.connectionClosed }
             guard case .round(let peerRound) = input else { throw SyncError.unexpected("\(input) during a reconcile round") }
             let (announce, next) = try reconciler.receive(peerRound)
             for chunk in announce.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
@@ -151,7 +151,7 @@ extension SyncSession {
         send(.sketchInfo(sketch.info()))
         report.reconcileRounds = 1
         func next() async throws -> ReconcileInput {
-            guard let input = await reconcileInputs.next() else { throw SyncError.connectionClosed }
+            guard let input = await reconcile.inputs.next() else { throw SyncError.connectionClosed }
             return input
         }
         guard case .info(let peerInfo) = try await next() else { throw SyncError.unexpected("a sketch message before the peer's sketchInfo") }
@@ -165,7 +165,7 @@ extension SyncSession {
             send(.sketchResult(SketchResult(outcome: .giveUp)))
             return false
         case .sketch(let sums?):
-            sketchRole = .sketcher
+            reconcile.sketchRole = .sketcher
             send(.sketch(sums))
             while true {
                 guard case .result(let result) = try await next() else { throw SyncError.unexpected("sketch sums to the sketcher") }
@@ -182,7 +182,7 @@ extension SyncSession {
                 }
             }
         case .decode:
-            sketchRole = .decoder
+            reconcile.sketchRole = .decoder
             while true {
                 let step: SketchReconciler.DecoderStep
                 switch try await next() {
@@ -199,7 +199,7 @@ extension SyncSession {
                     report.reconcileRounds += 1
                 case .found(let result, let plan):
                     fetch.learned(plan.wants)
-                    for w in plan.wants { peerKnown[w.author] = w.seq }
+                    for w in plan.wants { peerHeads.note(w.author, holds: w.seq) }
                     send(.sketchResult(result))
                     if !plan.pushes.isEmpty {
                         try queue(.push(try bindersFirst(plan.pushes)), items: plan.pushes.count)
@@ -258,7 +258,7 @@ extension SyncSession {
         scopes.peer = scope.union(added)
         if !added.isEmpty { liveWake?.yield() }  // live announcing watches the added feeds too
         let heads = try heads(of: added.sorted())
-        for h in heads { peerKnown[h.author] = max(peerKnown[h.author] ?? 0, h.seq) }
+        for h in heads { peerHeads.note(h.author, holds: h.seq) }
         for chunk in heads.chunked(SyncLimits.listBatch) { send(.have(chunk)) }
         send(.scopeAnswered)
     }
@@ -266,13 +266,7 @@ extension SyncSession {
     // MARK: The peer's reconciliation messages
 
     func reconcileInput(_ input: ReconcileInput, _ what: String) throws {
-        let allowed: Bool =
-            switch (input, reconciliation) {
-            case (.round, .tree), (.round, .sketch): true  // a sketch may fall back to the tree
-            case (.info, .sketch), (.sums, .sketch), (.result, .sketch): true
-            default: false
-            }
-        guard allowed, !reconcileFinished else { throw SyncError.unexpected("\(what) outside a reconciliation") }
-        reconcileInputs.push(input)
+        guard reconcile.admits(input) else { throw SyncError.unexpected("\(what) outside a reconciliation") }
+        reconcile.inputs.push(input)
     }
 }

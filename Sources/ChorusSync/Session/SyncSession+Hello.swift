@@ -59,11 +59,11 @@ extension SyncSession {
         let oneScoped = scoped && (options.scope.hops == nil) != (hello.hops == nil)
         let firstContact = (options.scope.hops == nil && hello.hops == nil || oneScoped || directorySession) && firstContactBySince
         if firstContact, caps.contains(.sketch), hello.capabilities.contains(.sketch), !directorySession {
-            reconciliation = .sketch
+            reconcile.mode = .sketch
         } else if firstContact, caps.contains(.reconcile), hello.capabilities.contains(.reconcile) {
-            reconciliation = .tree
+            reconcile.mode = .tree
         }
-        report.reconciled = reconciliation != .none
+        report.reconciled = reconcile.mode != .none
     }
 
     /// Names what this side fetches from the peer, so a remembered

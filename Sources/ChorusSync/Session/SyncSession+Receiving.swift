@@ -145,7 +145,7 @@ extension SyncSession {
             case .event: break
             }
             // The peer holds what it sends: live announcements skip it.
-            if (peerKnown[event.author] ?? 0) < event.seq { peerKnown[event.author] = event.seq }
+            peerHeads.note(event.author, holds: event.seq)
             if options.hostsListed, try !hosts(event) {
                 report.notHosted += 1
                 continue
@@ -250,9 +250,9 @@ extension SyncSession {
         while !closing, firstError == nil {
             try await Task.sleep(for: tick)
             guard !closing, firstError == nil, !intake.active else { continue }
-            let waiting = !report.complete || fetchWaiting || creditWakeup.hasWaiter || outboxFrames > 0
+            let waiting = !report.complete || fetchWaiting || creditWakeup.hasWaiter || outboxLoad.frames > 0
             if waiting, ContinuousClock.now - lastProgress >= limit {
-                throw SyncError.idle("no progress for \(limit) (\(outboxFrames) frames not taken by the peer)")
+                throw SyncError.idle("no progress for \(limit) (\(outboxLoad.frames) frames not taken by the peer)")
             }
         }
     }

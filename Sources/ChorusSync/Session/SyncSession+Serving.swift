@@ -47,7 +47,7 @@ extension SyncSession {
                         for s in page { try await addToBatch(envelope: s.envelope) }
                         next = last.seq + 1
                     }
-                    if next > r.from { peerKnown[r.author] = max(peerKnown[r.author] ?? 0, next - 1) }
+                    if next > r.from { peerHeads.note(r.author, holds: next - 1) }
                     if next <= r.to { unfinished.append(r.author) }
                 }
                 // A push cut short announces the rest, so the peer asks for
@@ -141,7 +141,7 @@ extension SyncSession {
     /// lets a reading peer commit large batches, while a peer that stops
     /// reading holds only that much of this side's memory (Specs/sync.md §5).
     func acquireCredit(for frame: ServeState.DataFrame) async throws {
-        while outboxBytes > SyncLimits.outboxBytes || !serving.takeCredit(for: frame) {
+        while outboxLoad.bytes > SyncLimits.outboxBytes || !serving.takeCredit(for: frame) {
             if firstError != nil || closing { throw CancellationError() }
             try await creditWakeup.wait()
         }

@@ -58,12 +58,12 @@ package actor SyncSession {
     var intake = Intake()
     /// The ingest loop waiting for a frame to arrive or a batch to become durable.
     let ingestWakeup = Wakeup()
-    var outboxFrames = 0
-    var outboxBytes = 0
+    /// Frames and bytes queued for the network and not yet handed to it.
+    var outboxLoad = OutboxLoad()
     /// The most bytes ever queued for the network and not yet handed to it.
-    package private(set) var peakOutboxBytes = 0
+    package var peakOutboxBytes: Int { outboxLoad.peakBytes }
     /// Bytes queued for the network and not yet handed to it.
-    package var queuedOutboxBytes: Int { outboxBytes }
+    package var queuedOutboxBytes: Int { outboxLoad.bytes }
 
     // Serving (what the peer asked for).
     enum ServeJob: Sendable {
@@ -74,13 +74,10 @@ package actor SyncSession {
     let serveJobs: AsyncStream<ServeJob>.Continuation
     let serveStream: AsyncStream<ServeJob>
     var serving: ServeState
-    /// Ranges of the peer's `want` messages since its last `wantEnd`.
-    var wanted: [FeedRange] = []
     /// Wakes serving waiting for window units or outbox room; cancelled when the session fails or ends.
     let creditWakeup = Wakeup()
-    /// The highest seq per author the peer is known to hold (from its
-    /// announcements and what was sent), so live announcements skip them.
-    var peerKnown: [PublicKey: UInt64] = [:]
+    /// What the peer is known to hold, so live announcements skip it.
+    var peerHeads = PeerHeads()
 
     var tasks: [Task<Void, Never>] = []
     /// Sends the `error` frame of a failed session (best effort, at most 1 s).
@@ -91,10 +88,7 @@ package actor SyncSession {
     var positions = SessionPositions()
     /// How this session's first announcement is found (Specs/sync.md
     /// §4.2.1–4.2.2), and the peer's reconciliation messages on their way.
-    var reconciliation = Reconciliation.none
-    var reconcileFinished = false
-    var sketchRole: SketchReconciler.Role? = nil
-    let reconcileInputs = AsyncQueue<ReconcileInput>()
+    var reconcile = ReconcileState()
     /// Scoped announcements (Specs/sync.md §4.10).
     var scopes = ScopeExchange()
     /// Either hello asked for a directory session (Specs/sync.md §4.12).
@@ -207,18 +201,15 @@ package actor SyncSession {
     func sent(_ bytes: Int) {
         report.framesSent += 1
         report.bytesSent += bytes
-        outboxFrames -= 1
-        outboxBytes -= bytes
+        outboxLoad.taken(bytes)
         lastProgress = .now
         // Serving may wait for the outbox to drain (`acquireCredit`).
-        if outboxBytes <= SyncLimits.outboxBytes { creditWakeup.wake() }
+        if outboxLoad.bytes <= SyncLimits.outboxBytes { creditWakeup.wake() }
     }
 
     func send(_ message: SyncMessage) {
         let frame = message.encoded()
-        outboxFrames += 1
-        outboxBytes += frame.count
-        peakOutboxBytes = max(peakOutboxBytes, outboxBytes)
+        outboxLoad.queued(frame.count)
         outbox.yield(frame)
     }
 
@@ -262,7 +253,7 @@ package actor SyncSession {
             try reconcileInput(.sums(sums), "sketch sums")
         case .sketchResult(let result):
             // The push follows at once: open it before its events arrive.
-            if result.outcome == .found, result.push > 0, sketchRole == .sketcher {
+            if result.outcome == .found, result.push > 0, reconcile.sketchRole == .sketcher {
                 fetch.openPush()
                 report.eventsRequested += Int(clamping: result.push)
                 reportProgress()
@@ -278,10 +269,10 @@ package actor SyncSession {
         case .want(let ranges):
             // Served together at `wantEnd`, in the order §4.3 gives.
             try serving.queue(ranges.count)
-            wanted += ranges
+            serving.wanted += ranges
         case .wantEnd:
-            let ranges = try bindersFirst(wanted)
-            wanted = []
+            let ranges = try bindersFirst(serving.wanted)
+            serving.wanted = []
             serveJobs.yield(.ranges(ranges))
             try queue(.eventsEnd, items: 1)
         case .blobWant(let hashes):
@@ -354,7 +345,7 @@ package actor SyncSession {
     /// The peer's announcement ended (`haveEnd`, `scopeAnswered`): its heads
     /// are known to the fetcher, and held by the peer.
     func endAnnouncement() {
-        for a in fetch.haveEnd() { peerKnown[a.author] = max(peerKnown[a.author] ?? 0, a.seq) }
+        for a in fetch.haveEnd() { peerHeads.note(a.author, holds: a.seq) }
     }
 
     // MARK: Ending
@@ -417,7 +408,7 @@ package actor SyncSession {
     func finish() async throws -> SyncReport {
         signals.finish()
         peerScopeArrived.open()
-        reconcileInputs.finish()
+        reconcile.inputs.finish()
         serveJobs.finish()
         creditWakeup.cancel()
         for t in tasks { t.cancel() }
