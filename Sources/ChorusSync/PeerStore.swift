@@ -97,10 +97,11 @@ package struct PeerStore: Sendable {
     private let node: Node?
     private let queued = QueuedWrites()
 
-    /// Opens the `peers` database of `env`, creating it unless the environment
-    /// is read-only; updates are written directly (no node writes `env`).
+    /// Opens the `peers` database of `env` to read it (creating it unless
+    /// the environment is read-only); `update` and `forget` throw: peer
+    /// records are written through a node's writer (`init(node:)`).
     /// Throws when the database cannot be opened.
-    package init(env: Environment) throws {
+    package init(readingFrom env: Environment) throws {
         try self.init(env: env, node: nil)
     }
 
@@ -134,9 +135,9 @@ package struct PeerStore: Sendable {
         }
     }
 
-    /// Reads, changes and writes one record in one write transaction: on the
+    /// Reads, changes and writes one record in one write transaction on the
     /// node's writer, queued behind what is queued there and not waited for
-    /// (`flush` waits); without a node, at once.
+    /// (`flush` waits); throws for a store opened to read.
     package func update(_ key: PublicKey, address: String, _ change: @escaping @Sendable (inout PeerRecord) -> Void) throws {
         let db = self.db
         let work: @Sendable (Transaction) throws -> Void = { txn in
@@ -145,7 +146,7 @@ package struct PeerStore: Sendable {
             change(&r)
             try txn.put(db, key.bytes, r.encoded())
         }
-        guard let node else { return try env.write(work) }
+        guard let node else { throw BookkeepingReadOnly(database: "peers") }
         queued.started()
         node.enqueueWrite(work) { [queued] error in queued.ended(error) }
     }
@@ -155,7 +156,7 @@ package struct PeerStore: Sendable {
     package func forget(_ key: PublicKey) async throws {
         let db = self.db
         let work: @Sendable (Transaction) throws -> Void = { txn in _ = try txn.delete(db, key.bytes) }
-        guard let node else { return try env.write(work) }
+        guard let node else { throw BookkeepingReadOnly(database: "peers") }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             node.enqueueWrite(work) { error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume() }

@@ -114,8 +114,13 @@ struct SyncSessionTests {
         #expect(third.eventsReceived == 1)
         #expect(third.bytesSent + third.bytesReceived < 2000)
         #expect(try feedHeads(a) == feedHeads(b))
-        let records = try PeerStore(env: a.log.env).all()
+        let reader = try PeerStore(readingFrom: a.log.env)
+        let records = try reader.all()
         #expect(records.count == 1 && records[0].key == b.identity.device.raw && records[0].sessions == 3)
+        // Bookkeeping is written only through the node's writer.
+        #expect(throws: BookkeepingReadOnly.self) { try reader.update(b.identity.device.raw, address: "") { $0.sessions = 0 } }
+        await #expect(throws: BookkeepingReadOnly.self) { try await reader.forget(b.identity.device.raw) }
+        #expect(try reader.record(b.identity.device.raw)?.sessions == 3)
         await a.close()
         await b.close()
     }

@@ -47,11 +47,19 @@ package enum Addressing {
 }
 
 /// Runs `work` in one durable write transaction of bookkeeping beside the
-/// log: on `node`'s writer (Specs/storage.md §5), or at once on `env` for a
-/// store opened without a node (tests, tools).
-func bookkeepingWrite<T: Sendable>(node: Node?, env: Environment, _ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
-    if let node { return try await node.write(work) }
-    return try env.write(work)
+/// log, on `node`'s writer (Specs/storage.md §5); a store opened to read
+/// (no node) refuses.
+func bookkeepingWrite<T: Sendable>(node: Node?, database: String, _ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+    guard let node else { throw BookkeepingReadOnly(database: database) }
+    return try await node.write(work)
+}
+
+/// A write to sync bookkeeping (`peers`, `inbox`, `routing`) through a
+/// store opened to read: bookkeeping is written only by the node's one
+/// writer (Specs/storage.md §5).
+package struct BookkeepingReadOnly: Error, CustomStringConvertible {
+    package let database: String
+    package var description: String { "the \(database) database was opened to read: its writes go through the node's writer" }
 }
 
 /// The `inbox` database of a node's LMDB environment (Specs/sync.md
@@ -64,8 +72,8 @@ func bookkeepingWrite<T: Sendable>(node: Node?, env: Environment, _ work: @escap
 package final class InboxStore: Sendable {
     let env: Environment
     let db: Database
-    /// Writes go through this node's writer (Specs/storage.md §5); a store
-    /// opened on a bare environment (tests, tools) writes at once.
+    /// Writes go through this node's writer (Specs/storage.md §5); nil for a
+    /// store opened to read.
     private let node: Node?
 
     // Key prefixes of the one database.
@@ -77,8 +85,9 @@ package final class InboxStore: Sendable {
     static let ownScanned: UInt8 = 5  // 5 → the height of this device's feed indexed under prefix 6
     static let ownAddressed: UInt8 = 6  // 6 ‖ seq (8, big-endian) → empty: this device's event at seq is addressed
 
-    /// Opens (creating if needed) the `inbox` database of `env`.
-    package init(env: Environment) throws {
+    /// Opens (creating if needed) the `inbox` database of `env` to read it
+    /// (tests, tools); its writes throw.
+    package init(readingFrom env: Environment) throws {
         self.env = env
         self.node = nil
         db = try env.openDatabase("inbox", create: !env.readOnly)
@@ -93,7 +102,7 @@ package final class InboxStore: Sendable {
     }
 
     private func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
-        try await bookkeepingWrite(node: node, env: env, work)
+        try await bookkeepingWrite(node: node, database: "inbox", work)
     }
 
     static func be(_ n: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: n >> (56 - 8 * UInt64($0))) } }

@@ -424,16 +424,17 @@ package struct OwnHeights: Sendable, Hashable {
 package final class RoutingMemory: Sendable {
     let env: Environment
     let db: Database
-    /// Writes go through this node's writer (Specs/storage.md §5); without
-    /// one (a bare environment in tests) they commit at once.
+    /// Writes go through this node's writer (Specs/storage.md §5); nil for a
+    /// store opened to read.
     private let node: Node?
     static let counterKey: [UInt8] = [0]
     static let userPrefix: UInt8 = 1
     static let publishedPrefix: UInt8 = 3
     static let ownPrefix: UInt8 = 4
 
-    /// Opens (creating if needed) the `routing` database of `env`.
-    package init(env: Environment) throws {
+    /// Opens (creating if needed) the `routing` database of `env` to read
+    /// it; its writes throw.
+    package init(readingFrom env: Environment) throws {
         self.env = env
         node = nil
         db = try env.openDatabase("routing", create: !env.readOnly)
@@ -516,6 +517,6 @@ package final class RoutingMemory: Sendable {
             for relay in done { _ = try txn.delete(db, [Self.ownPrefix] + relay.bytes) }
             for relay in own { try txn.put(db, [Self.ownPrefix] + relay.key.bytes, Array(relay.address.utf8)) }
         }
-        try await bookkeepingWrite(node: node, env: env, work)
+        try await bookkeepingWrite(node: node, database: "routing", work)
     }
 }
