@@ -32,6 +32,14 @@ extension Node {
     /// }
     /// ```
     ///
+    /// A value made of several reads is read from one snapshot inside
+    /// `read(_:)`, so it is never half of one commit and half of the next:
+    ///
+    /// ```swift
+    /// struct PictureScreen: Equatable { var picture: PictureLookup; var likes: [UserID] }
+    /// node.observe { node in try node.read { PictureScreen(picture: try node.picture(id), likes: try node.likes(of: id)) } }
+    /// ```
+    ///
     /// Every key `read` reads from the store is recorded, and `read` runs
     /// again only when a commit (a local mutation, an ingest, a sync) wrote
     /// inside what it read last time, as GRDB's ValueObservation tracks the

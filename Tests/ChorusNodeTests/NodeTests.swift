@@ -275,8 +275,7 @@ struct NodeTests {
         do {
             // As a format 11 build left them: one level of facts.
             let env = try Environment(path: tmp.store("a"))
-            let log = try LogStore(env: env)
-            let projections = try Projections(log: log, blobs: try BlobStore(env: env), config: NetworkConfig())
+            let projections = try Store(env: env, config: NetworkConfig()).projections
             try env.write { txn in
                 var moved: [([UInt8], [UInt8])] = []
                 try txn.scan(projections.recentFacts) { key, value in

@@ -48,4 +48,35 @@ struct SnapshotReadTests {
         #expect(try node.likes(of: picture) == [me])
         #expect(try node.read { try node.likes(of: picture) } == [me])
     }
+
+    struct PictureScreen: Equatable {
+        var picture: PictureLookup
+        var likes: [UserID]
+    }
+
+    @Test("an observation made of several reads reads them from one snapshot and follows the commits that touch them")
+    func observationOfSeveralReads() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig()))
+        let picture = try await node.addPicture([0x89, 0x50, 0x4E, 0x47] + [UInt8](repeating: 7, count: 64), mime: "image/png").object
+        let seen = try await bounded(.seconds(120), "the observed screens") {
+            var seen: [PictureScreen] = []
+            for try await screen in node.observe({ node in
+                try node.read { PictureScreen(picture: try node.picture(picture), likes: try node.likes(of: picture)) }
+            }) {
+                seen.append(screen)
+                switch seen.count {
+                case 1: _ = try await node.like(picture)
+                case 2: _ = try await node.deletePicture(picture)
+                default: return seen
+                }
+            }
+            return seen
+        }
+        try #require(seen.count == 3)
+        #expect(seen.map(\.likes) == [[], [node.identity.user], []])
+        if case .live = seen[0].picture {} else { Issue.record("the picture is not live at first: \(seen[0].picture)") }
+        if case .deleted = seen[2].picture {} else { Issue.record("the picture is not deleted at last: \(seen[2].picture)") }
+    }
 }
