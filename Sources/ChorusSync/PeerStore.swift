@@ -157,11 +157,7 @@ package struct PeerStore: Sendable {
         let db = self.db
         let work: @Sendable (Transaction) throws -> Void = { txn in _ = try txn.delete(db, key.bytes) }
         guard let node else { throw BookkeepingReadOnly(database: "peers") }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            node.enqueueWrite(work) { error in
-                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
-            }
-        }
+        try await node.write(work)
     }
 
     /// Waits until every update queued so far is durable (or failed), and

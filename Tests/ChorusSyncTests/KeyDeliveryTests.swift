@@ -118,7 +118,7 @@ struct KeyDeliveryTests {
         let alice = try await makeNode(dir, "alice", network: net)
         let bob = try await makeNode(dir, "bob", network: net)
         let chat = try await alice.createChat(title: "Live", members: [bob.identity.user]).object
-        let server = try SyncServer(node: alice, options: .patient)
+        let server = try SyncServer(node: alice, options: .patient(live: true))
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
         let live = Task { try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: .patient(live: true)) }
         let readable = try await eventually(.seconds(60)) {

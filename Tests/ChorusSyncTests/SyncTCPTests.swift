@@ -17,7 +17,7 @@ struct SyncTCPTests {
         _ = try await server.addPicture(pictureBytes(42, size: 200_000), mime: "image/png").object
         _ = try await client.setProfile(.name, .text("client"))
         let lines = LogLines()
-        let sync = try SyncServer(node: server, options: .patient, logger: collectingLogger(lines))
+        let sync = try SyncServer(node: server, options: .patient(live: true), logger: collectingLogger(lines))
         let listener = try await sync.listen(host: "127.0.0.1", port: 0)
         let report = try await bounded(.seconds(120), "tcp sync") {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port, options: .patient)

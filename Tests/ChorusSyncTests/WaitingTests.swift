@@ -66,4 +66,19 @@ struct WaitingTests {
         await latch.wait()
         #expect(latch.isOpen)
     }
+
+    @Test("an outcome is settled once: its waiters and every later one get the first result, a second settle changes nothing")
+    func outcome() async throws {
+        let outcome = Outcome<Int, SecureConnectionError>()
+        #expect(outcome.result == nil)
+        let waiters = (0..<3).map { _ in Task { try await outcome.value() } }
+        #expect(outcome.settle(.success(7)))
+        #expect(!outcome.settle(.failure(.closed)))
+        for w in waiters { #expect(try await w.value == 7) }
+        #expect(try await outcome.value() == 7)
+
+        let failed = Outcome<Int, SecureConnectionError>()
+        failed.settle(.failure(.handshakeTimeout))
+        await #expect(throws: SecureConnectionError.handshakeTimeout) { try await failed.value() }
+    }
 }

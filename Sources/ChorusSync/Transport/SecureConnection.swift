@@ -136,8 +136,7 @@ actor SecureConnectionCore {
     private let mailbox = Handoff<[UInt8], SecureConnectionError>(busy: .concurrentReceive)
     private var end: Result<Void, SecureConnectionError>?
     /// Whoever waits for the handshake (`connect`).
-    private var established: Result<SecureConnection, SecureConnectionError>?
-    private var establishedWaiter: CheckedContinuation<SecureConnection, any Error>?
+    private let established = Outcome<SecureConnection, SecureConnectionError>()
     private let sends = SendGate()
 
     init(
@@ -158,7 +157,7 @@ actor SecureConnectionCore {
     }
 
     var failureBeforeEstablished: SecureConnectionError? {
-        if case .failure(let e) = established { return e }
+        if case .failure(let e) = established.result { return e }
         return nil
     }
 
@@ -233,11 +232,7 @@ actor SecureConnectionCore {
             let connection = SecureConnection(
                 core: self, peer: PeerIdentity(key: key, address: address), handshakeHash: handshakeHash,
                 remoteStaticKey: remoteStatic, isInitiator: isInitiator)
-            established = .success(connection)
-            if let waiter = establishedWaiter {
-                establishedWaiter = nil
-                waiter.resume(returning: connection)
-            }
+            established.settle(.success(connection))
             onEstablished?(connection)
             return .proceed
         case .established:
@@ -310,12 +305,10 @@ actor SecureConnectionCore {
         if end == nil { end = result }
         phase = .finished
         mailbox.finish(result)
-        if established == nil {
+        if established.result == nil {
             let error: SecureConnectionError
             if case .failure(let e) = result { error = e } else { error = .closedDuringHandshake }
-            established = .failure(error)
-            establishedWaiter?.resume(throwing: error)
-            establishedWaiter = nil
+            established.settle(.failure(error))
         }
         timers.cancelIdle()
         timers.cancelKeepalive()
@@ -330,10 +323,7 @@ actor SecureConnectionCore {
         if !alreadyEnded || error != .closed { channel.close(promise: nil) }
     }
 
-    func waitEstablished() async throws -> SecureConnection {
-        if let established { return try established.get() }
-        return try await withCheckedThrowingContinuation { establishedWaiter = $0 }
-    }
+    func waitEstablished() async throws -> SecureConnection { try await established.value() }
 
     // MARK: - sending
 

@@ -279,6 +279,48 @@ final class AsyncQueue<Element: Sendable>: Sendable {
     }
 }
 
+/// A result that is settled once (the first `settle` wins): whoever waits
+/// gets it when it is settled, and everyone after.
+final class Outcome<Value: Sendable, Failure: Error>: Sendable {
+    private struct State {
+        var result: Result<Value, Failure>?
+        var waiters: [CheckedContinuation<Result<Value, Failure>, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// The result, once settled.
+    var result: Result<Value, Failure>? { state.withLock { $0.result } }
+
+    /// Settles it with `result` unless it is settled already; returns whether this call did.
+    @discardableResult
+    func settle(_ result: Result<Value, Failure>) -> Bool {
+        let waiters: [CheckedContinuation<Result<Value, Failure>, Never>]? = state.withLock { s in
+            guard s.result == nil else { return nil }
+            s.result = result
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        guard let waiters else { return false }
+        for w in waiters { w.resume(returning: result) }
+        return true
+    }
+
+    /// The value once settled, or its failure thrown.
+    func value() async throws(Failure) -> Value {
+        let settled = await withCheckedContinuation { (waiter: CheckedContinuation<Result<Value, Failure>, Never>) in
+            let now: Result<Value, Failure>? = state.withLock { s in
+                if let result = s.result { return result }
+                s.waiters.append(waiter)
+                return nil
+            }
+            if let now { waiter.resume(returning: now) }
+        }
+        return try settled.get()
+    }
+}
+
 /// Opens once: whoever waits is let through when it opens, and everyone after.
 final class Latch: Sendable {
     private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
