@@ -41,4 +41,34 @@ struct SessionRolesTests {
         load.taken(100)
         #expect(load.frames == 1 && load.bytes == 50 && load.peakBytes == 150)
     }
+
+    @Test("a session completes when both sides said done; a second done from the peer is an error; the first error wins, and none after a completed close")
+    func ending() throws {
+        var ending = SessionEnding()
+        ending.saidDone()
+        #expect(!ending.bothDone)
+        try ending.peerSaidDone()
+        #expect(ending.bothDone)
+        #expect(throws: SyncError.self) { try ending.peerSaidDone() }
+        ending.close()
+        #expect(ending.isStopping && ending.error == nil)
+        let lateFailure = ending.fail(.connectionClosed, complete: true)
+        #expect(!lateFailure)  // a completed session that closed has no error
+        #expect(ending.error == nil)
+
+        var failing = SessionEnding()
+        let first = failing.fail(.connectionClosed, complete: false)
+        let second = failing.fail(.idle("later"), complete: false)
+        #expect(first && !second)
+        #expect(failing.error == .connectionClosed && failing.closing)
+    }
+
+    @Test("a session is idle once nothing moved for the limit")
+    func idle() {
+        var watch = IdleWatch()
+        watch.progressed()
+        let start = watch.lastProgress
+        #expect(!watch.isIdle(now: start + .seconds(59), limit: .seconds(60)))
+        #expect(watch.isIdle(now: start + .seconds(60), limit: .seconds(60)))
+    }
 }

@@ -65,3 +65,55 @@ struct OutboxLoad {
         bytes -= count
     }
 }
+
+/// How a session ends (Specs/sync.md §4.5): each side's `done`, then
+/// closing (at once unless live); or the first error, which ends it
+/// however far it got. An error after a completed session has closed is
+/// not one.
+struct SessionEnding {
+    /// This side sent `done`.
+    private(set) var sentDone = false
+    /// The peer sent `done`.
+    private(set) var peerDone = false
+    /// The session is closing: nothing more is sent or waited for.
+    private(set) var closing = false
+    /// The session's first error.
+    private(set) var error: SyncError? = nil
+
+    /// Closing, or failed.
+    var isStopping: Bool { closing || error != nil }
+    /// Both sides said `done`: the sync is complete.
+    var bothDone: Bool { sentDone && peerDone }
+
+    mutating func saidDone() { sentDone = true }
+
+    /// The peer's `done`; a second one is a protocol error.
+    mutating func peerSaidDone() throws(SyncError) {
+        guard !peerDone else { throw .unexpected("a second done") }
+        peerDone = true
+    }
+
+    mutating func close() { closing = true }
+
+    /// Records `error` as the session's and closes; false when the session
+    /// already failed, or completed and closed (`complete`).
+    mutating func fail(_ error: SyncError, complete: Bool) -> Bool {
+        guard self.error == nil, !(closing && complete) else { return false }
+        self.error = error
+        closing = true
+        return true
+    }
+}
+
+/// When anything in a session last moved, for its idle timeout: a frame
+/// received or handed to the network, a local ingest finished.
+struct IdleWatch {
+    private(set) var lastProgress = ContinuousClock.now
+    /// The fetcher waits for the peer's answer.
+    var fetchWaiting = false
+
+    mutating func progressed() { lastProgress = .now }
+
+    /// Nothing moved for `limit`.
+    func isIdle(now: ContinuousClock.Instant, limit: Duration) -> Bool { now - lastProgress >= limit }
+}

@@ -75,7 +75,7 @@ extension SyncSession {
             }
             if firstRound {
                 firstRound = false
-                iAmDone = true
+                ending.saidDone()
                 positions.finalFeeds = feeds
                 report.partial = fetch.sessionIncomplete
                 send(.done(position: try donePosition()))
@@ -104,8 +104,8 @@ extension SyncSession {
     }
 
     func expect(_ wanted: String, _ matches: (FetchSignal) -> Bool) async throws {
-        fetchWaiting = true
-        defer { fetchWaiting = false }
+        idleWatch.fetchWaiting = true
+        defer { idleWatch.fetchWaiting = false }
         // A live announcement (the peer committed meanwhile) may arrive in
         // the middle of a round: it waits for the next round.
         var deferred: [FetchSignal] = []

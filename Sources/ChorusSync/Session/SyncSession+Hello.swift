@@ -77,6 +77,6 @@ extension SyncSession {
     func countReceived(_ frame: [UInt8]) {
         report.framesReceived += 1
         report.bytesReceived += frame.count
-        lastProgress = .now
+        idleWatch.progressed()
     }
 }

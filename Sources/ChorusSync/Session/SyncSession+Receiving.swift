@@ -175,7 +175,7 @@ extension SyncSession {
     /// Accounts for one durable batch: events at `refillsFrom` and after
     /// were payload refills.
     func ingested(_ events: [Event], _ result: IngestReport, refillsFrom: Int) throws {
-        lastProgress = .now
+        idleWatch.progressed()
         // By index: zipping copied every event (a retain of each of its buffers).
         for index in events.indices where index < result.results.count {
             try fetch.ingested(events[index], result.results[index], refill: index >= refillsFrom, report: &report)
@@ -220,7 +220,7 @@ extension SyncSession {
             do {
                 let stored = try await node.storeReceivedBlobs(batch.blobs)
                 report.blobsReceived += stored
-                lastProgress = .now
+                idleWatch.progressed()
                 reportProgress()
                 send(.ack(UInt64(batch.frames)))
             } catch {
@@ -247,11 +247,11 @@ extension SyncSession {
     func watchdog() async throws {
         let limit = options.idleTimeout
         let tick = min(limit / 4, .milliseconds(500))
-        while !closing, firstError == nil {
+        while !ending.isStopping {
             try await Task.sleep(for: tick)
-            guard !closing, firstError == nil, !intake.active else { continue }
-            let waiting = !report.complete || fetchWaiting || creditWakeup.hasWaiter || outboxLoad.frames > 0
-            if waiting, ContinuousClock.now - lastProgress >= limit {
+            guard !ending.isStopping, !intake.active else { continue }
+            let waiting = !report.complete || idleWatch.fetchWaiting || creditWakeup.hasWaiter || outboxLoad.frames > 0
+            if waiting, idleWatch.isIdle(now: .now, limit: limit) {
                 throw SyncError.idle("no progress for \(limit) (\(outboxLoad.frames) frames not taken by the peer)")
             }
         }

@@ -142,7 +142,7 @@ extension SyncSession {
     /// reading holds only that much of this side's memory (Specs/sync.md §5).
     func acquireCredit(for frame: ServeState.DataFrame) async throws {
         while outboxLoad.bytes > SyncLimits.outboxBytes || !serving.takeCredit(for: frame) {
-            if firstError != nil || closing { throw CancellationError() }
+            if ending.isStopping { throw CancellationError() }
             try await creditWakeup.wait()
         }
     }

@@ -31,10 +31,8 @@ package actor SyncSession {
 
     var peerHello: SyncHello? = nil
     var isLive = false
-    var firstError: SyncError? = nil
-    var iAmDone = false
-    var peerDone = false
-    var closing = false
+    /// Both sides' `done`, closing, or the first error (Specs/sync.md §4.5).
+    var ending = SessionEnding()
 
     // Fetching (what this node asked for).
     enum FetchSignal: Sendable { case announced(UInt64), eventsEnd, blobEnd, payloadEnd, pushEnd, scopeAnswered }
@@ -52,8 +50,8 @@ package actor SyncSession {
     var refillCheckedAt: Int? = nil
 
     // Progress, for the idle timeout.
-    var lastProgress = ContinuousClock.now
-    var fetchWaiting = false
+    /// When anything last moved, for the idle timeout (`watchdog`).
+    var idleWatch = IdleWatch()
     /// Received events on their way to the store, and received blobs on theirs.
     var intake = Intake()
     /// The ingest loop waiting for a frame to arrive or a batch to become durable.
@@ -160,7 +158,7 @@ package actor SyncSession {
         do {
             try await handshake()
             let live = isLive
-            lastProgress = .now
+            idleWatch.progressed()
             tasks.append(Task { await self.runTask { try await $0.watchdog() } })
             tasks.append(Task { await self.runTask { try await $0.announceLoop(live: live) } })
             tasks.append(Task { await self.runTask { try await $0.serveLoop() } })
@@ -186,7 +184,7 @@ package actor SyncSession {
             fail(SyncError.fromTransport(error))
             return
         }
-        closing = true
+        ending.close()
         outbox.finish()
         let transport = self.transport
         Task { await transport.close() }
@@ -202,7 +200,7 @@ package actor SyncSession {
         report.framesSent += 1
         report.bytesSent += bytes
         outboxLoad.taken(bytes)
-        lastProgress = .now
+        idleWatch.progressed()
         // Serving may wait for the outbox to drain (`acquireCredit`).
         if outboxLoad.bytes <= SyncLimits.outboxBytes { creditWakeup.wake() }
     }
@@ -221,21 +219,21 @@ package actor SyncSession {
             do { frame = try await transport.receive() } catch {
                 // A completed live session ends when either side closes; a
                 // failed connection (no close from the peer) is said so.
-                if firstError != nil { return }
+                if ending.error != nil { return }
                 if report.complete {
-                    if !closing { report.connectionLost = true }
+                    if !ending.closing { report.connectionLost = true }
                     return
                 }
                 throw SyncError.fromTransport(error)
             }
             guard let frame else {
                 if report.complete { return }
-                if firstError != nil { return }
+                if ending.error != nil { return }
                 throw SyncError.connectionClosed
             }
             countReceived(frame)
             try await handle(try SyncMessage.decode(frame))
-            if closing { return }
+            if ending.closing { return }
         }
     }
 
@@ -330,8 +328,7 @@ package actor SyncSession {
             blobFetch.end()
             signals.push(.blobEnd)
         case .done(let position):
-            guard !peerDone else { throw SyncError.unexpected("a second done") }
-            peerDone = true
+            try ending.peerSaidDone()
             positions.peerDone = position
             completeIfReady()
         case .error(let code, let text):
@@ -351,7 +348,7 @@ package actor SyncSession {
     // MARK: Ending
 
     func completeIfReady() {
-        guard iAmDone, peerDone, !report.complete else { return }
+        guard ending.bothDone, !report.complete else { return }
         report.complete = true
         do { try remember(position: positions.peerDone) } catch { fail(error as? SyncError ?? .local("\(error)")) }
         var snapshot = report
@@ -359,7 +356,7 @@ package actor SyncSession {
         options.onComplete?(snapshot)
         if !isLive {
             // Nothing more to send or receive: flush, then close, which ends the receive loop.
-            closing = true
+            ending.close()
             outbox.finish()
             let writer = self.writer
             let transport = self.transport
@@ -376,9 +373,7 @@ package actor SyncSession {
     }
 
     func fail(_ error: SyncError) {
-        guard firstError == nil, !(closing && report.complete) else { return }
-        firstError = error
-        closing = true
+        guard ending.fail(error, complete: report.complete) else { return }
         creditWakeup.cancel()
         // Tell the peer why (best effort), then cut the connection.
         let notify: SyncMessage? =
@@ -412,7 +407,7 @@ package actor SyncSession {
         serveJobs.finish()
         creditWakeup.cancel()
         for t in tasks { t.cancel() }
-        if firstError == nil {
+        if ending.error == nil {
             outbox.finish()
             await writer?.value
         }
@@ -426,7 +421,7 @@ package actor SyncSession {
         if let task = intake.blobTask { await task.value }
         writer?.cancel()
         report.seconds = seconds
-        if let firstError { throw firstError }
+        if let error = ending.error { throw error }
         if !report.complete { throw SyncError.connectionClosed }
         return report
     }
