@@ -99,7 +99,7 @@ let package = Package(
         .target(name: "ChorusNoise", dependencies: ["CSodium"]),
         .target(
             name: "ChorusSync",
-            dependencies: ["ChorusParallel", "ChorusNoise", "ChorusNode", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
+            dependencies: ["ChorusParallel", "ChorusNoise", "ChorusNode", "ChorusStore", "ChorusProjections", "ChorusBlobs", "ChorusLog", "ChorusEvents",
                            "ChorusStorage", "ChorusCrypto", "ChorusCBOR", "CGF64",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics")]),
@@ -193,7 +193,7 @@ let package = Package(
                            .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Logging", package: "swift-log")]),
         .testTarget(
             name: "ChorusReplayTests",
-            dependencies: ["ChorusTestSupport", "ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusProjections", "ChorusLog",
+            dependencies: ["ChorusTestSupport", "ChorusReplay", "ChorusReplayCLI", "ChorusCLI", "ChorusNode", "ChorusStore", "ChorusProjections", "ChorusLog",
                            "ChorusEvents", "ChorusStorage", "ChorusCBOR", "ChorusCrypto"]),
         .testTarget(
             name: "ChorusNodeTests",

@@ -52,7 +52,7 @@ public struct ListPeers: NodeOperation {
     /// Reads the peer records (none before the first sync).
     public func run(on node: Node) async throws -> Result {
         // A store that never synced has no peers database yet.
-        let records = (try? PeerStore(readingFrom: node.log.env).all()) ?? []
+        let records = (try? PeerStore(readingFrom: node.store).all()) ?? []
         return Result(peers: records.sorted { $0.lastSynced > $1.lastSynced })
     }
 }

@@ -17,6 +17,31 @@ public struct Store: Sendable {
     public let log: LogStore
     public let blobs: BlobStore
     package let projections: Projections
+    /// The databases sync keeps beside the log (Specs/storage.md, "Sync
+    /// bookkeeping"): known peers, inbox deliveries, relay routing memory.
+    /// Their records are the sync layer's; they are written only through
+    /// the node's writer. Nil in a read-only store that never had them.
+    package let bookkeeping: Bookkeeping?
+
+    /// The sync bookkeeping databases (`Store.bookkeeping`).
+    package struct Bookkeeping: Sendable {
+        package let peers: Database
+        package let inbox: Database
+        package let routing: Database
+
+        /// The names of the databases, as Specs/storage.md lists them.
+        package static let databaseNames = ["peers", "inbox", "routing"]
+
+        /// Opens them in `env`, creating them unless it is read-only; nil
+        /// when a read-only environment lacks one.
+        static func open(in env: Environment) throws -> Bookkeeping? {
+            func open(_ name: String) throws -> Database? {
+                env.readOnly ? try? env.openDatabase(name, create: false) : try env.openDatabase(name)
+            }
+            guard let peers = try open("peers"), let inbox = try open("inbox"), let routing = try open("routing") else { return nil }
+            return Bookkeeping(peers: peers, inbox: inbox, routing: routing)
+        }
+    }
 
     /// Opens the log, blobs and projections of `env` under `config`: the
     /// one way a store is put together, for the node, the replay tool,
@@ -38,6 +63,7 @@ public struct Store: Sendable {
             blobs = try BlobStore(env: env)
             projections = try Projections(log: log, blobs: blobs, config: config)
         }
+        bookkeeping = try Bookkeeping.open(in: env)
     }
 
     /// The network configuration of the store directory at `path`

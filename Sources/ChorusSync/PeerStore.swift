@@ -2,6 +2,7 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusNode
 import ChorusStorage
+import ChorusStore
 import Foundation
 import Synchronization
 
@@ -87,8 +88,7 @@ package struct PeerRecord: Hashable, Sendable {
 /// (key: the peer's device key; value: a CBOR map). Losing it costs only a
 /// full height exchange on the next sync.
 package struct PeerStore: Sendable {
-    /// The LMDB environment holding the `peers` database (the node's log
-    /// environment).
+    /// The LMDB environment holding the `peers` database (the node's store).
     package let env: Environment
     let db: Database
     /// The node whose writer commits the updates (Specs/storage.md §5.1):
@@ -97,23 +97,24 @@ package struct PeerStore: Sendable {
     private let node: Node?
     private let queued = QueuedWrites()
 
-    /// Opens the `peers` database of `env` to read it (creating it unless
-    /// the environment is read-only); `update` and `forget` throw: peer
-    /// records are written through a node's writer (`init(node:)`).
-    /// Throws when the database cannot be opened.
-    package init(readingFrom env: Environment) throws {
-        try self.init(env: env, node: nil)
+    /// The `peers` database of `store`, to read: `update` and `forget`
+    /// throw, since peer records are written through a node's writer
+    /// (`init(node:)`). Throws when the store has no such database (a
+    /// read-only store that never synced).
+    package init(readingFrom store: Store) throws {
+        try self.init(store: store, node: nil)
     }
 
     /// The `peers` database of `node`'s store, updated through its writer.
     package init(node: Node) throws {
-        try self.init(env: node.log.env, node: node)
+        try self.init(store: node.store, node: node)
     }
 
-    private init(env: Environment, node: Node?) throws {
-        self.env = env
+    private init(store: Store, node: Node?) throws {
+        guard let bookkeeping = store.bookkeeping else { throw BookkeepingMissing(database: "peers") }
+        env = store.env
         self.node = node
-        db = try env.openDatabase("peers", create: !env.readOnly)
+        db = bookkeeping.peers
     }
 
     /// The stored record of the peer with device key `key`, or nil when there

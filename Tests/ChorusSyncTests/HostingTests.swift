@@ -92,7 +92,7 @@ struct HostingTests {
         let left = results.reduce(0) { if case .success(let r) = $1.outcome { $0 + r.deliveriesLeft } else { $0 } }
         #expect(left >= 1, "the invitation was left at relay 3")
         #expect(try Self.height(r3.node, aliceDevice) == 0, "relay 3 holds notices, not Alice's feed")
-        #expect(try InboxStore(readingFrom: r3.node.log.env).count() >= 2)
+        #expect(try InboxStore(readingFrom: r3.node.store).count() >= 2)
 
         // Bob's sync takes the notices from his inbox, finds Alice's home
         // relay through her relay list, and reads the chat.
@@ -266,7 +266,7 @@ struct HostingTests {
         let chat = try await alice.createChat(title: "Two inboxes in one", members: [bob.identity.user, carol.identity.user]).object
         _ = try await Self.syncByLists(alice, hops: 0)
         func invitations(for user: UserID) throws -> Int {
-            try InboxStore(readingFrom: inbox.node.log.env).notices(for: user.raw).notices.filter {
+            try InboxStore(readingFrom: inbox.node.store).notices(for: user.raw).notices.filter {
                 (try? Event.decode($0.envelope)).map { $0.kind == .chatCreated && $0.object == chat.raw } ?? false
             }.count
         }

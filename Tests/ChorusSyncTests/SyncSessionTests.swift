@@ -114,7 +114,7 @@ struct SyncSessionTests {
         #expect(third.eventsReceived == 1)
         #expect(third.bytesSent + third.bytesReceived < 2000)
         #expect(try feedHeads(a) == feedHeads(b))
-        let reader = try PeerStore(readingFrom: a.log.env)
+        let reader = try PeerStore(readingFrom: a.store)
         let records = try reader.all()
         #expect(records.count == 1 && records[0].key == b.identity.device.raw && records[0].sessions == 3)
         // Bookkeeping is written only through the node's writer.

@@ -411,7 +411,7 @@ public struct NetworkSimulation: Sendable {
             await node.close()
         }
         for r in relays {
-            let held = try r.node.log.eventCount() + (try InboxStore(readingFrom: r.node.log.env).count())
+            let held = try r.node.log.eventCount() + (try InboxStore(readingFrom: r.node.store).count())
             result.relayEventsMax = max(result.relayEventsMax, held)
         }
         result.relayEventsIdeal = Double(result.deviceEvents) * 2 / Double(max(1, p.relays)) + Double(result.directoryEvents)
@@ -541,10 +541,10 @@ public struct NetworkSimulation: Sendable {
             return event.author == creator.device && event.kind == .chatCreated && event.object == chat.raw
         }
         let atRelay = try relays.contains { relay in
-            try InboxStore(readingFrom: relay.log.env).notices(for: member.user).notices.contains { isInvitation($0.envelope) }
+            try InboxStore(readingFrom: relay.store).notices(for: member.user).notices.contains { isInvitation($0.envelope) }
         }
         if !atRelay { return "invitation_not_left" }
-        if !(try InboxStore(readingFrom: node.log.env).notices(for: member.user).notices.contains { isInvitation($0.envelope) }) {
+        if !(try InboxStore(readingFrom: node.store).notices(for: member.user).notices.contains { isInvitation($0.envelope) }) {
             return "invitation_not_taken"
         }
         guard let list = try node.projections.relays(of: UserID(creator.user)) else { return "creator_list_unknown" }

@@ -4,6 +4,7 @@ import ChorusEvents
 import ChorusLog
 import ChorusNode
 import ChorusStorage
+import ChorusStore
 import Foundation
 
 /// Whom an event is addressed to (Specs/sync.md §4.11): the users whose
@@ -54,6 +55,13 @@ func bookkeepingWrite<T: Sendable>(node: Node?, database: String, _ work: @escap
     return try await node.write(work)
 }
 
+/// A read-only store without the sync bookkeeping databases (one that never
+/// synced): there is nothing to read.
+package struct BookkeepingMissing: Error, CustomStringConvertible {
+    package let database: String
+    package var description: String { "this store has no \(database) database: it was opened read-only and has never synced" }
+}
+
 /// A write to sync bookkeeping (`peers`, `inbox`, `routing`) through a
 /// store opened to read: bookkeeping is written only by the node's one
 /// writer (Specs/storage.md §5).
@@ -85,20 +93,20 @@ package final class InboxStore: Sendable {
     static let ownScanned: UInt8 = 5  // 5 → the height of this device's feed indexed under prefix 6
     static let ownAddressed: UInt8 = 6  // 6 ‖ seq (8, big-endian) → empty: this device's event at seq is addressed
 
-    /// Opens (creating if needed) the `inbox` database of `env` to read it
-    /// (tests, tools); its writes throw.
-    package init(readingFrom env: Environment) throws {
-        self.env = env
-        self.node = nil
-        db = try env.openDatabase("inbox", create: !env.readOnly)
+    /// The `inbox` database of `store`, to read (tests, tools); its writes throw.
+    package init(readingFrom store: Store) throws {
+        guard let bookkeeping = store.bookkeeping else { throw BookkeepingMissing(database: "inbox") }
+        env = store.env
+        node = nil
+        db = bookkeeping.inbox
     }
 
-    /// Opens (creating if needed) the `inbox` database of `node`'s store;
-    /// writes go through the node's writer.
+    /// The `inbox` database of `node`'s store; writes go through the node's writer.
     package init(node: Node) throws {
-        env = node.log.env
+        guard let bookkeeping = node.store.bookkeeping else { throw BookkeepingMissing(database: "inbox") }
+        env = node.store.env
         self.node = node
-        db = try env.openDatabase("inbox", create: !env.readOnly)
+        db = bookkeeping.inbox
     }
 
     private func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {

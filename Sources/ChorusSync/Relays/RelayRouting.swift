@@ -4,6 +4,7 @@ import ChorusNode
 import ChorusParallel
 import ChorusProjections
 import ChorusStorage
+import ChorusStore
 import Foundation
 
 /// Which relays a node syncs with when no address is given (Specs/sync.md
@@ -432,20 +433,20 @@ package final class RoutingMemory: Sendable {
     static let publishedPrefix: UInt8 = 3
     static let ownPrefix: UInt8 = 4
 
-    /// Opens (creating if needed) the `routing` database of `env` to read
-    /// it; its writes throw.
-    package init(readingFrom env: Environment) throws {
-        self.env = env
+    /// The `routing` database of `store`, to read; its writes throw.
+    package init(readingFrom store: Store) throws {
+        guard let bookkeeping = store.bookkeeping else { throw BookkeepingMissing(database: "routing") }
+        env = store.env
         node = nil
-        db = try env.openDatabase("routing", create: !env.readOnly)
+        db = bookkeeping.routing
     }
 
-    /// Opens (creating if needed) the `routing` database of `node`'s store;
-    /// writes go through the node's writer.
+    /// The `routing` database of `node`'s store; writes go through the node's writer.
     package init(node: Node) throws {
-        env = node.log.env
+        guard let bookkeeping = node.store.bookkeeping else { throw BookkeepingMissing(database: "routing") }
+        env = node.store.env
         self.node = node
-        db = try env.openDatabase("routing", create: !env.readOnly)
+        db = bookkeeping.routing
     }
 
     /// Syncs each of `users` has waited since one of its home relays was
