@@ -23,6 +23,13 @@ public struct Store: Sendable {
     /// the node's writer. Nil in a read-only store that never had them.
     package let bookkeeping: Bookkeeping?
 
+    /// The bookkeeping database at `path` (`Store.bookkeeping`); throws
+    /// `BookkeepingMissing` for a read-only store that never had them.
+    package func bookkeepingDatabase(_ path: KeyPath<Bookkeeping, Database> & Sendable, named name: String) throws -> Database {
+        guard let bookkeeping else { throw BookkeepingMissing(database: name) }
+        return bookkeeping[keyPath: path]
+    }
+
     /// The sync bookkeeping databases (`Store.bookkeeping`).
     package struct Bookkeeping: Sendable {
         package let peers: Database
@@ -191,4 +198,11 @@ public struct CommitBatch {
     public func putBlob(_ bytes: [UInt8]) throws {
         try store.projections.blobStored(try store.blobs.put(bytes, in: transaction), in: transaction)
     }
+}
+
+/// A read-only store without the sync bookkeeping databases (one that never
+/// synced): there is nothing to read.
+package struct BookkeepingMissing: Error, CustomStringConvertible {
+    package let database: String
+    package var description: String { "this store has no \(database) database: it was opened read-only and has never synced" }
 }

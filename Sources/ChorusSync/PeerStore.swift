@@ -111,10 +111,7 @@ package struct PeerStore: Sendable {
     }
 
     private init(store: Store, node: Node?) throws {
-        guard let bookkeeping = store.bookkeeping else { throw BookkeepingMissing(database: "peers") }
-        env = store.env
-        self.node = node
-        db = bookkeeping.peers
+        (env, self.node, db) = (store.env, node, try store.bookkeepingDatabase(\.peers, named: "peers"))
     }
 
     /// The stored record of the peer with device key `key`, or nil when there

@@ -55,13 +55,6 @@ func bookkeepingWrite<T: Sendable>(node: Node?, database: String, _ work: @escap
     return try await node.write(work)
 }
 
-/// A read-only store without the sync bookkeeping databases (one that never
-/// synced): there is nothing to read.
-package struct BookkeepingMissing: Error, CustomStringConvertible {
-    package let database: String
-    package var description: String { "this store has no \(database) database: it was opened read-only and has never synced" }
-}
-
 /// A write to sync bookkeeping (`peers`, `inbox`, `routing`) through a
 /// store opened to read: bookkeeping is written only by the node's one
 /// writer (Specs/storage.md §5).
@@ -95,18 +88,12 @@ package final class InboxStore: Sendable {
 
     /// The `inbox` database of `store`, to read (tests, tools); its writes throw.
     package init(readingFrom store: Store) throws {
-        guard let bookkeeping = store.bookkeeping else { throw BookkeepingMissing(database: "inbox") }
-        env = store.env
-        node = nil
-        db = bookkeeping.inbox
+        (env, node, db) = (store.env, nil, try store.bookkeepingDatabase(\.inbox, named: "inbox"))
     }
 
     /// The `inbox` database of `node`'s store; writes go through the node's writer.
     package init(node: Node) throws {
-        guard let bookkeeping = node.store.bookkeeping else { throw BookkeepingMissing(database: "inbox") }
-        env = node.store.env
-        self.node = node
-        db = bookkeeping.inbox
+        (env, self.node, db) = (node.store.env, node, try node.store.bookkeepingDatabase(\.inbox, named: "inbox"))
     }
 
     private func write<T: Sendable>(_ work: @escaping @Sendable (Transaction) throws -> T) async throws -> T {

@@ -435,18 +435,12 @@ package final class RoutingMemory: Sendable {
 
     /// The `routing` database of `store`, to read; its writes throw.
     package init(readingFrom store: Store) throws {
-        guard let bookkeeping = store.bookkeeping else { throw BookkeepingMissing(database: "routing") }
-        env = store.env
-        node = nil
-        db = bookkeeping.routing
+        (env, node, db) = (store.env, nil, try store.bookkeepingDatabase(\.routing, named: "routing"))
     }
 
     /// The `routing` database of `node`'s store; writes go through the node's writer.
     package init(node: Node) throws {
-        guard let bookkeeping = node.store.bookkeeping else { throw BookkeepingMissing(database: "routing") }
-        env = node.store.env
-        self.node = node
-        db = bookkeeping.routing
+        (env, self.node, db) = (node.store.env, node, try node.store.bookkeepingDatabase(\.routing, named: "routing"))
     }
 
     /// Syncs each of `users` has waited since one of its home relays was
