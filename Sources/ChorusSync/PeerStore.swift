@@ -95,7 +95,8 @@ package struct PeerStore: Sendable {
     /// behind the events a session received, so a position is never durable
     /// before the events it covers. Nil for a store opened without a node.
     private let node: Node?
-    private let queued = QueuedWrites()
+    /// The first error of an update since the last `flush`.
+    private let failed = FirstError()
 
     /// The `peers` database of `store`, to read: `update` and `forget`
     /// throw, since peer records are written through a node's writer
@@ -145,8 +146,9 @@ package struct PeerStore: Sendable {
             try txn.put(db, key.bytes, r.encoded())
         }
         guard let node else { throw BookkeepingReadOnly(database: "peers") }
-        queued.started()
-        node.enqueueWrite(work) { [queued] error in queued.ended(error) }
+        node.enqueueWrite(work) { [failed] error in
+            if let error { failed.record(error) }
+        }
     }
 
     /// Deletes the peer's record, durably when it returns: the next sync with
@@ -161,42 +163,22 @@ package struct PeerStore: Sendable {
     /// Waits until every update queued so far is durable (or failed), and
     /// returns the first error among them since the last flush, if any.
     @discardableResult
-    package func flush() async -> (any Error)? { await queued.drained() }
+    package func flush() async -> (any Error)? {
+        // The writer commits in the order it was given work: once an empty
+        // write queued now is durable, so is every update queued before it.
+        if let node { _ = try? await node.write { _ in } }
+        return failed.take()
+    }
 }
 
-/// Updates queued on a writer and not yet durable, and who waits for them.
-private final class QueuedWrites: Sendable {
-    private struct State {
-        var pending = 0
-        var firstError: (any Error)?
-        var waiters: [CheckedContinuation<(any Error)?, Never>] = []
-    }
-    private let state = Mutex(State())
-
-    func started() { state.withLock { $0.pending += 1 } }
-
-    func ended(_ error: (any Error)?) {
-        let (waiters, first): ([CheckedContinuation<(any Error)?, Never>], (any Error)?) = state.withLock { s in
-            s.pending -= 1
-            if s.firstError == nil { s.firstError = error }
-            guard s.pending == 0 else { return ([], nil) }
-            defer { s.waiters = []; s.firstError = nil }
-            return (s.waiters, s.firstError)
-        }
-        for w in waiters { w.resume(returning: first) }
-    }
-
-    func drained() async -> (any Error)? {
-        await withCheckedContinuation { continuation in
-            let now: (any Error)?? = state.withLock { s in
-                guard s.pending > 0 else {
-                    defer { s.firstError = nil }
-                    return .some(s.firstError)
-                }
-                s.waiters.append(continuation)
-                return .none
-            }
-            if case .some(let error) = now { continuation.resume(returning: error) }
+/// The first error recorded since it was last taken.
+private final class FirstError: Sendable {
+    private let error = Mutex<(any Error)?>(nil)
+    func record(_ e: any Error) { error.withLock { if $0 == nil { $0 = e } } }
+    func take() -> (any Error)? {
+        error.withLock { e in
+            defer { e = nil }
+            return e
         }
     }
 }
