@@ -49,7 +49,6 @@ package actor SyncSession {
     /// Events received when the last refill ran (refill runs again only when more arrived).
     var refillCheckedAt: Int? = nil
 
-    // Progress, for the idle timeout.
     /// When anything last moved, for the idle timeout (`watchdog`).
     var idleWatch = IdleWatch()
     /// Received events on their way to the store, and received blobs on theirs.
