@@ -2,8 +2,9 @@ import ChorusTestSupport
 import Foundation
 import Testing
 
-/// Adds a probe kind to a copy of the sources and type-checks it with the
-/// compiler the suite was built with: the steps of Specs/adding-a-kind.md
+/// Adds a probe kind (and, apart, a probe object class) to a copy of the
+/// sources and type-checks it with the compiler the suite was built with:
+/// the steps of Specs/adding-a-kind.md
 /// marked **(compiler)** must each be needed (leaving any one out does not
 /// compile), they must be every exhaustive `switch` over kinds in
 /// `Sources/` (a new one is a new step, to be listed there and here), and
@@ -22,8 +23,37 @@ struct ProbeKindTests {
         var description: String { "\(module)/\(file) \(member)" }
     }
 
+    /// Where a probe is declared: `declaration` inserted after `anchor` in
+    /// `file` of `module`.
+    struct Declaration {
+        let module: String
+        let file: String
+        let anchor: String
+        let declaration: String
+    }
+
+    static let probeKind = Declaration(
+        module: "ChorusEvents", file: "EventKind.swift", anchor: "    case relaysSet\n",
+        declaration: "    /// A probe kind (ProbeKindTests).\n    case probe\n")
+
+    static let probeClass = Declaration(
+        module: "ChorusProjections", file: "Keys.swift", anchor: "enum ObjectClass: UInt8, CaseIterable {\n",
+        declaration: "    case probe = 0xEE\n")
+
+    /// The (compiler) steps of Specs/adding-a-kind.md that a new object
+    /// class adds (steps 7–9): its fold order, its incremental and bulk
+    /// folds, how a rebuild folds and loads it, and its name in history.
+    static let classSteps: [Step] = [
+        Step(module: "ChorusProjections", file: "Keys.swift", member: "foldRank", arm: "case .probe: 99"),
+        Step(module: "ChorusProjections", file: "FoldRun.swift", member: "foldMarked", arm: "case .probe: break"),
+        Step(module: "ChorusProjections", file: "FoldRun.swift", member: "foldInBulk", arm: "case .probe: break"),
+        Step(module: "ChorusProjections", file: "BulkFolding.swift", member: "foldOffTheWriteTransaction", arm: "case .probe: nil"),
+        Step(module: "ChorusProjections", file: "BulkFolding.swift", member: "bulkFoldReadsPayload", arm: "case .probe: true"),
+        Step(module: "ChorusProjections", file: "Inspection.swift", member: "className", arm: #"case .probe: "probe""#),
+    ]
+
     /// The (compiler) steps of Specs/adding-a-kind.md, for a probe kind in
-    /// an existing class (a new class adds the class's own switches).
+    /// an existing class (a new class adds `classSteps`).
     static let steps: [Step] = [
         Step(module: "ChorusEvents", file: "EventKind.swift", member: "code", arm: "case .probe: 9_999"),
         Step(module: "ChorusEvents", file: "EventKind.swift", member: "name", arm: #"case .probe: "probe.kind""#),
@@ -48,7 +78,7 @@ struct ProbeKindTests {
 
         // The declaration alone: the compiler names every switch a kind
         // must join, and those must be the steps listed.
-        let bare = try compiler.variant("bare", steps: [])
+        let bare = try compiler.variant("bare", probe: Self.probeKind, steps: [])
         let bareErrors = try await compiler.exhaustivenessErrors(module: "ChorusEvents", sources: bare.events)
         let eventSteps = Self.steps.filter { $0.module == "ChorusEvents" }
         #expect(bareErrors.count == eventSteps.count, "exhaustive switches over kinds in ChorusEvents: \(bareErrors); steps: \(eventSteps)")
@@ -59,7 +89,7 @@ struct ProbeKindTests {
         // Every step done: ChorusEvents compiles, and so does every module
         // that reads kinds (an exhaustive switch over kinds anywhere else
         // would fail here: a step this list and the doc lack).
-        let complete = try compiler.variant("complete", steps: Self.steps)
+        let complete = try compiler.variant("complete", probe: Self.probeKind, steps: Self.steps)
         try await compiler.emitModule("ChorusEvents", sources: complete.events)
         for module in try compiler.modulesAbove("ChorusEvents") {
             let sources = module == "ChorusProjections" ? complete.projections : compiler.sources(of: module)
@@ -69,12 +99,37 @@ struct ProbeKindTests {
 
         // Each step left out: a compile error at its switch.
         for step in Self.steps {
-            let without = try compiler.variant("without-\(step.member)", steps: Self.steps.filter { $0.member != step.member })
+            let without = try compiler.variant("without-\(step.member)", probe: Self.probeKind, steps: Self.steps.filter { $0.member != step.member })
             let errors =
                 step.module == "ChorusEvents"
                 ? try await compiler.exhaustivenessErrors(module: "ChorusEvents", sources: without.events)
                 : try await compiler.exhaustivenessErrors(module: step.module, sources: without.projections)
             #expect(errors.map { "\($0.file) \($0.member)" } == ["\(step.file) \(step.member)"], "without \(step): \(errors)")
+        }
+    }
+
+    @Test("a new object class: leaving out any (compiler) step fails to compile; with all of them, the projections compile", .timeLimit(.minutes(20)))
+    func everyClassStepIsEnforced() async throws {
+        let compiler = try Compiler()
+        defer { compiler.cleanup() }
+        let doc = try String(contentsOf: repositoryRoot.appendingPathComponent("Specs/adding-a-kind.md"), encoding: .utf8)
+        for step in Self.classSteps {
+            #expect(doc.contains(step.member), "Specs/adding-a-kind.md does not name \(step.member)")
+        }
+        // The class alone: the compiler names every switch it must join.
+        let bare = try compiler.variant("class-bare", probe: Self.probeClass, steps: [])
+        let bareErrors = try await compiler.exhaustivenessErrors(module: "ChorusProjections", sources: bare.projections)
+        #expect(
+            Set(bareErrors.map(\.description)) == Set(Self.classSteps.map { "\($0.file) \($0.member)" }),
+            "exhaustive switches over classes: \(bareErrors); steps: \(Self.classSteps)")
+        let complete = try compiler.variant("class-complete", probe: Self.probeClass, steps: Self.classSteps)
+        let result = try await compiler.typecheck("ChorusProjections", sources: complete.projections)
+        #expect(result.status == 0, "ChorusProjections does not compile with the probe class:\n\(result.stderr.prefix(3000))")
+        for step in Self.classSteps {
+            let without = try compiler.variant(
+                "class-without-\(step.member)", probe: Self.probeClass, steps: Self.classSteps.filter { $0.member != step.member })
+            let errors = try await compiler.exhaustivenessErrors(module: "ChorusProjections", sources: without.projections)
+            #expect(errors.map(\.description) == ["\(step.file) \(step.member)"], "without \(step): \(errors)")
         }
     }
 
@@ -181,9 +236,9 @@ struct ProbeKindTests {
             return above.sorted()
         }
 
-        /// Copies of ChorusEvents and ChorusProjections with the probe kind
+        /// Copies of ChorusEvents and ChorusProjections with `probe`
         /// declared and `steps` done.
-        func variant(_ name: String, steps: [Step]) throws -> Variant {
+        func variant(_ name: String, probe: Declaration, steps: [Step]) throws -> Variant {
             let dir = scratch.appendingPathComponent(name)
             var copies: [String: [String]] = [:]
             for module in ["ChorusEvents", "ChorusProjections"] {
@@ -192,10 +247,9 @@ struct ProbeKindTests {
                 for file in sources(of: module) {
                     var text = try String(contentsOfFile: file, encoding: .utf8)
                     let base = URL(fileURLWithPath: file).lastPathComponent
-                    if module == "ChorusEvents" && base == "EventKind.swift" {
-                        let declaration = "    case relaysSet\n"
-                        guard let at = text.range(of: declaration) else { throw TestFailure("EventKind.swift has no `case relaysSet` to put the probe after") }
-                        text.replaceSubrange(at, with: declaration + "    /// A probe kind (ProbeKindTests).\n    case probe\n")
+                    if module == probe.module && base == probe.file {
+                        guard let at = text.range(of: probe.anchor) else { throw TestFailure("\(base) has no `\(probe.anchor)` to declare the probe after") }
+                        text.replaceSubrange(at, with: probe.anchor + probe.declaration)
                     }
                     for step in steps where step.module == module && step.file == base {
                         text = try Self.adding(step.arm, toSwitchIn: step.member, of: text, file: base)
