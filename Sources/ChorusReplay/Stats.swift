@@ -62,6 +62,12 @@ extension ReplayStore {
             .sorted { ($0.events, $1.author) > ($1.events, $0.author) }
         s.forks = try log.forkEvidence().map { ($0.author, $0.seq) }
         s.databases = try log.databaseSizes() + projections.databaseSizes() + [("blobs", try blobs.databaseSize())]
+        // The node's sync bookkeeping, so its pages are not counted as another's.
+        if let bookkeeping = store.bookkeeping {
+            for (name, db) in [("peers", bookkeeping.peers), ("inbox", bookkeeping.inbox), ("routing", bookkeeping.routing)] {
+                s.databases.append((name, try env.pageCount(of: db)))
+            }
+        }
         let use = try env.pageUse()
         s.inUseBytes = use.inUse
         // LMDB counts a database of duplicates without the trees of its

@@ -510,6 +510,8 @@ struct ReplayTests {
         let counted = stats.databases.reduce(0) { $0 + $1.bytes }
         #expect(stats.databases.contains { $0.name == "feed_positions" && $0.bytes > 0 })
         #expect(counted <= stats.inUseBytes && stats.inUseBytes <= Int(stats.fileBytes))
+        // The node's sync bookkeeping is listed too, so its pages are no other's.
+        #expect(Set(Store.Bookkeeping.databaseNames).isSubset(of: Set(stats.databases.map(\.name))))
     }
 
     @Test func verifyChecksMessageEpochsAndStatsCountKindsFromNewerVersions() async throws {
