@@ -64,7 +64,7 @@ extension ReplayStore {
         s.databases = try log.databaseSizes() + projections.databaseSizes() + [("blobs", try blobs.databaseSize())]
         // The node's sync bookkeeping, so its pages are not counted as another's.
         if let bookkeeping = store.bookkeeping {
-            for (name, db) in [("peers", bookkeeping.peers), ("inbox", bookkeeping.inbox), ("routing", bookkeeping.routing)] {
+            for (name, db) in bookkeeping.named {
                 s.databases.append((name, try env.pageCount(of: db)))
             }
         }

@@ -39,6 +39,11 @@ public struct Store: Sendable {
         /// The names of the databases, as Specs/storage.md lists them.
         package static let databaseNames = ["peers", "inbox", "routing"]
 
+        /// Each database with its name (`databaseNames`' order).
+        package var named: [(name: String, database: Database)] {
+            zip(Self.databaseNames, [peers, inbox, routing]).map { ($0, $1) }
+        }
+
         /// Opens them in `env`, creating them unless it is read-only; nil
         /// when a read-only environment lacks one.
         static func open(in env: Environment) throws -> Bookkeeping? {

@@ -95,8 +95,8 @@ package struct PeerStore: Sendable {
     /// behind the events a session received, so a position is never durable
     /// before the events it covers. Nil for a store opened without a node.
     private let node: Node?
-    /// The first error of an update since the last `flush`.
-    private let failed = FirstError()
+    /// Updates not yet durable, and the first error since the last `flush`.
+    private let queued = QueuedUpdates()
 
     /// The `peers` database of `store`, to read: `update` and `forget`
     /// throw, since peer records are written through a node's writer
@@ -146,9 +146,8 @@ package struct PeerStore: Sendable {
             try txn.put(db, key.bytes, r.encoded())
         }
         guard let node else { throw BookkeepingReadOnly(database: "peers") }
-        node.enqueueWrite(work) { [failed] error in
-            if let error { failed.record(error) }
-        }
+        queued.started()
+        node.enqueueWrite(work) { [queued] error in queued.ended(error) }
     }
 
     /// Deletes the peer's record, durably when it returns: the next sync with
@@ -165,20 +164,29 @@ package struct PeerStore: Sendable {
     @discardableResult
     package func flush() async -> (any Error)? {
         // The writer commits in the order it was given work: once an empty
-        // write queued now is durable, so is every update queued before it.
-        if let node { _ = try? await node.write { _ in } }
-        return failed.take()
+        // write queued now is done, so is every update queued before it
+        // (none queued: nothing to wait for, no commit).
+        if let node, queued.pending { _ = try? await node.write { _ in } }
+        return queued.takeError()
     }
 }
 
-/// The first error recorded since it was last taken.
-private final class FirstError: Sendable {
-    private let error = Mutex<(any Error)?>(nil)
-    func record(_ e: any Error) { error.withLock { if $0 == nil { $0 = e } } }
-    func take() -> (any Error)? {
-        error.withLock { e in
-            defer { e = nil }
-            return e
+/// Updates queued on the writer and not yet durable (or failed), and the
+/// first error among them since it was last taken.
+private final class QueuedUpdates: Sendable {
+    private let state = Mutex<(pending: Int, error: (any Error)?)>((0, nil))
+    var pending: Bool { state.withLock { $0.pending > 0 } }
+    func started() { state.withLock { $0.pending += 1 } }
+    func ended(_ e: (any Error)?) {
+        state.withLock {
+            $0.pending -= 1
+            if $0.error == nil { $0.error = e }
+        }
+    }
+    func takeError() -> (any Error)? {
+        state.withLock { s in
+            defer { s.error = nil }
+            return s.error
         }
     }
 }
