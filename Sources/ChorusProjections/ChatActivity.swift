@@ -25,16 +25,22 @@ struct ChatActivity: Equatable {
 
     /// A member's entry: u64be(activity), then for a chat with messages
     /// u64be(last hlc) ‖ message id ‖ sending device, then u8(unread): the
-    /// member's unread count, at most `ChatSummary.unreadLimit`.
-    func encoded(unread: Int) -> [UInt8] {
+    /// member's unread count, at most `ChatSummary.unreadLimit`, then for a
+    /// member who marked messages read their read marker as u64be(hlc) ‖
+    /// message id.
+    func encoded(unread: Int, marker: ReadMarker?) -> [UInt8] {
         var out = Codec.u64(activity.rawValue)
+        out.reserveCapacity(8 + 8 + 32 + 32 + 1 + 40)
         if let last {
-            out.reserveCapacity(8 + 8 + 32 + 32 + 1)
             out += Codec.u64(last.hlc.rawValue)
             last.message.append(to: &out)
             last.device.append(to: &out)
         }
         out.append(UInt8(clamping: min(max(0, unread), ChatSummary.unreadLimit)))
+        if let marker {
+            out += Codec.u64(marker.hlc.rawValue)
+            marker.message.raw.append(to: &out)
+        }
         return out
     }
 
@@ -43,16 +49,23 @@ struct ChatActivity: Equatable {
         let hlc: HLC
         let message: EventID
 
-        /// A stored entry's activity, last message key and unread count,
-        /// read in place (the sending device, bytes 48..<80, is read where
-        /// it is needed); nil for an entry of another length.
-        static func read(_ raw: UnsafeRawBufferPointer) -> (activity: HLC, last: LastKey?, unread: Int)? {
-            guard raw.count == 9 || raw.count == 81 else { return nil }
+        /// A stored entry's activity, last message key, unread count and
+        /// read marker, read in place (the sending device, bytes 48..<80,
+        /// is read where it is needed); nil for an entry of another length.
+        static func read(_ raw: UnsafeRawBufferPointer) -> (activity: HLC, last: LastKey?, unread: Int, marker: ReadMarker?)? {
+            let hasLast = raw.count == 81 || raw.count == 121
+            guard hasLast || raw.count == 9 || raw.count == 49 else { return nil }
             let activity = HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(as: UInt64.self)))
-            let unread = Int(raw[raw.count - 1])
-            guard raw.count == 81, let message = Bytes32(UnsafeRawBufferPointer(rebasing: raw[16..<48])) else { return (activity, nil, unread) }
+            let end = hasLast ? 80 : 8
+            let unread = Int(raw[end])
+            var marker: ReadMarker? = nil
+            if raw.count == end + 41, let id = Bytes32(UnsafeRawBufferPointer(rebasing: raw[(end + 9)...])) {
+                let hlc = HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: end + 1, as: UInt64.self)))
+                marker = ReadMarker(message: MessageID(id), hlc: hlc)
+            }
+            guard hasLast, let message = Bytes32(UnsafeRawBufferPointer(rebasing: raw[16..<48])) else { return (activity, nil, unread, marker) }
             let hlc = HLC(rawValue: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
-            return (activity, LastKey(hlc: hlc, message: message), unread)
+            return (activity, LastKey(hlc: hlc, message: message), unread, marker)
         }
     }
 }
@@ -108,9 +121,11 @@ extension Projections {
         return members
     }
 
-    /// `chat`'s entries for its current members, for a rebuild (nothing to remove).
+    /// `chat`'s entries for its current members and its row, for a
+    /// rebuild (nothing to remove).
     func chatActivityEntries(of chat: ObjectID, into out: inout SortedEntries, filters: inout UnreadFilters, in txn: Transaction) throws {
         guard let activity = try chatActivity(of: chat, in: txn) else { return }
+        if let row = try chatRow(of: chat, activity: activity, in: txn) { out.add(IndexTable.chatRow.key(chat), row.encoded()) }
         for (user, current) in try members(of: chat, in: txn) where current {
             out.add(IndexTable.chatActivity.key(user, chat), try chatActivityEntry(activity, of: chat, for: user, filters: &filters, in: txn))
         }
@@ -120,7 +135,8 @@ extension Projections {
     func chatActivityEntry(
         _ activity: ChatActivity, of chat: ObjectID, for user: PublicKey, filters: inout UnreadFilters, in txn: Transaction
     ) throws -> [UInt8] {
-        activity.encoded(unread: try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn).unread)
+        let (unread, marker) = try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
+        return activity.encoded(unread: unread, marker: marker)
     }
 
     /// Writes `chat`'s entry for each of its current members and removes
@@ -135,6 +151,7 @@ extension Projections {
         of chat: ObjectID, _ changes: ChatActivityChanges.OfChat, filters: inout UnreadFilters, in txn: Transaction
     ) throws {
         let activity = try chatActivity(of: chat, in: txn)
+        if changes.row { try writeChatRow(of: chat, activity: activity, in: txn) }
         let added = changes.added
         for (user, current) in try members(of: chat, in: txn) {
             let key = IndexTable.chatActivity.key(user, chat)
@@ -143,16 +160,20 @@ extension Projections {
                 continue
             }
             let old = try txn.get(index, key)
-            let stored = old.flatMap { raw in raw.withUnsafeBytes { ChatActivity.LastKey.read($0)?.unread } }
+            let stored = old.flatMap { raw in raw.withUnsafeBytes { ChatActivity.LastKey.read($0) } }
             let unread: Int
+            let marker: ReadMarker?
             if let stored, !changes.recountAll, !changes.recount.contains(user) {
+                // The marker moves only with a recount (`unreadChanged`).
+                marker = stored.marker
                 unread =
-                    added.isEmpty || stored >= ChatSummary.unreadLimit
-                    ? stored : try grown(stored, by: added, in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
+                    added.isEmpty || stored.unread >= ChatSummary.unreadLimit
+                    ? stored.unread
+                    : try grown(stored.unread, by: added, in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
             } else {
-                unread = try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn).unread
+                (unread, marker) = try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
             }
-            let value = activity.encoded(unread: unread)
+            let value = activity.encoded(unread: unread, marker: marker)
             if old != value { try txn.put(index, key, value) }
         }
     }
@@ -213,6 +234,9 @@ struct ChatActivityChanges {
         /// Every member's count is found again: the chat's membership or
         /// which of its messages count changed.
         var recountAll = false
+        /// The chat's row is found again (`ChatRow`): its membership, a
+        /// message entry or its count changed.
+        var row = false
         /// Members whose count is found again (their read marker or blocks changed).
         var recount: Set<PublicKey> = []
         /// Messages new in this write that count for members who read
@@ -231,7 +255,15 @@ extension FoldRun {
     /// deleted). A bulk fold skips it: the rebuild writes every chat's
     /// entries at its end.
     mutating func chatActivityChanged(_ chat: ObjectID) {
-        if !bulk { chatActivity.chats[chat, default: .init()].recountAll = true }
+        guard !bulk else { return }
+        chatActivity.chats[chat, default: .init()].recountAll = true
+        chatActivity.chats[chat, default: .init()].row = true
+    }
+
+    /// Notes that one of `chat`'s message entries changed (a send, an
+    /// edit, a deletion, a purge or a refill): its row is found again.
+    mutating func chatRowChanged(_ chat: ObjectID) {
+        if !bulk { chatActivity.chats[chat, default: .init()].row = true }
     }
 
     /// Notes `user`'s count in `chat` to be found again (their read marker moved).

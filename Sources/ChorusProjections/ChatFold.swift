@@ -143,7 +143,10 @@ extension FoldRun {
         let wasPurged = try existing.map { raw in try raw.withUnsafeBytes { try MessageEntry.isPurged($0) } } ?? false
         func store(_ entry: MessageEntry) throws {
             let value = entry.encoded()
-            if value != existing { try putState(key, value) }
+            if value != existing {
+                try putState(key, value)
+                chatRowChanged(chat)
+            }
             try setPayloadGap(.message, message, was: wasPurged, now: entry.purged)
             // What members' chat lists show (§9.1): a new message adds to
             // the counts of those who read before it; one that takes or

@@ -52,7 +52,7 @@ extension Projections {
     /// The chats `user` is a member of now, as a chat list shows them: each
     /// with its last message, the user's unread count and read marker,
     /// newest activity first (then by id). One read transaction; a chat
-    /// costs its record, its last entries and one step per unread message.
+    /// costs its entry in the user's list and its row.
     package func chatList(of user: UserID) throws -> [ChatSummary] {
         try chatList(of: user, limit: nil, after: nil)
     }
@@ -61,9 +61,10 @@ extension Projections {
     /// `after` in the same order. The user's chats are ordered from one
     /// scan of their entries (§9.1, `IndexTable.chatActivity`), which also
     /// hold their unread counts; only a chat whose last message comes from
-    /// a sender the user blocks steps back through its messages. Only the
-    /// page's chats are read whole (members, last message, read marker), so
-    /// an inbox screen's first rows cost about what those rows show.
+    /// a sender the user blocks steps back through its messages. A page's
+    /// row is then one read of the chat's row (§9.1, `IndexTable.chatRow`:
+    /// its record, members, count and last message with its content), so a
+    /// row costs about what it shows.
     package func chatList(of user: UserID, limit: Int?, after: ChatListCursor?) throws -> [ChatSummary] {
         try log.env.read { txn in
             var senders = Senders(state: state)
@@ -71,8 +72,8 @@ extension Projections {
                 viewer: user.raw, blocked: Set(try targets(.block, of: user.raw, in: txn)), senders: &senders, state: state, in: txn)
             // Each chat's last activity: its last message that took effect
             // and whose sender the user does not block, or its creation.
-            var order: [(activity: HLC, chat: ObjectID, last: ChatActivity.LastKey?, unread: Int)] = []
-            var stepBack: [(chat: ObjectID, unread: Int)] = []
+            var order: [(activity: HLC, chat: ObjectID, last: ChatActivity.LastKey?, unread: Int, marker: ReadMarker?)] = []
+            var stepBack: [(chat: ObjectID, unread: Int, marker: ReadMarker?)] = []
             // Read in place: a list reads every chat's entry to sort them,
             // and builds the key of a chat's last message only for its page.
             let prefix = IndexTable.chatActivity.key(user.raw)
@@ -81,15 +82,15 @@ extension Projections {
                     let entry = ChatActivity.LastKey.read(value)
                 else { throw ProjectionError.corrupt("chat activity entry of \(value.count) bytes") }
                 if entry.last != nil, filter.isBlocked(UnsafeRawBufferPointer(rebasing: value[48..<80])) {
-                    stepBack.append((chat, entry.unread))
+                    stepBack.append((chat, entry.unread, entry.marker))
                 } else {
-                    order.append((entry.activity, chat, entry.last, entry.unread))
+                    order.append((entry.activity, chat, entry.last, entry.unread, entry.marker))
                 }
                 return true
             }
-            for (chat, unread) in stepBack {
+            for (chat, unread, marker) in stepBack {
                 guard let seen = try chatActivity(of: chat, in: txn, skipping: filter.isBlocked) else { continue }
-                order.append((seen.activity, chat, seen.last.map { ChatActivity.LastKey(hlc: $0.hlc, message: $0.message) }, unread))
+                order.append((seen.activity, chat, seen.last.map { ChatActivity.LastKey(hlc: $0.hlc, message: $0.message) }, unread, marker))
             }
             // Positions are sorted, not the entries: moving entries of a
             // hundred bytes was a twentieth of a whole list's time.
@@ -104,14 +105,21 @@ extension Projections {
             var list: [ChatSummary] = []
             for position in ranked[start...].prefix(limit.map { max(0, $0) } ?? ranked.count) {
                 let entry = order[position]
-                guard let chat = try chatView(entry.chat, in: txn) else { continue }
+                // The chat's row holds its view and its last message (§9.1);
+                // a last message the viewer's blocks stepped back from is
+                // read from its entry.
+                let row = try storedChatRow(of: entry.chat, in: txn)
+                guard let chat = try row?.chat ?? chatView(entry.chat, in: txn) else { continue }
                 let last = try entry.last.flatMap { last in
+                    if let stored = row?.last, stored.id == last.message {
+                        return messageView(stored, chat: entry.chat)
+                    }
                     let key = Table.message.key(entry.chat, Codec.u64(last.hlc.rawValue), last.message)
                     return try txn.get(state, key).flatMap { try messageView(key: key, value: $0, chat: entry.chat, senders: &senders, in: txn) }
                 }
-                // The count is kept with the entry (§9.1); the marker is read for the row.
-                let marker = try txn.get(state, Table.read.key(entry.chat, user.raw)).map(ReadMarker.decode)
-                list.append(ChatSummary(chat: chat, lastMessage: last, unread: entry.unread, readMarker: marker, lastActivity: entry.activity))
+                // The count and the marker are kept with the entry (§9.1).
+                list.append(
+                    ChatSummary(chat: chat, lastMessage: last, unread: entry.unread, readMarker: entry.marker, lastActivity: entry.activity))
             }
             return list
         }

@@ -288,7 +288,10 @@ enum IndexTable: UInt8, CaseIterable {
     case blobWanted = 0x0B  // blob hash -> ()
     /// Each chat's last activity for each current member (`ChatActivity`,
     /// Specs/projections.md §9.1): what a chat list sorts by.
-    case chatActivity = 0x0C  // user || chat -> u64be(activity) [|| u64be(last hlc) || message id || sending device] || u8(unread)
+    case chatActivity = 0x0C  // user || chat -> u64be(activity) [|| u64be(last hlc) || message id || sending device] || u8(unread) [|| u64be(marker hlc) || marker id]
+    /// Each chat's row as a chat list shows it (`ChatRow`, Specs/projections.md
+    /// §9.1): its record, members, count and last message, in one entry.
+    case chatRow = 0x0D  // chat -> row
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -219,8 +219,8 @@ package struct Projections: Sendable {
     /// lists (`relays.set`) in the `relays` table (§6.12). 22: the built
     /// marker also names the layout (`layoutFingerprint`, §9.1). 23: each
     /// member's chat activity entry (`chatActivity`, §9.1). 24: which holds
-    /// the member's unread count.
-    package static let formatVersion: UInt64 = 24
+    /// the member's unread count. 25: each chat's row (`chatRow`, §9.1).
+    package static let formatVersion: UInt64 = 25
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
 

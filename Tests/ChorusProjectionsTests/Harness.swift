@@ -219,12 +219,49 @@ final class Replica {
                 }
                 for user in current {
                     let unread = try unreadTheLongWay(in: chat, for: user, txn: txn)
-                    expected.insert(user.bytes + chat.bytes + [0x3D] + activity.encoded(unread: unread))
+                    let marker = try txn.get(projections.state, Table.read.key(chat, user)).map(ReadMarker.decode)
+                    expected.insert(user.bytes + chat.bytes + [0x3D] + activity.encoded(unread: unread, marker: marker))
                 }
             }
             return Self.differences(
                 indexed: indexed, expected: expected, stale: "chat activity entry %@ is not a current member's chat's activity",
                 missing: "no chat activity entry %@")
+        }
+    }
+
+    /// Where the `chatRow` entries (Specs/projections.md §9.1) differ from
+    /// what the state says of each held chat, read here the long way: its
+    /// view (record, current members, count) and its last message (from
+    /// its activity and its entry, with the payloads it names and its
+    /// sender's user from the device's binding).
+    func chatRowProblems() throws -> [String] {
+        try env.read { txn in
+            var problems: [String] = []
+            var rows: Set<[UInt8]> = try indexKeys(.chatRow, in: txn)
+            try txn.scan(projections.state, prefix: [Table.chat.rawValue]) { key, _ in
+                let chat = try Codec.b32(key.dropFirst(), "chat id")
+                rows.remove(chat.bytes)
+                guard let view = try projections.chatView(chat, in: txn) else { return true }
+                guard let row = try projections.storedChatRow(of: chat, in: txn) else {
+                    problems.append("no chat row for chat \(chat.short)")
+                    return true
+                }
+                if row.chat != view { problems.append("chat \(chat.short): its row's view \(row.chat) is not \(view)") }
+                var senders = Senders(state: projections.state)
+                let expected = try projections.chatActivity(of: chat, in: txn)?.last.flatMap { last in
+                    let key = Table.message.key(chat, Codec.u64(last.hlc.rawValue), last.message)
+                    return try txn.get(projections.state, key).flatMap {
+                        try projections.messageView(key: key, value: $0, chat: chat, senders: &senders, in: txn)
+                    }
+                }
+                let stored = row.last.map { projections.messageView($0, chat: chat) }
+                if stored != expected {
+                    problems.append("chat \(chat.short): its row's last message \(String(describing: stored)) is not \(String(describing: expected))")
+                }
+                return true
+            }
+            problems += rows.map { "chat row \(Hex.encode($0)) names no held chat" }
+            return problems.sorted()
         }
     }
 

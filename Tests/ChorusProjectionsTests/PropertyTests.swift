@@ -200,7 +200,8 @@ struct ScheduleRun {
             problems += lineDiff(before, after)
         }
         for (label, replica) in [("replica 0 rebuilt", replicas[0]), ("replica 1", replicas[1]), ("replica 2", replicas[2]), ("fresh", fresh), ("single", single)] {
-            problems += try (replica.payloadGapProblems().problems + replica.blobWantedProblems().problems + replica.chatActivityProblems())
+            problems += try (replica.payloadGapProblems().problems + replica.blobWantedProblems().problems + replica.chatActivityProblems()
+                + replica.chatRowProblems())
                 .map { "\(label): " + $0 }
         }
         if try replicas[0].filedSendsLeft() != 0 {
