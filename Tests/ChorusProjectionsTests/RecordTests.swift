@@ -195,6 +195,60 @@ struct RecordTests {
         #expect(throws: ProjectionError.self) { try MessageEntry.decode(withdrawn + [0]) }
     }
 
+    @Test("a chat row reads back whole with every combination of its last message's fields; a cut, a longer or an unknown row is damage")
+    func chatRowEncoding() throws {
+        var rng = SplitMix64(seed: 0xC4A7_0D)
+        func key() -> Bytes32 { Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })! }
+        func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
+        let id = ChatID(key())
+        for combination in 0..<256 {
+            let members = (0..<(combination % 5)).map { i in MemberView(user: UserID(key()), admin: i == 0, since: HLC(rawValue: rng.next())) }
+            let title: [UInt8]? = combination % 3 == 0 ? nil : bytes(combination % 3 == 1 ? 0 : 90)
+            let view = ChatView(
+                id: id, sealedTitle: title, creator: UserID(key()), createdHLC: HLC(rawValue: rng.next()), createdBy: key(), members: members,
+                messageCount: Int(rng.next() >> 2))
+            var last: ChatRow.Last? = nil
+            if combination & 128 == 0 {
+                var record = MessageRecord(sender: key(), device: key(), hlc: HLC(rawValue: rng.next()))
+                if combination & 1 != 0 { record.body = bytes(combination & 64 != 0 ? 0 : 120) }
+                if combination & 2 != 0 { record.blob = key() }
+                if combination & 4 != 0 { record.size = rng.next() }
+                if combination & 8 != 0 { record.edited = HLC(rawValue: rng.next()) }
+                if combination & 16 != 0 { record.editor = key() }
+                if combination & 32 != 0 { record.deleted = HLC(rawValue: rng.next()) }
+                record.purged = combination & 64 != 0
+                last = ChatRow.Last(id: key(), record: record)
+            }
+            let row = ChatRow(chat: view, last: last)
+            let encoded = row.encoded()
+            #expect(try encoded.withUnsafeBytes { try ChatRow.decode($0, chat: id) } == row)
+            #expect(throws: ProjectionError.self) { try Array(encoded.dropLast()).withUnsafeBytes { try ChatRow.decode($0, chat: id) } }
+            #expect(throws: ProjectionError.self) { try (encoded + [0]).withUnsafeBytes { try ChatRow.decode($0, chat: id) } }
+            var otherLayout = encoded
+            otherLayout[0] = 2
+            #expect(throws: ProjectionError.self) { try otherLayout.withUnsafeBytes { try ChatRow.decode($0, chat: id) } }
+        }
+    }
+
+    @Test("a member's chat activity entry reads back its activity, last message, unread count and read marker, with and without each")
+    func chatActivityEntryEncoding() throws {
+        var rng = SplitMix64(seed: 0xAC71)
+        func key() -> Bytes32 { Bytes32((0..<32).map { _ in UInt8(truncatingIfNeeded: rng.next()) })! }
+        for combination in 0..<4 {
+            let last = combination & 1 == 0 ? nil : ChatActivity.Last(hlc: HLC(rawValue: rng.next()), message: key(), device: key())
+            let marker = combination & 2 == 0 ? nil : ReadMarker(message: MessageID(key()), hlc: HLC(rawValue: rng.next()))
+            let activity = ChatActivity(activity: HLC(rawValue: rng.next()), last: last)
+            for unread in [0, 7, ChatSummary.unreadLimit, ChatSummary.unreadLimit + 5] {
+                let encoded = activity.encoded(unread: unread, marker: marker)
+                #expect(encoded.count == 9 + (last == nil ? 0 : 72) + (marker == nil ? 0 : 40))
+                let back = try #require(encoded.withUnsafeBytes { ChatActivity.LastKey.read($0) })
+                #expect(back.activity == activity.activity && back.unread == min(unread, ChatSummary.unreadLimit) && back.marker == marker)
+                #expect(back.last?.hlc == last?.hlc && back.last?.message == last?.message)
+                #expect(encoded.dropLast().withUnsafeBytes { ChatActivity.LastKey.read(UnsafeRawBufferPointer($0)) } == nil)
+            }
+        }
+    }
+
     /// The facts' two levels (Specs/projections.md §9.1): after every commit
     /// the recent level holds at most its target, each commit moves only the
     /// excess, from where the last move stopped (so the moves go round the
