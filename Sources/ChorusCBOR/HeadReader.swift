@@ -78,6 +78,24 @@ package struct HeadReader {
         return raw[(at - count)..<at]
     }
 
+    /// A text string of at most `maxBytes` bytes of valid UTF-8 (as the
+    /// decoder checks it: decoded, then compared with the bytes).
+    package mutating func textValue(maxBytes: Int) -> String? {
+        let saved = at
+        guard let length = head(major: 3), length <= UInt64(min(maxBytes, raw.count - at)) else {
+            at = saved
+            return nil
+        }
+        let body = raw[at..<(at + Int(length))]
+        let text = String(decoding: body, as: UTF8.self)
+        guard text.utf8.elementsEqual(body) else {
+            at = saved
+            return nil
+        }
+        at += Int(length)
+        return text
+    }
+
     /// A simple value's byte (false 0xF4, true 0xF5, null 0xF6).
     package mutating func simple() -> UInt8? {
         guard at < raw.count, raw[at] >= 0xF4, raw[at] <= 0xF6 else { return nil }

@@ -90,9 +90,9 @@ package enum ChatCrypto {
         ad.reserveCapacity(sealedContext.count + 8 + 96)
         ad.append(contentsOf: sealedContext)
         withUnsafeBytes(of: kind.code.bigEndian) { ad.append(contentsOf: $0) }
-        ad.append(contentsOf: chat.bytes)
-        ad.append(contentsOf: object.bytes)
-        ad.append(contentsOf: author.bytes)
+        chat.append(to: &ad)
+        object.append(to: &ad)
+        author.append(to: &ad)
         return ad
     }
 

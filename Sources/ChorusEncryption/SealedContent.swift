@@ -94,6 +94,12 @@ public struct MessageContent: Hashable, Sendable, Codable {
     /// Decodes a message body (or, with `edit`, an edit's body); nil when
     /// the plaintext is not canonical CBOR of the right shape.
     package static func decode(_ plaintext: [UInt8], edit: Bool = false) -> MessageContent? {
+        // Most bodies are text alone, `{text: t}`: read in place (a chat
+        // list opens a body per row); anything else goes the long way.
+        var r = HeadReader(plaintext)
+        if r.head(major: 5) == 1, r.text("text"), let text = r.textValue(maxBytes: PayloadLimits.messageTextBytes), r.atEnd, !text.isEmpty {
+            return MessageContent(text: text)
+        }
         guard let v = try? CBORDecoder.decode(plaintext), (edit ? editSchema : bodySchema).violation(in: v) == nil else {
             return nil
         }
@@ -114,6 +120,9 @@ package enum TitleContent {
     /// Decodes a title plaintext; `nil` unless it is canonical CBOR holding
     /// exactly a `title` text of at most 200 bytes (shown as unreadable otherwise).
     package static func decode(_ plaintext: [UInt8]) -> String? {
+        // `{title: t}`, read in place (a chat list opens a title per row).
+        var r = HeadReader(plaintext)
+        if r.head(major: 5) == 1, r.text("title"), let title = r.textValue(maxBytes: 200), r.atEnd { return title }
         guard let v = try? CBORDecoder.decode(plaintext), schema.violation(in: v) == nil else { return nil }
         return v[text: "title"]?.textValue
     }

@@ -136,15 +136,22 @@ extension Node {
 
     /// A chat as this device reads it: the title opened when it can be.
     public nonisolated func readableChat(_ view: ChatView) throws -> ReadableChat {
+        try readableChat(view, creatorDevice: nil)
+    }
+
+    /// `readableChat(_:)`, given the creating device when the caller read it.
+    nonisolated func readableChat(_ view: ChatView, creatorDevice known: PublicKey?) throws -> ReadableChat {
         let title = try view.sealedTitle.map {
-            try open($0, kind: .chatCreated, chat: view.id.raw, object: view.id.raw, author: creatorDevice(of: view), TitleContent.decode)
+            try open($0, kind: .chatCreated, chat: view.id.raw, object: view.id.raw, author: known ?? creatorDevice(of: view), TitleContent.decode)
         }
         return ReadableChat(view: view, title: title)
     }
 
-    /// The device that signed a chat's creation (its title's author).
+    /// The device that signed a chat's creation (its title's author): kept
+    /// in the chat's row (Specs/projections.md §9.1), so a chat list does
+    /// not read every chat's creation from the log.
     nonisolated func creatorDevice(of view: ChatView) throws -> PublicKey {
-        try log.event(view.createdBy)?.event.author ?? view.creator.raw
+        try projections.creatorDevice(of: view.id) ?? log.event(view.createdBy)?.event.author ?? view.creator.raw
     }
 
     /// A message as this device reads it.
@@ -175,7 +182,7 @@ extension Node {
 
     /// The content of a message as first sent (before its edits).
     nonisolated func originalContent(_ m: MessageView) throws -> MessageContent? {
-        guard let payload = try log.event(m.id.raw)?.event.payload, let body = (try? MessageSentPayload(reading: payload))?.body else { return nil }
+        guard let body = try projections.sentBody(of: m) else { return nil }
         return try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw) { MessageContent.decode($0) }.value
     }
 
@@ -204,7 +211,7 @@ extension Node {
         try read {
             try projections.chatList(of: identity.user, limit: limit, after: after).map { summary in
                 ReadableChatSummary(
-                    chat: try readableChat(summary.chat), lastMessage: try summary.lastMessage.map(readableMessage), unread: summary.unread,
+                    chat: try readableChat(summary.chat, creatorDevice: summary.creatorDevice), lastMessage: try summary.lastMessage.map(readableMessage), unread: summary.unread,
                     readMarker: summary.readMarker, lastActivity: summary.lastActivity)
             }
         }

@@ -119,7 +119,9 @@ extension Projections {
                 }
                 // The count and the marker are kept with the entry (§9.1).
                 list.append(
-                    ChatSummary(chat: chat, lastMessage: last, unread: entry.unread, readMarker: entry.marker, lastActivity: entry.activity))
+                    ChatSummary(
+                        chat: chat, lastMessage: last, unread: entry.unread, readMarker: entry.marker, lastActivity: entry.activity,
+                        creatorDevice: row?.creatorDevice))
             }
             return list
         }
@@ -231,6 +233,19 @@ extension Projections {
             id: MessageID(try Codec.b32(key.suffix(32), "message id")), chat: ChatID(chat), sender: UserID(r.sender), device: DeviceID(r.device),
             hlc: r.hlc, body: r.body, blob: r.blob, blobSize: r.size, edited: r.edited, editor: r.editor.map(DeviceID.init),
             deleted: r.deleted, purged: r.purged)
+    }
+
+    /// The sealed body of `message` as first sent (before its edits), read
+    /// from its send's payload through its `message` entry (§9.1); nil when
+    /// this node holds no entry for it or the payload is purged.
+    package func sentBody(of message: MessageView) throws -> [UInt8]? {
+        try log.env.read { txn in
+            let key = Table.message.key(message.chat.raw, Codec.u64(message.hlc.rawValue), message.id.raw)
+            guard let value = try txn.get(state, key) else { return nil }
+            let entry = try MessageEntry.decode(value)
+            guard let bytes = try log.readPayload(at: entry.sent, in: txn) else { return nil }
+            return try MessageRecord.sentPayload(bytes, at: entry.sent)?.body
+        }
     }
 
     /// The chat a message belongs to, when it took effect here.

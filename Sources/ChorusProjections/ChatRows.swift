@@ -20,6 +20,9 @@ struct ChatRow: Equatable {
     }
 
     let chat: ChatView
+    /// The device that signed the chat's creation: its sealed title's
+    /// author (Specs/encryption.md §7), which opening the title needs.
+    let creatorDevice: PublicKey
     let last: Last?
 
     private enum Flag {
@@ -27,7 +30,8 @@ struct ChatRow: Equatable {
         static let editor: UInt8 = 16, deleted: UInt8 = 32, purged: UInt8 = 64
     }
 
-    /// u8(1) ‖ u64(created hlc) ‖ creator ‖ created-by event ‖ u32(title
+    /// u8(1) ‖ u64(created hlc) ‖ creator ‖ created-by event ‖ the device
+    /// that signed it ‖ u32(title
     /// length + 1, 0 without one) ‖ title ‖ u64(message count) ‖ u16(member
     /// count) ‖ per member: user ‖ u8(admin) ‖ u64(since) ‖ u8(1 with a last
     /// message, else 0), then for one: message id ‖ u64(hlc) ‖ device ‖
@@ -40,6 +44,7 @@ struct ChatRow: Equatable {
         Self.append(chat.createdHLC.rawValue, to: &out)
         chat.creator.raw.append(to: &out)
         chat.createdBy.append(to: &out)
+        creatorDevice.append(to: &out)
         Self.append(chat.sealedTitle, to: &out)
         Self.append(UInt64(max(0, chat.messageCount)), to: &out)
         Self.append(UInt16(clamping: chat.members.count), to: &out)
@@ -76,6 +81,14 @@ struct ChatRow: Equatable {
         return out
     }
 
+    /// The creating device of a stored row, read alone in place.
+    static func creatorDevice(in raw: UnsafeRawBufferPointer) throws -> PublicKey {
+        var r = Reader(raw: raw)
+        guard try r.u8() == 1 else { throw ProjectionError.corrupt("chat row of an unknown layout") }
+        _ = try r.take(8 + 32 + 32)
+        return try r.b32()
+    }
+
     /// Reads a stored row in place.
     static func decode(_ raw: UnsafeRawBufferPointer, chat id: ChatID) throws -> ChatRow {
         var r = Reader(raw: raw)
@@ -83,6 +96,7 @@ struct ChatRow: Equatable {
         let created = HLC(rawValue: try r.u64())
         let creator = try r.b32()
         let createdBy = try r.b32()
+        let creatorDevice = try r.b32()
         let title = try r.optionalBytes()
         let count = try r.u64()
         let memberCount = Int(try r.u16())
@@ -98,7 +112,7 @@ struct ChatRow: Equatable {
             messageCount: Int(clamping: count))
         guard try r.u8() == 1 else {
             guard r.atEnd else { throw ProjectionError.corrupt("chat row with bytes after its end") }
-            return ChatRow(chat: chat, last: nil)
+            return ChatRow(chat: chat, creatorDevice: creatorDevice, last: nil)
         }
         let message = try r.b32()
         let hlc = HLC(rawValue: try r.u64())
@@ -114,7 +128,7 @@ struct ChatRow: Equatable {
         if flags & Flag.deleted != 0 { record.deleted = HLC(rawValue: try r.u64()) }
         record.purged = flags & Flag.purged != 0
         guard r.atEnd, flags & 0x80 == 0 else { throw ProjectionError.corrupt("chat row with unknown flags or bytes after its end") }
-        return ChatRow(chat: chat, last: Last(id: message, record: record))
+        return ChatRow(chat: chat, creatorDevice: creatorDevice, last: Last(id: message, record: record))
     }
 
     private static func append(_ n: UInt64, to out: inout [UInt8]) {
@@ -165,32 +179,51 @@ extension Projections {
     /// `chat`'s row from the state, the long way: its view and the last
     /// message of its activity (`chatActivity(of:)`, no sender skipped)
     /// with the content its entry names and its sender's user from the
-    /// device's binding. Nil without the chat's creation.
-    func chatRow(of chat: ObjectID, activity: ChatActivity?, in txn: Transaction) throws -> ChatRow? {
+    /// device's binding. Nil without the chat's creation. The creating
+    /// device is `previous`'s when it names the same creation (it never
+    /// changes), else read from the creation's header in the log.
+    func chatRow(of chat: ObjectID, activity: ChatActivity?, previous: ChatRow? = nil, in txn: Transaction) throws -> ChatRow? {
         guard let view = try chatView(chat, in: txn) else { return nil }
-        guard let last = activity?.last else { return ChatRow(chat: view, last: nil) }
+        let creatorDevice: PublicKey
+        if let previous, previous.chat.createdBy == view.createdBy {
+            creatorDevice = previous.creatorDevice
+        } else if let arrival = try log.readArrival(of: view.createdBy, in: txn) {
+            creatorDevice = try log.readHeaderAndPayload(at: arrival, in: txn).header.author
+        } else {
+            throw ProjectionError.corrupt("chat \(chat.short) names a creation the log does not hold")
+        }
+        guard let last = activity?.last else { return ChatRow(chat: view, creatorDevice: creatorDevice, last: nil) }
         let key = Table.message.key(chat, Codec.u64(last.hlc.rawValue), last.message)
         guard let value = try txn.get(state, key) else { throw ProjectionError.corrupt("chat activity names a message without an entry") }
         let entry = try MessageEntry.decode(value)
         var senders = Senders(state: state)
         let record = try entry.expand(hlc: last.hlc, senders: &senders, log: log, in: txn)
-        return ChatRow(chat: view, last: ChatRow.Last(id: last.message, record: record))
+        return ChatRow(chat: view, creatorDevice: creatorDevice, last: ChatRow.Last(id: last.message, record: record))
     }
 
     /// Writes `chat`'s row (or removes it when this node holds no creation
     /// of the chat); an equal row is left alone.
     func writeChatRow(of chat: ObjectID, activity: ChatActivity?, in txn: Transaction) throws {
         let key = IndexTable.chatRow.key(chat)
-        guard let row = try chatRow(of: chat, activity: activity, in: txn)?.encoded() else {
+        let old = try txn.get(index, key)
+        let previous = try old.flatMap { raw in try raw.withUnsafeBytes { try ChatRow.decode($0, chat: ChatID(chat)) } }
+        guard let row = try chatRow(of: chat, activity: activity, previous: previous, in: txn)?.encoded() else {
             _ = try txn.delete(index, key)
             return
         }
-        if try txn.get(index, key) != row { try txn.put(index, key, row) }
+        if old != row { try txn.put(index, key, row) }
     }
 
     /// `chat`'s stored row, read in place; nil when it has none.
     func storedChatRow(of chat: ObjectID, in txn: Transaction) throws -> ChatRow? {
         try txn.withValue(index, IndexTable.chatRow.key(chat)) { raw in try raw.map { try ChatRow.decode($0, chat: ChatID(chat)) } }
+    }
+
+    /// The device that signed `chat`'s creation, from its row; nil when it has none.
+    package func creatorDevice(of chat: ChatID) throws -> PublicKey? {
+        try log.env.read { txn in
+            try txn.withValue(index, IndexTable.chatRow.key(chat.raw)) { raw in try raw.map(ChatRow.creatorDevice(in:)) }
+        }
     }
 
     /// A row's last message as a view.

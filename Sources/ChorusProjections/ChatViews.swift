@@ -222,6 +222,9 @@ package struct ChatSummary: Hashable, Sendable, Codable {
     /// The last message's HLC, or the chat's creation when it has none: the
     /// list is sorted by it, newest first.
     package let lastActivity: HLC
+    /// The device that signed the chat's creation (its sealed title's
+    /// author), from the chat's row; nil when the row was not read.
+    package var creatorDevice: PublicKey? = nil
 }
 
 /// One page of a chat as `chat(_:viewer:limit:before:)` returns it: the chat, a

@@ -247,6 +247,10 @@ final class Replica {
                     return true
                 }
                 if row.chat != view { problems.append("chat \(chat.short): its row's view \(row.chat) is not \(view)") }
+                let creation = try projections.log.readArrival(of: view.createdBy, in: txn).map { try projections.log.readTrusted(at: $0, in: txn) }
+                if row.creatorDevice != creation?.author {
+                    problems.append("chat \(chat.short): its row names \(row.creatorDevice.short) as its creating device, not its creation's author")
+                }
                 var senders = Senders(state: projections.state)
                 let expected = try projections.chatActivity(of: chat, in: txn)?.last.flatMap { last in
                     let key = Table.message.key(chat, Codec.u64(last.hlc.rawValue), last.message)

@@ -219,7 +219,7 @@ struct RecordTests {
                 record.purged = combination & 64 != 0
                 last = ChatRow.Last(id: key(), record: record)
             }
-            let row = ChatRow(chat: view, last: last)
+            let row = ChatRow(chat: view, creatorDevice: key(), last: last)
             let encoded = row.encoded()
             #expect(try encoded.withUnsafeBytes { try ChatRow.decode($0, chat: id) } == row)
             #expect(throws: ProjectionError.self) { try Array(encoded.dropLast()).withUnsafeBytes { try ChatRow.decode($0, chat: id) } }

@@ -9,7 +9,7 @@ struct ChorusBench: AsyncParsableCommand {
         commandName: "chorus-bench",
         abstract: "Measure Chorus against the machine's limits, measured in the same run.",
         discussion: "Without a subcommand, runs `base`. Build in release mode (Tools/bench does).",
-        subcommands: [BaseBench.self, ProjectionsBench.self, SyncBench.self, CryptoBench.self, ImportBench.self, PeersBench.self, ObserveBench.self, APIBench.self, FoldBench.self, PagesBench.self, VerifyLimitBench.self, ScopedBench.self, NetworkBench.self, ChatKeysBench.self],
+        subcommands: [BaseBench.self, ProjectionsBench.self, SyncBench.self, CryptoBench.self, ImportBench.self, PeersBench.self, ObserveBench.self, APIBench.self, FoldBench.self, PagesBench.self, VerifyLimitBench.self, ScopedBench.self, NetworkBench.self, ChatKeysBench.self, InboxBench.self],
         defaultSubcommand: BaseBench.self)
 }
 

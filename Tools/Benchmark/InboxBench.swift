@@ -1,0 +1,100 @@
+// `chorus-bench inbox`: what an app's inbox screen costs: `Node.chatList()`
+// of a user in many encrypted chats, each row's title and last message
+// opened on the device, against the projections' list it decorates.
+import ArgumentParser
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import ChorusSync
+import Foundation
+
+struct InboxBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inbox",
+        abstract: "An inbox screen: Node.chatList() of a user in many encrypted chats, against the projections' list.",
+        discussion: """
+            Alice creates C chats with Bob, each titled and sealed, and writes M messages in each \
+            (the last one edited in every third chat); Bob answers in every other chat after a sync, so \
+            those chats show unread messages. Measured on Alice's node, Q times each, alternately: \
+            Node.chatList() (every row's title and last message opened on her device, what an app \
+            draws) and Projections.chatList(of:) (the sealed rows it opens). Reports p50/p99 of each \
+            and the cost per row.
+            """)
+
+    @Option(help: "Chats in Alice's inbox.") var chats = 200
+    @Option(help: "Messages Alice writes in each chat.") var messages = 3
+    @Option(help: "Queries of each kind.") var queries = 1000
+    @Flag(help: "Print machine-readable JSON.") var json = false
+
+    func validate() throws {
+        if chats < 1 || messages < 1 || queries < 10 { throw ValidationError("--chats ≥ 1, --messages ≥ 1, --queries ≥ 10") }
+    }
+
+    func run() async throws {
+        let dir = temporaryDirectory("inbox")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let network = NetworkConfig(networkKey: Random.bytes32())
+        let alice = try await Node.create(at: dir + "/alice", deviceName: "alice", network: network)
+        let bob = try await Node.create(at: dir + "/bob", deviceName: "bob", network: network)
+        func sync() async throws {
+            let (ta, tb) = MemoryTransport.pair(alice.identity.device.raw, bob.identity.device.raw, capacity: 16)
+            let sa = try SyncSession(node: alice, transport: ta)
+            let sb = try SyncSession(node: bob, transport: tb)
+            async let ra = sa.run()
+            async let rb = sb.run()
+            _ = try await (ra, rb)
+        }
+        try await sync()
+        Bench.note("writing \(chats) chats of \(messages) messages...")
+        var ids: [ChatID] = []
+        for c in 0..<chats {
+            let chat = try await alice.createChat(title: "chat \(c)", members: [bob.identity.user]).object
+            ids.append(chat)
+            var last: MessageID? = nil
+            for k in 0..<messages { last = try await alice.sendMessage(chat, text: "message \(k) in chat \(c)").object }
+            if c % 3 == 0, let last { _ = try await alice.editMessage(last, text: "message edited in chat \(c)") }
+        }
+        try await sync()
+        for (c, chat) in ids.enumerated() where c % 2 == 1 { _ = try await bob.sendMessage(chat, text: "an answer in chat \(c)") }
+        try await sync()
+        let rows = try alice.chatList()
+        guard rows.count == chats, rows.allSatisfy({ $0.chat.title?.value != nil && $0.lastMessage?.content.value != nil }) else {
+            throw ValidationError("Alice's inbox does not show \(chats) opened rows")
+        }
+        guard rows.filter({ $0.unread > 0 }).count == chats / 2 else { throw ValidationError("Bob's answers are not unread for Alice") }
+
+        Bench.note("\(queries) queries of each...")
+        var readable: [Double] = []
+        var sealed: [Double] = []
+        let user = alice.identity.user
+        for q in 0..<queries {
+            for kind in q % 2 == 0 ? [0, 1] : [1, 0] {
+                let start = Bench.clock()
+                let count = kind == 0 ? try alice.chatList().count : try alice.projections.chatList(of: user).count
+                let elapsed = Bench.clock() - start
+                guard count == chats else { throw ValidationError("a list of \(count) rows") }
+                if kind == 0 { readable.append(elapsed) } else { sealed.append(elapsed) }
+            }
+        }
+        await alice.close()
+        await bob.close()
+        let r = percentiles(readable)
+        let s = percentiles(sealed)
+        let perRow = (r.p50 - s.p50) * 1000 / Double(chats)
+        if json {
+            let object: [String: Any] = [
+                "chats": chats, "messages_per_chat": messages, "queries": queries,
+                "readable_chat_list_ms": ["p50": r.p50, "p99": r.p99], "projections_chat_list_ms": ["p50": s.p50, "p99": s.p99],
+                "opening_us_per_row_p50": perRow, "target_p99_ms": 1.0, "met": r.p99 <= 1.0,
+            ]
+            print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self))
+            return
+        }
+        func f(_ x: Double) -> String { String(format: "%.3f", x) }
+        print("the inbox of a user in \(chats) encrypted chats, \(queries) queries each:")
+        print("  Node.chatList() (rows opened)          p50 \(f(r.p50)) ms   p99 \(f(r.p99)) ms   (target p99 ≤ 1 ms: \(r.p99 <= 1 ? "met" : "not met"))")
+        print("  Projections.chatList(of:) (sealed)     p50 \(f(s.p50)) ms   p99 \(f(s.p99)) ms")
+        print("  opening, per row                       \(String(format: "%.1f", perRow)) µs")
+    }
+}
