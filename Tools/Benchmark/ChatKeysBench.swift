@@ -31,18 +31,9 @@ struct ChatKeysBench: AsyncParsableCommand {
     func run() async throws {
         let dir = temporaryDirectory("chatkeys")
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let network = NetworkConfig(networkKey: Random.bytes32())
-        let alice = try await Node.create(at: dir + "/alice", deviceName: "alice", network: network)
-        let bob = try await Node.create(at: dir + "/bob", deviceName: "bob", network: network)
-        func sync() async throws {
-            let (ta, tb) = MemoryTransport.pair(alice.identity.device.raw, bob.identity.device.raw, capacity: 16)
-            let sa = try SyncSession(node: alice, transport: ta)
-            let sb = try SyncSession(node: bob, transport: tb)
-            async let ra = sa.run()
-            async let rb = sb.run()
-            _ = try await (ra, rb)
-        }
-        try await sync()
+        let nodes = try await TwoNodes(at: dir)
+        let (alice, bob) = (nodes.alice, nodes.bob)
+        func sync() async throws { try await nodes.sync() }
         let chat = try await alice.createChat(title: "long", members: [bob.identity.user]).object
         Bench.note("writing \(messages) messages...")
         for k in 0..<messages { _ = try await alice.sendMessage(chat, text: "message \(k) of a long chat") }
@@ -65,8 +56,7 @@ struct ChatKeysBench: AsyncParsableCommand {
                 if kind == 0 { byMessage.append(Bench.clock() - start) } else { whole.append(Bench.clock() - start) }
             }
         }
-        await alice.close()
-        await bob.close()
+        await nodes.close()
         let m = percentiles(byMessage)
         let w = percentiles(whole)
         if json {

@@ -34,18 +34,9 @@ struct InboxBench: AsyncParsableCommand {
     func run() async throws {
         let dir = temporaryDirectory("inbox")
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let network = NetworkConfig(networkKey: Random.bytes32())
-        let alice = try await Node.create(at: dir + "/alice", deviceName: "alice", network: network)
-        let bob = try await Node.create(at: dir + "/bob", deviceName: "bob", network: network)
-        func sync() async throws {
-            let (ta, tb) = MemoryTransport.pair(alice.identity.device.raw, bob.identity.device.raw, capacity: 16)
-            let sa = try SyncSession(node: alice, transport: ta)
-            let sb = try SyncSession(node: bob, transport: tb)
-            async let ra = sa.run()
-            async let rb = sb.run()
-            _ = try await (ra, rb)
-        }
-        try await sync()
+        let nodes = try await TwoNodes(at: dir)
+        let (alice, bob) = (nodes.alice, nodes.bob)
+        func sync() async throws { try await nodes.sync() }
         Bench.note("writing \(chats) chats of \(messages) messages...")
         var ids: [ChatID] = []
         for c in 0..<chats {
@@ -77,8 +68,7 @@ struct InboxBench: AsyncParsableCommand {
                 if kind == 0 { readable.append(elapsed) } else { sealed.append(elapsed) }
             }
         }
-        await alice.close()
-        await bob.close()
+        await nodes.close()
         let r = percentiles(readable)
         let s = percentiles(sealed)
         let perRow = (r.p50 - s.p50) * 1000 / Double(chats)
