@@ -183,6 +183,10 @@ extension Node {
             return IngestReport(results: results)
         }
         let (written, sink) = AsyncStream.makeStream(of: (slice: Int, result: Result<[AppendOutcome], any Error>).self)
+        // The events this call claimed to check (`VerificationClaims`),
+        // released once the writer has answered for them.
+        var claimed: [VerificationClaims.Key] = []
+        defer { verificationClaims.release(claimed) }
         // Positions in `events` of each request handed to the writer.
         var slices: [[Int]] = []
         var good: [Int] = []
@@ -208,11 +212,59 @@ extension Node {
                             return (e.header.author, e.header.seq, e.id, e.payloadBytes != nil && e.kind.payloadIsPurgeable)
                         }))
                     ?? Array(repeating: false, count: positions.count)
-                let toVerify = positions.indices.filter { !ok[$0] }
+                // Nor are events another ingest is checking or has checked
+                // and queued (`VerificationClaims`): their results are taken.
+                let candidates = positions.indices.filter { !ok[$0] }
+                let keys = candidates.map { VerificationClaims.Key(events[positions[$0]]) }
+                var mine: [(offset: Int, key: VerificationClaims.Key)] = []
+                var theirs: [(offset: Int, key: VerificationClaims.Key)] = []
+                for ((offset, key), claim) in zip(zip(candidates, keys), verificationClaims.claim(keys)) {
+                    switch claim {
+                    case .mine: mine.append((offset, key))
+                    case .settled(let verified): ok[offset] = verified
+                    case .pending: theirs.append((offset, key))
+                    }
+                }
+                claimed += mine.map(\.key)
+                // An ingest may have written and released one between the
+                // first look and the claim: the store answers for it now.
+                func held(_ offsets: [Int]) -> [Bool] {
+                    guard !offsets.isEmpty else { return [] }
+                    return (try? log.held(
+                        offsets.lazy.map {
+                            let e = events[positions[$0]]
+                            return (e.header.author, e.header.seq, e.id, e.payloadBytes != nil && e.kind.payloadIsPurgeable)
+                        })) ?? Array(repeating: false, count: offsets.count)
+                }
+                let heldNow = held(mine.map(\.offset))
+                let toVerify = zip(mine, heldNow).filter { !$0.1 }.map(\.0.offset)
                 let verifiedNow = await Self.parallel(toVerify.map { positions[$0] }) { k in
                     events.withUnsafeBufferPointer { $0[k].verifySignature() }
                 }
+                for (offset, held) in zip(mine.map(\.offset), heldNow) where held { ok[offset] = true }
                 for (offset, good) in zip(toVerify, verifiedNow) { ok[offset] = good }
+                verificationClaims.settle(mine.map(\.key), mine.map { ok[$0.offset] })
+                // Theirs: awaited after ours are settled, so two ingests
+                // waiting on each other's claims both go on. One released
+                // without a result is checked here.
+                let answered = await verificationClaims.results(of: theirs.map(\.key))
+                var unsettled = theirs.filter { answered[$0.key] == nil }.map(\.offset)
+                for (offset, key) in theirs { if let verified = answered[key] { ok[offset] = verified } }
+                // Released before this call looked (written, most likely).
+                let heldLate = held(unsettled)
+                for (offset, held) in zip(unsettled, heldLate) where held { ok[offset] = true }
+                unsettled = zip(unsettled, heldLate).filter { !$0.1 }.map(\.0)
+                let verifiedLate = await Self.parallel(unsettled.map { positions[$0] }) { k in
+                    events.withUnsafeBufferPointer { $0[k].verifySignature() }
+                }
+                for (offset, good) in zip(unsettled, verifiedLate) { ok[offset] = good }
+                let checked = toVerify.count + unsettled.count
+                if checked > 0 {
+                    signatureChecks.add(checked, ordering: .relaxed)
+                    NodeMetrics.signaturesChecked.increment(by: checked)
+                }
+                let sharedChecks = candidates.count - mine.count - theirs.count + answered.count
+                if sharedChecks > 0 { NodeMetrics.signaturesShared.increment(by: sharedChecks) }
                 checks = ok
             }
             for (k, ok) in zip(range, checks) {

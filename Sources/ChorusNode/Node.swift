@@ -81,6 +81,11 @@ public actor Node {
     nonisolated let writerNotifier: ArrivalNotifier
     /// This device's encryption key and the epoch keys it has unwrapped.
     nonisolated let keyRing: KeyRing
+    /// Signature checks of received events shared between concurrent ingests.
+    nonisolated let verificationClaims = VerificationClaims()
+    /// Signatures of received events this node checked (for tests and the
+    /// benchmarks: the same events from two relays are checked once).
+    package nonisolated let signatureChecks = Atomic<Int>(0)
     let signer: BatchSigner?
     var lockFD: Int32
     var clock: HybridClock

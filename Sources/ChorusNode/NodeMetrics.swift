@@ -10,6 +10,11 @@ enum NodeMetrics {
     static let eventsStored = Counter(label: "chorus_events_stored_total")
     /// Received events already held.
     static let eventsDuplicate = Counter(label: "chorus_events_duplicate_total")
+    /// Signatures of received events checked.
+    static let signaturesChecked = Counter(label: "chorus_signatures_checked_total")
+    /// Received events not checked here because another ingest running at
+    /// the same time checked the same signed bytes (`VerificationClaims`).
+    static let signaturesShared = Counter(label: "chorus_signatures_shared_total")
     /// Events per durable write transaction.
     static let batchEvents = Recorder(label: "chorus_writer_batch_events", aggregate: true)
     /// Time from a group commit's start to its durable end.

@@ -172,6 +172,51 @@ struct IngestTests {
         await node.close()
     }
 
+    @Test("the same events in concurrent ingests (two relays serving one feed) are each verified once, and every one is stored once")
+    func concurrentIngestsShareSignatureChecks() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let node = opened(try await Node.create(at: tmp.store("a"), network: NetworkConfig(), options: options()))
+        var writers = (1...6).map { FeedWriter(seedByte: UInt8($0)) }
+        let feeds: [[[UInt8]]] = writers.indices.map { w in (0..<400).map { _ in writers[w].next().encoded() } }
+        let events = feeds.joined().count
+        // Four sessions deliver the same events at once, as relays would:
+        // each feed in order, the feeds in another order each, in batches
+        // of other sizes.
+        var rng = SystemRandomNumberGenerator()
+        var deliveries: [[[[UInt8]]]] = []
+        for k in 0..<4 {
+            let stream: [[UInt8]] = Array((k == 0 ? feeds : feeds.shuffled(using: &rng)).joined())
+            let size = 300 * (k + 1)
+            var batches: [[[UInt8]]] = []
+            for start in stride(from: 0, to: stream.count, by: size) { batches.append(Array(stream[start..<min(stream.count, start + size)])) }
+            deliveries.append(batches)
+        }
+        let reports = await withTaskGroup(of: [IngestReport].self) { group in
+            for batches in deliveries {
+                group.addTask {
+                    var reports: [IngestReport] = []
+                    for batch in batches { reports.append(await node.ingest(batch)) }
+                    return reports
+                }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        let accepted = reports.reduce(0) { $0 + $1.accepted }
+        let refused = reports.reduce(0) { $0 + $1.refused }
+        #expect(accepted == events)
+        #expect(refused == 0)
+        #expect(node.signatureChecks.load(ordering: .relaxed) == events)
+        #expect(try node.log.integrityProblems() == [])
+        // A copy under a forged signature is not the verified event: it is
+        // checked (and, its header held, answered as a duplicate).
+        let before = node.signatureChecks.load(ordering: .relaxed)
+        let forged = await node.ingest([Self.tampered(try Event.decode(feeds[0][0]))])
+        #expect(forged.codes == ["duplicate"])
+        #expect(node.signatureChecks.load(ordering: .relaxed) == before)
+        await node.close()
+    }
+
     @Test func largeBatchesCommitInSlicesAndStayInFeedOrder() async throws {
         let tmp = TempDir()
         defer { tmp.cleanup() }

@@ -62,6 +62,7 @@ struct NetworkBench: AsyncParsableCommand {
             relays per sync: mean \(String(format: "%.2f", r.connectionsPerSyncMean)), max \(r.connectionsPerSyncMax) (target mean <= 8); by round \(r.connectionsPerSyncMeanByRound.map { String(format: "%.2f", $0) }.joined(separator: ", ")); last round by reason \(r.connectionsByReasonLastRound.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ")); by first reason, each round: \(r.connectionsByFirstReasonByRound.map { round in round.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ") }.joined(separator: " | "))
             first contact: \(r.firstContactSessions) sessions, \(r.firstContactBytes) bytes (\(r.firstContactBytes / max(1, r.firstContactSessions)) a session) for \(r.firstContactScopeFeeds) scope feeds, \(String(format: "%.0f", r.firstContactBytesPerScopeFeed)) bytes per scope feed after 2 KB a session (target <= 150)
             missed after the last round: \(r.misses.isEmpty ? "nothing" : r.misses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            signatures checked in the rounds: \(r.roundSignatureChecks) for \(r.roundEventsNew) new events (\(String(format: "%.3f", r.signatureChecksPerNewEvent)) each; \(r.roundEventsDuplicate) received again from another relay)
             wall: \(String(format: "%.1f", r.wallSeconds)) s (setup and publishing \(String(format: "%.1f", r.setupSeconds)) s)
             """)
     }

@@ -120,6 +120,14 @@ public struct NetworkSimulation: Sendable {
         public var firstContactBytesPerScopeFeed = 0.0
         /// The sample's scope feeds, summed over its users.
         public var firstContactScopeFeeds = 0
+        /// Over the rounds' syncs of the users (each with every relay of its
+        /// plan at once): events stored new, events received again from
+        /// another relay, and signatures checked, which concurrent sessions
+        /// share (Specs/events.md §7.4): at best one per new event.
+        public var roundEventsNew = 0
+        public var roundEventsDuplicate = 0
+        public var roundSignatureChecks = 0
+        public var signatureChecksPerNewEvent = 0.0
         /// The whole run, and its part before the rounds (creating and publishing).
         public var wallSeconds = 0.0
         public var setupSeconds = 0.0
@@ -344,16 +352,28 @@ public struct NetworkSimulation: Sendable {
         for round in 0..<p.rounds {
             let synced = try await eachUser(p) { i in
                 try await withNode(at: everyone[i].store) { node in
+                    let checksBefore = node.signatureChecks.load(ordering: .relaxed)
                     let (plan, results) = try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 1))
                     let met = results.map { r -> Met in
                         if case .failure(let error) = r.outcome { return Met(relay: r.relay.key, covers: Set(r.relay.covers), failure: "\(error)") }
                         return Met(relay: r.relay.key, covers: Set(r.relay.covers), failure: nil)
                     }
-                    return (plan.relays.map(\.reasons), met)
+                    var counts = (new: 0, duplicate: 0, checks: node.signatureChecks.load(ordering: .relaxed) - checksBefore)
+                    for r in results {
+                        guard case .success(let report) = r.outcome else { continue }
+                        counts.new += report.eventsReceived
+                        counts.duplicate += report.duplicatesReceived
+                    }
+                    return (plan.relays.map(\.reasons), met, counts)
                 }
             }
             let plans = synced.map(\.0)
             let met = synced.map(\.1)
+            for (_, _, counts) in synced {
+                result.roundEventsNew += counts.new
+                result.roundEventsDuplicate += counts.duplicate
+                result.roundSignatureChecks += counts.checks
+            }
             var firstReasons: [String: Int] = [:]
             for plan in plans {
                 connections.append(plan.count)
@@ -394,6 +414,7 @@ public struct NetworkSimulation: Sendable {
             result.firstContactBytes += bytes.reduce(0, +)
             scopeFeedsAtFirstContact += feeds
         }
+        result.signatureChecksPerNewEvent = Double(result.roundSignatureChecks) / Double(max(1, result.roundEventsNew))
         result.connectionsPerSyncMean = connections.isEmpty ? 0 : Double(connections.reduce(0, +)) / Double(connections.count)
         result.connectionsPerSyncMax = connections.max() ?? 0
         result.connectionsByReasonLastRound = reasons.mapValues { Double($0) / Double(max(1, p.users)) }
