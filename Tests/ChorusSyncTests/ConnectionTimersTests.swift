@@ -106,7 +106,10 @@ struct ConnectionTimersTests {
 
     @Test("the keepalive task ticks until its tick says stop", .timeLimit(.minutes(1)))
     func keepaliveTicks() async {
-        var (timers, _, _, _) = timers()
+        // An async test resumes on other threads: its loop must be one that
+        // may be used from any (an `EmbeddedEventLoop` may not).
+        let loop = NIOAsyncTestingEventLoop()
+        var timers = ConnectionTimers(loop: loop, failure: SecureFailureBox(), close: {})
         let ticks = Mutex(0)
         let stopped = AsyncStream<Void>.makeStream()
         timers.startKeepalive(every: .milliseconds(1)) {
@@ -117,5 +120,6 @@ struct ConnectionTimersTests {
         for await _ in stopped.stream {}
         await timers.keepalive?.value
         #expect(ticks.withLock { $0 } == 3)
+        await loop.shutdownGracefully()
     }
 }
