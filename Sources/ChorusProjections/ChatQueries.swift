@@ -102,8 +102,11 @@ extension Projections {
             if let after {
                 start = ranked.firstIndex { (order[$0].activity, after.chat.raw) < (after.lastActivity, order[$0].chat) } ?? ranked.endIndex
             }
+            let page = ranked[start...].prefix(limit.map { max(0, $0) } ?? ranked.count)
+            // Rows are large values: grown one by one, the list would copy them all again at each doubling.
             var list: [ChatSummary] = []
-            for position in ranked[start...].prefix(limit.map { max(0, $0) } ?? ranked.count) {
+            list.reserveCapacity(page.count)
+            for position in page {
                 let entry = order[position]
                 // The chat's row holds its view and its last message (§9.1);
                 // a last message the viewer's blocks stepped back from is
