@@ -81,12 +81,12 @@ struct ChatRow: Equatable {
         return out
     }
 
-    /// The creating device of a stored row, read alone in place.
-    static func creatorDevice(in raw: UnsafeRawBufferPointer) throws -> PublicKey {
+    /// The creating event and device of a stored row, read alone in place.
+    static func creation(in raw: UnsafeRawBufferPointer) throws -> (createdBy: EventID, device: PublicKey) {
         var r = Reader(raw: raw)
         guard try r.u8() == 1 else { throw ProjectionError.corrupt("chat row of an unknown layout") }
-        _ = try r.take(8 + 32 + 32)
-        return try r.b32()
+        _ = try r.take(8 + 32)
+        return (try r.b32(), try r.b32())
     }
 
     /// Reads a stored row in place.
@@ -182,11 +182,13 @@ extension Projections {
     /// device's binding. Nil without the chat's creation. The creating
     /// device is `previous`'s when it names the same creation (it never
     /// changes), else read from the creation's header in the log.
-    func chatRow(of chat: ObjectID, activity: ChatActivity?, previous: ChatRow? = nil, in txn: Transaction) throws -> ChatRow? {
+    func chatRow(
+        of chat: ObjectID, activity: ChatActivity?, previous: (createdBy: EventID, device: PublicKey)? = nil, in txn: Transaction
+    ) throws -> ChatRow? {
         guard let view = try chatView(chat, in: txn) else { return nil }
         let creatorDevice: PublicKey
-        if let previous, previous.chat.createdBy == view.createdBy {
-            creatorDevice = previous.creatorDevice
+        if let previous, previous.createdBy == view.createdBy {
+            creatorDevice = previous.device
         } else if let arrival = try log.readArrival(of: view.createdBy, in: txn) {
             creatorDevice = try log.readHeaderAndPayload(at: arrival, in: txn).header.author
         } else {
@@ -206,7 +208,7 @@ extension Projections {
     func writeChatRow(of chat: ObjectID, activity: ChatActivity?, in txn: Transaction) throws {
         let key = IndexTable.chatRow.key(chat)
         let old = try txn.get(index, key)
-        let previous = try old.flatMap { raw in try raw.withUnsafeBytes { try ChatRow.decode($0, chat: ChatID(chat)) } }
+        let previous = try old.flatMap { raw in try raw.withUnsafeBytes(ChatRow.creation(in:)) }
         guard let row = try chatRow(of: chat, activity: activity, previous: previous, in: txn)?.encoded() else {
             _ = try txn.delete(index, key)
             return
@@ -222,7 +224,7 @@ extension Projections {
     /// The device that signed `chat`'s creation, from its row; nil when it has none.
     package func creatorDevice(of chat: ChatID) throws -> PublicKey? {
         try log.env.read { txn in
-            try txn.withValue(index, IndexTable.chatRow.key(chat.raw)) { raw in try raw.map(ChatRow.creatorDevice(in:)) }
+            try txn.withValue(index, IndexTable.chatRow.key(chat.raw)) { raw in try raw.map { try ChatRow.creation(in: $0).device } }
         }
     }
 

@@ -222,6 +222,8 @@ struct RecordTests {
             let row = ChatRow(chat: view, creatorDevice: key(), last: last)
             let encoded = row.encoded()
             #expect(try encoded.withUnsafeBytes { try ChatRow.decode($0, chat: id) } == row)
+            let creation = try encoded.withUnsafeBytes { try ChatRow.creation(in: $0) }
+            #expect(creation.createdBy == view.createdBy && creation.device == row.creatorDevice)
             #expect(throws: ProjectionError.self) { try Array(encoded.dropLast()).withUnsafeBytes { try ChatRow.decode($0, chat: id) } }
             #expect(throws: ProjectionError.self) { try (encoded + [0]).withUnsafeBytes { try ChatRow.decode($0, chat: id) } }
             var otherLayout = encoded
