@@ -201,70 +201,8 @@ extension Node {
             if verified {
                 checks = Array(repeating: true, count: range.count)
             } else {
-                // Events already held are not verified again: peers that
-                // serve the same feeds (a user's two home relays) send the
-                // same events, and the writer answers them `duplicate`.
-                let positions = Array(range)
-                var ok =
-                    (try? log.held(
-                        positions.lazy.map {
-                            let e = events[$0]
-                            return (e.header.author, e.header.seq, e.id, e.payloadBytes != nil && e.kind.payloadIsPurgeable)
-                        }))
-                    ?? Array(repeating: false, count: positions.count)
-                // Nor are events another ingest is checking or has checked
-                // and queued (`VerificationClaims`): their results are taken.
-                let candidates = positions.indices.filter { !ok[$0] }
-                let keys = candidates.map { VerificationClaims.Key(events[positions[$0]]) }
-                var mine: [(offset: Int, key: VerificationClaims.Key)] = []
-                var theirs: [(offset: Int, key: VerificationClaims.Key)] = []
-                for ((offset, key), claim) in zip(zip(candidates, keys), verificationClaims.claim(keys)) {
-                    switch claim {
-                    case .mine: mine.append((offset, key))
-                    case .settled(let verified): ok[offset] = verified
-                    case .pending: theirs.append((offset, key))
-                    }
-                }
-                claimed += mine.map(\.key)
-                // An ingest may have written and released one between the
-                // first look and the claim: the store answers for it now.
-                func held(_ offsets: [Int]) -> [Bool] {
-                    guard !offsets.isEmpty else { return [] }
-                    return (try? log.held(
-                        offsets.lazy.map {
-                            let e = events[positions[$0]]
-                            return (e.header.author, e.header.seq, e.id, e.payloadBytes != nil && e.kind.payloadIsPurgeable)
-                        })) ?? Array(repeating: false, count: offsets.count)
-                }
-                let heldNow = held(mine.map(\.offset))
-                let toVerify = zip(mine, heldNow).filter { !$0.1 }.map(\.0.offset)
-                let verifiedNow = await Self.parallel(toVerify.map { positions[$0] }) { k in
-                    events.withUnsafeBufferPointer { $0[k].verifySignature() }
-                }
-                for (offset, held) in zip(mine.map(\.offset), heldNow) where held { ok[offset] = true }
-                for (offset, good) in zip(toVerify, verifiedNow) { ok[offset] = good }
-                verificationClaims.settle(mine.map(\.key), mine.map { ok[$0.offset] })
-                // Theirs: awaited after ours are settled, so two ingests
-                // waiting on each other's claims both go on. One released
-                // without a result is checked here.
-                let answered = await verificationClaims.results(of: theirs.map(\.key))
-                var unsettled = theirs.filter { answered[$0.key] == nil }.map(\.offset)
-                for (offset, key) in theirs { if let verified = answered[key] { ok[offset] = verified } }
-                // Released before this call looked (written, most likely).
-                let heldLate = held(unsettled)
-                for (offset, held) in zip(unsettled, heldLate) where held { ok[offset] = true }
-                unsettled = zip(unsettled, heldLate).filter { !$0.1 }.map(\.0)
-                let verifiedLate = await Self.parallel(unsettled.map { positions[$0] }) { k in
-                    events.withUnsafeBufferPointer { $0[k].verifySignature() }
-                }
-                for (offset, good) in zip(unsettled, verifiedLate) { ok[offset] = good }
-                let checked = toVerify.count + unsettled.count
-                if checked > 0 {
-                    signatureChecks.add(checked, ordering: .relaxed)
-                    NodeMetrics.signaturesChecked.increment(by: checked)
-                }
-                let sharedChecks = candidates.count - mine.count - theirs.count + answered.count
-                if sharedChecks > 0 { NodeMetrics.signaturesShared.increment(by: sharedChecks) }
+                let (ok, mine) = await checkSignatures(at: Array(range), of: events)
+                claimed += mine
                 checks = ok
             }
             for (k, ok) in zip(range, checks) {
@@ -318,6 +256,67 @@ extension Node {
         sink.finish()
         NodeMetrics.record(results)
         return IngestReport(results: results)
+    }
+
+    /// Which of `events[positions]` have a valid signature, verified on all
+    /// cores, and the claims taken to verify them (`VerificationClaims`),
+    /// for the caller to release once the writer has answered for them.
+    /// Events already held are not verified again: peers that serve the
+    /// same feeds (a user's two home relays) send the same events, and the
+    /// writer answers them `duplicate`. Nor are events another ingest is
+    /// verifying, or verified and queued: their results are taken.
+    private func checkSignatures(at positions: [Int], of events: [Event]) async -> (ok: [Bool], claimed: [VerificationClaims.Key]) {
+        func held(_ offsets: [Int]) -> [Bool] {
+            guard !offsets.isEmpty else { return [] }
+            return (try? log.held(
+                offsets.lazy.map {
+                    let e = events[positions[$0]]
+                    return (e.header.author, e.header.seq, e.id, e.payloadBytes != nil && e.kind.payloadIsPurgeable)
+                })) ?? Array(repeating: false, count: offsets.count)
+        }
+        func verify(_ offsets: [Int]) async -> [Bool] {
+            await Self.parallel(offsets.map { positions[$0] }) { k in events.withUnsafeBufferPointer { $0[k].verifySignature() } }
+        }
+        /// `offsets` without those the store holds now (marked good).
+        func notHeld(_ offsets: [Int], ok: inout [Bool]) -> [Int] {
+            zip(offsets, held(offsets)).compactMap { offset, held in
+                if held { ok[offset] = true }
+                return held ? nil : offset
+            }
+        }
+        var ok = held(Array(positions.indices))
+        let candidates = positions.indices.filter { !ok[$0] }
+        let keys = candidates.map { VerificationClaims.Key(events[positions[$0]]) }
+        var mine: [(offset: Int, key: VerificationClaims.Key)] = []
+        var theirs: [(offset: Int, key: VerificationClaims.Key)] = []
+        for ((offset, key), claim) in zip(zip(candidates, keys), verificationClaims.claim(keys)) {
+            switch claim {
+            case .mine: mine.append((offset, key))
+            case .settled(let verified): ok[offset] = verified
+            case .pending: theirs.append((offset, key))
+            }
+        }
+        // An ingest may have written and released one between the first
+        // look and the claim: the store answers for it now.
+        let toVerify = notHeld(mine.map(\.offset), ok: &ok)
+        for (offset, good) in zip(toVerify, await verify(toVerify)) { ok[offset] = good }
+        verificationClaims.settle(mine.map(\.key), mine.map { ok[$0.offset] })
+        // Theirs: awaited after ours are settled, so two ingests waiting on
+        // each other's claims both go on. One released without a result
+        // (written and released before this call looked, most likely) is
+        // the store's to answer, else checked here.
+        let answered = await verificationClaims.results(of: theirs.map(\.key))
+        for (offset, key) in theirs { if let verified = answered[key] { ok[offset] = verified } }
+        let unsettled = notHeld(theirs.filter { answered[$0.key] == nil }.map(\.offset), ok: &ok)
+        for (offset, good) in zip(unsettled, await verify(unsettled)) { ok[offset] = good }
+        let checked = toVerify.count + unsettled.count
+        if checked > 0 {
+            signatureChecks.add(checked, ordering: .relaxed)
+            NodeMetrics.signaturesChecked.increment(by: checked)
+        }
+        let shared = candidates.count - mine.count - theirs.count + answered.count
+        if shared > 0 { NodeMetrics.signaturesShared.increment(by: shared) }
+        return (ok, mine.map(\.key))
     }
 
     /// Maps `items` on all cores, off the Swift concurrency pool (the work
