@@ -21,11 +21,12 @@ import PackageDescription
 //     -> ChorusCommands (every `chorus` command; `ChorusProgram.runner` for a served API's command line)
 //     -> ChorusCLI (`chorus`)
 // Harnesses in Tools/: ChorusSimulation (the many-relays network) -> ChorusBench (`chorus-bench`);
-//   ChorusCrashWriter (the crash test's child process).
+//   ChorusCrashWriter (the crash test's child process); ChorusFuzzTargets (parsers of outside bytes as
+//   fuzz targets) -> ChorusFuzz (`chorus-fuzz`).
 // Tests: ChorusTestSupport (helpers most test targets share), then ChorusCBORTests, ChorusParallelTests,
 //   ChorusStorageTests, ChorusEventsTests, ChorusEncryptionTests, ChorusProjectionsTests, ChorusNodeTests,
-//   ChorusNoiseTests, ChorusSyncTests, ChorusReplayTests, ChorusOperationsTests, ChorusServiceTests and
-//   ChorusLibraryTests (the `Chorus` product alone).
+//   ChorusNoiseTests, ChorusSyncTests, ChorusReplayTests, ChorusOperationsTests, ChorusServiceTests,
+//   ChorusFuzzTargetsTests and ChorusLibraryTests (the `Chorus` product alone).
 // The HTTP API server and the service life cycle (Hummingbird, swift-prometheus,
 // swift-service-lifecycle) are the `Service` trait, off by default: an app that
 // depends on the `Chorus` product resolves none of their packages. `chorus serve`'s
@@ -48,6 +49,7 @@ let package = Package(
         .executable(name: "chorus", targets: ["ChorusCLI"]),
         .executable(name: "chorus-replay", targets: ["ChorusReplayCLI"]),
         .executable(name: "chorus-bench", targets: ["ChorusBench"]),
+        .executable(name: "chorus-fuzz", targets: ["ChorusFuzz"]),
     ],
     traits: [
         .trait(
@@ -158,6 +160,15 @@ let package = Package(
         .target(
             name: "ChorusSimulation", dependencies: ["ChorusNode", "ChorusParallel", "ChorusSync", "ChorusProjections", "ChorusEvents", "ChorusCrypto"],
             path: "Tools/Simulation"),
+        // The parsers of outside bytes as fuzz targets, and `chorus-fuzz`, which runs them
+        // under libFuzzer (Tools/fuzz) or replays files through them.
+        .target(
+            name: "ChorusFuzzTargets",
+            dependencies: ["ChorusCBOR", "ChorusCrypto", "ChorusEncryption", "ChorusEvents", "ChorusNode", "ChorusNoise", "ChorusOperations",
+                           "ChorusProjections", "ChorusSync"],
+            path: "Tools/Fuzz/Targets"),
+        .target(name: "CFuzzDriver", path: "Tools/Fuzz/Driver"),
+        .executableTarget(name: "ChorusFuzz", dependencies: ["ChorusFuzzTargets", "CFuzzDriver"], path: "Tools/Fuzz/Runner"),
         .executableTarget(
             name: "ChorusCrashWriter", dependencies: ["ChorusNode", "ChorusProjections", "ChorusCBOR", "ChorusCrypto", "ChorusEvents"],
             path: "Tools/CrashWriter"),
@@ -175,6 +186,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: service),
             ]),
         .testTarget(name: "ChorusCBORTests", dependencies: ["ChorusTestSupport", "ChorusCBOR"]),
+        .testTarget(name: "ChorusFuzzTargetsTests", dependencies: ["ChorusTestSupport", "ChorusFuzzTargets", "ChorusCBOR", "ChorusEvents", "ChorusSync"]),
         .testTarget(name: "ChorusParallelTests", dependencies: ["ChorusParallel"]),
         .testTarget(name: "ChorusOperationsTests", dependencies: ["ChorusTestSupport", "ChorusOperations", "ChorusNode", "ChorusProjections", "ChorusStorage", "ChorusEvents", "ChorusCrypto"]),
         .testTarget(name: "ChorusStorageTests", dependencies: ["ChorusTestSupport", "ChorusStorage"]),

@@ -67,8 +67,8 @@ struct FramePlaintexts: Sequence, IteratorProtocol {
 
 /// Frames out of the transport plaintexts as they arrive, whatever the
 /// split: a frame may span plaintexts, and a plaintext may hold several.
-struct FrameReassembler {
-    enum Output: Equatable {
+package struct FrameReassembler {
+    package enum Output: Equatable {
         case frame([UInt8])
         /// The peer's close notify, the last thing it sends.
         case closeNotify
@@ -76,16 +76,16 @@ struct FrameReassembler {
         case invalid(SecureConnectionError)
     }
 
-    let maxFrameSize: Int
+    package let maxFrameSize: Int
     private var header: [UInt8] = []
     private var body: [UInt8] = []
     /// Bytes still to come of the frame being read; nil while reading a length.
     private var remaining: Int?
 
-    init(maxFrameSize: Int) { self.maxFrameSize = maxFrameSize }
+    package init(maxFrameSize: Int) { self.maxFrameSize = maxFrameSize }
 
     /// What `plaintext` completes, in order; `.closeNotify` and `.invalid` end the output.
-    mutating func feed(_ plaintext: [UInt8]) -> [Output] {
+    package mutating func feed(_ plaintext: [UInt8]) -> [Output] {
         var out: [Output] = []
         var i = 0
         while i < plaintext.count {

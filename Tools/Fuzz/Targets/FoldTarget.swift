@@ -1,0 +1,130 @@
+import ChorusCBOR
+import ChorusCrypto
+import ChorusEvents
+import ChorusNode
+import ChorusProjections
+import Foundation
+import Synchronization
+
+/// Signed events of any kind with any payload their schema accepts, as any
+/// peer may make them (Specs/projections.md §2: every validly signed event
+/// that fits its feed is stored and folded), ingested by one node: the folds
+/// and queries must answer whatever the payloads hold (extreme amounts,
+/// slots, positions, times, references to what does not exist).
+///
+/// An input is a run of events, each `kind ‖ signer ‖ object ‖ clock step ‖
+/// u16be(length) ‖ payload CBOR`: the kind indexes `EventKind.known`, the
+/// signer one of three keys (the first is the network's coin issuer), the
+/// object one of a few fixed ids, the signers' keys or the ids of the
+/// input's earlier events; the clock step moves the events' HLC. A payload
+/// that is not canonical CBOR or breaks its schema is skipped (ingest refuses
+/// it before any fold). One node takes every input of a run.
+final class FoldFuzzing: @unchecked Sendable {
+    let node: Node
+    let keys: [SigningKey]
+    let directory: URL
+    /// Each signer's next sequence number and previous id, and the clock;
+    /// only the fuzzer's one thread touches them.
+    private var heads: [(seq: UInt64, prev: EventID?)]
+    private var clock: UInt64
+
+    static let shared: FoldFuzzing = {
+        do { return try SessionFuzzing.wait { try await FoldFuzzing() } } catch { fatalError("fold fuzzing: cannot make the node: \(error)") }
+    }()
+
+    init() async throws {
+        keys = (1...3).compactMap { SigningKey(seed: [UInt8](repeating: UInt8($0), count: 32)) }
+        directory = FuzzStores.directory("fold")
+        let network = NetworkConfig(
+            issuers: [keys[0].publicKey], slotPrices: NetworkConfig.defaultSlotPrices, networkKey: Random.bytes32(), bootstrapRelays: [])
+        node = try await Node.create(at: directory.appendingPathComponent("node"), deviceName: "fold", network: network)
+        heads = keys.map { _ in (1, nil) }
+        // A minute back, so that a run of clock steps stays within the drift.
+        clock = HLC(physicalMillis: UInt64(Date().timeIntervalSince1970 * 1000) - 60_000, logical: 0).rawValue
+    }
+
+    func run(_ data: [UInt8]) {
+        var events: [Event] = []
+        var i = 0
+        while i + 6 <= data.count {
+            let kind = EventKind.known[Int(data[i]) % EventKind.known.count]
+            let signer = Int(data[i + 1]) % keys.count
+            let objectChoice = Int(data[i + 2])
+            // Forward by the step, but never past ten seconds from now (within
+            // the drift whatever the run's length), and always forward.
+            let ceiling = HLC(physicalMillis: UInt64(Date().timeIntervalSince1970 * 1000) + 10_000, logical: 0).rawValue
+            clock = max(clock + 1, min(clock + UInt64(data[i + 3]) << 16, ceiling))
+            let length = Int(data[i + 4]) << 8 | Int(data[i + 5])
+            let payloadBytes = Array(data[(i + 6)..<min(data.count, i + 6 + length)])
+            i += 6 + length
+            guard let payload = try? CBORDecoder.decode(payloadBytes) else { continue }
+            let object = self.object(objectChoice, earlier: events)
+            let (seq, prev) = heads[signer]
+            guard
+                let event = try? Event.sign(
+                    with: keys[signer], seq: seq, prev: prev, hlc: HLC(rawValue: clock), kind: kind, object: object, payload: payload)
+            else { continue }
+            heads[signer] = (seq + 1, event.id)
+            events.append(event)
+        }
+        guard !events.isEmpty else { return }
+        let node = self.node, users = keys.map { UserID($0.publicKey) }, signed = events
+        do {
+            try SessionFuzzing.wait {
+                let report = await node.ingest(events: signed)
+                // Built in feed order within the drift: a refusal is a defect of the node, not of the input.
+                if let refused = report.errors.first { violated("a well-formed event was refused: \(refused.code): \(refused.reason)") }
+                for user in users {
+                    _ = try node.profile(of: user)
+                    _ = try node.balance(of: user)
+                    _ = try node.pictures(of: user)
+                    _ = try node.chats(of: user)
+                    _ = try node.followers(of: user)
+                    _ = try node.slots(of: user)
+                }
+                _ = try node.feed()
+            }
+        } catch {
+            violated("a query failed after folding: \(error)")
+        }
+    }
+
+    /// The object an event names: one of four fixed ids, a signer's key, or
+    /// the id of one of the input's earlier events (a message to edit).
+    func object(_ choice: Int, earlier: [Event]) -> ObjectID {
+        switch choice % 8 {
+        case 0...3: return Bytes32([UInt8](repeating: UInt8(0xA0 + choice % 8), count: 32)) ?? .zero
+        case 4...6: return keys[choice % 8 - 4].publicKey
+        default: return earlier.isEmpty ? .zero : earlier[(choice / 8) % earlier.count].id
+        }
+    }
+
+    /// One event per vector of Specs/vectors/events.json, signed by the
+    /// signer and naming the object its kind expects most often.
+    func seeds(vectors: URL) -> [[UInt8]] {
+        FuzzTarget.event.seeds(vectors: vectors).compactMap { envelope in
+            guard let event = try? Event.decode(envelope), let payload = event.payloadBytes,
+                let index = EventKind.known.firstIndex(of: event.kind), payload.count < 1 << 16
+            else { return nil }
+            return [UInt8(index), 0, 4, 1, UInt8(payload.count >> 8), UInt8(payload.count & 0xff)] + payload
+        }
+    }
+}
+
+/// Where the fuzz targets keep their stores: in memory where the system has
+/// a tmpfs (a commit's flush costs nothing there), removed at exit.
+enum FuzzStores {
+    static func directory(_ name: String) -> URL {
+        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? URL(fileURLWithPath: "/dev/shm") : FileManager.default.temporaryDirectory
+        let url = base.appendingPathComponent("chorus-fuzz-\(name)-\(ProcessInfo.processInfo.processIdentifier)")
+        try? FileManager.default.removeItem(at: url)
+        made.withLock { $0.append(url) }
+        if !registered.exchange(true, ordering: .relaxed) {
+            atexit { for url in FuzzStores.made.withLock({ $0 }) { try? FileManager.default.removeItem(at: url) } }
+        }
+        return url
+    }
+
+    static let made = Mutex<[URL]>([])
+    static let registered = Atomic<Bool>(false)
+}
