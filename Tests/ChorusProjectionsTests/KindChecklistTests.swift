@@ -85,7 +85,7 @@ struct KindChecklistTests {
             for envelope in vector.events { covered.insert(try Event.decode(hex(envelope)).kind) }
         }
         let missing = EventKind.known.filter { !covered.contains($0) }.map(\.name)
-        #expect(missing.isEmpty, "no event of \(missing) in Specs/vectors/events.json or projections.json (steps 13, 14)")
+        #expect(missing.isEmpty, "no event of \(missing) in Specs/vectors/events.json or projections.json (steps 14, 15)")
     }
 
     @Test("the property tests' random worlds sign every kind, so convergence covers it")
@@ -95,7 +95,7 @@ struct KindChecklistTests {
             signed.formUnion(try World(seed: seed).events.map(\.kind))
         }
         let missing = EventKind.known.filter { !signed.contains($0) }.map(\.name)
-        #expect(missing.isEmpty, "World.swift never signs \(missing) (step 15)")
+        #expect(missing.isEmpty, "World.swift never signs \(missing) (step 16)")
     }
 
     /// For each projection format, the BLAKE2b-256 of the projection
@@ -106,7 +106,7 @@ struct KindChecklistTests {
         25: (vectors: "50dec3b8edd84e7b660863e30e9070554f11fbfd135188ed31cc61810a376454", layout: "fdcd58988c6b18de667328460e1199359098b29378539171357419fbfe884000"),
     ]
 
-    @Test("the projection vectors and the tables' layout change only with the projection format (step 16)")
+    @Test("the projection vectors and the tables' layout change only with the projection format (step 17)")
     func projectionsChangeWithTheFormat() throws {
         let vectors = Blake2b.hash256([UInt8](try Data(contentsOf: specVector("projections.json")))).hex
         let layout = Projections.layoutFingerprint.hex
