@@ -36,6 +36,33 @@ package struct EpochRecord: Hashable, Sendable {
 }
 
 extension FoldRun {
+    /// Folds one new `device.key` of `device` into its stored state: the same
+    /// state and decisions as `foldDeviceKey` from all facts (Specs/
+    /// projections.md §9.1), because whether it can take effect depends on its
+    /// own author only and the state holds the first effective one. Without
+    /// this, every `device.key` naming a device, whoever signed it, would
+    /// re-read all the earlier ones: a peer could make each of its events
+    /// cost every node more than the last.
+    mutating func foldDeviceKeyFact(_ device: Bytes32, _ f: Fact) throws {
+        guard f.author == device else {
+            return try decide(f, NoEffect("not_owner", "only device \(device.short) may publish its encryption key"))
+        }
+        let stateKey = Table.encryptionKey.key(device)
+        if let stored = try txn.get(p.state, stateKey) {
+            let record = try EncryptionKeyRecord.decode(stored)
+            guard f.order < MergeOrder(hlc: record.hlc, author: device, id: record.event) else {
+                return try decide(f, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+            }
+            // Earlier in merge order than the key in effect: it takes its place.
+            guard let arrival = try p.log.readArrival(of: record.event, in: txn) else {
+                throw ProjectionError.corrupt("the device key event \(record.event.short) in effect is not in the log")
+            }
+            try decide(record.event, at: arrival, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+        }
+        try txn.put(p.state, stateKey, EncryptionKeyRecord(key: try f.read(DeviceKeyPayload.self).key, hlc: f.hlc, event: f.id).encoded())
+        try decide(f, nil)
+    }
+
     /// The first `device.key` in merge order signed by the device itself
     /// takes effect; the key never changes (Specs/projections.md §6.10).
     mutating func foldDeviceKey(_ device: Bytes32) throws {

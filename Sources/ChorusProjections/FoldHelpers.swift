@@ -12,11 +12,13 @@ extension FoldRun {
     /// of the kinds `payloadNeeded` names (all by default) read from the log.
     func facts(_ cls: ObjectClass, _ object: Bytes32, payloadNeeded: (EventKind) -> Bool = { _ in true }) throws -> [Fact] {
         if let bulkFacts, bulkFacts.cls == cls, let read = bulkFacts.facts[object] { return read }
-        return try p.factEntries(prefix: Projections.factKeyPrefix(cls, object), in: txn).map { key, value in
+        let read = try p.factEntries(prefix: Projections.factKeyPrefix(cls, object), in: txn).map { key, value in
             let kind = Fact.kind(ofValue: value)
             return try Fact.load(
                 key: key, value: value, log: p.log, in: txn, preloaded: preloaded, withPayload: kind.map(payloadNeeded) ?? true)
         }
+        if !bulk { p.factsReadByFolds.add(read.count) }
+        return read
     }
 
     /// A message's facts: its `message.sent` (nil when this node does not

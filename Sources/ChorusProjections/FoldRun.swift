@@ -42,6 +42,9 @@ struct FoldRun {
     var readFacts: [ObjectID: [Fact]] = [:]
     /// New profile edits of this transaction, by user, folded the same way.
     var profileFacts: [PublicKey: [Fact]] = [:]
+    /// New `device.key` events of this transaction, by the device they
+    /// name, folded one by one (`foldDeviceKeyFact`).
+    var deviceKeyFacts: [Bytes32: [Fact]] = [:]
     /// Events first stored in this transaction (not refilled ones): they
     /// have no decision recorded yet, so clearing one is a no-op that can be
     /// skipped, and a new send has no `message` entry yet...
@@ -238,6 +241,8 @@ struct FoldRun {
 
     mutating func addProfileFact(_ user: PublicKey, _ fact: Fact) { profileFacts[user, default: []].append(fact) }
 
+    mutating func addDeviceKeyFact(_ device: Bytes32, _ fact: Fact) { deviceKeyFacts[device, default: []].append(fact) }
+
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
     }
@@ -281,6 +286,11 @@ struct FoldRun {
         case .slots:
             for user in (dirty[.slots] ?? []).sorted() { try foldSlots(user) }
         case .deviceKey:
+            // A refilled event was decided before: its device is folded whole.
+            for (device, facts) in deviceKeyFacts where facts.contains(where: { !newEvents.contains($0.id) }) { mark(.deviceKey, device) }
+            for (device, facts) in deviceKeyFacts.sorted(by: { $0.key < $1.key }) where dirty[.deviceKey]?.contains(device) != true {
+                for fact in facts.sorted(by: { $0.order < $1.order }) { try foldDeviceKeyFact(device, fact) }
+            }
             for device in (dirty[.deviceKey] ?? []).sorted() { try foldDeviceKey(device) }
         case .chat:
             try foldMarkedChats()

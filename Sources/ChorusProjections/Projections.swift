@@ -6,6 +6,7 @@ import ChorusLog
 import ChorusParallel
 import ChorusStorage
 import Foundation
+import Synchronization
 
 /// The projected state of a node: profiles, pictures, relationships, chats,
 /// coins and slots, kept in the same LMDB environment as the log and updated
@@ -34,6 +35,11 @@ package struct Projections: Sendable {
     /// 1/`recentFactsRatio` of the main level's; a commit moves the excess
     /// into the main level (Specs/projections.md §9.1 says why these).
     let recentFactsMinimum: Int
+    /// Facts the folds of commits have read back from the facts tables (a
+    /// rebuild's bulk fold, which reads each once, not counted): what the
+    /// tests count that hold an event's cost to what it changes, not to how
+    /// many events name its object.
+    package let factsReadByFolds = FactReadCount()
     static let defaultRecentFactsMinimum = 32_768
     static let recentFactsRatio = 8
 
@@ -154,6 +160,9 @@ package struct Projections: Sendable {
             case .profile:
                 // Profile edits too, unless a device binding of the user changes.
                 run?.addProfileFact(object, Fact(stored))
+            case .deviceKey:
+                // A device's key events too: whether one takes effect depends on its author alone.
+                run?.addDeviceKeyFact(object, Fact(stored))
             default:
                 run?.mark(cls, object)
             }
@@ -297,4 +306,11 @@ public enum Staleness: Sendable, Equatable, CustomStringConvertible {
         case .layout: "were built with another layout of projection format \(Projections.formatVersion) (a build whose classes or tables differ)"
         }
     }
+}
+
+/// A count shared by every copy of a `Projections` (`factsReadByFolds`).
+package final class FactReadCount: Sendable {
+    private let count = Atomic<Int>(0)
+    package var value: Int { count.load(ordering: .relaxed) }
+    func add(_ n: Int) { count.wrappingAdd(n, ordering: .relaxed) }
 }
