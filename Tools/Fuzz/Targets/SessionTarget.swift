@@ -7,8 +7,9 @@ import Foundation
 import Synchronization
 
 /// A served node meeting a peer that sends whatever the input says
-/// (Specs/sync.md): the input is the peer's frames, each after a 3-byte
-/// big-endian length. The node's server runs the session to its end while the
+/// (Specs/sync.md): the input's first byte picks the server's options (live,
+/// blobs, reconciliation, sketches, inbox, listed hosting, directory, scope),
+/// the rest is the peer's frames, each after a 3-byte big-endian length. The node's server runs the session to its end while the
 /// peer reads what it answers; once the peer has sent everything and closed,
 /// the session must end, and the node must still serve and write. One node
 /// serves every input of a run, so what one input stored the next meets.
@@ -39,14 +40,16 @@ final class SessionFuzzing: Sendable {
 
     /// Runs one input.
     func run(_ data: [UInt8]) {
-        let frames = Self.frames(data)
+        guard let first = data.first else { return }
+        let frames = Self.frames(Array(data.dropFirst()))
+        let options = Self.options(first)
         let node = self.node
         let outcome: String?
         do {
             outcome = try Self.wait {
             // A server per input: a peer that broke the protocol is banned
             // from the server that saw it, and the next input is a new peer.
-            let server = try SyncServer(node: node, options: SyncOptions(live: false))
+            let server = try SyncServer(node: node, options: options)
             let peerKey = Bytes32([UInt8](repeating: 0xfe, count: 32)) ?? .zero
             let (served, peer) = MemoryTransport.pair(node.identity.device.raw, peerKey, capacity: 4)
             let session = Task { await server.serve(served) }
@@ -67,6 +70,19 @@ final class SessionFuzzing: Sendable {
             outcome = "the node failed after a session: \(error)"
         }
         if let outcome { violated(outcome) }
+    }
+
+    /// The server's options as the bits of `byte` choose them.
+    static func options(_ byte: UInt8) -> SyncOptions {
+        var options = SyncOptions(live: byte & 1 != 0)
+        options.blobs = byte & 2 == 0
+        options.reconcile = byte & 4 == 0
+        options.sketch = byte & 8 == 0
+        options.inbox = byte & 16 != 0
+        options.hostsListed = byte & 32 != 0
+        options.directory = byte & 64 != 0
+        if byte & 128 != 0 { options.scope = ReplicationScope(hops: 1) }
+        return options
     }
 
     /// The frames of an input: each a 3-byte big-endian length and its bytes
@@ -99,7 +115,9 @@ final class SessionFuzzing: Sendable {
                 _ = try await SyncSession(node: other, transport: recording, options: SyncOptions(live: false)).run()
                 _ = await report
                 try await other.close()
-                seeds.append(recording.sent.withLock { $0 }.flatMap { Self.bigEndian24($0.count) + $0 })
+                let frames = recording.sent.withLock { $0 }.flatMap { Self.bigEndian24($0.count) + $0 }
+                // As a plain peer, and as a relay's (inbox, listed hosting, directory).
+                seeds += [[0] + frames, [0b0111_0000] + frames]
             }
             return seeds
         }) ?? []
