@@ -157,7 +157,9 @@ extension FoldRun {
             guard let raw = try p.fact(Projections.factKey(.coins, .zero, order), in: txn) else {
                 throw ProjectionError.corrupt("ledger entry without its coin fact")
             }
-            f = try Fact.load(order: order, value: raw, log: p.log, in: txn)
+            // Filed under the zero object: a coin event naming that object
+            // itself has the short (9-byte) value, which names no object.
+            f = try Fact.load(order: order, value: raw, filedUnder: .zero, log: p.log, in: txn)
         }
         var entry = try decideCoin(f)
         if entry.isEffective, let from = entry.from {

@@ -64,8 +64,9 @@ struct Fact {
         key: [UInt8], value raw: [UInt8], log: LogStore, in txn: Transaction, preloaded: PreloadedPayloads? = nil,
         withPayload: Bool = true
     ) throws -> Fact {
-        try load(
-            order: try MergeOrder(bytes: key[33...]), value: raw, filedUnder: Bytes32(key.dropFirst().prefix(32)), log: log, in: txn,
+        guard let filedUnder = Bytes32(key.dropFirst().prefix(32)) else { throw ProjectionError.corrupt("fact key of \(key.count) bytes") }
+        return try load(
+            order: try MergeOrder(bytes: key[33...]), value: raw, filedUnder: filedUnder, log: log, in: txn,
             preloaded: preloaded, withPayload: withPayload)
     }
 
@@ -82,15 +83,17 @@ struct Fact {
 
     /// `withPayload: false` leaves `payload` nil without reading the log,
     /// for a fold that does not read this fact's payload. `filedUnder` is
-    /// the object of the fact's key: a 9-byte value's header object.
+    /// the object of the fact's key: a 9-byte value's header object (any
+    /// event may name the object it is filed under, the zero id of the
+    /// coin facts included).
     static func load(
-        order: MergeOrder, value raw: [UInt8], filedUnder: Bytes32? = nil, log: LogStore, in txn: Transaction,
+        order: MergeOrder, value raw: [UInt8], filedUnder: Bytes32, log: LogStore, in txn: Transaction,
         preloaded: PreloadedPayloads? = nil, withPayload: Bool = true
     ) throws -> Fact {
         let object: Bytes32
         if raw.count == 41, let named = Bytes32(raw[1..<33]) {
             object = named
-        } else if raw.count == 9, let filedUnder {
+        } else if raw.count == 9 {
             object = filedUnder
         } else {
             throw ProjectionError.corrupt("fact of \(raw.count) bytes")

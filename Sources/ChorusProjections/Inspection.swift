@@ -75,7 +75,7 @@ extension Projections {
             for order in coinOrders {
                 let key = Self.factKey(.coins, .zero, order)
                 guard let raw = try fact(key, in: txn) else { continue }
-                let f = try Fact.load(order: order, value: raw, log: log, in: txn)
+                let f = try Fact.load(order: order, value: raw, filedUnder: .zero, log: log, in: txn)
                 out.append(
                     FiledEvent(objectClass: "coins", object: .zero, order: order, kind: f.kind, headerObject: f.object, payload: f.payload))
             }

@@ -70,6 +70,23 @@ import Testing
         }
     }
 
+    /// Inputs fuzzing found that broke a promise, replayed after the fix.
+    @Test(arguments: [
+        // fold: a coin.credited naming the zero object (the object coin facts
+        // are filed under) was refused as damaged projection state.
+        (FuzzTarget.fold,
+         "1600ffff0066a46475736572582062f3a6c169d85b5cda30005e08abe0e174033f63898b3f7b4c304cd0baae3ae166616d6f756e741901f4"
+            + "6770726f6475637469636f696e735f353030677265636569707478184750412e333337322d343431312d303035312d3535323031"),
+    ])
+    func foundInputs(_ target: FuzzTarget, _ hex: String) async {
+        let input = stride(from: 0, to: hex.count, by: 2).compactMap { i -> UInt8? in
+            let start = hex.index(hex.startIndex, offsetBy: i)
+            return UInt8(hex[start..<hex.index(start, offsetBy: 2)], radix: 16)
+        }
+        #expect(input.count * 2 == hex.count)
+        await Self.offThePool { target.run(input) }
+    }
+
     /// The mutations reach the parsers' accepting paths too, where the
     /// promises are checked: a few mutants of each decoder still decode.
     @Test func mutationsReachAcceptedInputs() {

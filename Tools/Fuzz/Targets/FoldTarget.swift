@@ -19,14 +19,19 @@ import Synchronization
 /// input's earlier events; the clock step moves the events' HLC. A payload
 /// that is not canonical CBOR or breaks its schema is skipped (ingest refuses
 /// it before any fold). One node takes every input of a run.
-final class FoldFuzzing: @unchecked Sendable {
+final class FoldFuzzing: Sendable {
     let node: Node
     let keys: [SigningKey]
     let directory: URL
-    /// Each signer's next sequence number and previous id, and the clock;
-    /// only the fuzzer's one thread touches them.
-    private var heads: [(seq: UInt64, prev: EventID?)]
-    private var clock: UInt64
+    /// Each signer's next sequence number and previous id, and the clock,
+    /// held for a whole input: inputs run one at a time (the tests run
+    /// several targets at once), or two would sign at one position.
+    private let feeds: Mutex<Feeds>
+
+    struct Feeds {
+        var heads: [(seq: UInt64, prev: EventID?)]
+        var clock: UInt64
+    }
 
     static let shared: FoldFuzzing = {
         do { return try SessionFuzzing.wait { try await FoldFuzzing() } } catch { fatalError("fold fuzzing: cannot make the node: \(error)") }
@@ -38,12 +43,18 @@ final class FoldFuzzing: @unchecked Sendable {
         let network = NetworkConfig(
             issuers: [keys[0].publicKey], slotPrices: NetworkConfig.defaultSlotPrices, networkKey: Random.bytes32(), bootstrapRelays: [])
         node = try await Node.create(at: directory.appendingPathComponent("node"), deviceName: "fold", network: network)
-        heads = keys.map { _ in (1, nil) }
         // A minute back, so that a run of clock steps stays within the drift.
-        clock = HLC(physicalMillis: UInt64(Date().timeIntervalSince1970 * 1000) - 60_000, logical: 0).rawValue
+        feeds = Mutex(
+            Feeds(
+                heads: keys.map { _ in (1, nil) },
+                clock: HLC(physicalMillis: UInt64(Date().timeIntervalSince1970 * 1000) - 60_000, logical: 0).rawValue))
     }
 
     func run(_ data: [UInt8]) {
+        feeds.withLock { run(data, feeds: &$0) }
+    }
+
+    private func run(_ data: [UInt8], feeds: inout Feeds) {
         var events: [Event] = []
         var i = 0
         while i + 6 <= data.count {
@@ -53,18 +64,18 @@ final class FoldFuzzing: @unchecked Sendable {
             // Forward by the step, but never past ten seconds from now (within
             // the drift whatever the run's length), and always forward.
             let ceiling = HLC(physicalMillis: UInt64(Date().timeIntervalSince1970 * 1000) + 10_000, logical: 0).rawValue
-            clock = max(clock + 1, min(clock + UInt64(data[i + 3]) << 16, ceiling))
+            feeds.clock = max(feeds.clock + 1, min(feeds.clock + UInt64(data[i + 3]) << 16, ceiling))
             let length = Int(data[i + 4]) << 8 | Int(data[i + 5])
             let payloadBytes = Array(data[(i + 6)..<min(data.count, i + 6 + length)])
             i += 6 + length
             guard let payload = try? CBORDecoder.decode(payloadBytes) else { continue }
             let object = self.object(objectChoice, earlier: events)
-            let (seq, prev) = heads[signer]
+            let (seq, prev) = feeds.heads[signer]
             guard
                 let event = try? Event.sign(
-                    with: keys[signer], seq: seq, prev: prev, hlc: HLC(rawValue: clock), kind: kind, object: object, payload: payload)
+                    with: keys[signer], seq: seq, prev: prev, hlc: HLC(rawValue: feeds.clock), kind: kind, object: object, payload: payload)
             else { continue }
-            heads[signer] = (seq + 1, event.id)
+            feeds.heads[signer] = (seq + 1, event.id)
             events.append(event)
         }
         guard !events.isEmpty else { return }
