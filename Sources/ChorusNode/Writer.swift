@@ -80,6 +80,23 @@ final class GroupCommitWriter: Sendable {
         _ batch: [Request], store: Store, now: UInt64, driftMillis: UInt64,
         stats: CommitStatistics, notifier: ArrivalNotifier
     ) {
+        guard let error = commitOnce(batch, store: store, now: now, driftMillis: driftMillis, stats: stats, notifier: notifier) else { return }
+        // Nothing in the transaction was committed, so nothing was
+        // acknowledged. The requests that shared it are committed again one
+        // by one, so that one that cannot be written (a peer's batch the fold
+        // refuses) does not fail the others queued beside it.
+        guard batch.count > 1 else { return batch[0].completion(.failure(error)) }
+        for request in batch {
+            commit([request], store: store, now: now, driftMillis: driftMillis, stats: stats, notifier: notifier)
+        }
+    }
+
+    /// Commits `batch` in one transaction and completes its requests, or
+    /// returns why the transaction failed (completing none of them).
+    private static func commitOnce(
+        _ batch: [Request], store: Store, now: UInt64, driftMillis: UInt64,
+        stats: CommitStatistics, notifier: ArrivalNotifier
+    ) -> (any Error)? {
         let started = DispatchTime.now().uptimeNanoseconds
         let startedCPU = threadCPUNanoseconds()
         defer {
@@ -93,7 +110,7 @@ final class GroupCommitWriter: Sendable {
             } catch {
                 batch[0].completion(.failure(error))
             }
-            return
+            return nil
         }
         do {
             // The log, the blobs and every projection they touch commit in
@@ -113,9 +130,9 @@ final class GroupCommitWriter: Sendable {
             if stored > 0 { NodeMetrics.eventsStored.increment(by: stored) }
             notifier.notify()
             for (request, result) in zip(batch, outcomes) { request.completion(.success(result)) }
+            return nil
         } catch {
-            // Nothing in this transaction was committed, so nothing was acknowledged.
-            for request in batch { request.completion(.failure(error)) }
+            return error
         }
     }
 }
