@@ -229,6 +229,74 @@ extension FoldRun {
         try store(entry)
     }
 
+    /// Folds one new edit or deletion of `message` into its stored entry
+    /// when that gives the state and decisions `foldMessage` gives from all
+    /// the message's facts (Specs/projections.md §9.1); returns false when
+    /// the message must be folded whole (a deletion by its sender, or an edit
+    /// whose order against the stored one its HLC and author do not settle).
+    /// Whether an edit or deletion takes effect depends on its own actor and
+    /// chat, the sender and the deletion alone, so one by anyone else, or on
+    /// a message that took no effect, is decided without reading the
+    /// message's other facts: otherwise anyone could make each event naming a
+    /// message cost every node more than the last.
+    mutating func foldMessageFact(_ message: EventID, _ f: Fact) throws -> Bool {
+        guard let stored = try p.sentEvent(message, in: txn) else {
+            try decide(f, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
+            return true
+        }
+        let sent = Fact(stored)
+        let chat = sent.object
+        let key = Table.message.key(chat, Codec.u64(sent.hlc.rawValue), message)
+        guard let raw = try txn.get(p.state, key) else { return false }
+        var entry = try MessageEntry.decode(raw)
+        if entry.withdrawn {
+            try decide(f, NoEffect("message_no_effect", "message \(message.short) took no effect"))
+            return true
+        }
+        guard case .success(let sender) = try actor(sent) else { return false }
+        // A deleted message's facts are purged with it, whatever their decision.
+        func decideOnDeleted(_ reason: NoEffect?) throws {
+            try decide(f, reason)
+            if entry.deleted != nil, purging { purge(f) }
+        }
+        switch try actor(f) {
+        case .failure(let why): try decideOnDeleted(why); return true
+        case .success(let user) where user != sender:
+            try decideOnDeleted(NoEffect("not_author", "only the sender may edit or delete a message"))
+            return true
+        case .success: break
+        }
+        if let named = Self.namedChat(f), named != chat {
+            try decideOnDeleted(NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
+            return true
+        }
+        if let deletedAt = entry.deleted {
+            guard f.hlc != deletedAt else { return false }
+            if f.hlc > deletedAt {
+                try decideOnDeleted(NoEffect("after_deletion", "the message was deleted before this event"))
+                return true
+            }
+            // Before the deletion: an edit takes effect (and is purged with
+            // the message); an earlier deletion becomes the deletion.
+            guard f.kind == .messageEdited else { return false }
+            try decideOnDeleted(nil)
+            return true
+        }
+        guard f.kind == .messageEdited else { return false }
+        try decide(f, nil)
+        // The entry shows the last effective edit in merge order, unless the
+        // send's content is purged.
+        guard !entry.purged else { return true }
+        if let current = entry.edit {
+            guard f.hlc != current.hlc || f.author != current.author else { return false }
+            guard (f.hlc, f.author) > (current.hlc, current.author) else { return true }
+        }
+        entry.edit = (f.arrival, f.hlc, f.author)
+        try putState(key, entry.encoded())
+        chatRowChanged(chat)
+        return true
+    }
+
     /// The `blobRef` entry of a message's encrypted picture (Specs/
     /// encryption.md §7): present exactly while the message is live.
     mutating func setBlobReference(_ blob: Hash32?, of message: EventID, live: Bool) throws {

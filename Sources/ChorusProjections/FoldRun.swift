@@ -45,6 +45,9 @@ struct FoldRun {
     /// New `device.key` events of this transaction, by the device they
     /// name, folded one by one (`foldDeviceKeyFact`).
     var deviceKeyFacts: [Bytes32: [Fact]] = [:]
+    /// New edits and deletions of this transaction, by message, folded one
+    /// by one where they can be (`foldMessageFact`).
+    var messageFacts: [EventID: [Fact]] = [:]
     /// Events first stored in this transaction (not refilled ones): they
     /// have no decision recorded yet, so clearing one is a no-op that can be
     /// skipped, and a new send has no `message` entry yet...
@@ -243,6 +246,8 @@ struct FoldRun {
 
     mutating func addDeviceKeyFact(_ device: Bytes32, _ fact: Fact) { deviceKeyFacts[device, default: []].append(fact) }
 
+    mutating func addMessageFact(_ message: EventID, _ fact: Fact) { messageFacts[message, default: []].append(fact) }
+
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
     }
@@ -309,6 +314,19 @@ struct FoldRun {
         case .chatKeys:
             for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
         case .message:
+            for (message, facts) in messageFacts.sorted(by: { $0.key < $1.key }) where dirty[.message]?.contains(message) != true {
+                // A refilled event was decided before: its message is folded whole.
+                guard facts.allSatisfy({ newEvents.contains($0.id) }) else {
+                    mark(.message, message)
+                    continue
+                }
+                for fact in facts.sorted(by: { $0.order < $1.order }) {
+                    guard try foldMessageFact(message, fact) else {
+                        mark(.message, message)
+                        break
+                    }
+                }
+            }
             try foldMessages((dirty[.message] ?? []).sorted())
             try writeMessageCounts()
         case .coins:

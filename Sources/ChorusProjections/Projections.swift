@@ -163,6 +163,9 @@ package struct Projections: Sendable {
             case .deviceKey:
                 // A device's key events too: whether one takes effect depends on its author alone.
                 run?.addDeviceKeyFact(object, Fact(stored))
+            case .message:
+                // A message's edits and deletions, where they can be (`foldMessageFact`).
+                run?.addMessageFact(object, Fact(stored))
             default:
                 run?.mark(cls, object)
             }

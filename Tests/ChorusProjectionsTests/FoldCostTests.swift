@@ -42,4 +42,49 @@ struct FoldCostTests {
         try replica.store.rebuild()
         #expect(try replica.digest() == incremental)
     }
+
+    @Test("an edit or deletion reads none of the edits named for its message before, by others or by the sender")
+    func messageEdits() throws {
+        let replica = try Replica(config: NetworkConfig())
+        // A chat of one member (unbound keys act for themselves), one message.
+        let sender = FeedWriter(SigningKey.generate())
+        let stranger = FeedWriter(SigningKey.generate())
+        let now = Replica.nowMillis - 10_000
+        let chatID = Bytes32([UInt8](repeating: 0xC7, count: 32)) ?? .zero
+        try replica.deliver([try sender.sign(.chatCreated, chatID, Payload.chatCreated(members: []), nowMillis: now)])
+        let message = try sender.sign(.messageSent, chatID, Payload.message(text: "hello"), nowMillis: now)
+        try replica.deliver([message])
+        var edits: [Event] = []
+        for i in 0..<100 {
+            // Junk by a stranger, and the sender's own edits.
+            try replica.deliver([try stranger.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "junk \(i)"), nowMillis: now)])
+            edits.append(try sender.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "edit \(i)"), nowMillis: now))
+            try replica.deliver([edits[edits.count - 1]])
+        }
+        let before = replica.projections.factsReadByFolds.value
+        let junk = try stranger.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "more junk"), nowMillis: now)
+        let last = try sender.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "last"), nowMillis: now)
+        try replica.deliver([junk])
+        try replica.deliver([last])
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the message's earlier edits")
+        #expect(try replica.projections.noEffect(of: junk)?.code == "not_author")
+        #expect(try replica.projections.noEffect(of: last) == nil)
+        // The same state a fold of all the facts gives, and after the
+        // deletion (folded whole), the junk that follows is decided and purged
+        // without reading the rest.
+        let incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+        try replica.deliver([try sender.sign(.messageDeleted, message.id, Payload.delete(chat: chatID), nowMillis: now)])
+        let afterDeletion = replica.projections.factsReadByFolds.value
+        let late = try stranger.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "late junk"), nowMillis: now)
+        try replica.deliver([late])
+        #expect(replica.projections.factsReadByFolds.value == afterDeletion)
+        #expect(try replica.projections.noEffect(of: late)?.code == "not_author")
+        let payload = try replica.env.read { txn in try replica.log.readArrival(of: late.id, in: txn).map { try replica.log.readPayload(at: $0, in: txn) } }
+        #expect(payload == .some(nil), "the junk edit of a deleted message kept its payload")
+        let deleted = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == deleted)
+    }
 }
