@@ -48,6 +48,9 @@ struct FoldRun {
     /// New edits and deletions of this transaction, by message, folded one
     /// by one where they can be (`foldMessageFact`).
     var messageFacts: [EventID: [Fact]] = [:]
+    /// New `slot.set` events of this transaction, by user, folded the same
+    /// way (`foldSlotFact`).
+    var slotFacts: [PublicKey: [Fact]] = [:]
     /// Events first stored in this transaction (not refilled ones): they
     /// have no decision recorded yet, so clearing one is a no-op that can be
     /// skipped, and a new send has no `message` entry yet...
@@ -248,6 +251,8 @@ struct FoldRun {
 
     mutating func addMessageFact(_ message: EventID, _ fact: Fact) { messageFacts[message, default: []].append(fact) }
 
+    mutating func addSlotFact(_ user: PublicKey, _ fact: Fact) { slotFacts[user, default: []].append(fact) }
+
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
     }
@@ -289,12 +294,12 @@ struct FoldRun {
         case .follow, .like, .block:
             try foldMarkedRelationships(cls)
         case .slots:
+            try foldOneByOne(.slots, slotFacts) { run, user, fact in try run.foldSlotFact(user, fact) }
             for user in (dirty[.slots] ?? []).sorted() { try foldSlots(user) }
         case .deviceKey:
-            // A refilled event was decided before: its device is folded whole.
-            for (device, facts) in deviceKeyFacts where facts.contains(where: { !newEvents.contains($0.id) }) { mark(.deviceKey, device) }
-            for (device, facts) in deviceKeyFacts.sorted(by: { $0.key < $1.key }) where dirty[.deviceKey]?.contains(device) != true {
-                for fact in facts.sorted(by: { $0.order < $1.order }) { try foldDeviceKeyFact(device, fact) }
+            try foldOneByOne(.deviceKey, deviceKeyFacts) { run, device, fact in
+                try run.foldDeviceKeyFact(device, fact)
+                return true
             }
             for device in (dirty[.deviceKey] ?? []).sorted() { try foldDeviceKey(device) }
         case .chat:
@@ -314,23 +319,32 @@ struct FoldRun {
         case .chatKeys:
             for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
         case .message:
-            for (message, facts) in messageFacts.sorted(by: { $0.key < $1.key }) where dirty[.message]?.contains(message) != true {
-                // A refilled event was decided before: its message is folded whole.
-                guard facts.allSatisfy({ newEvents.contains($0.id) }) else {
-                    mark(.message, message)
-                    continue
-                }
-                for fact in facts.sorted(by: { $0.order < $1.order }) {
-                    guard try foldMessageFact(message, fact) else {
-                        mark(.message, message)
-                        break
-                    }
-                }
-            }
+            try foldOneByOne(.message, messageFacts) { run, message, fact in try run.foldMessageFact(message, fact) }
             try foldMessages((dirty[.message] ?? []).sorted())
             try writeMessageCounts()
         case .coins:
             if !coinsDirty.isEmpty { try foldCoins(dirty: coinsDirty) }
+        }
+    }
+
+    /// Folds each object's new facts one at a time with `fold`, in merge
+    /// order, where it can (it returns false when the object must be folded
+    /// whole); an object already marked, or with a refilled event (decided
+    /// before), is left marked to be folded whole.
+    mutating func foldOneByOne(
+        _ cls: ObjectClass, _ new: [Bytes32: [Fact]], _ fold: (inout FoldRun, Bytes32, Fact) throws -> Bool
+    ) throws {
+        for (object, facts) in new.sorted(by: { $0.key < $1.key }) where dirty[cls]?.contains(object) != true {
+            guard facts.allSatisfy({ newEvents.contains($0.id) }) else {
+                mark(cls, object)
+                continue
+            }
+            for fact in facts.sorted(by: { $0.order < $1.order }) {
+                guard try fold(&self, object, fact) else {
+                    mark(cls, object)
+                    break
+                }
+            }
         }
     }
 

@@ -92,6 +92,44 @@ extension FoldRun {
     /// Lock slot contents: a register per slot, set by the profile's user
     /// (Specs/projections.md §6.8). Whether the slot is unlocked comes from
     /// the coin ledger and is applied when the slot is read.
+    /// Folds one new `slot.set` of `user` into its stored registers when that
+    /// gives the state and decisions `foldSlots` gives from all the user's
+    /// slot facts (Specs/projections.md §9.1); returns false when the user's
+    /// slots must be folded whole (the new one's HLC equals the stored
+    /// register's, which names no author to settle the order). Whether one
+    /// takes effect depends on its own actor and slot alone, and a register
+    /// holds the last effective one in merge order.
+    mutating func foldSlotFact(_ user: PublicKey, _ f: Fact) throws -> Bool {
+        switch try actor(f) {
+        case .failure(let why):
+            try decide(f, why)
+            return true
+        case .success(let actor) where actor != user:
+            try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
+            return true
+        case .success: break
+        }
+        let set = try f.read(SlotSetPayload.self)
+        guard set.slot < UInt64(p.config.slotCount) else {
+            try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
+            return true
+        }
+        let key = Table.slot.key(user, UInt8(set.slot))
+        if let stored = try txn.get(p.state, key) {
+            guard let register = try Codec.decode(stored, "slot register").arrayValue, register.count == 3,
+                let hlc = register[1].unsignedValue
+            else { throw ProjectionError.corrupt("slot register of \(stored.count) bytes") }
+            guard hlc != f.hlc.rawValue else { return false }
+            if hlc > f.hlc.rawValue {
+                try decide(f, nil)
+                return true
+            }
+        }
+        try decide(f, nil)
+        try putState(key, Codec.cbor(.array([set.picture.map { .bytes($0.bytes) } ?? .null, .unsigned(f.hlc.rawValue), .bytes(f.id.bytes)])))
+        return true
+    }
+
     mutating func foldSlots(_ user: PublicKey) throws {
         var registers: [UInt64: (picture: CBORValue, fact: Fact)] = [:]
         for f in try facts(.slots, user) {

@@ -166,6 +166,9 @@ package struct Projections: Sendable {
             case .message:
                 // A message's edits and deletions, where they can be (`foldMessageFact`).
                 run?.addMessageFact(object, Fact(stored))
+            case .slots:
+                // Slot registers too (`foldSlotFact`).
+                run?.addSlotFact(object, Fact(stored))
             default:
                 run?.mark(cls, object)
             }

@@ -87,4 +87,31 @@ struct FoldCostTests {
         try replica.store.rebuild()
         #expect(try replica.digest() == deleted)
     }
+
+    @Test("a slot.set reads none of the slot sets named for its user before, by others or by the user")
+    func slots() throws {
+        let replica = try Replica(config: NetworkConfig(issuers: [], slotPrices: [0, 10, 20]))
+        let user = FeedWriter(SigningKey.generate())
+        let stranger = FeedWriter(SigningKey.generate())
+        let now = Replica.nowMillis - 10_000
+        func set(_ writer: FeedWriter, _ slot: UInt64, _ picture: Bytes32?) throws -> Event {
+            try writer.sign(.slotSet, user.publicKey, [("slot", .unsigned(slot)), ("picture", picture.map { .bytes($0.bytes) } ?? .null)], nowMillis: now)
+        }
+        for i in 0..<100 {
+            try replica.deliver([try set(stranger, UInt64(i % 3), Random.bytes32())])
+            try replica.deliver([try set(user, UInt64(i % 3), i % 5 == 0 ? nil : Random.bytes32())])
+        }
+        let before = replica.projections.factsReadByFolds.value
+        let junk = try set(stranger, 1, Random.bytes32())
+        let beyond = try set(user, 7, nil)
+        let last = try set(user, 1, Random.bytes32())
+        for e in [junk, beyond, last] { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the user's earlier slot sets")
+        #expect(try replica.projections.noEffect(of: junk)?.code == "not_owner")
+        #expect(try replica.projections.noEffect(of: beyond)?.code == "no_such_slot")
+        #expect(try replica.projections.noEffect(of: last) == nil)
+        let incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+    }
 }
