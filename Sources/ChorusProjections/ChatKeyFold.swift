@@ -92,6 +92,58 @@ extension FoldRun {
     /// an epoch introduces it, and the first effective wrap for a device is
     /// the one recorded (Specs/projections.md §6.11). Re-folded whole when
     /// the chat's membership changes.
+    /// Folds one new `chat.key` of `chat` into the chat's epoch and wrap
+    /// entries when that gives the state and decisions `foldChatKeys` gives
+    /// from all the chat's key facts (Specs/projections.md §9.1); returns
+    /// false when the chat's keys must be folded whole (the new one's HLC
+    /// equals the entry's it would have to be ordered against). Whether one
+    /// takes effect depends on its actor's membership at its HLC alone, and
+    /// each entry holds the first effective one in merge order; a membership
+    /// or binding change in the same run folds the chat's keys whole.
+    mutating func foldChatKeyFact(_ chat: ObjectID, _ f: Fact) throws -> Bool {
+        guard let user = try actingUserOrRecord(f) else { return true }
+        guard try txn.get(p.state, Table.chat.key(chat)) != nil else {
+            try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+            return true
+        }
+        guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
+            try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+            return true
+        }
+        let key = try f.read(ChatKeyPayload.self)
+        /// Whether `f` comes before the effective event an entry names
+        /// (nil: their HLCs are equal, and the entry names no author).
+        func earlier(thanEventAt hlc: HLC) -> Bool? { hlc == f.hlc ? nil : f.hlc < hlc }
+        var writes: [([UInt8], [UInt8])] = []
+        let epochKey = Table.epoch.key(chat, key.epoch)
+        if let stored = try txn.get(p.state, epochKey) {
+            guard let entry = try Codec.decode(stored, "epoch").arrayValue, entry.count == 2, let hlc = entry[0].unsignedValue else {
+                throw ProjectionError.corrupt("epoch entry of \(stored.count) bytes")
+            }
+            guard let first = earlier(thanEventAt: HLC(rawValue: hlc)) else { return false }
+            if first { writes.append((epochKey, Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)])))) }
+        } else {
+            writes.append((epochKey, Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))))
+        }
+        for device in key.devices {
+            guard let recipient = try actingUser(device, at: f.hlc), try membership(chat, recipient)?.isMember(at: f.hlc) == true else { continue }
+            let wrapKey = Table.wrap.key(chat, key.epoch, device)
+            if let stored = try txn.get(p.state, wrapKey) {
+                // The entry names the event; its HLC is in the log.
+                guard let id = Bytes32(stored), let arrival = try p.log.readArrival(of: id, in: txn) else {
+                    throw ProjectionError.corrupt("wrap entry naming no event in the log")
+                }
+                guard let first = earlier(thanEventAt: try p.log.readTrusted(at: arrival, in: txn).hlc) else { return false }
+                if first { writes.append((wrapKey, f.id.bytes)) }
+            } else {
+                writes.append((wrapKey, f.id.bytes))
+            }
+        }
+        for (k, v) in writes { try putState(k, v) }
+        try decide(f, nil)
+        return true
+    }
+
     mutating func foldChatKeys(_ chat: ObjectID) throws {
         // Membership intervals start at the creation at the earliest, so a
         // member at the event's HLC implies the chat existed before it.

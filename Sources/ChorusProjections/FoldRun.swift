@@ -51,6 +51,9 @@ struct FoldRun {
     /// New `slot.set` events of this transaction, by user, folded the same
     /// way (`foldSlotFact`).
     var slotFacts: [PublicKey: [Fact]] = [:]
+    /// New `chat.key` events of this transaction, by chat, folded the same
+    /// way (`foldChatKeyFact`).
+    var chatKeyFacts: [ObjectID: [Fact]] = [:]
     /// Events first stored in this transaction (not refilled ones): they
     /// have no decision recorded yet, so clearing one is a no-op that can be
     /// skipped, and a new send has no `message` entry yet...
@@ -253,6 +256,8 @@ struct FoldRun {
 
     mutating func addSlotFact(_ user: PublicKey, _ fact: Fact) { slotFacts[user, default: []].append(fact) }
 
+    mutating func addChatKeyFact(_ chat: ObjectID, _ fact: Fact) { chatKeyFacts[chat, default: []].append(fact) }
+
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
     }
@@ -317,6 +322,7 @@ struct FoldRun {
                 for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
             }
         case .chatKeys:
+            try foldOneByOne(.chatKeys, chatKeyFacts) { run, chat, fact in try run.foldChatKeyFact(chat, fact) }
             for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
         case .message:
             try foldOneByOne(.message, messageFacts) { run, message, fact in try run.foldMessageFact(message, fact) }

@@ -169,6 +169,9 @@ package struct Projections: Sendable {
             case .slots:
                 // Slot registers too (`foldSlotFact`).
                 run?.addSlotFact(object, Fact(stored))
+            case .chatKeys:
+                // And a chat's key events (`foldChatKeyFact`).
+                run?.addChatKeyFact(object, Fact(stored))
             default:
                 run?.mark(cls, object)
             }

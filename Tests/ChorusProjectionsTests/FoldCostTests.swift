@@ -114,4 +114,36 @@ struct FoldCostTests {
         try replica.store.rebuild()
         #expect(try replica.digest() == incremental)
     }
+
+    @Test("a chat.key reads none of the key events named for its chat before, by members or not")
+    func chatKeys() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let member = FeedWriter(SigningKey.generate())
+        let stranger = FeedWriter(SigningKey.generate())
+        let now = Replica.nowMillis - 10_000
+        let chatID = Bytes32([UInt8](repeating: 0xC8, count: 32)) ?? .zero
+        try replica.deliver([try member.sign(.chatCreated, chatID, Payload.chatCreated(members: []), nowMillis: now)])
+        func key(_ writer: FeedWriter, epoch: Bytes32) throws -> Event {
+            let wraps = member.publicKey.bytes + Random.bytes(PayloadLimits.wrapBytes - 32)
+            return try writer.sign(
+                .chatKey, chatID, [("epoch", .bytes(epoch.bytes)), ("wraps", .bytes(wraps)), ("ephemeral", .bytes(Random.bytes(32)))], nowMillis: now)
+        }
+        let firstEpoch = Random.bytes32()
+        let first = try key(member, epoch: firstEpoch)
+        try replica.deliver([first])
+        for _ in 0..<100 {
+            try replica.deliver([try key(stranger, epoch: firstEpoch)])
+            try replica.deliver([try key(member, epoch: Random.bytes32())])
+        }
+        let before = replica.projections.factsReadByFolds.value
+        let junk = try key(stranger, epoch: Random.bytes32())
+        let again = try key(member, epoch: firstEpoch)
+        for e in [junk, again] { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the chat's earlier key events")
+        #expect(try replica.projections.noEffect(of: junk)?.code == "not_member")
+        #expect(try replica.projections.noEffect(of: again) == nil)
+        let incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+    }
 }
