@@ -101,16 +101,7 @@ extension FoldRun {
     /// each entry holds the first effective one in merge order; a membership
     /// or binding change in the same run folds the chat's keys whole.
     mutating func foldChatKeyFact(_ chat: ObjectID, _ f: Fact) throws -> Bool {
-        guard let user = try actingUserOrRecord(f) else { return true }
-        guard try txn.get(p.state, Table.chat.key(chat)) != nil else {
-            try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
-            return true
-        }
-        guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
-            try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
-            return true
-        }
-        let key = try f.read(ChatKeyPayload.self)
+        guard let key = try effectiveChatKey(chat, f, chatExists: try txn.get(p.state, Table.chat.key(chat)) != nil) else { return true }
         /// Whether `f` comes before the effective event an entry names
         /// (nil: their HLCs are equal, and the entry names no author).
         func earlier(thanEventAt hlc: HLC) -> Bool? { hlc == f.hlc ? nil : f.hlc < hlc }
@@ -125,8 +116,7 @@ extension FoldRun {
         } else {
             writes.append((epochKey, Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))))
         }
-        for device in key.devices {
-            guard let recipient = try actingUser(device, at: f.hlc), try membership(chat, recipient)?.isMember(at: f.hlc) == true else { continue }
+        for device in try wrapRecipients(chat, key, at: f.hlc) {
             let wrapKey = Table.wrap.key(chat, key.epoch, device)
             if let stored = try txn.get(p.state, wrapKey) {
                 // The entry names the event; its HLC is in the log.
@@ -144,6 +134,33 @@ extension FoldRun {
         return true
     }
 
+    /// Decides one `chat.key` of `chat`: its payload when it can take
+    /// effect (its actor a member at its HLC of a chat this node holds), nil
+    /// with the reason recorded when not (the caller records it as taking
+    /// effect).
+    private mutating func effectiveChatKey(_ chat: ObjectID, _ f: Fact, chatExists: Bool) throws -> ChatKeyPayload? {
+        guard let user = try actingUserOrRecord(f) else { return nil }
+        guard chatExists else {
+            try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+            return nil
+        }
+        guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
+            try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
+            return nil
+        }
+        return try f.read(ChatKeyPayload.self)
+    }
+
+    /// The devices `key` wraps for that receive a wrap: only a current
+    /// device of a member at the event's HLC (one sent to a removed device
+    /// or member by a device that had not seen the removal takes no effect).
+    private mutating func wrapRecipients(_ chat: ObjectID, _ key: ChatKeyPayload, at hlc: HLC) throws -> [PublicKey] {
+        try key.devices.filter { device in
+            guard let recipient = try actingUser(device, at: hlc) else { return false }
+            return try membership(chat, recipient)?.isMember(at: hlc) == true
+        }
+    }
+
     mutating func foldChatKeys(_ chat: ObjectID) throws {
         // Membership intervals start at the creation at the earliest, so a
         // member at the event's HLC implies the chat existed before it.
@@ -151,27 +168,12 @@ extension FoldRun {
         var epochs: [StateKey: [UInt8]] = [:]
         var wrapEntries: [StateKey: [UInt8]] = [:]
         for f in try facts(.chatKeys, chat) {
-            guard let user = try actingUserOrRecord(f) else { continue }
-            guard chatExists else {
-                try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
-                continue
-            }
-            guard try membership(chat, user)?.isMember(at: f.hlc) == true else {
-                try decide(f, NoEffect("not_member", "\(user.short) was not a member of chat \(chat.short) then"))
-                continue
-            }
-            let key = try f.read(ChatKeyPayload.self)
+            guard let key = try effectiveChatKey(chat, f, chatExists: chatExists) else { continue }
             let epochKey = StateKey(Table.epoch.key(chat, key.epoch))
             if epochs[epochKey] == nil {
                 epochs[epochKey] = Codec.cbor(.array([.unsigned(f.hlc.rawValue), .bytes(f.id.bytes)]))
             }
-            for device in key.devices {
-                // Only a current device of a member at the event's HLC
-                // receives a wrap: one sent to a removed device or member by
-                // a device that had not seen the removal takes no effect.
-                guard let recipient = try actingUser(device, at: f.hlc),
-                    try membership(chat, recipient)?.isMember(at: f.hlc) == true
-                else { continue }
+            for device in try wrapRecipients(chat, key, at: f.hlc) {
                 let wrapKey = StateKey(Table.wrap.key(chat, key.epoch, device))
                 if wrapEntries[wrapKey] == nil { wrapEntries[wrapKey] = f.id.bytes }
             }

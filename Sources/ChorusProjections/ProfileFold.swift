@@ -100,21 +100,8 @@ extension FoldRun {
     /// takes effect depends on its own actor and slot alone, and a register
     /// holds the last effective one in merge order.
     mutating func foldSlotFact(_ user: PublicKey, _ f: Fact) throws -> Bool {
-        switch try actor(f) {
-        case .failure(let why):
-            try decide(f, why)
-            return true
-        case .success(let actor) where actor != user:
-            try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
-            return true
-        case .success: break
-        }
-        let set = try f.read(SlotSetPayload.self)
-        guard set.slot < UInt64(p.config.slotCount) else {
-            try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
-            return true
-        }
-        let key = Table.slot.key(user, UInt8(set.slot))
+        guard let (slot, picture) = try effectiveSlotSet(user, f) else { return true }
+        let key = Table.slot.key(user, UInt8(slot))
         if let stored = try txn.get(p.state, key) {
             guard let register = try Codec.decode(stored, "slot register").arrayValue, register.count == 3,
                 let hlc = register[1].unsignedValue
@@ -126,27 +113,37 @@ extension FoldRun {
             }
         }
         try decide(f, nil)
-        try putState(key, Codec.cbor(.array([set.picture.map { .bytes($0.bytes) } ?? .null, .unsigned(f.hlc.rawValue), .bytes(f.id.bytes)])))
+        try putState(key, Codec.cbor(.array([picture, .unsigned(f.hlc.rawValue), .bytes(f.id.bytes)])))
         return true
+    }
+
+    /// Decides one `slot.set` of `user`: its slot and picture (null when it
+    /// empties the slot) when it can take effect, nil with the reason
+    /// recorded when not (the caller records it as taking effect).
+    private mutating func effectiveSlotSet(_ user: PublicKey, _ f: Fact) throws -> (slot: UInt64, picture: CBORValue)? {
+        switch try actor(f) {
+        case .failure(let why):
+            try decide(f, why)
+            return nil
+        case .success(let actor) where actor != user:
+            try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
+            return nil
+        case .success: break
+        }
+        let set = try f.read(SlotSetPayload.self)
+        guard set.slot < UInt64(p.config.slotCount) else {
+            try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
+            return nil
+        }
+        return (set.slot, set.picture.map { .bytes($0.bytes) } ?? .null)
     }
 
     mutating func foldSlots(_ user: PublicKey) throws {
         var registers: [UInt64: (picture: CBORValue, fact: Fact)] = [:]
         for f in try facts(.slots, user) {
-            switch try actor(f) {
-            case .failure(let why): try decide(f, why)
-            case .success(let actor) where actor != user:
-                try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
-            case .success:
-                let set = try f.read(SlotSetPayload.self)
-                let (slot, picture): (UInt64, CBORValue) = (set.slot, set.picture.map { .bytes($0.bytes) } ?? .null)
-                guard slot < UInt64(p.config.slotCount) else {
-                    try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
-                    continue
-                }
-                registers[slot] = (picture, f)
-                try decide(f, nil)
-            }
+            guard let (slot, picture) = try effectiveSlotSet(user, f) else { continue }
+            registers[slot] = (picture, f)
+            try decide(f, nil)
         }
         var entries: [StateKey: [UInt8]] = [:]
         for (slot, r) in registers {
