@@ -126,7 +126,8 @@ extension Node {
     package func addPicture(_ bytes: [UInt8], mime: String? = nil, caption: String? = nil) async throws -> Mutation<PictureID> {
         let sniffed = try checkedImage(bytes, mime: mime)
         let mime = sniffed.mime
-        let id = Random.bytes32()
+        // Bound to this device (Specs/events.md §6.4), so no one else can create it.
+        let id = CreatedID.random(author: identity.device.raw)
         var payload = PictureCreatedPayload(blob: Blake2b.hash256(bytes), size: UInt64(bytes.count), mime: mime, caption: caption)
         if let w = sniffed.width, let h = sniffed.height { (payload.width, payload.height) = (w, h) }
         return try await outcome(append(payload, object: id, blobs: [bytes]), PictureID(id))
@@ -283,7 +284,8 @@ extension Node {
     @discardableResult
     public func createChat(title: String? = nil, members: [UserID] = []) async throws -> Mutation<ChatID> {
         if let title, title.utf8.count > PayloadLimits.chatTitleBytes { throw NodeError.refused(.titleLength(bytes: title.utf8.count)) }
-        let id = Random.bytes32()
+        // Bound to this device (Specs/events.md §6.4), so no one else can create it.
+        let id = CreatedID.random(author: identity.device.raw)
         let key = Random.bytes(32)
         let epoch = ChatCrypto.epochID(chat: id, key: key)
         let sealedTitle = title.map {

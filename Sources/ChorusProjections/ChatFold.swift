@@ -18,9 +18,15 @@ extension FoldRun {
             if !m.isCurrent { m.intervals.append((hlc, nil)) }
             members[user] = m
         }
-        for f in try facts(.chat, chat) {
+        let all = try facts(.chat, chat)
+        let bound = CreatedID.isBoundToACreation(chat, all.lazy.filter { $0.kind == .chatCreated }.map(\.author))
+        for f in all {
             guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .chatCreated {
+                guard !bound || CreatedID.isBound(chat, to: f.author) else {
+                    try decide(f, NoEffect("foreign_id", "chat id \(chat.short) is not bound to the key that signed its creation"))
+                    continue
+                }
                 if created != nil {
                     try decide(f, NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event"))
                     continue

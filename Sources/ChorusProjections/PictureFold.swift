@@ -49,9 +49,14 @@ extension FoldRun {
         var position: [UInt8]? = nil
         var deleted: Fact? = nil
         let all = try facts(.picture, picture)
+        let bound = CreatedID.isBoundToACreation(picture, all.lazy.filter { $0.kind == .pictureCreated }.map(\.author))
         for f in all {
             guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .pictureCreated {
+                guard !bound || CreatedID.isBound(picture, to: f.author) else {
+                    try decide(f, NoEffect("foreign_id", "picture id \(picture.short) is not bound to the key that signed its creation"))
+                    continue
+                }
                 if created != nil {
                     try decide(f, NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event"))
                     continue
@@ -132,9 +137,12 @@ extension FoldRun {
     /// Purges a deleted picture's payloads and, unless a live picture still
     /// uses them, its blob bytes (Specs/projections.md §6.3).
     mutating func purgeContent(of picture: ObjectID, _ all: [Fact]) {
-        let blob = all.first { $0.kind == .pictureCreated && $0.payload != nil }?.readIfHeld(PictureCreatedPayload.self)?.blob
-        for f in all { purge(f) }
-        if let blob { purges.blobs.append(blob) }
+        // Every creation's blob, the ones that took no effect too: none is
+        // wanted once the picture is gone (a live picture's is kept, §6.3).
+        for f in all {
+            purge(f)
+            if f.kind == .pictureCreated, let blob = f.readIfHeld(PictureCreatedPayload.self)?.blob { purges.blobs.append(blob) }
+        }
     }
 }
 

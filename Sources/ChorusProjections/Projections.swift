@@ -238,7 +238,9 @@ package struct Projections: Sendable {
     /// marker also names the layout (`layoutFingerprint`, §9.1). 23: each
     /// member's chat activity entry (`chatActivity`, §9.1). 24: which holds
     /// the member's unread count. 25: each chat's row (`chatRow`, §9.1).
-    package static let formatVersion: UInt64 = 25
+    /// 26: a picture's or chat's id bound to a creation's key admits only
+    /// that key's creations (`foreign_id`, §6.3, §6.5).
+    package static let formatVersion: UInt64 = 26
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
 

@@ -50,7 +50,7 @@ struct FoldCostTests {
         let sender = FeedWriter(SigningKey.generate())
         let stranger = FeedWriter(SigningKey.generate())
         let now = Replica.nowMillis - 10_000
-        let chatID = Bytes32([UInt8](repeating: 0xC7, count: 32)) ?? .zero
+        let chatID = sender.createdID([UInt8](repeating: 0xC7, count: 16))
         try replica.deliver([try sender.sign(.chatCreated, chatID, Payload.chatCreated(members: []), nowMillis: now)])
         let message = try sender.sign(.messageSent, chatID, Payload.message(text: "hello"), nowMillis: now)
         try replica.deliver([message])
@@ -121,7 +121,7 @@ struct FoldCostTests {
         let member = FeedWriter(SigningKey.generate())
         let stranger = FeedWriter(SigningKey.generate())
         let now = Replica.nowMillis - 10_000
-        let chatID = Bytes32([UInt8](repeating: 0xC8, count: 32)) ?? .zero
+        let chatID = member.createdID([UInt8](repeating: 0xC8, count: 16))
         try replica.deliver([try member.sign(.chatCreated, chatID, Payload.chatCreated(members: []), nowMillis: now)])
         func key(_ writer: FeedWriter, epoch: Bytes32) throws -> Event {
             let wraps = member.publicKey.bytes + Random.bytes(PayloadLimits.wrapBytes - 32)

@@ -323,6 +323,10 @@ final class FeedWriter {
 
     init(_ key: SigningKey) { self.key = key }
 
+    /// The id of a picture or chat this feed creates with `nonce` (16 bytes):
+    /// bound to its key (Specs/events.md §6.4).
+    func createdID(_ nonce: [UInt8]) -> ObjectID { CreatedID.make(author: publicKey, nonce: nonce) }
+
     /// Signs the next event of this feed, stamped by the feed's clock at
     /// `nowMillis` (after observing `observed`), or at exactly `hlc`.
     func sign(

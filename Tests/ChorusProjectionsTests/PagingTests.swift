@@ -45,7 +45,7 @@ struct PagingTests {
         for p in people.suffix(7) { events.append(try bob.d1.sign(.blockAdded, p.key, hlc: next())) }
         var chats: [ObjectID] = []
         for i in 0..<8 {
-            let chat = s.rng.bytes32()
+            let chat = people[i].d1.createdID(s.rng.bytes(16))
             chats.append(chat)
             events.append(try people[i].d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: next()))
         }

@@ -355,7 +355,7 @@ struct RecordTests {
     func messageEntryReferencesTheLog() throws {
         let s = Scenario()
         let alice = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
+        let chat = alice.d1.createdID(s.rng.bytes(16))
         let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(10))
         let plain = try alice.d1.sign(.messageSent, chat, Payload.message(text: "a long enough first message"), hlc: Scenario.at(11))
         let edited = try alice.d1.sign(.messageSent, chat, Payload.message(text: "a long enough second message"), hlc: Scenario.at(12))

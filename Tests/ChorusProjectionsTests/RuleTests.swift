@@ -46,7 +46,7 @@ final class Scenario {
     }
 
     func picture(_ by: FeedWriter, at t: UInt64, caption: String? = nil) throws -> (id: ObjectID, event: Event, blob: Hash32) {
-        let id = rng.bytes32()
+        let id = by.createdID(rng.bytes(16))
         let bytes = [0x89, 0x50, 0x4E, 0x47] + rng.bytes(24)
         let hash = Blake2b.hash256(bytes)
         blobs[hash] = bytes
@@ -63,7 +63,7 @@ final class Scenario {
     ) {
         let alice = try person(devices: 1)
         let bob = try person(devices: 1)
-        let chat = rng.bytes32()
+        let chat = alice.d1.createdID(rng.bytes(16))
         let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Self.at(10))
         let add = try alice.d1.sign(.chatMemberAdded, chat, Payload.member(bob.key), hlc: Self.at(20))
         let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "hello"), hlc: Self.at(30))
@@ -78,7 +78,7 @@ final class Scenario {
         let alice = try person(devices: 1)
         let pic = try picture(alice.d1, at: 10, caption: "private")
         let caption = try alice.d1.sign(.pictureCaptioned, pic.id, Payload.caption("very private"), hlc: Self.at(11))
-        let chat = rng.bytes32()
+        let chat = alice.d1.createdID(rng.bytes(16))
         let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Self.at(12))
         return (alice, pic, caption, chat, create)
     }
@@ -87,7 +87,7 @@ final class Scenario {
     func aliceCreatesAChatWithBob() throws -> (alice: Person, bob: Person, chat: ObjectID, create: Event) {
         let alice = try person(devices: 1)
         let bob = try person(devices: 1)
-        let chat = rng.bytes32()
+        let chat = alice.d1.createdID(rng.bytes(16))
         let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [bob.key]), hlc: Self.at(10))
         return (alice, bob, chat, create)
     }
@@ -124,6 +124,51 @@ final class Scenario {
 
 @Suite("Projections: merge and authorization rules")
 struct RuleTests {
+    @Test("a stranger's creation of someone's picture or chat, stamped earlier, takes no effect (foreign_id): ids are bound to their creator")
+    func anEarlierCreationByAStrangerDoesNotTakeAPictureOrChatOver() throws {
+        let s = Scenario()
+        let (alice, bob, chat, create, add, message) = try s.bobJoinsThenSends()
+        let pic = try s.picture(alice.d1, at: 40, caption: "mine")
+        let mallory = try s.person(devices: 1)
+        // Stamped before Alice's creations, which the first-creation rule alone would let win.
+        let takeChat = try mallory.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(5))
+        let takePicture = try mallory.d1.sign(
+            .pictureCreated, pic.id, Payload.pictureCreated(blob: [0x89, 0x50, 0x4E, 0x47, 1], caption: "taken"), hlc: Scenario.at(6))
+        let honest = alice.bindings + bob.bindings + [create, add, message, pic.event]
+        let replicas = try s.foldInOrders([
+            honest + mallory.bindings + [takeChat, takePicture],
+            mallory.bindings + [takePicture, takeChat] + honest,
+            [takeChat] + honest.reversed() + [takePicture] + mallory.bindings,
+        ])
+        for r in replicas {
+            #expect(try r.projections.noEffect(takeChat.id)?.code == "foreign_id")
+            #expect(try r.projections.noEffect(takePicture.id)?.code == "foreign_id")
+            for honestEvent in [create, add, message, pic.event] { #expect(try r.projections.noEffect(honestEvent.id) == nil) }
+            guard case .live(let live) = try r.projections.picture(PictureID(pic.id)) else {
+                Issue.record("Alice's picture is gone")
+                continue
+            }
+            #expect(live.owner.raw == alice.key && live.caption == "mine")
+            #expect(try r.projections.membership(of: bob.key, in: chat)?.isCurrent == true)
+            #expect(try r.projections.membership(of: mallory.key, in: chat) == nil)
+        }
+    }
+
+    @Test("an id bound to no creation's key (made before ids were bound) keeps the first creation in merge order")
+    func anUnboundIdKeepsTheFirstCreation() throws {
+        let s = Scenario()
+        let alice = try s.person(devices: 1)
+        let bob = try s.person(devices: 1)
+        let chat = s.rng.bytes32()
+        let first = try bob.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(5))
+        let second = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(10))
+        let base = alice.bindings + bob.bindings
+        for r in try s.foldInOrders([base + [first, second], base + [second, first], [second] + base + [first]]) {
+            #expect(try r.projections.noEffect(first.id) == nil)
+            #expect(try r.projections.noEffect(second.id)?.code == "chat_exists")
+        }
+    }
+
     @Test func captionConcurrentWithDeleteLosesInBothOrders() throws {
         let s = Scenario()
         let alice = try s.person()
@@ -343,7 +388,7 @@ struct RuleTests {
         let s = Scenario()
         let alice = try s.person(devices: 1)
         let bob = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
+        let chat = alice.d1.createdID(s.rng.bytes(16))
         let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(title: "t", members: []), hlc: Scenario.at(10))
         let first = try alice.d1.sign(.messageSent, chat, Payload.message(text: "one"), hlc: Scenario.at(20))
         // Bob is never a member: his sends take no effect. Two come before
@@ -478,7 +523,7 @@ struct RuleTests {
         let alice = try s.person(devices: 1)
         let bob = try s.person(devices: 1)
         let pic = try s.picture(alice.d1, at: 10, caption: "sunset")
-        let chat = s.rng.bytes32()
+        let chat = bob.d1.createdID(s.rng.bytes(16))
         let create = try bob.d1.sign(.chatCreated, chat, Payload.chatCreated(members: [alice.key]), hlc: Scenario.at(20))
         let message = try bob.d1.sign(.messageSent, chat, Payload.message(text: "look", picture: pic.id), hlc: Scenario.at(30))
         let r = try s.fold(bob.bindings + [create, message])
@@ -509,7 +554,7 @@ struct RuleTests {
         let s = Scenario()
         let alice = try s.person(devices: 1)
         let bob = try s.person(devices: 1)
-        let chat = s.rng.bytes32()
+        let chat = alice.d1.createdID(s.rng.bytes(16))
         let create = try alice.d1.sign(.chatCreated, chat, Payload.chatCreated(members: []), hlc: Scenario.at(10))
         let name = try alice.d1.sign(.profileSet, alice.key, Payload.profile(.name, .text("Alice")), hlc: Scenario.at(11))
         let credit = try s.issuer.sign(.coinCredited, bob.d1.publicKey, Payload.credit(user: bob.key, amount: 10, receipt: "r1"), hlc: Scenario.at(12))

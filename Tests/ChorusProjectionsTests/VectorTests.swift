@@ -148,6 +148,11 @@ enum VectorScenarios {
     static let t0: UInt64 = 1_800_000_000_000
 
     static func id(_ n: UInt8) -> Bytes32 { Bytes32([UInt8](repeating: n, count: 32)) ?? .zero }
+
+    /// The id `feed` creates with the nonce of 16 bytes `n`.
+    static func created(by feed: VectorFeed, _ n: UInt8) -> ObjectID {
+        CreatedID.make(author: feed.pk, nonce: [UInt8](repeating: n, count: 16))
+    }
     static func bytes(_ k: Bytes32) -> CBORValue { .bytes(k.bytes) }
 
     static func all() -> [VectorScenario] {
@@ -208,7 +213,8 @@ enum VectorScenarios {
         var ev: [Event] = []
         ev.append(try user.sign(.deviceAdded, a.pk, at: t0, [("proof", .bytes(DeviceBinding.proof(device: a.key, user: user.pk)))]))
         ev.append(try user.sign(.deviceAdded, b.pk, at: t0 + 1, [("proof", .bytes(DeviceBinding.proof(device: b.key, user: user.pk)))]))
-        let p1 = id(0xA1), p2 = id(0xA2), p3 = id(0xA3)
+        // Ids bound to the creating device (Specs/events.md §6.4).
+        let p1 = created(by: a, 0xA1), p2 = created(by: a, 0xA2), p3 = created(by: a, 0xA3)
         for (i, p) in [p1, p2, p3].enumerated() {
             ev.append(try a.sign(.pictureCreated, p, at: t0 + 10 + UInt64(i), [
                 ("blob", bytes(id(0xB0 + UInt8(i)))), ("size", .unsigned(1000)), ("mime", .text("image/jpeg")), ("caption", .text("picture \(i + 1)")),
@@ -218,9 +224,14 @@ enum VectorScenarios {
         ev.append(try a.sign(.profileSet, user.pk, at: t0 + 21, [("field", .text("avatar")), ("value", bytes(p2))]))
         ev.append(try b.sign(.pictureCaptioned, p2, at: t0 + 31, [("caption", .text("concurrent caption"))]))
         ev.append(try a.sign(.pictureDeleted, p2, at: t0 + 30))
+        // A stranger's creation of p1 stamped before a's: `foreign_id`, a's stays.
+        var stranger = VectorFeed(14)
+        ev.append(try stranger.sign(.pictureCreated, p1, at: t0 + 5, [
+            ("blob", bytes(id(0xBF))), ("size", .unsigned(1)), ("mime", .text("image/jpeg")),
+        ]))
         return VectorScenario(
             name: "pictures",
-            description: "gallery order with a move to the front; a caption merged after a concurrent deletion takes no effect; the deleted picture leaves the gallery and is purged",
+            description: "gallery order with a move to the front; a caption merged after a concurrent deletion takes no effect; the deleted picture leaves the gallery and is purged; a stranger's earlier creation of a picture's id takes no effect",
             config: NetworkConfig(), events: ev)
     }
 
@@ -250,9 +261,11 @@ enum VectorScenarios {
     /// Membership over time decides which messages count.
     static func chats() throws -> VectorScenario {
         var admin = VectorFeed(31), member = VectorFeed(32), outsider = VectorFeed(33)
-        let chat = id(0xD1)
+        let chat = created(by: admin, 0xD1)
         var ev: [Event] = []
         ev.append(try admin.sign(.chatCreated, chat, at: t0, [("title", .bytes(fakeSealed("trip")))]))
+        // The outsider's creation of the same id, stamped earlier: `foreign_id`.
+        ev.append(try outsider.sign(.chatCreated, chat, at: t0 - 10))
         ev.append(try member.sign(.messageSent, chat, at: t0 + 5, [("body", .bytes(fakeSealed("before joining")))]))
         ev.append(try admin.sign(.chatMemberAdded, chat, at: t0 + 10, [("user", bytes(member.pk))]))
         let hi = try member.sign(.messageSent, chat, at: t0 + 20, [("body", .bytes(fakeSealed("hello")))])

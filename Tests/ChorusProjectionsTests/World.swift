@@ -207,9 +207,12 @@ final class World {
             let target = rng.chance(0.9) ? myName : users[rng.pick(others) ?? me].name
             try emit(w, .profileSet, target, Payload.profile(field, value), skew: skew)
         case 3...5:
-            let id = rng.bytes32()
+            // Mostly a new id bound to this device; sometimes another's
+            // picture (a takeover: `foreign_id`) or an unbound id.
+            let fresh = rng.chance(0.9)
+            let id = fresh ? w.createdID(rng.bytes(16)) : rng.pick(pictures)?.value.id ?? rng.bytes32()
             let e = try emit(w, .pictureCreated, id, Payload.pictureCreated(blob: newBlob(), caption: rng.chance(0.5) ? text() : nil), skew: skew)
-            pictures.append(Known(value: (id, me), index: events.count - 1, author: e.author))
+            if fresh { pictures.append(Known(value: (id, me), index: events.count - 1, author: e.author)) }
         case 6:
             guard let p = pickPicture(d) else { return }
             try emit(w, .pictureCaptioned, p.id, Payload.caption(text()), skew: skew)
@@ -237,10 +240,11 @@ final class World {
             let kind: EventKind = some.kind == .followAdded ? .followRemoved : some.kind == .likeAdded ? .likeRemoved : .blockRemoved
             try emit(w, kind, some.target, Payload.seen(seen), skew: skew)
         case 13, 14:
-            let id = rng.bytes32()
+            let fresh = rng.chance(0.9)
+            let id = fresh ? w.createdID(rng.bytes(16)) : rng.pick(chats)?.value ?? rng.bytes32()
             let members = others.filter { _ in rng.chance(0.6) }.map { users[$0].name }
             let e = try emit(w, .chatCreated, id, Payload.chatCreated(title: rng.chance(0.5) ? "room" : nil, members: members), skew: skew)
-            chats.append(Known(value: id, index: events.count - 1, author: e.author))
+            if fresh { chats.append(Known(value: id, index: events.count - 1, author: e.author)) }
         case 15:
             guard let chat = rng.pick(visible(chats, to: d)), let u = rng.pick(Array(users.indices)) else { return }
             try emit(w, .chatMemberAdded, chat, Payload.member(users[u].name, admin: rng.chance(0.3)), skew: skew)

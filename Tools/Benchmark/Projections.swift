@@ -202,9 +202,9 @@ struct Workload {
         for _ in 0..<members { set.insert(int(0..<users.count)) }
         let others = set.subtracting([creator]).sorted()
         guard !others.isEmpty else { return nil }
-        let id = Self.id(&keyRandom)
-        let keys = others.map { users[$0].key.publicKey }.sorted()
         let author = device(of: creator)
+        let id = CreatedID.make(author: feeds[author].key.publicKey, nonce: Array(Self.id(&keyRandom).bytes.prefix(CreatedID.nonceBytes)))
+        let keys = others.map { users[$0].key.publicKey }.sorted()
         // The creator seals the title under a fresh epoch and introduces it
         // to every member device (Specs/encryption.md §6, step 1).
         let epochKey = BenchSeal.epochKey(id, number: 0)
@@ -348,7 +348,8 @@ struct Workload {
             emit(device(of: u), .blockAdded, users[target].key.publicKey, [])
         case .picture:
             let u = activeUser()
-            let id = Self.id(&keyRandom)
+            let id = CreatedID.make(
+                author: feeds[device(of: u)].key.publicKey, nonce: Array(Self.id(&keyRandom).bytes.prefix(CreatedID.nonceBytes)))
             var payload: [(String, CBORValue)] = [
                 ("blob", .bytes(Self.id(&keyRandom).bytes)), ("size", .unsigned(UInt64(int(40_000..<4_000_000)))), ("mime", .text("image/jpeg")),
                 ("width", .unsigned(1080)), ("height", .unsigned(1350)),

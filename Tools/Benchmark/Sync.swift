@@ -130,7 +130,8 @@ struct SyncWorkload {
             for _ in 0..<Int.random(in: 1...7, using: &rng) { members.insert(Int.random(in: 0..<userCount, using: &rng)) }
             let others = members.subtracting([creator]).sorted()
             guard !others.isEmpty else { continue }
-            let id = Workload.id(&keyRandom)
+            let id = CreatedID.make(
+                author: feeds[devices[creator]].key.publicKey, nonce: Array(Workload.id(&keyRandom).bytes.prefix(CreatedID.nonceBytes)))
             // Content sealed under an epoch the creator introduces to every
             // member device (Specs/encryption.md §6, step 1).
             let key = BenchSeal.epochKey(id, number: 0)
@@ -159,7 +160,8 @@ struct SyncWorkload {
                     }
                 }
                 bytes[0] = 0xFF; bytes[1] = 0xD8; bytes[2] = 0xFF  // a JPEG's start
-                let id = Workload.id(&keyRandom)
+                let id = CreatedID.make(
+                    author: feeds[devices[u]].key.publicKey, nonce: Array(Workload.id(&keyRandom).bytes.prefix(CreatedID.nonceBytes)))
                 var payload: [(String, CBORValue)] = [
                     ("blob", .bytes(Blake2b.hash256(bytes).bytes)), ("size", .unsigned(UInt64(bytes.count))),
                     ("mime", .text("image/jpeg")), ("width", .unsigned(1080)), ("height", .unsigned(1350)),

@@ -15,7 +15,7 @@ import Synchronization
 /// An input is a run of events, each `kind ‖ signer ‖ object ‖ clock step ‖
 /// u16be(length) ‖ payload CBOR`: the kind indexes `EventKind.known`, the
 /// signer one of three keys (the first is the network's coin issuer), the
-/// object one of a few fixed ids, the signers' keys or the ids of the
+/// object one of a few fixed ids (bound or not), the signers' keys or the ids of the
 /// input's earlier events; the clock step moves the events' HLC. A payload
 /// that is not canonical CBOR or breaks its schema is skipped (ingest refuses
 /// it before any fold). One node takes every input of a run.
@@ -100,11 +100,15 @@ final class FoldFuzzing: Sendable {
         }
     }
 
-    /// The object an event names: one of four fixed ids, a signer's key, or
-    /// the id of one of the input's earlier events (a message to edit).
+    /// The object an event names: one of four fixed ids (the first two
+    /// bound to the first two signers' keys, Specs/events.md §6.4), a
+    /// signer's key, or the id of one of the input's earlier events (a
+    /// message to edit).
     func object(_ choice: Int, earlier: [Event]) -> ObjectID {
         switch choice % 8 {
-        case 0...3: return Bytes32([UInt8](repeating: UInt8(0xA0 + choice % 8), count: 32)) ?? .zero
+        case 0, 1:
+            return CreatedID.make(author: keys[choice % 8].publicKey, nonce: [UInt8](repeating: UInt8(0xA0 + choice % 8), count: 16))
+        case 2, 3: return Bytes32([UInt8](repeating: UInt8(0xA0 + choice % 8), count: 32)) ?? .zero
         case 4...6: return keys[choice % 8 - 4].publicKey
         default: return earlier.isEmpty ? .zero : earlier[(choice / 8) % earlier.count].id
         }

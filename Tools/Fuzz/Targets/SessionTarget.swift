@@ -114,7 +114,7 @@ final class SessionFuzzing: Sendable {
                 async let report = server.serve(served)
                 _ = try await SyncSession(node: other, transport: recording, options: SyncOptions(live: false)).run()
                 _ = await report
-                try await other.close()
+                await other.close()
                 let frames = recording.sent.withLock { $0 }.flatMap { Self.bigEndian24($0.count) + $0 }
                 // As a plain peer, and as a relay's (inbox, listed hosting, directory).
                 seeds += [[0] + frames, [0b0111_0000] + frames]
