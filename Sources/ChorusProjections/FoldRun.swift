@@ -48,6 +48,9 @@ struct FoldRun {
     /// New edits and deletions of this transaction, by message, folded one
     /// by one where they can be (`foldMessageFact`).
     var messageFacts: [EventID: [Fact]] = [:]
+    /// New `picture.*` events of this transaction, by picture, folded one
+    /// by one where they can be (`foldPictureFact`).
+    var pictureFacts: [ObjectID: [Fact]] = [:]
     /// New `slot.set` events of this transaction, by user, folded the same
     /// way (`foldSlotFact`).
     var slotFacts: [PublicKey: [Fact]] = [:]
@@ -256,6 +259,8 @@ struct FoldRun {
 
     mutating func addSlotFact(_ user: PublicKey, _ fact: Fact) { slotFacts[user, default: []].append(fact) }
 
+    mutating func addPictureFact(_ picture: ObjectID, _ fact: Fact) { pictureFacts[picture, default: []].append(fact) }
+
     mutating func addChatKeyFact(_ chat: ObjectID, _ fact: Fact) { chatKeyFacts[chat, default: []].append(fact) }
 
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
@@ -295,6 +300,7 @@ struct FoldRun {
             }
             for user in (dirty[.profile] ?? []).sorted() { try foldProfile(user) }
         case .picture:
+            try foldOneByOne(.picture, pictureFacts) { run, picture, fact in try run.foldPictureFact(picture, fact) }
             for picture in (dirty[.picture] ?? []).sorted() { try foldPicture(picture) }
         case .follow, .like, .block:
             try foldMarkedRelationships(cls)

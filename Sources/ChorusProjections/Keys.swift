@@ -292,6 +292,9 @@ enum IndexTable: UInt8, CaseIterable {
     /// Each chat's row as a chat list shows it (`ChatRow`, Specs/projections.md
     /// §9.1): its record, members, count and last message, in one entry.
     case chatRow = 0x0D  // chat -> row
+    /// What a picture's record leaves out and its one-at-a-time fold reads
+    /// (`PictureOrders`, Specs/projections.md §9.1).
+    case pictureOrders = 0x0E  // picture -> u8(flags) [|| caption order] [|| position order] [|| deletion author]
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

@@ -40,6 +40,22 @@ package enum GalleryPosition {
     }
 }
 
+/// The reasons a picture's events take no effect (Specs/projections.md
+/// §6.3), one wording for the whole and the one-at-a-time fold.
+enum PictureRule {
+    static func foreign(_ picture: ObjectID) -> NoEffect {
+        NoEffect("foreign_id", "picture id \(picture.short) is not bound to the key that signed its creation")
+    }
+    static func exists(_ picture: ObjectID) -> NoEffect {
+        NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event")
+    }
+    static func unknown(_ picture: ObjectID) -> NoEffect {
+        NoEffect("picture_unknown", "this node holds no creation of picture \(picture.short) before this event")
+    }
+    static func notOwner(_ owner: PublicKey) -> NoEffect { NoEffect("not_owner", "only user \(owner.short) may change this picture") }
+    static let afterDeletion = NoEffect("after_deletion", "the picture was deleted before this event")
+}
+
 extension FoldRun {
     /// A picture: created once, caption and position registers written by
     /// its owner, deletion final (Specs/projections.md §6.3).
@@ -48,17 +64,18 @@ extension FoldRun {
         var caption: String? = nil
         var position: [UInt8]? = nil
         var deleted: Fact? = nil
+        var orders = PictureOrders()
         let all = try facts(.picture, picture)
         let bound = CreatedID.isBoundToACreation(picture, all.lazy.filter { $0.kind == .pictureCreated }.map(\.author))
         for f in all {
             guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .pictureCreated {
                 guard !bound || CreatedID.isBound(picture, to: f.author) else {
-                    try decide(f, NoEffect("foreign_id", "picture id \(picture.short) is not bound to the key that signed its creation"))
+                    try decide(f, PictureRule.foreign(picture))
                     continue
                 }
                 if created != nil {
-                    try decide(f, NoEffect("picture_exists", "picture \(picture.short) was already created by an earlier event"))
+                    try decide(f, PictureRule.exists(picture))
                     continue
                 }
                 created = (f, user)
@@ -67,22 +84,24 @@ extension FoldRun {
                 continue
             }
             guard let owner = created?.owner else {
-                try decide(f, NoEffect("picture_unknown", "this node holds no creation of picture \(picture.short) before this event"))
+                try decide(f, PictureRule.unknown(picture))
                 continue
             }
             guard user == owner else {
-                try decide(f, NoEffect("not_owner", "only user \(owner.short) may change this picture"))
+                try decide(f, PictureRule.notOwner(owner))
                 continue
             }
             if deleted != nil {
-                try decide(f, NoEffect("after_deletion", "the picture was deleted before this event"))
+                try decide(f, PictureRule.afterDeletion)
                 continue
             }
             switch f.kind {
             case .pictureCaptioned:
                 caption = f.readIfHeld(PictureCaptionedPayload.self)?.caption
+                orders.caption = f.order
             case .pictureMoved:
                 position = f.readIfHeld(PictureMovedPayload.self)?.position
+                orders.position = f.order
             case .pictureDeleted:
                 deleted = f
             default:
@@ -102,6 +121,7 @@ extension FoldRun {
         }
         guard let created else {
             try deleteState(recordKey)
+            try writeOrders(picture, PictureOrders())
             try setPayloadGap(.picture, picture, was: wasPurged, now: false)
             if let oldBlob { try blobUnreferenced(oldBlob) }
             return
@@ -111,6 +131,8 @@ extension FoldRun {
         if let deleted {
             record.deleted = deleted.hlc
             record.deletedBy = deleted.id
+            // A deleted picture's fold reads only who deleted it.
+            orders = PictureOrders(deletionAuthor: deleted.author)
             if purging { purgeContent(of: picture, all) } else if bulk { deletedInBulk.pictures.append(picture) }
         } else if let payload {
             record.blob = payload.blob
@@ -126,10 +148,149 @@ extension FoldRun {
         }
         try putState(recordKey, record.encoded())
         for key in record.indexKeys(picture) { try putState(key, []) }
+        try writeOrders(picture, orders)
         try setPayloadGap(.picture, picture, was: wasPurged, now: record.purged)
         let blob = record.isLive ? record.blob : nil
         if let blob { try blobReferenced(blob) }
         if let oldBlob, oldBlob != blob { try blobUnreferenced(oldBlob) }
+    }
+
+    /// Folds one new event of `picture` from its record and `PictureOrders`
+    /// alone where they decide it, as the whole fold would (Specs/projections.md
+    /// §9.1); false when the picture must be folded whole: a creation that
+    /// may take effect, its first deletion, a deletion before the effective
+    /// one, an edit of a picture whose creation's payload is not held.
+    mutating func foldPictureFact(_ picture: ObjectID, _ f: Fact) throws -> Bool {
+        let recordKey = Table.picture.key(picture)
+        guard let raw = try txn.get(p.state, recordKey) else {
+            // No creation took effect, so any other event comes before one.
+            guard f.kind != .pictureCreated else { return false }
+            guard try actingUserOrRecord(f) != nil else { return true }
+            try decide(f, PictureRule.unknown(picture))
+            return true
+        }
+        var record = try PictureRecord.decode(raw)
+        let creation = MergeOrder(hlc: record.hlc, author: record.author, id: record.createdBy)
+        if f.kind == .pictureCreated {
+            // The effective creation is bound to its key exactly when some
+            // creation is (§6.3). The first creation bound to its key, even
+            // one whose acting user is missing, makes the others foreign.
+            let creatorBound = CreatedID.isBound(picture, to: record.author)
+            let bound = CreatedID.isBound(picture, to: f.author)
+            guard creatorBound || !bound else { return false }
+            guard try actingUserOrRecord(f) != nil else { return true }
+            if creatorBound && !bound {
+                try decide(f, PictureRule.foreign(picture))
+                return true
+            }
+            guard f.order > creation else { return false }
+            try decide(f, PictureRule.exists(picture))
+            return true
+        }
+        guard let user = try actingUserOrRecord(f) else { return true }
+        guard f.order > creation else {
+            try decide(f, PictureRule.unknown(picture))
+            return true
+        }
+        guard user == record.owner else {
+            try decide(f, PictureRule.notOwner(record.owner))
+            return true
+        }
+        var orders = try storedOrders(picture)
+        if let deletedHLC = record.deleted {
+            guard let by = record.deletedBy, let author = orders.deletionAuthor else {
+                throw ProjectionError.corrupt("deleted picture \(picture.short) without the order of its deletion")
+            }
+            if f.order > MergeOrder(hlc: deletedHLC, author: author, id: by) {
+                try decide(f, PictureRule.afterDeletion)
+                return true
+            }
+            // An edit before the deletion takes effect and is purged with the rest.
+            guard f.kind != .pictureDeleted else { return false }
+            try decide(f, nil)
+            if purging { purge(f) }
+            return true
+        }
+        switch f.kind {
+        case .pictureCaptioned:
+            guard !record.purged else { return false }
+            try decide(f, nil)
+            if let winner = orders.caption, winner > f.order { return true }
+            record.caption = f.readIfHeld(PictureCaptionedPayload.self)?.caption
+            orders.caption = f.order
+        case .pictureMoved:
+            try decide(f, nil)
+            if let winner = orders.position, winner > f.order { return true }
+            let initial = GalleryPosition.initial(record.hlc)
+            try deleteState(Table.gallery.key(record.owner, GalleryPosition.padded(record.position ?? initial), picture))
+            record.position = f.readIfHeld(PictureMovedPayload.self)?.position ?? initial
+            try putState(Table.gallery.key(record.owner, GalleryPosition.padded(record.position ?? initial), picture), [])
+            orders.position = f.order
+        case .pictureDeleted:
+            return false
+        default:
+            throw ProjectionError.corrupt("\(f.kind.name) filed as a picture fact")
+        }
+        try putState(recordKey, record.encoded())
+        try writeOrders(picture, orders)
+        return true
+    }
+
+    /// The picture's `pictureOrders` entry (empty when it has none).
+    func storedOrders(_ picture: ObjectID) throws -> PictureOrders {
+        try txn.get(p.index, IndexTable.pictureOrders.key(picture)).map(PictureOrders.decode) ?? PictureOrders()
+    }
+
+    /// Puts the picture's `pictureOrders` entry, or deletes it when empty,
+    /// unless the stored one is the same.
+    mutating func writeOrders(_ picture: ObjectID, _ orders: PictureOrders) throws {
+        let key = IndexTable.pictureOrders.key(picture)
+        if bulk {
+            if !orders.isEmpty { try putIndex(key, orders.encoded()) }
+            return
+        }
+        let stored = try storedOrders(picture)
+        guard stored != orders else { return }
+        if orders.isEmpty { try deleteIndex(key) } else { try putIndex(key, orders.encoded()) }
+    }
+}
+
+/// What a picture's record leaves out and its one-at-a-time fold reads
+/// (Specs/projections.md §9.1, `pictureOrders`): the merge orders of the
+/// winning caption edit and move of a live picture, the author of a deleted
+/// picture's deletion.
+struct PictureOrders: Equatable {
+    var caption: MergeOrder? = nil
+    var position: MergeOrder? = nil
+    var deletionAuthor: PublicKey? = nil
+
+    var isEmpty: Bool { caption == nil && position == nil && deletionAuthor == nil }
+
+    /// u8(flags: 1 caption, 2 position, 4 deletion author) ‖ the fields the flags name, in that order.
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = [(caption == nil ? 0 : 1) | (position == nil ? 0 : 2) | (deletionAuthor == nil ? 0 : 4)]
+        if let caption { caption.append(to: &out) }
+        if let position { position.append(to: &out) }
+        if let deletionAuthor { deletionAuthor.append(to: &out) }
+        return out
+    }
+
+    static func decode(_ raw: [UInt8]) throws -> PictureOrders {
+        guard let flags = raw.first, flags & ~7 == 0,
+            raw.count == 1 + (flags & 1 == 0 ? 0 : 72) + (flags & 2 == 0 ? 0 : 72) + (flags & 4 == 0 ? 0 : 32)
+        else { throw ProjectionError.corrupt("picture orders of \(raw.count) bytes") }
+        var out = PictureOrders()
+        var at = 1
+        if flags & 1 != 0 {
+            out.caption = try MergeOrder(bytes: raw[at..<at + 72])
+            at += 72
+        }
+        if flags & 2 != 0 {
+            out.position = try MergeOrder(bytes: raw[at..<at + 72])
+            at += 72
+        }
+        if flags & 4 != 0 { out.deletionAuthor = try Codec.b32(raw[at...], "deletion author") }
+        return out
     }
 }
 

@@ -166,6 +166,9 @@ package struct Projections: Sendable {
             case .message:
                 // A message's edits and deletions, where they can be (`foldMessageFact`).
                 run?.addMessageFact(object, Fact(stored))
+            case .picture:
+                // A picture's events, where its record decides them (`foldPictureFact`).
+                run?.addPictureFact(object, Fact(stored))
             case .slots:
                 // Slot registers too (`foldSlotFact`).
                 run?.addSlotFact(object, Fact(stored))

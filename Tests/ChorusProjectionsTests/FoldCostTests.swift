@@ -146,4 +146,64 @@ struct FoldCostTests {
         try replica.store.rebuild()
         #expect(try replica.digest() == incremental)
     }
+
+    @Test("a picture's edits read none of the events named for it before, by strangers (stamped later) or by the owner, before and after its deletion")
+    func pictureEdits() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let owner = FeedWriter(SigningKey.generate())
+        let stranger = FeedWriter(SigningKey.generate())
+        // The stranger's events are stamped after the owner's: the owner's are never the last.
+        let ownerTime = Replica.nowMillis - 20_000, strangerTime = Replica.nowMillis - 5_000
+        let picture = owner.createdID([UInt8](repeating: 0xC9, count: 16))
+        try replica.deliver([try owner.sign(.pictureCreated, picture, Payload.pictureCreated(blob: [1, 2, 3]), nowMillis: ownerTime)])
+        func edit(_ writer: FeedWriter, _ i: Int) throws -> Event {
+            let time = writer === owner ? ownerTime : strangerTime
+            return i % 2 == 0
+                ? try writer.sign(.pictureCaptioned, picture, Payload.caption("caption \(i)"), nowMillis: time)
+                : try writer.sign(.pictureMoved, picture, Payload.position([UInt8(1 + i % 200)]), nowMillis: time)
+        }
+        for i in 0..<100 {
+            try replica.deliver([try edit(stranger, i)])
+            try replica.deliver([try edit(owner, i)])
+            // A stranger's creation of the owner's id.
+            if i % 10 == 0 {
+                try replica.deliver([try stranger.sign(.pictureCreated, picture, Payload.pictureCreated(blob: [4]), nowMillis: strangerTime)])
+            }
+        }
+        var before = replica.projections.factsReadByFolds.value
+        let junk = try edit(stranger, 0)
+        let taken = try stranger.sign(.pictureCreated, picture, Payload.pictureCreated(blob: [5]), nowMillis: strangerTime)
+        let caption = try edit(owner, 100)
+        let move = try edit(owner, 101)
+        for e in [junk, taken, caption, move] { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the picture's earlier events")
+        #expect(try replica.projections.noEffect(of: junk)?.code == "not_owner")
+        #expect(try replica.projections.noEffect(of: taken)?.code == "foreign_id")
+        #expect(try replica.projections.noEffect(of: caption) == nil && replica.projections.noEffect(of: move) == nil)
+        guard case .live(let live) = try replica.projections.picture(PictureID(picture)) else {
+            Issue.record("the picture is not live")
+            return
+        }
+        #expect(live.caption == "caption 100")
+        var incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+
+        // Deleted (folded whole, once): later events are decided from the record.
+        try replica.deliver([try owner.sign(.pictureDeleted, picture, [], nowMillis: ownerTime)])
+        for i in 0..<50 {
+            try replica.deliver([try edit(stranger, i)])
+            try replica.deliver([try edit(owner, i)])
+        }
+        before = replica.projections.factsReadByFolds.value
+        let late = try edit(owner, 1)
+        let again = try owner.sign(.pictureDeleted, picture, [], nowMillis: ownerTime)
+        for e in [late, again] { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the deleted picture's earlier events")
+        #expect(try replica.projections.noEffect(of: late)?.code == "after_deletion")
+        #expect(try replica.projections.noEffect(of: again)?.code == "after_deletion")
+        incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+    }
 }
