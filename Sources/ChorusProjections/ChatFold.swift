@@ -4,6 +4,22 @@ import ChorusEvents
 import ChorusLog
 import ChorusStorage
 
+/// The reasons a chat's creation and membership events take no effect
+/// (Specs/projections.md §6.5), one wording for the whole and the
+/// one-at-a-time fold.
+enum ChatRule {
+    static func foreign(_ chat: ObjectID) -> NoEffect {
+        NoEffect("foreign_id", "chat id \(chat.short) is not bound to the key that signed its creation")
+    }
+    static func exists(_ chat: ObjectID) -> NoEffect { NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event") }
+    static func unknown(_ chat: ObjectID) -> NoEffect {
+        NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event")
+    }
+    static let notAdminToAdd = NoEffect("not_admin", "only an administrator of the chat may add members")
+    static let notAdminToRemove = NoEffect("not_admin", "only an administrator may remove another member")
+    static func notMember(_ user: PublicKey) -> NoEffect { NoEffect("not_member", "\(user.short) is not a member at this point") }
+}
+
 extension FoldRun {
     /// Chat creation and membership, replayed in merge order; admins add and
     /// remove members, anyone may leave (Specs/projections.md §6.5).
@@ -24,11 +40,11 @@ extension FoldRun {
             guard let user = try actingUserOrRecord(f) else { continue }
             if f.kind == .chatCreated {
                 guard !bound || CreatedID.isBound(chat, to: f.author) else {
-                    try decide(f, NoEffect("foreign_id", "chat id \(chat.short) is not bound to the key that signed its creation"))
+                    try decide(f, ChatRule.foreign(chat))
                     continue
                 }
                 if created != nil {
-                    try decide(f, NoEffect("chat_exists", "chat \(chat.short) was already created by an earlier event"))
+                    try decide(f, ChatRule.exists(chat))
                     continue
                 }
                 created = (f, user)
@@ -40,7 +56,7 @@ extension FoldRun {
                 continue
             }
             guard created != nil else {
-                try decide(f, NoEffect("chat_unknown", "this node holds no creation of chat \(chat.short) before this event"))
+                try decide(f, ChatRule.unknown(chat))
                 continue
             }
             let target: PublicKey
@@ -56,17 +72,17 @@ extension FoldRun {
             switch f.kind {
             case .chatMemberAdded:
                 guard isAdmin else {
-                    try decide(f, NoEffect("not_admin", "only an administrator of the chat may add members"))
+                    try decide(f, ChatRule.notAdminToAdd)
                     continue
                 }
                 join(target, admin: admin, at: f.hlc)
             case .chatMemberRemoved:
                 guard isAdmin || target == user else {
-                    try decide(f, NoEffect("not_admin", "only an administrator may remove another member"))
+                    try decide(f, ChatRule.notAdminToRemove)
                     continue
                 }
                 guard var m = members[target], m.isCurrent, let last = m.intervals.indices.last else {
-                    try decide(f, NoEffect("not_member", "\(target.short) is not a member at this point"))
+                    try decide(f, ChatRule.notMember(target))
                     continue
                 }
                 m.intervals[last].to = f.hlc
@@ -117,6 +133,88 @@ extension FoldRun {
             try txn.delete(p.state, Table.member.key(chat, user))
         }
         return changed
+    }
+
+    /// Folds one new membership event of `chat` from the chat's record and
+    /// its actor's (and target's) stored membership alone where they decide
+    /// it, as the whole fold would (Specs/projections.md §9.1): an event
+    /// before the creation, or by a user who is not a member at its HLC, or
+    /// (when it is the chat's last event in merge order, so the stored
+    /// state is the state at its place) by a member who is not an
+    /// administrator, or removing someone who is not a member. False when
+    /// the chat must be folded whole: a creation that may take effect, an
+    /// event that may change a membership, an HLC equal to the creation's
+    /// or to a bound of the user's membership intervals.
+    mutating func foldChatFact(_ chat: ObjectID, _ f: Fact) throws -> Bool {
+        guard let raw = try txn.get(p.state, Table.chat.key(chat)) else {
+            // No creation took effect, so any other event comes before one.
+            guard f.kind != .chatCreated else { return false }
+            guard try actingUserOrRecord(f) != nil else { return true }
+            try decide(f, ChatRule.unknown(chat))
+            return true
+        }
+        let record = try ChatRecord.decode(raw)
+        if f.kind == .chatCreated {
+            guard let creating = try p.log.readEvent(record.createdBy, in: txn)?.event else {
+                throw ProjectionError.corrupt("chat \(chat.short) created by an event the log does not hold")
+            }
+            // As for pictures (§6.3, §6.5): a creation bound to its key makes the unbound ones foreign.
+            let creatorBound = CreatedID.isBound(chat, to: creating.author)
+            let bound = CreatedID.isBound(chat, to: f.author)
+            guard creatorBound || !bound else { return false }
+            guard try actingUserOrRecord(f) != nil else { return true }
+            if creatorBound && !bound {
+                try decide(f, ChatRule.foreign(chat))
+                return true
+            }
+            guard f.order > MergeOrder(creating) else { return false }
+            try decide(f, ChatRule.exists(chat))
+            return true
+        }
+        guard f.hlc != record.hlc else { return false }
+        guard let user = try actingUserOrRecord(f) else { return true }
+        guard f.hlc > record.hlc else {
+            try decide(f, ChatRule.unknown(chat))
+            return true
+        }
+        let target: PublicKey = f.kind == .chatMemberAdded
+            ? try f.read(ChatMemberAddedPayload.self).user : try f.read(ChatMemberRemovedPayload.self).user
+        let actor = try membership(chat, user)
+        guard let actorIsMember = actor.map({ Self.isMember($0, atPlaceOf: f) }) ?? false else { return false }
+        // Whether the actor is an administrator at the event's place: known
+        // from the stored state only when nothing is merged after it.
+        var actorIsAdmin: Bool? = actorIsMember ? nil : false
+        if actorIsAdmin == nil, try !p.hasFact(after: f.order, of: .chat, chat, in: txn) { actorIsAdmin = actor?.admin ?? false }
+        switch f.kind {
+        case .chatMemberAdded:
+            guard actorIsAdmin == false else { return false }
+            try decide(f, ChatRule.notAdminToAdd)
+        case .chatMemberRemoved:
+            if target == user {
+                guard !actorIsMember else { return false }
+                try decide(f, ChatRule.notMember(target))
+                return true
+            }
+            guard let actorIsAdmin else { return false }
+            guard actorIsAdmin else {
+                try decide(f, ChatRule.notAdminToRemove)
+                return true
+            }
+            let removed = try membership(chat, target)
+            guard let targetIsMember = removed.map({ Self.isMember($0, atPlaceOf: f) }) ?? false, !targetIsMember else { return false }
+            try decide(f, ChatRule.notMember(target))
+        default:
+            throw ProjectionError.corrupt("\(f.kind.name) filed as a membership fact")
+        }
+        return true
+    }
+
+    /// Whether `m`'s user is a member at the place of `f` in the chat's
+    /// merge order; nil when an interval starts or ends at `f`'s HLC, where
+    /// the HLC alone does not say which comes first.
+    static func isMember(_ m: Membership, atPlaceOf f: Fact) -> Bool? {
+        guard !m.intervals.contains(where: { $0.from == f.hlc || $0.to == f.hlc }) else { return nil }
+        return m.isMember(at: f.hlc)
     }
 
     func membership(_ chat: ObjectID, _ user: PublicKey) throws -> Membership? {

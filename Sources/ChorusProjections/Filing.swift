@@ -1,3 +1,4 @@
+import ChorusCrypto
 import ChorusStorage
 import ChorusParallel
 import HeapModule
@@ -281,6 +282,22 @@ extension Projections {
     /// levels, a key in both once with the recent value, collected: read
     /// with the point cursors of a write transaction, which a fold's
     /// lookups in key order keep near.
+    /// Whether either level holds a fact of `object` merged after `order`:
+    /// one seek each.
+    func hasFact(after order: MergeOrder, of cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> Bool {
+        let prefix = Self.factKeyPrefix(cls, object)
+        let from = Self.factKey(cls, object, order) + [0]
+        for db in [recentFacts, facts] {
+            var found = false
+            try txn.scanInPlace(db, from: from) { key, _ in
+                found = key.starts(with: prefix)
+                return false
+            }
+            if found { return true }
+        }
+        return false
+    }
+
     func factEntries(prefix: [UInt8], in txn: Transaction) throws -> [(key: [UInt8], value: [UInt8])] {
         let recent = try txn.entries(recentFacts, prefix: prefix)
         let main = try txn.entries(facts, prefix: prefix)

@@ -51,6 +51,9 @@ struct FoldRun {
     /// New `picture.*` events of this transaction, by picture, folded one
     /// by one where they can be (`foldPictureFact`).
     var pictureFacts: [ObjectID: [Fact]] = [:]
+    /// New `chat.created` and `chat.member.*` events of this transaction,
+    /// by chat, folded one by one where they can be (`foldChatFact`).
+    var chatFacts: [ObjectID: [Fact]] = [:]
     /// New `slot.set` events of this transaction, by user, folded the same
     /// way (`foldSlotFact`).
     var slotFacts: [PublicKey: [Fact]] = [:]
@@ -261,6 +264,8 @@ struct FoldRun {
 
     mutating func addPictureFact(_ picture: ObjectID, _ fact: Fact) { pictureFacts[picture, default: []].append(fact) }
 
+    mutating func addChatFact(_ chat: ObjectID, _ fact: Fact) { chatFacts[chat, default: []].append(fact) }
+
     mutating func addChatKeyFact(_ chat: ObjectID, _ fact: Fact) { chatKeyFacts[chat, default: []].append(fact) }
 
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
@@ -385,6 +390,7 @@ struct FoldRun {
     /// after chats. So are the chat keys of every chat of a user whose
     /// devices changed.
     mutating func foldMarkedChats() throws {
+        try foldOneByOne(.chat, chatFacts) { run, chat, fact in try run.foldChatFact(chat, fact) }
         for chat in (dirty[.chat] ?? []).sorted() {
             let changed = try foldChat(chat)
             guard !changed.isEmpty else { continue }

@@ -169,6 +169,9 @@ package struct Projections: Sendable {
             case .picture:
                 // A picture's events, where its record decides them (`foldPictureFact`).
                 run?.addPictureFact(object, Fact(stored))
+            case .chat:
+                // And a chat's, where its record and memberships do (`foldChatFact`).
+                run?.addChatFact(object, Fact(stored))
             case .slots:
                 // Slot registers too (`foldSlotFact`).
                 run?.addSlotFact(object, Fact(stored))

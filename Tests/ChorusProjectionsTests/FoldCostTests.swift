@@ -206,4 +206,42 @@ struct FoldCostTests {
         try replica.store.rebuild()
         #expect(try replica.digest() == incremental)
     }
+
+    @Test("a chat's membership events that change nothing read none of the chat's earlier events: strangers', a former member's, an admin's last")
+    func chatMembership() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let admin = FeedWriter(SigningKey.generate())
+        let former = FeedWriter(SigningKey.generate())
+        let stranger = FeedWriter(SigningKey.generate())
+        let now = Replica.nowMillis - 10_000
+        let chat = admin.createdID([UInt8](repeating: 0xCA, count: 16))
+        try replica.deliver([try admin.sign(.chatCreated, chat, Payload.chatCreated(members: [former.publicKey]), nowMillis: now)])
+        try replica.deliver([try admin.sign(.chatMemberRemoved, chat, Payload.member(former.publicKey), nowMillis: now)])
+        let someone = SigningKey.generate().publicKey
+        for i in 0..<100 {
+            try replica.deliver([try stranger.sign(.chatMemberAdded, chat, Payload.member(stranger.publicKey, admin: true), nowMillis: now)])
+            try replica.deliver([try former.sign(.chatMemberRemoved, chat, Payload.member(former.publicKey), nowMillis: now)])
+            try replica.deliver([try stranger.sign(.chatMemberRemoved, chat, Payload.member(admin.publicKey), nowMillis: now)])
+            if i % 10 == 0 { try replica.deliver([try stranger.sign(.chatCreated, chat, Payload.chatCreated(members: []), nowMillis: now)]) }
+            if i % 10 == 5 { try replica.deliver([try admin.sign(.chatMemberRemoved, chat, Payload.member(someone), nowMillis: now)]) }
+        }
+        let before = replica.projections.factsReadByFolds.value
+        let add = try stranger.sign(.chatMemberAdded, chat, Payload.member(stranger.publicKey, admin: true), nowMillis: now)
+        let remove = try stranger.sign(.chatMemberRemoved, chat, Payload.member(admin.publicKey), nowMillis: now)
+        let leave = try former.sign(.chatMemberRemoved, chat, Payload.member(former.publicKey), nowMillis: now)
+        let take = try stranger.sign(.chatCreated, chat, Payload.chatCreated(members: []), nowMillis: now)
+        // The chat's last event: the stored state is the state at its place.
+        let nobody = try admin.sign(.chatMemberRemoved, chat, Payload.member(someone), nowMillis: now + 1)
+        for e in [add, remove, leave, take, nobody] { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the chat's earlier events")
+        #expect(try replica.projections.noEffect(of: add)?.code == "not_admin")
+        #expect(try replica.projections.noEffect(of: remove)?.code == "not_admin")
+        #expect(try replica.projections.noEffect(of: leave)?.code == "not_member")
+        #expect(try replica.projections.noEffect(of: take)?.code == "foreign_id")
+        #expect(try replica.projections.noEffect(of: nobody)?.code == "not_member")
+        #expect(try replica.projections.membership(of: admin.publicKey, in: chat)?.isCurrent == true)
+        let incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+    }
 }
