@@ -158,18 +158,7 @@ extension FoldRun {
             guard let creating = try p.log.readEvent(record.createdBy, in: txn)?.event else {
                 throw ProjectionError.corrupt("chat \(chat.short) created by an event the log does not hold")
             }
-            // As for pictures (§6.3, §6.5): a creation bound to its key makes the unbound ones foreign.
-            let creatorBound = CreatedID.isBound(chat, to: creating.author)
-            let bound = CreatedID.isBound(chat, to: f.author)
-            guard creatorBound || !bound else { return false }
-            guard try actingUserOrRecord(f) != nil else { return true }
-            if creatorBound && !bound {
-                try decide(f, ChatRule.foreign(chat))
-                return true
-            }
-            guard f.order > MergeOrder(creating) else { return false }
-            try decide(f, ChatRule.exists(chat))
-            return true
+            return try foldLaterCreation(f, of: chat, effective: MergeOrder(creating), foreign: ChatRule.foreign, exists: ChatRule.exists)
         }
         guard f.hlc != record.hlc else { return false }
         guard let user = try actingUserOrRecord(f) else { return true }

@@ -150,6 +150,29 @@ extension FoldRun {
         }
     }
 
+    /// Decides a new creation `f` of a picture or chat whose effective
+    /// creation is `effective` from the two creations alone (§6.3, §6.5);
+    /// false when the object must be folded whole. The effective creation is
+    /// bound to its key exactly when some creation is: then a creation not
+    /// bound to its own key is foreign; the first creation bound to its key
+    /// after unbound ones, or one ordered before the effective one, may
+    /// change which takes effect.
+    mutating func foldLaterCreation(
+        _ f: Fact, of object: ObjectID, effective: MergeOrder, foreign: (ObjectID) -> NoEffect, exists: (ObjectID) -> NoEffect
+    ) throws -> Bool {
+        let effectiveBound = CreatedID.isBound(object, to: effective.author)
+        let bound = CreatedID.isBound(object, to: f.author)
+        guard effectiveBound || !bound else { return false }
+        guard try actingUserOrRecord(f) != nil else { return true }
+        if effectiveBound && !bound {
+            try decide(f, foreign(object))
+            return true
+        }
+        guard f.order > effective else { return false }
+        try decide(f, exists(object))
+        return true
+    }
+
     /// Decides to purge the payload of a fact's logged event (Specs/projections.md §6.3, §6.6).
     mutating func purge(_ fact: Fact) {
         guard fact.payload != nil, fact.kind.payloadIsPurgeable else { return }

@@ -172,20 +172,7 @@ extension FoldRun {
         var record = try PictureRecord.decode(raw)
         let creation = MergeOrder(hlc: record.hlc, author: record.author, id: record.createdBy)
         if f.kind == .pictureCreated {
-            // The effective creation is bound to its key exactly when some
-            // creation is (§6.3). The first creation bound to its key, even
-            // one whose acting user is missing, makes the others foreign.
-            let creatorBound = CreatedID.isBound(picture, to: record.author)
-            let bound = CreatedID.isBound(picture, to: f.author)
-            guard creatorBound || !bound else { return false }
-            guard try actingUserOrRecord(f) != nil else { return true }
-            if creatorBound && !bound {
-                try decide(f, PictureRule.foreign(picture))
-                return true
-            }
-            guard f.order > creation else { return false }
-            try decide(f, PictureRule.exists(picture))
-            return true
+            return try foldLaterCreation(f, of: picture, effective: creation, foreign: PictureRule.foreign, exists: PictureRule.exists)
         }
         guard let user = try actingUserOrRecord(f) else { return true }
         guard f.order > creation else {
