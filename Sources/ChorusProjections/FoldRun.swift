@@ -54,6 +54,9 @@ struct FoldRun {
     /// New `chat.created` and `chat.member.*` events of this transaction,
     /// by chat, folded one by one where they can be (`foldChatFact`).
     var chatFacts: [ObjectID: [Fact]] = [:]
+    /// New `device.added` and `device.removed` events of this transaction,
+    /// by device, folded one by one where they can be (`foldDeviceFact`).
+    var deviceFacts: [Bytes32: [Fact]] = [:]
     /// New `slot.set` events of this transaction, by user, folded the same
     /// way (`foldSlotFact`).
     var slotFacts: [PublicKey: [Fact]] = [:]
@@ -266,6 +269,8 @@ struct FoldRun {
 
     mutating func addChatFact(_ chat: ObjectID, _ fact: Fact) { chatFacts[chat, default: []].append(fact) }
 
+    mutating func addDeviceFact(_ device: Bytes32, _ fact: Fact) { deviceFacts[device, default: []].append(fact) }
+
     mutating func addChatKeyFact(_ chat: ObjectID, _ fact: Fact) { chatKeyFacts[chat, default: []].append(fact) }
 
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
@@ -294,6 +299,7 @@ struct FoldRun {
     mutating func foldMarked(_ cls: ObjectClass) throws {
         switch cls {
         case .device:
+            try foldOneByOne(.device, deviceFacts) { run, device, fact in try run.foldDeviceFact(device, fact) }
             for device in (dirty[.device] ?? []).sorted() {
                 if try foldDevice(device) { try deviceChanged(device) }
             }

@@ -2,6 +2,22 @@ import ChorusCBOR
 import ChorusCrypto
 import ChorusEvents
 
+/// The reasons device bindings and removals take no effect
+/// (Specs/projections.md §6.1), one wording for the whole and the
+/// one-at-a-time fold.
+enum DeviceRule {
+    static func alreadyBound(_ device: Bytes32, to user: PublicKey) -> NoEffect {
+        NoEffect("already_bound", "device \(device.short) is already bound to user \(user.short)")
+    }
+    static let selfBinding = NoEffect("self_binding", "a key cannot bind itself as its own device")
+    static let noConsent = NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid")
+    static func notBound(_ device: Bytes32) -> NoEffect {
+        NoEffect("not_bound", "device \(device.short) is not bound to a user at this point")
+    }
+    static func notOwner(_ user: PublicKey) -> NoEffect { NoEffect("not_owner", "only user \(user.short) may remove this device") }
+    static let alreadyRemoved = NoEffect("already_removed", "the device was already removed")
+}
+
 extension FoldRun {
     /// Device bindings (Specs/projections.md §6.1). Returns true when the
     /// device's user or removal time changed, which changes how every event
@@ -12,15 +28,15 @@ extension FoldRun {
             switch f.kind {
             case .deviceAdded:
                 if let b = binding {
-                    try decide(f, NoEffect("already_bound", "device \(device.short) is already bound to user \(b.user.short)"))
+                    try decide(f, DeviceRule.alreadyBound(device, to: b.user))
                     continue
                 }
                 if f.author == device {
-                    try decide(f, NoEffect("self_binding", "a key cannot bind itself as its own device"))
+                    try decide(f, DeviceRule.selfBinding)
                     continue
                 }
                 guard consentsChecked?[f.id] ?? Self.deviceConsents(f) else {
-                    try decide(f, NoEffect("no_device_consent", "the device's signature consenting to this user is missing or invalid"))
+                    try decide(f, DeviceRule.noConsent)
                     continue
                 }
                 binding = DeviceBinding(
@@ -29,15 +45,15 @@ extension FoldRun {
                 try decide(f, nil)
             case .deviceRemoved:
                 guard let b = binding else {
-                    try decide(f, NoEffect("not_bound", "device \(device.short) is not bound to a user at this point"))
+                    try decide(f, DeviceRule.notBound(device))
                     continue
                 }
                 guard f.author == b.user else {
-                    try decide(f, NoEffect("not_owner", "only user \(b.user.short) may remove this device"))
+                    try decide(f, DeviceRule.notOwner(b.user))
                     continue
                 }
                 guard b.removedHLC == nil else {
-                    try decide(f, NoEffect("already_removed", "the device was already removed"))
+                    try decide(f, DeviceRule.alreadyRemoved)
                     continue
                 }
                 binding = DeviceBinding(user: b.user, addedHLC: b.addedHLC, addedBy: b.addedBy, removedHLC: f.hlc, name: b.name)
@@ -69,6 +85,44 @@ extension FoldRun {
             }
         }
         return changed
+    }
+
+    /// Folds one new event of `device` from its stored binding alone where
+    /// that decides it, as the whole fold would (Specs/projections.md
+    /// §9.1): an addition without consent or by the device itself, one
+    /// after the binding, a removal while unbound, by another user or after
+    /// the removal. False when the device must be folded whole: an event
+    /// that may bind or unbind it, a removal at the stored removal's HLC.
+    mutating func foldDeviceFact(_ device: Bytes32, _ f: Fact) throws -> Bool {
+        let stored = try txn.get(p.state, Table.device.key(device)).map(DeviceBinding.decode)
+        let bindingOrder = stored.map { MergeOrder(hlc: $0.addedHLC, author: $0.user, id: $0.addedBy) }
+        switch f.kind {
+        case .deviceAdded:
+            if let stored, let bindingOrder, f.order > bindingOrder {
+                try decide(f, DeviceRule.alreadyBound(device, to: stored.user))
+            } else if f.author == device {
+                try decide(f, DeviceRule.selfBinding)
+            } else if !(consentsChecked?[f.id] ?? Self.deviceConsents(f)) {
+                try decide(f, DeviceRule.noConsent)
+            } else {
+                return false
+            }
+        case .deviceRemoved:
+            guard let stored, let bindingOrder, f.order > bindingOrder else {
+                try decide(f, DeviceRule.notBound(device))
+                return true
+            }
+            guard f.author == stored.user else {
+                try decide(f, DeviceRule.notOwner(stored.user))
+                return true
+            }
+            // The removal is the binding user's too, so HLCs order the two unless equal.
+            guard let removed = stored.removedHLC, f.hlc > removed else { return false }
+            try decide(f, DeviceRule.alreadyRemoved)
+        default:
+            throw ProjectionError.corrupt("\(f.kind.name) filed as a device fact")
+        }
+        return true
     }
 
     /// Whether a `device.added` carries the device's signature consenting

@@ -172,14 +172,15 @@ package struct Projections: Sendable {
             case .chat:
                 // And a chat's, where its record and memberships do (`foldChatFact`).
                 run?.addChatFact(object, Fact(stored))
+            case .device:
+                // And a device's, where its binding does (`foldDeviceFact`).
+                run?.addDeviceFact(object, Fact(stored))
             case .slots:
                 // Slot registers too (`foldSlotFact`).
                 run?.addSlotFact(object, Fact(stored))
             case .chatKeys:
                 // And a chat's key events (`foldChatKeyFact`).
                 run?.addChatKeyFact(object, Fact(stored))
-            default:
-                run?.mark(cls, object)
             }
         }
         return targets

@@ -244,4 +244,44 @@ struct FoldCostTests {
         try replica.store.rebuild()
         #expect(try replica.digest() == incremental)
     }
+
+    @Test("a device binding or removal that changes nothing reads none of the device's earlier events: strangers', later bindings with consent, removals after the removal")
+    func deviceBindings() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let user = FeedWriter(SigningKey.generate())
+        let device = SigningKey.generate()
+        let stranger = FeedWriter(SigningKey.generate())
+        let now = Replica.nowMillis - 10_000
+        func bind(_ by: FeedWriter, consent: Bool = true) throws -> Event {
+            let payload = consent ? Payload.deviceAdded(device: device, user: by.publicKey) : []
+            return try by.sign(.deviceAdded, device.publicKey, payload, nowMillis: now)
+        }
+        try replica.deliver([try user.sign(.deviceAdded, device.publicKey, Payload.deviceAdded(device: device, user: user.publicKey), nowMillis: now - 1)])
+        for i in 0..<100 {
+            try replica.deliver([try bind(stranger, consent: false)])
+            try replica.deliver([try stranger.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)])
+            // The device consenting to another user, after its binding.
+            if i % 10 == 0 { try replica.deliver([try bind(FeedWriter(SigningKey.generate()))]) }
+        }
+        var before = replica.projections.factsReadByFolds.value
+        let noConsent = try bind(stranger, consent: false)
+        let another = try bind(FeedWriter(SigningKey.generate()))
+        let notOwner = try stranger.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)
+        for e in [noConsent, another, notOwner] { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the device's earlier events")
+        #expect(try replica.projections.noEffect(of: noConsent)?.code == "already_bound")
+        #expect(try replica.projections.noEffect(of: another)?.code == "already_bound")
+        #expect(try replica.projections.noEffect(of: notOwner)?.code == "not_owner")
+        // Removed (folded whole, once): later removals are decided from the binding.
+        try replica.deliver([try user.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)])
+        before = replica.projections.factsReadByFolds.value
+        let again = try user.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)
+        try replica.deliver([again])
+        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the removed device's earlier events")
+        let againReason = try replica.projections.noEffect(of: again)
+        #expect(againReason?.code == "already_removed", "\(String(describing: againReason))")
+        let incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental)
+    }
 }

@@ -50,6 +50,7 @@ struct ProbeKindTests {
         Step(module: "ChorusProjections", file: "BulkFolding.swift", member: "foldOffTheWriteTransaction", arm: "case .probe: nil"),
         Step(module: "ChorusProjections", file: "BulkFolding.swift", member: "bulkFoldReadsPayload", arm: "case .probe: true"),
         Step(module: "ChorusProjections", file: "Inspection.swift", member: "className", arm: #"case .probe: "probe""#),
+        Step(module: "ChorusProjections", file: "Projections.swift", member: "file", arm: "case .probe: run?.mark(cls, object)"),
     ]
 
     /// The (compiler) steps of Specs/adding-a-kind.md, for a probe kind in

@@ -163,6 +163,12 @@ final class World {
         // Usually by the owner; sometimes by another user's key (not_owner).
         let by = rng.chance(0.85) ? users[u].key : users[(u + 1) % users.count].key
         try emit(by, .deviceRemoved, d.writer.publicKey, [])
+        // Sometimes removed twice, or bound again, with the device's consent, by another user.
+        if rng.chance(0.2) { try emit(by, .deviceRemoved, d.writer.publicKey, []) }
+        if rng.chance(0.2) {
+            let other = (u + 1) % users.count
+            try emit(users[other].key, .deviceAdded, d.writer.publicKey, Payload.deviceAdded(device: d.writer.key, user: users[other].name))
+        }
     }
 
     func deviceStep(_ d: Device) throws {
