@@ -113,7 +113,8 @@ extension FoldRun {
         var wasPurged = false
         // The blob the stored record references (its `blobRef` entry).
         var oldBlob: Hash32? = nil
-        if let oldRaw = try txn.get(p.state, recordKey) {
+        let oldRaw = try txn.get(p.state, recordKey)
+        if let oldRaw {
             let old = try PictureRecord.decode(oldRaw)
             for key in old.indexKeys(picture) { try deleteState(key) }
             wasPurged = old.purged
@@ -121,7 +122,7 @@ extension FoldRun {
         }
         guard let created else {
             try deleteState(recordKey)
-            try writeOrders(picture, PictureOrders())
+            try writeOrders(picture, PictureOrders(), mayBeStored: oldRaw != nil)
             try setPayloadGap(.picture, picture, was: wasPurged, now: false)
             if let oldBlob { try blobUnreferenced(oldBlob) }
             return
@@ -148,7 +149,7 @@ extension FoldRun {
         }
         try putState(recordKey, record.encoded())
         for key in record.indexKeys(picture) { try putState(key, []) }
-        try writeOrders(picture, orders)
+        try writeOrders(picture, orders, mayBeStored: oldRaw != nil)
         try setPayloadGap(.picture, picture, was: wasPurged, now: record.purged)
         let blob = record.isLive ? record.blob : nil
         if let blob { try blobReferenced(blob) }
@@ -229,10 +230,11 @@ extension FoldRun {
     }
 
     /// Puts the picture's `pictureOrders` entry, or deletes it when empty,
-    /// unless the stored one is the same.
-    mutating func writeOrders(_ picture: ObjectID, _ orders: PictureOrders) throws {
+    /// unless the stored one is the same. A picture without a record has
+    /// none stored (`mayBeStored` false): a new picture's fold reads nothing.
+    mutating func writeOrders(_ picture: ObjectID, _ orders: PictureOrders, mayBeStored: Bool = true) throws {
         let key = IndexTable.pictureOrders.key(picture)
-        if bulk {
+        if bulk || !mayBeStored {
             if !orders.isEmpty { try putIndex(key, orders.encoded()) }
             return
         }
