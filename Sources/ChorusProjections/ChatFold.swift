@@ -20,6 +20,17 @@ enum ChatRule {
     static func notMember(_ user: PublicKey) -> NoEffect { NoEffect("not_member", "\(user.short) is not a member at this point") }
 }
 
+/// The reasons a message's edits and deletions take no effect
+/// (Specs/projections.md §6.6), one wording for the whole and the
+/// one-at-a-time fold.
+enum MessageRule {
+    static func unknown(_ message: EventID) -> NoEffect { NoEffect("message_unknown", "this node does not hold message \(message.short)") }
+    static func noEffect(_ message: EventID) -> NoEffect { NoEffect("message_no_effect", "message \(message.short) took no effect") }
+    static let notAuthor = NoEffect("not_author", "only the sender may edit or delete a message")
+    static func wrongChat(_ chat: ObjectID) -> NoEffect { NoEffect("wrong_chat", "the message belongs to chat \(chat.short)") }
+    static let afterDeletion = NoEffect("after_deletion", "the message was deleted before this event")
+}
+
 extension FoldRun {
     /// Chat creation and membership, replayed in merge order; admins add and
     /// remove members, anyone may leave (Specs/projections.md §6.5).
@@ -220,7 +231,7 @@ extension FoldRun {
         let (sentFact, edits, all) = try messageFacts(message, sent: held?.fact)
         guard let sent = sentFact else {
             for f in edits {
-                try decide(f, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
+                try decide(f, MessageRule.unknown(message))
             }
             return
         }
@@ -255,7 +266,7 @@ extension FoldRun {
         func withdraw(_ why: NoEffect) throws {
             // The send's reason is kept in its entry (§9.1), not under its own key.
             for f in all where f.id != sent.id {
-                try decide(f, NoEffect("message_no_effect", "message \(message.short) took no effect"))
+                try decide(f, MessageRule.noEffect(message))
             }
             // Every held send keeps an entry, withdrawn when it takes no
             // effect: the chat's messages are listed from these entries
@@ -280,16 +291,16 @@ extension FoldRun {
                 try decide(f, why)
                 continue
             case .success(let user) where user != sender:
-                try decide(f, NoEffect("not_author", "only the sender may edit or delete a message"))
+                try decide(f, MessageRule.notAuthor)
                 continue
             case .success: break
             }
             if let named = Self.namedChat(f), named != chat {
-                try decide(f, NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
+                try decide(f, MessageRule.wrongChat(chat))
                 continue
             }
             if deleted != nil {
-                try decide(f, NoEffect("after_deletion", "the message was deleted before this event"))
+                try decide(f, MessageRule.afterDeletion)
                 continue
             }
             if f.kind == .messageDeleted { deleted = f } else { edit = f }
@@ -334,7 +345,7 @@ extension FoldRun {
     /// message cost every node more than the last.
     mutating func foldMessageFact(_ message: EventID, _ f: Fact) throws -> Bool {
         guard let stored = try p.sentEvent(message, in: txn) else {
-            try decide(f, NoEffect("message_unknown", "this node does not hold message \(message.short)"))
+            try decide(f, MessageRule.unknown(message))
             return true
         }
         let sent = Fact(stored)
@@ -343,7 +354,7 @@ extension FoldRun {
         guard let raw = try txn.get(p.state, key) else { return false }
         var entry = try MessageEntry.decode(raw)
         if entry.withdrawn {
-            try decide(f, NoEffect("message_no_effect", "message \(message.short) took no effect"))
+            try decide(f, MessageRule.noEffect(message))
             return true
         }
         guard case .success(let sender) = try actor(sent) else { return false }
@@ -355,18 +366,18 @@ extension FoldRun {
         switch try actor(f) {
         case .failure(let why): try decideOnDeleted(why); return true
         case .success(let user) where user != sender:
-            try decideOnDeleted(NoEffect("not_author", "only the sender may edit or delete a message"))
+            try decideOnDeleted(MessageRule.notAuthor)
             return true
         case .success: break
         }
         if let named = Self.namedChat(f), named != chat {
-            try decideOnDeleted(NoEffect("wrong_chat", "the message belongs to chat \(chat.short)"))
+            try decideOnDeleted(MessageRule.wrongChat(chat))
             return true
         }
         if let deletedAt = entry.deleted {
             guard f.hlc != deletedAt else { return false }
             if f.hlc > deletedAt {
-                try decideOnDeleted(NoEffect("after_deletion", "the message was deleted before this event"))
+                try decideOnDeleted(MessageRule.afterDeletion)
                 return true
             }
             // Before the deletion: an edit takes effect (and is purged with

@@ -35,6 +35,17 @@ package struct EpochRecord: Hashable, Sendable {
     package let introducedBy: EventID
 }
 
+/// The reasons a `device.key` takes no effect (Specs/projections.md §6.10),
+/// one wording for the whole and the one-at-a-time fold.
+enum DeviceKeyRule {
+    static func notOwner(_ device: Bytes32) -> NoEffect {
+        NoEffect("not_owner", "only device \(device.short) may publish its encryption key")
+    }
+    static func alreadyPublished(_ device: Bytes32) -> NoEffect {
+        NoEffect("already_published", "device \(device.short) published its encryption key earlier")
+    }
+}
+
 extension FoldRun {
     /// Folds one new `device.key` of `device` into its stored state: the same
     /// state and decisions as `foldDeviceKey` from all facts (Specs/
@@ -45,19 +56,19 @@ extension FoldRun {
     /// cost every node more than the last.
     mutating func foldDeviceKeyFact(_ device: Bytes32, _ f: Fact) throws {
         guard f.author == device else {
-            return try decide(f, NoEffect("not_owner", "only device \(device.short) may publish its encryption key"))
+            return try decide(f, DeviceKeyRule.notOwner(device))
         }
         let stateKey = Table.encryptionKey.key(device)
         if let stored = try txn.get(p.state, stateKey) {
             let record = try EncryptionKeyRecord.decode(stored)
             guard f.order < MergeOrder(hlc: record.hlc, author: device, id: record.event) else {
-                return try decide(f, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+                return try decide(f, DeviceKeyRule.alreadyPublished(device))
             }
             // Earlier in merge order than the key in effect: it takes its place.
             guard let arrival = try p.log.readArrival(of: record.event, in: txn) else {
                 throw ProjectionError.corrupt("the device key event \(record.event.short) in effect is not in the log")
             }
-            try decide(record.event, at: arrival, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+            try decide(record.event, at: arrival, DeviceKeyRule.alreadyPublished(device))
         }
         try txn.put(p.state, stateKey, EncryptionKeyRecord(key: try f.read(DeviceKeyPayload.self).key, hlc: f.hlc, event: f.id).encoded())
         try decide(f, nil)
@@ -69,11 +80,11 @@ extension FoldRun {
         var winner: (fact: Fact, key: Bytes32)? = nil
         for f in try facts(.deviceKey, device) {
             guard f.author == device else {
-                try decide(f, NoEffect("not_owner", "only device \(device.short) may publish its encryption key"))
+                try decide(f, DeviceKeyRule.notOwner(device))
                 continue
             }
             guard winner == nil else {
-                try decide(f, NoEffect("already_published", "device \(device.short) published its encryption key earlier"))
+                try decide(f, DeviceKeyRule.alreadyPublished(device))
                 continue
             }
             winner = (f, try f.read(DeviceKeyPayload.self).key)
