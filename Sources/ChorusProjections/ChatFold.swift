@@ -154,8 +154,8 @@ extension FoldRun {
     /// state is the state at its place) by a member who is not an
     /// administrator, or removing someone who is not a member. False when
     /// the chat must be folded whole: a creation that may take effect, an
-    /// event that may change a membership, an HLC equal to the creation's
-    /// or to a bound of the user's membership intervals.
+    /// event that may change a membership, an HLC equal to a bound of the
+    /// user's membership intervals.
     mutating func foldChatFact(_ chat: ObjectID, _ f: Fact) throws -> Bool {
         guard let raw = try txn.get(p.state, Table.chat.key(chat)) else {
             // No creation took effect, so any other event comes before one.
@@ -166,14 +166,13 @@ extension FoldRun {
         }
         let record = try ChatRecord.decode(raw)
         if f.kind == .chatCreated {
-            guard let creating = try p.log.readEvent(record.createdBy, in: txn)?.event else {
-                throw ProjectionError.corrupt("chat \(chat.short) created by an event the log does not hold")
-            }
-            return try foldLaterCreation(f, of: chat, effective: MergeOrder(creating), foreign: ChatRule.foreign, exists: ChatRule.exists)
+            return try foldLaterCreation(f, of: chat, effective: try creationOrder(chat, record), foreign: ChatRule.foreign, exists: ChatRule.exists)
         }
-        guard f.hlc != record.hlc else { return false }
         guard let user = try actingUserOrRecord(f) else { return true }
-        guard f.hlc > record.hlc else {
+        // The HLC orders the event against the creation unless equal: anyone
+        // may stamp an event with the creation's HLC.
+        let afterCreation = f.hlc == record.hlc ? f.order > (try creationOrder(chat, record)) : f.hlc > record.hlc
+        guard afterCreation else {
             try decide(f, ChatRule.unknown(chat))
             return true
         }
@@ -207,6 +206,15 @@ extension FoldRun {
             throw ProjectionError.corrupt("\(f.kind.name) filed as a membership fact")
         }
         return true
+    }
+
+    /// The merge order of the chat's effective creation: the record names its
+    /// HLC and id, the log its author.
+    func creationOrder(_ chat: ObjectID, _ record: ChatRecord) throws -> MergeOrder {
+        guard let creating = try p.log.readEvent(record.createdBy, in: txn)?.event else {
+            throw ProjectionError.corrupt("chat \(chat.short) created by an event the log does not hold")
+        }
+        return MergeOrder(creating)
     }
 
     /// Whether `m`'s user is a member at the place of `f` in the chat's

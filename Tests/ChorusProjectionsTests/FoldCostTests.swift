@@ -215,7 +215,8 @@ struct FoldCostTests {
         let stranger = FeedWriter(SigningKey.generate())
         let now = Replica.nowMillis - 10_000
         let chat = admin.createdID([UInt8](repeating: 0xCA, count: 16))
-        try replica.deliver([try admin.sign(.chatCreated, chat, Payload.chatCreated(members: [former.publicKey]), nowMillis: now)])
+        let create = try admin.sign(.chatCreated, chat, Payload.chatCreated(members: [former.publicKey]), nowMillis: now)
+        try replica.deliver([create])
         try replica.deliver([try admin.sign(.chatMemberRemoved, chat, Payload.member(former.publicKey), nowMillis: now)])
         let someone = SigningKey.generate().publicKey
         for i in 0..<100 {
@@ -232,13 +233,16 @@ struct FoldCostTests {
         let take = try stranger.sign(.chatCreated, chat, Payload.chatCreated(members: []), nowMillis: now)
         // The chat's last event: the stored state is the state at its place.
         let nobody = try admin.sign(.chatMemberRemoved, chat, Payload.member(someone), nowMillis: now + 1)
-        for e in [add, remove, leave, take, nobody] { try replica.deliver([e]) }
+        // Stamped with the creation's HLC, which alone does not order it.
+        let tied = try FeedWriter(SigningKey.generate()).sign(.chatMemberAdded, chat, Payload.member(someone), hlc: create.hlc)
+        for e in [add, remove, leave, take, nobody, tied] { try replica.deliver([e]) }
         #expect(replica.projections.factsReadByFolds.value == before, "the folds read the chat's earlier events")
         #expect(try replica.projections.noEffect(of: add)?.code == "not_admin")
         #expect(try replica.projections.noEffect(of: remove)?.code == "not_admin")
         #expect(try replica.projections.noEffect(of: leave)?.code == "not_member")
         #expect(try replica.projections.noEffect(of: take)?.code == "foreign_id")
         #expect(try replica.projections.noEffect(of: nobody)?.code == "not_member")
+        #expect(try replica.projections.noEffect(of: tied)?.code == (MergeOrder(tied) > MergeOrder(create) ? "not_admin" : "chat_unknown"))
         #expect(try replica.projections.membership(of: admin.publicKey, in: chat)?.isCurrent == true)
         let incremental = try replica.digest()
         try replica.store.rebuild()
