@@ -38,31 +38,11 @@ struct FoldRun {
     /// membership or device binding changed), with the run's new markers
     /// for the chat (§9.1).
     var readRefolds: [ObjectID: Set<PublicKey>] = [:]
-    /// New read markers of this transaction, by chat, folded the same way.
-    var readFacts: [ObjectID: [Fact]] = [:]
-    /// New profile edits of this transaction, by user, folded the same way.
-    var profileFacts: [PublicKey: [Fact]] = [:]
-    /// New `device.key` events of this transaction, by the device they
-    /// name, folded one by one (`foldDeviceKeyFact`).
-    var deviceKeyFacts: [Bytes32: [Fact]] = [:]
-    /// New edits and deletions of this transaction, by message, folded one
-    /// by one where they can be (`foldMessageFact`).
-    var messageFacts: [EventID: [Fact]] = [:]
-    /// New `picture.*` events of this transaction, by picture, folded one
-    /// by one where they can be (`foldPictureFact`).
-    var pictureFacts: [ObjectID: [Fact]] = [:]
-    /// New `chat.created` and `chat.member.*` events of this transaction,
-    /// by chat, folded one by one where they can be (`foldChatFact`).
-    var chatFacts: [ObjectID: [Fact]] = [:]
-    /// New `device.added` and `device.removed` events of this transaction,
-    /// by device, folded one by one where they can be (`foldDeviceFact`).
-    var deviceFacts: [Bytes32: [Fact]] = [:]
-    /// New `slot.set` events of this transaction, by user, folded the same
-    /// way (`foldSlotFact`).
-    var slotFacts: [PublicKey: [Fact]] = [:]
-    /// New `chat.key` events of this transaction, by chat, folded the same
-    /// way (`foldChatKeyFact`).
-    var chatKeyFacts: [ObjectID: [Fact]] = [:]
+    /// New facts of this transaction, by class and object, for the classes
+    /// that fold one event at a time where the object's stored state
+    /// decides it (`foldOneByOne`, the `fold…Fact` of each class, §9.1):
+    /// every class but relationships and coins, which keep their own.
+    var newFacts: [ObjectClass: [Bytes32: [Fact]]] = [:]
     /// Events first stored in this transaction (not refilled ones): they
     /// have no decision recorded yet, so clearing one is a no-op that can be
     /// skipped, and a new send has no `message` entry yet...
@@ -255,23 +235,9 @@ struct FoldRun {
 
     mutating func mark(_ cls: ObjectClass, _ object: Bytes32) { dirty[cls, default: []].insert(object) }
 
-    mutating func addReadFact(_ chat: ObjectID, _ fact: Fact) { readFacts[chat, default: []].append(fact) }
-
-    mutating func addProfileFact(_ user: PublicKey, _ fact: Fact) { profileFacts[user, default: []].append(fact) }
-
-    mutating func addDeviceKeyFact(_ device: Bytes32, _ fact: Fact) { deviceKeyFacts[device, default: []].append(fact) }
-
-    mutating func addMessageFact(_ message: EventID, _ fact: Fact) { messageFacts[message, default: []].append(fact) }
-
-    mutating func addSlotFact(_ user: PublicKey, _ fact: Fact) { slotFacts[user, default: []].append(fact) }
-
-    mutating func addPictureFact(_ picture: ObjectID, _ fact: Fact) { pictureFacts[picture, default: []].append(fact) }
-
-    mutating func addChatFact(_ chat: ObjectID, _ fact: Fact) { chatFacts[chat, default: []].append(fact) }
-
-    mutating func addDeviceFact(_ device: Bytes32, _ fact: Fact) { deviceFacts[device, default: []].append(fact) }
-
-    mutating func addChatKeyFact(_ chat: ObjectID, _ fact: Fact) { chatKeyFacts[chat, default: []].append(fact) }
+    mutating func addNewFact(_ cls: ObjectClass, _ object: Bytes32, _ fact: Fact) {
+        newFacts[cls, default: [:]][object, default: []].append(fact)
+    }
 
     mutating func addRelationshipFact(_ cls: ObjectClass, _ target: Bytes32, _ fact: Fact) {
         relationshipFacts[RelationshipKey(cls: cls, target: target), default: []].append(fact)
@@ -299,27 +265,27 @@ struct FoldRun {
     mutating func foldMarked(_ cls: ObjectClass) throws {
         switch cls {
         case .device:
-            try foldOneByOne(.device, deviceFacts) { run, device, fact in try run.foldDeviceFact(device, fact) }
+            try foldOneByOne(.device) { run, device, fact in try run.foldDeviceFact(device, fact) }
             for device in (dirty[.device] ?? []).sorted() {
                 if try foldDevice(device) { try deviceChanged(device) }
             }
             bindings.removeAll()
         case .profile:
             // A profile re-folded whole (its user's device bindings changed) already has its new edits.
-            for (user, facts) in profileFacts.sorted(by: { $0.key < $1.key }) where dirty[.profile]?.contains(user) != true {
+            for (user, facts) in (newFacts[.profile] ?? [:]).sorted(by: { $0.key < $1.key }) where dirty[.profile]?.contains(user) != true {
                 for fact in facts { try foldProfileFact(user, fact) }
             }
             for user in (dirty[.profile] ?? []).sorted() { try foldProfile(user) }
         case .picture:
-            try foldOneByOne(.picture, pictureFacts) { run, picture, fact in try run.foldPictureFact(picture, fact) }
+            try foldOneByOne(.picture) { run, picture, fact in try run.foldPictureFact(picture, fact) }
             for picture in (dirty[.picture] ?? []).sorted() { try foldPicture(picture) }
         case .follow, .like, .block:
             try foldMarkedRelationships(cls)
         case .slots:
-            try foldOneByOne(.slots, slotFacts) { run, user, fact in try run.foldSlotFact(user, fact) }
+            try foldOneByOne(.slots) { run, user, fact in try run.foldSlotFact(user, fact) }
             for user in (dirty[.slots] ?? []).sorted() { try foldSlots(user) }
         case .deviceKey:
-            try foldOneByOne(.deviceKey, deviceKeyFacts) { run, device, fact in
+            try foldOneByOne(.deviceKey) { run, device, fact in
                 try run.foldDeviceKeyFact(device, fact)
                 return true
             }
@@ -329,20 +295,20 @@ struct FoldRun {
         case .reads:
             for chat in (dirty[.reads] ?? []).sorted() { try foldReads(chat) }
             for (chat, users) in readRefolds.sorted(by: { $0.key < $1.key }) where dirty[.reads]?.contains(chat) != true {
-                let new = readFacts[chat] ?? []
+                let new = newFacts[.reads]?[chat] ?? []
                 var users = users
                 for f in new { if let user = try actingUser(f.author, at: f.hlc) { users.insert(user) } }
                 try foldReads(chat, only: (users, Set(new.map(\.id))))
             }
-            for (chat, facts) in readFacts.sorted(by: { $0.key < $1.key })
+            for (chat, facts) in (newFacts[.reads] ?? [:]).sorted(by: { $0.key < $1.key })
             where dirty[.reads]?.contains(chat) != true && readRefolds[chat] == nil {
                 for fact in facts.sorted(by: { $0.order < $1.order }) { try foldReadFact(chat, fact) }
             }
         case .chatKeys:
-            try foldOneByOne(.chatKeys, chatKeyFacts) { run, chat, fact in try run.foldChatKeyFact(chat, fact) }
+            try foldOneByOne(.chatKeys) { run, chat, fact in try run.foldChatKeyFact(chat, fact) }
             for chat in (dirty[.chatKeys] ?? []).sorted() { try foldChatKeys(chat) }
         case .message:
-            try foldOneByOne(.message, messageFacts) { run, message, fact in try run.foldMessageFact(message, fact) }
+            try foldOneByOne(.message) { run, message, fact in try run.foldMessageFact(message, fact) }
             try foldMessages((dirty[.message] ?? []).sorted())
             try writeMessageCounts()
         case .coins:
@@ -354,10 +320,8 @@ struct FoldRun {
     /// order, where it can (it returns false when the object must be folded
     /// whole); an object already marked, or with a refilled event (decided
     /// before), is left marked to be folded whole.
-    mutating func foldOneByOne(
-        _ cls: ObjectClass, _ new: [Bytes32: [Fact]], _ fold: (inout FoldRun, Bytes32, Fact) throws -> Bool
-    ) throws {
-        for (object, facts) in new.sorted(by: { $0.key < $1.key }) where dirty[cls]?.contains(object) != true {
+    mutating func foldOneByOne(_ cls: ObjectClass, _ fold: (inout FoldRun, Bytes32, Fact) throws -> Bool) throws {
+        for (object, facts) in (newFacts[cls] ?? [:]).sorted(by: { $0.key < $1.key }) where dirty[cls]?.contains(object) != true {
             guard facts.allSatisfy({ newEvents.contains($0.id) }) else {
                 mark(cls, object)
                 continue
@@ -396,7 +360,7 @@ struct FoldRun {
     /// after chats. So are the chat keys of every chat of a user whose
     /// devices changed.
     mutating func foldMarkedChats() throws {
-        try foldOneByOne(.chat, chatFacts) { run, chat, fact in try run.foldChatFact(chat, fact) }
+        try foldOneByOne(.chat) { run, chat, fact in try run.foldChatFact(chat, fact) }
         for chat in (dirty[.chat] ?? []).sorted() {
             let changed = try foldChat(chat)
             guard !changed.isEmpty else { continue }

@@ -153,34 +153,11 @@ package struct Projections: Sendable {
                     }
                 }
                 run?.addRelationshipFact(cls, object, Fact(stored))
-            case .reads:
-                // Read markers fold one fact at a time unless the chat's
-                // membership (or a device binding) changes in this run.
-                run?.addReadFact(object, Fact(stored))
-            case .profile:
-                // Profile edits too, unless a device binding of the user changes.
-                run?.addProfileFact(object, Fact(stored))
-            case .deviceKey:
-                // A device's key events too: whether one takes effect depends on its author alone.
-                run?.addDeviceKeyFact(object, Fact(stored))
-            case .message:
-                // A message's edits and deletions, where they can be (`foldMessageFact`).
-                run?.addMessageFact(object, Fact(stored))
-            case .picture:
-                // A picture's events, where its record decides them (`foldPictureFact`).
-                run?.addPictureFact(object, Fact(stored))
-            case .chat:
-                // And a chat's, where its record and memberships do (`foldChatFact`).
-                run?.addChatFact(object, Fact(stored))
-            case .device:
-                // And a device's, where its binding does (`foldDeviceFact`).
-                run?.addDeviceFact(object, Fact(stored))
-            case .slots:
-                // Slot registers too (`foldSlotFact`).
-                run?.addSlotFact(object, Fact(stored))
-            case .chatKeys:
-                // And a chat's key events (`foldChatKeyFact`).
-                run?.addChatKeyFact(object, Fact(stored))
+            case .device, .profile, .picture, .chat, .reads, .slots, .deviceKey, .chatKeys, .message:
+                // Folded one at a time where the object's stored state
+                // decides the event, else with the object's other facts
+                // (`FoldRun.foldOneByOne`, §9.1).
+                run?.addNewFact(cls, object, Fact(stored))
             }
         }
         return targets
