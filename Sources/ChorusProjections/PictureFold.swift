@@ -220,7 +220,8 @@ extension FoldRun {
             throw ProjectionError.corrupt("\(f.kind.name) filed as a picture fact")
         }
         try putState(recordKey, record.encoded())
-        try writeOrders(picture, orders)
+        // A register changed, so the entry did.
+        try putIndex(IndexTable.pictureOrders.key(picture), orders.encoded())
         return true
     }
 
@@ -232,7 +233,7 @@ extension FoldRun {
     /// Puts the picture's `pictureOrders` entry, or deletes it when empty,
     /// unless the stored one is the same. A picture without a record has
     /// none stored (`mayBeStored` false): a new picture's fold reads nothing.
-    mutating func writeOrders(_ picture: ObjectID, _ orders: PictureOrders, mayBeStored: Bool = true) throws {
+    mutating func writeOrders(_ picture: ObjectID, _ orders: PictureOrders, mayBeStored: Bool) throws {
         let key = IndexTable.pictureOrders.key(picture)
         if bulk || !mayBeStored {
             if !orders.isEmpty { try putIndex(key, orders.encoded()) }
