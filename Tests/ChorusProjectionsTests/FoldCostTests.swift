@@ -11,6 +11,23 @@ import Testing
 /// them more than the last. Counted in facts read back, not timed.
 @Suite("Fold cost: an event's fold does not read the events that named its object before")
 struct FoldCostTests {
+    /// Delivers `events` one write each and expects their folds to have read
+    /// no fact back.
+    static func expectNoFactsRead(
+        _ replica: Replica, _ events: [Event], _ comment: Comment, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let before = replica.projections.factsReadByFolds.value
+        for e in events { try replica.deliver([e]) }
+        #expect(replica.projections.factsReadByFolds.value == before, comment, sourceLocation: sourceLocation)
+    }
+
+    /// Expects a rebuild from the log to give the state the one-at-a-time folds gave.
+    static func expectRebuildAgrees(_ replica: Replica, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let incremental = try replica.digest()
+        try replica.store.rebuild()
+        #expect(try replica.digest() == incremental, "a rebuild differs from the state folded one write at a time", sourceLocation: sourceLocation)
+    }
+
     @Test("a device.key reads none of the keys named for its device before, by others or by the device")
     func deviceKeys() throws {
         let replica = try Replica(config: NetworkConfig())
@@ -27,20 +44,15 @@ struct FoldCostTests {
             junk.append(try key(stranger))
             try replica.deliver([junk[junk.count - 1]])
         }
-        let before = replica.projections.factsReadByFolds.value
         let late = try key(stranger)
         let second = try key(device)
-        try replica.deliver([late])
-        try replica.deliver([second])
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read facts of the device's earlier keys")
+        try Self.expectNoFactsRead(replica, [late, second], "the folds read facts of the device's earlier keys")
         // And decided as folding the device's keys whole decides them.
         #expect(try replica.projections.encryptionKey(of: device.publicKey)?.event == first.id)
         #expect(try replica.projections.noEffect(of: second)?.code == "already_published")
         #expect(try replica.projections.noEffect(of: late)?.code == "not_owner")
         #expect(try replica.projections.noEffect(of: first) == nil)
-        let incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
     }
 
     @Test("an edit or deletion reads none of the edits named for its message before, by others or by the sender")
@@ -61,31 +73,22 @@ struct FoldCostTests {
             edits.append(try sender.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "edit \(i)"), nowMillis: now))
             try replica.deliver([edits[edits.count - 1]])
         }
-        let before = replica.projections.factsReadByFolds.value
         let junk = try stranger.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "more junk"), nowMillis: now)
         let last = try sender.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "last"), nowMillis: now)
-        try replica.deliver([junk])
-        try replica.deliver([last])
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the message's earlier edits")
+        try Self.expectNoFactsRead(replica, [junk, last], "the folds read the message's earlier edits")
         #expect(try replica.projections.noEffect(of: junk)?.code == "not_author")
         #expect(try replica.projections.noEffect(of: last) == nil)
         // The same state a fold of all the facts gives, and after the
         // deletion (folded whole), the junk that follows is decided and purged
         // without reading the rest.
-        let incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
         try replica.deliver([try sender.sign(.messageDeleted, message.id, Payload.delete(chat: chatID), nowMillis: now)])
-        let afterDeletion = replica.projections.factsReadByFolds.value
         let late = try stranger.sign(.messageEdited, message.id, Payload.edit(chat: chatID, text: "late junk"), nowMillis: now)
-        try replica.deliver([late])
-        #expect(replica.projections.factsReadByFolds.value == afterDeletion)
+        try Self.expectNoFactsRead(replica, [late], "the folds read the deleted message's earlier edits")
         #expect(try replica.projections.noEffect(of: late)?.code == "not_author")
         let payload = try replica.env.read { txn in try replica.log.readArrival(of: late.id, in: txn).map { try replica.log.readPayload(at: $0, in: txn) } }
         #expect(payload == .some(nil), "the junk edit of a deleted message kept its payload")
-        let deleted = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == deleted)
+        try Self.expectRebuildAgrees(replica)
     }
 
     @Test("a slot.set reads none of the slot sets named for its user before, by others or by the user")
@@ -101,18 +104,14 @@ struct FoldCostTests {
             try replica.deliver([try set(stranger, UInt64(i % 3), Random.bytes32())])
             try replica.deliver([try set(user, UInt64(i % 3), i % 5 == 0 ? nil : Random.bytes32())])
         }
-        let before = replica.projections.factsReadByFolds.value
         let junk = try set(stranger, 1, Random.bytes32())
         let beyond = try set(user, 7, nil)
         let last = try set(user, 1, Random.bytes32())
-        for e in [junk, beyond, last] { try replica.deliver([e]) }
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the user's earlier slot sets")
+        try Self.expectNoFactsRead(replica, [junk, beyond, last], "the folds read the user's earlier slot sets")
         #expect(try replica.projections.noEffect(of: junk)?.code == "not_owner")
         #expect(try replica.projections.noEffect(of: beyond)?.code == "no_such_slot")
         #expect(try replica.projections.noEffect(of: last) == nil)
-        let incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
     }
 
     @Test("a chat.key reads none of the key events named for its chat before, by members or not")
@@ -135,16 +134,12 @@ struct FoldCostTests {
             try replica.deliver([try key(stranger, epoch: firstEpoch)])
             try replica.deliver([try key(member, epoch: Random.bytes32())])
         }
-        let before = replica.projections.factsReadByFolds.value
         let junk = try key(stranger, epoch: Random.bytes32())
         let again = try key(member, epoch: firstEpoch)
-        for e in [junk, again] { try replica.deliver([e]) }
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the chat's earlier key events")
+        try Self.expectNoFactsRead(replica, [junk, again], "the folds read the chat's earlier key events")
         #expect(try replica.projections.noEffect(of: junk)?.code == "not_member")
         #expect(try replica.projections.noEffect(of: again) == nil)
-        let incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
     }
 
     @Test("a picture's edits read none of the events named for it before, by strangers (stamped later) or by the owner, before and after its deletion")
@@ -170,13 +165,11 @@ struct FoldCostTests {
                 try replica.deliver([try stranger.sign(.pictureCreated, picture, Payload.pictureCreated(blob: [4]), nowMillis: strangerTime)])
             }
         }
-        var before = replica.projections.factsReadByFolds.value
         let junk = try edit(stranger, 0)
         let taken = try stranger.sign(.pictureCreated, picture, Payload.pictureCreated(blob: [5]), nowMillis: strangerTime)
         let caption = try edit(owner, 100)
         let move = try edit(owner, 101)
-        for e in [junk, taken, caption, move] { try replica.deliver([e]) }
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the picture's earlier events")
+        try Self.expectNoFactsRead(replica, [junk, taken, caption, move], "the folds read the picture's earlier events")
         #expect(try replica.projections.noEffect(of: junk)?.code == "not_owner")
         #expect(try replica.projections.noEffect(of: taken)?.code == "foreign_id")
         #expect(try replica.projections.noEffect(of: caption) == nil && replica.projections.noEffect(of: move) == nil)
@@ -185,9 +178,7 @@ struct FoldCostTests {
             return
         }
         #expect(live.caption == "caption 100")
-        var incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
 
         // Deleted (folded whole, once): later events are decided from the record.
         try replica.deliver([try owner.sign(.pictureDeleted, picture, [], nowMillis: ownerTime)])
@@ -195,16 +186,12 @@ struct FoldCostTests {
             try replica.deliver([try edit(stranger, i)])
             try replica.deliver([try edit(owner, i)])
         }
-        before = replica.projections.factsReadByFolds.value
         let late = try edit(owner, 1)
         let again = try owner.sign(.pictureDeleted, picture, [], nowMillis: ownerTime)
-        for e in [late, again] { try replica.deliver([e]) }
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the deleted picture's earlier events")
+        try Self.expectNoFactsRead(replica, [late, again], "the folds read the deleted picture's earlier events")
         #expect(try replica.projections.noEffect(of: late)?.code == "after_deletion")
         #expect(try replica.projections.noEffect(of: again)?.code == "after_deletion")
-        incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
     }
 
     @Test("a chat's membership events that change nothing read none of the chat's earlier events: strangers', a former member's, an admin's last")
@@ -226,7 +213,6 @@ struct FoldCostTests {
             if i % 10 == 0 { try replica.deliver([try stranger.sign(.chatCreated, chat, Payload.chatCreated(members: []), nowMillis: now)]) }
             if i % 10 == 5 { try replica.deliver([try admin.sign(.chatMemberRemoved, chat, Payload.member(someone), nowMillis: now)]) }
         }
-        let before = replica.projections.factsReadByFolds.value
         let add = try stranger.sign(.chatMemberAdded, chat, Payload.member(stranger.publicKey, admin: true), nowMillis: now)
         let remove = try stranger.sign(.chatMemberRemoved, chat, Payload.member(admin.publicKey), nowMillis: now)
         let leave = try former.sign(.chatMemberRemoved, chat, Payload.member(former.publicKey), nowMillis: now)
@@ -235,8 +221,7 @@ struct FoldCostTests {
         let nobody = try admin.sign(.chatMemberRemoved, chat, Payload.member(someone), nowMillis: now + 1)
         // Stamped with the creation's HLC, which alone does not order it.
         let tied = try FeedWriter(SigningKey.generate()).sign(.chatMemberAdded, chat, Payload.member(someone), hlc: create.hlc)
-        for e in [add, remove, leave, take, nobody, tied] { try replica.deliver([e]) }
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the chat's earlier events")
+        try Self.expectNoFactsRead(replica, [add, remove, leave, take, nobody, tied], "the folds read the chat's earlier events")
         #expect(try replica.projections.noEffect(of: add)?.code == "not_admin")
         #expect(try replica.projections.noEffect(of: remove)?.code == "not_admin")
         #expect(try replica.projections.noEffect(of: leave)?.code == "not_member")
@@ -244,9 +229,7 @@ struct FoldCostTests {
         #expect(try replica.projections.noEffect(of: nobody)?.code == "not_member")
         #expect(try replica.projections.noEffect(of: tied)?.code == (MergeOrder(tied) > MergeOrder(create) ? "not_admin" : "chat_unknown"))
         #expect(try replica.projections.membership(of: admin.publicKey, in: chat)?.isCurrent == true)
-        let incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
     }
 
     @Test("a device binding or removal that changes nothing reads none of the device's earlier events: strangers', later bindings with consent, removals after the removal")
@@ -267,25 +250,19 @@ struct FoldCostTests {
             // The device consenting to another user, after its binding.
             if i % 10 == 0 { try replica.deliver([try bind(FeedWriter(SigningKey.generate()))]) }
         }
-        var before = replica.projections.factsReadByFolds.value
         let noConsent = try bind(stranger, consent: false)
         let another = try bind(FeedWriter(SigningKey.generate()))
         let notOwner = try stranger.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)
-        for e in [noConsent, another, notOwner] { try replica.deliver([e]) }
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the device's earlier events")
+        try Self.expectNoFactsRead(replica, [noConsent, another, notOwner], "the folds read the device's earlier events")
         #expect(try replica.projections.noEffect(of: noConsent)?.code == "already_bound")
         #expect(try replica.projections.noEffect(of: another)?.code == "already_bound")
         #expect(try replica.projections.noEffect(of: notOwner)?.code == "not_owner")
         // Removed (folded whole, once): later removals are decided from the binding.
         try replica.deliver([try user.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)])
-        before = replica.projections.factsReadByFolds.value
         let again = try user.sign(.deviceRemoved, device.publicKey, [], nowMillis: now)
-        try replica.deliver([again])
-        #expect(replica.projections.factsReadByFolds.value == before, "the folds read the removed device's earlier events")
+        try Self.expectNoFactsRead(replica, [again], "the folds read the removed device's earlier events")
         let againReason = try replica.projections.noEffect(of: again)
         #expect(againReason?.code == "already_removed", "\(String(describing: againReason))")
-        let incremental = try replica.digest()
-        try replica.store.rebuild()
-        #expect(try replica.digest() == incremental)
+        try Self.expectRebuildAgrees(replica)
     }
 }
