@@ -150,6 +150,18 @@ extension FoldRun {
         }
     }
 
+    /// Whether `f`'s acting user is `user`; when not, decides it with the
+    /// acting user's failure or `notOwner` (an event acting on what only
+    /// its user may change: a profile, a relay list, slots).
+    mutating func actsFor(_ user: PublicKey, _ f: Fact, notOwner: @autoclosure () -> NoEffect) throws -> Bool {
+        switch try actor(f) {
+        case .failure(let why): try decide(f, why)
+        case .success(let actor) where actor != user: try decide(f, notOwner())
+        case .success: return true
+        }
+        return false
+    }
+
     /// Decides a new creation `f` of a picture or chat whose effective
     /// creation is `effective` from the two creations alone (§6.3, §6.5);
     /// false when the object must be folded whole. The effective creation is

@@ -49,40 +49,26 @@ extension FoldRun {
     /// Decides one profile edit (Specs/projections.md §6.2): its field and
     /// value when it takes effect, nil (with the reason recorded) when not.
     private mutating func effectiveProfileEdit(_ user: PublicKey, _ f: Fact) throws -> (String, CBORValue)? {
-        switch try actor(f) {
-        case .failure(let why):
-            try decide(f, why)
+        guard try actsFor(user, f, notOwner: NoEffect("not_owner", "only devices of user \(user.short) may edit this profile")) else { return nil }
+        let edit = try f.read(ProfileSetPayload.self)
+        if edit.field.isRetired {
+            try decide(f, NoEffect("retired_field", "the profile field \(edit.field.rawValue) is retired and takes no effect: every profile field is public"))
             return nil
-        case .success(let actor) where actor != user:
-            try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may edit this profile"))
-            return nil
-        case .success:
-            let edit = try f.read(ProfileSetPayload.self)
-            if edit.field.isRetired {
-                try decide(f, NoEffect("retired_field", "the profile field \(edit.field.rawValue) is retired and takes no effect: every profile field is public"))
-                return nil
-            }
-            try decide(f, nil)
-            return (edit.field.rawValue, edit.value)
         }
+        try decide(f, nil)
+        return (edit.field.rawValue, edit.value)
     }
 
     /// Decides one `relays.set` (Specs/projections.md §6.12): the list, as
     /// its payload holds it, when it takes effect; nil (with the reason
     /// recorded) when its author does not act for the user it names.
     private mutating func effectiveRelayList(_ user: PublicKey, _ f: Fact) throws -> CBORValue? {
-        switch try actor(f) {
-        case .failure(let why):
-            try decide(f, why)
+        guard try actsFor(user, f, notOwner: NoEffect("not_owner", "only user \(user.short) and its devices may set its relay list")) else {
             return nil
-        case .success(let actor) where actor != user:
-            try decide(f, NoEffect("not_owner", "only user \(user.short) and its devices may set its relay list"))
-            return nil
-        case .success:
-            guard let payload = f.payload else { throw ProjectionError.corrupt("relays.set fact without its payload") }
-            try decide(f, nil)
-            return payload
         }
+        guard let payload = f.payload else { throw ProjectionError.corrupt("relays.set fact without its payload") }
+        try decide(f, nil)
+        return payload
     }
 
     static func profileRegister(_ value: CBORValue, _ f: Fact) -> [UInt8] {
@@ -121,15 +107,7 @@ extension FoldRun {
     /// empties the slot) when it can take effect, nil with the reason
     /// recorded when not (the caller records it as taking effect).
     private mutating func effectiveSlotSet(_ user: PublicKey, _ f: Fact) throws -> (slot: UInt64, picture: CBORValue)? {
-        switch try actor(f) {
-        case .failure(let why):
-            try decide(f, why)
-            return nil
-        case .success(let actor) where actor != user:
-            try decide(f, NoEffect("not_owner", "only devices of user \(user.short) may fill its slots"))
-            return nil
-        case .success: break
-        }
+        guard try actsFor(user, f, notOwner: NoEffect("not_owner", "only devices of user \(user.short) may fill its slots")) else { return nil }
         let set = try f.read(SlotSetPayload.self)
         guard set.slot < UInt64(p.config.slotCount) else {
             try decide(f, NoEffect("no_such_slot", "this network's profiles have \(p.config.slotCount) slots"))
