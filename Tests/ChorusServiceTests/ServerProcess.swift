@@ -40,6 +40,7 @@ final class ServerProcess: Sendable {
                 log.append(String(decoding: chunk, as: UTF8.self))
             }
         }.start()
+        let socket = APIPaths.socket(inStore: store)
         // Bounded wait for the listening lines.
         let deadline = Date().addingTimeInterval(30)
         func port(after marker: String) -> Int? {
@@ -53,7 +54,9 @@ final class ServerProcess: Sendable {
         }
         while Date() < deadline {
             let text = log.text
-            if let sync = port(after: "listening on 127.0.0.1:"), text.contains("local API on"),
+            // The socket's own line: the two API listeners start concurrently,
+            // so the TCP line may come first, before the socket exists.
+            if let sync = port(after: "listening on 127.0.0.1:"), text.contains("local API on \(socket)"),
                 !apiListen || port(after: "local API on 127.0.0.1:") != nil
             {
                 syncPort = sync
