@@ -33,6 +33,16 @@ package struct LedgerEntry: Hashable, Sendable {
     /// The keys whose rights this entry reads or changes.
     var parties: [PublicKey] { [from, to].compactMap { $0 } }
 
+    /// The coins this entry adds to the supply (Specs/projections.md §6.9):
+    /// an effective credit's amount.
+    var credited: Int64 { kind == .coinCredited && isEffective ? Int64(amount) : 0 }
+
+    /// Whether the supply at this entry's place decides it: a credit that
+    /// takes effect, or one refused only for the supply's limit.
+    var dependsOnSupply: Bool { kind == .coinCredited && (isEffective || noEffect?.code == LedgerEntry.supplyExhausted) }
+
+    static let supplyExhausted = "supply_exhausted"
+
     /// What the entry adds to `key`'s rights.
     func effect(on key: PublicKey) -> Int64 {
         guard isEffective else { return 0 }
@@ -85,6 +95,18 @@ struct LedgerWalk {
     /// inputs changed); other queued entries are re-decided only when their
     /// debited key is activated.
     var dirty: Set<MergeOrder> = []
+    /// The supply (Specs/projections.md §6.9.1) is followed loosely until a
+    /// credit could reach the limit, then exactly, like a debited key:
+    /// `supplyLeft` is the limit less the coins credited just before the
+    /// walk's position once the supply is activated, nil before.
+    var supplyLeft: Int64? = nil
+    /// The coins credited as the state stores it (read at the walk's first credit).
+    var storedCredited: Int64? = nil
+    /// Before activation: what the walk changed in the coins credited, and
+    /// the coins of the credits it made take effect (a bound on how far
+    /// the coins credited before any point can have risen).
+    var creditedChange: Int64 = 0
+    var creditedRise: Int64 = 0
 
     mutating func add(_ delta: Int64, to key: PublicKey) throws {
         let (sum, overflow) = (rights[key] ?? 0).addingReportingOverflow(delta)
@@ -109,6 +131,9 @@ extension FoldRun {
     mutating func foldCoinsInBulk() throws {
         var walk = LedgerWalk()
         // In merge order: the facts filed under the ledger's one object.
+        // Nothing is credited yet: the supply is followed exactly from the start.
+        walk.storedCredited = 0
+        walk.supplyLeft = p.supplyLimit
         for f in try facts(.coins, .zero) { try processLedgerEntry(f.order, dirty: true, walk: &walk, fact: f) }
         try storeRights(walk)
     }
@@ -127,6 +152,17 @@ extension FoldRun {
     }
 
     private mutating func storeRights(_ walk: LedgerWalk) throws {
+        if let stored = walk.storedCredited {
+            let credited = walk.supplyLeft.map { p.supplyLimit - $0 } ?? stored + walk.creditedChange
+            guard credited >= 0, credited <= p.supplyLimit else { throw ProjectionError.corrupt("coins credited out of range: \(credited)") }
+            if credited != stored {
+                if credited == 0 {
+                    try deleteIndex(IndexTable.supply.key())
+                } else {
+                    try putIndex(IndexTable.supply.key(), Codec.u64(UInt64(credited)))
+                }
+            }
+        }
         for (key, amount) in walk.rights {
             guard amount >= 0 else { throw ProjectionError.corrupt("coin rights of \(key.short) below zero") }
             if amount == 0 {
@@ -145,6 +181,7 @@ extension FoldRun {
         let old = bulk ? nil : try txn.get(p.state, Table.ledger.key(order)).map { try LedgerEntry.decode($0) }
         var redecide = dirty || old == nil
         if !redecide, let from = old?.from, walk.rights[from] != nil { redecide = true }
+        if !redecide, walk.supplyLeft != nil, old?.dependsOnSupply == true { redecide = true }
         guard redecide else {
             // Same decision: carry its effect on the activated keys.
             if let old { for key in old.parties where walk.rights[key] != nil { try walk.add(old.effect(on: key), to: key) } }
@@ -171,6 +208,9 @@ extension FoldRun {
                     noEffect: NoEffect("beyond_rights", "device \(from.short) holds rights to \(held) coins and this needs \(entry.amount)"))
             }
         }
+        if entry.kind == .coinCredited || old?.kind == .coinCredited {
+            entry = try applySupply(entry, old: old, at: order, walk: &walk)
+        }
         for key in Set((old?.parties ?? []) + entry.parties) {
             let before = old?.effect(on: key) ?? 0
             let after = entry.effect(on: key)
@@ -194,6 +234,71 @@ extension FoldRun {
                 return true
             }
         }
+    }
+
+    /// Decides a credit against the supply's limit (Specs/projections.md
+    /// §6.9: `supply_exhausted`) and follows the coins credited. Until some
+    /// credit could reach the limit, the walk only sums what it changes:
+    /// when the coins stored as credited, plus every credit the walk made
+    /// take effect, stay within the limit, no credit anywhere in the ledger
+    /// can have passed it, and no entry after this one needs reading. Past
+    /// that bound (or when the stored supply is within one credit's largest
+    /// amount of the limit, where refused credits may exist), the supply is
+    /// activated here like a debited key: exact from this point, and every
+    /// later credit that depends on it is decided again.
+    private mutating func applySupply(_ decided: LedgerEntry, old: LedgerEntry?, at order: MergeOrder, walk: inout LedgerWalk) throws -> LedgerEntry {
+        var entry = decided
+        if walk.storedCredited == nil {
+            let stored = try txn.get(p.index, IndexTable.supply.key()).map { Codec.readU64($0[...]) } ?? 0
+            guard stored <= UInt64(p.supplyLimit) else { throw ProjectionError.corrupt("coins credited beyond the supply's limit") }
+            walk.storedCredited = Int64(stored)
+        }
+        let stored = walk.storedCredited ?? 0
+        let before = old?.credited ?? 0
+        if walk.supplyLeft == nil {
+            let rise = entry.isEffective ? max(0, Int64(entry.amount) - before) : 0
+            let nearLimit = p.supplyLimit - stored < Int64(PayloadLimits.maxCoinAmount)
+            let (bound, overflow) = stored.addingReportingOverflow(walk.creditedRise + rise)
+            if !nearLimit, !overflow, bound <= p.supplyLimit {
+                walk.creditedRise += rise
+                walk.creditedChange += entry.credited - before
+                return entry
+            }
+            try activateSupply(at: order, walk: &walk)
+        }
+        let left = walk.supplyLeft ?? 0
+        if entry.isEffective, entry.kind == .coinCredited, left < Int64(entry.amount) {
+            entry = LedgerEntry(
+                kind: entry.kind, amount: entry.amount, from: nil, to: nil, receipt: nil, slot: nil,
+                noEffect: NoEffect(
+                    LedgerEntry.supplyExhausted,
+                    "the issuers have credited \(p.supplyLimit - left) coins, and \(entry.amount) more would pass the limit of \(p.supplyLimit)"))
+        }
+        walk.supplyLeft = left - entry.credited
+        return entry
+    }
+
+    /// Makes the supply left that just before `order`: the limit less the
+    /// coins stored as credited and what the walk changed before `order`,
+    /// plus every recorded credit at or after `order`, which join the queue.
+    private func activateSupply(at order: MergeOrder, walk: inout LedgerWalk) throws {
+        var credited = (walk.storedCredited ?? 0) + walk.creditedChange
+        let prefix = IndexTable.supplyCredit.key()
+        var later: [MergeOrder] = []
+        try txn.scan(p.index, from: prefix + order.bytes) { k, _ in
+            guard k.starts(with: prefix) else { return false }
+            later.append(try MergeOrder(bytes: k[1...]))
+            return true
+        }
+        for o in later {
+            guard let raw = try txn.get(p.state, Table.ledger.key(o)) else {
+                throw ProjectionError.corrupt("ledger index names a missing entry")
+            }
+            credited -= try LedgerEntry.decode(raw).credited
+            walk.push(o, dirty: false)
+        }
+        guard credited >= 0, credited <= p.supplyLimit else { throw ProjectionError.corrupt("coins credited out of range before an entry") }
+        walk.supplyLeft = p.supplyLimit - credited
     }
 
     /// Makes `key`'s rights those just before `order` (its stored rights
@@ -231,6 +336,11 @@ extension FoldRun {
         let oldParties = Set(old?.parties ?? []), newParties = Set(entry.parties)
         for key in oldParties.subtracting(newParties) { _ = try txn.delete(p.index, IndexTable.ledgerParty.key(key, order)) }
         for key in newParties.subtracting(oldParties) { try putIndex(IndexTable.ledgerParty.key(key, order), []) }
+        if old?.dependsOnSupply == true, !entry.dependsOnSupply {
+            try deleteIndex(IndexTable.supplyCredit.key(order))
+        } else if entry.dependsOnSupply, old?.dependsOnSupply != true {
+            try putIndex(IndexTable.supplyCredit.key(order), [])
+        }
         let id = order.id.bytes
         if let old, old.isEffective {
             // Only the record this entry made: a credit earlier in merge

@@ -38,6 +38,12 @@ extension Projections {
         try txn.get(state, Table.rights.key(key)).map { Codec.readU64($0[...]) } ?? 0
     }
 
+    /// The coins the effective credits add up to (Specs/projections.md
+    /// §6.9): every coin ever issued, at most `supplyLimit`.
+    package func coinsCredited() throws -> UInt64 {
+        try log.env.read { txn in try txn.get(index, IndexTable.supply.key()).map { Codec.readU64($0[...]) } ?? 0 }
+    }
+
     /// Spending rights of one device.
     package func rights(of device: DeviceID) throws -> UInt64 {
         try rights(of: device.raw)
@@ -60,7 +66,15 @@ extension Projections {
         try log.env.read { txn in
             let devices = try devices(of: user, in: txn)
             let own = try rights(user, in: txn)
-            return BalanceView(user: UserID(user), total: devices.reduce(own) { $0 + $1.rights }, devices: devices, userKeyRights: own)
+            // At most the coins ever credited (§6.9), below 2^63: a sum
+            // past it is a damaged store, not a count to wrap or trap on.
+            var total = own
+            for device in devices {
+                let (sum, overflow) = total.addingReportingOverflow(device.rights)
+                guard !overflow else { throw ProjectionError.corrupt("the coin rights of \(user.short)'s devices add up past 2^64") }
+                total = sum
+            }
+            return BalanceView(user: UserID(user), total: total, devices: devices, userKeyRights: own)
         }
     }
 

@@ -295,6 +295,13 @@ enum IndexTable: UInt8, CaseIterable {
     /// What a picture's record leaves out and its one-at-a-time fold reads
     /// (`PictureOrders`, Specs/projections.md §9.1).
     case pictureOrders = 0x0E  // picture -> u8(flags) [|| caption order] [|| position order] [|| deletion author]
+    /// Credits that take effect or were refused for the supply's limit
+    /// (Specs/projections.md §6.9.1): what a walk that must know the supply
+    /// at a point in the ledger reads after it.
+    case supplyCredit = 0x0F  // merge order -> ()
+    /// The coins the effective credits add up to (Specs/projections.md
+    /// §6.9), absent when none: derived from the ledger, so not state.
+    case supply = 0x10  // () -> u64
 
     func key<each Part: KeyPart>(_ parts: repeat each Part) -> [UInt8] { keyBytes(rawValue, repeat each parts) }
 }

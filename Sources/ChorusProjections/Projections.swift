@@ -35,12 +35,18 @@ package struct Projections: Sendable {
     /// 1/`recentFactsRatio` of the main level's; a commit moves the excess
     /// into the main level (Specs/projections.md §9.1 says why these).
     let recentFactsMinimum: Int
+    /// The most coins the issuers' credits may ever add up to
+    /// (Specs/projections.md §6.9): 2^63 − 1, so no rights, balance or sum of
+    /// them can pass what a signed 64-bit count holds. Lower only in tests,
+    /// which cannot sign the nine million largest credits that reach it.
+    package let supplyLimit: Int64
+    package static let defaultSupplyLimit = Int64.max
     /// Facts the folds of commits have read back from the facts tables (a
     /// rebuild's bulk fold, which reads each once, not counted): what the
     /// tests count that hold an event's cost to what it changes, not to how
     /// many events name its object.
     package let factsReadByFolds = FactReadCount()
-    static let defaultRecentFactsMinimum = 32_768
+    package static let defaultRecentFactsMinimum = 32_768
     static let recentFactsRatio = 8
 
     /// The LMDB databases the projections keep beside the log
@@ -57,8 +63,11 @@ package struct Projections: Sendable {
 
     /// With another least target for the facts' recent level, for tests
     /// that move facts between the levels after a few events.
-    package init(log: LogStore, blobs: BlobStore, config: NetworkConfig, recentFactsMinimum: Int) throws {
+    package init(
+        log: LogStore, blobs: BlobStore, config: NetworkConfig, recentFactsMinimum: Int, supplyLimit: Int64 = Projections.defaultSupplyLimit
+    ) throws {
         self.log = log
+        self.supplyLimit = supplyLimit
         self.blobs = blobs
         self.config = config
         self.recentFactsMinimum = recentFactsMinimum
@@ -223,8 +232,9 @@ package struct Projections: Sendable {
     /// member's chat activity entry (`chatActivity`, §9.1). 24: which holds
     /// the member's unread count. 25: each chat's row (`chatRow`, §9.1).
     /// 26: a picture's or chat's id bound to a creation's key admits only
-    /// that key's creations (`foreign_id`, §6.3, §6.5).
-    package static let formatVersion: UInt64 = 26
+    /// that key's creations (`foreign_id`, §6.3, §6.5). 27: the issuers'
+    /// credits add up to at most 2^63 − 1 coins (`supply_exhausted`, §6.9).
+    package static let formatVersion: UInt64 = 27
 
     var builtMarker: [UInt8] { Codec.u64(Self.formatVersion) + config.fingerprint.bytes + Self.layoutFingerprint.bytes }
 

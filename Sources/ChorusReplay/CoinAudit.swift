@@ -54,8 +54,10 @@ extension ReplayStore {
     /// escrow counter's invariants at every step independently of the
     /// engine: effective credits come from issuers and count each receipt
     /// once, no rights go below zero, a `beyond_rights` decision really was
-    /// beyond the rights, the final rights equal the projected ones, and
-    /// every coin issued is held or spent.
+    /// beyond the rights, the coins issued stay within the supply's limit
+    /// and a `supply_exhausted` decision really was past it, the final
+    /// rights and the coins credited equal the projected ones, and every
+    /// coin issued is held or spent.
     public func auditCoins(user filter: PublicKey? = nil) throws -> CoinAudit {
         var audit = CoinAudit()
         let issuers = Set(projections.config.issuers)
@@ -92,7 +94,15 @@ extension ReplayStore {
             let id = order.id
             var fromAfter: UInt64? = nil
             var toAfter: UInt64? = nil
-            if entry.isEffective {
+            let limit = UInt64(projections.supplyLimit)
+            let roomLeft = limit - min(audit.issued, limit)
+            if entry.isEffective, entry.kind == .coinCredited, entry.amount > roomLeft {
+                // Counting it would pass what any sum of rights may hold; the
+                // rest of the replay goes on without it.
+                finding(
+                    "supply_exceeded",
+                    "an effective credit of \(entry.amount) after \(audit.issued) coins issued passes the limit of \(projections.supplyLimit)", id)
+            } else if entry.isEffective {
                 if entry.kind == .coinCredited {
                     if !issuers.contains(order.author) { finding("credit_by_non_issuer", "an effective credit signed by \(order.author.hex), not an issuer", id) }
                     if let receipt = entry.receipt {
@@ -141,6 +151,8 @@ extension ReplayStore {
                 }
             } else if entry.noEffect?.code == "beyond_rights", let from = entry.from, (rights[from] ?? 0) >= entry.amount {
                 finding("wrong_decision", "refused as beyond rights although \(from.hex) held \(rights[from] ?? 0)", id)
+            } else if entry.noEffect?.code == "supply_exhausted", entry.amount <= roomLeft {
+                finding("wrong_decision", "refused for the supply's limit although \(audit.issued) coins issued leave room for \(entry.amount)", id)
             }
             var involved = [order.author, entry.from, entry.to].compactMap { $0 }
             if filter != nil, let stored = try? log.event(id) {
@@ -167,6 +179,13 @@ extension ReplayStore {
                 Finding(
                     code: "rights_mismatch", message: "projected rights of \(key.hex) are \(projected[key] ?? 0), the ledger gives \(rights[key] ?? 0)",
                     event: nil, location: "state[rights \(key.hex)]"))
+        }
+        let credited = try projections.coinsCredited()
+        if credited != audit.issued {
+            audit.findings.append(
+                Finding(
+                    code: "supply_mismatch", message: "the projections count \(credited) coins credited, the ledger issues \(audit.issued)",
+                    event: nil, location: "index[supply]"))
         }
         for (key, amount) in rights where amount > 0 {
             let user = try owner(key)

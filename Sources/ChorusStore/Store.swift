@@ -63,17 +63,21 @@ public struct Store: Sendable {
     }
 
     /// With `recentMinimum`, the id index's and the facts' recent levels
-    /// merge after that many entries (tests that fold across the levels).
-    package init(env: Environment, config: NetworkConfig, recentMinimum: Int?) throws {
+    /// merge after that many entries (tests that fold across the levels);
+    /// with `supplyLimit`, the coins credits may add up to is that
+    /// (tests that reach it, `Projections.supplyLimit`).
+    package init(env: Environment, config: NetworkConfig, recentMinimum: Int?, supplyLimit: Int64 = Projections.defaultSupplyLimit) throws {
         self.env = env
         if let recentMinimum {
             log = try LogStore(env: env, recentIDsMinimum: recentMinimum)
             blobs = try BlobStore(env: env)
-            projections = try Projections(log: log, blobs: blobs, config: config, recentFactsMinimum: recentMinimum)
+            projections = try Projections(
+                log: log, blobs: blobs, config: config, recentFactsMinimum: recentMinimum, supplyLimit: supplyLimit)
         } else {
             log = try LogStore(env: env)
             blobs = try BlobStore(env: env)
-            projections = try Projections(log: log, blobs: blobs, config: config)
+            projections = try Projections(
+                log: log, blobs: blobs, config: config, recentFactsMinimum: Projections.defaultRecentFactsMinimum, supplyLimit: supplyLimit)
         }
         bookkeeping = try Bookkeeping.open(in: env)
     }

@@ -72,13 +72,15 @@ final class Replica {
     static let recentMinimum = 6
     static let driftMillis: UInt64 = 60_000
 
-    init(config: NetworkConfig, blobSource: [Hash32: [UInt8]] = [:], label: String = "replica") throws {
+    init(
+        config: NetworkConfig, blobSource: [Hash32: [UInt8]] = [:], label: String = "replica", supplyLimit: Int64 = Projections.defaultSupplyLimit
+    ) throws {
         dir = try scratchDirectory(label)
         let env = try Environment(path: dir, initialMapSize: 16 << 20)
         // The id index's and the facts' levels merge every few events
         // (Specs/storage.md §5.3, projections.md §9.1), so that every
         // property test also folds across merges and across both levels.
-        store = try Store(env: env, config: config, recentMinimum: Self.recentMinimum)
+        store = try Store(env: env, config: config, recentMinimum: Self.recentMinimum, supplyLimit: supplyLimit)
         self.blobSource = blobSource
     }
 
@@ -433,9 +435,18 @@ func coinInvariantViolations(_ p: Projections, users: [PublicKey]) throws -> [St
     var giftsOut: [PublicKey: UInt64] = [:]
     var spends: [PublicKey: UInt64] = [:]
     var previous: MergeOrder? = nil
+    // The coins credited before each entry, against the supply's limit (§6.9).
+    var credited: UInt64 = 0
+    let limit = UInt64(p.supplyLimit)
     for (order, entry) in ledger {
         if let previous, !(previous < order) { problems.append("ledger not in merge order at \(order.id.short)") }
         previous = order
+        if entry.kind == .coinCredited, entry.isEffective || entry.noEffect?.code == "supply_exhausted" {
+            let fits = entry.amount <= limit - credited
+            if entry.isEffective, !fits { problems.append("credit \(order.id.short) of \(entry.amount) passes the limit \(limit) after \(credited)") }
+            if !entry.isEffective, fits { problems.append("credit \(order.id.short) of \(entry.amount) refused though \(credited) of \(limit) leave room") }
+            if entry.isEffective { credited += entry.amount }
+        }
         guard entry.isEffective else { continue }
         if let from = entry.from {
             let held = rights[from] ?? 0
@@ -481,6 +492,7 @@ func coinInvariantViolations(_ p: Projections, users: [PublicKey]) throws -> [St
         problems.append("rights differ from the ledger: projected \(projectedMap.map { "\($0.key.short)=\($0.value)" }.sorted()) "
             + "recomputed \(recomputed.map { "\($0.key.short)=\($0.value)" }.sorted())")
     }
+    if try p.coinsCredited() != credited { problems.append("the supply says \(try p.coinsCredited()) coins credited, the ledger \(credited)") }
     let stored = Set(try p.receipts().map(\.receipt))
     if stored != receiptsSeen { problems.append("receipt table \(stored.sorted()) differs from effective credits \(receiptsSeen.sorted())") }
     for user in users {

@@ -105,6 +105,7 @@ struct KindChecklistTests {
         24: (vectors: "50dec3b8edd84e7b660863e30e9070554f11fbfd135188ed31cc61810a376454", layout: "6c24e0818f80093a0c9c576cf5d6c8262638a437e1697469bdd23592e76a1574"),
         25: (vectors: "50dec3b8edd84e7b660863e30e9070554f11fbfd135188ed31cc61810a376454", layout: "fdcd58988c6b18de667328460e1199359098b29378539171357419fbfe884000"),
         26: (vectors: "32d90163ed5c98d886b0d96c226cea075e8b96c2662b32fa74704781e750cf0c", layout: "df4319ee82048b826a74e10d3837684d21b2aee6a141deedbedd9fe8cd030669"),
+        27: (vectors: "32d90163ed5c98d886b0d96c226cea075e8b96c2662b32fa74704781e750cf0c", layout: "616b8b3942aba25ec7a7bc226954cf2b65de31248fb67942671446fa489cee49"),
     ]
 
     @Test("the projection vectors and the tables' layout change only with the projection format (step 17)")

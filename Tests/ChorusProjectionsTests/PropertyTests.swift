@@ -65,7 +65,7 @@ struct ScheduleRun {
         var rng = SplitMix64(seed: seed ^ 0x5EED_0F_0DE7)
         let events = world.events
         let users = world.userKeys
-        let replicas = try (0..<Self.replicaCount).map { _ in try Replica(config: world.config, blobSource: world.blobs, label: "prop") }
+        let replicas = try (0..<Self.replicaCount).map { _ in try Replica(config: world.config, blobSource: world.blobs, label: "prop", supplyLimit: world.supplyLimit) }
 
         // Each replica's own order of the origin's events, with duplicates.
         var plans: [[Event]] = replicas.map { _ in
@@ -154,7 +154,7 @@ struct ScheduleRun {
         }
 
         // A fresh fold of the whole event set in one transaction.
-        let fresh = try Replica(config: world.config, blobSource: world.blobs, label: "fresh")
+        let fresh = try Replica(config: world.config, blobSource: world.blobs, label: "fresh", supplyLimit: world.supplyLimit)
         try fresh.deliver(events)
         if try fresh.digest() != digests[0] {
             problems.append("a fresh fold of the event set differs from replica 0")
@@ -167,7 +167,7 @@ struct ScheduleRun {
         // in feed order so that none waits for a gap (Specs/projections.md
         // §9.1), after the same refill: a deletion delivered before the
         // removal of its device purges what stays live.
-        let single = try Replica(config: world.config, blobSource: world.blobs, label: "single")
+        let single = try Replica(config: world.config, blobSource: world.blobs, label: "single", supplyLimit: world.supplyLimit)
         var feeds = Dictionary(grouping: events, by: \.author).mapValues { $0.sorted { $0.seq < $1.seq }[...] }
         while let author = rng.pick(Array(feeds.keys).sorted()), let next = feeds[author]?.popFirst() {
             if feeds[author]?.isEmpty == true { feeds[author] = nil }
@@ -204,6 +204,7 @@ struct ScheduleRun {
                 + replica.chatRowProblems())
                 .map { "\(label): " + $0 }
         }
+        problems += try coinInvariantViolations(replicas[0].projections, users: users).map { "replica 0 rebuilt: " + $0 }
         if try replicas[0].filedSendsLeft() != 0 {
             problems.append("the rebuild left \(try replicas[0].filedSendsLeft()) sends filed in its index")
         }

@@ -12,6 +12,8 @@ final class Scenario {
     var rng = SplitMix64(seed: 0x7E57)
     let issuer: FeedWriter
     let issuer2: FeedWriter
+    /// A third issuer, whose feed starts wherever a test needs a credit stamped early.
+    let issuer3: FeedWriter
     let stranger: FeedWriter
     let config: NetworkConfig
     var blobs: [Hash32: [UInt8]] = [:]
@@ -20,7 +22,8 @@ final class Scenario {
         issuer = FeedWriter(rng.key())
         issuer2 = FeedWriter(rng.key())
         stranger = FeedWriter(rng.key())
-        config = NetworkConfig(issuers: [issuer.publicKey, issuer2.publicKey], slotPrices: [0, 20, 40])
+        issuer3 = FeedWriter(rng.key())
+        config = NetworkConfig(issuers: [issuer.publicKey, issuer2.publicKey, issuer3.publicKey], slotPrices: [0, 20, 40])
     }
 
     /// The HLC `t` milliseconds into the scenario.
@@ -54,7 +57,10 @@ final class Scenario {
         return (id, e, hash)
     }
 
-    func replica() throws -> Replica { try Replica(config: config, blobSource: blobs, label: "rule") }
+    /// The coins credits may add up to in this scenario's replicas (§6.9).
+    var supplyLimit = Projections.defaultSupplyLimit
+
+    func replica() throws -> Replica { try Replica(config: config, blobSource: blobs, label: "rule", supplyLimit: supplyLimit) }
 
     /// Alice creates a chat alone (at 10), adds Bob (at 20), and Bob sends a
     /// message (at 30), each with one device.
@@ -493,6 +499,63 @@ struct RuleTests {
             #expect(try r.projections.noEffect(other.id)?.code == "duplicate_receipt")
             #expect(try r.projections.receipts().map(\.receipt) == ["store-42"])
         }
+    }
+
+    @Test("credits add up to at most the supply's limit, whatever order they arrive in (supply_exhausted)")
+    func creditsStopAtTheSupplysLimit() throws {
+        let s = Scenario()
+        // Credits of the largest amount, so that the limit is more than one
+        // credit away at first: a fold follows the supply loosely there and
+        // must switch to following it exactly as credits near the limit.
+        let unit = PayloadLimits.maxCoinAmount
+        s.supplyLimit = Int64(unit * 5 / 2)
+        let alice = try s.person(devices: 1)
+        func credit(_ by: FeedWriter, _ receipt: String, _ amount: UInt64, at t: UInt64) throws -> Event {
+            try by.sign(.coinCredited, alice.d1.publicKey, Payload.credit(user: alice.key, amount: amount, receipt: receipt), hlc: Scenario.at(t))
+        }
+        let c1 = try credit(s.issuer, "A", unit, at: 10)
+        let c2 = try credit(s.issuer, "B", unit, at: 20)
+        let c3 = try credit(s.issuer2, "C", unit, at: 30)
+        // Spending does not give the supply back: the limit bounds every coin ever issued.
+        let spend = try alice.d1.sign(.coinSpent, alice.key, Payload.spend(unit, for: "a sticker"), hlc: Scenario.at(25))
+        let orders = [
+            alice.bindings + [c1, c2, c3, spend],
+            [spend, c3, c2, c1] + alice.bindings,
+            [c3, spend] + alice.bindings + [c1, c2],
+        ]
+        let replicas = try s.foldInOrders(orders, users: [alice.key])
+        for r in replicas {
+            #expect(try r.projections.noEffect(c1.id) == nil && r.projections.noEffect(c2.id) == nil)
+            #expect(try r.projections.noEffect(c3.id)?.code == "supply_exhausted")
+            #expect(try r.projections.coinsCredited() == 2 * unit)
+            #expect(try r.projections.balance(of: alice.key).total == unit)
+        }
+        // All in one commit (the limit passed within one fold), after the
+        // last credit alone (its later credit found through the index), and rebuilt.
+        let batch = try s.replica()
+        try batch.deliver(alice.bindings + [c1, c2, c3, spend])
+        let lastFirst = try s.replica()
+        try lastFirst.deliver(alice.bindings + [c3])
+        try lastFirst.deliver([c1, c2, spend])
+        for r in [batch, lastFirst] {
+            #expect(try r.digest() == replicas[0].digest())
+            try r.store.rebuild()
+            #expect(try r.digest() == replicas[0].digest())
+        }
+
+        // A credit that stops counting (its receipt was credited earlier, for
+        // less) leaves room: the refused one takes effect.
+        let earlierA = try credit(s.issuer3, "A", 1, at: 5)
+        for r in replicas + [batch, lastFirst] {
+            try r.deliver([earlierA])
+            #expect(try r.projections.noEffect(c1.id)?.code == "duplicate_receipt")
+            #expect(try r.projections.noEffect(c3.id) == nil)
+            #expect(try r.projections.coinsCredited() == 2 * unit + 1)
+            #expect(try coinInvariantViolations(r.projections, users: [alice.key]).isEmpty)
+        }
+        let all = try s.replica()
+        try all.deliver(alice.bindings + [c1, c2, c3, spend, earlierA])
+        #expect(try all.digest() == replicas[0].digest())
     }
 
     @Test func avatarSlotAndLikesOfADeletedPictureDisappear() throws {

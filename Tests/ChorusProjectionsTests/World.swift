@@ -39,6 +39,10 @@ final class World {
 
     var rng: SplitMix64
     let config: NetworkConfig
+    /// The coins its credits may add up to (Specs/projections.md §6.9): in
+    /// half the worlds low enough that credits reach it, so replicas decide
+    /// `supply_exhausted` in every order.
+    let supplyLimit: Int64
     let issuer: FeedWriter
     let stranger: FeedWriter
     var users: [User] = []
@@ -60,6 +64,8 @@ final class World {
 
     init(seed: UInt64, users userCount: Int = 3, operations: ClosedRange<Int> = 30...60) throws {
         rng = SplitMix64(seed: seed)
+        // From the seed apart from `rng`, so every other draw stays as it was.
+        supplyLimit = seed % 2 == 0 ? Projections.defaultSupplyLimit : Int64(40 + (seed >> 1) % 160)
         issuer = FeedWriter(rng.key())
         stranger = FeedWriter(rng.key())
         config = NetworkConfig(issuers: [issuer.publicKey], slotPrices: [0, 20, 40, 80])
