@@ -34,9 +34,11 @@ enum MessageRule {
 extension FoldRun {
     /// Chat creation and membership, replayed in merge order; admins add and
     /// remove members, anyone may leave (Specs/projections.md §6.5).
-    /// Returns the users whose membership changed (empty when none did):
-    /// their messages, and the chat's read markers and keys, are decided again.
-    mutating func foldChat(_ chat: ObjectID) throws -> Set<PublicKey> {
+    /// Returns the users whose membership changed (empty when none did),
+    /// each with the span of time where it did (nil when only `admin`
+    /// changed): their messages in that span, and the chat's read markers
+    /// and keys, are decided again.
+    mutating func foldChat(_ chat: ObjectID) throws -> [PublicKey: (from: HLC, to: HLC?)?] {
         var created: (fact: Fact, creator: PublicKey)? = nil
         var members: [PublicKey: Membership] = [:]
         func join(_ user: PublicKey, admin: Bool, at hlc: HLC) {
@@ -129,18 +131,19 @@ extension FoldRun {
             }
         }
         chatActivityChanged(chat)
-        var changed: Set<PublicKey> = []
+        var changed: [PublicKey: (from: HLC, to: HLC?)?] = [:]
         for (user, m) in members {
             let value = m.encoded()
-            if old.removeValue(forKey: user) != value {
-                changed.insert(user)
+            let before = old.removeValue(forKey: user)
+            if before != value {
+                changed[user] = Membership.disagreement(try before.map(Membership.decode), m)
                 try putIndex(IndexTable.memberOf.key(user, chat), [])
                 try putState(Table.member.key(chat, user), value)
             }
             if m.isCurrent { try putState(Table.userChat.key(user, chat), []) }
         }
-        for user in old.keys {
-            changed.insert(user)
+        for (user, value) in old {
+            changed[user] = Membership.disagreement(try Membership.decode(value), nil)
             try txn.delete(p.state, Table.member.key(chat, user))
         }
         return changed

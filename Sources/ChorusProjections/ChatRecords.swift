@@ -42,6 +42,26 @@ package struct Membership: Hashable, Sendable {
         }
     }
 
+    /// The span of time where `a` and `b` disagree on membership, from the
+    /// first such moment to the end of the last (nil: still disagreeing
+    /// now); nil when they agree at every moment (at most `admin` differs).
+    /// Messages outside it are decided as before (Specs/projections.md §6.6).
+    static func disagreement(_ a: Membership?, _ b: Membership?) -> (from: HLC, to: HLC?)? {
+        // Membership changes only at the intervals' bounds: between two
+        // consecutive bounds both are constant.
+        var bounds: [HLC] = []
+        for m in [a, b] { for i in m?.intervals ?? [] { bounds.append(i.from); if let to = i.to { bounds.append(to) } } }
+        bounds = Array(Set(bounds)).sorted()
+        var first: HLC? = nil
+        var end: HLC?? = nil
+        for (k, bound) in bounds.enumerated() where (a?.isMember(at: bound) ?? false) != (b?.isMember(at: bound) ?? false) {
+            if first == nil { first = bound }
+            end = .some(k + 1 < bounds.count ? bounds[k + 1] : nil)
+        }
+        guard let first, let end else { return nil }
+        return (first, end)
+    }
+
     func encoded() -> [UInt8] {
         Codec.cbor(
             .array([

@@ -29,7 +29,11 @@ extension FoldRun {
     func messageFacts(_ message: EventID, sent given: Fact? = nil) throws -> (sent: Fact?, edits: [Fact], all: [Fact]) {
         let edits = try bulkMessageEdits.map { $0[message] ?? [] } ?? facts(.message, message)
         var sent = given ?? sentFacts[message]
-        if sent == nil, let stored = try p.sentEvent(message, at: sentArrivals[message], in: txn) { sent = Fact(stored) }
+        if sent == nil, let stored = try p.sentEvent(message, at: sentArrivals[message], in: txn) {
+            // Read back like a fact (counted with them).
+            if !bulk { p.factsReadByFolds.add(1) }
+            sent = Fact(stored)
+        }
         return (sent, edits, (sent.map { [$0] } ?? []) + edits)
     }
 

@@ -364,18 +364,29 @@ struct FoldRun {
         for chat in (dirty[.chat] ?? []).sorted() {
             let changed = try foldChat(chat)
             guard !changed.isEmpty else { continue }
-            readRefolds[chat, default: []].formUnion(changed)
+            readRefolds[chat, default: []].formUnion(changed.keys)
             mark(.chatKeys, chat)
-            // A message's decision reads only its sender's membership: only
-            // the messages of users whose membership changed are decided
-            // again. A message of a removed device takes no effect whatever
-            // the membership; a device whose binding changed in this run
-            // had all its events marked already (`deviceChanged`).
-            try txn.scan(p.state, prefix: Table.message.key(chat)) { key, value in
+            // A message's decision reads only its sender's membership at its
+            // HLC: only the messages of users whose membership changed, sent
+            // while it did, are decided again, and the chat's messages are
+            // read from the first of those moments only (a member who joins
+            // or leaves now costs nothing for the chat's history). A message
+            // of a removed device takes no effect whatever the membership; a
+            // device whose binding changed in this run had all its events
+            // marked already (`deviceChanged`).
+            let spans = changed.compactMapValues { $0 }
+            guard let from = spans.values.map(\.from).min() else { continue }
+            let until = spans.values.contains { $0.to == nil } ? nil : spans.values.compactMap(\.to).max()
+            let prefix = Table.message.key(chat)
+            try txn.scan(p.state, from: Table.message.key(chat, Codec.u64(from.rawValue))) { key, value in
+                guard key.starts(with: prefix) else { return false }
                 guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
                 let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
+                if let until, hlc >= until { return false }
                 let send = try MessageEntry.send(of: value)
-                guard let sender = try actingUser(send.device, at: hlc), changed.contains(sender) else { return true }
+                guard let sender = try actingUser(send.device, at: hlc), let span = spans[sender],
+                    span.from <= hlc, span.to.map({ hlc < $0 }) ?? true
+                else { return true }
                 let message = try Codec.b32(key.suffix(32), "message id")
                 mark(.message, message)
                 sentArrivals[message] = send.arrival

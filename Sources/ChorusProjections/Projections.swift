@@ -41,8 +41,9 @@ package struct Projections: Sendable {
     /// which cannot sign the nine million largest credits that reach it.
     package let supplyLimit: Int64
     package static let defaultSupplyLimit = Int64.max
-    /// Facts the folds of commits have read back from the facts tables (a
-    /// rebuild's bulk fold, which reads each once, not counted): what the
+    /// Facts the folds of commits have read back from the facts tables, and
+    /// messages' sends from the log (a rebuild's bulk fold, which reads each
+    /// once, not counted): what the
     /// tests count that hold an event's cost to what it changes, not to how
     /// many events name its object.
     package let factsReadByFolds = FactReadCount()

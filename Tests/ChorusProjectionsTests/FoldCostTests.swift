@@ -55,6 +55,41 @@ struct FoldCostTests {
         try Self.expectRebuildAgrees(replica)
     }
 
+    @Test("a member removed or added again now decides again only the messages sent since, not the chat's history")
+    func membershipChangesNow() throws {
+        let replica = try Replica(config: NetworkConfig())
+        // Unbound keys act for themselves: Alice creates a chat with Bob.
+        let alice = FeedWriter(SigningKey.generate())
+        let bob = FeedWriter(SigningKey.generate())
+        let start = Replica.nowMillis - 1_000_000
+        let chatID = alice.createdID([UInt8](repeating: 0xC8, count: 16))
+        try replica.deliver([try alice.sign(.chatCreated, chatID, Payload.chatCreated(members: [bob.publicKey]), nowMillis: start)])
+        var history: [Event] = []
+        for i in 0..<200 {
+            history.append(try bob.sign(.messageSent, chatID, Payload.message(text: "message \(i)"), nowMillis: start + 1 + UInt64(i)))
+        }
+        try replica.deliver(history)
+        // Bob's message stamped after his removal arrives first, and takes effect until the removal does.
+        let removal = try alice.sign(.chatMemberRemoved, chatID, Payload.member(bob.publicKey), nowMillis: start + 1_000)
+        let late = try bob.sign(.messageSent, chatID, Payload.message(text: "after the removal"), nowMillis: start + 2_000)
+        try replica.deliver([late])
+        #expect(try replica.projections.noEffect(of: late) == nil)
+        let readAt = replica.projections.factsReadByFolds.value
+        try replica.deliver([removal])
+        let read = replica.projections.factsReadByFolds.value - readAt
+        // The chat's own facts (its creation and the removal) and the late message's.
+        #expect(read <= 4, "the removal's fold read \(read) facts: it decided the chat's history again")
+        #expect(try replica.projections.noEffect(of: late)?.code == "not_member")
+        #expect(try history.allSatisfy { try replica.projections.noEffect(of: $0) == nil })
+        // Added again: the same.
+        let again = try alice.sign(.chatMemberAdded, chatID, Payload.member(bob.publicKey), nowMillis: start + 3_000)
+        let readBefore = replica.projections.factsReadByFolds.value
+        try replica.deliver([again])
+        #expect(replica.projections.factsReadByFolds.value - readBefore <= 4)
+        #expect(try replica.projections.noEffect(of: late)?.code == "not_member")
+        try Self.expectRebuildAgrees(replica)
+    }
+
     @Test("an edit or deletion reads none of the edits named for its message before, by others or by the sender")
     func messageEdits() throws {
         let replica = try Replica(config: NetworkConfig())

@@ -9,6 +9,26 @@ import Testing
 
 @Suite("State records: direct encodings equal the canonical CBOR of their maps")
 struct RecordTests {
+    @Test("two memberships disagree from the first moment one holds the user and the other not, to the end of the last")
+    func membershipDisagreement() {
+        func h(_ t: UInt64) -> HLC { HLC(rawValue: t) }
+        func m(_ intervals: [(UInt64, UInt64?)], admin: Bool = false) -> Membership {
+            Membership(admin: admin, intervals: intervals.map { (h($0.0), $0.1.map(h)) })
+        }
+        func span(_ a: Membership?, _ b: Membership?) -> [UInt64?]? {
+            Membership.disagreement(a, b).map { [$0.from.rawValue, $0.to?.rawValue] }
+        }
+        #expect(span(m([(10, 20)]), m([(10, 30)])) == [20, 30])
+        #expect(span(m([(10, nil)]), m([(10, 20)])) == [20, nil])
+        #expect(span(nil, m([(5, nil)])) == [5, nil])
+        #expect(span(m([(5, 9)]), nil) == [5, 9])
+        #expect(span(m([(10, 20), (30, 40)]), m([(10, 20)])) == [30, 40])
+        #expect(span(m([(10, 20), (30, nil)]), m([(5, 20), (30, 35)])) == [5, nil])
+        // Only `admin` differs: no message is decided otherwise.
+        #expect(span(m([(10, nil)], admin: true), m([(10, nil)])) == nil)
+        #expect(span(m([(10, 20), (20, 30)]), m([(10, 30)])) == nil)
+    }
+
     @Test("a message record, with every combination of its optional fields and arguments of every width")
     func messageRecordEncoding() throws {
         var rng = SplitMix64(seed: 0x5EC0_4D5)
