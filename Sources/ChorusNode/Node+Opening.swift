@@ -81,7 +81,9 @@ extension Node {
         do {
             let env = try Environment(path: path, initialMapSize: options.initialMapSize, readOnly: readOnly)
             opened = env
-            let store = try Store(env: env, config: try Store.configuration(ofStoreAt: path, writeDefault: !readOnly))
+            let store = try Store(
+                env: env, config: try Store.configuration(ofStoreAt: path, writeDefault: !readOnly), recentMinimum: nil,
+                supplyLimit: options.supplyLimit)
             let (log, projections) = (store.log, store.projections)
             if let why = try projections.staleness() {
                 guard !readOnly else { throw NodeError.projectionsStale(path: path) }

@@ -38,6 +38,9 @@ public struct NodeOptions: Sendable {
     package var writerLockWait: Duration = .milliseconds(250)
     /// Called once when `open` has waited a second for the writer lock.
     package var onWaitingForWriterLock: (@Sendable () -> Void)? = nil
+    /// The coins credits may add up to (`Projections.supplyLimit`): lower
+    /// only where tests and fuzzing reach the limit.
+    package var supplyLimit: Int64 = Projections.defaultSupplyLimit
 
     /// The default options: 60 000 ms drift, a 256 MiB initial map, the system
     /// clock, 16 MiB pictures and no wait for another process's writer lock.

@@ -18,22 +18,32 @@ import Synchronization
 /// object one of a few fixed ids (bound or not), the signers' keys or the ids of the
 /// input's earlier events; the clock step moves the events' HLC. A payload
 /// that is not canonical CBOR or breaks its schema is skipped (ingest refuses
-/// it before any fold). One node takes every input of a run.
+/// it before any fold). One node takes `freshStoreEvery` inputs, then a
+/// fresh one takes over: a store that only grew made every input slower
+/// than the last, and its coin supply (limited to a few of the largest
+/// credits here, Specs/projections.md §6.9) stayed spent after the first
+/// few, so the folds near the limit ran only at the start of a campaign.
 final class FoldFuzzing: Sendable {
-    let node: Node
     let keys: [SigningKey]
     let directory: URL
-    /// Each signer's next sequence number and previous id, and the clock,
-    /// held for a whole input: inputs run one at a time (the tests run
-    /// several targets at once), or two would sign at one position.
+    let network: NetworkConfig
+    /// The node, each signer's next sequence number and previous id, and
+    /// the clock, held for a whole input: inputs run one at a time (the
+    /// tests run several targets at once), or two would sign at one position.
     private let feeds: Mutex<Feeds>
 
     struct Feeds {
+        var node: Node
         var heads: [(seq: UInt64, prev: EventID?)]
         var clock: UInt64
         /// Inputs folded so far: every `rebuildEvery`-th is checked against a rebuild.
         var runs = 0
+        /// How many nodes have taken inputs (each in a directory of its own).
+        var stores = 1
     }
+
+    /// Inputs one node folds before a fresh one takes over.
+    static let freshStoreEvery = 1_024
 
     /// How often the state folded one write at a time is compared with a
     /// rebuild of the same log (Specs/projections.md §9.2: they must be
@@ -46,16 +56,39 @@ final class FoldFuzzing: Sendable {
     }()
 
     init() async throws {
-        keys = (1...3).compactMap { SigningKey(seed: [UInt8](repeating: UInt8($0), count: 32)) }
-        directory = FuzzStores.directory("fold")
+        let keys = (1...3).compactMap { SigningKey(seed: [UInt8](repeating: UInt8($0), count: 32)) }
+        let directory = FuzzStores.directory("fold")
         let network = NetworkConfig(
             issuers: [keys[0].publicKey], slotPrices: NetworkConfig.defaultSlotPrices, networkKey: Random.bytes32(), bootstrapRelays: [])
-        node = try await Node.create(at: directory.appendingPathComponent("node"), deviceName: "fold", network: network)
+        (self.keys, self.directory, self.network) = (keys, directory, network)
+        let node = try await Self.makeNode(in: directory, number: 1, network: network)
         // A minute back, so that a run of clock steps stays within the drift.
         feeds = Mutex(
             Feeds(
-                heads: keys.map { _ in (1, nil) },
+                node: node, heads: keys.map { _ in (1, nil) },
                 clock: HLC(physicalMillis: UInt64(Date().timeIntervalSince1970 * 1000) - 60_000, logical: 0).rawValue))
+    }
+
+    static func makeNode(in directory: URL, number: Int, network: NetworkConfig) async throws -> Node {
+        var options = NodeOptions()
+        options.supplyLimit = Int64(PayloadLimits.maxCoinAmount) * 4
+        return try await Node.create(at: directory.appendingPathComponent("node-\(number)"), deviceName: "fold", network: network, options: options)
+    }
+
+    /// Closes the node and starts the next inputs on an empty one, its feeds from their start.
+    private func freshStore(_ feeds: inout Feeds) {
+        let old = feeds.node, number = feeds.stores + 1, directory = self.directory, network = self.network
+        do {
+            feeds.node = try SessionFuzzing.wait {
+                await old.close()
+                try? FileManager.default.removeItem(at: directory.appendingPathComponent("node-\(number - 1)"))
+                return try await Self.makeNode(in: directory, number: number, network: network)
+            }
+        } catch {
+            fatalError("fold fuzzing: cannot make a fresh node: \(error)")
+        }
+        feeds.stores = number
+        feeds.heads = keys.map { _ in (1, nil) }
     }
 
     func run(_ data: [UInt8]) {
@@ -88,7 +121,8 @@ final class FoldFuzzing: Sendable {
         }
         guard !events.isEmpty else { return }
         feeds.runs += 1
-        let node = self.node, users = keys.map { UserID($0.publicKey) }, signed = events
+        defer { if feeds.runs % Self.freshStoreEvery == 0 { freshStore(&feeds) } }
+        let node = feeds.node, users = keys.map { UserID($0.publicKey) }, signed = events
         let checkRebuild = feeds.runs % Self.rebuildEvery == 0
         do {
             try SessionFuzzing.wait {
