@@ -1,4 +1,5 @@
 import ChorusCrypto
+import ChorusEvents
 import ChorusStorage
 import ChorusParallel
 import HeapModule
@@ -287,6 +288,22 @@ extension Projections {
     func hasFact(after order: MergeOrder, of cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> Bool {
         let prefix = Self.factKeyPrefix(cls, object)
         let from = Self.factKey(cls, object, order) + [0]
+        for db in [recentFacts, facts] {
+            var found = false
+            try txn.scanInPlace(db, from: from) { key, _ in
+                found = key.starts(with: prefix)
+                return false
+            }
+            if found { return true }
+        }
+        return false
+    }
+
+    /// Whether `object` has a fact stamped at `hlc` or later (its keys'
+    /// merge orders start with the HLC, §9.1): one seek in each level.
+    func hasFact(at hlc: HLC, orLaterOf cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> Bool {
+        let prefix = Self.factKeyPrefix(cls, object)
+        let from = prefix + Codec.u64(hlc.rawValue)
         for db in [recentFacts, facts] {
             var found = false
             try txn.scanInPlace(db, from: from) { key, _ in

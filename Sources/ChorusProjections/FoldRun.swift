@@ -362,10 +362,25 @@ struct FoldRun {
     mutating func foldMarkedChats() throws {
         try foldOneByOne(.chat) { run, chat, fact in try run.foldChatFact(chat, fact) }
         for chat in (dirty[.chat] ?? []).sorted() {
+            let existed = try txn.get(p.state, Table.chat.key(chat)) != nil
             let changed = try foldChat(chat)
             guard !changed.isEmpty else { continue }
-            readRefolds[chat, default: []].formUnion(changed.keys)
-            mark(.chatKeys, chat)
+            let spans = changed.compactMapValues { $0 }
+            // A read marker's or key event's decision (and a key event's
+            // wraps) read the chat's existence and the memberships at its HLC
+            // alone: where the chat existed before and after, and none is
+            // stamped from the first moment a membership changed on, none is
+            // decided otherwise (a member who joins or leaves now re-folds
+            // none of the chat's markers or keys).
+            let exists = try txn.get(p.state, Table.chat.key(chat)) != nil
+            let from = spans.values.map(\.from).min()
+            func affects(_ cls: ObjectClass) throws -> Bool {
+                guard existed == exists else { return true }
+                guard let from else { return false }
+                return try p.hasFact(at: from, orLaterOf: cls, chat, in: txn)
+            }
+            if try affects(.reads) { readRefolds[chat, default: []].formUnion(changed.keys) }
+            if try affects(.chatKeys) { mark(.chatKeys, chat) }
             // A message's decision reads only its sender's membership at its
             // HLC: only the messages of users whose membership changed, sent
             // while it did, are decided again, and the chat's messages are
@@ -374,8 +389,7 @@ struct FoldRun {
             // of a removed device takes no effect whatever the membership; a
             // device whose binding changed in this run had all its events
             // marked already (`deviceChanged`).
-            let spans = changed.compactMapValues { $0 }
-            guard let from = spans.values.map(\.from).min() else { continue }
+            guard let from else { continue }
             let until = spans.values.contains { $0.to == nil } ? nil : spans.values.compactMap(\.to).max()
             let prefix = Table.message.key(chat)
             try txn.scan(p.state, from: Table.message.key(chat, Codec.u64(from.rawValue))) { key, value in

@@ -55,7 +55,7 @@ struct FoldCostTests {
         try Self.expectRebuildAgrees(replica)
     }
 
-    @Test("a member removed or added again now decides again only the messages sent since, not the chat's history")
+    @Test("a member removed or added again now decides again only the messages and read markers since, not the chat's history")
     func membershipChangesNow() throws {
         let replica = try Replica(config: NetworkConfig())
         // Unbound keys act for themselves: Alice creates a chat with Bob.
@@ -69,6 +69,10 @@ struct FoldCostTests {
             history.append(try bob.sign(.messageSent, chatID, Payload.message(text: "message \(i)"), nowMillis: start + 1 + UInt64(i)))
         }
         try replica.deliver(history)
+        // And Bob marked each read (Alice's side of the chat is quiet).
+        for (i, message) in history.enumerated() {
+            try replica.deliver([try bob.sign(.chatRead, chatID, Payload.read(message: message.id, hlc: message.hlc), nowMillis: start + 300 + UInt64(i))])
+        }
         // Bob's message stamped after his removal arrives first, and takes effect until the removal does.
         let removal = try alice.sign(.chatMemberRemoved, chatID, Payload.member(bob.publicKey), nowMillis: start + 1_000)
         let late = try bob.sign(.messageSent, chatID, Payload.message(text: "after the removal"), nowMillis: start + 2_000)
@@ -87,6 +91,43 @@ struct FoldCostTests {
         try replica.deliver([again])
         #expect(replica.projections.factsReadByFolds.value - readBefore <= 4)
         #expect(try replica.projections.noEffect(of: late)?.code == "not_member")
+        try Self.expectRebuildAgrees(replica)
+    }
+
+    @Test("a membership change after a chat's key events re-folds none of them; one before a later key event does")
+    func membershipChangesAfterTheKeys() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let alice = FeedWriter(SigningKey.generate())
+        let bob = FeedWriter(SigningKey.generate())
+        let carol = FeedWriter(SigningKey.generate())
+        let start = Replica.nowMillis - 1_000_000
+        let chatID = alice.createdID([UInt8](repeating: 0xC9, count: 16))
+        try replica.deliver([try alice.sign(.chatCreated, chatID, Payload.chatCreated(members: [carol.publicKey]), nowMillis: start)])
+        // Each epoch wrapped to all three; Bob is not a member yet.
+        func key(_ writer: FeedWriter, epoch: Bytes32, at t: UInt64) throws -> Event {
+            let wraps = [alice.publicKey, bob.publicKey, carol.publicKey].sorted().flatMap { $0.bytes + Random.bytes(PayloadLimits.wrapBytes - 32) }
+            return try writer.sign(
+                .chatKey, chatID, [("epoch", .bytes(epoch.bytes)), ("wraps", .bytes(wraps)), ("ephemeral", .bytes(Random.bytes(32)))],
+                nowMillis: start + t)
+        }
+        for i in 0..<100 { try replica.deliver([try key(alice, epoch: Random.bytes32(), at: 1 + UInt64(i))]) }
+        // Carol's key event stamped after Bob's addition arrives before it:
+        // the addition then re-folds the keys, and Bob's wrap of it counts.
+        let lateEpoch = Random.bytes32()
+        let late = try key(carol, epoch: lateEpoch, at: 2_000)
+        let add = try alice.sign(.chatMemberAdded, chatID, Payload.member(bob.publicKey), nowMillis: start + 1_500)
+        try replica.deliver([late])
+        #expect(try !replica.projections.wraps(of: chatID, epoch: lateEpoch).contains { $0.device == bob.publicKey })
+        try replica.deliver([add])
+        #expect(try replica.projections.wraps(of: chatID, epoch: lateEpoch).contains { $0.device == bob.publicKey })
+        // Removed after every key event: none is read again.
+        let removal = try alice.sign(.chatMemberRemoved, chatID, Payload.member(bob.publicKey), nowMillis: start + 3_000)
+        let readAt = replica.projections.factsReadByFolds.value
+        try replica.deliver([removal])
+        let read = replica.projections.factsReadByFolds.value - readAt
+        // The chat's own facts: its creation, the addition and the removal.
+        #expect(read <= 4, "the removal's fold read \(read) facts: it re-folded the chat's keys")
+        #expect(try replica.projections.wraps(of: chatID, epoch: lateEpoch).contains { $0.device == bob.publicKey })
         try Self.expectRebuildAgrees(replica)
     }
 
