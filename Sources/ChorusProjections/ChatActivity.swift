@@ -171,6 +171,7 @@ extension Projections {
                     ? stored.unread
                     : try grown(stored.unread, by: added, in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
             } else {
+                unreadRecountsByFolds.add(1)
                 (unread, marker) = try unreadCount(in: chat, for: try filters.filter(for: user, in: txn, self), in: txn)
             }
             let value = activity.encoded(unread: unread, marker: marker)

@@ -107,30 +107,33 @@ extension FoldRun {
         }
 
         let chatKey = Table.chat.key(chat)
-        if let created {
-            let record = ChatRecord(
+        let oldRecord = bulk ? nil : try txn.get(p.state, chatKey)
+        let newRecord = created.map { created in
+            ChatRecord(
                 creator: created.creator, hlc: created.fact.hlc, createdBy: created.fact.id,
-                title: created.fact.readIfHeld(ChatCreatedPayload.self)?.title)
-            try putState(chatKey, record.encoded())
-        } else {
-            try deleteState(chatKey)
+                title: created.fact.readIfHeld(ChatCreatedPayload.self)?.title
+            ).encoded()
+        }
+        if newRecord != oldRecord {
+            if let newRecord { try putState(chatKey, newRecord) } else { try deleteState(chatKey) }
+            // Every member's entry shows the creation (its last activity, §7).
+            chatActivityChanged(chat)
         }
         // A bulk fold writes into empty state: no member is stored yet.
         var old: [PublicKey: [UInt8]] = [:]
+        var oldCurrent: Set<PublicKey> = []
         if !bulk {
-            var oldCurrent: [PublicKey] = []
             try txn.scan(p.state, prefix: Table.member.key(chat)) { key, value in
                 let user = try Codec.b32(key[33...], "member")
                 old[user] = value
-                if try Membership.decode(value).isCurrent { oldCurrent.append(user) }
+                if try Membership.decode(value).isCurrent { oldCurrent.insert(user) }
                 return true
             }
-            for user in oldCurrent {
-                try txn.delete(p.state, Table.userChat.key(user, chat))
-                _ = try txn.delete(p.index, IndexTable.chatActivity.key(user, chat))
-            }
         }
-        chatActivityChanged(chat)
+        func left(_ user: PublicKey) throws {
+            try txn.delete(p.state, Table.userChat.key(user, chat))
+            _ = try txn.delete(p.index, IndexTable.chatActivity.key(user, chat))
+        }
         var changed: [PublicKey: (from: HLC, to: HLC?)?] = [:]
         for (user, m) in members {
             let value = m.encoded()
@@ -140,12 +143,19 @@ extension FoldRun {
                 try putIndex(IndexTable.memberOf.key(user, chat), [])
                 try putState(Table.member.key(chat, user), value)
             }
-            if m.isCurrent { try putState(Table.userChat.key(user, chat), []) }
+            if m.isCurrent, !oldCurrent.contains(user) { try putState(Table.userChat.key(user, chat), []) }
+            if !m.isCurrent, oldCurrent.contains(user) { try left(user) }
         }
         for (user, value) in old {
             changed[user] = Membership.disagreement(try Membership.decode(value), nil)
             try txn.delete(p.state, Table.member.key(chat, user))
+            if oldCurrent.contains(user) { try left(user) }
         }
+        // The row lists the members; a joining member's entry is made, a
+        // leaving one's removed, at the write's end. The others' entries
+        // stay: their counts change only with the messages that take or
+        // lose effect, whose folds note it (§9.1).
+        if !changed.isEmpty { chatRowChanged(chat) }
         return changed
     }
 

@@ -46,7 +46,11 @@ package struct Projections: Sendable {
     /// once, not counted): what the
     /// tests count that hold an event's cost to what it changes, not to how
     /// many events name its object.
-    package let factsReadByFolds = FactReadCount()
+    package let factsReadByFolds = FoldCounter()
+    /// Chat-list entries whose unread count a commit's fold found again by
+    /// reading the chat's messages (§9.1), rather than kept or grown: what
+    /// the tests count that hold a membership change to the members it changed.
+    package let unreadRecountsByFolds = FoldCounter()
     package static let defaultRecentFactsMinimum = 32_768
     static let recentFactsRatio = 8
 
@@ -314,8 +318,9 @@ public enum Staleness: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// A count shared by every copy of a `Projections` (`factsReadByFolds`).
-package final class FactReadCount: Sendable {
+/// A count shared by every copy of a `Projections` (`factsReadByFolds`,
+/// `unreadRecountsByFolds`).
+package final class FoldCounter: Sendable {
     private let count = Atomic<Int>(0)
     package var value: Int { count.load(ordering: .relaxed) }
     func add(_ n: Int) { count.wrappingAdd(n, ordering: .relaxed) }

@@ -131,6 +131,31 @@ struct FoldCostTests {
         try Self.expectRebuildAgrees(replica)
     }
 
+    @Test("a member joining or leaving a large chat finds its own chat-list entry, not every member's unread count again")
+    func membershipChangesKeepTheOthersCounts() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let alice = FeedWriter(SigningKey.generate())
+        let others = (0..<50).map { _ in FeedWriter(SigningKey.generate()) }
+        let newcomer = FeedWriter(SigningKey.generate())
+        let start = Replica.nowMillis - 1_000_000
+        let chatID = alice.createdID([UInt8](repeating: 0xCA, count: 16))
+        try replica.deliver([try alice.sign(.chatCreated, chatID, Payload.chatCreated(members: others.map(\.publicKey)), nowMillis: start)])
+        try replica.deliver((0..<20).map { i in try alice.sign(.messageSent, chatID, Payload.message(text: "\(i)"), nowMillis: start + 1 + UInt64(i)) })
+        for (i, change) in [
+            try alice.sign(.chatMemberAdded, chatID, Payload.member(newcomer.publicKey), nowMillis: start + 100),
+            try alice.sign(.chatMemberRemoved, chatID, Payload.member(others[0].publicKey), nowMillis: start + 200),
+        ].enumerated() {
+            let before = replica.projections.unreadRecountsByFolds.value
+            try replica.deliver([change])
+            let recounts = replica.projections.unreadRecountsByFolds.value - before
+            #expect(recounts <= 1, "change \(i) found \(recounts) members' unread counts again")
+            #expect(try replica.chatActivityProblems().isEmpty)
+        }
+        #expect(try replica.projections.chatList(of: UserID(newcomer.publicKey)).first?.unread == 20)
+        #expect(try replica.projections.chatList(of: UserID(others[0].publicKey)).isEmpty)
+        try Self.expectRebuildAgrees(replica)
+    }
+
     @Test("an edit or deletion reads none of the edits named for its message before, by others or by the sender")
     func messageEdits() throws {
         let replica = try Replica(config: NetworkConfig())
