@@ -189,23 +189,37 @@ extension FoldRun {
             try decide(f, ChatRule.unknown(chat))
             return true
         }
-        let target: PublicKey = f.kind == .chatMemberAdded
-            ? try f.read(ChatMemberAddedPayload.self).user : try f.read(ChatMemberRemovedPayload.self).user
+        var added: ChatMemberAddedPayload? = nil
+        let target: PublicKey
+        if f.kind == .chatMemberAdded {
+            let payload = try f.read(ChatMemberAddedPayload.self)
+            (added, target) = (payload, payload.user)
+        } else {
+            target = try f.read(ChatMemberRemovedPayload.self).user
+        }
         let actor = try membership(chat, user)
         guard let actorIsMember = actor.map({ Self.isMember($0, atPlaceOf: f) }) ?? false else { return false }
-        // Whether the actor is an administrator at the event's place: known
-        // from the stored state only when nothing is merged after it.
-        var actorIsAdmin: Bool? = actorIsMember ? nil : false
-        if actorIsAdmin == nil, try !p.hasFact(after: f.order, of: .chat, chat, in: txn) { actorIsAdmin = actor?.admin ?? false }
+        // The stored state is the state at the event's place only when
+        // nothing is merged after it: then whether the actor is an
+        // administrator is known, and an event that takes effect is applied
+        // to the stored memberships as the whole fold would apply it.
+        let last = try !p.hasFact(after: f.order, of: .chat, chat, in: txn)
+        let actorIsAdmin: Bool? = !actorIsMember ? false : last ? actor?.admin ?? false : nil
         switch f.kind {
         case .chatMemberAdded:
-            guard actorIsAdmin == false else { return false }
-            try decide(f, ChatRule.notAdminToAdd)
+            guard let actorIsAdmin else { return false }
+            guard actorIsAdmin else {
+                try decide(f, ChatRule.notAdminToAdd)
+                return true
+            }
+            return try applyMembership(chat, f, of: target, joiningAsAdmin: added?.admin ?? false)
         case .chatMemberRemoved:
             if target == user {
-                guard !actorIsMember else { return false }
-                try decide(f, ChatRule.notMember(target))
-                return true
+                guard actorIsMember else {
+                    try decide(f, ChatRule.notMember(target))
+                    return true
+                }
+                return last ? try applyMembership(chat, f, of: target, joiningAsAdmin: nil) : false
             }
             guard let actorIsAdmin else { return false }
             guard actorIsAdmin else {
@@ -213,11 +227,47 @@ extension FoldRun {
                 return true
             }
             let removed = try membership(chat, target)
-            guard let targetIsMember = removed.map({ Self.isMember($0, atPlaceOf: f) }) ?? false, !targetIsMember else { return false }
-            try decide(f, ChatRule.notMember(target))
+            guard let targetIsMember = removed.map({ Self.isMember($0, atPlaceOf: f) }) ?? false else { return false }
+            guard targetIsMember else {
+                try decide(f, ChatRule.notMember(target))
+                return true
+            }
+            return last ? try applyMembership(chat, f, of: target, joiningAsAdmin: nil) : false
         default:
             throw ProjectionError.corrupt("\(f.kind.name) filed as a membership fact")
         }
+    }
+
+    /// Applies an effective addition (`joiningAsAdmin`: the payload's
+    /// `admin`) or removal of `target`, the chat's last membership event in
+    /// merge order, to the stored memberships, as `foldChat` would from all
+    /// of the chat's facts; false (fold whole) when the target's stored
+    /// intervals start or end at its HLC, which alone does not order them.
+    mutating func applyMembership(_ chat: ObjectID, _ f: Fact, of target: PublicKey, joiningAsAdmin admin: Bool?) throws -> Bool {
+        let before = try membership(chat, target)
+        if let before, before.intervals.contains(where: { $0.from == f.hlc || $0.to == f.hlc }) { return false }
+        var m = before ?? Membership(admin: admin ?? false, intervals: [])
+        if let admin {
+            m.admin = admin
+            if !m.isCurrent { m.intervals.append((f.hlc, nil)) }
+        } else {
+            guard m.isCurrent, let last = m.intervals.indices.last else {
+                try decide(f, ChatRule.notMember(target))
+                return true
+            }
+            m.intervals[last].to = f.hlc
+        }
+        try decide(f, nil)
+        guard m != before else { return true }
+        try putIndex(IndexTable.memberOf.key(target, chat), [])
+        try putState(Table.member.key(chat, target), m.encoded())
+        if m.isCurrent, before?.isCurrent != true { try putState(Table.userChat.key(target, chat), []) }
+        if !m.isCurrent, before?.isCurrent == true {
+            try txn.delete(p.state, Table.userChat.key(target, chat))
+            _ = try txn.delete(p.index, IndexTable.chatActivity.key(target, chat))
+        }
+        chatRowChanged(chat)
+        try membershipsChanged(in: chat, [target: Membership.disagreement(before, m)], existenceChanged: false)
         return true
     }
 

@@ -364,54 +364,58 @@ struct FoldRun {
         for chat in (dirty[.chat] ?? []).sorted() {
             let existed = try txn.get(p.state, Table.chat.key(chat)) != nil
             let changed = try foldChat(chat)
-            guard !changed.isEmpty else { continue }
-            let spans = changed.compactMapValues { $0 }
-            // A read marker's or key event's decision (and a key event's
-            // wraps) read the chat's existence and the memberships at its HLC
-            // alone: where the chat existed before and after, and none is
-            // stamped from the first moment a membership changed on, none is
-            // decided otherwise (a member who joins or leaves now re-folds
-            // none of the chat's markers or keys).
             let exists = try txn.get(p.state, Table.chat.key(chat)) != nil
-            let from = spans.values.map(\.from).min()
-            func affects(_ cls: ObjectClass) throws -> Bool {
-                guard existed == exists else { return true }
-                guard let from else { return false }
-                return try p.hasFact(at: from, orLaterOf: cls, chat, in: txn)
-            }
-            if try affects(.reads) { readRefolds[chat, default: []].formUnion(changed.keys) }
-            if try affects(.chatKeys) { mark(.chatKeys, chat) }
-            // A message's decision reads only its sender's membership at its
-            // HLC: only the messages of users whose membership changed, sent
-            // while it did, are decided again, and the chat's messages are
-            // read from the first of those moments only (a member who joins
-            // or leaves now costs nothing for the chat's history). A message
-            // of a removed device takes no effect whatever the membership; a
-            // device whose binding changed in this run had all its events
-            // marked already (`deviceChanged`).
-            guard let from else { continue }
-            let until = spans.values.contains { $0.to == nil } ? nil : spans.values.compactMap(\.to).max()
-            let prefix = Table.message.key(chat)
-            try txn.scan(p.state, from: Table.message.key(chat, Codec.u64(from.rawValue))) { key, value in
-                guard key.starts(with: prefix) else { return false }
-                guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
-                let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
-                if let until, hlc >= until { return false }
-                let send = try MessageEntry.send(of: value)
-                guard let sender = try actingUser(send.device, at: hlc), let span = spans[sender],
-                    span.from <= hlc, span.to.map({ hlc < $0 }) ?? true
-                else { return true }
-                let message = try Codec.b32(key.suffix(32), "message id")
-                mark(.message, message)
-                sentArrivals[message] = send.arrival
-                return true
-            }
+            try membershipsChanged(in: chat, changed, existenceChanged: existed != exists)
         }
         for user in usersWithChangedDevices.sorted() {
             try txn.scan(p.index, prefix: IndexTable.memberOf.key(user)) { key, _ in
                 mark(.chatKeys, try Codec.b32(key.suffix(32), "chat id"))
                 return true
             }
+        }
+    }
+
+    /// What a change of `chat`'s memberships (`changed`: each user's span
+    /// of time where it changed, nil when only `admin` did) decides again,
+    /// in the classes that fold after chats. A read marker's or key event's
+    /// decision (and a key event's wraps) read the chat's existence and the
+    /// memberships at its HLC alone: where the chat's existence did not
+    /// change and none is stamped from the first moment a membership changed
+    /// on, none is decided otherwise (a member who joins or leaves now
+    /// re-folds none of the chat's markers or keys). A message's decision
+    /// reads only its sender's membership at its HLC: only the messages of
+    /// users whose membership changed, sent while it did, are decided again,
+    /// and the chat's messages are read from the first of those moments
+    /// only. A message of a removed device takes no effect whatever the
+    /// membership; a device whose binding changed in this run had all its
+    /// events marked already (`deviceChanged`).
+    mutating func membershipsChanged(in chat: ObjectID, _ changed: [PublicKey: (from: HLC, to: HLC?)?], existenceChanged: Bool) throws {
+        guard !changed.isEmpty else { return }
+        let spans = changed.compactMapValues { $0 }
+        let from = spans.values.map(\.from).min()
+        func affects(_ cls: ObjectClass) throws -> Bool {
+            guard !existenceChanged else { return true }
+            guard let from else { return false }
+            return try p.hasFact(at: from, orLaterOf: cls, chat, in: txn)
+        }
+        if try affects(.reads) { readRefolds[chat, default: []].formUnion(changed.keys) }
+        if try affects(.chatKeys) { mark(.chatKeys, chat) }
+        guard let from else { return }
+        let until = spans.values.contains { $0.to == nil } ? nil : spans.values.compactMap(\.to).max()
+        let prefix = Table.message.key(chat)
+        try txn.scan(p.state, from: Table.message.key(chat, Codec.u64(from.rawValue))) { key, value in
+            guard key.starts(with: prefix) else { return false }
+            guard key.count == 73 else { throw ProjectionError.corrupt("message key of \(key.count) bytes") }
+            let hlc = HLC(rawValue: Codec.readU64(key[33..<41]))
+            if let until, hlc >= until { return false }
+            let send = try MessageEntry.send(of: value)
+            guard let sender = try actingUser(send.device, at: hlc), let span = spans[sender],
+                span.from <= hlc, span.to.map({ hlc < $0 }) ?? true
+            else { return true }
+            let message = try Codec.b32(key.suffix(32), "message id")
+            mark(.message, message)
+            sentArrivals[message] = send.arrival
+            return true
         }
     }
 

@@ -156,6 +156,29 @@ struct FoldCostTests {
         try Self.expectRebuildAgrees(replica)
     }
 
+    @Test("an administrator's addition, removal or a member's leaving, the chat's last membership event, reads none of the chat's earlier ones")
+    func effectiveMembershipEvents() throws {
+        let replica = try Replica(config: NetworkConfig())
+        let alice = FeedWriter(SigningKey.generate())
+        let start = Replica.nowMillis - 1_000_000
+        let chatID = alice.createdID([UInt8](repeating: 0xCB, count: 16))
+        try replica.deliver([try alice.sign(.chatCreated, chatID, Payload.chatCreated(members: []), nowMillis: start)])
+        let users = (0..<150).map { _ in FeedWriter(SigningKey.generate()) }
+        for (i, user) in users.enumerated() {
+            try replica.deliver([try alice.sign(.chatMemberAdded, chatID, Payload.member(user.publicKey), nowMillis: start + 1 + UInt64(i))])
+        }
+        let carol = FeedWriter(SigningKey.generate())
+        let add = try alice.sign(.chatMemberAdded, chatID, Payload.member(carol.publicKey, admin: true), nowMillis: start + 1_000)
+        let removal = try carol.sign(.chatMemberRemoved, chatID, Payload.member(users[0].publicKey), nowMillis: start + 1_001)
+        let leave = try users[1].sign(.chatMemberRemoved, chatID, Payload.member(users[1].publicKey), nowMillis: start + 1_002)
+        try Self.expectNoFactsRead(replica, [add, removal, leave], "the folds read the chat's earlier membership events")
+        for e in [add, removal, leave] { #expect(try replica.projections.noEffect(of: e) == nil) }
+        let members = try replica.projections.chat(chatID).chat.members.map { $0.user.raw }
+        #expect(members.contains(carol.publicKey) && !members.contains(users[0].publicKey) && !members.contains(users[1].publicKey))
+        #expect(try replica.chatActivityProblems().isEmpty)
+        try Self.expectRebuildAgrees(replica)
+    }
+
     @Test("an edit or deletion reads none of the edits named for its message before, by others or by the sender")
     func messageEdits() throws {
         let replica = try Replica(config: NetworkConfig())
