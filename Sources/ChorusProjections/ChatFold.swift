@@ -121,35 +121,24 @@ extension FoldRun {
         }
         // A bulk fold writes into empty state: no member is stored yet.
         var old: [PublicKey: [UInt8]] = [:]
-        var oldCurrent: Set<PublicKey> = []
         if !bulk {
             try txn.scan(p.state, prefix: Table.member.key(chat)) { key, value in
-                let user = try Codec.b32(key[33...], "member")
-                old[user] = value
-                if try Membership.decode(value).isCurrent { oldCurrent.insert(user) }
+                old[try Codec.b32(key[33...], "member")] = value
                 return true
             }
         }
-        func left(_ user: PublicKey) throws {
-            try txn.delete(p.state, Table.userChat.key(user, chat))
-            _ = try txn.delete(p.index, IndexTable.chatActivity.key(user, chat))
-        }
         var changed: [PublicKey: (from: HLC, to: HLC?)?] = [:]
         for (user, m) in members {
-            let value = m.encoded()
-            let before = old.removeValue(forKey: user)
-            if before != value {
-                changed[user] = Membership.disagreement(try before.map(Membership.decode), m)
-                try putIndex(IndexTable.memberOf.key(user, chat), [])
-                try putState(Table.member.key(chat, user), value)
-            }
-            if m.isCurrent, !oldCurrent.contains(user) { try putState(Table.userChat.key(user, chat), []) }
-            if !m.isCurrent, oldCurrent.contains(user) { try left(user) }
+            let stored = old.removeValue(forKey: user)
+            guard stored != m.encoded() else { continue }
+            let before = try stored.map(Membership.decode)
+            changed[user] = Membership.disagreement(before, m)
+            try replaceMembership(of: user, in: chat, before, with: m)
         }
         for (user, value) in old {
-            changed[user] = Membership.disagreement(try Membership.decode(value), nil)
-            try txn.delete(p.state, Table.member.key(chat, user))
-            if oldCurrent.contains(user) { try left(user) }
+            let before = try Membership.decode(value)
+            changed[user] = Membership.disagreement(before, nil)
+            try replaceMembership(of: user, in: chat, before, with: nil)
         }
         // The row lists the members; a joining member's entry is made, a
         // leaving one's removed, at the write's end. The others' entries
@@ -259,16 +248,29 @@ extension FoldRun {
         }
         try decide(f, nil)
         guard m != before else { return true }
-        try putIndex(IndexTable.memberOf.key(target, chat), [])
-        try putState(Table.member.key(chat, target), m.encoded())
-        if m.isCurrent, before?.isCurrent != true { try putState(Table.userChat.key(target, chat), []) }
-        if !m.isCurrent, before?.isCurrent == true {
-            try txn.delete(p.state, Table.userChat.key(target, chat))
-            _ = try txn.delete(p.index, IndexTable.chatActivity.key(target, chat))
-        }
+        try replaceMembership(of: target, in: chat, before, with: m)
         chatRowChanged(chat)
         try membershipsChanged(in: chat, [target: Membership.disagreement(before, m)], existenceChanged: false)
         return true
+    }
+
+    /// Stores `user`'s membership of `chat` (nil: none) in place of
+    /// `before`, with what follows from whether it is current: the
+    /// `userChat` entry, and the member's chat-list entry (§9.1) removed
+    /// when they leave (a joining member's is made at the write's end).
+    mutating func replaceMembership(of user: PublicKey, in chat: ObjectID, _ before: Membership?, with after: Membership?) throws {
+        if let after {
+            try putIndex(IndexTable.memberOf.key(user, chat), [])
+            try putState(Table.member.key(chat, user), after.encoded())
+        } else {
+            try txn.delete(p.state, Table.member.key(chat, user))
+        }
+        let (was, now) = (before?.isCurrent == true, after?.isCurrent == true)
+        if now, !was { try putState(Table.userChat.key(user, chat), []) }
+        if was, !now {
+            try txn.delete(p.state, Table.userChat.key(user, chat))
+            _ = try txn.delete(p.index, IndexTable.chatActivity.key(user, chat))
+        }
     }
 
     /// The merge order of the chat's effective creation: the record names its

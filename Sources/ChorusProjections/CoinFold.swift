@@ -283,19 +283,8 @@ extension FoldRun {
     /// plus every recorded credit at or after `order`, which join the queue.
     private func activateSupply(at order: MergeOrder, walk: inout LedgerWalk) throws {
         var credited = (walk.storedCredited ?? 0) + walk.creditedChange
-        let prefix = IndexTable.supplyCredit.key()
-        var later: [MergeOrder] = []
-        try txn.scan(p.index, from: prefix + order.bytes) { k, _ in
-            guard k.starts(with: prefix) else { return false }
-            later.append(try MergeOrder(bytes: k[1...]))
-            return true
-        }
-        for o in later {
-            guard let raw = try txn.get(p.state, Table.ledger.key(o)) else {
-                throw ProjectionError.corrupt("ledger index names a missing entry")
-            }
-            credited -= try LedgerEntry.decode(raw).credited
-            walk.push(o, dirty: false)
+        for entry in try recordedEntries(listedUnder: IndexTable.supplyCredit.key(), from: order, walk: &walk) {
+            credited -= entry.credited
         }
         guard credited >= 0, credited <= p.supplyLimit else { throw ProjectionError.corrupt("coins credited out of range before an entry") }
         walk.supplyLeft = p.supplyLimit - credited
@@ -312,22 +301,30 @@ extension FoldRun {
             return
         }
         var held = try txn.get(p.state, Table.rights.key(key)).map { Int64(Codec.readU64($0[...])) } ?? 0
-        let prefix = IndexTable.ledgerParty.key(key)
-        var later: [MergeOrder] = []
-        try txn.scan(p.index, from: prefix + order.bytes) { k, _ in
-            guard k.starts(with: prefix) else { return false }
-            later.append(try MergeOrder(bytes: k[33...]))
-            return true
-        }
-        for o in later {
-            guard let raw = try txn.get(p.state, Table.ledger.key(o)) else {
-                throw ProjectionError.corrupt("ledger index names a missing entry")
-            }
-            held -= try LedgerEntry.decode(raw).effect(on: key)
-            walk.push(o, dirty: false)
+        for entry in try recordedEntries(listedUnder: IndexTable.ledgerParty.key(key), from: order, walk: &walk) {
+            held -= entry.effect(on: key)
         }
         guard held >= 0 else { throw ProjectionError.corrupt("coin rights of \(key.short) below zero before an entry") }
         walk.rights[key] = held
+    }
+
+    /// The recorded entries at or after `order` that the index lists under
+    /// `prefix` (a key's entries, or the credits that depend on the
+    /// supply), in merge order; each joins the walk's queue.
+    private func recordedEntries(listedUnder prefix: [UInt8], from order: MergeOrder, walk: inout LedgerWalk) throws -> [LedgerEntry] {
+        var later: [MergeOrder] = []
+        try txn.scan(p.index, from: prefix + order.bytes) { k, _ in
+            guard k.starts(with: prefix) else { return false }
+            later.append(try MergeOrder(bytes: k[prefix.count...]))
+            return true
+        }
+        return try later.map { o in
+            guard let raw = try txn.get(p.state, Table.ledger.key(o)) else {
+                throw ProjectionError.corrupt("ledger index names a missing entry")
+            }
+            walk.push(o, dirty: false)
+            return try LedgerEntry.decode(raw)
+        }
     }
 
     private mutating func writeLedgerEntry(_ order: MergeOrder, old: LedgerEntry?, new entry: LedgerEntry) throws {

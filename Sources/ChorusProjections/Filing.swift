@@ -286,24 +286,18 @@ extension Projections {
     /// Whether either level holds a fact of `object` merged after `order`:
     /// one seek each.
     func hasFact(after order: MergeOrder, of cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> Bool {
-        let prefix = Self.factKeyPrefix(cls, object)
-        let from = Self.factKey(cls, object, order) + [0]
-        for db in [recentFacts, facts] {
-            var found = false
-            try txn.scanInPlace(db, from: from) { key, _ in
-                found = key.starts(with: prefix)
-                return false
-            }
-            if found { return true }
-        }
-        return false
+        try hasFactKey(Self.factKeyPrefix(cls, object), from: Self.factKey(cls, object, order) + [0], in: txn)
     }
 
     /// Whether `object` has a fact stamped at `hlc` or later (its keys'
     /// merge orders start with the HLC, §9.1): one seek in each level.
     func hasFact(at hlc: HLC, orLaterOf cls: ObjectClass, _ object: Bytes32, in txn: Transaction) throws -> Bool {
         let prefix = Self.factKeyPrefix(cls, object)
-        let from = prefix + Codec.u64(hlc.rawValue)
+        return try hasFactKey(prefix, from: prefix + Codec.u64(hlc.rawValue), in: txn)
+    }
+
+    /// Whether either level holds a fact key under `prefix` at or after `from`.
+    private func hasFactKey(_ prefix: [UInt8], from: [UInt8], in txn: Transaction) throws -> Bool {
         for db in [recentFacts, facts] {
             var found = false
             try txn.scanInPlace(db, from: from) { key, _ in
