@@ -249,7 +249,7 @@ extension FoldRun {
     private mutating func applySupply(_ decided: LedgerEntry, old: LedgerEntry?, at order: MergeOrder, walk: inout LedgerWalk) throws -> LedgerEntry {
         var entry = decided
         if walk.storedCredited == nil {
-            let stored = try txn.get(p.index, IndexTable.supply.key()).map { Codec.readU64($0[...]) } ?? 0
+            let stored = try p.coinsCredited(in: txn)
             guard stored <= UInt64(p.supplyLimit) else { throw ProjectionError.corrupt("coins credited beyond the supply's limit") }
             walk.storedCredited = Int64(stored)
         }

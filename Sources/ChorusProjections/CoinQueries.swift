@@ -41,7 +41,11 @@ extension Projections {
     /// The coins the effective credits add up to (Specs/projections.md
     /// §6.9): every coin ever issued, at most `supplyLimit`.
     package func coinsCredited() throws -> UInt64 {
-        try log.env.read { txn in try txn.get(index, IndexTable.supply.key()).map { Codec.readU64($0[...]) } ?? 0 }
+        try log.env.read { txn in try coinsCredited(in: txn) }
+    }
+
+    func coinsCredited(in txn: Transaction) throws -> UInt64 {
+        try txn.get(index, IndexTable.supply.key()).map { Codec.readU64($0[...]) } ?? 0
     }
 
     /// Spending rights of one device.
