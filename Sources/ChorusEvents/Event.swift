@@ -191,6 +191,10 @@ package struct Event: Hashable, Sendable {
     /// The event id: BLAKE2b-256 of `headerBytes` (Specs/events.md §3.3). Purging keeps it,
     /// and other events refer to this event by it.
     package let id: EventID
+    /// `payloadBytes` as decoded for the schema check of an event decoded
+    /// from an envelope, on the verifying cores: the writer's fold reads it
+    /// without decoding it again. Not part of the event's identity (`==`).
+    private let decodedPayload: CBORValue?
 
     /// Domain separation: a Chorus event signature can never be mistaken for
     /// a signature made for another purpose with the same key.
@@ -210,7 +214,20 @@ package struct Event: Hashable, Sendable {
     /// The decoded payload; nil when purged. Decoding cannot fail: the bytes
     /// were checked when the event was built or decoded.
     package var payload: CBORValue? {
-        payloadBytes.flatMap { try? CBORDecoder.decode($0) }
+        decodedPayload ?? payloadBytes.flatMap { try? CBORDecoder.decode($0) }
+    }
+
+    /// Equal when their bytes are: the header, signature and payload (a
+    /// decoded copy of the payload held or not).
+    package static func == (a: Event, b: Event) -> Bool {
+        a.id == b.id && a.headerBytes == b.headerBytes && a.signature == b.signature && a.payloadBytes == b.payloadBytes
+    }
+
+    /// Hashes what `==` compares.
+    package func hash(into hasher: inout Hasher) {
+        hasher.combine(id)
+        hasher.combine(signature)
+        hasher.combine(payloadBytes)
     }
 
     /// The message an event signature covers: `signingContext` followed by the
@@ -225,12 +242,16 @@ package struct Event: Hashable, Sendable {
         Blake2b.hash256(headerBytes)
     }
 
-    init(header: EventHeader, headerBytes: [UInt8], signature: [UInt8], payloadBytes: [UInt8]?, id: EventID? = nil) {
+    init(
+        header: EventHeader, headerBytes: [UInt8], signature: [UInt8], payloadBytes: [UInt8]?, id: EventID? = nil,
+        decodedPayload: CBORValue? = nil
+    ) {
         self.header = header
         self.headerBytes = headerBytes
         self.signature = signature
         self.payloadBytes = payloadBytes
         self.id = id ?? Event.computeID(headerBytes: headerBytes)
+        self.decodedPayload = payloadBytes == nil ? nil : decodedPayload
     }
 
     /// Builds and signs a new event, checking the payload against its schema first.
@@ -264,7 +285,9 @@ package struct Event: Hashable, Sendable {
     /// stores, so a purged event refilled from a copy whose signature was
     /// never checked keeps the signature the log verified (Specs/events.md §7.4).
     package func refilled(keeping stored: Event) -> Event {
-        Event(header: header, headerBytes: headerBytes, signature: stored.signature, payloadBytes: payloadBytes, id: id)
+        Event(
+            header: header, headerBytes: headerBytes, signature: stored.signature, payloadBytes: payloadBytes, id: id,
+            decodedPayload: decodedPayload)
     }
 
     /// The same event without its payload, as kept after a purge.
@@ -325,7 +348,10 @@ package struct Event: Hashable, Sendable {
             payloadBytes = p
             decodedPayload = payload
         }
-        return (Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes), decodedPayload)
+        return (
+            Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes, decodedPayload: decodedPayload),
+            decodedPayload
+        )
     }
 
     /// Strict Ed25519 verification of the header signature (Specs/events.md §5).

@@ -59,6 +59,12 @@ struct EventVectorTests {
         #expect(event.object.hex == v.object)
         #expect(event.payloadBytes == (v.payload_present ? hex(v.payload_hex) : nil))
         #expect(event.encoded() == hex(v.envelope_hex))
+        // The payload decoded for the schema check is the one the fold reads,
+        // and an event is the same whether it holds that copy or not.
+        #expect(event.payload == (v.payload_present ? try CBORDecoder.decode(hex(v.payload_hex)) : nil))
+        let unheld = Event(header: event.header, headerBytes: event.headerBytes, signature: event.signature, payloadBytes: event.payloadBytes)
+        #expect(unheld == event && unheld.hashValue == event.hashValue && unheld.payload == event.payload)
+        #expect(event.purged().payload == nil)
     }
 
     @Test("every known kind's typed payload reads the vector and builds the same bytes", arguments: try VectorFile.load().valid)

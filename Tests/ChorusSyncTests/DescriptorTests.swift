@@ -7,7 +7,10 @@ import Testing
 /// Specs/sync-transport.md §6a under a real descriptor limit: `chorus serve`
 /// in a child process with `ulimit -n 1024`, flooded with more idle TCP
 /// connections than it has descriptors, from a client without the network key.
-@Suite("Descriptor exhaustion", .closingNodes)
+/// One test (and one argument) at a time: each runs a server and a flood of
+/// over a thousand connections, and side by side on two cores under the whole
+/// suite's load, an honest sync of each was closed in its handshake.
+@Suite("Descriptor exhaustion", .serialized, .closingNodes)
 struct DescriptorTests {
     /// User plus system CPU seconds `pid` has used (/proc/PID/stat).
     static func cpuSeconds(_ pid: Int32) -> Double? {
