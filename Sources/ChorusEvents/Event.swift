@@ -305,22 +305,9 @@ package struct Event: Hashable, Sendable {
         return try decode(envelope: value)
     }
 
-    /// Decodes an envelope already parsed from a CBOR sequence.
+    /// Decodes an envelope already parsed from a CBOR sequence. The event
+    /// keeps the payload as decoded for its schema check (`payload`).
     package static func decode(envelope value: CBORValue) throws(EventError) -> Event {
-        try decodeWithPayload(envelope: value).event
-    }
-
-    /// `decode(_:)`, with the payload as it was decoded for its schema
-    /// check (nil when purged): a caller that reads the payload next need
-    /// not decode it again.
-    package static func decodeWithPayload(_ bytes: [UInt8]) throws(EventError) -> (event: Event, payload: CBORValue?) {
-        if bytes.count > EventLimits.maxEnvelopeBytes { throw .envelopeTooLarge(size: bytes.count) }
-        let value: CBORValue
-        do { value = try CBORDecoder.decode(bytes) } catch { throw .cbor(error, part: "envelope") }
-        return try decodeWithPayload(envelope: value)
-    }
-
-    static func decodeWithPayload(envelope value: CBORValue) throws(EventError) -> (event: Event, payload: CBORValue?) {
         guard let items = value.arrayValue, items.count == 3 else {
             throw .malformedEnvelope("an event must be an array of [header, signature, payload]")
         }
@@ -348,10 +335,7 @@ package struct Event: Hashable, Sendable {
             payloadBytes = p
             decodedPayload = payload
         }
-        return (
-            Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes, decodedPayload: decodedPayload),
-            decodedPayload
-        )
+        return Event(header: header, headerBytes: headerBytes, signature: signature, payloadBytes: payloadBytes, decodedPayload: decodedPayload)
     }
 
     /// Strict Ed25519 verification of the header signature (Specs/events.md §5).

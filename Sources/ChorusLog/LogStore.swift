@@ -581,12 +581,7 @@ public struct LogStore: Sendable {
     /// Decodes a stored envelope, re-applying the checks of
     /// Specs/events.md §7.1 (decoding); damage is reported as `corrupt`.
     package static func decodeEnvelope(_ raw: [UInt8], arrival: UInt64) throws -> Event {
-        try decodeEnvelopeWithPayload(raw, arrival: arrival).event
-    }
-
-    /// `decodeEnvelope`, with the payload as decoded for its schema check.
-    package static func decodeEnvelopeWithPayload(_ raw: [UInt8], arrival: UInt64) throws -> (event: Event, payload: CBORValue?) {
-        do { return try Event.decodeWithPayload(raw) } catch {
+        do { return try Event.decode(raw) } catch {
             throw LogError.corrupt("event at arrival \(arrival) does not decode: \(error)")
         }
     }

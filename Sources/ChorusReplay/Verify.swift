@@ -134,11 +134,10 @@ extension ReplayStore {
                 try rawSlice(since: since) { record -> (event: CheckedEvent?, finding: Finding?) in
                     // Locations are spelled out only for findings (`EventPlace`).
                     let event: Event
-                    let payload: CBORValue?
-                    do { (event, payload) = try LogStore.decodeEnvelopeWithPayload(record.bytes, arrival: record.arrival) } catch {
+                    do { event = try LogStore.decodeEnvelope(record.bytes, arrival: record.arrival) } catch {
                         return (nil, Finding(code: "undecodable", message: "\(error)", event: nil, location: "envelopes[\(record.arrival)]"))
                     }
-                    let checked = CheckedEvent(event, payload: payload)
+                    let checked = CheckedEvent(event)
                     guard event.verifySignature() else {
                         return (
                             checked,
@@ -371,11 +370,11 @@ struct CheckedEvent: Sendable {
     let purged: Bool
     let encryption: EncryptionAudit.Examined?
 
-    init(_ e: Event, payload: CBORValue?) {
+    init(_ e: Event) {
         link = FeedAudit.Link(e)
         kind = e.kind
         purged = e.payloadBytes == nil
-        encryption = EncryptionAudit.Examined(e, payload: payload)
+        encryption = EncryptionAudit.Examined(e, payload: e.payload)
     }
 }
 

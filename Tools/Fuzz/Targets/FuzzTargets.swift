@@ -71,9 +71,11 @@ package enum FuzzTarget: String, CaseIterable, Sendable {
     }
 
     static func event(_ data: [UInt8]) {
-        guard let (event, payload) = try? Event.decodeWithPayload(data) else { return }
+        guard let event = try? Event.decode(data) else { return }
         promise(event.encoded() == data, "an envelope that decodes must re-encode to the same bytes")
-        if let payload, let type = event.kind.payloadType {
+        // The payload the event keeps from its schema check is its bytes' decoding.
+        promise(event.payload == event.payloadBytes.flatMap { try? CBORDecoder.decode($0) }, "an event must keep the payload its bytes decode to")
+        if let payload = event.payload, let type = event.kind.payloadType {
             // The schema passed, so the typed reader must read it, and its
             // builder must give the same payload back (one byte string per payload).
             guard let typed = try? type.init(reading: payload) else { violated("a payload its schema accepts must read as its typed payload") }
