@@ -108,7 +108,7 @@ struct DescriptorTests {
         #expect(whoami.output.contains("\"user\""))
         // A peer syncs.
         _ = try await client.setProfile(.bio, .text("synced through the API flood"))
-        let report = try await bounded(.seconds(60), "a sync beside 1,100 idle API connections") {
+        let report = try await bounded(.seconds(120), "a sync beside 1,100 idle API connections") {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: port, options: .patient)
         }
         #expect(report.complete && report.eventsSent >= 1)
@@ -161,7 +161,7 @@ struct DescriptorTests {
 
         // The honest sync's duration with nothing else going on.
         var t0 = ContinuousClock.now
-        let quiet = try await bounded(.seconds(60), "a sync without the flood") { try await SyncNetwork.sync(client, host: "127.0.0.1", port: port, options: .patient) }
+        let quiet = try await bounded(.seconds(120), "a sync without the flood") { try await SyncNetwork.sync(client, host: "127.0.0.1", port: port, options: .patient) }
         let quietTime = t0.duration(to: .now)
         #expect(quiet.complete)
 
@@ -184,7 +184,7 @@ struct DescriptorTests {
         // An honest sync meanwhile, with something to carry.
         _ = try await client.setProfile(.bio, .text("synced through the flood"))
         t0 = ContinuousClock.now
-        let report = try await bounded(.seconds(60), "a sync beside 1,124 idle connections") {
+        let report = try await bounded(.seconds(120), "a sync beside 1,124 idle connections") {
             do {
                 return try await SyncNetwork.sync(client, host: "127.0.0.1", port: port, options: .patient)
             } catch let error as SecureConnectionError where error == .closedDuringHandshake || error == .refusedBeforeHandshake {

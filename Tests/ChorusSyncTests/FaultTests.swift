@@ -239,7 +239,7 @@ struct FaultTests {
         let session = try SyncSession(
             node: client, transport: TrackingTransport(inner: connection, tracker: tracker), options: options,
             peers: try PeerStore(node: client))
-        let first: Result<SyncReport, any Error> = try await bounded(.seconds(60), "first sync") {
+        let first: Result<SyncReport, any Error> = try await bounded(.seconds(120), "first sync") {
             do { return .success(try await session.run()) } catch { return .failure(error) }
         }
         let status = try await server.waitExit()

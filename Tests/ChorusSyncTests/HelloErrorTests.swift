@@ -26,7 +26,7 @@ struct HelloErrorTests {
         let run = Task { try await session.run() }
         try await peerSide.send(first)
         var frames: [SyncMessage] = []
-        _ = try await bounded(.seconds(60), "the server's answer") {
+        _ = try await bounded(.seconds(120), "the server's answer") {
             var out: [SyncMessage] = []
             while let frame = try? await peerSide.receive() {
                 if let m = try? SyncMessage.decode(frame) { out.append(m) }
@@ -52,7 +52,7 @@ struct HelloErrorTests {
         guard let syncError = try await sessionError(session) else { return }
         #expect(syncError.code == "timeout", "\(syncError)")
         // The connection is closed at the limit: the peer reads its end.
-        let end = try await bounded(.seconds(60), "the connection's end") { () async -> Bool in
+        let end = try await bounded(.seconds(120), "the connection's end") { () async -> Bool in
             while true {
                 do { if try await peerSide.receive() == nil { return true } } catch { return true }
             }
@@ -85,7 +85,7 @@ struct LocalFailureTests {
 /// The `SyncError` a session ends with; nil (with an issue recorded) when it
 /// completes or fails otherwise.
 func sessionError(_ session: SyncSession) async throws -> SyncError? {
-    let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(60), "the session's end") {
+    let outcome: Result<SyncReport, any Error> = try await bounded(.seconds(120), "the session's end") {
         do { return .success(try await session.run()) } catch { return .failure(error) }
     }
     guard case .failure(let error) = outcome, let syncError = error as? SyncError else {

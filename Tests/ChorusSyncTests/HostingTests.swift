@@ -28,7 +28,7 @@ struct HostingTests {
     }
 
     static func syncByLists(_ node: Node, hops: Int) async throws -> (plan: RelayPlan, results: [RelaySyncResult]) {
-        let (plan, results) = try await bounded(.seconds(60), "sync by relay lists") {
+        let (plan, results) = try await bounded(.seconds(120), "sync by relay lists") {
             try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: hops))
         }
         for r in results {
@@ -133,7 +133,7 @@ struct HostingTests {
         // --directory-interval): both directions, the directory only.
         func exchange(_ relay: ServedRelay) async throws -> SyncReport {
             let bootstraps = net.bootstrapRelays
-            let done = try await bounded(.seconds(60), "directory exchange") {
+            let done = try await bounded(.seconds(120), "directory exchange") {
                 await SyncNetwork.exchangeDirectory(relay.node, hostsListed: true, bootstrapRelays: bootstraps)
             }
             #expect(done.count == 1)
@@ -387,7 +387,7 @@ struct HostingTests {
         // follower in one sync...
         let memory = try RoutingMemory(node: alice)
         let turn = RelayPlan.isWaitingTurn(of: alice.identity.user, at: try memory.syncs())
-        let (plan, results) = try await bounded(.seconds(60), "alice's first sync") {
+        let (plan, results) = try await bounded(.seconds(120), "alice's first sync") {
             try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 1))
         }
         #expect(results.allSatisfy { if case .success = $0.outcome { true } else { false } })
@@ -395,7 +395,7 @@ struct HostingTests {
         #expect(first.count == (turn ? 1 : 0), "\(first.count) followers after one sync, plan \(plan.relays.map(\.reasons))")
         // ...and every one of them after a few, one more each turn.
         for _ in 0..<12 where try held().count < 5 {
-            _ = try await bounded(.seconds(60), "alice's later sync") {
+            _ = try await bounded(.seconds(120), "alice's later sync") {
                 try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 1))
             }
         }
@@ -421,7 +421,7 @@ struct HostingTests {
         for node in [alice, bob] { _ = try await Self.syncByLists(node, hops: 0) }
         _ = try await carol.follow(alice.identity.user)
         _ = try await carol.follow(bob.identity.user)
-        let (plan, results) = try await bounded(.seconds(60), "carol's sync") {
+        let (plan, results) = try await bounded(.seconds(120), "carol's sync") {
             try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1), maxConnections: 1)
         }
         #expect(Set(plan.relays.map(\.key)).isSuperset(of: [boot.key, r1.key, r2.key]) && plan.uncovered.isEmpty, "\(plan.relays)")
@@ -433,7 +433,7 @@ struct HostingTests {
         await r2.stop()
         _ = try await alice.setProfile(.bio, .text("later"))
         _ = try await Self.syncByLists(alice, hops: 0)
-        let (after, again) = try await bounded(.seconds(60), "carol's sync without relay 2") {
+        let (after, again) = try await bounded(.seconds(120), "carol's sync without relay 2") {
             try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1), maxConnections: 1)
         }
         #expect(after.uncovered == [bob.identity.user.raw], "\(after.uncovered)")

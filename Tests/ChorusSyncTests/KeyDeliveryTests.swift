@@ -25,7 +25,7 @@ struct KeyDeliveryTests {
         _ = try await alice.sendMessage(chat, text: "before Bob's device was known")
         let server = try SyncServer(node: alice, options: .patient)
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
-        let report = try await bounded(.seconds(60), "bob's one sync") {
+        let report = try await bounded(.seconds(120), "bob's one sync") {
             try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: .patient)
         }
         #expect(report.complete && report.sessions >= 2, "the key came in a follow-up session: \(report.sessions) sessions")
@@ -127,7 +127,7 @@ struct KeyDeliveryTests {
         }
         #expect(readable, "the title never became readable during the live session")
         live.cancel()
-        _ = try? await bounded(.seconds(60), "live end") { try await live.value }
+        _ = try? await bounded(.seconds(120), "live end") { try await live.value }
         await listener.shutdown()
         await server.shutdown()
         await alice.close()

@@ -186,7 +186,7 @@ struct BudgetTests {
         let (ta, tb) = MemoryTransport.pair(hungry.identity.device.raw, server.identity.device.raw)
         let client = try SyncSession(node: hungry, transport: ta, options: SyncOptions.patient, peers: nil)
         let serving = try SyncSession(node: server, transport: tb, options: options, peers: nil)
-        let (one, _) = try await bounded(.seconds(60), "one budgeted session") {
+        let (one, _) = try await bounded(.seconds(120), "one budgeted session") {
             async let c = client.run()
             async let s = serving.run()
             return (try await c, try await s)

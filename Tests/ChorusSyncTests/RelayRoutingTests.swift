@@ -40,7 +40,7 @@ struct RelayRoutingTests {
         _ = try await alice.setProfile(.bio, .text("Alice lives on relay 1"))
         _ = try await bob.setProfile(.bio, .text("Bob lives on relay 2"))
         for node in [alice, bob] {
-            let (plan, results) = try await bounded(.seconds(60), "publishing") {
+            let (plan, results) = try await bounded(.seconds(120), "publishing") {
                 try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0))
             }
             #expect(Set(plan.relays.map(\.reasons.first)) == ["own", "bootstrap"], "\(plan.relays)")
@@ -55,7 +55,7 @@ struct RelayRoutingTests {
         let before = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
         #expect(before.relays.map(\.key) == [boot.key] && before.unlisted.count == 2)
         // One sync: the bootstrap relay brings the lists, then each home relay is synced.
-        let (plan, results) = try await bounded(.seconds(60), "carol's sync") {
+        let (plan, results) = try await bounded(.seconds(120), "carol's sync") {
             try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1))
         }
         #expect(Set(plan.relays.map(\.key)) == [boot.key, r1.key, r2.key])
@@ -69,7 +69,7 @@ struct RelayRoutingTests {
         let dave = try await makeNode(dir, "dave", network: joined)
         _ = try await dave.follow(alice.identity.user)
         _ = try await dave.follow(bob.identity.user)
-        let (first, _) = try await bounded(.seconds(60), "dave's sync, one connection at a time") {
+        let (first, _) = try await bounded(.seconds(120), "dave's sync, one connection at a time") {
             try await SyncNetwork.syncByRelayLists(dave, scope: ReplicationScope(hops: 1), maxConnections: 1)
         }
         #expect(Set(first.relays.map(\.key)) == [boot.key, r1.key, r2.key], "\(first.relays)")
@@ -80,7 +80,7 @@ struct RelayRoutingTests {
         // A list naming the wrong key for an address: that relay is refused, the others still sync.
         let impostor = SigningKey.generate().publicKey
         _ = try await bob.setRelays([Relay(address: r1.address, key: impostor, roles: .all)])
-        let pinned = try await bounded(.seconds(60), "a pinned key that does not match") {
+        let pinned = try await bounded(.seconds(120), "a pinned key that does not match") {
             await SyncNetwork.syncRouted(
                 bob, plan: RelayPlan(relays: [.init(address: r1.address, key: impostor, covers: [], reasons: ["own"])], uncovered: [], unlisted: []))
         }
@@ -106,19 +106,19 @@ struct RelayRoutingTests {
         let carol = try await makeNode(dir, "carol", network: net)
         _ = try await alice.setRelays([Relay(address: old.address, key: old.key, roles: .all)])
         _ = try await alice.setProfile(.bio, .text("before the move"))
-        _ = try await bounded(.seconds(60), "alice publishes") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        _ = try await bounded(.seconds(120), "alice publishes") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
         _ = try await carol.follow(alice.identity.user)
-        _ = try await bounded(.seconds(60), "carol follows") { try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1)) }
+        _ = try await bounded(.seconds(120), "carol follows") { try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1)) }
         #expect(try Self.bio(carol, of: alice.identity.user) == "before the move")
 
         // Alice moves: her list names the new relay only, and the old one goes away.
         _ = try await alice.setRelays([Relay(address: new.address, key: new.key, roles: .all)])
         _ = try await alice.setProfile(.bio, .text("after the move"))
-        let (moved, _) = try await bounded(.seconds(60), "alice moves") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        let (moved, _) = try await bounded(.seconds(120), "alice moves") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
         // The old relay is told of the move (its list), so followers who know only the old list find it there.
         #expect(moved.relays.map(\.key).contains(new.key) && moved.relays.first { $0.key == old.key }?.reasons == ["former"], "\(moved.relays)")
         #expect(try old.node.projections.relays(of: alice.identity.user)?.relays.map(\.key) == [new.key])
-        let (after, _) = try await bounded(.seconds(60), "alice again") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        let (after, _) = try await bounded(.seconds(120), "alice again") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
         #expect(!after.relays.contains { $0.key == old.key }, "a former relay that took the list is not met again: \(after.relays)")
         // The new relay holds her whole history, from her own device.
         #expect(try new.node.head(of: alice.identity.device.raw) == alice.head(of: alice.identity.device.raw))
@@ -126,7 +126,7 @@ struct RelayRoutingTests {
         await old.stop()
 
         // Carol's next sync finds Alice at the new relay, through the list the bootstrap relay now holds.
-        let (plan, results) = try await bounded(.seconds(60), "carol after the move") {
+        let (plan, results) = try await bounded(.seconds(120), "carol after the move") {
             try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1))
         }
         #expect(plan.relays.contains { $0.key == new.key && $0.covers == [alice.identity.user.raw] })
@@ -156,7 +156,7 @@ struct RelayRoutingTests {
         _ = try await bob.setRelays([r2.relay(.all)])
         _ = try await alice.setProfile(.bio, .text("Alice on relays 1 and 3"))
         _ = try await bob.setProfile(.bio, .text("Bob on relay 2"))
-        for node in [alice, bob] { _ = try await bounded(.seconds(60), "publishing") { try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0)) } }
+        for node in [alice, bob] { _ = try await bounded(.seconds(120), "publishing") { try await SyncNetwork.syncByRelayLists(node, scope: ReplicationScope(hops: 0)) } }
         _ = try await carol.follow(alice.identity.user)
         _ = try await carol.follow(bob.identity.user)
         // Carol holds the lists (the user keys' feeds), not the users' device feeds.
@@ -169,7 +169,7 @@ struct RelayRoutingTests {
         // Each relay brings the users it covers; the bootstrap relay, covering no one, brings neither.
         let plan = try RelayPlan.make(for: carol, scope: ReplicationScope(hops: 1))
         #expect(Set(plan.relays.map(\.key)) == [boot.key, r1.key, r2.key], "\(plan.relays)")
-        let results = try await bounded(.seconds(60), "shared sync") { await SyncNetwork.syncRouted(carol, plan: plan, options: SyncOptions(scope: ReplicationScope(hops: 1))) }
+        let results = try await bounded(.seconds(120), "shared sync") { await SyncNetwork.syncRouted(carol, plan: plan, options: SyncOptions(scope: ReplicationScope(hops: 1))) }
         func received(_ relay: ServedRelay, in results: [RelaySyncResult]) -> Int? {
             results.filter { $0.relay.key == relay.key }.compactMap { if case .success(let r) = $0.outcome { r.eventsReceived } else { nil } }.first
         }
@@ -181,9 +181,9 @@ struct RelayRoutingTests {
 
         // Relay 1 goes away: Alice is covered by relay 3 within the same sync.
         _ = try await alice.setProfile(.bio, .text("Alice, later"))
-        _ = try await bounded(.seconds(60), "alice publishes to relay 3") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
+        _ = try await bounded(.seconds(120), "alice publishes to relay 3") { try await SyncNetwork.syncByRelayLists(alice, scope: ReplicationScope(hops: 0)) }
         await r1.stop()
-        let (final, all) = try await bounded(.seconds(60), "carol with relay 1 gone") {
+        let (final, all) = try await bounded(.seconds(120), "carol with relay 1 gone") {
             try await SyncNetwork.syncByRelayLists(carol, scope: ReplicationScope(hops: 1))
         }
         #expect(try Self.bio(carol, of: alice.identity.user) == "Alice, later")

@@ -43,7 +43,7 @@ func syncPair(
     let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
     let sa = try SyncSession(node: a, transport: ta, options: optionsA, peers: remember ? try PeerStore(node: a) : nil)
     let sb = try SyncSession(node: b, transport: tb, options: optionsB, peers: remember ? try PeerStore(node: b) : nil)
-    return try await bounded(.seconds(60), "sync") {
+    return try await bounded(.seconds(120), "sync") {
         async let ra = sa.run()
         async let rb = sb.run()
         return (try await ra, try await rb)
@@ -57,7 +57,7 @@ func syncPairResults(
     let (ta, tb) = MemoryTransport.pair(a.identity.device.raw, b.identity.device.raw, capacity: capacity, cutAfterFrames: cutAfterFrames)
     let sa = try SyncSession(node: a, transport: ta, options: .patient, peers: try PeerStore(node: a))
     let sb = try SyncSession(node: b, transport: tb, options: .patient, peers: try PeerStore(node: b))
-    return try await bounded(.seconds(60), "sync") {
+    return try await bounded(.seconds(120), "sync") {
         async let ra: Result<SyncReport, any Error> = { do { return .success(try await sa.run()) } catch { return .failure(error) } }()
         async let rb: Result<SyncReport, any Error> = { do { return .success(try await sb.run()) } catch { return .failure(error) } }()
         return (await ra, await rb)
@@ -65,7 +65,7 @@ func syncPairResults(
 }
 
 /// Polls `condition` until it holds or `limit` passes.
-func eventually(_ limit: Duration = .seconds(60), _ condition: () throws -> Bool) async throws -> Bool {
+func eventually(_ limit: Duration = .seconds(120), _ condition: () throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + limit
     while ContinuousClock.now < deadline {
         if try condition() { return true }

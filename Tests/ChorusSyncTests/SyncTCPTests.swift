@@ -73,7 +73,7 @@ struct ConnectionLimitTests {
         // evicts it, which is the policy, not a failure.
         #expect(try await eventually(.seconds(30)) { closedByServer() >= 40 - 8 }, "only \(closedByServer()) closed")
         // The honest peer still completes its sync: it evicts the oldest idle one.
-        let report = try await bounded(.seconds(60), "an honest sync beside idle connections") {
+        let report = try await bounded(.seconds(120), "an honest sync beside idle connections") {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port, options: .patient)
         }
         #expect(report.complete)

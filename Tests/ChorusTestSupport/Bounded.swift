@@ -9,7 +9,7 @@ public struct BoundExceeded: Error, CustomStringConvertible {
 /// Fails the test instead of hanging when `body` takes longer than `limit`.
 /// A limit catches a hang, not slowness: in a full parallel test run on two
 /// cores, a sync that takes 0.5 s alone has taken over 30 s, so limits on
-/// network work are 60 s or more.
+/// network work are 120 s (a 5 s blob sync once passed 60 s there).
 public func bounded<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask { try await body() }
