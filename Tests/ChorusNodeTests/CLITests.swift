@@ -289,7 +289,7 @@ struct CLITests {
         for _ in 0..<1200 where process.isRunning { try await Task.sleep(for: .milliseconds(25)) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? input.fileHandleForWriting.close()
-        await process.exit(within: .seconds(30))
+        await process.exit(within: .seconds(120))
         #expect(process.terminationStatus == 128 + SIGTERM)
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "a temporary file was left behind")
     }

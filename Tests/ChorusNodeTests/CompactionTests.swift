@@ -90,7 +90,7 @@ struct CompactionTests {
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) == bytes)
         try input.fileHandleForWriting.close()
-        #expect(await holder.exit(within: .seconds(60)), "the lock holder did not end once its input closed")
+        #expect(await holder.exit(within: .seconds(120)), "the lock holder did not end once its input closed")
 
         // Once it has gone, `chorus compact` goes ahead.
         let compacted = try await runCommand(try productPath("chorus"), ["compact", "--store", path, "--json"])

@@ -100,7 +100,7 @@ struct ManyRelaysProcessTests {
         // to, relays 1-3 from relay 0 in their directory exchanges.
         for r in relays {
             for (i, user) in users.enumerated() {
-                let shown = try await waitFor(.seconds(30), "relay \(r.store) to hold the list of u\(i)") {
+                let shown = try await waitFor(.seconds(120), "relay \(r.store) to hold the list of u\(i)") {
                     let out = try await cli(["relays", "show", user, "--store", r.store])
                     return out.contains("No relay list") ? nil : out
                 }

@@ -76,7 +76,7 @@ final class ServerProcess: Sendable {
     /// cooperative thread is held); returns its status, nil when it had to
     /// be killed.
     @discardableResult
-    func stop(within limit: Duration = .seconds(60)) async -> Int32? {
+    func stop(within limit: Duration = .seconds(120)) async -> Int32? {
         guard process.isRunning else { return process.terminationStatus }
         process.terminate()
         return await process.exit(within: limit) ? process.terminationStatus : nil

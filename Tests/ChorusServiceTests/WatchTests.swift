@@ -187,7 +187,7 @@ struct WatchTests {
         // A second watcher of the same kind ends when its connection closes.
         let other = try await StreamWatcher.start(on: channel, held: nil)
         try await channel.close()
-        try await bounded(.seconds(30), "the watch to end on close") { await other.done() }
+        try await bounded(.seconds(120), "the watch to end on close") { await other.done() }
     }
 
     @Test("a server that stops ends its open watches: the response ends cleanly (chunked, its last chunk sent) and shutdown does not wait for the clients")
@@ -206,9 +206,9 @@ struct WatchTests {
             }
             return (status, headers, text)
         }
-        _ = try await waitFor(.seconds(30), "the first event", every: .milliseconds(20)) { firstEvent.isSet ? true : nil }
-        try await bounded(.seconds(30), "the server's shutdown with a watch open") { await serving.shutdown() }
-        let (status, headers, text) = try await bounded(.seconds(30), "the watch's end") { try await watch.value }
+        _ = try await waitFor(.seconds(120), "the first event", every: .milliseconds(20)) { firstEvent.isSet ? true : nil }
+        try await bounded(.seconds(120), "the server's shutdown with a watch open") { await serving.shutdown() }
+        let (status, headers, text) = try await bounded(.seconds(120), "the watch's end") { try await watch.value }
         #expect(status == 200 && text.hasPrefix("id: "), "\(status) \(text)")
         #expect(headers.contains { $0.0.lowercased() == "transfer-encoding" && $0.1.lowercased() == "chunked" }, "\(headers)")
         await node.close()
@@ -221,11 +221,11 @@ struct WatchTests {
         let node = opened(try await Node.create(at: dir.store("app"), network: NetworkConfig()))
         let serving = try await node.serveAPI()
         let api = APIClient(.socket(inStore: dir.store("app")))
-        let first = try #require(try await bounded(.seconds(30), "the first event") { try await Self.events(api, [], count: 1) }.first)
+        let first = try #require(try await bounded(.seconds(120), "the first event") { try await Self.events(api, [], count: 1) }.first)
         let id = String(first.split(separator: "\n")[0].dropFirst(4))
         #expect(id.count == 24 && first.contains("data: {\"user\":"), "\(first)")
         // Reconnecting with that id: the next event is the change, not the answer already held.
-        let resumed = try await bounded(.seconds(30), "the resumed watch") {
+        let resumed = try await bounded(.seconds(120), "the resumed watch") {
             try await Self.events(api, [("Last-Event-ID", id)], count: 1) {
                 try await Task.sleep(for: .milliseconds(200))
                 _ = try await node.setProfile(.bio("changed while away"))

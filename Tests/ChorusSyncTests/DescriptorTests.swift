@@ -75,7 +75,7 @@ struct DescriptorTests {
         let (server, port) = try await ChorusProcess.serve(store: serverPath, extra: ["--api-listen", "127.0.0.1:0"], fileLimit: 1024)
         defer { server.kill() }
         var apiPort: Int?
-        _ = try await eventually(.seconds(20)) {
+        _ = try await eventually(.seconds(120)) {
             for line in server.lines.all {
                 if let r = line.range(of: "local API on 127.0.0.1:") { apiPort = Int(line[r.upperBound...].prefix { $0.isNumber }) }
             }
@@ -104,7 +104,7 @@ struct DescriptorTests {
 
         // The owner's command, through the Unix socket, answers at once.
         let whoami = try ChorusProcess(["whoami", "--json", "--store", serverPath])
-        #expect(try await whoami.waitExit(.seconds(20)) == 0, "\(whoami.lines.all)")
+        #expect(try await whoami.waitExit(.seconds(120)) == 0, "\(whoami.lines.all)")
         #expect(whoami.output.contains("\"user\""))
         // A peer syncs.
         _ = try await client.setProfile(.bio, .text("synced through the API flood"))

@@ -92,7 +92,7 @@ final class ChorusProcess: @unchecked Sendable {
     static func serve(store: String, extra: [String] = [], fileLimit: Int? = nil) async throws -> (ChorusProcess, Int) {
         let p = try ChorusProcess(["serve", "--store", store, "--listen", "127.0.0.1:0"] + extra, fileLimit: fileLimit)
         var port: Int? = nil
-        _ = try await eventually(.seconds(20)) {
+        _ = try await eventually(.seconds(120)) {
             for line in p.lines.all {
                 if let r = line.range(of: "listening on 127.0.0.1:") {
                     port = Int(line[r.upperBound...].prefix { $0.isNumber })
@@ -115,13 +115,13 @@ final class ChorusProcess: @unchecked Sendable {
     /// lines to be in `lines` (the reader may still hold them when the
     /// process is gone); SIGKILLs it after `limit`.
     @discardableResult
-    func waitExit(_ limit: Duration = .seconds(20)) async throws -> Int32 {
+    func waitExit(_ limit: Duration = .seconds(120)) async throws -> Int32 {
         if !(try await eventually(limit) { !process.isRunning }) {
             kill()
-            _ = try await eventually(.seconds(30)) { !process.isRunning }
+            _ = try await eventually(.seconds(120)) { !process.isRunning }
             throw SyncTestFailure("chorus \(process.arguments ?? []) did not exit within \(limit); its last lines: \(lines.all.suffix(8))")
         }
-        guard try await eventually(.seconds(10), { drained.isSet }) else {
+        guard try await eventually(.seconds(120), { drained.isSet }) else {
             throw SyncTestFailure("chorus \(process.arguments ?? []) exited, but its stderr did not reach its end")
         }
         return process.terminationStatus
@@ -271,7 +271,7 @@ struct FaultTests {
         // Second sync, both sides as processes: complete, no duplicates.
         let (server2, port2) = try await ChorusProcess.serve(store: serverPath)
         let sync = try ChorusProcess(["sync", "127.0.0.1:\(port2)", "--store", clientPath, "--json"])
-        let syncStatus = try await sync.waitExit(.seconds(60))
+        let syncStatus = try await sync.waitExit(.seconds(120))
         let output = sync.output
         #expect(syncStatus == 0, "\(sync.lines.all)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any], "\(output)")
@@ -341,14 +341,14 @@ struct FaultTests {
         #expect(try digest(honest) == digest(node))
 
         // The stalled session ends with idle_timeout; the peer is not banned.
-        #expect(try await eventually(.seconds(60)) { lines.all.contains { $0.contains("[idle_timeout]") } }, "\(lines.all)")
+        #expect(try await eventually(.seconds(120)) { lines.all.contains { $0.contains("[idle_timeout]") } }, "\(lines.all)")
         #expect(server.bans.refusal(stalledKey.publicKey) == nil)
         watcher.cancel()
         await watcher.value
         // Bounded: the outbox cap (2 MiB, then a frame of at most 256 KiB) plus small messages, never the 5 MB requested.
         let worst = peak.withLock { $0 }
         #expect(worst > 0 && worst < 3 << 20, "peak queued bytes \(worst)")
-        #expect(try await eventually(.seconds(30)) { server.activeSessions == 0 })
+        #expect(try await eventually(.seconds(120)) { server.activeSessions == 0 })
         await stalled.close()
         await listener.shutdown()
         await server.shutdown()
@@ -384,7 +384,7 @@ struct FaultTests {
         // Its session is running before anything else starts: on a loaded
         // machine the server's side of the handshake can otherwise still be
         // pending (and under its 10 s handshake timeout) when the checks run.
-        #expect(try await eventually(.seconds(30)) { server.activeSessions == 1 }, "the silent peer's session never started: \(lines.all)")
+        #expect(try await eventually(.seconds(120)) { server.activeSessions == 1 }, "the silent peer's session never started: \(lines.all)")
         // An oversized frame after the hello (the sender's own limit allows it, the server's does not).
         let bigKey = SigningKey.generate()
         let big = try await bounded(.seconds(120), "connect") {
@@ -410,7 +410,7 @@ struct FaultTests {
         _ = try await p1.addPicture(pictureBytes(9, size: 100_000), mime: "image/png").object
         #expect(await p2.ingest(events: try manyEvents(feeds: 2, perFeed: 300, seed: 5)).accepted == 600)
         let started = ContinuousClock.now
-        try await bounded(.seconds(90), "honest syncs") {
+        try await bounded(.seconds(120), "honest syncs") {
             async let r1 = SyncNetwork.sync(p1, host: "127.0.0.1", port: port, options: .patient)
             async let r2 = SyncNetwork.sync(p2, host: "127.0.0.1", port: port, options: .patient)
             let (a, b) = try await (r1, r2)
@@ -428,7 +428,7 @@ struct FaultTests {
 
         // The hostile peers were cut, logged with their codes, and refused.
         #expect(
-            try await eventually(.seconds(30)) {
+            try await eventually(.seconds(120)) {
                 let all = lines.all
                 return all.contains { $0.contains("[frame_too_large]") } && all.contains { $0.contains("[malformed_message]") }
             }, "\(lines.all)")

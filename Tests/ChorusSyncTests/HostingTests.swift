@@ -72,7 +72,7 @@ struct HostingTests {
         // Carol, listed nowhere, syncs straight with relay 1: only her user
         // key's feed (her binding) is kept, and the session is not a fault.
         _ = try await carol.setProfile(.bio, .text("Carol, unlisted"))
-        let direct = try await bounded(.seconds(30), "carol's direct sync") {
+        let direct = try await bounded(.seconds(120), "carol's direct sync") {
             try await SyncNetwork.sync(carol, host: "127.0.0.1", port: r1.listener.port, options: .patient)
         }
         #expect(direct.complete)
@@ -201,7 +201,7 @@ struct HostingTests {
         // there (a sync straight with it), and takes nothing of hers after.
         for text in ["told the old relay", "after that"] {
             _ = try await alice.setProfile(.bio, .text(text))
-            _ = try await bounded(.seconds(30), "alice syncs with the old relay") {
+            _ = try await bounded(.seconds(120), "alice syncs with the old relay") {
                 try await SyncNetwork.sync(alice, host: "127.0.0.1", port: old.listener.port, options: .patient)
             }
         }

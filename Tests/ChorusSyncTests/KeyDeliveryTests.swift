@@ -121,7 +121,7 @@ struct KeyDeliveryTests {
         let server = try SyncServer(node: alice, options: .patient(live: true))
         let listener = try await server.listen(host: "127.0.0.1", port: 0)
         let live = Task { try await SyncNetwork.sync(bob, host: "127.0.0.1", port: listener.port, options: .patient(live: true)) }
-        let readable = try await eventually(.seconds(60)) {
+        let readable = try await eventually(.seconds(120)) {
             guard let view = try bob.projections.chatView(chat) else { return false }
             return try bob.readableChat(view).title?.value == "Live"
         }

@@ -6,7 +6,7 @@ import Testing
 @discardableResult
 func chorusOK(_ arguments: String...) async throws -> String {
     let p = try ChorusProcess(arguments)
-    let status = try await p.waitExit(.seconds(60))
+    let status = try await p.waitExit(.seconds(120))
     let out = p.output
     #expect(status == 0, "chorus \(arguments.joined(separator: " ")): \(p.lines.all.joined(separator: "\n"))")
     return out

@@ -71,7 +71,7 @@ struct ConnectionLimitTests {
         // takes the connection later), so wait until the server has seen all
         // forty: otherwise a late one is younger than the honest peer and
         // evicts it, which is the policy, not a failure.
-        #expect(try await eventually(.seconds(30)) { closedByServer() >= 40 - 8 }, "only \(closedByServer()) closed")
+        #expect(try await eventually(.seconds(120)) { closedByServer() >= 40 - 8 }, "only \(closedByServer()) closed")
         // The honest peer still completes its sync: it evicts the oldest idle one.
         let report = try await bounded(.seconds(120), "an honest sync beside idle connections") {
             try await SyncNetwork.sync(client, host: "127.0.0.1", port: listener.port, options: .patient)
@@ -80,7 +80,7 @@ struct ConnectionLimitTests {
         #expect(try client.head(of: server.identity.device.raw) != nil)
         // The server holds at most 8 idle ones: the others were closed (EOF
         // here), and the honest sync evicted one more.
-        #expect(try await eventually(.seconds(30)) { closedByServer() >= 40 - 8 + 1 }, "only \(closedByServer()) closed")
+        #expect(try await eventually(.seconds(120)) { closedByServer() >= 40 - 8 + 1 }, "only \(closedByServer()) closed")
         await listener.shutdown()
         await sync.shutdown()
         await server.close()

@@ -134,7 +134,7 @@ struct TransportPartsTests {
             }
         }
         // Nothing is taken: the first put waits.
-        _ = try await waitFor(.seconds(30), "the first frame to wait", every: .milliseconds(2)) { box.waiting.element ? true : nil }
+        _ = try await waitFor(.seconds(120), "the first frame to wait", every: .milliseconds(2)) { box.waiting.element ? true : nil }
         #expect(delivered.value == 0)
         #expect(try await box.take() == [0])
         #expect(try await box.take() == [1])
@@ -143,7 +143,7 @@ struct TransportPartsTests {
         #expect(delivered.value == 3)
         // A second reader while one waits is refused; the end wakes the waiting one.
         let reader = Task { try await box.take() }
-        _ = try await waitFor(.seconds(30), "the reader to wait", every: .milliseconds(2)) { box.waiting.consumer ? true : nil }
+        _ = try await waitFor(.seconds(120), "the reader to wait", every: .milliseconds(2)) { box.waiting.consumer ? true : nil }
         await #expect(throws: SecureConnectionError.concurrentReceive) { try await box.take() }
         box.finish(.failure(.connectionLost))
         await #expect(throws: SecureConnectionError.connectionLost) { try await reader.value }
@@ -154,7 +154,7 @@ struct TransportPartsTests {
         // A frame put before a clean end is still taken, then nil.
         let clean = Handoff<[UInt8], SecureConnectionError>(busy: .concurrentReceive)
         let last = Task { await clean.put([4]) }
-        _ = try await waitFor(.seconds(30), "the frame to wait", every: .milliseconds(2)) { clean.waiting.element ? true : nil }
+        _ = try await waitFor(.seconds(120), "the frame to wait", every: .milliseconds(2)) { clean.waiting.element ? true : nil }
         clean.finish(.success(()))
         await last.value
         #expect(try await clean.take() == [4])
@@ -176,7 +176,7 @@ struct TransportPartsTests {
                     gate.release()
                 })
             // Each waiter queued before the next starts.
-            _ = try await waitFor(.seconds(30), "waiter \(k) to queue", every: .milliseconds(2)) { gate.waiters == k + 1 ? true : nil }
+            _ = try await waitFor(.seconds(120), "waiter \(k) to queue", every: .milliseconds(2)) { gate.waiters == k + 1 ? true : nil }
         }
         #expect(order.list.isEmpty)
         gate.release()
@@ -185,7 +185,7 @@ struct TransportPartsTests {
         // Held again, then closed: a waiter goes through at once, and so does a new one.
         #expect(gate.tryAcquire())
         let blocked = Task { await gate.acquire() }
-        _ = try await waitFor(.seconds(30), "the waiter to queue", every: .milliseconds(2)) { gate.waiters == 1 ? true : nil }
+        _ = try await waitFor(.seconds(120), "the waiter to queue", every: .milliseconds(2)) { gate.waiters == 1 ? true : nil }
         gate.close()
         await blocked.value
         await gate.acquire()

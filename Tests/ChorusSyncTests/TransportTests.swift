@@ -217,7 +217,7 @@ struct TransportTests {
         // connection cannot spin the event loop), then registered again.
         #expect(try await !autoRead())
         let client = Task { try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: configuration(network: network)) }
-        #expect(try await eventually(.seconds(30)) { (try? channel.getOption(.autoRead).wait()) == true })
+        #expect(try await eventually(.seconds(120)) { (try? channel.getOption(.autoRead).wait()) == true })
         let server = try await nextConnection(listener)
         let connected = try await within(60) { try await client.value }
         #expect(connected.handshakeHash == server.handshakeHash)

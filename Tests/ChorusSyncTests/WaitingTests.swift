@@ -24,7 +24,7 @@ struct WaitingTests {
         #expect(queue.isEmpty)
         // A waiting reader gets the next push.
         let reader = Task { await queue.next() }
-        _ = try await waitFor(.seconds(30), "the reader to wait", every: .milliseconds(2)) { queue.hasReader ? true : nil }
+        _ = try await waitFor(.seconds(120), "the reader to wait", every: .milliseconds(2)) { queue.hasReader ? true : nil }
         queue.push(4)
         #expect(await reader.value == 4)
         // Finished: what is left first, then nil, and a waiting reader is woken with nil.
@@ -46,11 +46,11 @@ struct WaitingTests {
         wakeup.wake()
         try await wakeup.wait()  // the kept wake
         let waiter = Task { try await wakeup.wait() }
-        _ = try await waitFor(.seconds(30), "the waiter", every: .milliseconds(2)) { wakeup.hasWaiter ? true : nil }
+        _ = try await waitFor(.seconds(120), "the waiter", every: .milliseconds(2)) { wakeup.hasWaiter ? true : nil }
         wakeup.wake()
         try await waiter.value
         let cancelled = Task { try await wakeup.wait() }
-        _ = try await waitFor(.seconds(30), "the waiter", every: .milliseconds(2)) { wakeup.hasWaiter ? true : nil }
+        _ = try await waitFor(.seconds(120), "the waiter", every: .milliseconds(2)) { wakeup.hasWaiter ? true : nil }
         wakeup.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
         await #expect(throws: CancellationError.self) { try await wakeup.wait() }

@@ -117,7 +117,7 @@ public final class ChildProcess: @unchecked Sendable {
     /// (a cooperative thread is never held), and SIGKILLs it after that.
     /// True when it ended within the limit.
     @discardableResult
-    public func exit(within limit: Duration = .seconds(60)) async -> Bool {
+    public func exit(within limit: Duration = .seconds(120)) async -> Bool {
         let deadline = ContinuousClock.now + limit
         while isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
         guard isRunning else { return true }
