@@ -56,7 +56,7 @@ struct Sync: AsyncParsableCommand {
     @Option(help: "Without an address: keep at most N relay connections open at once (default 8).") var maxRelays: Int = 8
 
     func validate() throws {
-        if let address, SyncNetwork.parseAddress(address) == nil { throw ValidationError("the address must be HOST:PORT, got \"\(address)\"") }
+        if let address, SyncNetwork.parseAddress(address) == nil { throw ValidationError("the address must be HOST:PORT with a port up to 65535, got \"\(address)\"") }
         if let hops, hops < 0 { throw ValidationError("--hops must be 0 or more") }
         if address == nil, live { throw ValidationError("--live needs the peer's address") }
         if maxRelays < 1 { throw ValidationError("--max-relays must be at least 1") }

@@ -70,7 +70,7 @@ public struct SyncOnce: NodeOperation {
             return .relays(plan, results)
         }
         guard let (host, port) = SyncNetwork.parseAddress(address) else {
-            throw OperationError(.badInput, code: "bad_address", "the address must be HOST:PORT, got \"\(address.prefix(80))\"")
+            throw OperationError(.badInput, code: "bad_address", "the address must be HOST:PORT with a port up to 65535, got \"\(address.prefix(80))\"")
         }
         var options = SyncOptions(live: false, scope: scope)
         options.onProgress = onProgress

@@ -225,6 +225,32 @@ struct TransportTests {
         await listener.shutdown()
     }
 
+    @Test("a port another listener holds, and a port nothing listens on, fail with what was wrong and what to do, not NIO's structures")
+    func bindAndConnectFailuresSayWhy() async throws {
+        let network = Random.bytes32()
+        let listener = try await SecureListener.bind(host: "127.0.0.1", port: 0, configuration: configuration(network: network))
+        let port = listener.port
+        do {
+            let second = try await SecureListener.bind(host: "127.0.0.1", port: port, configuration: configuration(network: network))
+            await second.shutdown()
+            Issue.record("a second listener bound port \(port)")
+        } catch let error as SecureConnectionError {
+            #expect(error.code == "bind_failed")
+            #expect(error.description == "cannot listen on 127.0.0.1:\(port): address already in use: another process listens there (stop it, or choose another port)")
+        }
+        await listener.shutdown()
+        do {
+            let connection = try await within(150) {
+                try await SecureConnection.connect(host: "127.0.0.1", port: port, configuration: configuration(network: network))
+            }
+            await connection.close()
+            Issue.record("connected to port \(port) after its listener shut down")
+        } catch let error as SecureConnectionError {
+            #expect(error.code == "connect_failed")
+            #expect(error.description == "cannot connect to 127.0.0.1:\(port): connection refused: nothing listens there (is `chorus serve` running with that --listen address?)")
+        }
+    }
+
     @Test func wrongNetworkKeyFailsOnBothSides() async throws {
         let (failures, sink) = AsyncStream.makeStream(of: SecureConnectionError.self)
         let listener = try await SecureListener.bind(

@@ -139,7 +139,7 @@ package final class SecureListener: Sendable {
         do {
             server = try await TCPChannels.listen(host: host, port: port, group: group)
         } catch {
-            throw SecureConnectionError.bindFailed("\(host):\(port): \(error)")
+            throw SecureConnectionError.bindFailed("\(host):\(port): \(TCPChannels.reason(error, listening: true))")
         }
         guard let boundPort = server.channel.localAddress?.port else {
             server.channel.close(promise: nil)

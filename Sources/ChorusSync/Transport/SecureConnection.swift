@@ -90,7 +90,7 @@ package final class SecureConnection: FrameTransport {
         do {
             channel = try await TCPChannels.dial(host: host, port: port, timeout: configuration.handshakeTimeout, group: group)
         } catch {
-            throw SecureConnectionError.connectFailed("\(host):\(port): \(error)")
+            throw SecureConnectionError.connectFailed("\(host):\(port): \(TCPChannels.reason(error))")
         }
         let core = SecureConnectionCore(
             configuration: configuration, isInitiator: true, channel: channel.channel, onEstablished: nil)

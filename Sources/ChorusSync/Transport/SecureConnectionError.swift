@@ -60,8 +60,8 @@ package enum SecureConnectionError: Error, Sendable, Hashable, CustomStringConve
         case .connectionLost: return "connection lost without close notify"
         case .closed: return "connection closed"
         case .concurrentReceive: return "receive called concurrently"
-        case .connectFailed(let why): return "connect failed: \(why)"
-        case .bindFailed(let why): return "bind failed: \(why)"
+        case .connectFailed(let why): return "cannot connect to \(why)"
+        case .bindFailed(let why): return "cannot listen on \(why)"
         case .keyFile(let path, let problem): return "\(path): \(problem)"
         case .refusedAtCapacity(let limit): return "refused at the connection limits: \(limit)"
         }

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NIOCore
 import NIOPosix
 
@@ -38,5 +43,34 @@ enum TCPChannels {
             try channel.syncOptions?.setOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             return try Connection(wrappingChannelSynchronously: channel, configuration: configuration)
         }
+    }
+
+    /// Why a dial or a bind failed, in plain words with what to do: NIO's
+    /// errors print as nested structures with system call names.
+    static func reason(_ error: any Error, listening: Bool = false) -> String {
+        if let failure = error as? NIOConnectionError {
+            if failure.dnsAError != nil || failure.dnsAAAAError != nil, failure.connectionErrors.isEmpty {
+                return "cannot resolve the host name \(failure.host) (check its spelling, or give an IP address)"
+            }
+            if let first = failure.connectionErrors.first { return reason(first.error) }
+        }
+        if let io = error as? IOError {
+            let text = String(cString: strerror(io.errnoCode)).lowercased()
+            switch io.errnoCode {
+            case ECONNREFUSED: return "\(text): nothing listens there (is `chorus serve` running with that --listen address?)"
+            case EADDRINUSE: return "\(text): another process listens there (stop it, or choose another port)"
+            case EADDRNOTAVAIL where listening: return "\(text): this machine has no such address (use one of its own, or 0.0.0.0)"
+            case EACCES where listening: return "\(text): ports below 1024 need privileges (choose a port from 1024 up)"
+            case ETIMEDOUT, EHOSTUNREACH, ENETUNREACH: return "\(text) (check the address and that the network reaches it)"
+            default: return text
+            }
+        }
+        if case ChannelError.connectTimeout(let limit) = error {
+            return "no answer within \(limit.nanoseconds / 1_000_000_000) s (check the address and that the network reaches it)"
+        }
+        if let address = error as? SocketAddressError, case .failedToParseIPString(let text) = address {
+            return "\(text) is not an IP address"
+        }
+        return "\(error)"
     }
 }
