@@ -213,7 +213,8 @@ struct AsOf: AsyncParsableCommand {
         discussion: """
             POINT is hlc:N (an HLC value), arrival:N (a local arrival position), an ISO 8601 time \
             (2026-11-22T10:15:30Z) or Unix milliseconds. Everything after `--` is a `chorus query` \
-            command, for example: chorus-replay as-of hlc:123 -- balance USER --json
+            command, for example: chorus-replay as-of hlc:123 -- balance USER --json (a --store \
+            there names the store to read, as before `--`).
             """)
     @OptionGroup var store: StoreOption
     @Argument(help: "The point in time.") var point: String
@@ -222,9 +223,39 @@ struct AsOf: AsyncParsableCommand {
     func validate() throws {
         _ = try ReplayPoint.parse(point)
         if query.isEmpty { throw ValidationError("give a query after `--`, for example: as-of \(point) -- profile") }
+        _ = try storeAndQuery()
+    }
+
+    /// The store to read and the query without any `--store` of its own.
+    /// The query reads the scratch copy, so a `--store` written after `--`
+    /// (as `chorus query` takes it) names the store to read; a different
+    /// one on each side of `--` is refused rather than one silently ignored.
+    func storeAndQuery() throws -> (store: StoreOption, query: [String]) {
+        var rest: [String] = []
+        var named: [String] = []
+        var words = query.makeIterator()
+        while let word = words.next() {
+            if word == "--store" {
+                guard let value = words.next() else { throw ValidationError("--store after `--` needs a store directory") }
+                named.append(value)
+            } else if word.hasPrefix("--store=") {
+                named.append(String(word.dropFirst("--store=".count)))
+            } else {
+                rest.append(word)
+            }
+        }
+        var chosen = store
+        for value in named {
+            if let given = chosen.store, given != value {
+                throw ValidationError("two stores given, \(given) and \(value): give --store once (before or after `--`)")
+            }
+            chosen.store = value
+        }
+        return (chosen, rest)
     }
 
     func run() async throws {
+        let (store, query) = try storeAndQuery()
         let s = try store.open()
         let at = try ReplayPoint.parse(point)
         let scratch = try ScratchDirectory(prefix: "chorus-as-of", room: try s.env.pageUse().inUse + (64 << 20))

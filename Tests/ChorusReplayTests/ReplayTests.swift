@@ -637,6 +637,11 @@ struct ReplayTests {
         #expect(missing.status == 2 && missing.stderr.contains("not a Chorus store"))
         let badPoint = try await run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
         #expect(badPoint.status == 2)
+        // A --store written with the query, as `chorus query` takes it, is the store read.
+        let storeAfter = try await run(replay, ["as-of", "hlc:\(h.spendHLC.rawValue - 1)", "--", "balance", h.ana.hex, "--json", "--store", h.store])
+        #expect(storeAfter.status == 0 && storeAfter.stdout == asOf.stdout, "\(storeAfter.stderr)")
+        let twoStores = try await run(replay, ["as-of", "hlc:1", "--store", h.store, "--", "balance", "--store=\(h.dir)/other"])
+        #expect(twoStores.status == 2 && twoStores.stderr.contains("give --store once"), "\(twoStores.stderr)")
     }
 
     /// Ana's chat "t" with Ben, holding a message sealed under its epoch
