@@ -55,7 +55,7 @@ private func frame(_ index: Int, size: Int) -> [UInt8] {
     return out
 }
 
-@Suite("Encrypted TCP transport (Specs/sync-transport.md)", .closingNodes, .timeLimit(.minutes(3)))
+@Suite("Encrypted TCP transport (Specs/sync-transport.md)", .closingNodes, .timeLimit(.minutes(10)))
 struct TransportTests {
     @Test func handshakeIdentityAndFramesRoundTrip() async throws {
         let network = Random.bytes32()
@@ -115,14 +115,18 @@ struct TransportTests {
         // More than the 64 that once waited at most (the rest were closed).
         let count = 100
         let limits = ConnectionLimits(total: 256, unauthenticated: 200, unauthenticatedPerAddress: 200, perAddress: 200)
+        // The idle timeout is not under test: on two cores loaded by the
+        // whole suite, a hundred handshakes have taken longer than a minute,
+        // and the first connections must not idle out while the last finish.
+        let idle = Duration.seconds(600)
         let listener = try await SecureListener.bind(
-            host: "127.0.0.1", port: 0, configuration: configuration(network: network), limits: limits)
+            host: "127.0.0.1", port: 0, configuration: configuration(network: network, idleTimeout: idle), limits: limits)
         let identities = (0..<count).map { _ in SigningKey.generate() }
         let clients = try await within(150) {
             try await withThrowingTaskGroup(of: (Int, SecureConnection).self) { group in
                 for (i, identity) in identities.enumerated() {
                     group.addTask {
-                        let config = configuration(network: network, identity: identity)
+                        let config = configuration(network: network, identity: identity, idleTimeout: idle)
                         return (i, try await SecureConnection.connect(host: "127.0.0.1", port: listener.port, configuration: config))
                     }
                 }
