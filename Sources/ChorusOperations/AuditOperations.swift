@@ -43,7 +43,8 @@ package func coinAuditJSON(_ audit: CoinAudit) -> JSONValue {
         })),
         ("steps", .array(audit.steps.map { st in
             .object([
-                ("event", .string(st.event.hex)), ("hlc", .uint(st.hlc.rawValue)), ("kind", .string(st.kind.name)),
+                ("event", .string(st.event.hex)), ("hlc", .uint(st.hlc.rawValue)), ("time", .string(st.hlc.description)),
+                ("kind", .string(st.kind.name)),
                 ("author", .string(st.author.hex)), ("amount", .uint(st.amount)),
                 ("from", st.from.map { .string($0.hex) } ?? .null), ("to", st.to.map { .string($0.hex) } ?? .null),
                 ("receipt", st.receipt.map { .string($0) } ?? .null),
@@ -87,7 +88,7 @@ extension AuditCoins.Result {
                 "steps",
                 .array(
                     .object([
-                        ("event", .hex32), ("hlc", .integer), ("kind", .string), ("author", .hex32), ("amount", .integer),
+                        ("event", .hex32), ("hlc", .integer), ("time", .string), ("kind", .string), ("author", .hex32), ("amount", .integer),
                         ("from", .nullable(.hex32)), ("to", .nullable(.hex32)), ("receipt", .nullable(.string)), ("decision", .string),
                         ("from_rights_after", .nullable(.integer)), ("to_rights_after", .nullable(.integer)),
                     ]))

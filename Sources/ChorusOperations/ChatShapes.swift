@@ -15,12 +15,15 @@ func readableState<T>(_ r: Readable<T>) -> String {
     }
 }
 
-/// CHAT (Specs/api.md §5.1): `{"id", "title", "title_state", "creator", "created", "members", "messages"}`.
+/// CHAT (Specs/api.md §5.1): `{"id", "title", "title_state", "creator", "created", "created_time", "members", "messages"}`.
 public struct ChatShape: Encodable, Sendable {
     struct Member: Encodable, Sendable {
         let user: String
         let admin: Bool
         let since: UInt64
+        let sinceTime: String
+
+        enum CodingKeys: String, CodingKey { case user, admin, since, sinceTime = "since_time" }
     }
 
     let id: String
@@ -28,11 +31,12 @@ public struct ChatShape: Encodable, Sendable {
     let titleState: String?
     let creator: String
     let created: UInt64
+    let createdTime: String
     let members: [Member]
     let messages: Int
 
     enum CodingKeys: String, CodingKey {
-        case id, title, titleState = "title_state", creator, created, members, messages
+        case id, title, titleState = "title_state", creator, created, createdTime = "created_time", members, messages
     }
 
     /// The shape of `c`.
@@ -42,7 +46,8 @@ public struct ChatShape: Encodable, Sendable {
         titleState = c.title.map(readableState)
         creator = c.view.creator.hex
         created = c.view.createdHLC.rawValue
-        members = c.view.members.map { Member(user: $0.user.hex, admin: $0.admin, since: $0.since.rawValue) }
+        createdTime = c.view.createdHLC.description
+        members = c.view.members.map { Member(user: $0.user.hex, admin: $0.admin, since: $0.since.rawValue, sinceTime: $0.since.description) }
         messages = c.view.messageCount
     }
 }
@@ -70,13 +75,16 @@ public struct MessageShape: Encodable, Sendable {
     let sealedBytes: UInt64?
     let blobSize: UInt64?
     let edited: UInt64?
+    let editedTime: String?
     let deleted: UInt64?
+    let deletedTime: String?
     let purged: Bool
     let cursor: String
 
     enum CodingKeys: String, CodingKey {
         case id, sender, device, hlc, time, content, text, picture, attachment, epoch
-        case sealedBytes = "sealed_bytes", blobSize = "blob_size", edited, deleted, purged, cursor
+        case sealedBytes = "sealed_bytes", blobSize = "blob_size", edited, editedTime = "edited_time", deleted, deletedTime = "deleted_time"
+        case purged, cursor
     }
 
     /// The shape of `r`.
@@ -96,7 +104,9 @@ public struct MessageShape: Encodable, Sendable {
         sealedBytes = m.body.map { UInt64($0.count) }
         blobSize = m.blobSize
         edited = m.edited?.rawValue
+        editedTime = m.edited?.description
         deleted = m.deleted?.rawValue
+        deletedTime = m.deleted?.description
         purged = m.purged
         cursor = m.cursor.description
     }
@@ -142,17 +152,18 @@ public struct ListChats: NodeOperation {
 
 /// One row of this user's chat list (Specs/api.md §5.1): `{"chat": CHAT,
 /// "last_message": MESSAGE|null, "unread": N, "read": CURSOR|null,
-/// "last_activity": HLC, "cursor": CURSOR}`.
+/// "last_activity": HLC, "last_activity_time": TIME, "cursor": CURSOR}`.
 public struct InboxRowShape: Encodable, Sendable {
     let chat: ChatShape
     let lastMessage: MessageShape?
     let unread: Int
     let read: String?
     let lastActivity: UInt64
+    let lastActivityTime: String
     let cursor: String
 
     enum CodingKeys: String, CodingKey {
-        case chat, lastMessage = "last_message", unread, read, lastActivity = "last_activity", cursor
+        case chat, lastMessage = "last_message", unread, read, lastActivity = "last_activity", lastActivityTime = "last_activity_time", cursor
     }
 
     /// The shape of `row`.
@@ -162,6 +173,7 @@ public struct InboxRowShape: Encodable, Sendable {
         unread = row.unread
         read = row.readMarker.map { MessageCursor(hlc: $0.hlc, message: $0.message).description }
         lastActivity = row.lastActivity.rawValue
+        lastActivityTime = row.lastActivity.description
         cursor = row.cursor.description
     }
 }
@@ -260,8 +272,9 @@ extension ChatShape: SchemaDescribed {
     public static var schema: JSONSchema {
         .object([
             ("id", .hex32), ("title", .nullable(.string)), ("title_state", .nullable(.oneOfTexts(["readable", "locked", "unreadable", "sealed"]))),
-            ("creator", .hex32), ("created", .integer),
-            ("members", .array(.object([("user", .hex32), ("admin", .boolean), ("since", .integer)]))), ("messages", .integer),
+            ("creator", .hex32), ("created", .integer), ("created_time", .string),
+            ("members", .array(.object([("user", .hex32), ("admin", .boolean), ("since", .integer), ("since_time", .string)]))),
+            ("messages", .integer),
         ])
     }
 }
@@ -282,7 +295,8 @@ extension MessageShape: SchemaDescribed {
                     ]))
             ),
             ("epoch", .nullable(.hex32)), ("sealed_bytes", .nullable(.integer)), ("blob_size", .nullable(.integer)),
-            ("edited", .nullable(.integer)), ("deleted", .nullable(.integer)), ("purged", .boolean), ("cursor", .string),
+            ("edited", .nullable(.integer)), ("edited_time", .nullable(.string)), ("deleted", .nullable(.integer)),
+            ("deleted_time", .nullable(.string)), ("purged", .boolean), ("cursor", .string),
         ])
     }
 }
@@ -297,7 +311,7 @@ extension InboxRowShape: SchemaDescribed {
     public static var schema: JSONSchema {
         .object([
             ("chat", .ref("Chat")), ("last_message", .nullable(.ref("Message"))), ("unread", .integer), ("read", .nullable(.string)),
-            ("last_activity", .integer), ("cursor", .string),
+            ("last_activity", .integer), ("last_activity_time", .string), ("cursor", .string),
         ])
     }
 }

@@ -91,7 +91,7 @@ public struct ListRelated: NodeOperation {
 /// this node does not hold answers 404 `picture_unknown`.
 public struct GetPicture: NodeOperation {
     /// `{"status": "live", "picture": PICTURE, "likes": N}`, `{"status":
-    /// "deleted", "id", "owner", "deleted", "deleted_by"}` or `{"status": "unknown", "id"}`.
+    /// "deleted", "id", "owner", "deleted", "deleted_time", "deleted_by"}` or `{"status": "unknown", "id"}`.
     public struct Result: OperationResult {
         /// What this node holds of the picture.
         public let lookup: PictureLookup
@@ -100,7 +100,7 @@ public struct GetPicture: NodeOperation {
 
         enum Keys: String, CodingKey {
             case status, picture, likes, id, owner, deleted
-            case deletedBy = "deleted_by"
+            case deletedTime = "deleted_time", deletedBy = "deleted_by"
         }
 
         /// The shape of the lookup's case.
@@ -116,6 +116,7 @@ public struct GetPicture: NodeOperation {
                 try c.encode(id.hex, forKey: .id)
                 try c.encode(owner.hex, forKey: .owner)
                 try c.encode(at.rawValue, forKey: .deleted)
+                try c.encode(at.description, forKey: .deletedTime)
                 try c.encode(by.hex, forKey: .deletedBy)
             case .unknown(let id):
                 try c.encode("unknown", forKey: .status)
@@ -358,7 +359,10 @@ extension GetPicture.Result {
     public static var schema: JSONSchema {
         .anyOf([
             .object([("status", .constant("live")), ("picture", .ref("Picture")), ("likes", .integer)]),
-            .object([("status", .constant("deleted")), ("id", .hex32), ("owner", .hex32), ("deleted", .integer), ("deleted_by", .hex32)]),
+            .object([
+                ("status", .constant("deleted")), ("id", .hex32), ("owner", .hex32), ("deleted", .integer), ("deleted_time", .string),
+                ("deleted_by", .hex32),
+            ]),
             .object([("status", .constant("unknown")), ("id", .hex32)]),
         ])
     }

@@ -41,21 +41,22 @@ extension Relay {
 
 /// A user's relay list (Specs/projections.md §6.12). `GET /v1/relays`; `chorus relays show`.
 public struct GetRelays: NodeOperation {
-    /// `{"user", "relays": [RELAY, …], "hlc": HLC|null, "event": ID|null}`.
+    /// `{"user", "relays": [RELAY, …], "hlc": HLC|null, "time": TIME|null, "event": ID|null}`.
     public struct Result: OperationResult {
         /// The user.
         public let user: UserID
         /// The list, nil when the user published none.
         public let list: RelayListView?
 
-        enum Keys: String, CodingKey { case user, relays, hlc, event }
+        enum Keys: String, CodingKey { case user, relays, hlc, time, event }
 
-        /// The list's fields; an unpublished list has no relays, hlc or event.
+        /// The list's fields; an unpublished list has no relays, hlc, time or event.
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: Keys.self)
             try c.encode(user.hex, forKey: .user)
             try c.encode((list?.relays ?? []).map(RelayShape.init), forKey: .relays)
             try c.encodeIfPresent(list?.hlc.rawValue, forKey: .hlc)
+            try c.encodeIfPresent(list?.hlc.description, forKey: .time)
             try c.encodeIfPresent(list?.event.hex, forKey: .event)
         }
     }
@@ -131,9 +132,12 @@ extension RelayShape: SchemaDescribed {
 }
 
 extension GetRelays.Result {
-    /// `hlc` and `event` are null while the user has published no list.
+    /// `hlc`, `time` and `event` are null while the user has published no list.
     public static var schema: JSONSchema {
-        .object([("user", .hex32), ("relays", .array(.ref("Relay"))), ("hlc", .nullable(.integer)), ("event", .nullable(.hex32))])
+        .object([
+            ("user", .hex32), ("relays", .array(.ref("Relay"))), ("hlc", .nullable(.integer)), ("time", .nullable(.string)),
+            ("event", .nullable(.hex32)),
+        ])
     }
 }
 

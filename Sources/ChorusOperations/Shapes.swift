@@ -60,20 +60,28 @@ public struct ReferenceShape: Encodable, Sendable {
     }
 }
 
-/// A device of a user: `{"device", "name", "added", "removed", "rights"}`.
+/// A device of a user: `{"device", "name", "added", "added_time", "removed", "removed_time", "rights"}`.
 public struct DeviceShape: Encodable, Sendable {
     let device: String
     let name: String?
     let added: UInt64
+    let addedTime: String
     let removed: UInt64?
+    let removedTime: String?
     let rights: UInt64
+
+    enum CodingKeys: String, CodingKey {
+        case device, name, added, addedTime = "added_time", removed, removedTime = "removed_time", rights
+    }
 
     /// The shape of `d`.
     public init(_ d: DeviceView) {
         device = d.device.hex
         name = d.name
         added = d.addedHLC.rawValue
+        addedTime = d.addedHLC.description
         removed = d.removedHLC?.rawValue
+        removedTime = d.removedHLC?.description
         rights = d.rights
     }
 }
@@ -119,7 +127,10 @@ extension ReferenceShape: SchemaDescribed {
 extension DeviceShape: SchemaDescribed {
     /// `removed` is null while the device is bound.
     public static var schema: JSONSchema {
-        .object([("device", .hex32), ("name", .nullable(.string)), ("added", .integer), ("removed", .nullable(.integer)), ("rights", .integer)])
+        .object([
+            ("device", .hex32), ("name", .nullable(.string)), ("added", .integer), ("added_time", .string), ("removed", .nullable(.integer)),
+            ("removed_time", .nullable(.string)), ("rights", .integer),
+        ])
     }
 }
 

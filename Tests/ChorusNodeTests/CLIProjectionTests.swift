@@ -27,6 +27,15 @@ struct CLIProjectionTests {
         try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]], "not a JSON array: \(text)")
     }
 
+    /// Whether `time` is the readable form of the HLC `hlc` (Specs/api.md §5, Times):
+    /// its physical milliseconds in ISO 8601 UTC, then `+` and its logical counter.
+    func sameTime(_ hlc: Any?, _ time: Any?) -> Bool {
+        guard let raw = (hlc as? NSNumber)?.uint64Value, let time = time as? String else { return false }
+        let iso = ISO8601DateFormatter()
+        iso.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return time == "\(iso.string(from: Date(timeIntervalSince1970: Double(raw >> 16) / 1000)))+\(raw & 0xFFFF)"
+    }
+
     func user(_ store: String) async throws -> String {
         try #require(try object(try await ok("whoami", "--store", store, "--json"))["user"] as? String)
     }
@@ -210,6 +219,9 @@ struct CLIProjectionTests {
         let chats = try array(try await ok("query", "chats", "--store", a, "--json"))
         #expect(chats.count == 1 && chats.first?["title"] as? String == "Roofs" && chats.first?["messages"] as? Int == 4)
         #expect((chats.first?["members"] as? [[String: Any]])?.count == 2)
+        // Each time comes as the HLC and as a person reads it (Specs/api.md §5, Times).
+        #expect(sameTime(chats.first?["created"], chats.first?["created_time"]))
+        #expect((chats.first?["members"] as? [[String: Any]])?.allSatisfy { sameTime($0["since"], $0["since_time"]) } == true)
 
         let first = try object(try await ok("query", "chat", "--store", a, chat, "--limit", "3", "--json"))
         let firstIDs = (first["messages"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
@@ -232,6 +244,8 @@ struct CLIProjectionTests {
         #expect(messages.count == 4)
         #expect(messages.first?["text"] as? String == "edited text" && !(messages.first?["edited"] is NSNull))
         #expect(!(messages[1]["deleted"] is NSNull))
+        #expect(sameTime(messages.first?["edited"], messages.first?["edited_time"]) && messages.first?["deleted_time"] is NSNull)
+        #expect(sameTime(messages[1]["deleted"], messages[1]["deleted_time"]))
         #expect((messages[3]["picture"] as? [String: Any])?["status"] as? String == "removed")
         #expect((page["read"] as? [String: Any])?.count == 1)
 
@@ -243,6 +257,7 @@ struct CLIProjectionTests {
         #expect(inbox.count == 1 && (inbox.first?["chat"] as? [String: Any])?["id"] as? String == chat)
         #expect(inbox.first?["unread"] as? Int == 3 && (inbox.first?["last_message"] as? [String: Any])?["text"] as? String == "hi")
         #expect(inbox.first?["read"] is NSNull)
+        #expect(sameTime(inbox.first?["last_activity"], inbox.first?["last_activity_time"]))
         let row = try #require(inbox.first?["cursor"] as? String)
         #expect(try array(try await ok("query", "inbox", "--store", b, "--after", row, "--json")).isEmpty)
         let text = try await ok("query", "inbox", "--store", b)
@@ -416,6 +431,7 @@ struct CLIProjectionTests {
         try await move(phone, to: tablet, via: tmp.path)
         let devices = try array(try await ok("device", "list", "--store", tablet, "--json"))
         #expect(devices.count == 2 && devices.contains { $0["device"] as? String == tabletDevice && $0["name"] as? String == "tablet" })
+        #expect(devices.allSatisfy { sameTime($0["added"], $0["added_time"]) && $0["removed_time"] is NSNull })
         #expect(try array(try await ok("query", "devices", "--store", phone, alice, "--json")).count == 2)
         #expect(try await ok("query", "profile", "--store", tablet, "--json").contains(alice))
 
@@ -425,7 +441,7 @@ struct CLIProjectionTests {
         #expect(try object(try await ok("query", "profile", "--store", phone, "--json"))["fields"].flatMap { ($0 as? [String: Any])?["city"] as? String } == "Lisbon")
         _ = try await ok("device", "remove", "--store", phone, tabletDevice, "--reason", "lost")
         let removed = try array(try await ok("device", "list", "--store", phone, "--json"))
-        #expect(removed.contains { $0["device"] as? String == tabletDevice && !($0["removed"] is NSNull) })
+        #expect(removed.contains { $0["device"] as? String == tabletDevice && sameTime($0["removed"], $0["removed_time"]) })
         let bad = try await run("init", "--store", tmp.store("bad"), "--slot-prices", "5,10")
         #expect(bad.status == 2 && bad.stderr.contains("slot 0 is free"))
         let badList = try await run("init", "--store", tmp.store("bad2"), "--slot-prices", "0,x")

@@ -224,5 +224,36 @@ struct EndpointTests {
             #expect(paths[route.path]?[route.method.rawValue.lowercased()] != nil, "\(route.method.rawValue) \(route.path)")
         }
     }
+
+    @Test("every time in an answer has its readable form beside it (Specs/api.md §5, Times)")
+    func everyTimeHasItsReadableForm() throws {
+        let document = try JSONSerialization.jsonObject(with: try OpenAPIDocument.rendered()) as? [String: Any]
+        // The time fields answers have; `hlc` pairs with `time`, the others with `F_time`.
+        let times = ["hlc", "created", "since", "added", "removed", "edited", "deleted", "last_activity"]
+        func isTime(_ schema: Any?) -> Bool {
+            guard let schema = schema as? [String: Any] else { return false }
+            if schema["type"] as? String == "integer" { return true }
+            return (schema["anyOf"] as? [[String: Any]])?.contains { $0["type"] as? String == "integer" } == true
+        }
+        var checked = 0
+        func walk(_ node: Any?, at path: String) {
+            if let list = node as? [Any] {
+                for (i, item) in list.enumerated() { walk(item, at: "\(path)[\(i)]") }
+                return
+            }
+            guard let object = node as? [String: Any] else { return }
+            if let properties = object["properties"] as? [String: Any] {
+                for name in times where isTime(properties[name]) {
+                    let readable = name == "hlc" ? "time" : name + "_time"
+                    checked += 1
+                    #expect(properties[readable] != nil, "\(path): \(name) has no \(readable)")
+                }
+            }
+            for (key, value) in object { walk(value, at: "\(path)/\(key)") }
+        }
+        walk(document, at: "")
+        // Pictures, messages, events, devices, chats, members, inbox rows, relay lists, audit steps.
+        #expect(checked >= 12)
+    }
 }
 #endif
