@@ -24,6 +24,28 @@ private func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable 
     }
 }
 
+/// A TCP socket bound to a free port of 127.0.0.1 that does not listen,
+/// and that port: a connection to it is refused.
+private func boundSocketNotListening() throws -> (socket: Int32, port: Int) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw POSIXError(.EMFILE) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+            bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0
+        }
+    }
+    guard bound else {
+        close(fd)
+        throw POSIXError(.EADDRINUSE)
+    }
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
+}
+
 private func configuration(
     network: Bytes32, identity: SigningKey = .generate(), maxFrameSize: Int = SecureConnectionProtocol.defaultMaxFrameSize,
     handshakeTimeout: Duration = .seconds(120), idleTimeout: Duration = .seconds(60)
@@ -243,15 +265,19 @@ struct TransportTests {
             #expect(error.description == "cannot listen on 127.0.0.1:\(port): address already in use: another process listens there (stop it, or choose another port)")
         }
         await listener.shutdown()
+        // A port held by a socket that is bound but does not listen: it
+        // refuses connections, and no other process can take it meanwhile.
+        let (socket, closed) = try boundSocketNotListening()
+        defer { close(socket) }
         do {
             let connection = try await within(150) {
-                try await SecureConnection.connect(host: "127.0.0.1", port: port, configuration: configuration(network: network))
+                try await SecureConnection.connect(host: "127.0.0.1", port: closed, configuration: configuration(network: network))
             }
             await connection.close()
-            Issue.record("connected to port \(port) after its listener shut down")
+            Issue.record("connected to port \(closed), where nothing listens")
         } catch let error as SecureConnectionError {
             #expect(error.code == "connect_failed")
-            #expect(error.description == "cannot connect to 127.0.0.1:\(port): connection refused: nothing listens there (is `chorus serve` running with that --listen address?)")
+            #expect(error.description == "cannot connect to 127.0.0.1:\(closed): connection refused: nothing listens there (is the peer's node serving on that address and port?)")
         }
     }
 

@@ -57,7 +57,7 @@ enum TCPChannels {
         if let io = error as? IOError {
             let text = String(cString: strerror(io.errnoCode)).lowercased()
             switch io.errnoCode {
-            case ECONNREFUSED: return "\(text): nothing listens there (is `chorus serve` running with that --listen address?)"
+            case ECONNREFUSED: return "\(text): nothing listens there (is the peer's node serving on that address and port?)"
             case EADDRINUSE: return "\(text): another process listens there (stop it, or choose another port)"
             case EADDRNOTAVAIL where listening: return "\(text): this machine has no such address (use one of its own, or 0.0.0.0)"
             case EACCES where listening: return "\(text): ports below 1024 need privileges (choose a port from 1024 up)"
