@@ -15,6 +15,8 @@ ensure_system_packages() {
     fi
     # The descriptor-flood test opens its idle connections from python3.
     [ -x /usr/bin/python3 ] || missing+=(python3)
+    # The README's tour, which Tools/test runs as written, calls curl.
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" = 0 ]; then
         echo "Installing ${missing[*]} (apt-get)..." >&2
