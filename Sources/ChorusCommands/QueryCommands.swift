@@ -134,11 +134,11 @@ struct QueryFollowers: QueryCommand {
     static let configuration = CommandConfiguration(commandName: "followers", abstract: "Users following USER (minus those USER blocked).")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
-    @Argument(help: "The user.") var user: String
-    func validate() throws { _ = try parseKey(user, what: "USER") }
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
     @OptionGroup var page: PageOptions
     func query(_ node: Node) async throws {
-        let result = try await ListRelated(.followers, of: try parseKey(user, what: "USER"), after: page.afterKey, limit: page.limit).run(on: node)
+        let result = try await ListRelated(.followers, of: try userOrSelf(user, node).raw, after: page.afterKey, limit: page.limit).run(on: node)
         keyList(result.keys, json: output.json, empty: "No followers.")
         notePage(result.nextPage)
     }
@@ -148,11 +148,11 @@ struct QueryFollowing: QueryCommand {
     static let configuration = CommandConfiguration(commandName: "following", abstract: "Users USER follows.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var output: OutputOptions
-    @Argument(help: "The user.") var user: String
-    func validate() throws { _ = try parseKey(user, what: "USER") }
+    @Argument(help: "The user (default: this node's user).") var user: String?
+    func validate() throws { if let user { _ = try parseKey(user, what: "USER") } }
     @OptionGroup var page: PageOptions
     func query(_ node: Node) async throws {
-        let result = try await ListRelated(.following, of: try parseKey(user, what: "USER"), after: page.afterKey, limit: page.limit).run(on: node)
+        let result = try await ListRelated(.following, of: try userOrSelf(user, node).raw, after: page.afterKey, limit: page.limit).run(on: node)
         keyList(result.keys, json: output.json, empty: "Follows nobody.")
         notePage(result.nextPage)
     }

@@ -173,6 +173,9 @@ struct CLIProjectionTests {
         #expect(try array(try await ok("query", "feed", "--store", b, "--json")).compactMap { $0["id"] as? String } == [p1])
         #expect(try await ok("query", "following", "--store", b, bob, "--json") == "[\"\(alice)\"]\n")
         #expect(try await ok("query", "followers", "--store", b, alice, "--json") == "[\"\(bob)\"]\n")
+        // Without USER, the lists are this node's user's, as every query's.
+        #expect(try await ok("query", "following", "--store", b, "--json") == "[\"\(alice)\"]\n")
+        #expect(try await ok("query", "followers", "--store", b, "--json") == "[]\n")
         #expect(try await ok("query", "likes", "--store", b, p1, "--json") == "[\"\(bob)\"]\n")
 
         // The other node sees the same after an import.
