@@ -245,7 +245,7 @@ struct QueryInbox: QueryCommand {
         } else {
             emit(table(result.rows.map { row in
                 [row.chat.view.id.hex, titleText(row.chat.title), row.unread >= ChatSummary.unreadLimit ? "\(ChatSummary.unreadLimit - 1)+" : String(row.unread),
-                 row.lastActivity.description, row.lastMessage.map(messageText) ?? ""]
+                 row.lastActivity.description, row.lastMessage.map(messageText) ?? "-"]
             }, header: ["CHAT", "TITLE", "UNREAD", "LAST ACTIVITY", "LAST MESSAGE"]))
         }
     }
