@@ -224,12 +224,12 @@ public struct ListInbox: NodeOperation {
 /// A page of a chat's messages, oldest first, as this device reads them.
 /// `GET /v1/chats/{id}`; `chorus query chat`. A chat this node does not hold is 404 `chat_unknown`.
 public struct GetChatPage: NodeOperation {
-    /// `{"chat": CHAT, "messages": [MESSAGE, …], "older": CURSOR|null, "read": {USER: HLC, …}}`.
+    /// `{"chat": CHAT, "messages": [MESSAGE, …], "older": CURSOR|null, "read": {USER: HLC, …}, "read_time": {USER: TIME, …}}`.
     public struct Result: OperationResult {
         /// The page.
         public let page: ReadableChatPage
 
-        enum Keys: String, CodingKey { case chat, messages, older, read }
+        enum Keys: String, CodingKey { case chat, messages, older, read, readTime = "read_time" }
 
         /// The page's fields; read markers by user, in key order.
         public func encode(to encoder: any Encoder) throws {
@@ -237,7 +237,9 @@ public struct GetChatPage: NodeOperation {
             try c.encode(ChatShape(page.chat), forKey: .chat)
             try c.encode(page.messages.map(MessageShape.init), forKey: .messages)
             try c.encodeIfPresent(page.older?.description, forKey: .older)
-            try c.encode(JSONValue.object(page.readMarkers.sorted { $0.key < $1.key }.map { ($0.key.hex, .uint($0.value.hlc.rawValue)) }), forKey: .read)
+            let markers = page.readMarkers.sorted { $0.key < $1.key }
+            try c.encode(JSONValue.object(markers.map { ($0.key.hex, .uint($0.value.hlc.rawValue)) }), forKey: .read)
+            try c.encode(JSONValue.object(markers.map { ($0.key.hex, .string($0.value.hlc.description)) }), forKey: .readTime)
         }
     }
 
@@ -322,8 +324,11 @@ extension ListInbox.Result {
 }
 
 extension GetChatPage.Result {
-    /// `older` is null on the oldest page; `read` maps users to the HLC they read up to.
+    /// `older` is null on the oldest page; `read` maps users to the HLC they read up to, `read_time` to the same time as a person reads it.
     public static var schema: JSONSchema {
-        .object([("chat", .ref("Chat")), ("messages", .array(.ref("Message"))), ("older", .nullable(.string)), ("read", .map(.integer))])
+        .object([
+            ("chat", .ref("Chat")), ("messages", .array(.ref("Message"))), ("older", .nullable(.string)), ("read", .map(.integer)),
+            ("read_time", .map(.string)),
+        ])
     }
 }

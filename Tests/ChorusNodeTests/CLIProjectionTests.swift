@@ -251,6 +251,8 @@ struct CLIProjectionTests {
         #expect(sameTime(messages[1]["deleted"], messages[1]["deleted_time"]))
         #expect((messages[3]["picture"] as? [String: Any])?["status"] as? String == "removed")
         #expect((page["read"] as? [String: Any])?.count == 1)
+        let reader = try #require((page["read"] as? [String: Any])?.first)
+        #expect(sameTime(reader.value, (page["read_time"] as? [String: Any])?[reader.key]))
 
         // Bob, a member, replies after importing; a non-member's message takes no effect.
         try await move(a, to: b, via: tmp.path)

@@ -229,10 +229,12 @@ struct EndpointTests {
     func everyTimeHasItsReadableForm() throws {
         let document = try JSONSerialization.jsonObject(with: try OpenAPIDocument.rendered()) as? [String: Any]
         // The time fields answers have; `hlc` pairs with `time`, the others with `F_time`.
-        let times = ["hlc", "created", "since", "added", "removed", "edited", "deleted", "last_activity"]
+        // A time field is an integer, or a map of them by user (`read`).
+        let times = ["hlc", "created", "since", "added", "removed", "edited", "deleted", "last_activity", "read"]
         func isTime(_ schema: Any?) -> Bool {
             guard let schema = schema as? [String: Any] else { return false }
             if schema["type"] as? String == "integer" { return true }
+            if schema["type"] as? String == "object", isTime(schema["additionalProperties"]) { return true }
             return (schema["anyOf"] as? [[String: Any]])?.contains { $0["type"] as? String == "integer" } == true
         }
         var checked = 0
@@ -252,8 +254,8 @@ struct EndpointTests {
             for (key, value) in object { walk(value, at: "\(path)/\(key)") }
         }
         walk(document, at: "")
-        // Pictures, messages, events, devices, chats, members, inbox rows, relay lists, audit steps.
-        #expect(checked >= 12)
+        // Pictures, messages, events, devices, chats, members, inbox rows, chat pages, relay lists, audit steps.
+        #expect(checked >= 13)
     }
 }
 #endif
