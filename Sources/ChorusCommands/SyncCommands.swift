@@ -28,7 +28,7 @@ func waitForTermination() async {
 
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Sync both ways with one peer over encrypted TCP.",
+        abstract: "Sync both ways over encrypted TCP with one peer, or with the relays that relay lists name.",
         discussion: """
             Without --live, exits 0 once both sides said the sync is complete, printing \
             events and blobs received and sent, bytes on the wire and seconds. With --live \
@@ -37,15 +37,16 @@ struct Sync: AsyncParsableCommand {
             users followed (1), their follows (2)..., plus issuers and chat members, never \
             blocked users.
 
-            Without an address, syncs with relays found from relay lists (`chorus relays`): \
-            this user's inbox relays and the home relays that lack its latest events, the \
-            network's bootstrap relays (`chorus network relay-add`; where relay lists are \
-            found) until each holds this user's list, one of them while a list is missing, the inbox relays where its addressed events wait, \
-            and the fewest home relays that cover every user in scope, in parallel (at most \
-            --max-relays connections at once), each for its share of the scope, each of which must prove \
-            the device key its list names; then the relays named by lists those syncs brought \
-            and, for the users of a relay that failed, their other home relays. Exits 0 when \
-            every relay's sync completed, 2 when any failed (the others still ran).
+            Without an address, syncs with relays found from relay lists (`chorus relays`), \
+            in parallel (at most --max-relays connections at once); each relay must prove \
+            the device key its list names. Those relays are:
+              - the user's inbox relays, and their home relays that lack the latest events;
+              - the bootstrap relays (`chorus network relay-add`) until they hold the list;
+              - the inbox relays of the users the user's events are addressed to;
+              - the fewest home relays that cover every user in scope.
+            Then the relays named by lists those syncs brought and, for the users of a relay \
+            that failed, their other home relays. Exits 0 when every relay's sync completed, \
+            2 when any failed (the others still ran).
             """)
 
     @OptionGroup var store: StoreOptions
