@@ -149,7 +149,7 @@ extension Sync {
             printJSON(relaySyncJSON(plan, results))
         } else {
             for r in results {
-                let why = "\(r.relay.reasons.joined(separator: ","))\(r.relay.covers.isEmpty ? "" : ", \(r.relay.covers.count) users")"
+                let why = "\(r.relay.reasons.joined(separator: ","))\(r.relay.covers.isEmpty ? "" : ", \(r.relay.covers.count) user\(r.relay.covers.count == 1 ? "" : "s")")"
                 switch r.outcome {
                 case .success(let report):
                     emit(
