@@ -67,7 +67,12 @@ extension ChorusCommandLineTool {
                 if !text.isEmpty { emit(text) }
                 return 0
             }
-            if error is ValidationError || exitCode(for: error) == .validationFailure {
+            // A parse error, or one of ours that a `validate()` threw, which
+            // ArgumentParser wraps in a type of its own: printed as it is, it
+            // showed that type's fields instead of the message.
+            if error is ValidationError || exitCode(for: error) == .validationFailure
+                || String(reflecting: type(of: error)).hasPrefix("ArgumentParser.")
+            {
                 printError(fullMessage(for: error))
                 printError("Run `\(name) --help` (or `\(name) COMMAND --help`) for usage.")
             } else {

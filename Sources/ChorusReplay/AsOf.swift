@@ -10,19 +10,31 @@ public enum ReplayPoint: Hashable, Sendable, CustomStringConvertible {
     /// Events that arrived at or before this local arrival position.
     case arrival(UInt64)
 
-    /// Parses `hlc:N`, `arrival:N`, an ISO 8601 time (`2026-11-22T10:15:30Z`,
-    /// fractions allowed) or Unix milliseconds.
+    /// Parses `hlc:N`, `arrival:N`, an HLC as the tools print it
+    /// (`2026-11-22T10:15:30.123Z+4`: that exact HLC), an ISO 8601 time
+    /// (`2026-11-22T10:15:30Z`, fractions and offsets allowed: the whole
+    /// millisecond) or Unix milliseconds.
     public static func parse(_ text: String) throws -> ReplayPoint {
         if text.hasPrefix("hlc:"), let n = UInt64(text.dropFirst(4)) { return .hlc(HLC(rawValue: n)) }
         if text.hasPrefix("arrival:"), let n = UInt64(text.dropFirst(8)) { return .arrival(n) }
         if let ms = UInt64(text) { return .hlc(HLC(physicalMillis: ms, logical: UInt16.max)) }
+        // The printed form: a UTC time, then `+` and the logical counter.
+        if let plus = text.lastIndex(of: "+"), text[..<plus].hasSuffix("Z"), let logical = UInt16(text[text.index(after: plus)...]) {
+            guard let ms = millis(String(text[..<plus])) else { throw ReplayError.badPoint(text) }
+            return .hlc(HLC(physicalMillis: ms, logical: logical))
+        }
+        if let ms = millis(text) { return .hlc(HLC(physicalMillis: ms, logical: UInt16.max)) }
+        throw ReplayError.badPoint(text)
+    }
+
+    /// Unix milliseconds of an ISO 8601 time, nil if it is none or before 1970.
+    private static func millis(_ text: String) -> UInt64? {
         let iso = ISO8601DateFormatter()
         iso.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         let plain = ISO8601DateFormatter()
-        if let date = iso.date(from: text) ?? plain.date(from: text), date.timeIntervalSince1970 >= 0 {
-            return .hlc(HLC(physicalMillis: UInt64(date.timeIntervalSince1970 * 1000), logical: UInt16.max))
-        }
-        throw ReplayError.badPoint(text)
+        guard let date = iso.date(from: text) ?? plain.date(from: text), date.timeIntervalSince1970 >= 0 else { return nil }
+        // To the microsecond first: 1.830 s is 1829.9999… ms as a Double.
+        return UInt64((date.timeIntervalSince1970 * 1_000_000).rounded()) / 1000
     }
 
     public func includes(_ stored: StoredEvent) -> Bool {

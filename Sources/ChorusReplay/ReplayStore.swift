@@ -20,7 +20,7 @@ public enum ReplayError: Error, Sendable, CustomStringConvertible {
         case .notAStore(let path): "\(path) is not a Chorus store (no data.mdb); pass the store directory with --store"
         case .outputExists(let path): "\(path) already exists and is not empty; pick a new directory for the rebuilt store"
         case .badPoint(let text):
-            "\"\(text)\" is not a point in time: use an HLC (hlc:NUMBER), a time (2026-11-22T10:15:30Z or unix milliseconds), or an arrival position (arrival:N)"
+            "\"\(text)\" is not a point in time: use an HLC (hlc:NUMBER, or as the tools print it: 2026-11-22T10:15:30.123Z+4), a time (2026-11-22T10:15:30Z or unix milliseconds), or an arrival position (arrival:N)"
         case .io(let what): what
         case .staleProjections(let path, let why):
             "the projections in \(path) \(why), so they cannot be read as they are; open the store once with this version of chorus (it rebuilds them from the log), or audit a rebuilt copy: chorus-replay rebuild --store \(path) --out NEW_DIR"

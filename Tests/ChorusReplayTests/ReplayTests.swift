@@ -635,8 +635,15 @@ struct ReplayTests {
         #expect(asOf.status == 0 && asOf.stdout.contains("\"total\":100"), "\(asOf.stderr)")
         let missing = try await run(replay, ["verify", "--store", h.dir + "/nowhere"])
         #expect(missing.status == 2 && missing.stderr.contains("not a Chorus store"))
+        // The HLC as the tools print it names that exact point.
+        let printed = HLC(rawValue: h.spendHLC.rawValue - 1).description
+        let asPrinted = try await run(replay, ["as-of", printed, "--store", h.store, "--", "balance", h.ana.hex, "--json"])
+        #expect(asPrinted.status == 0 && asPrinted.stdout == asOf.stdout, "\(printed): \(asPrinted.stderr)")
+        #expect(try ReplayPoint.parse(printed) == .hlc(HLC(rawValue: h.spendHLC.rawValue - 1)))
+        #expect(try ReplayPoint.parse("2026-11-22T10:15:30.830Z") == .hlc(HLC(physicalMillis: 1_795_342_530_830, logical: .max)))
+        // A point it cannot read is a usage error that says what it takes, not ArgumentParser's structures.
         let badPoint = try await run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
-        #expect(badPoint.status == 2)
+        #expect(badPoint.status == 2 && badPoint.stderr.hasPrefix("Error: \"yesterday\" is not a point in time"), "\(badPoint.stderr)")
         // A --store written with the query, as `chorus query` takes it, is the store read.
         let storeAfter = try await run(replay, ["as-of", "hlc:\(h.spendHLC.rawValue - 1)", "--", "balance", h.ana.hex, "--json", "--store", h.store])
         #expect(storeAfter.status == 0 && storeAfter.stdout == asOf.stdout, "\(storeAfter.stderr)")
