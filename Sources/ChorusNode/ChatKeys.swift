@@ -25,6 +25,61 @@ final class KeyRing: Sendable {
     func put(_ chat: ObjectID, _ epoch: Hash32, _ key: [UInt8]) { keys.withLock { $0[Slot(chat: chat, epoch: epoch)] = key } }
 }
 
+/// Sealed values this device has opened, by everything their opening reads
+/// (the sealed bytes, the kind, chat, object and author of their associated
+/// data), so an inbox or chat screen that re-reads the same rows after each
+/// commit decrypts only what changed. Only opened content is kept: a value
+/// that is locked or unreadable may open once a key arrives. Bounded by two
+/// generations of `capacity` entries each (a lookup in the older one brings
+/// the entry back), and emptied when the node closes.
+package final class OpenedContent: Sendable {
+    package struct Input: Hashable {
+        let sealed: [UInt8]
+        let kind: EventKind
+        let chat: ObjectID
+        let object: ObjectID
+        let author: PublicKey
+
+        package init(sealed: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) {
+            (self.sealed, self.kind, self.chat, self.object, self.author) = (sealed, kind, chat, object, author)
+        }
+    }
+    private struct Generations {
+        var current: [Input: any Sendable] = [:]
+        var previous: [Input: any Sendable] = [:]
+    }
+    private let generations = Mutex(Generations())
+    let capacity: Int
+    /// Values decrypted because they were not kept (for the tests and the benchmarks).
+    package let openings = Atomic<Int>(0)
+
+    package init(capacity: Int = 1024) { self.capacity = capacity }
+
+    package func get(_ input: Input) -> (any Sendable)? {
+        generations.withLock { g in
+            if let value = g.current[input] { return value }
+            guard let value = g.previous.removeValue(forKey: input) else { return nil }
+            Self.put(input, value, in: &g, capacity: capacity)
+            return value
+        }
+    }
+
+    package func put(_ input: Input, _ value: any Sendable) {
+        generations.withLock { Self.put(input, value, in: &$0, capacity: capacity) }
+    }
+
+    private static func put(_ input: Input, _ value: any Sendable, in g: inout Generations, capacity: Int) {
+        if g.current.count >= capacity {
+            g.previous = g.current
+            g.current = [:]
+        }
+        g.current[input] = value
+    }
+
+    /// Forgets every opened value (on close; the benchmarks, to time a first read).
+    package func removeAll() { generations.withLock { $0 = Generations() } }
+}
+
 /// What a member's device can show of a sealed value (Specs/encryption.md §8).
 public enum Readable<Content: Hashable & Sendable>: Hashable, Sendable {
     /// The value, opened with a key this device holds.
@@ -121,16 +176,20 @@ extension Node {
         return key
     }
 
-    nonisolated func open<T>(
+    nonisolated func open<T: Sendable>(
         _ sealed: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey,
         _ decode: ([UInt8]) -> T?
     ) throws -> Readable<T> {
         guard keyRing.agreement != nil else { return .sealed }
         let epoch = ChatCrypto.epoch(ofSealed: sealed)
         guard let epoch, let key = try epochKey(chat: chat, epoch: epoch) else { return .locked(epoch: epoch) }
+        let input = OpenedContent.Input(sealed: sealed, kind: kind, chat: chat, object: object, author: author)
+        if let kept = openedContent.get(input) as? T { return .content(kept) }
+        openedContent.openings.add(1, ordering: .relaxed)
         guard let plain = ChatCrypto.open(sealed, epochKey: key, kind: kind, chat: chat, object: object, author: author),
             let value = decode(plain)
         else { return .unreadable }
+        openedContent.put(input, value)
         return .content(value)
     }
 

@@ -84,6 +84,8 @@ public actor Node {
     nonisolated let writerNotifier: ArrivalNotifier
     /// This device's encryption key and the epoch keys it has unwrapped.
     nonisolated let keyRing: KeyRing
+    /// Chat titles and messages this device has opened (`OpenedContent`).
+    package nonisolated let openedContent = OpenedContent()
     /// Signature checks of received events shared between concurrent ingests.
     nonisolated let verificationClaims = VerificationClaims()
     /// Signatures of received events this node checked (for tests and the
@@ -134,6 +136,7 @@ public actor Node {
         // Every queued write is durable now; reads still in flight finish
         // first. Later calls fail with "the store is closed".
         log.env.close()
+        openedContent.removeAll()
         if lockFD >= 0 {
             Foundation.close(lockFD)
             lockFD = -1

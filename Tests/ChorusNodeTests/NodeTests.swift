@@ -575,6 +575,37 @@ struct BatchAppendTests {
         await node.close()
     }
 
+    @Test("a chat list read again decrypts only what changed, and shows the change")
+    func openedContentIsKeptUntilItChanges() async throws {
+        let tmp = TempDir()
+        defer { tmp.cleanup() }
+        let (node, _) = try await Node.createNetwork(at: tmp.store("alice"))
+        opened(node)
+        let chat = try await node.createChat(title: "roofs").object
+        let message = try await node.sendMessage(chat, text: "first").object
+        func openings() -> Int { node.openedContent.openings.load(ordering: .relaxed) }
+        let first = try node.chatList()
+        #expect(first.first?.chat.title?.value == "roofs" && first.first?.lastMessage?.content.value?.text == "first")
+        let opened = openings()
+        #expect(opened == 2, "the title and the message")
+        #expect(try node.chatList() == first)
+        #expect(openings() == opened, "nothing changed, so nothing is decrypted again")
+        // An edit is a new sealed value: it is opened (with the message as
+        // first sent, whose picture and attachment it keeps), then kept too.
+        _ = try await node.editMessage(message, text: "edited")
+        #expect(try node.chatList().first?.lastMessage?.content.value?.text == "edited")
+        let afterEdit = openings()
+        #expect(afterEdit == opened + 1, "the edit; the original is still kept")
+        #expect(try node.readableChatPage(chat).messages.map { $0.content.value?.text } == ["edited"])
+        #expect(openings() == afterEdit)
+        // Past the capacity, the oldest values are forgotten and opened again when read.
+        let cache = OpenedContent(capacity: 2)
+        let inputs = (0..<5).map { OpenedContent.Input(sealed: [UInt8($0)], kind: .messageSent, chat: .zero, object: .zero, author: .zero) }
+        for (i, input) in inputs.enumerated() { cache.put(input, i) }
+        #expect(cache.get(inputs[0]) == nil && cache.get(inputs[4]) as? Int == 4 && cache.get(inputs[3]) as? Int == 3)
+        await node.close()
+    }
+
     @Test("every mutation says whether it took effect, and what it created")
     func mutationsReportTheirEffect() async throws {
         let tmp = TempDir()
