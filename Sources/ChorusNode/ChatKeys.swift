@@ -25,35 +25,42 @@ final class KeyRing: Sendable {
     func put(_ chat: ObjectID, _ epoch: Hash32, _ key: [UInt8]) { keys.withLock { $0[Slot(chat: chat, epoch: epoch)] = key } }
 }
 
-/// Sealed values this device has opened, by everything their opening reads
-/// (the sealed bytes, the kind, chat, object and author of their associated
-/// data), so an inbox or chat screen that re-reads the same rows after each
-/// commit decrypts only what changed. Only opened content is kept: a value
-/// that is locked or unreadable may open once a key arrives. Bounded by two
-/// generations of `capacity` entries each (a lookup in the older one brings
-/// the entry back), and emptied when the node closes.
+/// Sealed values this device has opened, by the event that sealed them,
+/// so an inbox or chat screen that re-reads the same rows after each commit
+/// decrypts only what changed. An event's id fixes its payload, hence the
+/// sealed bytes and everything their opening reads (the associated data
+/// names the event's kind, chat, object and author): a kept value is the
+/// value opening would give. Only opened content is kept: a value that is
+/// locked or unreadable may open once a key arrives. A deleted message's
+/// value is never returned again (its view has no body to open) and ages
+/// out. Bounded by two generations of `capacity` entries each (a lookup in
+/// the older one brings the entry back), and emptied when the node closes.
 package final class OpenedContent: Sendable {
-    package struct Input: Hashable {
-        let sealed: [UInt8]
-        let kind: EventKind
-        let chat: ObjectID
-        let object: ObjectID
-        let author: PublicKey
-
-        package init(sealed: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey) {
-            (self.sealed, self.kind, self.chat, self.object, self.author) = (sealed, kind, chat, object, author)
-        }
+    /// The event whose sealed value was opened.
+    package enum Input: Hashable {
+        /// A chat's title, sealed in its creation.
+        case title(chat: ObjectID, creation: EventID)
+        /// A message's body as sent, in the `message.sent` with this id.
+        case sent(EventID)
+        /// A message's body as edited: the edit its sending device stamped
+        /// with this HLC (a feed's HLCs increase, so one event).
+        case edit(EventID, hlc: HLC, editor: PublicKey)
     }
     private struct Generations {
-        var current: [Input: any Sendable] = [:]
+        var current: [Input: any Sendable]
         var previous: [Input: any Sendable] = [:]
+
+        init(capacity: Int) { current = Dictionary(minimumCapacity: capacity) }
     }
-    private let generations = Mutex(Generations())
+    private let generations: Mutex<Generations>
     let capacity: Int
     /// Values decrypted because they were not kept (for the tests and the benchmarks).
     package let openings = Atomic<Int>(0)
 
-    package init(capacity: Int = 1024) { self.capacity = capacity }
+    package init(capacity: Int = 1024) {
+        self.capacity = capacity
+        generations = Mutex(Generations(capacity: capacity))
+    }
 
     package func get(_ input: Input) -> (any Sendable)? {
         generations.withLock { g in
@@ -71,13 +78,13 @@ package final class OpenedContent: Sendable {
     private static func put(_ input: Input, _ value: any Sendable, in g: inout Generations, capacity: Int) {
         if g.current.count >= capacity {
             g.previous = g.current
-            g.current = [:]
+            g.current = Dictionary(minimumCapacity: capacity)
         }
         g.current[input] = value
     }
 
     /// Forgets every opened value (on close; the benchmarks, to time a first read).
-    package func removeAll() { generations.withLock { $0 = Generations() } }
+    package func removeAll() { generations.withLock { [capacity] in $0 = Generations(capacity: capacity) } }
 }
 
 /// What a member's device can show of a sealed value (Specs/encryption.md §8).
@@ -177,13 +184,12 @@ extension Node {
     }
 
     nonisolated func open<T: Sendable>(
-        _ sealed: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey,
+        _ sealed: [UInt8], kind: EventKind, chat: ObjectID, object: ObjectID, author: PublicKey, kept input: OpenedContent.Input,
         _ decode: ([UInt8]) -> T?
     ) throws -> Readable<T> {
         guard keyRing.agreement != nil else { return .sealed }
         let epoch = ChatCrypto.epoch(ofSealed: sealed)
         guard let epoch, let key = try epochKey(chat: chat, epoch: epoch) else { return .locked(epoch: epoch) }
-        let input = OpenedContent.Input(sealed: sealed, kind: kind, chat: chat, object: object, author: author)
         if let kept = openedContent.get(input) as? T { return .content(kept) }
         openedContent.openings.add(1, ordering: .relaxed)
         guard let plain = ChatCrypto.open(sealed, epochKey: key, kind: kind, chat: chat, object: object, author: author),
@@ -201,7 +207,9 @@ extension Node {
     /// `readableChat(_:)`, given the creating device when the caller read it.
     nonisolated func readableChat(_ view: ChatView, creatorDevice known: PublicKey?) throws -> ReadableChat {
         let title = try view.sealedTitle.map {
-            try open($0, kind: .chatCreated, chat: view.id.raw, object: view.id.raw, author: known ?? creatorDevice(of: view), TitleContent.decode)
+            try open(
+                $0, kind: .chatCreated, chat: view.id.raw, object: view.id.raw, author: known ?? creatorDevice(of: view),
+                kept: .title(chat: view.id.raw, creation: view.createdBy), TitleContent.decode)
         }
         return ReadableChat(view: view, title: title)
     }
@@ -217,13 +225,15 @@ extension Node {
     public nonisolated func readableMessage(_ m: MessageView) throws -> ReadableMessage {
         guard let body = m.body else { return ReadableMessage(view: m, content: .unreadable, picture: nil) }
         let content: Readable<MessageContent>
-        if m.edited != nil, let editor = m.editor {
+        if let edited = m.edited, let editor = m.editor {
             // The edit's body names the message as its object.
-            content = try open(body, kind: .messageEdited, chat: m.chat.raw, object: m.id.raw, author: editor.raw) {
-                MessageContent.decode($0, edit: true)
-            }
+            content = try open(
+                body, kind: .messageEdited, chat: m.chat.raw, object: m.id.raw, author: editor.raw, kept: .edit(m.id.raw, hlc: edited, editor: editor.raw)
+            ) { MessageContent.decode($0, edit: true) }
         } else {
-            content = try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw) { MessageContent.decode($0) }
+            content = try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw, kept: .sent(m.id.raw)) {
+                MessageContent.decode($0)
+            }
         }
         var picture: PictureReference? = nil
         if case .content(var c) = content {
@@ -241,8 +251,12 @@ extension Node {
 
     /// The content of a message as first sent (before its edits).
     nonisolated func originalContent(_ m: MessageView) throws -> MessageContent? {
+        // Kept, it needs no read of the body either.
+        if let kept = openedContent.get(.sent(m.id.raw)) as? MessageContent { return kept }
         guard let body = try projections.sentBody(of: m) else { return nil }
-        return try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw) { MessageContent.decode($0) }.value
+        return try open(body, kind: .messageSent, chat: m.chat.raw, object: m.chat.raw, author: m.device.raw, kept: .sent(m.id.raw)) {
+            MessageContent.decode($0)
+        }.value
     }
 
     /// A page of a chat as this device reads it (Specs/encryption.md §8).

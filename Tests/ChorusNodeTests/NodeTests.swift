@@ -600,7 +600,7 @@ struct BatchAppendTests {
         #expect(openings() == afterEdit)
         // Past the capacity, the oldest values are forgotten and opened again when read.
         let cache = OpenedContent(capacity: 2)
-        let inputs = (0..<5).map { OpenedContent.Input(sealed: [UInt8($0)], kind: .messageSent, chat: .zero, object: .zero, author: .zero) }
+        let inputs = (0..<5).map { OpenedContent.Input.sent(EventID([UInt8](repeating: UInt8($0), count: 32))!) }
         for (i, input) in inputs.enumerated() { cache.put(input, i) }
         #expect(cache.get(inputs[0]) == nil && cache.get(inputs[4]) as? Int == 4 && cache.get(inputs[3]) as? Int == 3)
         await node.close()
