@@ -213,10 +213,10 @@ struct NetworkRelayAdd: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
     @Argument(help: "The relay, KEY@HOST:PORT.") var relay: String
 
-    func validate() throws { _ = try parseRelay(relay) }
+    func validate() throws { _ = try parseBootstrapRelay(relay) }
 
     func run() async throws {
-        let parsed = try parseRelay(relay)
+        let parsed = try parseBootstrapRelay(relay)
         let config = try editBootstrapRelays(store) { relays in
             relays.removeAll { $0.key == parsed.key }
             relays.append(BootstrapRelay(address: parsed.address, key: parsed.key))
@@ -250,4 +250,14 @@ struct NetworkRelayRemove: AsyncParsableCommand {
             emit("Removed bootstrap relay \(target).")
         }
     }
+}
+
+/// A bootstrap relay, KEY@HOST:PORT: roles belong to a user's relay list,
+/// so one written with them is refused rather than its roles dropped.
+func parseBootstrapRelay(_ text: String) throws -> Relay {
+    guard !text.contains("=") else {
+        throw ValidationError("a bootstrap relay is KEY@HOST:PORT, without roles (roles belong in a user's relay list: chorus relays set), got \"\(text)\"")
+    }
+    guard text.contains("@") else { throw ValidationError("\"\(text)\" is not KEY@HOST:PORT") }
+    return try parseRelay(text)
 }

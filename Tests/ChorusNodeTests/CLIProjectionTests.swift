@@ -358,6 +358,12 @@ struct CLIProjectionTests {
         let network = try object(try await ok("network", "show", "--store", b, "--json"))
         #expect(network["issuers"] as? [String] == [issuer])
         #expect(network["slot_prices"] as? [Int] == [0, 50, 100, 200, 400, 800])
+        // A bootstrap relay has no roles: they belong to a user's relay list.
+        let relayKey = String(repeating: "ab", count: 32)
+        let withRoles = try await run("network", "relay-add", "--store", shop, "home=\(relayKey)@127.0.0.1:7800")
+        #expect(withRoles.status == 2 && withRoles.stderr.contains("without roles"), "\(withRoles.stderr)")
+        let noKey = try await run("network", "relay-add", "--store", shop, "127.0.0.1:7800")
+        #expect(noKey.status == 2 && noKey.stderr.contains("\"127.0.0.1:7800\" is not KEY@HOST:PORT"), "\(noKey.stderr)")
         let alice = try await user(a), bob = try await user(b)
 
         // A node that is not an issuer cannot credit.
