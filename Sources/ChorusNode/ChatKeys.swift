@@ -32,9 +32,11 @@ final class KeyRing: Sendable {
 /// names the event's kind, chat, object and author): a kept value is the
 /// value opening would give. Only opened content is kept: a value that is
 /// locked or unreadable may open once a key arrives. A deleted message's
-/// value is never returned again (its view has no body to open) and ages
-/// out. Bounded by two generations of `capacity` entries each (a lookup in
-/// the older one brings the entry back), and emptied when the node closes.
+/// values go with the commit that stores its deletion, as its sealed bytes
+/// go from the log (Specs/projections.md §6.6): `forget(messages:)`, which
+/// also refuses them from a read that opened them on a snapshot from before.
+/// Bounded by two generations of `capacity` entries each (a lookup in the
+/// older one brings the entry back), and emptied when the node closes.
 package final class OpenedContent: Sendable {
     /// The event whose sealed value was opened.
     package enum Input: Hashable {
@@ -49,8 +51,21 @@ package final class OpenedContent: Sendable {
     private struct Generations {
         var current: [Input: any Sendable]
         var previous: [Input: any Sendable] = [:]
+        /// Deleted messages, whose values are not kept again: a read on a
+        /// snapshot from before the deletion may still open one after
+        /// `forget`. Two generations of `capacity` too; a read that old is
+        /// long over before its message ages out of them.
+        var forgotten: Set<EventID> = []
+        var forgottenBefore: Set<EventID> = []
 
         init(capacity: Int) { current = Dictionary(minimumCapacity: capacity) }
+
+        func isForgotten(_ input: Input) -> Bool {
+            switch input {
+            case .title: false
+            case .sent(let message), .edit(let message, _, _): forgotten.contains(message) || forgottenBefore.contains(message)
+            }
+        }
     }
     private let generations: Mutex<Generations>
     let capacity: Int
@@ -75,7 +90,25 @@ package final class OpenedContent: Sendable {
         generations.withLock { Self.put(input, value, in: &$0, capacity: capacity) }
     }
 
+    /// Drops every value of these messages (as sent and as edited) and
+    /// keeps none of them again: they were deleted.
+    package func forget(messages: some Collection<EventID>) {
+        guard !messages.isEmpty else { return }
+        generations.withLock { g in
+            for message in messages {
+                if g.forgotten.count >= capacity {
+                    g.forgottenBefore = g.forgotten
+                    g.forgotten = []
+                }
+                g.forgotten.insert(message)
+            }
+            g.current = g.current.filter { !g.isForgotten($0.key) }
+            g.previous = g.previous.filter { !g.isForgotten($0.key) }
+        }
+    }
+
     private static func put(_ input: Input, _ value: any Sendable, in g: inout Generations, capacity: Int) {
+        guard !g.isForgotten(input) else { return }
         if g.current.count >= capacity {
             g.previous = g.current
             g.current = Dictionary(minimumCapacity: capacity)

@@ -85,7 +85,7 @@ public actor Node {
     /// This device's encryption key and the epoch keys it has unwrapped.
     nonisolated let keyRing: KeyRing
     /// Chat titles and messages this device has opened (`OpenedContent`).
-    package nonisolated let openedContent = OpenedContent()
+    package nonisolated let openedContent: OpenedContent
     /// Signature checks of received events shared between concurrent ingests.
     nonisolated let verificationClaims = VerificationClaims()
     /// Signatures of received events this node checked (for tests and the
@@ -119,10 +119,20 @@ public actor Node {
         self.issuerKey = readOnly ? nil : issuer
         self.lockFD = lockFD
         self.clock = HybridClock(last: (try? store.log.maxHLC()) ?? .zero)
+        let opened = OpenedContent()
+        self.openedContent = opened
         let writer =
             readOnly ? nil : GroupCommitWriter(
                 store: store,
-                driftMillis: options.driftMillis, nowMillis: options.clock)
+                driftMillis: options.driftMillis, nowMillis: options.clock,
+                committed: { events, outcomes in
+                    // A deleted message's plaintext goes with its sealed bytes.
+                    var deleted: [EventID] = []
+                    for (event, outcome) in zip(events, outcomes) where event.header.kind == .messageDeleted {
+                        if case .accepted = outcome { deleted.append(event.header.object) }
+                    }
+                    opened.forget(messages: deleted)
+                })
         self.writer = writer
         self.writerNotifier = writer?.notifier ?? ArrivalNotifier()
         self.signer = writer.map(BatchSigner.init(writer:))

@@ -21,6 +21,12 @@ final class VerificationClaims: Sendable {
             id = event.id
             signature = event.signature
         }
+
+        // The id alone spreads keys: it is a hash of the signed header. Every
+        // lookup under the claims' lock hashes its key, and an `[UInt8]`
+        // hashes a byte at a time (64 combines for a signature, against 4
+        // for the id's words); equality still compares the signature.
+        func hash(into hasher: inout Hasher) { hasher.combine(id) }
     }
 
     /// What an ingest must do for each event it offered.

@@ -39,7 +39,11 @@ final class GroupCommitWriter: Sendable {
     /// Told after every durable commit (live sync waits on it).
     let notifier = ArrivalNotifier()
 
-    init(store: Store, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64) {
+    /// Told, on the writer's thread, of every committed request's events
+    /// and their outcomes, before anyone waiting on the commit is.
+    typealias CommitListener = @Sendable (_ events: [Event], _ outcomes: [AppendOutcome]) -> Void
+
+    init(store: Store, driftMillis: UInt64, nowMillis: @escaping @Sendable () -> UInt64, committed: @escaping CommitListener = { _, _ in }) {
         let stats = self.stats
         let notifier = self.notifier
         thread = BatchingThread(
@@ -48,7 +52,8 @@ final class GroupCommitWriter: Sendable {
             weight: { $0.exclusive == nil ? max(1, $0.events.count) : Self.maxEventsPerTransaction }
         ) { batch in
             Self.commit(
-                batch, store: store, now: nowMillis(), driftMillis: driftMillis, stats: stats, notifier: notifier)
+                batch, store: store, now: nowMillis(), driftMillis: driftMillis, stats: stats, notifier: notifier,
+                committed: committed)
         }
     }
 
@@ -78,16 +83,19 @@ final class GroupCommitWriter: Sendable {
 
     private static func commit(
         _ batch: [Request], store: Store, now: UInt64, driftMillis: UInt64,
-        stats: CommitStatistics, notifier: ArrivalNotifier
+        stats: CommitStatistics, notifier: ArrivalNotifier, committed: CommitListener
     ) {
-        guard let error = commitOnce(batch, store: store, now: now, driftMillis: driftMillis, stats: stats, notifier: notifier) else { return }
+        guard
+            let error = commitOnce(
+                batch, store: store, now: now, driftMillis: driftMillis, stats: stats, notifier: notifier, committed: committed)
+        else { return }
         // Nothing in the transaction was committed, so nothing was
         // acknowledged. The requests that shared it are committed again one
         // by one, so that one that cannot be written (a peer's batch the fold
         // refuses) does not fail the others queued beside it.
         guard batch.count > 1 else { return batch[0].completion(.failure(error)) }
         for request in batch {
-            commit([request], store: store, now: now, driftMillis: driftMillis, stats: stats, notifier: notifier)
+            commit([request], store: store, now: now, driftMillis: driftMillis, stats: stats, notifier: notifier, committed: committed)
         }
     }
 
@@ -95,7 +103,7 @@ final class GroupCommitWriter: Sendable {
     /// returns why the transaction failed (completing none of them).
     private static func commitOnce(
         _ batch: [Request], store: Store, now: UInt64, driftMillis: UInt64,
-        stats: CommitStatistics, notifier: ArrivalNotifier
+        stats: CommitStatistics, notifier: ArrivalNotifier, committed: CommitListener
     ) -> (any Error)? {
         let started = DispatchTime.now().uptimeNanoseconds
         let startedCPU = threadCPUNanoseconds()
@@ -128,6 +136,7 @@ final class GroupCommitWriter: Sendable {
             NodeMetrics.commitSeconds.recordNanoseconds(Int64(DispatchTime.now().uptimeNanoseconds - started))
             let stored = outcomes.joined().count { if case .accepted = $0 { true } else if case .refilled = $0 { true } else { false } }
             if stored > 0 { NodeMetrics.eventsStored.increment(by: stored) }
+            for (request, result) in zip(batch, outcomes) { committed(request.events, result) }
             notifier.notify()
             for (request, result) in zip(batch, outcomes) { request.completion(.success(result)) }
             return nil

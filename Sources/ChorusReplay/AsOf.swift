@@ -13,7 +13,9 @@ public enum ReplayPoint: Hashable, Sendable, CustomStringConvertible {
     /// Parses `hlc:N`, `arrival:N`, an HLC as the tools print it
     /// (`2026-11-22T10:15:30.123Z+4`: that exact HLC), an ISO 8601 time
     /// (`2026-11-22T10:15:30Z`, fractions and offsets allowed: the whole
-    /// millisecond) or Unix milliseconds.
+    /// millisecond), a date alone (`2026-11-22`: its first instant, UTC, as
+    /// a balance "as of" a day is the one it opens with) or Unix
+    /// milliseconds.
     public static func parse(_ text: String) throws -> ReplayPoint {
         if text.hasPrefix("hlc:"), let n = UInt64(text.dropFirst(4)) { return .hlc(HLC(rawValue: n)) }
         if text.hasPrefix("arrival:"), let n = UInt64(text.dropFirst(8)) { return .arrival(n) }
@@ -32,7 +34,10 @@ public enum ReplayPoint: Hashable, Sendable, CustomStringConvertible {
         let iso = ISO8601DateFormatter()
         iso.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         let plain = ISO8601DateFormatter()
-        guard let date = iso.date(from: text) ?? plain.date(from: text), date.timeIntervalSince1970 >= 0 else { return nil }
+        let day = ISO8601DateFormatter()
+        day.formatOptions = [.withFullDate]
+        guard let date = iso.date(from: text) ?? plain.date(from: text) ?? day.date(from: text), date.timeIntervalSince1970 >= 0
+        else { return nil }
         // To the microsecond first: 1.830 s is 1829.9999… ms as a Double.
         return UInt64((date.timeIntervalSince1970 * 1_000_000).rounded()) / 1000
     }

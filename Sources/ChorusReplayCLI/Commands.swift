@@ -213,7 +213,7 @@ struct AsOf: AsyncParsableCommand {
         discussion: """
             POINT is hlc:N (an HLC value), an HLC as the tools print it (2026-11-22T10:15:30.123Z+4, \
             as `history` shows an event's), arrival:N (a local arrival position), an ISO 8601 time \
-            (2026-11-22T10:15:30Z) or Unix milliseconds. Everything after `--` is a `chorus query` \
+            (2026-11-22T10:15:30Z), a date (2026-11-22: its first instant, UTC) or Unix milliseconds. Everything after `--` is a `chorus query` \
             command, for example: chorus-replay as-of hlc:123 -- balance USER --json (a --store \
             there names the store to read, as before `--`).
             """)

@@ -641,6 +641,9 @@ struct ReplayTests {
         #expect(asPrinted.status == 0 && asPrinted.stdout == asOf.stdout, "\(printed): \(asPrinted.stderr)")
         #expect(try ReplayPoint.parse(printed) == .hlc(HLC(rawValue: h.spendHLC.rawValue - 1)))
         #expect(try ReplayPoint.parse("2026-11-22T10:15:30.830Z") == .hlc(HLC(physicalMillis: 1_795_342_530_830, logical: .max)))
+        // A date alone is its first instant, UTC.
+        #expect(try ReplayPoint.parse("2026-11-22") == .hlc(HLC(physicalMillis: 1_795_305_600_000, logical: .max)))
+        #expect(throws: ReplayError.self) { try ReplayPoint.parse("2026-11") }
         // A point it cannot read is a usage error that says what it takes, not ArgumentParser's structures.
         let badPoint = try await run(replay, ["as-of", "yesterday", "--store", h.store, "--", "balance"])
         #expect(badPoint.status == 2 && badPoint.stderr.hasPrefix("Error: \"yesterday\" is not a point in time"), "\(badPoint.stderr)")

@@ -36,6 +36,39 @@ func bindNewDevice(_ dir: SyncTempDir, _ name: String, of owner: Node, network: 
 
 @Suite("Encrypted chats across nodes (Specs/encryption.md)", .closingNodes)
 struct EncryptedChatTests {
+    @Test("a deleted message's opened text leaves memory with the commit that stores the deletion, here and at a member's node")
+    func aDeletedMessagesPlaintextIsForgotten() async throws {
+        let dir = SyncTempDir()
+        defer { dir.cleanup() }
+        let net = testNetwork()
+        let alice = try await makeNode(dir, "alice", network: net)
+        let bob = try await makeNode(dir, "bob", network: net)
+        try await syncPair(alice, bob)
+        let chat = try await alice.createChat(title: "plans", members: [bob.identity.user]).object
+        let kept = try await alice.sendMessage(chat, text: "stays").object
+        let gone = try await alice.sendMessage(chat, text: "secret").object
+        _ = try await alice.editMessage(gone, text: "secret, edited")
+        try await syncPair(alice, bob)
+        #expect(try readText(bob, gone) == "secret, edited" && readText(alice, gone) == "secret, edited")
+        func held(_ node: Node, _ message: MessageID) -> Bool {
+            node.openedContent.get(.sent(message.raw)) != nil
+        }
+        #expect(held(alice, gone) && held(bob, gone) && held(bob, kept) == false)
+        _ = try readText(bob, kept)
+
+        _ = try await alice.deleteMessage(gone)
+        #expect(!held(alice, gone), "the deleting node forgets at once")
+        #expect(held(bob, gone), "the member's node has not seen the deletion yet")
+        try await syncPair(alice, bob)
+        #expect(!held(bob, gone), "the deletion arrived by sync and the opened text went with it")
+        #expect(held(bob, kept), "other messages stay kept")
+        #expect(try readText(bob, gone) == nil)
+        // A read that opened the message on a snapshot from before the
+        // deletion cannot put it back.
+        bob.openedContent.put(.sent(gone.raw), "secret")
+        #expect(!held(bob, gone))
+    }
+
     @Test func aDeviceBoundAfterFiftyMessagesReadsThemAllThroughAnotherUsersNode() async throws {
         let dir = SyncTempDir()
         defer { dir.cleanup() }
