@@ -222,8 +222,12 @@ extension Node {
     ) throws -> Readable<T> {
         guard keyRing.agreement != nil else { return .sealed }
         let epoch = ChatCrypto.epoch(ofSealed: sealed)
-        guard let epoch, let key = try epochKey(chat: chat, epoch: epoch) else { return .locked(epoch: epoch) }
+        guard let epoch else { return .locked(epoch: nil) }
+        // Kept means opened here before with the epoch's key, which a device
+        // keeps (what a removed member received stays readable): no key
+        // lookup on a screen's redraw.
         if let kept = openedContent.get(input) as? T { return .content(kept) }
+        guard let key = try epochKey(chat: chat, epoch: epoch) else { return .locked(epoch: epoch) }
         openedContent.openings.add(1, ordering: .relaxed)
         guard let plain = ChatCrypto.open(sealed, epochKey: key, kind: kind, chat: chat, object: object, author: author),
             let value = decode(plain)
