@@ -56,12 +56,37 @@ public struct KeyRegion: Hashable, Sendable {
         return upper
     }
 
+    // Recorded regions go into a set on every read an observation makes:
+    // bytes hashed in blocks, not one `UInt8` at a time as `[UInt8]`'s own
+    // hashing does. Equality still compares every field.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(database)
+        PrefixKey.combine(lower[...], into: &hasher)
+        if let upper { PrefixKey.combine(upper[...], into: &hasher) }
+    }
+
     /// Whether `key` of `db` falls inside.
     func contains(_ db: UInt32, _ key: some Collection<UInt8>) -> Bool {
         guard db == database, !key.lexicographicallyPrecedes(lower) else { return false }
         guard let upper else { return true }
         return key.lexicographicallyPrecedes(upper)
     }
+}
+
+/// Bytes as a dictionary key, hashed in blocks: the observers' index is
+/// looked up under a prefix of every changed key at every indexed length,
+/// and `ArraySlice<UInt8>` hashes a byte at a time.
+struct PrefixKey: Hashable {
+    let bytes: ArraySlice<UInt8>
+
+    init(_ bytes: ArraySlice<UInt8>) { self.bytes = bytes }
+
+    static func combine(_ bytes: ArraySlice<UInt8>, into hasher: inout Hasher) {
+        hasher.combine(bytes.count)
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    func hash(into hasher: inout Hasher) { Self.combine(bytes, into: &hasher) }
 }
 
 /// The regions the reads of one observation touched, and the oldest
@@ -142,7 +167,7 @@ public final class RegionObservers: Sendable {
         var next = 0
         var entries: [Int: Entry] = [:]
         /// database → shared prefix → observations with a region under it.
-        var index: [UInt32: [ArraySlice<UInt8>: Set<Int>]] = [:]
+        var index: [UInt32: [PrefixKey: Set<Int>]] = [:]
         /// How many indexed regions have each shared-prefix length.
         var lengths: [Int: Int] = [:]
         var recent: [Recent] = []
@@ -258,7 +283,7 @@ public final class RegionObservers: Sendable {
                 for (db, key) in keys {
                     guard let byPrefix = s.index[db] else { continue }
                     for length in lengths where length <= key.count {
-                        guard let ids = byPrefix[key[0..<length]] else { continue }
+                        guard let ids = byPrefix[PrefixKey(key[0..<length])] else { continue }
                         for id in ids where !touched.contains(id) {
                             if s.entries[id]?.regions.contains(where: { $0.contains(db, key) }) == true { touched.insert(id) }
                         }
@@ -298,16 +323,17 @@ public final class RegionObservers: Sendable {
 
     private static func index(_ id: Int, _ regions: [KeyRegion], in s: inout State) {
         for region in regions {
-            s.index[region.database, default: [:]][region.shared[...], default: []].insert(id)
+            s.index[region.database, default: [:]][PrefixKey(region.shared[...]), default: []].insert(id)
             s.lengths[region.shared.count, default: 0] += 1
         }
     }
 
     private static func unindex(_ id: Int, _ regions: [KeyRegion], in s: inout State) {
         for region in regions {
-            s.index[region.database]?[region.shared[...]]?.remove(id)
-            if s.index[region.database]?[region.shared[...]]?.isEmpty == true {
-                s.index[region.database]?[region.shared[...]] = nil
+            let shared = PrefixKey(region.shared[...])
+            s.index[region.database]?[shared]?.remove(id)
+            if s.index[region.database]?[shared]?.isEmpty == true {
+                s.index[region.database]?[shared] = nil
             }
             s.lengths[region.shared.count, default: 1] -= 1
             if s.lengths[region.shared.count] == 0 { s.lengths[region.shared.count] = nil }
